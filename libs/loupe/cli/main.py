@@ -1,0 +1,4 @@
+def main():
+    import loupe.coordinator
+
+    print("ok", loupe.coordinator.__file__)

@@ -1,0 +1,1 @@
+"""Shared plumbing of every Loupe service: settings, logging, plugins, transport, lifecycle."""

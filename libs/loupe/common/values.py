@@ -1,0 +1,71 @@
+"""Python values <-> ``common.v1.Value`` and rows, at the transport edge."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from decimal import Decimal
+from typing import Any
+
+from loupe.proto.common.v1 import common_pb2
+
+EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+EPOCH_DATE = dt.date(1970, 1, 1)
+
+
+def to_value(value: Any) -> common_pb2.Value:
+    if value is None:
+        return common_pb2.Value()
+    if isinstance(value, bool):
+        return common_pb2.Value(bool_value=value)
+    if isinstance(value, int):
+        return common_pb2.Value(int_value=value)
+    if isinstance(value, float):
+        return common_pb2.Value(float_value=value)
+    if isinstance(value, str):
+        return common_pb2.Value(text_value=value)
+    if isinstance(value, bytes):
+        return common_pb2.Value(bytes_value=value)
+    if isinstance(value, Decimal):
+        return common_pb2.Value(numeric_value=str(value))
+    if isinstance(value, dt.datetime):
+        if value.tzinfo is None:
+            value = value.replace(tzinfo=dt.UTC)
+        return common_pb2.Value(timestamp_us=(value - EPOCH) // dt.timedelta(microseconds=1))
+    if isinstance(value, dt.date):
+        return common_pb2.Value(date_days=(value - EPOCH_DATE).days)
+    if isinstance(value, dict):
+        return common_pb2.Value(jsonb_value=json.dumps(value, sort_keys=True))
+    if isinstance(value, list | tuple):
+        return common_pb2.Value(
+            list_value=common_pb2.ValueList(values=[to_value(v) for v in value])
+        )
+    if isinstance(value, dt.timedelta):
+        return common_pb2.Value(text_value=str(value))
+    raise TypeError(f"cannot encode {type(value).__name__} as a Value")
+
+
+def from_value(value: common_pb2.Value) -> Any:
+    kind = value.WhichOneof("kind")
+    if kind is None:
+        return None
+    raw = getattr(value, kind)
+    if kind == "timestamp_us":
+        return EPOCH + dt.timedelta(microseconds=raw)
+    if kind == "date_days":
+        return EPOCH_DATE + dt.timedelta(days=raw)
+    if kind == "numeric_value":
+        return Decimal(raw)
+    if kind == "jsonb_value":
+        return json.loads(raw)
+    if kind == "list_value":
+        return [from_value(v) for v in raw.values]
+    return raw
+
+
+def to_row(values: list[Any] | tuple[Any, ...]) -> common_pb2.Row:
+    return common_pb2.Row(values=[to_value(v) for v in values])
+
+
+def from_row(row: common_pb2.Row) -> tuple[Any, ...]:
+    return tuple(from_value(v) for v in row.values)

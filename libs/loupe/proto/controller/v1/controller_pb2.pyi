@@ -1,0 +1,57 @@
+from loupe.proto.catalog.v1 import catalog_pb2 as _catalog_pb2
+from loupe.proto.common.v1 import common_pb2 as _common_pb2
+from loupe.proto.compute.v1 import compute_pb2 as _compute_pb2
+from loupe.proto.storage.v1 import storage_pb2 as _storage_pb2
+from google.protobuf.internal import containers as _containers
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class ApplyCatalogRequest(_message.Message):
+    __slots__ = ("snapshot",)
+    SNAPSHOT_FIELD_NUMBER: _ClassVar[int]
+    snapshot: _catalog_pb2.CatalogSnapshot
+    def __init__(self, snapshot: _Optional[_Union[_catalog_pb2.CatalogSnapshot, _Mapping]] = ...) -> None: ...
+
+class ApplyCatalogResponse(_message.Message):
+    __slots__ = ("replicas_started", "replicas_stopped")
+    REPLICAS_STARTED_FIELD_NUMBER: _ClassVar[int]
+    REPLICAS_STOPPED_FIELD_NUMBER: _ClassVar[int]
+    replicas_started: _containers.RepeatedScalarFieldContainer[str]
+    replicas_stopped: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, replicas_started: _Optional[_Iterable[str]] = ..., replicas_stopped: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class PeekRequest(_message.Message):
+    __slots__ = ("cluster_id", "replica_id", "peek", "timeout_ms")
+    CLUSTER_ID_FIELD_NUMBER: _ClassVar[int]
+    REPLICA_ID_FIELD_NUMBER: _ClassVar[int]
+    PEEK_FIELD_NUMBER: _ClassVar[int]
+    TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
+    cluster_id: str
+    replica_id: str
+    peek: _compute_pb2.Peek
+    timeout_ms: int
+    def __init__(self, cluster_id: _Optional[str] = ..., replica_id: _Optional[str] = ..., peek: _Optional[_Union[_compute_pb2.Peek, _Mapping]] = ..., timeout_ms: _Optional[int] = ...) -> None: ...
+
+class AppendUpdatesRequest(_message.Message):
+    __slots__ = ("batch_id", "collections")
+    BATCH_ID_FIELD_NUMBER: _ClassVar[int]
+    COLLECTIONS_FIELD_NUMBER: _ClassVar[int]
+    batch_id: str
+    collections: _containers.RepeatedCompositeFieldContainer[_storage_pb2.CollectionUpdates]
+    def __init__(self, batch_id: _Optional[str] = ..., collections: _Optional[_Iterable[_Union[_storage_pb2.CollectionUpdates, _Mapping]]] = ...) -> None: ...
+
+class AppendUpdatesResponse(_message.Message):
+    __slots__ = ("upper",)
+    UPPER_FIELD_NUMBER: _ClassVar[int]
+    upper: int
+    def __init__(self, upper: _Optional[int] = ...) -> None: ...
+
+class ListCollectionsResponse(_message.Message):
+    __slots__ = ("collections",)
+    COLLECTIONS_FIELD_NUMBER: _ClassVar[int]
+    collections: _containers.RepeatedCompositeFieldContainer[_common_pb2.CollectionMetadata]
+    def __init__(self, collections: _Optional[_Iterable[_Union[_common_pb2.CollectionMetadata, _Mapping]]] = ...) -> None: ...

@@ -1,0 +1,56 @@
+from loupe.proto.common.v1 import common_pb2 as _common_pb2
+from google.protobuf.internal import containers as _containers
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class Part(_message.Message):
+    __slots__ = ("key", "lower", "upper", "rows", "bytes")
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    LOWER_FIELD_NUMBER: _ClassVar[int]
+    UPPER_FIELD_NUMBER: _ClassVar[int]
+    ROWS_FIELD_NUMBER: _ClassVar[int]
+    BYTES_FIELD_NUMBER: _ClassVar[int]
+    key: str
+    lower: int
+    upper: int
+    rows: int
+    bytes: int
+    def __init__(self, key: _Optional[str] = ..., lower: _Optional[int] = ..., upper: _Optional[int] = ..., rows: _Optional[int] = ..., bytes: _Optional[int] = ...) -> None: ...
+
+class ShardState(_message.Message):
+    __slots__ = ("shard_id", "seqno", "since", "upper", "parts", "relation_desc")
+    SHARD_ID_FIELD_NUMBER: _ClassVar[int]
+    SEQNO_FIELD_NUMBER: _ClassVar[int]
+    SINCE_FIELD_NUMBER: _ClassVar[int]
+    UPPER_FIELD_NUMBER: _ClassVar[int]
+    PARTS_FIELD_NUMBER: _ClassVar[int]
+    RELATION_DESC_FIELD_NUMBER: _ClassVar[int]
+    shard_id: str
+    seqno: int
+    since: int
+    upper: int
+    parts: _containers.RepeatedCompositeFieldContainer[Part]
+    relation_desc: _common_pb2.RelationDesc
+    def __init__(self, shard_id: _Optional[str] = ..., seqno: _Optional[int] = ..., since: _Optional[int] = ..., upper: _Optional[int] = ..., parts: _Optional[_Iterable[_Union[Part, _Mapping]]] = ..., relation_desc: _Optional[_Union[_common_pb2.RelationDesc, _Mapping]] = ...) -> None: ...
+
+class CollectionUpdates(_message.Message):
+    __slots__ = ("collection_id", "updates")
+    COLLECTION_ID_FIELD_NUMBER: _ClassVar[int]
+    UPDATES_FIELD_NUMBER: _ClassVar[int]
+    collection_id: str
+    updates: _containers.RepeatedCompositeFieldContainer[Update]
+    def __init__(self, collection_id: _Optional[str] = ..., updates: _Optional[_Iterable[_Union[Update, _Mapping]]] = ...) -> None: ...
+
+class Update(_message.Message):
+    __slots__ = ("row", "timestamp", "diff")
+    ROW_FIELD_NUMBER: _ClassVar[int]
+    TIMESTAMP_FIELD_NUMBER: _ClassVar[int]
+    DIFF_FIELD_NUMBER: _ClassVar[int]
+    row: _common_pb2.Row
+    timestamp: int
+    diff: int
+    def __init__(self, row: _Optional[_Union[_common_pb2.Row, _Mapping]] = ..., timestamp: _Optional[int] = ..., diff: _Optional[int] = ...) -> None: ...

@@ -1,0 +1,31 @@
+"""``assert_eventually``: poll instead of sleeping."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import time
+from collections.abc import Callable
+from typing import Any
+
+
+async def assert_eventually(
+    check: Callable[[], Any], *, timeout: float = 10.0, interval: float = 0.05, message: str = ""
+) -> Any:
+    """Call ``check`` (sync or async) until it returns without AssertionError.
+
+    Returns its value; after ``timeout`` re-raises the last AssertionError.
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            result = check()
+            if inspect.isawaitable(result):
+                result = await result
+            return result
+        except AssertionError as error:
+            if time.monotonic() >= deadline:
+                raise AssertionError(
+                    f"{message or 'condition'} not met within {timeout}s: {error}"
+                ) from error
+        await asyncio.sleep(interval)
