@@ -39,13 +39,12 @@ async def nats_connection(nats_url: str) -> AsyncIterator[Any]:
 
 
 @pytest.fixture(scope="session")
-def spark() -> Iterator[Any]:
+def spark() -> Any:
     """The one Spark session of the test process (cold start is ~5 s)."""
     from loupe.common.spark import get_spark
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    session = get_spark()
-    yield session
+    return get_spark()
 
 
 @pytest.fixture
