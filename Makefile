@@ -1,0 +1,67 @@
+# Loupe — `make run` brings the system up, `make test` runs the tests.
+# Both install what they need first (a venv in .venv, Java for Spark).
+
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+PY     := $(BIN)/python
+STAMP  := $(VENV)/.installed
+DATA_DIR ?= data
+SQL_PORT ?= 6875
+PYTEST_ARGS ?=
+
+export SPARK_LOCAL_IP ?= 127.0.0.1
+export PYSPARK_PYTHON := $(abspath $(PY))
+export PIP_DISABLE_PIP_VERSION_CHECK := 1
+
+.DEFAULT_GOAL := help
+
+.PHONY: help install run test test-fast lint format typecheck protos check-protos bench clean
+
+help: ## list the targets
+	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  make %-14s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+	@echo ""
+	@echo "  Variables: DATA_DIR=$(DATA_DIR) SQL_PORT=$(SQL_PORT) PYTEST_ARGS='...'"
+
+install: $(STAMP) ## create .venv and install Loupe with its dev tools (idempotent)
+
+$(STAMP): pyproject.toml setup.py scripts/ensure_java.sh
+	@scripts/ensure_java.sh
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	@# pip's wheel cache keeps the PySpark build (a 456 MB sdist) across venvs.
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e ".[dev]"
+	@touch $(STAMP)
+
+run: install ## start Loupe on its embedded defaults (Ctrl-C stops it)
+	$(BIN)/loupe up --data-dir $(DATA_DIR) --sql-port $(SQL_PORT)
+
+test: install check-protos lint ## run the whole test suite (unit, service and end-to-end)
+	$(BIN)/pytest $(PYTEST_ARGS)
+
+test-fast: install ## run the tests without the end-to-end ones
+	$(BIN)/pytest -m "not e2e" $(PYTEST_ARGS)
+
+lint: install ## ruff lint and format check
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+format: install ## apply ruff's formatting and safe fixes
+	$(BIN)/ruff check --fix .
+	$(BIN)/ruff format .
+
+typecheck: install ## mypy over the handwritten code
+	$(BIN)/mypy libs services
+
+protos: install ## regenerate libs/loupe/proto from protos/
+	$(PY) scripts/gen_protos.py
+
+check-protos: install ## fail when the generated code is stale
+	$(PY) scripts/gen_protos.py --check
+
+bench: install ## run the benchmarks and print their numbers
+	$(PY) bench/run.py
+
+clean: ## remove caches and the default data directory (not .venv)
+	rm -rf $(DATA_DIR) .pytest_cache .ruff_cache .mypy_cache build
+	find . -name __pycache__ -not -path "./$(VENV)/*" -prune -exec rm -rf {} +

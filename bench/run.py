@@ -1,0 +1,104 @@
+"""Loupe's benchmarks (``make bench``): numbers, and ratios against a baseline
+measured in the same run.
+
+- startup: ``loupe up`` to ready (a query answered by a replica), against a
+  bare Spark session's cold start (the floor every start pays).
+- status: ``kill -9`` of a replica process until its ``offline`` status is
+  visible in SQL, against the storage flush interval.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from loupe.testing.system import LoupeUp, replica_pid
+
+
+def spark_cold_start() -> float:
+    code = "from loupe.common.spark import get_spark; get_spark().range(1).count()"
+    began = time.monotonic()
+    subprocess.run(
+        [sys.executable, "-c", code],
+        check=True,
+        capture_output=True,
+        env=dict(os.environ, SPARK_LOCAL_IP="127.0.0.1", PYSPARK_PYTHON=sys.executable),
+    )
+    return time.monotonic() - began
+
+
+def status_latency(system: LoupeUp, rounds: int) -> list[float]:
+    system.sql("CREATE CLUSTER bench (SIZE '1')")
+    replica_id = system.sql(
+        "SELECT r.id FROM mz_catalog.mz_cluster_replicas r JOIN mz_catalog.mz_clusters c "
+        "ON c.id = r.cluster_id WHERE c.name = 'bench'"
+    )[0][0]
+    count_query = (
+        "SELECT count(*) FROM mz_internal.mz_cluster_replica_status_history "
+        f"WHERE replica_id = '{replica_id}' AND status = 'offline'"
+    )
+    samples = []
+    for _ in range(rounds):
+        pid = wait_for(lambda: replica_online_pid(system, replica_id), 60)
+        before = system.sql(count_query)[0][0]
+        os.kill(pid, signal.SIGKILL)
+        killed = time.monotonic()
+        wait_for(lambda b=before: system.sql(count_query)[0][0] > b or None, 30, interval=0.02)
+        samples.append(time.monotonic() - killed)
+    return samples
+
+
+def replica_online_pid(system: LoupeUp, replica_id: str) -> int | None:
+    rows = system.sql(
+        f"SELECT status FROM mz_internal.mz_cluster_replica_statuses WHERE replica_id = '{replica_id}'"
+    )
+    if rows != [("online",)]:
+        return None
+    return replica_pid(system.data_dir, replica_id)
+
+
+def wait_for(check, timeout: float, interval: float = 0.1):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = check()
+        if value:
+            return value
+        time.sleep(interval)
+    raise TimeoutError("benchmark condition not reached")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=5, help="kill/restart rounds")
+    options = parser.parse_args()
+    baseline = spark_cold_start()
+    print(f"baseline  spark cold start                 {baseline:6.2f} s")
+    with tempfile.TemporaryDirectory() as scratch:
+        system = LoupeUp(Path(scratch) / "data")
+        try:
+            ready = system.start()
+            print(
+                f"startup   loupe up -> ready                {ready:6.2f} s"
+                f"   ({ready / baseline:.2f}x spark cold start; target < 30 s)"
+            )
+            samples = status_latency(system, options.rounds)
+        finally:
+            system.stop()
+    flush = 1.0
+    p50 = statistics.median(samples)
+    print(
+        f"status    kill -9 -> offline visible p50  {p50:6.2f} s   max {max(samples):.2f} s"
+        f"   ({p50 / flush:.2f}x flush interval; target < 3 s)"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
