@@ -50,22 +50,36 @@ class NatsUnavailable(ConnectionError):
     """NATS could not be reached at start."""
 
 
-async def connect(url: str, *, name: str, connect_timeout: float = 2.0) -> NatsConnection:
-    """Connect to NATS, or raise ``NatsUnavailable`` with one clear line."""
+async def connect(
+    url: str, *, name: str, connect_timeout: float = 2.0, give_up_after: float = 5.0
+) -> NatsConnection:
+    """Connect to NATS, or raise ``NatsUnavailable`` with one clear line.
+
+    Once connected the client reconnects forever; the first connection is
+    given up after ``give_up_after`` seconds (nats-py would retry it forever
+    too, given unlimited reconnect attempts).
+    """
 
     async def quiet(_error: Exception) -> None:
         return None
 
     try:
-        return await nats.connect(
-            url,
-            name=name,
-            connect_timeout=connect_timeout,
-            max_reconnect_attempts=-1,
-            reconnect_time_wait=0.5,
-            allow_reconnect=True,
-            error_cb=quiet,
+        return await asyncio.wait_for(
+            nats.connect(
+                url,
+                name=name,
+                connect_timeout=connect_timeout,
+                max_reconnect_attempts=-1,
+                reconnect_time_wait=0.5,
+                allow_reconnect=True,
+                error_cb=quiet,
+            ),
+            timeout=give_up_after,
         )
+    except TimeoutError:
+        raise NatsUnavailable(
+            f"cannot reach NATS at {url}: no connection within {give_up_after:g}s"
+        ) from None
     except Exception as error:  # nats raises several unrelated types here
         raise NatsUnavailable(
             f"cannot reach NATS at {url}: {error or type(error).__name__}"

@@ -1,0 +1,301 @@
+"""The compute replica process: one per replica, speaking the compute protocol.
+
+See ``protocol.py`` for the stages and promises this implements. The replica
+owns one NATS connection; commands arrive on one subscription and are handled
+one at a time in order, except peeks, which run as their own tasks (their
+waiting and reading must not hold up the commands behind them).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import os
+import socket
+import time
+from typing import Any
+
+from nats.aio.client import Client as NatsConnection
+from nats.aio.msg import Msg
+from prometheus_client import Counter
+
+from loupe.common.errors import LoupeError, SqlState
+from loupe.common.logging import bind_context, get_logger
+from loupe.common.metrics import serve_metrics
+from loupe.common.service import Service
+from loupe.common.transport import connect, publish, subscribe
+from loupe.compute_replica.peek import PeekEngine, classify
+from loupe.compute_replica.process_metrics import ProcessMetrics
+from loupe.compute_replica.protocol import (
+    HeartbeatReport,
+    InstanceConfig,
+    PeekRequest,
+    PendingPeeks,
+    Responses,
+    StorageLocation,
+    command_subject,
+    response_subject,
+)
+from loupe.compute_replica.settings import ComputeReplicaSettings
+from loupe.proto.compute.v1 import compute_pb2
+
+log = get_logger(__name__)
+
+IGNORED_COMMANDS = Counter(
+    "loupe_compute_replica_commands_ignored",
+    "Commands a replica ignored: meant for another incarnation, replays, or out of stage",
+    ["replica_id", "reason"],
+)
+PEEKS = Counter(
+    "loupe_compute_replica_peeks",
+    "Peeks a replica finished, by outcome",
+    ["replica_id", "outcome"],
+)
+
+
+class ComputeReplica(Service):
+    """One compute replica: hello, instance creation, heartbeats and peeks."""
+
+    name = "compute-replica"
+
+    def __init__(self, settings: ComputeReplicaSettings) -> None:
+        super().__init__()
+        settings.validate()
+        self.settings = settings
+        self.replica_id = settings.replica_id
+        self.incarnation = settings.incarnation
+        self._responses = Responses(self.replica_id, self.incarnation)
+        self._subject = response_subject(self.replica_id)
+        self._engine = PeekEngine(wait_timeout=settings.peek_wait_timeout)
+        self._pending = PendingPeeks()
+        self._process = ProcessMetrics()
+        self._config: InstanceConfig | None = None
+        self._created = asyncio.Event()
+        self._initialized = False
+        self._parameters: dict[str, str] = {}
+        self._nc: NatsConnection | None = None
+        # Strong references: a task only weakly held by the loop may be collected.
+        self._peek_tasks: set[asyncio.Task[None]] = set()
+
+    # -- state, for the curious (tests, logs) ---------------------------------------
+
+    @property
+    def instance_config(self) -> InstanceConfig | None:
+        """The accepted ``CreateInstance``, or None before it."""
+        return self._config
+
+    @property
+    def initialized(self) -> bool:
+        return self._initialized
+
+    # -- lifecycle -------------------------------------------------------------------
+
+    async def serve(self) -> None:
+        bind_context(replica_id=self.replica_id, incarnation=self.incarnation)
+        log.info("compute replica starting", settings=self.settings.describe())
+        if self.settings.metrics_port >= 0:
+            port = serve_metrics(self.settings.metrics_port, self.settings.metrics_host)
+            log.info("serving metrics", port=port)
+        async with contextlib.AsyncExitStack() as stack:
+            self._nc = await connect(
+                self.settings.nats_url,
+                name=f"compute-replica-{self.replica_id}-{self.incarnation}",
+            )
+            stack.push_async_callback(self._close_connection)
+            subscription = await subscribe(
+                self._nc,
+                command_subject(self.replica_id),
+                compute_pb2.ComputeCommand,
+                self._on_command,
+            )
+            await self._nc.flush()
+            log.info("listening for commands", subject=command_subject(self.replica_id))
+            async with asyncio.TaskGroup() as loops:
+                loops.create_task(self._say_hello(), name="hello")
+                loops.create_task(self._send_heartbeats(), name="heartbeats")
+                await self.wait_for_shutdown()
+                log.info("compute replica stopping")
+                with contextlib.suppress(Exception):
+                    await subscription.unsubscribe()
+                await self._abandon_peeks()
+        log.info("compute replica stopped")
+
+    async def _abandon_peeks(self, grace: float = 2.0) -> None:
+        # Peeks in flight are not answered: the controller sees this incarnation
+        # go away and re-issues them on another replica or incarnation.
+        tasks = self._pending.cancel_all()
+        if tasks:
+            log.info("abandoning peeks at shutdown", count=len(tasks))
+            await asyncio.wait(tasks, timeout=grace)
+
+    async def _close_connection(self) -> None:
+        if self._nc is None or self._nc.is_closed:
+            return
+        try:
+            await asyncio.wait_for(self._nc.drain(), timeout=2.0)
+        except Exception:
+            await self._nc.close()
+
+    async def _wait_any(self, timeout: float | None, *events: asyncio.Event) -> None:
+        waiters = [asyncio.ensure_future(event.wait()) for event in events]
+        try:
+            await asyncio.wait(waiters, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for waiter in waiters:
+                waiter.cancel()
+
+    async def _publish(self, response: compute_pb2.ComputeResponse) -> None:
+        assert self._nc is not None
+        try:
+            await publish(self._nc, self._subject, response)
+        except Exception as error:  # a closed or reconnecting connection: say so, go on
+            log.warning("response not sent", kind=response.WhichOneof("kind"), error=repr(error))
+
+    # -- stage 0 and 1: hello, then heartbeats ------------------------------------------
+
+    async def _say_hello(self) -> None:
+        hello = self._responses.hello(os.getpid(), socket.gethostname())
+        while not (self._created.is_set() or self.stopping):
+            await self._publish(hello)
+            await self._wait_any(self.settings.hello_interval, self._created, self._stop)
+
+    async def _send_heartbeats(self) -> None:
+        await self._wait_any(None, self._created, self._stop)
+        self._process.cpu_nano_cores()  # start the first CPU interval now
+        while not self.stopping:
+            await self._publish(self._responses.heartbeat(self.heartbeat_report()))
+            await self._wait_any(self.settings.heartbeat_interval, self._stop)
+
+    def heartbeat_report(self) -> HeartbeatReport:
+        """What the next heartbeat says about this process."""
+        workers = (self._config.workers if self._config else 0) or self.settings.workers
+        return HeartbeatReport(
+            cpu_nano_cores=self._process.cpu_nano_cores(),
+            memory_bytes=self._process.memory_bytes(),
+            # The replica keeps nothing on disk yet: peeks read shards in memory.
+            disk_bytes=0,
+            workers=workers,
+            initialized=self._initialized,
+            sent_at_ms=time.time_ns() // 1_000_000,
+        )
+
+    # -- commands -------------------------------------------------------------------------
+
+    async def _on_command(self, command: compute_pb2.ComputeCommand, _msg: Msg) -> None:
+        kind = command.WhichOneof("kind")
+        if command.incarnation != self.incarnation:
+            self._ignore("other incarnation", kind=kind, incarnation=command.incarnation)
+            return
+        if kind == "create_instance":
+            self._create_instance(command.create_instance)
+        elif kind == "initialization_complete":
+            self._complete_initialization()
+        elif kind == "peek":
+            await self._start_peek(PeekRequest.from_proto(command.peek))
+        elif kind == "cancel_peek":
+            await self._cancel_peek(command.cancel_peek.uuid)
+        elif kind == "update_configuration":
+            self._parameters.update(command.update_configuration.parameters)
+            log.info("configuration updated", parameters=dict(self._parameters))
+        elif kind == "allow_compaction":
+            # The skeleton engine keeps no arrangements, so there is nothing to compact.
+            log.debug("allow compaction", collection_id=command.allow_compaction.collection_id)
+        else:
+            self._ignore("no command kind")
+
+    def _ignore(self, reason: str, **context: Any) -> None:
+        IGNORED_COMMANDS.labels(replica_id=self.replica_id, reason=reason).inc()
+        log.info("command ignored", reason=reason, **context)
+
+    def _create_instance(self, message: compute_pb2.CreateInstance) -> None:
+        if message.replica_id and message.replica_id != self.replica_id:
+            self._ignore("create instance for another replica", target=message.replica_id)
+            return
+        if message.incarnation and message.incarnation != self.incarnation:
+            self._ignore("create instance for another incarnation", target=message.incarnation)
+            return
+        config = InstanceConfig.from_proto(message)
+        config = dataclasses.replace(
+            config,
+            replica_id=self.replica_id,
+            incarnation=self.incarnation,
+            cluster_id=config.cluster_id or self.settings.cluster_id,
+            workers=config.workers or self.settings.workers,
+        )
+        repeated = self._config is not None
+        self._config = config
+        self._created.set()
+        log.info(
+            "instance re-created (reconciliation)" if repeated else "instance created",
+            cluster_id=config.cluster_id,
+            workers=config.workers,
+            blob_uri=config.storage.blob_uri,
+            consensus_uri=config.storage.consensus_uri,
+            logging_enabled=config.logging.enable_logging,
+        )
+
+    def _complete_initialization(self) -> None:
+        if self._config is None:
+            self._ignore("initialization complete before create instance")
+            return
+        if not self._initialized:
+            log.info("initialization complete")
+        self._initialized = True
+
+    # -- peeks ------------------------------------------------------------------------------
+
+    async def _start_peek(self, peek: PeekRequest) -> None:
+        if peek.uuid in self._pending:
+            self._ignore("peek already running", uuid=peek.uuid)
+            return
+        if self._config is None:
+            await self._publish(
+                self._responses.peek_error(
+                    peek.uuid,
+                    LoupeError(
+                        SqlState.INTERNAL_ERROR,
+                        f"replica {self.replica_id} incarnation {self.incarnation} has no"
+                        " instance yet: CreateInstance must come before Peek",
+                    ),
+                )
+            )
+            return
+        task = asyncio.create_task(self._run_peek(peek, self._config.storage), name=peek.uuid)
+        self._pending.add(peek.uuid, task)
+        self._peek_tasks.add(task)
+        task.add_done_callback(self._peek_tasks.discard)
+
+    async def _run_peek(self, peek: PeekRequest, storage: StorageLocation) -> None:
+        started = time.monotonic()
+        try:
+            result = await self._engine.execute(peek, storage)
+            response = self._responses.peek_rows(peek.uuid, result)
+            outcome, rows = "rows", len(result.rows)
+        except asyncio.CancelledError:
+            return  # canceled (already answered) or shutting down (never answered)
+        except LoupeError as error:
+            response, outcome, rows = self._responses.peek_error(peek.uuid, error), "error", 0
+        except Exception as error:  # e.g. a value the wire cannot carry
+            response = self._responses.peek_error(peek.uuid, classify(error))
+            outcome, rows = "error", 0
+        if not self._pending.finish(peek.uuid):
+            return
+        PEEKS.labels(replica_id=self.replica_id, outcome=outcome).inc()
+        log.info(
+            "peek answered",
+            uuid=peek.uuid,
+            outcome=outcome,
+            rows=rows,
+            error=response.peek_response.error.message or None,
+            elapsed_ms=round((time.monotonic() - started) * 1000, 1),
+        )
+        await self._publish(response)
+
+    async def _cancel_peek(self, uuid: str) -> None:
+        if self._pending.cancel(uuid):
+            PEEKS.labels(replica_id=self.replica_id, outcome="canceled").inc()
+            log.info("peek canceled", uuid=uuid)
+            await self._publish(self._responses.peek_canceled(uuid))
+        else:
+            log.debug("cancel of a peek that is not running", uuid=uuid)

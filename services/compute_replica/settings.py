@@ -1,0 +1,32 @@
+"""Settings of a compute replica process."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from loupe.common.settings import BaseSettings, SettingsError
+
+
+@dataclasses.dataclass
+class ComputeReplicaSettings(BaseSettings):
+    """Settings of one compute replica process (TOML section ``compute_replica``)."""
+
+    replica_id: str = ""
+    # Known from CreateInstance when not given.
+    cluster_id: str = ""
+    incarnation: int = 0
+    workers: int = 1
+    heartbeat_interval: float = 1.0
+    hello_interval: float = 0.5
+    # How long a peek waits for its sources' uppers before it fails.
+    peek_wait_timeout: float = 10.0
+    # A negative port serves no /metrics endpoint (tests run many replicas in one process).
+    metrics_port: int = 0
+
+    def validate(self) -> None:
+        if not self.replica_id:
+            raise SettingsError("a compute replica needs a replica id (--replica-id)")
+        if self.workers < 1:
+            raise SettingsError(f"workers must be at least 1, not {self.workers}")
+        if self.heartbeat_interval <= 0 or self.hello_interval <= 0:
+            raise SettingsError("heartbeat and hello intervals must be positive")
