@@ -1,0 +1,1 @@
+"""The controller: orchestrates compute replicas and writes storage-managed collections."""

@@ -1,0 +1,221 @@
+"""How builtin collections' rows become Spark data: types, checks and write groups.
+
+Spark has no unsigned integers and no ``uint64`` timestamps, so parts are
+written with Spark's types (``uint8`` and ``mz_timestamp`` as ``LongType``,
+``interval`` as ``DayTimeIntervalType``, stored as int64 microseconds) and
+``Shard`` casts each part to the shard's Arrow schema when it reads it.
+
+A flush writes every collection of a *write group* in one Spark job: the
+group's rows share one wide schema (the union of the collections' columns,
+``NULL`` where a collection has no such column) plus a ``mz_shard`` column the
+job partitions by, so each shard gets its own part directory. Collections
+whose column names clash (same name, different type) go to different groups.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+
+from loupe.builtins import BuiltinCollection
+from loupe.persist import DIFF_COLUMN, TIMESTAMP_COLUMN
+
+# The column a group's Spark job partitions its output by (one directory per shard).
+SHARD_COLUMN = "mz_shard"
+RESERVED_COLUMNS = frozenset({TIMESTAMP_COLUMN, DIFF_COLUMN, SHARD_COLUMN})
+
+_INT64_MIN = -(2**63)
+_INT64_MAX = 2**63 - 1
+
+# Arrow types handed to Spark (``createDataFrame`` of an Arrow table); each maps
+# one-to-one onto the Spark type in ``spark_type``.
+_INGEST_TYPES: dict[str, pa.DataType] = {
+    "text": pa.string(),
+    "int4": pa.int32(),
+    "int8": pa.int64(),
+    "uint8": pa.int64(),
+    "float8": pa.float64(),
+    "bool": pa.bool_(),
+    "timestamptz": pa.timestamp("us", tz="UTC"),
+    "date": pa.date32(),
+    "numeric": pa.string(),
+    "jsonb": pa.string(),
+    "interval": pa.duration("us"),
+    "bytea": pa.binary(),
+    "list": pa.list_(pa.int64()),
+}
+
+
+def ingest_type(pg_type: str) -> pa.DataType:
+    """The Arrow type a column of ``pg_type`` is handed to Spark as."""
+    try:
+        return _INGEST_TYPES[pg_type]
+    except KeyError:
+        raise ValueError(f"the storage writer cannot write columns of type {pg_type!r}") from None
+
+
+def spark_type(pg_type: str) -> Any:
+    """The Spark SQL type a column of ``pg_type`` is written as."""
+    from pyspark.sql import types
+
+    mapping = {
+        "text": types.StringType(),
+        "int4": types.IntegerType(),
+        "int8": types.LongType(),
+        "uint8": types.LongType(),
+        "float8": types.DoubleType(),
+        "bool": types.BooleanType(),
+        "timestamptz": types.TimestampType(),
+        "date": types.DateType(),
+        "numeric": types.StringType(),
+        "jsonb": types.StringType(),
+        "interval": types.DayTimeIntervalType(),
+        "bytea": types.BinaryType(),
+        "list": types.ArrayType(types.LongType()),
+    }
+    try:
+        return mapping[pg_type]
+    except KeyError:
+        raise ValueError(f"the storage writer cannot write columns of type {pg_type!r}") from None
+
+
+# -- checking rows at stage time ------------------------------------------------
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _check_value(pg_type: str, value: Any) -> str | None:
+    """Why ``value`` cannot be stored in a ``pg_type`` column, or None if it can."""
+    if value is None:
+        return None
+    if pg_type == "text" or pg_type in ("numeric", "jsonb"):
+        ok = isinstance(value, str)
+    elif pg_type in ("int4", "int8"):
+        ok = _is_int(value) and _INT64_MIN <= value <= _INT64_MAX
+    elif pg_type == "uint8":
+        # Spark stores it in a signed long; Shard reads it back as uint64.
+        ok = _is_int(value) and 0 <= value <= _INT64_MAX
+    elif pg_type == "float8":
+        ok = isinstance(value, float) or _is_int(value)
+    elif pg_type == "bool":
+        ok = isinstance(value, bool)
+    elif pg_type == "timestamptz":
+        ok = isinstance(value, dt.datetime) and value.tzinfo is not None
+        if not ok:
+            return f"expected a timezone-aware datetime, got {value!r}"
+    elif pg_type == "date":
+        ok = isinstance(value, dt.date) and not isinstance(value, dt.datetime)
+    elif pg_type == "interval":
+        ok = isinstance(value, dt.timedelta)
+    elif pg_type == "bytea":
+        ok = isinstance(value, bytes | bytearray)
+    elif pg_type == "list":
+        ok = isinstance(value, list | tuple) and all(_is_int(v) or v is None for v in value)
+    else:
+        return f"unsupported column type {pg_type!r}"
+    return None if ok else f"{value!r} is not a valid {pg_type}"
+
+
+def check_row(collection: BuiltinCollection, row: Sequence[Any]) -> None:
+    """Raise ValueError unless ``row`` fits ``collection``'s columns.
+
+    Checked when an update is staged, so one bad row can never make every
+    later flush fail.
+    """
+    if len(row) != len(collection.columns):
+        raise ValueError(
+            f"{collection.qualified_name} has {len(collection.columns)} columns,"
+            f" got a row of {len(row)} values"
+        )
+    for (name, pg_type), value in zip(collection.columns, row, strict=True):
+        problem = _check_value(pg_type, value)
+        if problem:
+            raise ValueError(f"{collection.qualified_name}.{name}: {problem}")
+
+
+# -- write groups ---------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class WriteGroup:
+    """Collections written together by one Spark job, sharing one wide schema."""
+
+    collections: tuple[BuiltinCollection, ...]
+    # (name, pg type) of every data column of the group, in first-seen order.
+    columns: tuple[tuple[str, str], ...]
+
+    def spark_schema(self) -> Any:
+        """The Spark schema of the group's job: wide columns, then time, diff, shard."""
+        from pyspark.sql import types
+
+        fields = [types.StructField(name, spark_type(kind)) for name, kind in self.columns]
+        fields += [
+            types.StructField(TIMESTAMP_COLUMN, types.LongType()),
+            types.StructField(DIFF_COLUMN, types.LongType()),
+            types.StructField(SHARD_COLUMN, types.StringType()),
+        ]
+        return types.StructType(fields)
+
+    def arrow_table(
+        self,
+        updates: dict[str, Sequence[tuple[tuple[Any, ...], int]]],
+        timestamp: int,
+    ) -> pa.Table:
+        """The Arrow table of the rows to write, keyed by collection id, at ``timestamp``."""
+        tables = []
+        for collection in self.collections:
+            rows = updates.get(collection.id)
+            if not rows:
+                continue
+            count = len(rows)
+            own = {name: index for index, name in enumerate(collection.column_names)}
+            arrays = []
+            for name, kind in self.columns:
+                arrow = ingest_type(kind)
+                if name in own:
+                    index = own[name]
+                    arrays.append(pa.array([row[index] for row, _ in rows], type=arrow))
+                else:
+                    arrays.append(pa.nulls(count, type=arrow))
+            arrays.append(pa.array([timestamp] * count, type=pa.int64()))
+            arrays.append(pa.array([diff for _, diff in rows], type=pa.int64()))
+            arrays.append(pa.array([collection.shard_id] * count, type=pa.string()))
+            tables.append(pa.Table.from_arrays(arrays, names=self.names))
+        return pa.concat_tables(tables)
+
+    @property
+    def names(self) -> list[str]:
+        return [name for name, _ in self.columns] + [TIMESTAMP_COLUMN, DIFF_COLUMN, SHARD_COLUMN]
+
+
+def plan_write_groups(collections: Sequence[BuiltinCollection]) -> list[WriteGroup]:
+    """Group collections so each group's columns agree on types (first fit).
+
+    Columns of the same name but different pg types that Spark writes alike
+    (``int8``/``uint8``) still share a column, typed as the first one seen;
+    each shard's reader casts to its own type.
+    """
+    groups: list[tuple[list[BuiltinCollection], dict[str, str]]] = []
+    for collection in collections:
+        for name, kind in collection.columns:
+            if name in RESERVED_COLUMNS:
+                raise ValueError(f"{collection.qualified_name}: column name {name!r} is reserved")
+            spark_type(kind)  # fail at start, not at the first flush
+        for members, columns in groups:
+            if all(
+                name not in columns or ingest_type(columns[name]) == ingest_type(kind)
+                for name, kind in collection.columns
+            ):
+                members.append(collection)
+                for name, kind in collection.columns:
+                    columns.setdefault(name, kind)
+                break
+        else:
+            groups.append(([collection], dict(collection.columns)))
+    return [WriteGroup(tuple(members), tuple(columns.items())) for members, columns in groups]
