@@ -1,0 +1,355 @@
+"""``loupe sql``: run SQL against a coordinator — ``-c STATEMENTS``, a REPL, or stdin.
+
+Output: aligned tables for people (``--format table``, psql-like), or one JSON
+array of objects (``--format json``) or CSV with a header (``--format csv``)
+per row-returning statement for scripts. Errors go to stderr as
+``ERROR:  message``, the statement line with a caret under the error's
+position, and ``CODE: <sqlstate>``. Exit status: 0 ok, 1 SQL error, 2 the
+server cannot be reached.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import csv
+import datetime as dt
+import io
+import json
+import os
+import sys
+from collections.abc import Sequence
+from decimal import Decimal
+from pathlib import Path
+from typing import Any, TextIO
+
+from loupe.client import (
+    DEFAULT_HOST,
+    DEFAULT_PORT,
+    ConnectionFailed,
+    ServerNotice,
+    SqlClient,
+    StatementResult,
+)
+from loupe.common.errors import LoupeError
+
+EXIT_OK, EXIT_SQL_ERROR, EXIT_UNREACHABLE = 0, 1, 2
+NUMERIC_TYPES = frozenset(
+    {"int2", "int4", "int8", "uint2", "uint4", "uint8", "float4", "float8", "numeric"}
+)
+
+
+def configure_parser(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--host",
+        default=os.environ.get("LOUPE_SQL_HOST", DEFAULT_HOST),
+        help=f"coordinator address (LOUPE_SQL_HOST, default {DEFAULT_HOST})",
+    )
+    parser.add_argument(
+        "--port",
+        type=int,
+        default=int(os.environ.get("LOUPE_SQL_PORT", DEFAULT_PORT)),
+        help=f"coordinator SQL port (LOUPE_SQL_PORT, default {DEFAULT_PORT})",
+    )
+    parser.add_argument(
+        "-U", "--user", default=os.environ.get("LOUPE_USER", ""), help="user (default materialize)"
+    )
+    # dest is not "command": the `loupe` parser keeps the subcommand there.
+    parser.add_argument("-c", "--command", dest="statements", help="run these statements and exit")
+    parser.add_argument(
+        "--format", choices=["table", "json", "csv"], default="table", help="output format"
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    client = SqlClient(args.host, args.port, user=args.user)
+    try:
+        client.open()
+    except ConnectionFailed as error:
+        print(f"loupe sql: {error}", file=sys.stderr)
+        return EXIT_UNREACHABLE
+    except LoupeError as error:
+        print_error(error, "", sys.stderr)
+        return EXIT_SQL_ERROR
+    output = Output(args.format, sys.stdout, sys.stderr)
+    try:
+        if args.statements is not None:
+            return run_statements(client, args.statements, output)
+        if not sys.stdin.isatty():
+            return run_statements(client, sys.stdin.read(), output)
+        return Repl(client, output).loop()
+    finally:
+        client.close()
+
+
+def run_statements(client: SqlClient, sql: str, output: Output) -> int:
+    """Run ``sql``, print results as they complete; returns the exit status."""
+    try:
+        for item in client.stream(sql):
+            output.show(item)
+    except ConnectionFailed as error:
+        print(f"loupe sql: {error}", file=output.errors)
+        return EXIT_UNREACHABLE
+    except LoupeError as error:
+        output.flush()
+        print_error(error, sql, output.errors)
+        return EXIT_SQL_ERROR
+    except KeyboardInterrupt:
+        print("canceled", file=output.errors)
+        return EXIT_SQL_ERROR
+    return EXIT_OK
+
+
+class Output:
+    """Prints results in one format."""
+
+    def __init__(self, format: str, out: TextIO, errors: TextIO) -> None:
+        self.format = format
+        self.out = out
+        self.errors = errors
+
+    def show(self, item: StatementResult | ServerNotice) -> None:
+        if isinstance(item, ServerNotice):
+            print(f"{item.severity}:  {item.message}", file=self.errors)
+            return
+        if self.format == "json":
+            if item.columns is not None:
+                self.out.write(render_json(item) + "\n")
+        elif self.format == "csv":
+            if item.columns is not None:
+                self.out.write(render_csv(item))
+        else:
+            self.out.write(render_table(item) if item.columns is not None else item.tag + "\n")
+        self.out.flush()
+
+    def flush(self) -> None:
+        self.out.flush()
+
+
+# -- rendering -----------------------------------------------------------------------------
+
+
+def format_value(value: Any) -> str:
+    """A value as psql shows it (NULL is empty, booleans are t/f)."""
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "t" if value else "f"
+    if isinstance(value, dt.datetime):
+        text = value.isoformat(sep=" ")
+        return text.removesuffix(":00") if value.utcoffset() is not None else text
+    if isinstance(value, dt.date):
+        return value.isoformat()
+    if isinstance(value, bytes):
+        return "\\x" + value.hex()
+    if isinstance(value, list):
+        return "{" + ",".join(format_value(v) for v in value) + "}"
+    if isinstance(value, dict):
+        return json.dumps(value, sort_keys=True)
+    return str(value)
+
+
+def render_table(result: StatementResult) -> str:
+    """psql's aligned format: centred header, numbers right-aligned, ``(N rows)``."""
+    columns = result.columns or []
+    names = [name for name, _ in columns]
+    cells = [[format_value(v) for v in row] for row in result.rows]
+    widths = [max([len(name), *(len(row[i]) for row in cells)]) for i, name in enumerate(names)]
+    right = [kind in NUMERIC_TYPES for _, kind in columns]
+
+    def line(parts: Sequence[str]) -> str:
+        return "|".join(f" {part} " for part in parts).rstrip()
+
+    lines = [
+        line([_center(name, width) for name, width in zip(names, widths, strict=True)]),
+        "+".join("-" * (width + 2) for width in widths),
+    ]
+    for row in cells:
+        lines.append(
+            line(
+                [
+                    cell.rjust(width) if is_right else cell.ljust(width)
+                    for cell, width, is_right in zip(row, widths, right, strict=True)
+                ]
+            )
+        )
+    count = len(result.rows)
+    lines.append(f"({count} row{'' if count == 1 else 's'})")
+    return "\n".join(lines) + "\n\n"
+
+
+def _center(text: str, width: int) -> str:
+    # psql puts the odd space on the right; str.center does not always.
+    left = (width - len(text)) // 2
+    return (" " * left + text).ljust(width)
+
+
+def _json_value(value: Any) -> Any:
+    if value is None or isinstance(value, bool | int | float | str | dict):
+        return value
+    if isinstance(value, list):
+        return [_json_value(v) for v in value]
+    if isinstance(value, dt.datetime | dt.date):
+        return value.isoformat()
+    if isinstance(value, bytes):
+        return "\\x" + value.hex()
+    if isinstance(value, Decimal | dt.timedelta):
+        return str(value)
+    return str(value)
+
+
+def render_json(result: StatementResult) -> str:
+    """One JSON array of objects (column name -> value)."""
+    names = result.column_names
+    objects = [
+        {name: _json_value(value) for name, value in zip(names, row, strict=True)}
+        for row in result.rows
+    ]
+    return json.dumps(objects, ensure_ascii=False)
+
+
+def render_csv(result: StatementResult) -> str:
+    """A header line and one line per row (NULL is empty)."""
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    writer.writerow(result.column_names)
+    for row in result.rows:
+        writer.writerow([format_value(v) for v in row])
+    return buffer.getvalue()
+
+
+def render_error(error: LoupeError, sql: str, *, color: bool = False) -> str:
+    """``ERROR:  message``, the line of ``sql`` at the position with a caret, details, code."""
+    label = "\x1b[1;31mERROR\x1b[0m" if color else "ERROR"
+    lines = [f"{label}:  {error.message}"]
+    if error.position > 0 and sql:
+        index = min(error.position - 1, len(sql))
+        line_start = sql.rfind("\n", 0, index) + 1
+        line_end = sql.find("\n", index)
+        text = sql[line_start : line_end if line_end >= 0 else len(sql)]
+        number = sql.count("\n", 0, line_start) + 1
+        prefix = f"LINE {number}: "
+        lines.append(prefix + text.replace("\t", " "))
+        lines.append(" " * (len(prefix) + index - line_start) + "^")
+    if error.detail:
+        lines.append(f"DETAIL:  {error.detail}")
+    if error.hint:
+        lines.append(f"HINT:  {error.hint}")
+    lines.append(f"CODE: {error.code}")
+    return "\n".join(lines) + "\n"
+
+
+def _color(stream: TextIO) -> bool:
+    return stream.isatty() and "NO_COLOR" not in os.environ
+
+
+def print_error(error: LoupeError, sql: str, stream: TextIO) -> None:
+    stream.write(render_error(error, sql, color=_color(stream)))
+    stream.flush()
+
+
+# -- the REPL ------------------------------------------------------------------------------
+
+
+def statement_complete(buffer: str) -> bool:
+    """Whether ``buffer`` ends with a ``;`` outside quotes and comments."""
+    state = ""  # "", "'", '"', "--", "/*", or a dollar-quote tag
+    last_significant = ""
+    index = 0
+    while index < len(buffer):
+        char = buffer[index]
+        rest = buffer[index:]
+        if state in ("'", '"'):
+            if char == state:
+                if rest[1:2] == state:
+                    index += 1  # doubled quote
+                else:
+                    state = ""
+        elif state == "--":
+            if char == "\n":
+                state = ""
+        elif state == "/*":
+            if rest.startswith("*/"):
+                state = ""
+                index += 1
+        elif state.startswith("$"):
+            if rest.startswith(state):
+                index += len(state) - 1
+                state = ""
+        elif rest.startswith("--"):
+            state = "--"
+        elif rest.startswith("/*"):
+            state = "/*"
+            index += 1
+        elif char in ("'", '"'):
+            state = char
+            last_significant = char
+        elif char == "$":
+            end = buffer.find("$", index + 1)
+            tag = buffer[index : end + 1] if end >= 0 else ""
+            if tag and (tag == "$$" or tag[1:-1].isidentifier()):
+                state = tag
+                index = end
+            last_significant = char
+        elif not char.isspace():
+            last_significant = char
+        index += 1
+    return state in ("", "--") and last_significant == ";"
+
+
+class Repl:
+    """A psql-like prompt: statements end at ``;``, ``\\q`` quits, history is kept."""
+
+    HELP = "\\q quit · \\? this help · statements end with ;"
+
+    def __init__(self, client: SqlClient, output: Output) -> None:
+        self.client = client
+        self.output = output
+        self.name = client.user or client.parameters.get("user", "") or "materialize"
+        self.history = Path(os.environ.get("LOUPE_SQL_HISTORY", Path.home() / ".loupe_sql_history"))
+
+    def loop(self) -> int:
+        readline = self._setup_readline()
+        print(f"loupe sql: connected to {self.client.address}. {self.HELP}")
+        buffer = ""
+        status = EXIT_OK
+        try:
+            while True:
+                prompt = f"{self.name}=> " if not buffer else f"{self.name}-> "
+                try:
+                    line = input(prompt)
+                except EOFError:
+                    print()
+                    return status
+                except KeyboardInterrupt:
+                    print()
+                    buffer = ""
+                    continue
+                if not buffer and line.strip() in ("\\q", "quit", "exit"):
+                    return status
+                if not buffer and line.strip() == "\\?":
+                    print(self.HELP)
+                    continue
+                buffer = f"{buffer}\n{line}" if buffer else line
+                if not buffer.strip():
+                    buffer = ""
+                    continue
+                if statement_complete(buffer):
+                    result = run_statements(self.client, buffer, self.output)
+                    if result == EXIT_UNREACHABLE:
+                        status = result
+                    buffer = ""
+        finally:
+            if readline is not None:
+                with contextlib.suppress(OSError):
+                    readline.write_history_file(self.history)
+
+    def _setup_readline(self) -> Any:
+        try:
+            import readline
+        except ImportError:  # pragma: no cover - platforms without readline
+            return None
+        with contextlib.suppress(OSError):
+            readline.read_history_file(self.history)
+        readline.set_history_length(1000)
+        return readline

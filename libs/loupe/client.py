@@ -1,0 +1,194 @@
+"""A small synchronous client of the coordinator's ``Sql`` gRPC API.
+
+    with SqlClient("127.0.0.1", 6875) as client:
+        rows = client.query("SELECT name FROM mz_catalog.mz_clusters")
+
+``stream()`` yields each statement's ``StatementResult`` (and ``ServerNotice``s)
+as it completes and raises ``LoupeError`` for the failing statement; a
+Ctrl-C while it waits asks the server to cancel the running statement.
+``ConnectionFailed`` means the server could not be reached.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import grpc
+
+from loupe.common.errors import LoupeError
+from loupe.common.values import from_row
+from loupe.proto.sql.v1 import sql_pb2, sql_pb2_grpc
+
+DEFAULT_HOST = "127.0.0.1"
+DEFAULT_PORT = 6875
+SQLSTATE_TRAILER = "loupe-sqlstate"
+
+
+class ConnectionFailed(Exception):
+    """The coordinator could not be reached."""
+
+
+@dataclass
+class StatementResult:
+    """One statement's outcome: ``columns`` is None for statements that return no rows."""
+
+    tag: str
+    columns: list[tuple[str, str]] | None = None
+    rows: list[tuple[Any, ...]] = field(default_factory=list)
+
+    @property
+    def column_names(self) -> list[str]:
+        return [name for name, _ in self.columns or []]
+
+
+@dataclass(frozen=True)
+class ServerNotice:
+    severity: str
+    message: str
+
+
+class SqlClient:
+    """One session on a coordinator."""
+
+    def __init__(
+        self,
+        host: str = DEFAULT_HOST,
+        port: int = DEFAULT_PORT,
+        *,
+        user: str = "",
+        application_name: str = "loupe-sql",
+        options: dict[str, str] | None = None,
+        connect_timeout: float = 5.0,
+    ) -> None:
+        self.address = f"{host}:{port}"
+        self.user = user
+        self.application_name = application_name
+        self.options = dict(options or {})
+        self.connect_timeout = connect_timeout
+        self.session_id = ""
+        self.parameters: dict[str, str] = {}
+        self._channel: grpc.Channel | None = None
+        self._stub: sql_pb2_grpc.SqlStub | None = None
+
+    def __enter__(self) -> SqlClient:
+        self.open()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def open(self) -> dict[str, str]:
+        """Open the session; returns the server's parameters."""
+        self._channel = grpc.insecure_channel(self.address)
+        self._stub = sql_pb2_grpc.SqlStub(self._channel)
+        try:
+            response = self._stub.OpenSession(
+                sql_pb2.OpenSessionRequest(
+                    user=self.user,
+                    application_name=self.application_name,
+                    options=self.options,
+                ),
+                timeout=self.connect_timeout,
+                wait_for_ready=False,
+            )
+        except grpc.RpcError as error:
+            self._close_channel()
+            raise _rpc_error(error, self.address) from None
+        self.session_id = response.session_id
+        self.parameters = dict(response.parameters)
+        return self.parameters
+
+    def close(self) -> None:
+        if self._stub is not None and self.session_id:
+            # If the server is gone, so is the session.
+            with contextlib.suppress(grpc.RpcError):
+                self._stub.CloseSession(
+                    sql_pb2.CloseSessionRequest(session_id=self.session_id), timeout=2
+                )
+        self.session_id = ""
+        self._close_channel()
+
+    def _close_channel(self) -> None:
+        if self._channel is not None:
+            self._channel.close()
+        self._channel = None
+        self._stub = None
+
+    def cancel(self) -> bool:
+        """Ask the server to cancel the statement this session runs."""
+        if self._stub is None:
+            return False
+        try:
+            response = self._stub.Cancel(
+                sql_pb2.CancelRequest(session_id=self.session_id), timeout=5
+            )
+        except grpc.RpcError:
+            return False
+        return bool(response.canceled)
+
+    def stream(
+        self, sql: str, *, cancel_on_interrupt: bool = True
+    ) -> Iterator[StatementResult | ServerNotice]:
+        """Run ``sql``; yields per statement, raises ``LoupeError`` for the one that fails."""
+        if self._stub is None:
+            self.open()
+        assert self._stub is not None
+        responses = self._stub.Execute(sql_pb2.ExecuteRequest(session_id=self.session_id, sql=sql))
+        current: StatementResult | None = None
+        interrupted = False
+        while True:
+            try:
+                response = next(responses)
+            except StopIteration:
+                return
+            except KeyboardInterrupt:
+                # First Ctrl-C: cancel on the server and wait for its answer;
+                # a second one gives up on the statement.
+                if not cancel_on_interrupt or interrupted:
+                    responses.cancel()
+                    raise
+                interrupted = True
+                self.cancel()
+                continue
+            except grpc.RpcError as error:
+                raise _rpc_error(error, self.address) from None
+            kind = response.WhichOneof("kind")
+            if kind == "description":
+                current = StatementResult(
+                    tag="", columns=[(c.name, c.type) for c in response.description.columns]
+                )
+            elif kind == "rows":
+                if current is None:
+                    current = StatementResult(tag="", columns=[])
+                current.rows.extend(from_row(row) for row in response.rows.rows)
+            elif kind == "complete":
+                result = current or StatementResult(tag="")
+                result.tag = response.complete.tag
+                current = None
+                yield result
+            elif kind == "notice":
+                yield ServerNotice(response.notice.severity, response.notice.message)
+            elif kind == "error":
+                raise LoupeError.from_proto(response.error)
+
+    def execute(self, sql: str) -> list[StatementResult]:
+        """Run ``sql`` and return every statement's result (notices are dropped)."""
+        return [item for item in self.stream(sql) if isinstance(item, StatementResult)]
+
+    def query(self, sql: str) -> list[tuple[Any, ...]]:
+        """The rows of the last statement of ``sql``."""
+        results = self.execute(sql)
+        return results[-1].rows if results else []
+
+
+def _rpc_error(error: grpc.RpcError, address: str) -> Exception:
+    code = error.code() if hasattr(error, "code") else None
+    details = error.details() if hasattr(error, "details") else str(error)
+    if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
+        return ConnectionFailed(f"cannot connect to the coordinator at {address}: {details}")
+    trailers = dict(error.trailing_metadata() or ()) if hasattr(error, "trailing_metadata") else {}
+    sqlstate = trailers.get(SQLSTATE_TRAILER)
+    return LoupeError(sqlstate or (code.name if code else "UNKNOWN"), details or str(error))

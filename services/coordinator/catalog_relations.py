@@ -1,0 +1,169 @@
+"""Keeps the catalog-derived builtin collections in storage equal to the catalog.
+
+After every catalog transaction the coordinator appends, through
+``Controller.AppendUpdates``, the difference between the rows the new
+snapshot implies and the rows it last wrote. At start it reads what storage
+holds (a crash may have cut a previous run short between the catalog commit
+and the append) and appends whatever brings it in line.
+
+A batch that could not be confirmed is kept and re-sent with the same
+``batch_id`` (the controller applies a replayed batch once) before anything
+newer, so storage never sees a change twice or out of order.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections import Counter
+from collections.abc import Mapping
+
+from loupe.builtins import BY_ID
+from loupe.common.errors import LoupeError
+from loupe.common.logging import get_logger
+from loupe.common.transport import NatsServiceClient
+from loupe.common.values import to_row
+from loupe.coordinator.catalog_state import CATALOG_COLLECTIONS, Row, catalog_rows, row_diff
+from loupe.persist import Shard, expand, open_location
+from loupe.proto.catalog.v1 import catalog_pb2
+from loupe.proto.common.v1 import common_pb2
+from loupe.proto.controller.v1 import controller_pb2
+from loupe.proto.storage.v1 import storage_pb2
+
+log = get_logger(__name__)
+
+# Errors worth retrying: the controller is restarting or busy flushing.
+TRANSIENT = frozenset({"UNAVAILABLE", "DEADLINE_EXCEEDED"})
+
+
+def read_collection_rows(metadata: common_pb2.CollectionMetadata) -> Counter[Row]:
+    """The current contents of a builtin collection, read directly from its shard."""
+    builtin = BY_ID[metadata.collection_id]
+    blob, consensus = open_location(metadata.blob_uri, metadata.consensus_uri)
+    shard = Shard(metadata.shard_id or metadata.collection_id, blob, consensus)
+    state = shard.state(missing_ok=True)
+    if state is None or state.upper == 0:
+        return Counter()
+    table = expand(shard.snapshot())
+    columns = [table.column(name).to_pylist() for name in builtin.column_names]
+    return Counter(zip(*columns, strict=True))
+
+
+class CatalogRelationsWriter:
+    """Appends catalog-derived rows to storage, one consistent batch per catalog change."""
+
+    def __init__(
+        self,
+        controller: NatsServiceClient,
+        *,
+        call_timeout: float = 30.0,
+        retry_for: float = 30.0,
+        settle_timeout: float = 3.0,
+    ) -> None:
+        self._controller = controller
+        self._call_timeout = call_timeout
+        self._retry_for = retry_for
+        self._settle_timeout = settle_timeout
+        self._lock = asyncio.Lock()
+        # What storage holds, as far as this writer knows; None until loaded.
+        self.written: dict[str, Counter[Row]] | None = None
+        self._pending: tuple[controller_pb2.AppendUpdatesRequest, dict[str, Counter[Row]]] | None
+        self._pending = None
+
+    @property
+    def loaded(self) -> bool:
+        return self.written is not None
+
+    async def load(self, collections: Mapping[str, common_pb2.CollectionMetadata]) -> None:
+        """Read what storage holds now.
+
+        It first waits (bounded) for the storage writer's next flush, so a
+        batch an earlier run left buffered in the controller is part of what is
+        read rather than applied again on top of it.
+        """
+        await self._wait_for_next_flush(collections)
+        written: dict[str, Counter[Row]] = {}
+        for builtin in CATALOG_COLLECTIONS:
+            metadata = collections.get(builtin.id)
+            if metadata is None:
+                raise LoupeError(
+                    "FAILED_PRECONDITION",
+                    f"the controller does not know collection {builtin.qualified_name} ({builtin.id})",
+                )
+            written[builtin.id] = await asyncio.to_thread(read_collection_rows, metadata)
+        self.written = written
+        log.info(
+            "catalog relations read from storage",
+            **{BY_ID[cid].name: sum(rows.values()) for cid, rows in written.items()},
+        )
+
+    async def _wait_for_next_flush(
+        self, collections: Mapping[str, common_pb2.CollectionMetadata]
+    ) -> None:
+        # Every builtin collection shares one upper, advanced at every flush.
+        metadata = collections.get(CATALOG_COLLECTIONS[0].id)
+        if metadata is None or self._settle_timeout <= 0:
+            return
+        blob, consensus = open_location(metadata.blob_uri, metadata.consensus_uri)
+        shard = Shard(metadata.shard_id or metadata.collection_id, blob, consensus)
+        state = await asyncio.to_thread(shard.state, missing_ok=True)
+        if state is None or state.upper == 0:
+            return  # nothing was ever written: nothing can be pending either
+        try:
+            await asyncio.to_thread(shard.wait_for_upper, state.upper, self._settle_timeout)
+        except TimeoutError:
+            log.warning("storage upper did not advance; reading it as it is", upper=state.upper)
+
+    async def sync(self, snapshot: catalog_pb2.CatalogSnapshot) -> int | None:
+        """Append what brings storage to ``snapshot``; returns the new upper (None: no change)."""
+        async with self._lock:
+            if self.written is None:
+                raise RuntimeError("load() must run before sync()")
+            upper = None
+            if self._pending is not None:
+                request, target = self._pending
+                upper = await self._append(request)
+                self.written, self._pending = target, None
+            target = catalog_rows(snapshot)
+            changes = row_diff(self.written, target)
+            if not changes:
+                return upper
+            request = controller_pb2.AppendUpdatesRequest(
+                batch_id=f"catalog-{snapshot.epoch}-{snapshot.timestamp}-{uuid.uuid4().hex[:8]}",
+                collections=[
+                    storage_pb2.CollectionUpdates(
+                        collection_id=collection_id,
+                        updates=[
+                            storage_pb2.Update(row=to_row(row), diff=diff) for row, diff in updates
+                        ],
+                    )
+                    for collection_id, updates in changes.items()
+                ],
+            )
+            self._pending = (request, target)
+            upper = await self._append(request)
+            self.written, self._pending = target, None
+            log.info(
+                "catalog relations appended",
+                batch_id=request.batch_id,
+                updates=sum(len(u) for u in changes.values()),
+                upper=upper,
+            )
+            return upper
+
+    async def _append(self, request: controller_pb2.AppendUpdatesRequest) -> int:
+        deadline = time.monotonic() + self._retry_for
+        delay = 0.1
+        while True:
+            try:
+                response = await self._controller.call(
+                    "AppendUpdates", request, timeout=self._call_timeout
+                )
+                return int(response.upper)
+            except LoupeError as error:
+                if error.code not in TRANSIENT or time.monotonic() + delay > deadline:
+                    raise
+                log.warning("append to storage failed; retrying", error=error.message)
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 2.0)

@@ -1,0 +1,500 @@
+"""The coordinator: plans and runs SQL statements for client sessions.
+
+- Cluster DDL becomes ``CatalogOp``s for ``Catalog.Transact``; the new
+  snapshot goes to ``Controller.ApplyCatalog`` and the catalog-derived
+  relations are appended to storage before the client gets its answer, so a
+  SELECT right after sees the change.
+- A SELECT is resolved against the builtin collections and sent as a peek to
+  the system cluster (it reads only system relations); a SELECT that reads no
+  relation is evaluated here with polars.
+- ``SET``/``SHOW``/``RESET`` work on the session.
+
+At start the coordinator learns where collections live (``ListCollections``),
+takes the catalog snapshot, reconciles storage with it, and follows
+``loupe.catalog.v1.changes`` to stay current. DDL and catalog changes are
+applied one at a time under one lock, in catalog order.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from nats.aio.client import Client as NatsConnection
+from nats.aio.subscription import Subscription
+
+from loupe.builtins import SYSTEM_CLUSTER_NAME
+from loupe.common.errors import LoupeError, SqlState
+from loupe.common.logging import get_logger
+from loupe.common.transport import NatsServiceClient, subscribe
+from loupe.common.values import from_row
+from loupe.coordinator import metrics
+from loupe.coordinator.catalog_relations import CatalogRelationsWriter
+from loupe.coordinator.catalog_state import CatalogState
+from loupe.coordinator.constant import evaluate_constant
+from loupe.coordinator.results import Complete, Event, Failure, Notice, StatementResult
+from loupe.coordinator.session import Session, SessionManager
+from loupe.coordinator.sql.parser import parse, parse_one
+from loupe.coordinator.sql.resolve import (
+    ResolvedQuery,
+    resolve_query,
+    search_path_schemas,
+    source_name,
+)
+from loupe.coordinator.sql.statements import (
+    CreateCluster,
+    CreateClusterReplica,
+    DropCluster,
+    DropClusterReplica,
+    Query,
+    ResetVariable,
+    SetVariable,
+    ShowClusterReplicas,
+    ShowClusters,
+    ShowVariable,
+    Statement,
+)
+from loupe.proto.catalog.v1 import catalog_pb2
+from loupe.proto.common.v1 import common_pb2
+from loupe.proto.compute.v1 import compute_pb2
+from loupe.proto.controller.v1 import controller_pb2
+
+log = get_logger(__name__)
+
+CATALOG_SERVICE = catalog_pb2.DESCRIPTOR.services_by_name["Catalog"]
+CONTROLLER_SERVICE = controller_pb2.DESCRIPTOR.services_by_name["Controller"]
+CATALOG_CHANGES_SUBJECT = "loupe.catalog.v1.changes"
+
+SHOW_CLUSTERS_SQL = "SELECT name FROM mz_catalog.mz_clusters ORDER BY name"
+SHOW_CLUSTER_REPLICAS_SQL = """
+SELECT c.name AS "cluster", r.name AS replica, r.size AS size,
+       COALESCE(s.status = 'online', FALSE) AS ready
+FROM mz_catalog.mz_cluster_replicas AS r
+JOIN mz_catalog.mz_clusters AS c ON c.id = r.cluster_id
+LEFT JOIN mz_internal.mz_cluster_replica_statuses AS s ON s.replica_id = r.id
+ORDER BY c.name, r.name
+"""
+
+T = TypeVar("T")
+
+
+def canceled_error() -> LoupeError:
+    return LoupeError(SqlState.QUERY_CANCELED, "canceling statement due to user request")
+
+
+@dataclass
+class CoordinatorConfig:
+    # How long a peek may run before it is canceled.
+    peek_timeout: float = 60.0
+    # How long to wait for the controller and catalog at start.
+    startup_timeout: float = 30.0
+    # Timeout of one catalog or controller request (peeks excepted).
+    request_timeout: float = 30.0
+    # How long to wait at start for the storage writer's next flush.
+    storage_settle_timeout: float = 3.0
+
+
+class Coordinator:
+    """Runs statements for sessions; the gRPC servicer is its only caller."""
+
+    def __init__(
+        self,
+        connection: NatsConnection,
+        sessions: SessionManager,
+        config: CoordinatorConfig | None = None,
+    ) -> None:
+        self.config = config or CoordinatorConfig()
+        self.sessions = sessions
+        self._nc = connection
+        self.catalog = NatsServiceClient(
+            connection, CATALOG_SERVICE, timeout=self.config.request_timeout
+        )
+        self.controller = NatsServiceClient(
+            connection, CONTROLLER_SERVICE, timeout=self.config.request_timeout
+        )
+        self.writer = CatalogRelationsWriter(
+            self.controller,
+            call_timeout=self.config.request_timeout,
+            settle_timeout=self.config.storage_settle_timeout,
+        )
+        self.state = CatalogState()
+        self.collections: dict[str, common_pb2.CollectionMetadata] = {}
+        # DDL and catalog-change handling run one at a time, in catalog order.
+        self._catalog_lock = asyncio.Lock()
+        self._subscription: Subscription | None = None
+        self._background: set[asyncio.Task[Any]] = set()
+
+    # -- lifecycle ----------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Learn the collections and the catalog, and make storage match the catalog."""
+        # Subscribe first so no change committed during start-up is missed.
+        self._subscription = await subscribe(
+            self._nc, CATALOG_CHANGES_SUBJECT, catalog_pb2.CatalogSnapshot, self._on_catalog_change
+        )
+        await self.refresh_collections(wait=True)
+        snapshot = await self._retry_unavailable(
+            lambda: self.catalog.Snapshot(catalog_pb2.SnapshotRequest()), "catalog"
+        )
+        await self.writer.load(self.collections)
+        async with self._catalog_lock:
+            if CatalogState(snapshot).is_newer_than(self.state):
+                self.state = CatalogState(snapshot)
+            await self._apply_to_controller(self.state.snapshot)
+            await self.writer.sync(self.state.snapshot)
+        log.info(
+            "coordinator reconciled with the catalog",
+            clusters=len(self.state.clusters),
+            replicas=len(self.state.replicas),
+            catalog_timestamp=self.state.timestamp,
+        )
+
+    async def stop(self) -> None:
+        if self._subscription is not None:
+            with contextlib.suppress(Exception):
+                await self._subscription.unsubscribe()
+            self._subscription = None
+        for task in list(self._background):
+            task.cancel()
+        if self._background:
+            await asyncio.gather(*self._background, return_exceptions=True)
+
+    async def refresh_collections(self, *, wait: bool = False) -> None:
+        async def list_collections() -> controller_pb2.ListCollectionsResponse:
+            return await self.controller.ListCollections(common_pb2.Empty())
+
+        response = (
+            await self._retry_unavailable(list_collections, "controller")
+            if wait
+            else await list_collections()
+        )
+        self.collections = {c.collection_id: c for c in response.collections}
+
+    async def _retry_unavailable(self, call: Callable[[], Awaitable[T]], what: str) -> T:
+        deadline = time.monotonic() + self.config.startup_timeout
+        while True:
+            try:
+                return await call()
+            except LoupeError as error:
+                if error.code != "UNAVAILABLE" or time.monotonic() >= deadline:
+                    raise
+                log.info(f"waiting for the {what}", error=error.message)
+            await asyncio.sleep(0.25)
+
+    async def _on_catalog_change(self, snapshot: catalog_pb2.CatalogSnapshot, _msg: Any) -> None:
+        """A commit from anywhere: adopt it, tell the controller, update storage."""
+        async with self._catalog_lock:
+            incoming = CatalogState(snapshot)
+            current = (self.state.snapshot.epoch, self.state.timestamp)
+            if (snapshot.epoch, snapshot.timestamp) <= current:
+                return  # already seen (typically our own transaction)
+            self.state = incoming
+            if not self.writer.loaded:
+                return  # start() reconciles once storage has been read
+            await self._apply_to_controller(snapshot)
+            try:
+                await self.writer.sync(snapshot)
+            except LoupeError as error:
+                log.warning("catalog change not yet in storage", error=error.message)
+
+    async def _apply_to_controller(self, snapshot: catalog_pb2.CatalogSnapshot) -> str | None:
+        """``ApplyCatalog``; returns the failure message (the catalog stays committed)."""
+        try:
+            await self.controller.ApplyCatalog(
+                controller_pb2.ApplyCatalogRequest(snapshot=snapshot)
+            )
+        except LoupeError as error:
+            log.warning("controller did not apply the catalog", error=error.message)
+            return error.message
+        return None
+
+    # -- execution ----------------------------------------------------------------------
+
+    async def execute(self, session: Session, sql: str) -> AsyncIterator[Event]:
+        """Run the statements of ``sql`` in order; a failure ends the stream."""
+        async with session.lock:
+            session.cancel_requested = False
+            try:
+                statements = parse(sql)
+            except LoupeError as error:
+                metrics.STATEMENTS.labels("parse", "error").inc()
+                yield Failure(error)
+                return
+            if not statements:
+                yield Complete("EMPTY")
+                return
+            for statement in statements:
+                kind = type(statement).__name__
+                started = time.monotonic()
+                try:
+                    result = await self._run_cancelable(session, statement)
+                except LoupeError as error:
+                    outcome = "canceled" if error.code == SqlState.QUERY_CANCELED else "error"
+                    metrics.STATEMENTS.labels(kind, outcome).inc()
+                    yield Failure(error)
+                    return
+                metrics.STATEMENTS.labels(kind, "ok").inc()
+                metrics.STATEMENT_SECONDS.labels(kind).observe(time.monotonic() - started)
+                for event in result.events():
+                    yield event
+
+    async def _run_cancelable(self, session: Session, statement: Statement) -> StatementResult:
+        """Run ``statement`` as a task ``cancel()`` can stop (DDL is never stopped halfway)."""
+        if session.cancel_requested:
+            raise canceled_error()
+        task = asyncio.create_task(self.run_statement(session, statement))
+        cancelable = isinstance(statement, Query | ShowClusters | ShowClusterReplicas)
+        session.running = task if cancelable else None
+        try:
+            return await task
+        except asyncio.CancelledError:
+            current = asyncio.current_task()
+            if current is not None and current.cancelling():
+                raise  # the client went away: the peek was canceled with us
+            raise canceled_error() from None
+        finally:
+            session.running = None
+
+    def cancel(self, session: Session) -> bool:
+        """Cancel what ``session`` runs; True if a statement was canceled."""
+        task = session.running
+        if task is None or task.done():
+            return False
+        session.cancel_requested = True
+        task.cancel()
+        return True
+
+    async def run_statement(self, session: Session, statement: Statement) -> StatementResult:
+        """Plan and run one statement."""
+        match statement:
+            case Query():
+                return await self._select(session, statement)
+            case ShowClusters():
+                return await self._select(session, parse_one(SHOW_CLUSTERS_SQL))
+            case ShowClusterReplicas():
+                return await self._select(session, parse_one(SHOW_CLUSTER_REPLICAS_SQL))
+            case SetVariable():
+                return self._set(session, statement)
+            case ShowVariable():
+                return self._show(session, statement)
+            case ResetVariable():
+                session.reset(statement.name, position=statement.name_position)
+                return StatementResult(tag="RESET")
+            case CreateCluster() | CreateClusterReplica() | DropCluster() | DropClusterReplica():
+                return await self._ddl(session, statement)
+        raise LoupeError(
+            SqlState.FEATURE_NOT_SUPPORTED,
+            f"{type(statement).__name__} is not supported",
+            position=statement.position,
+        )
+
+    # -- session commands ---------------------------------------------------------------
+
+    def _set(self, session: Session, statement: SetVariable) -> StatementResult:
+        session.set(statement.name, statement.value, position=statement.name_position)
+        result = StatementResult(tag="SET")
+        name = statement.name.lower()
+        if name == "cluster" and self.state.cluster(session.cluster) is None:
+            result.notices.append(Notice("WARNING", f'cluster "{session.cluster}" does not exist'))
+        return result
+
+    def _show(self, session: Session, statement: ShowVariable) -> StatementResult:
+        if statement.name.lower() == "all":
+            return StatementResult(
+                tag="SHOW",
+                columns=(("name", "text"), ("setting", "text"), ("description", "text")),
+                rows=list(session.show_all()),
+            )
+        value = session.get(statement.name, position=statement.name_position)
+        return StatementResult(
+            tag="SHOW", columns=((statement.name.lower(), "text"),), rows=[(value,)]
+        )
+
+    # -- queries ------------------------------------------------------------------------
+
+    async def _select(self, session: Session, query: Statement) -> StatementResult:
+        assert isinstance(query, Query)
+        resolved = resolve_query(
+            query.expression,
+            search_path=search_path_schemas(session.search_path),
+            database=session.database,
+        )
+        if resolved.is_constant:
+            columns, rows = evaluate_constant(resolved.sql)
+        else:
+            columns, rows = await self._peek(session, resolved)
+        if resolved.output_names is not None and len(resolved.output_names) == len(columns):
+            columns = tuple(
+                (name, kind) for name, (_, kind) in zip(resolved.output_names, columns, strict=True)
+            )
+        return StatementResult(tag=f"SELECT {len(rows)}", columns=tuple(columns), rows=rows)
+
+    def _peek_target(self, session: Session, resolved: ResolvedQuery) -> tuple[str, str]:
+        """(cluster_id, replica_id) the peek goes to."""
+        if resolved.system_only:
+            cluster = self.state.system_cluster
+            cluster_name = SYSTEM_CLUSTER_NAME
+        else:
+            cluster_name = session.cluster
+            cluster = self.state.cluster(cluster_name)
+        if cluster is None:
+            raise LoupeError(SqlState.UNDEFINED_OBJECT, f"unknown cluster '{cluster_name}'")
+        replica_id = ""
+        if session.cluster_replica:
+            replica = self.state.replica(cluster.id, session.cluster_replica)
+            if replica is None:
+                raise LoupeError(
+                    SqlState.UNDEFINED_OBJECT,
+                    f"cluster replica '{cluster_name}.{session.cluster_replica}' does not exist",
+                )
+            replica_id = replica.id
+        return cluster.id, replica_id
+
+    async def _sources(self, resolved: ResolvedQuery) -> list[compute_pb2.PeekSource]:
+        if any(source.id not in self.collections for source in resolved.sources):
+            await self.refresh_collections()
+        sources = []
+        for source in resolved.sources:
+            metadata = self.collections.get(source.id)
+            if metadata is None:
+                raise LoupeError(
+                    SqlState.INTERNAL_ERROR,
+                    f"storage collection of {source.qualified_name} ({source.id}) is unknown",
+                )
+            sources.append(compute_pb2.PeekSource(name=source_name(source), collection=metadata))
+        return sources
+
+    async def _peek(
+        self, session: Session, resolved: ResolvedQuery
+    ) -> tuple[tuple[tuple[str, str], ...], list[tuple[Any, ...]]]:
+        cluster_id, replica_id = self._peek_target(session, resolved)
+        peek_id = str(uuid.uuid4())
+        request = controller_pb2.PeekRequest(
+            cluster_id=cluster_id,
+            replica_id=replica_id,
+            peek=compute_pb2.Peek(
+                uuid=peek_id, timestamp=0, sources=await self._sources(resolved), sql=resolved.sql
+            ),
+            timeout_ms=int(self.config.peek_timeout * 1000),
+        )
+        log.debug("peek", uuid=peek_id, cluster_id=cluster_id, sql=resolved.sql)
+        try:
+            response = await self.controller.call(
+                "Peek", request, timeout=self.config.peek_timeout + 5
+            )
+        except asyncio.CancelledError:
+            self._spawn(self._cancel_peek(peek_id))
+            raise
+        except LoupeError as error:
+            if error.code == "DEADLINE_EXCEEDED":
+                self._spawn(self._cancel_peek(peek_id))
+                raise LoupeError(
+                    SqlState.QUERY_CANCELED, "canceling statement due to statement timeout"
+                ) from None
+            raise
+        kind = response.WhichOneof("result")
+        if kind == "error":
+            raise LoupeError.from_proto(response.error)
+        if kind == "canceled":
+            raise canceled_error()
+        columns = tuple((c.name, c.type) for c in response.rows.desc.columns)
+        return columns, [from_row(row) for row in response.rows.rows]
+
+    async def _cancel_peek(self, peek_id: str) -> None:
+        try:
+            await self.controller.CancelPeek(compute_pb2.CancelPeek(uuid=peek_id), timeout=5)
+        except LoupeError as error:
+            log.warning("cancel peek failed", uuid=peek_id, error=error.message)
+
+    def _spawn(self, coroutine: Awaitable[None]) -> None:
+        task = asyncio.ensure_future(coroutine)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    # -- DDL ----------------------------------------------------------------------------
+
+    async def _ddl(self, session: Session, statement: Statement) -> StatementResult:
+        if not session.is_superuser:
+            raise LoupeError(
+                SqlState.INSUFFICIENT_PRIVILEGE,
+                f'permission denied to {statement.tag}: role "{session.user}" is not a superuser',
+                position=statement.position,
+            )
+        op = catalog_op(statement, owner_id=session.role_id)
+        result = StatementResult(tag=statement.tag)
+        async with self._catalog_lock:
+            response = await self.catalog.Transact(catalog_pb2.TransactRequest(ops=[op]))
+            snapshot = (
+                response.snapshot
+                if response.HasField("snapshot")
+                else await self.catalog.Snapshot(catalog_pb2.SnapshotRequest())
+            )
+            if CatalogState(snapshot).is_newer_than(self.state):
+                self.state = CatalogState(snapshot)
+            failure = await self._apply_to_controller(snapshot)
+            if failure:
+                result.notices.append(
+                    Notice("WARNING", f"the controller has not applied the change yet: {failure}")
+                )
+            try:
+                await self.writer.sync(snapshot)
+            except LoupeError as error:
+                raise LoupeError(
+                    error.code,
+                    f"{statement.tag} committed, but mz_catalog is not updated yet: {error.message}",
+                ) from None
+            metrics.CATALOG_APPENDS.inc()
+        return result
+
+
+def catalog_op(statement: Statement, *, owner_id: str) -> catalog_pb2.CatalogOp:
+    """The catalog operation a DDL statement asks for."""
+    match statement:
+        case CreateCluster():
+            cluster = catalog_pb2.Cluster(
+                name=statement.name,
+                owner_id=owner_id,
+                managed=statement.managed,
+                size=statement.size if statement.managed else "",
+                replication_factor=statement.replication_factor if statement.managed else 0,
+                introspection_interval_ns=statement.introspection_interval_ns,
+                introspection_debugging=statement.introspection_debugging,
+            )
+            # The catalog names a managed cluster's replicas (r1..rk) itself and
+            # refuses explicit ones; an unmanaged cluster's are listed.
+            replicas = [
+                catalog_pb2.ClusterReplica(name=r.name, size=r.size, owner_id=owner_id)
+                for r in statement.replicas
+            ]
+            return catalog_pb2.CatalogOp(
+                create_cluster=catalog_pb2.CreateCluster(cluster=cluster, replicas=replicas)
+            )
+        case CreateClusterReplica():
+            return catalog_pb2.CatalogOp(
+                create_cluster_replica=catalog_pb2.CreateClusterReplica(
+                    replica=catalog_pb2.ClusterReplica(
+                        name=statement.replica, size=statement.size, owner_id=owner_id
+                    ),
+                    cluster_name=statement.cluster,
+                )
+            )
+        case DropCluster():
+            return catalog_pb2.CatalogOp(
+                drop_cluster=catalog_pb2.DropCluster(
+                    name=statement.name, if_exists=statement.if_exists, cascade=statement.cascade
+                )
+            )
+        case DropClusterReplica():
+            return catalog_pb2.CatalogOp(
+                drop_cluster_replica=catalog_pb2.DropClusterReplica(
+                    cluster_name=statement.cluster,
+                    replica_name=statement.replica,
+                    if_exists=statement.if_exists,
+                )
+            )
+    raise TypeError(f"not a DDL statement: {statement!r}")

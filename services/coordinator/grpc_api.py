@@ -1,0 +1,112 @@
+"""The ``Sql`` gRPC service: the client edge of the coordinator.
+
+Only this module turns coordinator results into ``sql_pb2`` messages. SQL
+errors travel inside the ``Execute`` stream (``ExecuteResponse.error``, which
+ends it); ``OpenSession`` refuses bad options with INVALID_ARGUMENT and the
+SQLSTATE in the ``loupe-sqlstate`` trailer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import grpc
+
+from loupe.common.errors import LoupeError, SqlState
+from loupe.common.logging import get_logger
+from loupe.common.values import to_row
+from loupe.coordinator import metrics
+from loupe.coordinator.coordinator import Coordinator
+from loupe.coordinator.results import Complete, Description, Event, Failure, Notice, RowBatch
+from loupe.proto.common.v1 import common_pb2
+from loupe.proto.sql.v1 import sql_pb2, sql_pb2_grpc
+
+log = get_logger(__name__)
+
+SQLSTATE_TRAILER = "loupe-sqlstate"
+
+
+def event_to_proto(event: Event) -> sql_pb2.ExecuteResponse:
+    match event:
+        case Description(columns):
+            return sql_pb2.ExecuteResponse(
+                description=common_pb2.RelationDesc(
+                    columns=[common_pb2.Column(name=n, type=t, nullable=True) for n, t in columns]
+                )
+            )
+        case RowBatch(rows):
+            return sql_pb2.ExecuteResponse(rows=sql_pb2.RowBatch(rows=[to_row(r) for r in rows]))
+        case Complete(tag):
+            return sql_pb2.ExecuteResponse(complete=sql_pb2.CommandComplete(tag=tag))
+        case Notice(severity, message):
+            return sql_pb2.ExecuteResponse(
+                notice=sql_pb2.Notice(severity=severity, message=message)
+            )
+        case Failure(error):
+            return sql_pb2.ExecuteResponse(error=error.to_proto())
+    raise TypeError(f"not an event: {event!r}")
+
+
+class SqlServicer(sql_pb2_grpc.SqlServicer):
+    """Sessions and statements over gRPC."""
+
+    def __init__(self, coordinator: Coordinator) -> None:
+        self.coordinator = coordinator
+        self.sessions = coordinator.sessions
+
+    async def OpenSession(
+        self, request: sql_pb2.OpenSessionRequest, context: Any
+    ) -> sql_pb2.OpenSessionResponse:
+        try:
+            session = self.sessions.open(
+                request.user,
+                application_name=request.application_name,
+                options=dict(request.options),
+            )
+        except LoupeError as error:
+            await context.abort(
+                grpc.StatusCode.INVALID_ARGUMENT,
+                error.message,
+                trailing_metadata=((SQLSTATE_TRAILER, error.code),),
+            )
+            raise  # abort raises; this keeps type checkers honest
+        metrics.SESSIONS.set(len(self.sessions))
+        log.info("session opened", session_id=session.id, user=session.user)
+        return sql_pb2.OpenSessionResponse(session_id=session.id, parameters=session.parameters())
+
+    async def Execute(
+        self, request: sql_pb2.ExecuteRequest, context: Any
+    ) -> AsyncIterator[sql_pb2.ExecuteResponse]:
+        try:
+            session = self.sessions.get(request.session_id)
+        except LoupeError as error:
+            yield sql_pb2.ExecuteResponse(error=error.to_proto())
+            return
+        if request.params:
+            refusal = LoupeError(
+                SqlState.FEATURE_NOT_SUPPORTED, "statement parameters ($1, …) are not supported"
+            )
+            yield sql_pb2.ExecuteResponse(error=refusal.to_proto())
+            return
+        async for event in self.coordinator.execute(session, request.sql):
+            yield event_to_proto(event)
+
+    async def Cancel(self, request: sql_pb2.CancelRequest, context: Any) -> sql_pb2.CancelResponse:
+        try:
+            session = self.sessions.get(request.session_id)
+        except LoupeError:
+            return sql_pb2.CancelResponse(canceled=False)
+        canceled = self.coordinator.cancel(session)
+        log.info("cancel requested", session_id=session.id, canceled=canceled)
+        return sql_pb2.CancelResponse(canceled=canceled)
+
+    async def CloseSession(
+        self, request: sql_pb2.CloseSessionRequest, context: Any
+    ) -> common_pb2.Empty:
+        session = self.sessions.close(request.session_id)
+        if session is not None:
+            self.coordinator.cancel(session)
+            log.info("session closed", session_id=session.id)
+        metrics.SESSIONS.set(len(self.sessions))
+        return common_pb2.Empty()

@@ -1,0 +1,19 @@
+"""The coordinator's Prometheus metrics."""
+
+from __future__ import annotations
+
+from prometheus_client import Counter, Gauge, Histogram
+
+STATEMENTS = Counter(
+    "loupe_coordinator_statements",
+    "Statements run, by kind and outcome (ok, error, canceled)",
+    ["kind", "outcome"],
+)
+STATEMENT_SECONDS = Histogram(
+    "loupe_coordinator_statement_seconds", "Time to run a statement, by kind", ["kind"]
+)
+SESSIONS = Gauge("loupe_coordinator_sessions", "Open client sessions")
+CATALOG_APPENDS = Counter(
+    "loupe_coordinator_catalog_appends",
+    "Batches of catalog-derived rows appended to storage",
+)

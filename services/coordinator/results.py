@@ -1,0 +1,63 @@
+"""What running a statement produces, before it is put on the wire.
+
+``Execute`` streams, per statement, a ``Description`` (row-returning
+statements only), ``RowBatch``es and a ``Complete`` with the command tag;
+``Notice``s may come at any point; a ``Failure`` ends the stream.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from loupe.common.errors import LoupeError
+
+Column = tuple[str, str]
+
+
+@dataclass(frozen=True)
+class Description:
+    columns: tuple[Column, ...]
+
+
+@dataclass(frozen=True)
+class RowBatch:
+    rows: list[tuple[Any, ...]]
+
+
+@dataclass(frozen=True)
+class Complete:
+    tag: str
+
+
+@dataclass(frozen=True)
+class Notice:
+    severity: str
+    message: str
+
+
+@dataclass(frozen=True)
+class Failure:
+    error: LoupeError
+
+
+Event = Description | RowBatch | Complete | Notice | Failure
+
+
+@dataclass
+class StatementResult:
+    """The outcome of one statement: rows (when it returns any) and its tag."""
+
+    tag: str
+    columns: tuple[Column, ...] | None = None
+    rows: list[tuple[Any, ...]] = field(default_factory=list)
+    notices: list[Notice] = field(default_factory=list)
+
+    def events(self, batch_size: int = 500) -> list[Event]:
+        events: list[Event] = list(self.notices)
+        if self.columns is not None:
+            events.append(Description(self.columns))
+            for start in range(0, len(self.rows), batch_size):
+                events.append(RowBatch(self.rows[start : start + batch_size]))
+        events.append(Complete(self.tag))
+        return events

@@ -1,0 +1,118 @@
+"""The coordinator service process: NATS, the ``Sql`` gRPC server, metrics."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+from collections.abc import Awaitable
+from typing import TypeVar
+
+from loupe.common.grpc_server import GrpcServer, translate_errors
+from loupe.common.logging import get_logger
+from loupe.common.metrics import serve_metrics
+from loupe.common.service import Service, remove_ready_file, write_ready_file
+from loupe.common.settings import BaseSettings
+from loupe.common.transport import connect
+from loupe.coordinator.coordinator import Coordinator, CoordinatorConfig
+from loupe.coordinator.grpc_api import SqlServicer
+from loupe.coordinator.session import SessionManager
+from loupe.proto.sql.v1 import sql_pb2, sql_pb2_grpc
+
+log = get_logger(__name__)
+
+SQL_SERVICE_NAME = sql_pb2.DESCRIPTOR.services_by_name["Sql"].full_name
+
+T = TypeVar("T")
+
+
+@dataclasses.dataclass
+class CoordinatorSettings(BaseSettings):
+    """Settings of the coordinator (section ``[coordinator]``, env ``LOUPE_<FIELD>``)."""
+
+    sql_host: str = "127.0.0.1"
+    # Port of the gRPC SQL API; 0 picks a free one.
+    sql_port: int = 6875
+    # Comma-separated users that are superusers.
+    superusers: str = "materialize,mz_system"
+    # Seconds a peek may run before it is canceled.
+    peek_timeout: float = 60.0
+    # Seconds to wait for the controller and catalog at start.
+    startup_timeout: float = 30.0
+    # Seconds to wait at start for the storage writer's next flush before
+    # reading the catalog relations from storage.
+    storage_settle_timeout: float = 3.0
+
+
+class CoordinatorService(Service):
+    """Serves SQL over gRPC once storage is reconciled with the catalog."""
+
+    name = "coordinator"
+
+    def __init__(self, settings: CoordinatorSettings) -> None:
+        super().__init__()
+        self.settings = settings
+        self.sql_port = 0
+        self.metrics_port = 0
+        self.coordinator: Coordinator | None = None
+        self.ready = asyncio.Event()
+
+    async def serve(self) -> None:
+        settings = self.settings
+        async with contextlib.AsyncExitStack() as stack:
+            connection = await connect(settings.nats_url, name="loupe-coordinator")
+            stack.push_async_callback(connection.close)
+            self.metrics_port = serve_metrics(settings.metrics_port, settings.metrics_host)
+            coordinator = Coordinator(
+                connection,
+                SessionManager(settings.superusers),
+                CoordinatorConfig(
+                    peek_timeout=settings.peek_timeout,
+                    startup_timeout=settings.startup_timeout,
+                    storage_settle_timeout=settings.storage_settle_timeout,
+                ),
+            )
+            self.coordinator = coordinator
+            stack.push_async_callback(coordinator.stop)
+            if not await self._unless_shutdown(coordinator.start()):
+                return
+            server = GrpcServer(settings.sql_host, settings.sql_port)
+            server.add(
+                sql_pb2_grpc.add_SqlServicer_to_server,
+                translate_errors(SqlServicer(coordinator)),
+                SQL_SERVICE_NAME,
+            )
+            self.sql_port = await server.start()
+            stack.push_async_callback(server.stop, 5.0)
+            write_ready_file(
+                settings.data_dir,
+                "coordinator",
+                sql_port=self.sql_port,
+                sql_host=settings.sql_host,
+                metrics_port=self.metrics_port,
+            )
+            stack.callback(remove_ready_file, settings.data_dir, "coordinator")
+            log.info(
+                "coordinator serving SQL",
+                sql=f"{settings.sql_host}:{self.sql_port}",
+                metrics_port=self.metrics_port,
+            )
+            self.ready.set()
+            await self.wait_for_shutdown()
+            log.info("coordinator stopping")
+
+    async def _unless_shutdown(self, work: Awaitable[T]) -> bool:
+        """Run ``work`` unless shutdown comes first; True when it completed."""
+        task = asyncio.ensure_future(work)
+        stop = asyncio.ensure_future(self.wait_for_shutdown())
+        try:
+            await asyncio.wait({task, stop}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stop.cancel()
+        if not task.done():
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+            return False
+        task.result()
+        return True

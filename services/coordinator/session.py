@@ -1,0 +1,216 @@
+"""Client sessions: who is connected, their variables, what they are running.
+
+Variable names are case-insensitive. Unknown names are 42704
+``unrecognized configuration parameter "x"``; read-only ones may be "set" to
+their current value (drivers do that with ``client_encoding``), anything else
+is 55P02.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import uuid
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+
+from loupe.builtins import DEFAULT_CLUSTER_NAME
+from loupe.common.errors import LoupeError, SqlState
+
+DEFAULT_USER = "materialize"
+DEFAULT_SUPERUSERS = ("materialize", "mz_system")
+CANT_CHANGE_PARAMETER = "55P02"
+
+# Role ids of the built-in roles; Loupe has no role catalog yet, so other users
+# are identified by their name.
+ROLE_IDS = {"mz_system": "s1", "materialize": "u1"}
+
+
+def _transaction_isolation(value: str) -> str:
+    lowered = " ".join(value.lower().replace("_", " ").split())
+    if lowered not in ("serializable", "strict serializable"):
+        raise ValueError("expected 'serializable' or 'strict serializable'")
+    return lowered
+
+
+@dataclass(frozen=True)
+class Variable:
+    name: str
+    default: str
+    description: str
+    read_only: bool = False
+    # Returns the value to store; raises ValueError with the reason when invalid.
+    check: Callable[[str], str] | None = None
+
+
+VARIABLES: dict[str, Variable] = {
+    v.name: v
+    for v in (
+        Variable("cluster", DEFAULT_CLUSTER_NAME, "The cluster queries and DDL default to."),
+        Variable("cluster_replica", "", "The replica of the cluster queries target (empty: all)."),
+        Variable("database", "materialize", "The current database."),
+        Variable("search_path", "public", "Schemas searched for unqualified names."),
+        Variable("application_name", "", "The client's name, for logs and introspection."),
+        Variable(
+            "transaction_isolation",
+            "strict serializable",
+            "The isolation level of queries.",
+            check=_transaction_isolation,
+        ),
+        Variable("client_encoding", "UTF8", "The client's character set.", read_only=True),
+        Variable("datestyle", "ISO, MDY", "How dates are displayed.", read_only=True),
+        Variable("timezone", "UTC", "The time zone of displayed timestamps.", read_only=True),
+        Variable("server_version", "9.5.0", "The PostgreSQL version reported.", read_only=True),
+        Variable("server_version_num", "90500", "The same, as a number.", read_only=True),
+        Variable(
+            "standard_conforming_strings",
+            "on",
+            "Backslashes are literal in strings.",
+            read_only=True,
+        ),
+        Variable("integer_datetimes", "on", "Datetimes are integers.", read_only=True),
+        Variable("is_superuser", "off", "Whether the user is a superuser.", read_only=True),
+    )
+}
+
+
+def parse_superusers(setting: str | Iterable[str]) -> frozenset[str]:
+    """``"materialize,mz_system"`` -> the set of names."""
+    names = setting.split(",") if isinstance(setting, str) else list(setting)
+    return frozenset(name.strip() for name in names if name.strip())
+
+
+def _unknown(name: str, position: int = 0) -> LoupeError:
+    return LoupeError(
+        SqlState.UNDEFINED_OBJECT,
+        f'unrecognized configuration parameter "{name}"',
+        position=position,
+    )
+
+
+@dataclass
+class Session:
+    """One client session."""
+
+    user: str
+    is_superuser: bool
+    id: str = field(default_factory=lambda: uuid.uuid4().hex)
+    connected_at: dt.datetime = field(default_factory=lambda: dt.datetime.now(dt.UTC))
+    values: dict[str, str] = field(default_factory=dict)
+    # One statement runs at a time; Cancel cancels it.
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock, repr=False)
+    running: asyncio.Task | None = field(default=None, repr=False)
+    cancel_requested: bool = False
+
+    @property
+    def role_id(self) -> str:
+        return ROLE_IDS.get(self.user, self.user)
+
+    # variables ---------------------------------------------------------------------
+
+    def get(self, name: str, *, position: int = 0) -> str:
+        name = name.lower()
+        if name == "is_superuser":
+            return "on" if self.is_superuser else "off"
+        variable = VARIABLES.get(name)
+        if variable is None:
+            raise _unknown(name, position)
+        return self.values.get(name, variable.default)
+
+    def set(self, name: str, value: str | None, *, position: int = 0) -> None:
+        """Set ``name``; ``None`` means its default."""
+        name = name.lower()
+        variable = VARIABLES.get(name)
+        if variable is None:
+            raise _unknown(name, position)
+        if value is None:
+            self.values.pop(name, None)
+            return
+        if variable.read_only:
+            if value.lower() != self.get(name).lower():
+                raise LoupeError(
+                    CANT_CHANGE_PARAMETER,
+                    f'parameter "{name}" cannot be changed',
+                    position=position,
+                )
+            return
+        if variable.check is not None:
+            try:
+                value = variable.check(value)
+            except ValueError as error:
+                raise LoupeError(
+                    SqlState.INVALID_PARAMETER_VALUE,
+                    f'invalid value for parameter "{name}": "{value}": {error}',
+                    position=position,
+                ) from None
+        self.values[name] = value
+
+    def reset(self, name: str, *, position: int = 0) -> None:
+        if name.lower() == "all":
+            self.values.clear()
+            return
+        self.set(name, None, position=position)
+
+    def show_all(self) -> list[tuple[str, str, str]]:
+        """(name, setting, description) of every variable, by name."""
+        return [(name, self.get(name), VARIABLES[name].description) for name in sorted(VARIABLES)]
+
+    def parameters(self) -> dict[str, str]:
+        """Every variable's value, as reported when the session opens."""
+        return {name: self.get(name) for name in VARIABLES}
+
+    @property
+    def cluster(self) -> str:
+        return self.get("cluster")
+
+    @property
+    def cluster_replica(self) -> str:
+        return self.get("cluster_replica")
+
+    @property
+    def search_path(self) -> str:
+        return self.get("search_path")
+
+    @property
+    def database(self) -> str:
+        return self.get("database")
+
+
+class SessionManager:
+    """The coordinator's open sessions."""
+
+    def __init__(self, superusers: Iterable[str] | str = DEFAULT_SUPERUSERS) -> None:
+        self.superusers = parse_superusers(superusers)
+        self._sessions: dict[str, Session] = {}
+
+    def open(
+        self,
+        user: str = "",
+        *,
+        application_name: str = "",
+        options: dict[str, str] | None = None,
+    ) -> Session:
+        """A new session; bad ``options`` are refused (nothing is opened)."""
+        user = user or DEFAULT_USER
+        session = Session(user=user, is_superuser=user in self.superusers)
+        if application_name:
+            session.set("application_name", application_name)
+        for name, value in (options or {}).items():
+            session.set(name, value)
+        self._sessions[session.id] = session
+        return session
+
+    def get(self, session_id: str) -> Session:
+        session = self._sessions.get(session_id)
+        if session is None:
+            raise LoupeError(SqlState.INVALID_SESSION, f"session {session_id!r} does not exist")
+        return session
+
+    def close(self, session_id: str) -> Session | None:
+        return self._sessions.pop(session_id, None)
+
+    def __len__(self) -> int:
+        return len(self._sessions)
+
+    def __iter__(self) -> Iterator[Session]:
+        return iter(list(self._sessions.values()))

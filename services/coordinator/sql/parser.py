@@ -1,0 +1,751 @@
+"""Loupe's SQL parser: its own DDL by hand, queries through sqlglot.
+
+sqlglot (postgres dialect) parses queries well but silently turns DDL it does
+not know into ``exp.Command``, which would make ``CREATE CLUSTER`` look like
+it parsed. So the request is tokenized once with sqlglot's tokenizer, split
+into statements at ``;``, and:
+
+- ``CREATE CLUSTER``, ``CREATE CLUSTER REPLICA``, ``DROP CLUSTER [REPLICA]``,
+  ``SHOW``, ``SET`` and ``RESET`` are parsed here, token by token;
+- everything else goes to sqlglot's parser; a ``Command`` or a statement kind
+  Loupe does not run is refused with 0A000.
+
+Every error is a ``LoupeError`` with a 1-based character position into the
+whole request (as PostgreSQL reports it): 42601 for syntax errors, 0A000 for
+what is not supported, 22023 for bad option values.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Sequence
+from typing import ClassVar
+
+from sqlglot import exp
+from sqlglot.dialects.postgres import Postgres
+from sqlglot.errors import ErrorLevel, ParseError, TokenError
+from sqlglot.tokens import Token, TokenType
+
+from loupe.common.errors import LoupeError, SqlState
+from loupe.coordinator.sql.statements import (
+    CreateCluster,
+    CreateClusterReplica,
+    DropCluster,
+    DropClusterReplica,
+    Query,
+    ReplicaSpec,
+    ResetVariable,
+    SetVariable,
+    ShowClusterReplicas,
+    ShowClusters,
+    ShowVariable,
+    Statement,
+)
+
+# sqlglot warns when it falls back to a Command; Loupe refuses those itself.
+logging.getLogger("sqlglot").setLevel(logging.ERROR)
+
+DEFAULT_INTROSPECTION_INTERVAL_NS = 1_000_000_000
+MAX_REPLICATION_FACTOR = 32
+
+# Statement kinds sqlglot parses that Loupe runs.
+QUERY_TYPES = (exp.Select, exp.SetOperation, exp.Subquery)
+
+# Statements that are not queries: refused without asking sqlglot.
+OTHER_STATEMENT_KEYWORDS = frozenset(
+    {
+        "CREATE",
+        "ALTER",
+        "DROP",
+        "INSERT",
+        "UPDATE",
+        "DELETE",
+        "UPSERT",
+        "MERGE",
+        "COPY",
+        "TRUNCATE",
+        "GRANT",
+        "REVOKE",
+        "BEGIN",
+        "START",
+        "COMMIT",
+        "ROLLBACK",
+        "ABORT",
+        "END",
+        "SAVEPOINT",
+        "RELEASE",
+        "EXPLAIN",
+        "SUBSCRIBE",
+        "TAIL",
+        "DECLARE",
+        "FETCH",
+        "CLOSE",
+        "PREPARE",
+        "EXECUTE",
+        "DEALLOCATE",
+        "DISCARD",
+        "COMMENT",
+        "VALUES",
+        "TABLE",
+        "ANALYZE",
+        "VACUUM",
+        "LISTEN",
+        "NOTIFY",
+        "REASSIGN",
+        "LOCK",
+        "USE",
+        "DESCRIBE",
+        "CALL",
+        "DO",
+        "VALIDATE",
+    }
+)
+
+# `SHOW <objects>` forms of Materialize that Loupe does not have yet: refused
+# as unsupported rather than mistaken for a variable.
+SHOW_OBJECT_KINDS = frozenset(
+    {
+        "TABLES",
+        "VIEWS",
+        "SOURCES",
+        "SINKS",
+        "INDEXES",
+        "SCHEMAS",
+        "DATABASES",
+        "OBJECTS",
+        "ROLES",
+        "SECRETS",
+        "CONNECTIONS",
+        "TYPES",
+        "COLUMNS",
+        "MATERIALIZED",
+        "CREATE",
+        "PRIVILEGES",
+        "DEFAULT",
+        "NETWORK",
+        "CLUSTER",
+    }
+)
+
+_WORD = re.compile(r"^[A-Za-z_][A-Za-z0-9_$]*$")
+
+
+class LoupeDialect(Postgres):
+    """PostgreSQL with a tokenizer that never swallows a statement as a "command".
+
+    The postgres tokenizer turns everything after ``SHOW``, ``RESET`` (and other
+    command keywords) into one string token; Loupe parses those statements
+    itself and needs their tokens.
+    """
+
+    class Tokenizer(Postgres.Tokenizer):
+        COMMANDS: ClassVar[set[TokenType]] = set()
+
+    # The keywords postgres treats as opaque commands; a statement starting with
+    # one of them is refused before sqlglot sees it.
+    COMMAND_TOKENS = frozenset(Postgres.Tokenizer.COMMANDS)
+
+
+_DIALECT = LoupeDialect()
+
+
+def parse(sql: str) -> list[Statement]:
+    """Parse a request of zero or more ``;``-separated statements."""
+    tokens = _tokenize(sql)
+    statements = []
+    for chunk in _split(tokens):
+        statements.append(_parse_statement(sql, chunk))
+    return statements
+
+
+def parse_one(sql: str) -> Statement:
+    """Parse exactly one statement (tests and internal SQL)."""
+    statements = parse(sql)
+    if len(statements) != 1:
+        raise LoupeError(SqlState.SYNTAX_ERROR, f"expected one statement, got {len(statements)}")
+    return statements[0]
+
+
+# -- tokens and statements ----------------------------------------------------------
+
+
+def _tokenize(sql: str) -> list[Token]:
+    try:
+        return _DIALECT.tokenize(sql)
+    except TokenError as error:
+        # The cause says where the unterminated token starts: "Missing ' from 1:7".
+        cause = str(error.__cause__ or "")
+        match = re.search(r"Missing (\S+) from \d+:(\d+)", cause)
+        if match:
+            delimiter, start = match.group(1), int(match.group(2))
+            what = {"'": "quoted string", '"': "quoted identifier"}.get(delimiter, "string")
+            raise LoupeError(
+                SqlState.SYNTAX_ERROR, f"unterminated {what}", position=start + 1
+            ) from None
+        raise LoupeError(
+            SqlState.SYNTAX_ERROR, "unterminated comment or string", position=len(sql) or 1
+        ) from None
+
+
+def _split(tokens: Sequence[Token]) -> list[list[Token]]:
+    chunks: list[list[Token]] = [[]]
+    for token in tokens:
+        if token.token_type == TokenType.SEMICOLON:
+            chunks.append([])
+        else:
+            chunks[-1].append(token)
+    return [chunk for chunk in chunks if chunk]
+
+
+def _parse_statement(sql: str, tokens: list[Token]) -> Statement:
+    first = tokens[0].text.upper()
+    second = tokens[1].text.upper() if len(tokens) > 1 else ""
+    own = (first in ("CREATE", "DROP") and second == "CLUSTER") or first in ("SHOW", "SET", "RESET")
+    if own:
+        return _LoupeParser(sql, tokens).statement()
+    if first in OTHER_STATEMENT_KEYWORDS or tokens[0].token_type in LoupeDialect.COMMAND_TOKENS:
+        # Not a query: refused whether or not sqlglot would parse it (it parses
+        # CREATE SOURCE as a Command and fails on others).
+        raise _unsupported(_describe_words(tokens), tokens[0])
+    return _parse_with_sqlglot(sql, tokens)
+
+
+def _parse_with_sqlglot(sql: str, tokens: list[Token]) -> Statement:
+    start, end = tokens[0].start, tokens[-1].end + 1
+    try:
+        expressions = _DIALECT.parser(error_level=ErrorLevel.IMMEDIATE).parse(tokens, sql)
+    except ParseError as error:
+        raise _from_parse_error(sql, tokens, error) from None
+    expression = expressions[0] if expressions else None
+    if expression is None or not isinstance(expression, QUERY_TYPES):
+        raise _unsupported(_describe_words(tokens), tokens[0])
+    if isinstance(expression, exp.Select) and expression.args.get("into"):
+        raise _unsupported("SELECT INTO", tokens[0])
+    return Query(text=sql[start:end], offset=start, expression=expression)
+
+
+def _from_parse_error(sql: str, tokens: list[Token], error: ParseError) -> LoupeError:
+    detail = error.errors[0] if error.errors else {}
+    line, col = detail.get("line"), detail.get("col")
+    description = detail.get("description") or str(error)
+    # sqlglot reports the line and the column of the *end* of the offending
+    # token; map it back to the token to point at its start.
+    token = next((t for t in tokens if t.line == line and t.col == col), None)
+    if token is not None:
+        position = token.start + 1
+        message = f'syntax error at or near "{sql[token.start : token.end + 1]}"'
+    else:
+        position = tokens[-1].end + 2
+        message = "syntax error at end of input"
+    # sqlglot's description names its internals ("Required keyword: 'expression'
+    # missing for Add"): useful detail, not the headline.
+    return LoupeError(SqlState.SYNTAX_ERROR, message, detail=description, position=position)
+
+
+def _unsupported(what: str, token: Token) -> LoupeError:
+    return LoupeError(
+        SqlState.FEATURE_NOT_SUPPORTED, f"{what} is not supported", position=token.start + 1
+    )
+
+
+def _describe_words(tokens: Sequence[Token]) -> str:
+    """``CREATE MATERIALIZED VIEW …`` -> ``CREATE MATERIALIZED VIEW``; ``INSERT INTO …`` -> ``INSERT``."""
+    words = [t.text.upper() for t in tokens if t.token_type != TokenType.STRING]
+    if not words or not _WORD.match(words[0]):
+        return tokens[0].text
+    if words[0] not in ("CREATE", "DROP", "ALTER", "SHOW"):
+        return words[0]
+    rest = [w for w in words[1:8] if _WORD.match(w)]
+    # CREATE OR REPLACE [TEMPORARY] VIEW: the kind is what matters.
+    while rest and rest[0] in ("OR", "REPLACE", "TEMP", "TEMPORARY", "IF", "NOT", "EXISTS"):
+        rest.pop(0)
+    two_words = rest[:1] in (["MATERIALIZED"], ["DEFAULT"]) or rest[:2] == ["CLUSTER", "REPLICA"]
+    if two_words and len(rest) >= 2:
+        return " ".join([words[0], *rest[:2]])
+    return " ".join([words[0], *rest[:1]])
+
+
+# -- Loupe's own statements ---------------------------------------------------------------
+
+
+class _LoupeParser:
+    """A recursive-descent parser over one statement's tokens."""
+
+    def __init__(self, sql: str, tokens: list[Token]) -> None:
+        self.sql = sql
+        self.tokens = tokens
+        self.index = 0
+
+    # cursor ------------------------------------------------------------------------
+
+    def peek(self, ahead: int = 0) -> Token | None:
+        index = self.index + ahead
+        return self.tokens[index] if index < len(self.tokens) else None
+
+    def advance(self) -> Token:
+        token = self.peek()
+        if token is None:
+            raise self.error("more input")
+        self.index += 1
+        return token
+
+    def at(self, *words: str) -> bool:
+        """Whether the next tokens are ``words`` (keywords, case-insensitive, or punctuation)."""
+        for ahead, word in enumerate(words):
+            token = self.peek(ahead)
+            if token is None or token.token_type in (TokenType.STRING, TokenType.IDENTIFIER):
+                return False
+            if token.text.upper() != word:
+                return False
+        return True
+
+    def accept(self, *words: str) -> bool:
+        if self.at(*words):
+            self.index += len(words)
+            return True
+        return False
+
+    def expect(self, *words: str) -> None:
+        for word in words:
+            if not self.accept(word):
+                raise self.error(word)
+
+    def position(self) -> int:
+        """1-based position of the next token (just past the end at end of input)."""
+        token = self.peek()
+        if token is None:
+            return self.tokens[-1].end + 2
+        return token.start + 1
+
+    def found(self) -> str:
+        token = self.peek()
+        if token is None:
+            return "end of input"
+        if token.token_type == TokenType.STRING:
+            return f"string '{token.text}'"
+        return f'"{self.sql[token.start : token.end + 1]}"'
+
+    def error(self, expected: str) -> LoupeError:
+        return LoupeError(
+            SqlState.SYNTAX_ERROR,
+            f"Expected {expected}, found {self.found()}",
+            position=self.position(),
+        )
+
+    def value_error(self, message: str, position: int) -> LoupeError:
+        return LoupeError(SqlState.INVALID_PARAMETER_VALUE, message, position=position)
+
+    def end(self) -> None:
+        if self.peek() is not None:
+            raise self.error("end of statement")
+
+    # terminals ---------------------------------------------------------------------
+
+    def identifier(self, what: str = "identifier") -> str:
+        token = self.peek()
+        if token is None:
+            raise self.error(what)
+        if token.token_type == TokenType.IDENTIFIER:
+            self.index += 1
+            return token.text
+        if token.token_type != TokenType.STRING and _WORD.match(token.text):
+            self.index += 1
+            return token.text.lower()
+        raise self.error(what)
+
+    def value(self, what: str = "a value") -> str:
+        """A literal or a bare word: strings keep their text, words are folded to lower case."""
+        token = self.peek()
+        if token is None:
+            raise self.error(what)
+        if token.token_type == TokenType.STRING:
+            self.index += 1
+            return token.text
+        if token.token_type == TokenType.NUMBER:
+            self.index += 1
+            return token.text
+        if token.token_type == TokenType.DASH:
+            following = self.peek(1)
+            if following is not None and following.token_type == TokenType.NUMBER:
+                self.index += 2
+                return f"-{following.text}"
+        if token.token_type == TokenType.IDENTIFIER:
+            self.index += 1
+            return token.text
+        if _WORD.match(token.text):
+            self.index += 1
+            return token.text.lower()
+        raise self.error(what)
+
+    def optional_equals(self) -> None:
+        self.accept("=")
+
+    # statements --------------------------------------------------------------------
+
+    def statement(self) -> Statement:
+        first = self.advance().text.upper()
+        if first == "CREATE":
+            self.expect("CLUSTER")
+            if self.accept("REPLICA"):
+                return self.create_cluster_replica()
+            return self.create_cluster()
+        if first == "DROP":
+            self.expect("CLUSTER")
+            if self.accept("REPLICA"):
+                return self.drop_cluster_replica()
+            return self.drop_cluster()
+        if first == "SHOW":
+            return self.show()
+        if first == "SET":
+            return self.set_variable()
+        return self.reset_variable()
+
+    def common(self) -> dict[str, object]:
+        start = self.tokens[0].start
+        return {"text": self.sql[start : self.tokens[-1].end + 1], "offset": start}
+
+    def create_cluster(self) -> CreateCluster:
+        name = self.identifier("cluster name")
+        options = _ClusterOptions()
+        if self.at("REPLICAS"):
+            options.add_replicas(self)
+            if self.accept("("):
+                self.cluster_options(options)
+        else:
+            self.expect("(")
+            self.cluster_options(options)
+        self.end()
+        return options.build(self, name)
+
+    def cluster_options(self, options: _ClusterOptions) -> None:
+        """``option [, option …] )`` — the opening parenthesis is already consumed."""
+        while True:
+            position = self.position()
+            if self.accept("SIZE"):
+                options.set("SIZE", position)
+                self.optional_equals()
+                options.size = self.value("a size")
+            elif self.accept("REPLICATION", "FACTOR"):
+                options.set("REPLICATION FACTOR", position)
+                self.optional_equals()
+                options.replication_factor = self.replication_factor()
+            elif self.accept("INTROSPECTION", "INTERVAL"):
+                options.set("INTROSPECTION INTERVAL", position)
+                self.optional_equals()
+                value_position = self.position()
+                options.introspection_interval_ns = self.interval(value_position)
+            elif self.accept("INTROSPECTION", "DEBUGGING"):
+                options.set("INTROSPECTION DEBUGGING", position)
+                options.introspection_debugging = self.boolean_option()
+            elif self.accept("MANAGED"):
+                options.set("MANAGED", position)
+                options.managed = self.boolean_option()
+            elif self.at("REPLICAS"):
+                options.add_replicas(self)
+            else:
+                raise self.error(
+                    "one of SIZE, REPLICATION FACTOR, INTROSPECTION INTERVAL, "
+                    "INTROSPECTION DEBUGGING, MANAGED or REPLICAS"
+                )
+            if self.accept(")"):
+                return
+            if not self.accept(","):
+                raise self.error(", or )")
+
+    def replica_definitions(self) -> tuple[ReplicaSpec, ...]:
+        """``REPLICAS ( name (SIZE 'n'), … )``."""
+        self.expect("REPLICAS")
+        self.optional_equals()
+        self.expect("(")
+        replicas: list[ReplicaSpec] = []
+        if self.accept(")"):
+            return ()
+        while True:
+            position = self.position()
+            name = self.identifier("replica name")
+            if any(r.name == name for r in replicas):
+                raise LoupeError(
+                    SqlState.DUPLICATE_OBJECT,
+                    f"replica '{name}' specified more than once",
+                    position=position,
+                )
+            self.expect("(")
+            size = self.replica_options(closing=True)
+            replicas.append(ReplicaSpec(name=name, size=size, position=position))
+            if self.accept(")"):
+                return tuple(replicas)
+            if not self.accept(","):
+                raise self.error(", or )")
+
+    def replica_options(self, *, closing: bool) -> str:
+        """Replica options (only SIZE for now); returns the size."""
+        size: str | None = None
+        while True:
+            position = self.position()
+            if self.accept("SIZE"):
+                if size is not None:
+                    raise LoupeError(
+                        SqlState.SYNTAX_ERROR,
+                        "option SIZE specified more than once",
+                        position=position,
+                    )
+                self.optional_equals()
+                size = self.value("a size")
+            else:
+                raise self.error("SIZE")
+            if closing and self.accept(")"):
+                break
+            if not self.accept(","):
+                if closing:
+                    raise self.error(", or )")
+                break
+        if size is None:  # pragma: no cover - the loop always reads SIZE first
+            raise self.error("SIZE")
+        return size
+
+    def create_cluster_replica(self) -> CreateClusterReplica:
+        cluster = self.identifier("cluster name")
+        self.expect(".")
+        replica = self.identifier("replica name")
+        if self.accept("("):
+            size = self.replica_options(closing=True)
+        else:
+            size = self.replica_options(closing=False)
+        self.end()
+        return CreateClusterReplica(
+            **self.common(),  # type: ignore[arg-type]
+            cluster=cluster,
+            replica=replica,
+            size=size,
+        )
+
+    def drop_cluster(self) -> DropCluster:
+        if_exists = self.accept("IF", "EXISTS")
+        name = self.identifier("cluster name")
+        cascade = False
+        if self.accept("CASCADE"):
+            cascade = True
+        else:
+            self.accept("RESTRICT")
+        self.end()
+        return DropCluster(
+            **self.common(),  # type: ignore[arg-type]
+            name=name,
+            if_exists=if_exists,
+            cascade=cascade,
+        )
+
+    def drop_cluster_replica(self) -> DropClusterReplica:
+        if_exists = self.accept("IF", "EXISTS")
+        cluster = self.identifier("cluster name")
+        self.expect(".")
+        replica = self.identifier("replica name")
+        self.end()
+        return DropClusterReplica(
+            **self.common(),  # type: ignore[arg-type]
+            cluster=cluster,
+            replica=replica,
+            if_exists=if_exists,
+        )
+
+    def show(self) -> Statement:
+        if self.accept("CLUSTERS"):
+            self.end()
+            return ShowClusters(**self.common())  # type: ignore[arg-type]
+        if self.accept("CLUSTER", "REPLICAS"):
+            self.end()
+            return ShowClusterReplicas(**self.common())  # type: ignore[arg-type]
+        token = self.peek()
+        if token is not None and token.token_type != TokenType.IDENTIFIER:
+            word = token.text.upper()
+            following = self.peek(1)
+            if word in SHOW_OBJECT_KINDS and (word != "CLUSTER" or following is not None):
+                words = " ".join(t.text.upper() for t in self.tokens[:3] if _WORD.match(t.text))
+                raise _unsupported(words, self.tokens[0])
+        position = self.position()
+        name = self.identifier("a variable name, CLUSTERS or CLUSTER REPLICAS")
+        self.end()
+        return ShowVariable(
+            **self.common(),  # type: ignore[arg-type]
+            name=name,
+            name_position=position,
+        )
+
+    def set_variable(self) -> SetVariable:
+        if self.at("SESSION", "CHARACTERISTICS"):
+            raise _unsupported("SET SESSION CHARACTERISTICS", self.tokens[0])
+        # SET SESSION and SET LOCAL both set the session's value: there are no transactions.
+        if not self.accept("SESSION"):
+            self.accept("LOCAL")
+        position = self.position()
+        name = self.identifier("a variable name")
+        if not (self.accept("=") or self.accept("TO")):
+            raise self.error("= or TO")
+        value: str | None
+        if self.accept("DEFAULT"):
+            value = None
+        else:
+            values = [self.value()]
+            while self.accept(","):
+                values.append(self.value())
+            value = ", ".join(values)
+        self.end()
+        return SetVariable(
+            **self.common(),  # type: ignore[arg-type]
+            name=name,
+            value=value,
+            name_position=position,
+        )
+
+    def reset_variable(self) -> ResetVariable:
+        position = self.position()
+        name = self.identifier("a variable name or ALL")
+        self.end()
+        return ResetVariable(
+            **self.common(),  # type: ignore[arg-type]
+            name=name,
+            name_position=position,
+        )
+
+    # option values -----------------------------------------------------------------
+
+    def replication_factor(self) -> int:
+        position = self.position()
+        raw = self.value("a replication factor")
+        if not raw.isdigit() or int(raw) > MAX_REPLICATION_FACTOR:
+            raise self.value_error(
+                f"invalid REPLICATION FACTOR {raw!r}: "
+                f"expected an integer from 0 to {MAX_REPLICATION_FACTOR}",
+                position,
+            )
+        return int(raw)
+
+    def interval(self, position: int) -> int:
+        raw = self.value("an interval")
+        try:
+            return parse_interval_ns(raw)
+        except ValueError:
+            raise self.value_error(
+                f"invalid INTROSPECTION INTERVAL {raw!r}: expected e.g. '1s', '100ms' or 0",
+                position,
+            ) from None
+
+    def boolean_option(self) -> bool:
+        """``[=] true|false|on|off``; a bare option means true."""
+        self.optional_equals()
+        if self.peek() is None or self.at(",") or self.at(")"):
+            return True
+        position = self.position()
+        raw = self.value("true or false")
+        lowered = raw.lower()
+        if lowered in ("true", "on", "1", "yes"):
+            return True
+        if lowered in ("false", "off", "0", "no"):
+            return False
+        raise self.value_error(f"invalid boolean {raw!r}: expected true or false", position)
+
+
+class _ClusterOptions:
+    """Options of ``CREATE CLUSTER`` as they are read; ``build`` checks they fit together."""
+
+    def __init__(self) -> None:
+        self.seen: dict[str, int] = {}
+        self.size: str | None = None
+        self.replication_factor: int | None = None
+        self.introspection_interval_ns = DEFAULT_INTROSPECTION_INTERVAL_NS
+        self.introspection_debugging = False
+        self.managed: bool | None = None
+        self.replicas: tuple[ReplicaSpec, ...] | None = None
+
+    def set(self, option: str, position: int) -> None:
+        if option in self.seen:
+            raise LoupeError(
+                SqlState.SYNTAX_ERROR,
+                f"option {option} specified more than once",
+                position=position,
+            )
+        self.seen[option] = position
+
+    def add_replicas(self, parser: _LoupeParser) -> None:
+        self.set("REPLICAS", parser.position())
+        self.replicas = parser.replica_definitions()
+
+    def build(self, parser: _LoupeParser, name: str) -> CreateCluster:
+        managed = self.managed if self.managed is not None else self.replicas is None
+        if managed:
+            if self.replicas is not None:
+                raise parser.value_error(
+                    "REPLICAS cannot be specified for a managed cluster", self.seen["REPLICAS"]
+                )
+            if self.size is None:
+                raise LoupeError(
+                    SqlState.INVALID_PARAMETER_VALUE,
+                    "SIZE option must be specified for a managed cluster",
+                    position=parser.tokens[0].start + 1,
+                )
+        else:
+            for option in ("SIZE", "REPLICATION FACTOR"):
+                if option in self.seen:
+                    raise parser.value_error(
+                        f"{option} cannot be specified for an unmanaged cluster",
+                        self.seen[option],
+                    )
+        return CreateCluster(
+            **parser.common(),  # type: ignore[arg-type]
+            name=name,
+            managed=managed,
+            size=self.size or "",
+            replication_factor=(
+                self.replication_factor if self.replication_factor is not None else 1
+            )
+            if managed
+            else 0,
+            replicas=self.replicas or (),
+            introspection_interval_ns=self.introspection_interval_ns,
+            introspection_debugging=self.introspection_debugging,
+        )
+
+
+_UNITS_NS = {
+    "": 1_000_000_000,
+    "ns": 1,
+    "nanosecond": 1,
+    "nanoseconds": 1,
+    "us": 1_000,
+    "microsecond": 1_000,
+    "microseconds": 1_000,
+    "ms": 1_000_000,
+    "millisecond": 1_000_000,
+    "milliseconds": 1_000_000,
+    "s": 1_000_000_000,
+    "sec": 1_000_000_000,
+    "secs": 1_000_000_000,
+    "second": 1_000_000_000,
+    "seconds": 1_000_000_000,
+    "m": 60_000_000_000,
+    "min": 60_000_000_000,
+    "mins": 60_000_000_000,
+    "minute": 60_000_000_000,
+    "minutes": 60_000_000_000,
+    "h": 3_600_000_000_000,
+    "hour": 3_600_000_000_000,
+    "hours": 3_600_000_000_000,
+}
+_INTERVAL_PART = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([a-z]*)\s*")
+
+
+def parse_interval_ns(text: str) -> int:
+    """``'1s'``, ``'100ms'``, ``'1 minute 30 seconds'``, ``'0'`` -> nanoseconds."""
+    text = text.strip().lower()
+    if not text:
+        raise ValueError("empty interval")
+    total = 0.0
+    position = 0
+    while position < len(text):
+        match = _INTERVAL_PART.match(text, position)
+        if match is None or match.end() == position or match.group(2) not in _UNITS_NS:
+            raise ValueError(f"invalid interval {text!r}")
+        total += float(match.group(1)) * _UNITS_NS[match.group(2)]
+        position = match.end()
+    return round(total)

@@ -1,0 +1,148 @@
+"""The statements the coordinator understands, as parsed from SQL text.
+
+Loupe's own statements (cluster DDL and session commands) are dataclasses;
+queries keep sqlglot's expression tree. Every statement remembers where it
+starts in the request text so errors can point into it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from sqlglot import exp
+
+
+@dataclass(frozen=True, kw_only=True)
+class Statement:
+    """One statement of a request: its own text and its 0-based offset in the request."""
+
+    text: str
+    offset: int
+
+    @property
+    def position(self) -> int:
+        """1-based position of the statement's first character in the request."""
+        return self.offset + 1
+
+    @property
+    def tag(self) -> str:
+        """The PostgreSQL-style command tag of a successful run (rows are added for SELECT)."""
+        raise NotImplementedError
+
+
+@dataclass(frozen=True, kw_only=True)
+class ReplicaSpec:
+    """A replica named in ``CREATE CLUSTER … REPLICAS (…)``."""
+
+    name: str
+    size: str
+    position: int = 0
+
+
+@dataclass(frozen=True, kw_only=True)
+class CreateCluster(Statement):
+    name: str
+    managed: bool
+    # Managed clusters only: the size of each replica and how many there are.
+    size: str = ""
+    replication_factor: int = 1
+    # Unmanaged clusters only: the replicas to create with the cluster.
+    replicas: tuple[ReplicaSpec, ...] = ()
+    introspection_interval_ns: int = 1_000_000_000
+    introspection_debugging: bool = False
+
+    @property
+    def tag(self) -> str:
+        return "CREATE CLUSTER"
+
+
+@dataclass(frozen=True, kw_only=True)
+class CreateClusterReplica(Statement):
+    cluster: str
+    replica: str
+    size: str
+
+    @property
+    def tag(self) -> str:
+        return "CREATE CLUSTER REPLICA"
+
+
+@dataclass(frozen=True, kw_only=True)
+class DropCluster(Statement):
+    name: str
+    if_exists: bool = False
+    cascade: bool = False
+
+    @property
+    def tag(self) -> str:
+        return "DROP CLUSTER"
+
+
+@dataclass(frozen=True, kw_only=True)
+class DropClusterReplica(Statement):
+    cluster: str
+    replica: str
+    if_exists: bool = False
+
+    @property
+    def tag(self) -> str:
+        return "DROP CLUSTER REPLICA"
+
+
+@dataclass(frozen=True, kw_only=True)
+class ShowClusters(Statement):
+    @property
+    def tag(self) -> str:
+        return "SELECT"
+
+
+@dataclass(frozen=True, kw_only=True)
+class ShowClusterReplicas(Statement):
+    @property
+    def tag(self) -> str:
+        return "SELECT"
+
+
+@dataclass(frozen=True, kw_only=True)
+class SetVariable(Statement):
+    name: str
+    # None means DEFAULT (the same as RESET).
+    value: str | None
+    name_position: int = 0
+
+    @property
+    def tag(self) -> str:
+        return "SET"
+
+
+@dataclass(frozen=True, kw_only=True)
+class ShowVariable(Statement):
+    # "all" shows every variable.
+    name: str
+    name_position: int = 0
+
+    @property
+    def tag(self) -> str:
+        return "SHOW"
+
+
+@dataclass(frozen=True, kw_only=True)
+class ResetVariable(Statement):
+    # "all" resets every variable.
+    name: str
+    name_position: int = 0
+
+    @property
+    def tag(self) -> str:
+        return "RESET"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Query(Statement):
+    """A SELECT (or a set operation of SELECTs), parsed by sqlglot."""
+
+    expression: exp.Expression = field(compare=False)
+
+    @property
+    def tag(self) -> str:
+        return "SELECT"

@@ -1,0 +1,160 @@
+"""``loupe sql``: rendering for people and scripts, errors with a caret, and the real command."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import json
+import os
+import sys
+from typing import Any
+
+from loupe.cli.sql import (
+    render_csv,
+    render_error,
+    render_json,
+    render_table,
+    statement_complete,
+)
+from loupe.client import StatementResult
+from loupe.common.errors import LoupeError
+from loupe.common.nats_server import free_port
+
+RESULT = StatementResult(
+    tag="SELECT 2",
+    columns=[("name", "text"), ("replication_factor", "uint8"), ("managed", "bool")],
+    rows=[("quickstart", 1, True), ("c", None, False)],
+)
+
+
+def test_table_is_aligned_like_psql() -> None:
+    """Centred header, dashes, numbers right-aligned, NULL empty, booleans t/f, row count."""
+    assert render_table(RESULT) == (
+        "    name    | replication_factor | managed\n"
+        "------------+--------------------+---------\n"
+        " quickstart |                  1 | t\n"
+        " c          |                    | f\n"
+        "(2 rows)\n\n"
+    )
+
+
+def test_table_of_one_row_says_row() -> None:
+    """(1 row), not (1 rows)."""
+    result = StatementResult(tag="SELECT 1", columns=[("?column?", "int4")], rows=[(1,)])
+    assert render_table(result).rstrip().splitlines()[-1] == "(1 row)"
+
+
+def test_json_is_one_array_of_objects() -> None:
+    """--format json: an array of objects keyed by column name."""
+    stamped = StatementResult(
+        tag="SELECT 1",
+        columns=[("at", "timestamptz")],
+        rows=[(dt.datetime(2024, 1, 2, 3, 4, 5, tzinfo=dt.UTC),)],
+    )
+    assert json.loads(render_json(RESULT)) == [
+        {"name": "quickstart", "replication_factor": 1, "managed": True},
+        {"name": "c", "replication_factor": None, "managed": False},
+    ]
+    assert json.loads(render_json(stamped)) == [{"at": "2024-01-02T03:04:05+00:00"}]
+
+
+def test_csv_has_a_header_and_rows() -> None:
+    """--format csv: header, then rows; NULL is empty."""
+    assert render_csv(RESULT) == "name,replication_factor,managed\nquickstart,1,t\nc,,f\n"
+
+
+def test_error_has_code_and_a_caret_under_the_position() -> None:
+    """The failing line is shown with a caret under the error's position."""
+    sql = "SELECT 1;\nSELECT * FROM nope"
+    error = LoupeError("42P01", "unknown catalog item 'nope'", position=sql.index("nope") + 1)
+    assert render_error(error, sql) == (
+        "ERROR:  unknown catalog item 'nope'\n"
+        "LINE 2: SELECT * FROM nope\n"
+        "                      ^\n"
+        "CODE: 42P01\n"
+    )
+
+
+def test_error_without_position_has_no_caret_and_no_colour() -> None:
+    """No position, no caret; no ANSI codes unless asked for."""
+    text = render_error(LoupeError("42710", "cluster 'c' already exists", detail="d"), "x")
+    assert text == "ERROR:  cluster 'c' already exists\nDETAIL:  d\nCODE: 42710\n"
+    assert "\x1b" not in text
+
+
+def test_statement_complete_ignores_semicolons_in_quotes_and_comments() -> None:
+    """The REPL runs a buffer only when it ends with a real ;."""
+    assert statement_complete("SELECT 1;")
+    assert statement_complete("SELECT 1; -- done")
+    assert not statement_complete("SELECT ';")
+    assert not statement_complete("SELECT 1 -- ;")
+    assert not statement_complete("SELECT 1 /* ; */")
+    assert not statement_complete("SELECT $$;")
+    assert statement_complete("SELECT 'it''s';")
+    assert not statement_complete("SELECT 1")
+
+
+async def run_cli(*args: str) -> tuple[int, str, str]:
+    env = {**os.environ, "NO_COLOR": "1", "LOUPE_SQL_HISTORY": os.devnull}
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "loupe.cli.main",
+        "sql",
+        *args,
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env=env,
+    )
+    stdout, stderr = await asyncio.wait_for(process.communicate(), 30)
+    assert process.returncode is not None
+    return process.returncode, stdout.decode(), stderr.decode()
+
+
+async def test_loupe_sql_runs_statements_against_the_coordinator(harness: Any) -> None:
+    """loupe sql -c prints tags and tables; --format json/csv print only rows."""
+    port = str(harness.service.sql_port)
+    code, out, err = await run_cli(
+        "--port", port, "-c", "CREATE CLUSTER c (SIZE '1'); SHOW CLUSTERS"
+    )
+    assert (code, err) == (0, "")
+    assert out == (
+        "CREATE CLUSTER\n"
+        "       name\n"
+        "-------------------\n"
+        " c\n"
+        " mz_catalog_server\n"
+        " quickstart\n"
+        "(3 rows)\n\n"
+    )
+    code, out, _ = await run_cli(
+        "--port", port, "--format", "json", "-c", "SET cluster = c; SHOW cluster"
+    )
+    assert (code, json.loads(out)) == (0, [{"cluster": "c"}])
+    code, out, _ = await run_cli("--port", port, "--format", "csv", "-c", "SELECT 1 AS a, 'x' AS b")
+    assert (code, out) == (0, "a,b\n1,x\n")
+
+
+async def test_loupe_sql_error_exits_1_with_caret(harness: Any) -> None:
+    """An SQL error goes to stderr with its code and a caret; the exit status is 1."""
+    code, out, err = await run_cli(
+        "--port", str(harness.service.sql_port), "-c", "SELECT * FROM mz_catalog.nope"
+    )
+    assert code == 1
+    assert out == ""
+    assert err == (
+        "ERROR:  unknown catalog item 'mz_catalog.nope'\n"
+        "LINE 1: SELECT * FROM mz_catalog.nope\n"
+        "                      ^\n"
+        "CODE: 42P01\n"
+    )
+
+
+async def test_loupe_sql_without_a_server_says_so_and_exits_2() -> None:
+    """No coordinator listening: one clear line, exit status 2."""
+    code, out, err = await run_cli("--port", str(free_port()), "-c", "SELECT 1")
+    assert code == 2
+    assert out == ""
+    assert len(err.strip().splitlines()) == 1
+    assert "cannot connect to the coordinator" in err

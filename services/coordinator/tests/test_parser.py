@@ -1,0 +1,269 @@
+"""Loupe's SQL parser: cluster DDL, session commands, queries and their errors."""
+
+from __future__ import annotations
+
+import pytest
+
+from loupe.common.errors import LoupeError
+from loupe.coordinator.sql import parse, parse_interval_ns, parse_one
+from loupe.coordinator.sql.statements import (
+    CreateCluster,
+    CreateClusterReplica,
+    DropCluster,
+    DropClusterReplica,
+    Query,
+    ReplicaSpec,
+    ResetVariable,
+    SetVariable,
+    ShowClusterReplicas,
+    ShowClusters,
+    ShowVariable,
+)
+
+
+def error_of(sql: str) -> LoupeError:
+    with pytest.raises(LoupeError) as caught:
+        parse(sql)
+    return caught.value
+
+
+def test_create_managed_cluster_reads_size_and_replication_factor() -> None:
+    """CREATE CLUSTER c (SIZE 'n', REPLICATION FACTOR k) is a managed cluster."""
+    statement = parse_one("CREATE CLUSTER c (SIZE '2', REPLICATION FACTOR 3)")
+    assert isinstance(statement, CreateCluster)
+    assert (statement.name, statement.managed, statement.size, statement.replication_factor) == (
+        "c",
+        True,
+        "2",
+        3,
+    )
+    assert statement.introspection_interval_ns == 1_000_000_000
+    assert statement.introspection_debugging is False
+    assert statement.tag == "CREATE CLUSTER"
+
+
+def test_create_cluster_options_in_any_order_with_optional_equals() -> None:
+    """Options may come in any order, with or without '='."""
+    statement = parse_one(
+        "create cluster Prod (replication factor = 2, INTROSPECTION DEBUGGING = true, "
+        "INTROSPECTION INTERVAL '100ms', size = '4')"
+    )
+    assert isinstance(statement, CreateCluster)
+    assert statement.name == "prod"
+    assert statement.size == "4"
+    assert statement.replication_factor == 2
+    assert statement.introspection_debugging is True
+    assert statement.introspection_interval_ns == 100_000_000
+
+
+def test_replication_factor_defaults_to_one_and_interval_zero_disables() -> None:
+    """REPLICATION FACTOR defaults to 1; INTROSPECTION INTERVAL 0 turns introspection off."""
+    statement = parse_one("CREATE CLUSTER c (SIZE '1', INTROSPECTION INTERVAL 0)")
+    assert isinstance(statement, CreateCluster)
+    assert statement.replication_factor == 1
+    assert statement.introspection_interval_ns == 0
+
+
+def test_create_cluster_with_replicas_is_unmanaged() -> None:
+    """CREATE CLUSTER c REPLICAS (r1 (SIZE '1'), r2 (SIZE '2')) lists its replicas."""
+    sql = "CREATE CLUSTER c REPLICAS (r1 (SIZE '1'), r2 (SIZE = '2'))"
+    statement = parse_one(sql)
+    assert isinstance(statement, CreateCluster)
+    assert statement.managed is False
+    assert [(r.name, r.size) for r in statement.replicas] == [("r1", "1"), ("r2", "2")]
+    assert statement.replicas[1] == ReplicaSpec(name="r2", size="2", position=sql.index("r2") + 1)
+
+
+def test_create_cluster_replicas_inside_the_option_list() -> None:
+    """REPLICAS may also be one of the parenthesised options."""
+    statement = parse_one("CREATE CLUSTER c (INTROSPECTION INTERVAL '2s', REPLICAS (a (SIZE '1')))")
+    assert isinstance(statement, CreateCluster)
+    assert statement.managed is False
+    assert [r.name for r in statement.replicas] == ["a"]
+    assert statement.introspection_interval_ns == 2_000_000_000
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "CREATE CLUSTER REPLICA c.r SIZE '2'",
+        "CREATE CLUSTER REPLICA c.r SIZE = '2'",
+        "CREATE CLUSTER REPLICA c.r (SIZE '2')",
+    ],
+)
+def test_create_cluster_replica_forms(sql: str) -> None:
+    """CREATE CLUSTER REPLICA c.r takes SIZE with or without '=' or parentheses."""
+    statement = parse_one(sql)
+    assert statement == CreateClusterReplica(text=sql, offset=0, cluster="c", replica="r", size="2")
+    assert statement.tag == "CREATE CLUSTER REPLICA"
+
+
+@pytest.mark.parametrize(
+    ("sql", "expected"),
+    [
+        ("DROP CLUSTER c", ("c", False, False)),
+        ("DROP CLUSTER IF EXISTS c", ("c", True, False)),
+        ("DROP CLUSTER c CASCADE", ("c", False, True)),
+        ("DROP CLUSTER IF EXISTS c RESTRICT", ("c", True, False)),
+    ],
+)
+def test_drop_cluster_forms(sql: str, expected: tuple[str, bool, bool]) -> None:
+    """DROP CLUSTER [IF EXISTS] c [CASCADE|RESTRICT]."""
+    statement = parse_one(sql)
+    assert isinstance(statement, DropCluster)
+    assert (statement.name, statement.if_exists, statement.cascade) == expected
+
+
+def test_drop_cluster_replica_forms() -> None:
+    """DROP CLUSTER REPLICA [IF EXISTS] c.r."""
+    plain = parse_one("DROP CLUSTER REPLICA c.r1")
+    guarded = parse_one('DROP CLUSTER REPLICA IF EXISTS "C".r2')
+    assert isinstance(plain, DropClusterReplica)
+    assert isinstance(guarded, DropClusterReplica)
+    assert (plain.cluster, plain.replica, plain.if_exists) == ("c", "r1", False)
+    assert (guarded.cluster, guarded.replica, guarded.if_exists) == ("C", "r2", True)
+
+
+def test_show_statements() -> None:
+    """SHOW CLUSTERS, SHOW CLUSTER REPLICAS and SHOW <variable>."""
+    clusters, replicas, variable, everything = parse(
+        "SHOW CLUSTERS; SHOW CLUSTER REPLICAS; SHOW cluster; SHOW ALL"
+    )
+    assert isinstance(clusters, ShowClusters)
+    assert isinstance(replicas, ShowClusterReplicas)
+    assert isinstance(variable, ShowVariable)
+    assert variable.name == "cluster"
+    assert isinstance(everything, ShowVariable)
+    assert everything.name == "all"
+
+
+@pytest.mark.parametrize(
+    ("sql", "name", "value"),
+    [
+        ("SET cluster = c", "cluster", "c"),
+        ("SET cluster TO 'My Cluster'", "cluster", "My Cluster"),
+        ("SET SESSION cluster_replica = r1", "cluster_replica", "r1"),
+        ("SET search_path TO public, mz_internal", "search_path", "public, mz_internal"),
+        ("SET cluster = DEFAULT", "cluster", None),
+        ("SET application_name = 42", "application_name", "42"),
+    ],
+)
+def test_set_forms(sql: str, name: str, value: str | None) -> None:
+    """SET name [=|TO] value (DEFAULT resets)."""
+    statement = parse_one(sql)
+    assert isinstance(statement, SetVariable)
+    assert (statement.name, statement.value) == (name, value)
+
+
+def test_reset() -> None:
+    """RESET name."""
+    statement = parse_one("RESET cluster")
+    assert isinstance(statement, ResetVariable)
+    assert statement.name == "cluster"
+
+
+def test_statements_run_in_order_with_their_offsets() -> None:
+    """A request splits at ';' and each statement knows where it starts."""
+    sql = "SET cluster = c;\n  SELECT 1 ;; SHOW cluster;"
+    statements = parse(sql)
+    assert [type(s) for s in statements] == [SetVariable, Query, ShowVariable]
+    assert [s.text for s in statements] == ["SET cluster = c", "SELECT 1", "SHOW cluster"]
+    assert [sql[s.offset :].startswith(s.text) for s in statements] == [True, True, True]
+
+
+def test_queries_go_to_sqlglot() -> None:
+    """SELECT, set operations and CTEs are queries."""
+    for sql in ["SELECT 1", "SELECT 1 UNION SELECT 2", "WITH x AS (SELECT 1) SELECT * FROM x"]:
+        assert isinstance(parse_one(sql), Query)
+
+
+def test_empty_request_has_no_statements() -> None:
+    """Only whitespace, comments and semicolons: nothing to run."""
+    assert parse("  ;; -- nothing\n") == []
+
+
+@pytest.mark.parametrize(
+    ("sql", "message"),
+    [
+        ("ALTER CLUSTER c SET (SIZE '2')", "ALTER CLUSTER is not supported"),
+        ("CREATE TABLE t (a int)", "CREATE TABLE is not supported"),
+        ("INSERT INTO t VALUES (1)", "INSERT is not supported"),
+        ("EXPLAIN SELECT 1", "EXPLAIN is not supported"),
+        ("SHOW TABLES", "SHOW TABLES is not supported"),
+        ("CREATE SOURCE s FROM x", "CREATE SOURCE is not supported"),
+        ("VALUES (1)", "VALUES is not supported"),
+        (
+            "CREATE OR REPLACE MATERIALIZED VIEW v AS SELECT 1",
+            "CREATE MATERIALIZED VIEW is not supported",
+        ),
+        ("BEGIN", "BEGIN is not supported"),
+    ],
+)
+def test_what_sqlglot_cannot_run_is_refused(sql: str, message: str) -> None:
+    """Statements sqlglot turns into Command (or Loupe does not run) are 0A000, not silently run."""
+    error = error_of(f"SELECT 1; {sql}")
+    assert (error.code, error.message, error.position) == ("0A000", message, 11)
+
+
+def test_syntax_error_in_query_points_at_the_token() -> None:
+    """A sqlglot parse error is 42601 with the 1-based position of the offending token."""
+    error = error_of("SELECT 1;\nSELECT a FROM b WHERE c = = 1")
+    assert error.code == "42601"
+    assert error.position == "SELECT 1;\nSELECT a FROM b WHERE c = = 1".index("= 1") + 1
+    assert "syntax error" in error.message
+
+
+def test_unterminated_string_points_at_its_start() -> None:
+    """An unterminated quote is reported where it opens."""
+    error = error_of("SELECT 'abc")
+    assert (error.code, error.position, error.message) == ("42601", 8, "unterminated quoted string")
+
+
+@pytest.mark.parametrize(
+    ("sql", "code", "position", "fragment"),
+    [
+        ("CREATE CLUSTER c (SIZE '1', COLOR 'red')", "42601", 29, 'found "COLOR"'),
+        ("CREATE CLUSTER c (SIZE '1', SIZE '2')", "42601", 29, "SIZE specified more than once"),
+        ("CREATE CLUSTER c (SIZE '1'", "42601", 27, "found end of input"),
+        ("CREATE CLUSTER (SIZE '1')", "42601", 16, "cluster name"),
+        ("CREATE CLUSTER c (REPLICATION FACTOR 2)", "22023", 1, "SIZE option must be specified"),
+        ("CREATE CLUSTER c (SIZE '1', REPLICATION FACTOR 'x')", "22023", 48, "REPLICATION FACTOR"),
+        ("CREATE CLUSTER c (SIZE '1', INTROSPECTION INTERVAL 'soon')", "22023", 52, "INTERVAL"),
+        ("CREATE CLUSTER c (SIZE '1', INTROSPECTION DEBUGGING = maybe)", "22023", 55, "boolean"),
+        ("CREATE CLUSTER c REPLICAS (r1 (SIZE '1'), r1 (SIZE '2'))", "42710", 43, "r1"),
+        ("CREATE CLUSTER c (SIZE '1', REPLICAS (r1 (SIZE '1')))", "22023", 19, "unmanaged"),
+        ("CREATE CLUSTER c (MANAGED, SIZE '1', REPLICAS (r (SIZE '1')))", "22023", 38, "managed"),
+        ("CREATE CLUSTER REPLICA c SIZE '1'", "42601", 26, "Expected ."),
+        ("DROP CLUSTER c d", "42601", 16, "end of statement"),
+        ("SET cluster", "42601", 12, "= or TO"),
+    ],
+)
+def test_ddl_errors_have_codes_and_positions(
+    sql: str, code: str, position: int, fragment: str
+) -> None:
+    """Loupe's own parser reports what it expected and where."""
+    error = error_of(sql)
+    assert (error.code, error.position) == (code, position), error
+    assert fragment in error.message
+
+
+@pytest.mark.parametrize(
+    ("text", "nanoseconds"),
+    [
+        ("1s", 1_000_000_000),
+        ("100ms", 100_000_000),
+        ("0", 0),
+        ("1 minute 30 seconds", 90_000_000_000),
+        ("1.5s", 1_500_000_000),
+        ("250us", 250_000),
+    ],
+)
+def test_parse_interval(text: str, nanoseconds: int) -> None:
+    """Introspection intervals accept the usual units."""
+    assert parse_interval_ns(text) == nanoseconds
+
+
+def test_parse_interval_rejects_nonsense() -> None:
+    """An interval with an unknown unit is an error."""
+    with pytest.raises(ValueError):
+        parse_interval_ns("3 fortnights")
