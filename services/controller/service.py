@@ -1,0 +1,386 @@
+"""The controller service: compute controller + storage writer, served on NATS.
+
+Start-up: NATS, Spark and the storage writer, the orchestrator and the compute
+controller (which reads the status rows a previous run left), the
+``Controller`` API on NATS and the catalog's change feed, then the catalog
+snapshot (retried while the catalog starts) whose replicas it starts; then it
+is ready. Both the change feed (``loupe.catalog.v1.changes``) and
+``Controller.ApplyCatalog`` converge the set of replicas on a catalog
+snapshot; snapshots older than the last one applied are skipped.
+
+Shutdown, in order: stop serving, stop the replicas (their statuses go
+``offline``), flush the writer one last time, close NATS.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import datetime as dt
+import re
+import time
+from collections.abc import Callable
+from typing import Any
+
+from nats.aio.client import Client as NatsConnection
+from nats.aio.msg import Msg
+
+from loupe.builtins import BUILTIN_COLLECTIONS, BY_ID, BuiltinCollection
+from loupe.common.errors import LoupeError
+from loupe.common.logging import get_logger
+from loupe.common.metrics import serve_metrics
+from loupe.common.service import Service, remove_ready_file, write_ready_file
+from loupe.common.settings import BaseSettings
+from loupe.common.transport import NatsServiceClient, NatsServiceEndpoint, connect, subscribe
+from loupe.common.values import from_row
+from loupe.controller.compute import ClusterInfo, ComputeController
+from loupe.controller.orchestrators.base import Orchestrator, ReplicaSpec, load_orchestrator
+from loupe.persist.location import Blob, Consensus, default_uris, open_location
+from loupe.proto.catalog.v1 import catalog_pb2
+from loupe.proto.common.v1 import common_pb2
+from loupe.proto.compute.v1 import compute_pb2
+from loupe.proto.controller.v1 import controller_pb2
+
+log = get_logger(__name__)
+
+CONTROLLER_SERVICE = controller_pb2.DESCRIPTOR.services_by_name["Controller"]
+CATALOG_SERVICE = catalog_pb2.DESCRIPTOR.services_by_name["Catalog"]
+CATALOG_CHANGES_SUBJECT = "loupe.catalog.v1.changes"
+CATALOG_RETRY_CODES = ("UNAVAILABLE", "DEADLINE_EXCEEDED")
+
+
+@dataclasses.dataclass
+class ControllerSettings(BaseSettings):
+    """Settings of the controller (TOML section ``controller``)."""
+
+    # The orchestrator plugin (entry point group ``loupe.orchestrators``).
+    orchestrator: str = "process"
+    storage_flush_interval: float = 1.0
+    # A replica without a heartbeat for this long is offline and restarted.
+    heartbeat_timeout: float = 5.0
+    # Time a new incarnation has to send its first heartbeat.
+    replica_startup_timeout: float = 30.0
+    # SIGTERM to SIGKILL, when stopping a replica.
+    replica_terminate_grace: float = 5.0
+    # Peek timeout when the request sets none.
+    peek_timeout: float = 30.0
+    # How long start-up waits for the catalog service.
+    catalog_wait: float = 30.0
+    # Empty: under the data dir (``loupe.persist.location.default_uris``).
+    blob_uri: str = ""
+    consensus_uri: str = ""
+
+    def storage_uris(self) -> tuple[str, str]:
+        default_blob, default_consensus = default_uris(self.data_dir)
+        return self.blob_uri or default_blob, self.consensus_uri or default_consensus
+
+
+# Builds the storage writer from (blob, consensus, flush_interval); the default
+# starts Spark and uses ``loupe.controller.storage.StorageWriter``.
+WriterFactory = Callable[[Blob, Consensus, float], Any]
+
+
+class ControllerService(Service):
+    """The controller process."""
+
+    name = "controller"
+
+    def __init__(
+        self,
+        settings: ControllerSettings,
+        *,
+        writer_factory: WriterFactory | None = None,
+        orchestrator: Orchestrator | None = None,
+    ) -> None:
+        super().__init__()
+        self.settings = settings
+        self._writer_factory = writer_factory
+        self._orchestrator = orchestrator
+        self.compute: ComputeController | None = None
+        self.writer: Any = None
+        self.metrics_port: int | None = None
+
+    async def serve(self) -> None:
+        settings = self.settings
+        blob_uri, consensus_uri = settings.storage_uris()
+        log.info("controller starting", settings=settings.describe())
+        async with contextlib.AsyncExitStack() as stack:
+            nc = await connect(settings.nats_url, name="loupe-controller")
+            stack.push_async_callback(_close, nc)
+            self.metrics_port = serve_metrics(settings.metrics_port, settings.metrics_host)
+
+            blob, consensus = open_location(blob_uri, consensus_uri)
+            self.writer = await self._open_writer(blob, consensus)
+            await self.writer.start()
+            stack.push_async_callback(self.writer.stop)
+            if self.stopping:
+                return
+
+            orchestrator = self._orchestrator or load_orchestrator(settings.orchestrator, settings)
+            self.compute = ComputeController(
+                nc,
+                orchestrator,
+                self.writer,
+                blob_uri=blob_uri,
+                consensus_uri=consensus_uri,
+                heartbeat_timeout=settings.heartbeat_timeout,
+                startup_timeout=settings.replica_startup_timeout,
+                default_peek_timeout=settings.peek_timeout,
+            )
+            await self.compute.start()
+            stack.push_async_callback(self.compute.stop)
+
+            follower = CatalogFollower(self.compute)
+            servicer = ControllerServicer(
+                self.compute, follower, self.writer, blob_uri, consensus_uri
+            )
+            endpoint = NatsServiceEndpoint(nc, CONTROLLER_SERVICE, servicer)
+            await endpoint.start()
+            stack.push_async_callback(endpoint.stop)
+            changes = await subscribe(
+                nc, CATALOG_CHANGES_SUBJECT, catalog_pb2.CatalogSnapshot, follower.on_change
+            )
+            stack.push_async_callback(_unsubscribe, changes)
+
+            snapshot = await self._fetch_catalog(nc)
+            if snapshot is None:
+                return
+            await follower.apply(snapshot)
+
+            write_ready_file(settings.data_dir, "controller", metrics_port=self.metrics_port)
+            stack.callback(remove_ready_file, settings.data_dir, "controller")
+            log.info(
+                "controller ready",
+                replicas=self.compute.replica_ids(),
+                metrics_port=self.metrics_port,
+            )
+            await self.wait_for_shutdown()
+            log.info("controller stopping")
+        log.info("controller stopped")
+
+    async def _open_writer(self, blob: Blob, consensus: Consensus) -> Any:
+        interval = self.settings.storage_flush_interval
+        if self._writer_factory is not None:
+            return self._writer_factory(blob, consensus, interval)
+        from loupe.common.spark import get_spark
+        from loupe.controller.storage import StorageWriter
+
+        began = time.monotonic()
+        spark = await asyncio.to_thread(get_spark)
+        log.info("spark started", seconds=round(time.monotonic() - began, 1))
+        return StorageWriter(spark, blob, consensus, flush_interval=interval)
+
+    async def _fetch_catalog(self, nc: NatsConnection) -> catalog_pb2.CatalogSnapshot | None:
+        """The catalog snapshot, retried while the catalog service starts; None on shutdown."""
+        client = NatsServiceClient(nc, CATALOG_SERVICE, timeout=5.0)
+        deadline = time.monotonic() + self.settings.catalog_wait
+        delay = 0.1
+        while True:
+            try:
+                return await client.Snapshot(catalog_pb2.SnapshotRequest())  # type: ignore[no-any-return]
+            except LoupeError as error:
+                if error.code not in CATALOG_RETRY_CODES or time.monotonic() >= deadline:
+                    raise LoupeError(
+                        error.code, f"cannot read the catalog: {error.message}"
+                    ) from None
+                log.info("waiting for the catalog service", error=error.message)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.wait_for_shutdown(), delay)
+            if self.stopping:
+                return None
+            delay = min(delay * 2, 1.0)
+
+
+class CatalogFollower:
+    """Applies catalog snapshots to the compute controller, newest first-come only."""
+
+    def __init__(self, compute: ComputeController) -> None:
+        self._compute = compute
+        self._applied: tuple[int, int] | None = None
+        self._lock = asyncio.Lock()
+
+    async def apply(self, snapshot: catalog_pb2.CatalogSnapshot) -> tuple[list[str], list[str]]:
+        """Converge on ``snapshot`` (skipped if older than one applied); (started, stopped)."""
+        version = (snapshot.epoch, snapshot.timestamp)
+        async with self._lock:
+            if self._applied is not None and version < self._applied:
+                log.debug("older catalog snapshot skipped", version=version, applied=self._applied)
+                return [], []
+            clusters, replicas = desired_state(snapshot)
+            started, stopped = await self._compute.apply(clusters, replicas)
+            self._applied = version
+        if started or stopped:
+            log.info("catalog applied", version=version, started=started, stopped=stopped)
+        return started, stopped
+
+    async def on_change(self, snapshot: catalog_pb2.CatalogSnapshot, _msg: Msg) -> None:
+        await self.apply(snapshot)
+
+
+class ControllerServicer:
+    """The ``Controller`` API (proto ``controller.v1``) over the compute controller and writer."""
+
+    def __init__(
+        self,
+        compute: ComputeController,
+        follower: CatalogFollower,
+        writer: Any,
+        blob_uri: str,
+        consensus_uri: str,
+    ) -> None:
+        self._compute = compute
+        self._follower = follower
+        self._writer = writer
+        self._collections = [
+            collection_metadata(c, blob_uri, consensus_uri) for c in BUILTIN_COLLECTIONS
+        ]
+
+    async def ApplyCatalog(
+        self, request: controller_pb2.ApplyCatalogRequest, context: Any
+    ) -> controller_pb2.ApplyCatalogResponse:
+        if not request.HasField("snapshot"):
+            # An empty catalog would mean "drop every replica": never by accident.
+            raise LoupeError("INVALID_ARGUMENT", "ApplyCatalog needs a catalog snapshot")
+        started, stopped = await self._follower.apply(request.snapshot)
+        return controller_pb2.ApplyCatalogResponse(
+            replicas_started=started, replicas_stopped=stopped
+        )
+
+    async def Peek(
+        self, request: controller_pb2.PeekRequest, context: Any
+    ) -> compute_pb2.PeekResponse:
+        timeout = request.timeout_ms / 1000 if request.timeout_ms else None
+        return await self._compute.peek(
+            request.cluster_id, request.peek, replica_id=request.replica_id, timeout=timeout
+        )
+
+    async def CancelPeek(self, request: compute_pb2.CancelPeek, context: Any) -> common_pb2.Empty:
+        await self._compute.cancel_peek(request.uuid)
+        return common_pb2.Empty()
+
+    async def AppendUpdates(
+        self, request: controller_pb2.AppendUpdatesRequest, context: Any
+    ) -> controller_pb2.AppendUpdatesResponse:
+        updates = list(decode_updates(request))
+        upper = await self._writer.append(request.batch_id, updates)
+        return controller_pb2.AppendUpdatesResponse(upper=upper)
+
+    async def ListCollections(
+        self, request: common_pb2.Empty, context: Any
+    ) -> controller_pb2.ListCollectionsResponse:
+        return controller_pb2.ListCollectionsResponse(collections=self._collections)
+
+
+# -- the wire edge -------------------------------------------------------------------
+
+
+def desired_state(
+    snapshot: catalog_pb2.CatalogSnapshot,
+) -> tuple[list[ClusterInfo], list[ReplicaSpec]]:
+    """The clusters and replica specs a catalog snapshot asks for."""
+    clusters = [
+        ClusterInfo(
+            id=c.id,
+            name=c.name,
+            introspection_interval_ns=c.introspection_interval_ns,
+            introspection_debugging=c.introspection_debugging,
+        )
+        for c in snapshot.clusters
+    ]
+    replicas = [
+        ReplicaSpec(replica_id=r.id, cluster_id=r.cluster_id, workers=workers_for_size(r.size))
+        for r in snapshot.replicas
+    ]
+    return clusters, replicas
+
+
+def workers_for_size(size: str) -> int:
+    """Workers of a replica of ``size``: SIZE 'n' runs n workers."""
+    try:
+        return max(1, int(size))
+    except ValueError:
+        return 1
+
+
+def collection_metadata(
+    collection: BuiltinCollection, blob_uri: str, consensus_uri: str
+) -> common_pb2.CollectionMetadata:
+    return common_pb2.CollectionMetadata(
+        collection_id=collection.id,
+        shard_id=collection.shard_id,
+        blob_uri=blob_uri,
+        consensus_uri=consensus_uri,
+        relation_desc=common_pb2.RelationDesc(
+            columns=[
+                common_pb2.Column(name=name, type=kind, nullable=True)
+                for name, kind in collection.columns
+            ]
+        ),
+    )
+
+
+def decode_updates(
+    request: controller_pb2.AppendUpdatesRequest,
+) -> list[tuple[str, tuple[Any, ...], int]]:
+    """Wire updates as (collection_id, row, diff), checked against the collection's columns."""
+    out = []
+    for collection_updates in request.collections:
+        collection = BY_ID.get(collection_updates.collection_id)
+        if collection is None:
+            raise LoupeError(
+                "NOT_FOUND", f"no storage-managed collection {collection_updates.collection_id!r}"
+            )
+        for update in collection_updates.updates:
+            row = from_row(update.row)
+            if len(row) != len(collection.columns):
+                raise LoupeError(
+                    "INVALID_ARGUMENT",
+                    f"{collection.qualified_name} has {len(collection.columns)} columns,"
+                    f" an update has {len(row)}",
+                )
+            row = tuple(
+                coerce(value, kind, collection.qualified_name, name)
+                for value, (name, kind) in zip(row, collection.columns, strict=True)
+            )
+            out.append((collection.id, row, update.diff))
+    return out
+
+
+_TIMEDELTA = re.compile(r"^(?:(-?\d+) days?, )?(-?\d+):(\d{2}):(\d{2})(?:\.(\d{1,6}))?$")
+
+
+def coerce(value: Any, kind: str, relation: str, column: str) -> Any:
+    """A wire value as the Python type the writer expects for a column of ``kind``.
+
+    ``common.v1.Value`` has no interval: intervals travel as microseconds or as
+    text in Python's ``timedelta`` format ("1 day, 0:00:01.5").
+    """
+    if value is None or kind != "interval" or isinstance(value, dt.timedelta):
+        return value
+    if isinstance(value, int):
+        return dt.timedelta(microseconds=value)
+    if isinstance(value, str):
+        match = _TIMEDELTA.match(value.strip())
+        if match:
+            days, hours, minutes, seconds, fraction = match.groups()
+            return dt.timedelta(
+                days=int(days or 0),
+                hours=int(hours),
+                minutes=int(minutes),
+                seconds=int(seconds),
+                microseconds=int((fraction or "0").ljust(6, "0")),
+            )
+    raise LoupeError("INVALID_ARGUMENT", f"{relation}.{column}: {value!r} is not an interval")
+
+
+async def _close(nc: NatsConnection) -> None:
+    with contextlib.suppress(Exception):
+        await asyncio.wait_for(nc.drain(), 2.0)
+    if not nc.is_closed:
+        await nc.close()
+
+
+async def _unsubscribe(subscription: Any) -> None:
+    with contextlib.suppress(Exception):
+        await subscription.unsubscribe()
