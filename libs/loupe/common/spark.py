@@ -31,6 +31,7 @@ def get_spark(master: str | None = None, app_name: str = "loupe") -> Any:
             SparkSession.builder.master(master)
             .appName(app_name)
             .config("spark.ui.enabled", "false")
+            .config("spark.ui.showConsoleProgress", "false")
             .config("spark.sql.shuffle.partitions", "2")
             .config("spark.driver.host", os.environ["SPARK_LOCAL_IP"])
             .config("spark.driver.bindAddress", os.environ["SPARK_LOCAL_IP"])
