@@ -1,0 +1,1 @@
+"""Catalog storage backends (``loupe.catalog_backends`` plugins)."""

@@ -1,0 +1,223 @@
+"""The catalog service over a real NATS server and a real gRPC port."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from prometheus_client import REGISTRY
+
+from loupe.catalog.backends.sqlite import SqliteCatalogBackend
+from loupe.catalog.service import (
+    CHANGES_SUBJECT,
+    EXIT_FENCED,
+    CatalogService,
+    CatalogSettings,
+)
+from loupe.catalog.servicer import SERVICE, SERVICE_NAME
+from loupe.common.errors import LoupeError
+from loupe.common.transport import STATUS_HEADER, NatsServiceClient, subject_for
+from loupe.proto.catalog.v1 import catalog_pb2, catalog_pb2_grpc
+from loupe.proto.common.v1 import common_pb2
+from loupe.testing import assert_eventually
+
+
+@contextlib.asynccontextmanager
+async def running(
+    data_dir: Path, nats_url: str, leadership_check_interval: float = 0.1
+) -> AsyncIterator[CatalogService]:
+    """A catalog service in this process, serving until the block ends."""
+    settings = CatalogSettings(
+        data_dir=data_dir,
+        nats_url=nats_url,
+        grpc_port=0,
+        metrics_port=0,
+        leadership_check_interval=leadership_check_interval,
+    )
+    service = CatalogService(settings)
+    task = asyncio.create_task(service.run())
+
+    def ready() -> None:
+        assert not task.done(), "the catalog service stopped during start-up"
+        assert (data_dir / "run" / "catalog.ready.json").exists()
+
+    await assert_eventually(ready, timeout=15)
+    try:
+        yield service
+    finally:
+        service.shutdown()
+        await asyncio.wait_for(task, timeout=15)
+
+
+@pytest.fixture
+async def service(data_dir: Path, nats_url: str) -> AsyncIterator[CatalogService]:
+    async with running(data_dir, nats_url) as service:
+        yield service
+
+
+@pytest.fixture
+def client(nats_connection: Any) -> NatsServiceClient:
+    return NatsServiceClient(nats_connection, SERVICE, timeout=5.0)
+
+
+def create_cluster(name: str, **fields: Any) -> catalog_pb2.CatalogOp:
+    return catalog_pb2.CatalogOp(
+        create_cluster=catalog_pb2.CreateCluster(cluster=catalog_pb2.Cluster(name=name, **fields))
+    )
+
+
+async def test_transact_and_snapshot_over_nats(
+    service: CatalogService, client: NatsServiceClient
+) -> None:
+    """A managed cluster created over NATS appears in the reply and in later snapshots."""
+    response = await client.Transact(
+        catalog_pb2.TransactRequest(ops=[create_cluster("c", size="2", replication_factor=2)])
+    )
+    assert response.timestamp > 0
+    kinds = [(change.WhichOneof("kind")) for change in response.changes]
+    assert kinds == ["cluster_created", "replica_created", "replica_created"]
+    assert response.changes[0].cluster_created.id == "u2"
+    snapshot = await client.Snapshot(catalog_pb2.SnapshotRequest())
+    assert snapshot.timestamp == response.timestamp
+    assert snapshot.epoch == 1
+    assert [c.name for c in snapshot.clusters] == ["mz_catalog_server", "quickstart", "c"]
+    assert sorted(
+        (r.cluster_id, r.name, r.size) for r in snapshot.replicas if r.cluster_id == "u2"
+    ) == [
+        ("u2", "r1", "2"),
+        ("u2", "r2", "2"),
+    ]
+    assert response.snapshot == snapshot
+    timestamp = await client.ReadTimestamp(common_pb2.Empty())
+    assert timestamp.timestamp == response.timestamp
+    epoch = await client.Epoch(common_pb2.Empty())
+    assert (epoch.epoch, epoch.deploy_generation) == (1, 0)
+
+
+async def test_catalog_errors_carry_their_sqlstate(
+    service: CatalogService, client: NatsServiceClient
+) -> None:
+    """A duplicate cluster is refused with 42710, and nothing of the transaction stays."""
+    request = catalog_pb2.TransactRequest(
+        ops=[create_cluster("fresh"), create_cluster("quickstart")]
+    )
+    with pytest.raises(LoupeError) as caught:
+        await client.Transact(request)
+    assert (caught.value.code, caught.value.message) == (
+        "42710",
+        'cluster "quickstart" already exists',
+    )
+    snapshot = await client.Snapshot(catalog_pb2.SnapshotRequest())
+    assert "fresh" not in [c.name for c in snapshot.clusters]
+
+
+async def test_garbage_bytes_get_an_error_reply_and_the_service_keeps_serving(
+    service: CatalogService, client: NatsServiceClient, nats_connection: Any
+) -> None:
+    """Undecodable bytes on the Transact subject are answered, counted, and survived."""
+    subject = subject_for(SERVICE, "Transact")
+    labels = {"subject": subject}
+    before = REGISTRY.get_sample_value("loupe_bus_malformed_messages_total", labels) or 0
+    reply = await nats_connection.request(subject, b"\x0a\xff garbage", timeout=5)
+    assert reply.headers[STATUS_HEADER] == "INVALID_ARGUMENT"
+    assert REGISTRY.get_sample_value("loupe_bus_malformed_messages_total", labels) == before + 1
+    response = await client.Transact(catalog_pb2.TransactRequest(ops=[create_cluster("after")]))
+    assert response.changes[0].cluster_created.name == "after"
+
+
+async def test_every_commit_is_published_on_the_changes_subject(
+    service: CatalogService, client: NatsServiceClient, nats_connection: Any
+) -> None:
+    """Followers receive the new snapshot after each commit."""
+    received: list[catalog_pb2.CatalogSnapshot] = []
+
+    async def on_message(msg: Any) -> None:
+        received.append(catalog_pb2.CatalogSnapshot.FromString(msg.data))
+
+    subscription = await nats_connection.subscribe(CHANGES_SUBJECT, cb=on_message)
+    try:
+        response = await client.Transact(
+            catalog_pb2.TransactRequest(ops=[create_cluster("followed", size="1")])
+        )
+
+        def published() -> None:
+            assert any(s.timestamp == response.timestamp for s in received)
+
+        await assert_eventually(published, timeout=5)
+        latest = next(s for s in received if s.timestamp == response.timestamp)
+        assert "followed" in [c.name for c in latest.clusters]
+    finally:
+        await subscription.unsubscribe()
+
+
+async def test_grpc_admin_port_reports_serving_and_serves_the_catalog(
+    service: CatalogService,
+) -> None:
+    """Health checks answer SERVING; Snapshot works over gRPC too."""
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{service.grpc_port}") as channel:
+        health = health_pb2_grpc.HealthStub(channel)
+        for name in ("", SERVICE_NAME):
+            answer = await health.Check(health_pb2.HealthCheckRequest(service=name), timeout=5)
+            assert answer.status == health_pb2.HealthCheckResponse.SERVING
+        snapshot = await catalog_pb2_grpc.CatalogStub(channel).Snapshot(
+            catalog_pb2.SnapshotRequest(), timeout=5
+        )
+        assert {c.name for c in snapshot.clusters} == {"mz_catalog_server", "quickstart"}
+
+
+async def test_ready_file_names_the_ports(service: CatalogService, data_dir: Path) -> None:
+    """``loupe up`` learns the gRPC and metrics ports from the ready file."""
+    ready = json.loads((data_dir / "run" / "catalog.ready.json").read_text())
+    assert ready["grpc_port"] == service.grpc_port
+    assert ready["metrics_port"] == service.metrics_port
+
+
+async def test_service_halts_when_another_writer_opens_the_catalog(
+    data_dir: Path, nats_url: str, client: NatsServiceClient
+) -> None:
+    """Opening the store elsewhere fences the running service, which exits non-zero."""
+    async with running(data_dir, nats_url) as service:
+        other = SqliteCatalogBackend(data_dir)
+        other.open()
+        try:
+            await assert_eventually(lambda: _assert_stopped(service), timeout=10)
+            assert service.exit_code == EXIT_FENCED
+            assert service.fenced is not None
+            assert (service.fenced.ours.epoch, service.fenced.current.epoch) == (1, 2)
+        finally:
+            other.close()
+
+
+def _assert_stopped(service: CatalogService) -> None:
+    assert service.fenced is not None
+    assert service.stopping
+
+
+async def test_fenced_commit_is_refused_and_halts_the_service(
+    data_dir: Path, nats_url: str, client: NatsServiceClient
+) -> None:
+    """A commit that finds a newer epoch is answered UNAVAILABLE naming both tokens."""
+    async with running(data_dir, nats_url, leadership_check_interval=3600) as service:
+        other = SqliteCatalogBackend(data_dir)
+        other.open()
+        try:
+            with pytest.raises(LoupeError) as caught:
+                await client.Transact(catalog_pb2.TransactRequest(ops=[create_cluster("late")]))
+            assert caught.value.code == "UNAVAILABLE"
+            assert "(deploy_generation=0, epoch=1)" in caught.value.message
+            assert "(deploy_generation=0, epoch=2)" in caught.value.message
+            await assert_eventually(lambda: _assert_stopped(service), timeout=10)
+            assert service.exit_code == EXIT_FENCED
+        finally:
+            other.close()
+    reader = SqliteCatalogBackend(data_dir)
+    reader.open_read_only()
+    assert "late" not in [c.name for c in reader.get_clusters()]
+    reader.close()
