@@ -5,6 +5,8 @@ measured in the same run.
   bare Spark session's cold start (the floor every start pays).
 - status: ``kill -9`` of a replica process until its ``offline`` status is
   visible in SQL, against the storage flush interval.
+
+Then the storage writer's own benchmark (``bench/storage_writer.py``).
 """
 
 from __future__ import annotations

@@ -177,13 +177,17 @@ class Coordinator:
 
     async def _retry_unavailable(self, call: Callable[[], Awaitable[T]], what: str) -> T:
         deadline = time.monotonic() + self.config.startup_timeout
+        attempts = 0
         while True:
             try:
                 return await call()
             except LoupeError as error:
                 if error.code != "UNAVAILABLE" or time.monotonic() >= deadline:
                     raise
-                log.info(f"waiting for the {what}", error=error.message)
+                # Once at info, then quietly: the other services are starting too.
+                report = log.info if attempts == 0 else log.debug
+                report(f"waiting for the {what}", error=error.message)
+                attempts += 1
             await asyncio.sleep(0.25)
 
     async def _on_catalog_change(self, snapshot: catalog_pb2.CatalogSnapshot, _msg: Any) -> None:
