@@ -23,6 +23,7 @@ import pyarrow as pa
 
 from loupe.builtins import BuiltinCollection
 from loupe.persist import DIFF_COLUMN, TIMESTAMP_COLUMN
+from loupe.persist.shard import ARROW_TYPES
 
 # The column a group's Spark job partitions its output by (one directory per shard).
 SHARD_COLUMN = "mz_shard"
@@ -32,22 +33,9 @@ _INT64_MIN = -(2**63)
 _INT64_MAX = 2**63 - 1
 
 # Arrow types handed to Spark (``createDataFrame`` of an Arrow table); each maps
-# one-to-one onto the Spark type in ``spark_type``.
-_INGEST_TYPES: dict[str, pa.DataType] = {
-    "text": pa.string(),
-    "int4": pa.int32(),
-    "int8": pa.int64(),
-    "uint8": pa.int64(),
-    "float8": pa.float64(),
-    "bool": pa.bool_(),
-    "timestamptz": pa.timestamp("us", tz="UTC"),
-    "date": pa.date32(),
-    "numeric": pa.string(),
-    "jsonb": pa.string(),
-    "interval": pa.duration("us"),
-    "bytea": pa.binary(),
-    "list": pa.list_(pa.int64()),
-}
+# one-to-one onto the Spark type in ``spark_type``. Spark has no unsigned
+# integers: uint8 travels as int64 and readers cast it back (persist.shard).
+_INGEST_TYPES: dict[str, pa.DataType] = {**ARROW_TYPES, "uint8": pa.int64()}
 
 
 def ingest_type(pg_type: str) -> pa.DataType:
