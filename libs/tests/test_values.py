@@ -7,7 +7,7 @@ from decimal import Decimal
 
 import pytest
 
-from loupe.common.values import from_row, to_row, to_value
+from loupe.common.values import format_interval, from_row, from_value, to_row, to_value
 
 SAMPLES = [
     None,
@@ -33,3 +33,18 @@ def test_unsupported_type_is_named():
     """An unknown type fails with its name rather than a generic error."""
     with pytest.raises(TypeError, match="set"):
         to_value({1, 2})
+
+
+@pytest.mark.parametrize(
+    ("interval", "text"),
+    [
+        (dt.timedelta(seconds=1), "00:00:01"),
+        (dt.timedelta(days=1), "1 day"),
+        (dt.timedelta(days=2, hours=3, microseconds=500_000), "2 days 03:00:00.5"),
+        (-dt.timedelta(minutes=5), "-00:05:00"),
+    ],
+)
+def test_intervals_read_like_postgres(interval, text):
+    """Intervals travel as microseconds and print as PostgreSQL prints them."""
+    assert from_value(to_value(interval)) == interval
+    assert format_interval(interval) == text

@@ -18,7 +18,6 @@ import asyncio
 import contextlib
 import dataclasses
 import datetime as dt
-import re
 import time
 from collections.abc import Callable
 from typing import Any
@@ -347,30 +346,14 @@ def decode_updates(
     return out
 
 
-_TIMEDELTA = re.compile(r"^(?:(-?\d+) days?, )?(-?\d+):(\d{2}):(\d{2})(?:\.(\d{1,6}))?$")
-
-
 def coerce(value: Any, kind: str, relation: str, column: str) -> Any:
-    """A wire value as the Python type the writer expects for a column of ``kind``.
+    """Check that a wire value fits a column of ``kind`` the writer cannot check by type.
 
-    ``common.v1.Value`` has no interval: intervals travel as microseconds or as
-    text in Python's ``timedelta`` format ("1 day, 0:00:01.5").
+    Intervals travel as ``Value.interval_us`` and arrive as ``timedelta``; a
+    client that sends text there has a bug worth naming.
     """
     if value is None or kind != "interval" or isinstance(value, dt.timedelta):
         return value
-    if isinstance(value, int):
-        return dt.timedelta(microseconds=value)
-    if isinstance(value, str):
-        match = _TIMEDELTA.match(value.strip())
-        if match:
-            days, hours, minutes, seconds, fraction = match.groups()
-            return dt.timedelta(
-                days=int(days or 0),
-                hours=int(hours),
-                minutes=int(minutes),
-                seconds=int(seconds),
-                microseconds=int((fraction or "0").ljust(6, "0")),
-            )
     raise LoupeError("INVALID_ARGUMENT", f"{relation}.{column}: {value!r} is not an interval")
 
 

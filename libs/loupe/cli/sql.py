@@ -19,7 +19,6 @@ import json
 import os
 import sys
 from collections.abc import Sequence
-from decimal import Decimal
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -32,6 +31,7 @@ from loupe.client import (
     StatementResult,
 )
 from loupe.common.errors import LoupeError
+from loupe.common.values import format_interval
 
 EXIT_OK, EXIT_SQL_ERROR, EXIT_UNREACHABLE = 0, 1, 2
 NUMERIC_TYPES = frozenset(
@@ -146,6 +146,8 @@ def format_value(value: Any) -> str:
         return "{" + ",".join(format_value(v) for v in value) + "}"
     if isinstance(value, dict):
         return json.dumps(value, sort_keys=True)
+    if isinstance(value, dt.timedelta):
+        return format_interval(value)
     return str(value)
 
 
@@ -193,8 +195,8 @@ def _json_value(value: Any) -> Any:
         return value.isoformat()
     if isinstance(value, bytes):
         return "\\x" + value.hex()
-    if isinstance(value, Decimal | dt.timedelta):
-        return str(value)
+    if isinstance(value, dt.timedelta):
+        return format_interval(value)
     return str(value)
 
 

@@ -41,7 +41,7 @@ def to_value(value: Any) -> common_pb2.Value:
             list_value=common_pb2.ValueList(values=[to_value(v) for v in value])
         )
     if isinstance(value, dt.timedelta):
-        return common_pb2.Value(text_value=str(value))
+        return common_pb2.Value(interval_us=value // dt.timedelta(microseconds=1))
     raise TypeError(f"cannot encode {type(value).__name__} as a Value")
 
 
@@ -60,7 +60,26 @@ def from_value(value: common_pb2.Value) -> Any:
         return json.loads(raw)
     if kind == "list_value":
         return [from_value(v) for v in raw.values]
+    if kind == "interval_us":
+        return dt.timedelta(microseconds=raw)
     return raw
+
+
+def format_interval(value: dt.timedelta) -> str:
+    """PostgreSQL's text form of an interval: ``1 day 02:03:04.5``."""
+    micros = value // dt.timedelta(microseconds=1)
+    sign = "-" if micros < 0 else ""
+    days, rest = divmod(abs(micros), 86_400_000_000)
+    seconds, fraction = divmod(rest, 1_000_000)
+    hours, seconds = divmod(seconds, 3600)
+    minutes, seconds = divmod(seconds, 60)
+    clock = f"{sign}{hours:02d}:{minutes:02d}:{seconds:02d}"
+    if fraction:
+        clock += f".{fraction:06d}".rstrip("0")
+    if days:
+        unit = "day" if days == 1 else "days"
+        return f"{sign}{days} {unit}" + ("" if rest == 0 else f" {clock}")
+    return clock
 
 
 def to_row(values: list[Any] | tuple[Any, ...]) -> common_pb2.Row:

@@ -44,7 +44,7 @@ POLARS_TYPES: dict[str, Any] = {
     "int8": pl.Int64,
     "timestamptz": pl.Datetime("us", "UTC"),
     # Intervals travel as text (``to_row`` of a timedelta).
-    "interval": pl.String,
+    "interval": pl.Duration("us"),
 }
 
 

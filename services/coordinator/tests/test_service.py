@@ -65,7 +65,9 @@ async def test_create_cluster_transacts_applies_and_appends_catalog_rows(harness
         c.collection_id: [(from_row(u.row), u.diff) for u in c.updates] for c in append.collections
     }
     cluster_id = next(c.id for c in harness.catalog.clusters if c.name == "c")
-    assert updates["s101"] == [((cluster_id, "c", "u1", True, "2", 2, "0:00:01", False), 1)]
+    assert updates["s101"] == [
+        ((cluster_id, "c", "u1", True, "2", 2, dt.timedelta(seconds=1), False), 1)
+    ]
     assert sorted((row[1], row[3]) for row, _ in updates["s102"]) == [("r1", "2"), ("r2", "2")]
     assert all(diff == 1 for _, diff in updates["s102"])
 
@@ -342,8 +344,8 @@ async def test_start_reconciles_storage_with_the_catalog(
             for c in reconcile[0].collections
         }
         assert updates["s101"] == [
-            (("u99", "ghost", "u1", True, "1", 1, "0:00:01", False), -1),
-            (("s1", "mz_catalog_server", "s1", True, "1", 1, "0:00:01", False), 1),
+            (("u99", "ghost", "u1", True, "1", 1, dt.timedelta(seconds=1), False), -1),
+            (("s1", "mz_catalog_server", "s1", True, "1", 1, dt.timedelta(seconds=1), False), 1),
         ]
         assert len(updates["s102"]) == 2  # both bootstrap replicas were missing
         assert controller.applied, "the catalog is applied to the controller at start"
