@@ -8,10 +8,13 @@ in the same store and advances in the same write, so time never goes
 backwards, even across restarts and clock steps.
 
 The base class keeps the last committed state in memory (a writer is the only
-one; if it is not, its next commit is fenced) and the rules of transactions
-live in ``loupe.catalog.transaction``. A backend provides storage only:
-``_load`` (initialise, bump the epoch) and ``_write`` (check the fence,
-advance the oracle, store a diff) — both atomic.
+one; if it is not, its next commit is fenced), the rules of transactions live
+in ``loupe.catalog.transaction`` and migrations in ``loupe.catalog.migrations``.
+A backend provides storage only, as rows ``(kind, key JSON, value JSON)`` plus
+its bookkeeping (version, fence token, last timestamp), through four atomic
+primitives: ``_load`` (initialise, or migrate and bump the epoch), ``_write``
+(check the fence, advance the oracle, store a diff), ``_confirm_fence`` and
+``_read_fence``.
 """
 
 from __future__ import annotations
@@ -21,22 +24,33 @@ import json
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from loupe.catalog.errors import CatalogCorruptError, CatalogError, CatalogReadOnlyError
+from loupe.catalog.migrations import CATALOG_VERSION, Row, Write, migrate
 from loupe.catalog.objects import CatalogSnapshot, Cluster, ClusterReplica, FenceToken
-from loupe.catalog.transaction import CatalogState, Transaction
+from loupe.catalog.transaction import CatalogState, Transaction, bootstrap_state
 from loupe.common.plugins import Registry
-
-# Version of the stored layout; migrations will upgrade older ones.
-CATALOG_VERSION = 1
 
 # Stored collections: kind -> attribute of CatalogState.
 KINDS = {"cluster": "clusters", "cluster_replica": "replicas", "id_allocator": "id_allocators"}
+Migrate = Callable[[int, list[Row]], tuple[int, list[Write]]]
 
-Row = tuple[str, str, str]  # (kind, key, JSON value)
-Write = tuple[str, str, str | None]  # (kind, key, JSON value or None to delete)
+
+@dataclass
+class Loaded:
+    """What ``_load`` read (and, for a writable open, wrote)."""
+
+    version: int
+    # Ours after a writable open (bumped), the stored one otherwise.
+    fence: FenceToken
+    # The last write timestamp of the oracle.
+    timestamp: int
+    # Every object row, migrations applied.
+    rows: list[Row]
+
 
 BACKENDS = Registry("loupe.catalog_backends")
 DEFAULT_BACKEND = "stash-sqlite"
@@ -62,6 +76,7 @@ class DurableCatalogState(abc.ABC):
         # reader on another thread never pairs a state with the wrong timestamp.
         self._committed: tuple[CatalogState, int] | None = None
         self._fence: FenceToken | None = None
+        self._version = CATALOG_VERSION
         self._read_only = False
 
     # Opening
@@ -86,8 +101,12 @@ class DurableCatalogState(abc.ABC):
 
     def _open(self, *, writable: bool) -> None:
         with self._lock:
-            state, self._fence, timestamp = self._load(writable=writable)
-            self._committed = (state, timestamp)
+            loaded = self._load(
+                writable=writable, initial_rows=list(state_rows(bootstrap_state())), migrate=migrate
+            )
+            self._version = loaded.version
+            self._fence = loaded.fence
+            self._committed = (state_from_rows(loaded.rows), loaded.timestamp)
             self._read_only = not writable
 
     @property
@@ -165,10 +184,20 @@ class DurableCatalogState(abc.ABC):
     # Backend primitives
 
     @abc.abstractmethod
-    def _load(self, *, writable: bool) -> tuple[CatalogState, FenceToken, int]:
-        """Read (and, if ``writable``, initialise and fence) the catalog atomically.
+    def _load(self, *, writable: bool, initial_rows: list[Row], migrate: Migrate) -> Loaded:
+        """Read the catalog, atomically with what a writable open writes.
 
-        Returns the state, our fence token and the last write timestamp.
+        Not initialised: if ``writable`` store ``initial_rows`` at version
+        ``CATALOG_VERSION`` with fence ``(self.deploy_generation, 1)`` and
+        timestamp ``next_timestamp(self._now(), 0)``; else raise CatalogError.
+        Initialised: read version, fence, timestamp and rows, then
+        ``(version, writes) = migrate(version, rows)`` (it raises for a newer
+        catalog). If ``writable``: a stored deploy generation newer than ours
+        raises ``FencedError``; otherwise store fence
+        ``(self.deploy_generation, stored epoch + 1)``, the new version and
+        ``writes`` in the same atomic write. Either way return the rows with
+        ``writes`` applied (``migrations.apply_writes``); a read-only load
+        writes nothing.
         """
 
     @abc.abstractmethod
@@ -183,8 +212,24 @@ class DurableCatalogState(abc.ABC):
         """Raise ``FencedError`` unless ``fence`` is the stored token."""
 
     @abc.abstractmethod
+    def _read_fence(self) -> FenceToken | None:
+        """The stored fence token without opening, or None when not initialised."""
+
     def dump(self) -> str:
-        """Everything stored, as human-readable JSON."""
+        """Everything open, as human-readable JSON (keys and values as stored)."""
+        state, timestamp = self._view()
+        collections: dict[str, dict[str, Any]] = {}
+        for kind, key, value in sorted(state_rows(state)):
+            collections.setdefault(kind, {})[key] = json.loads(value)
+        fence = self.fence
+        config = {
+            "version": self._version,
+            "epoch": fence.epoch,
+            "deploy_generation": fence.deploy_generation,
+        }
+        return json.dumps(
+            {"config": config, "timestamp": timestamp, "collections": collections}, indent=2
+        )
 
     @abc.abstractmethod
     def close(self) -> None:

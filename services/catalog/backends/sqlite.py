@@ -15,24 +15,15 @@ atomic step even with another process on the same file.
 
 from __future__ import annotations
 
-import json
 import sqlite3
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from loupe.catalog.durable import (
-    CATALOG_VERSION,
-    DurableCatalogState,
-    Write,
-    next_timestamp,
-    now_ms,
-    state_from_rows,
-    state_rows,
-)
+from loupe.catalog.durable import DurableCatalogState, Loaded, Migrate, next_timestamp, now_ms
 from loupe.catalog.errors import CatalogCorruptError, CatalogError, FencedError
+from loupe.catalog.migrations import CATALOG_VERSION, Row, Write, apply_writes
 from loupe.catalog.objects import FenceToken
-from loupe.catalog.transaction import CatalogState, bootstrap_state
 
 TIMELINE = "catalog"
 CONFIG_KEYS = ("version", "epoch", "deploy_generation")
@@ -126,11 +117,6 @@ class SqliteCatalogBackend(DurableCatalogState):
         missing = [key for key in CONFIG_KEYS if key not in config]
         if missing:
             raise CatalogCorruptError(f"{self.path}: catalog config lacks {', '.join(missing)}")
-        if config["version"] > CATALOG_VERSION:
-            raise CatalogError(
-                f"{self.path} holds catalog version {config['version']}, newer than this "
-                f"Loupe's {CATALOG_VERSION}; upgrade Loupe"
-            )
         return config
 
     def _stored_fence(self, connection: sqlite3.Connection) -> FenceToken:
@@ -145,21 +131,38 @@ class SqliteCatalogBackend(DurableCatalogState):
             raise CatalogCorruptError(f"{self.path}: the timestamp oracle has no timestamp")
         return int(row[0])
 
-    def _initialize(self, connection: sqlite3.Connection) -> None:
+    def _initialize(self, connection: sqlite3.Connection, rows: list[Row]) -> Loaded:
         for statement in filter(str.strip, SCHEMA.split(";")):
             connection.execute(statement)
+        fence = FenceToken(self.deploy_generation, 1)
+        timestamp = next_timestamp(self._now(), 0)
         connection.executemany(
             "INSERT INTO config (key, value) VALUES (?, ?)",
-            [("version", CATALOG_VERSION), ("epoch", 0), ("deploy_generation", 0)],
+            [
+                ("version", CATALOG_VERSION),
+                ("epoch", fence.epoch),
+                ("deploy_generation", fence.deploy_generation),
+            ],
         )
-        connection.executemany(
-            "INSERT INTO collections (kind, key, value) VALUES (?, ?, ?)",
-            state_rows(bootstrap_state()),
-        )
+        self._apply(connection, rows)
         connection.execute(
-            "INSERT INTO timestamp_oracle (timeline, ts) VALUES (?, ?)",
-            (TIMELINE, next_timestamp(self._now(), 0)),
+            "INSERT INTO timestamp_oracle (timeline, ts) VALUES (?, ?)", (TIMELINE, timestamp)
         )
+        return Loaded(CATALOG_VERSION, fence, timestamp, sorted(rows))
+
+    @staticmethod
+    def _apply(connection: sqlite3.Connection, writes: list[Write] | list[Row]) -> None:
+        for kind, key, value in writes:
+            if value is None:
+                connection.execute(
+                    "DELETE FROM collections WHERE kind = ? AND key = ?", (kind, key)
+                )
+            else:
+                connection.execute(
+                    "INSERT INTO collections (kind, key, value) VALUES (?, ?, ?) "
+                    "ON CONFLICT (kind, key) DO UPDATE SET value = excluded.value",
+                    (kind, key, value),
+                )
 
     # DurableCatalogState primitives
 
@@ -169,26 +172,38 @@ class SqliteCatalogBackend(DurableCatalogState):
         with self._transaction(write=False) as connection:
             return self._has_layout(connection)
 
-    def _load(self, *, writable: bool) -> tuple[CatalogState, FenceToken, int]:
+    def _load(self, *, writable: bool, initial_rows: list[Row], migrate: Migrate) -> Loaded:
         with self._transaction(write=writable) as connection:
             if not self._has_layout(connection):
                 if not writable:
                     raise CatalogError(f"{self.path} is not initialised")
-                self._initialize(connection)
-            stored = self._stored_fence(connection)
+                return self._initialize(connection, initial_rows)
+            config = self._config(connection)
+            stored = FenceToken(config["deploy_generation"], config["epoch"])
+            rows = [
+                (kind, key, value)
+                for kind, key, value in connection.execute(
+                    "SELECT kind, key, value FROM collections ORDER BY kind, key"
+                )
+            ]
+            version, writes = migrate(config["version"], rows)
+            ours = stored
             if writable:
                 if stored.deploy_generation > self.deploy_generation:
                     raise FencedError(FenceToken(self.deploy_generation, 0), stored)
                 ours = FenceToken(self.deploy_generation, stored.epoch + 1)
                 connection.executemany(
                     "UPDATE config SET value = ? WHERE key = ?",
-                    [(ours.epoch, "epoch"), (ours.deploy_generation, "deploy_generation")],
+                    [
+                        (ours.epoch, "epoch"),
+                        (ours.deploy_generation, "deploy_generation"),
+                        (version, "version"),
+                    ],
                 )
-            else:
-                ours = stored
-            rows = connection.execute("SELECT kind, key, value FROM collections").fetchall()
-            state = state_from_rows(rows)
-            return state, ours, self._last_timestamp(connection)
+                self._apply(connection, writes)
+            return Loaded(
+                version, ours, self._last_timestamp(connection), apply_writes(rows, writes)
+            )
 
     def _write(self, fence: FenceToken, writes: list[Write], now: int) -> int:
         with self._transaction(write=True) as connection:
@@ -199,17 +214,7 @@ class SqliteCatalogBackend(DurableCatalogState):
             connection.execute(
                 "UPDATE timestamp_oracle SET ts = ? WHERE timeline = ?", (timestamp, TIMELINE)
             )
-            for kind, key, value in writes:
-                if value is None:
-                    connection.execute(
-                        "DELETE FROM collections WHERE kind = ? AND key = ?", (kind, key)
-                    )
-                else:
-                    connection.execute(
-                        "INSERT INTO collections (kind, key, value) VALUES (?, ?, ?) "
-                        "ON CONFLICT (kind, key) DO UPDATE SET value = excluded.value",
-                        (kind, key, value),
-                    )
+            self._apply(connection, writes)
             return timestamp
 
     def _confirm_fence(self, fence: FenceToken) -> None:
@@ -218,18 +223,11 @@ class SqliteCatalogBackend(DurableCatalogState):
         if stored != fence:
             raise FencedError(fence, stored)
 
-    def dump(self) -> str:
+    def _read_fence(self) -> FenceToken | None:
+        if not self.is_initialized():
+            return None
         with self._transaction(write=False) as connection:
-            config = self._config(connection)
-            collections: dict[str, dict[str, object]] = {}
-            for kind, key, value in connection.execute(
-                "SELECT kind, key, value FROM collections ORDER BY kind, key"
-            ):
-                collections.setdefault(kind, {})[key] = json.loads(value)
-            timestamp = self._last_timestamp(connection)
-        return json.dumps(
-            {"config": config, "timestamp": timestamp, "collections": collections}, indent=2
-        )
+            return self._stored_fence(connection)
 
     def close(self) -> None:
         if self._connection is not None:
