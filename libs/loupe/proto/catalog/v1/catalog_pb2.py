@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from loupe.proto.common.v1 import common_pb2 as loupe_dot_proto_dot_common_dot_v1_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n$loupe/proto/catalog/v1/catalog.proto\x12\x16loupe.proto.catalog.v1\x1a\"loupe/proto/common/v1/common.proto\"\x11\n\x0fSnapshotRequest\"\xb4\x01\n\x07\x43luster\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x10\n\x08owner_id\x18\x03 \x01(\t\x12\x0f\n\x07managed\x18\x04 \x01(\x08\x12\x0c\n\x04size\x18\x05 \x01(\t\x12\x1a\n\x12replication_factor\x18\x06 \x01(\r\x12!\n\x19introspection_interval_ns\x18\x07 \x01(\x04\x12\x1f\n\x17introspection_debugging\x18\x08 \x01(\x08\"\xea\x01\n\x0e\x43lusterReplica\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x12\n\ncluster_id\x18\x03 \x01(\t\x12\x0c\n\x04size\x18\x04 \x01(\t\x12\x10\n\x08owner_id\x18\x05 \x01(\t\x12S\n\x0flog_collections\x18\x06 \x03(\x0b\x32:.loupe.proto.catalog.v1.ClusterReplica.LogCollectionsEntry\x1a\x35\n\x13LogCollectionsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\xbb\x01\n\x0f\x43\x61talogSnapshot\x12\r\n\x05\x65poch\x18\x01 \x01(\x04\x12\x19\n\x11\x64\x65ploy_generation\x18\x02 \x01(\x04\x12\x11\n\ttimestamp\x18\x03 \x01(\x04\x12\x31\n\x08\x63lusters\x18\x04 \x03(\x0b\x32\x1f.loupe.proto.catalog.v1.Cluster\x12\x38\n\x08replicas\x18\x05 \x03(\x0b\x32&.loupe.proto.catalog.v1.ClusterReplica\"{\n\rCreateCluster\x12\x30\n\x07\x63luster\x18\x01 \x01(\x0b\x32\x1f.loupe.proto.catalog.v1.Cluster\x12\x38\n\x08replicas\x18\x02 \x03(\x0b\x32&.loupe.proto.catalog.v1.ClusterReplica\"e\n\x14\x43reateClusterReplica\x12\x37\n\x07replica\x18\x01 \x01(\x0b\x32&.loupe.proto.catalog.v1.ClusterReplica\x12\x14\n\x0c\x63luster_name\x18\x02 \x01(\t\"?\n\x0b\x44ropCluster\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x11\n\tif_exists\x18\x02 \x01(\x08\x12\x0f\n\x07\x63\x61scade\x18\x03 \x01(\x08\"S\n\x12\x44ropClusterReplica\x12\x14\n\x0c\x63luster_name\x18\x01 \x01(\t\x12\x14\n\x0creplica_name\x18\x02 \x01(\t\x12\x11\n\tif_exists\x18\x03 \x01(\x08\"\xad\x02\n\tCatalogOp\x12?\n\x0e\x63reate_cluster\x18\x01 \x01(\x0b\x32%.loupe.proto.catalog.v1.CreateClusterH\x00\x12N\n\x16\x63reate_cluster_replica\x18\x02 \x01(\x0b\x32,.loupe.proto.catalog.v1.CreateClusterReplicaH\x00\x12;\n\x0c\x64rop_cluster\x18\x03 \x01(\x0b\x32#.loupe.proto.catalog.v1.DropClusterH\x00\x12J\n\x14\x64rop_cluster_replica\x18\x04 \x01(\x0b\x32*.loupe.proto.catalog.v1.DropClusterReplicaH\x00\x42\x06\n\x04kind\"A\n\x0fTransactRequest\x12.\n\x03ops\x18\x01 \x03(\x0b\x32!.loupe.proto.catalog.v1.CatalogOp\"\x95\x02\n\rCatalogChange\x12:\n\x0f\x63luster_created\x18\x01 \x01(\x0b\x32\x1f.loupe.proto.catalog.v1.ClusterH\x00\x12\x41\n\x0freplica_created\x18\x02 \x01(\x0b\x32&.loupe.proto.catalog.v1.ClusterReplicaH\x00\x12:\n\x0f\x63luster_dropped\x18\x03 \x01(\x0b\x32\x1f.loupe.proto.catalog.v1.ClusterH\x00\x12\x41\n\x0freplica_dropped\x18\x04 \x01(\x0b\x32&.loupe.proto.catalog.v1.ClusterReplicaH\x00\x42\x06\n\x04kind\"\x98\x01\n\x10TransactResponse\x12\x11\n\ttimestamp\x18\x01 \x01(\x04\x12\x36\n\x07\x63hanges\x18\x02 \x03(\x0b\x32%.loupe.proto.catalog.v1.CatalogChange\x12\x39\n\x08snapshot\x18\x03 \x01(\x0b\x32\'.loupe.proto.catalog.v1.CatalogSnapshot\"9\n\rEpochResponse\x12\r\n\x05\x65poch\x18\x01 \x01(\x04\x12\x19\n\x11\x64\x65ploy_generation\x18\x02 \x01(\x04\"&\n\x11TimestampResponse\x12\x11\n\ttimestamp\x18\x01 \x01(\x04\x32\xee\x02\n\x07\x43\x61talog\x12\\\n\x08Snapshot\x12\'.loupe.proto.catalog.v1.SnapshotRequest\x1a\'.loupe.proto.catalog.v1.CatalogSnapshot\x12]\n\x08Transact\x12\'.loupe.proto.catalog.v1.TransactRequest\x1a(.loupe.proto.catalog.v1.TransactResponse\x12L\n\x05\x45poch\x12\x1c.loupe.proto.common.v1.Empty\x1a%.loupe.proto.catalog.v1.EpochResponse\x12X\n\rReadTimestamp\x12\x1c.loupe.proto.common.v1.Empty\x1a).loupe.proto.catalog.v1.TimestampResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n$loupe/proto/catalog/v1/catalog.proto\x12\x16loupe.proto.catalog.v1\x1a\"loupe/proto/common/v1/common.proto\"\x11\n\x0fSnapshotRequest\"\xb4\x01\n\x07\x43luster\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x10\n\x08owner_id\x18\x03 \x01(\t\x12\x0f\n\x07managed\x18\x04 \x01(\x08\x12\x0c\n\x04size\x18\x05 \x01(\t\x12\x1a\n\x12replication_factor\x18\x06 \x01(\r\x12!\n\x19introspection_interval_ns\x18\x07 \x01(\x04\x12\x1f\n\x17introspection_debugging\x18\x08 \x01(\x08\"\xea\x01\n\x0e\x43lusterReplica\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x12\n\ncluster_id\x18\x03 \x01(\t\x12\x0c\n\x04size\x18\x04 \x01(\t\x12\x10\n\x08owner_id\x18\x05 \x01(\t\x12S\n\x0flog_collections\x18\x06 \x03(\x0b\x32:.loupe.proto.catalog.v1.ClusterReplica.LogCollectionsEntry\x1a\x35\n\x13LogCollectionsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"6\n\x08\x44\x61tabase\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x10\n\x08owner_id\x18\x03 \x01(\t\"I\n\x06Schema\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x13\n\x0b\x64\x61tabase_id\x18\x03 \x01(\t\x12\x10\n\x08owner_id\x18\x04 \x01(\t\"1\n\x04Role\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x0f\n\x07inherit\x18\x03 \x01(\x08\"z\n\nAuditEvent\x12\n\n\x02id\x18\x01 \x01(\x04\x12\x12\n\nevent_type\x18\x02 \x01(\t\x12\x13\n\x0bobject_type\x18\x03 \x01(\t\x12\x14\n\x0c\x64\x65tails_json\x18\x04 \x01(\t\x12\x0c\n\x04user\x18\x05 \x01(\t\x12\x13\n\x0boccurred_at\x18\x06 \x01(\x04\"\x8c\x03\n\x0f\x43\x61talogSnapshot\x12\r\n\x05\x65poch\x18\x01 \x01(\x04\x12\x19\n\x11\x64\x65ploy_generation\x18\x02 \x01(\x04\x12\x11\n\ttimestamp\x18\x03 \x01(\x04\x12\x31\n\x08\x63lusters\x18\x04 \x03(\x0b\x32\x1f.loupe.proto.catalog.v1.Cluster\x12\x38\n\x08replicas\x18\x05 \x03(\x0b\x32&.loupe.proto.catalog.v1.ClusterReplica\x12\x33\n\tdatabases\x18\x06 \x03(\x0b\x32 .loupe.proto.catalog.v1.Database\x12/\n\x07schemas\x18\x07 \x03(\x0b\x32\x1e.loupe.proto.catalog.v1.Schema\x12+\n\x05roles\x18\x08 \x03(\x0b\x32\x1c.loupe.proto.catalog.v1.Role\x12<\n\x10new_audit_events\x18\t \x03(\x0b\x32\".loupe.proto.catalog.v1.AuditEvent\"{\n\rCreateCluster\x12\x30\n\x07\x63luster\x18\x01 \x01(\x0b\x32\x1f.loupe.proto.catalog.v1.Cluster\x12\x38\n\x08replicas\x18\x02 \x03(\x0b\x32&.loupe.proto.catalog.v1.ClusterReplica\"e\n\x14\x43reateClusterReplica\x12\x37\n\x07replica\x18\x01 \x01(\x0b\x32&.loupe.proto.catalog.v1.ClusterReplica\x12\x14\n\x0c\x63luster_name\x18\x02 \x01(\t\"?\n\x0b\x44ropCluster\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x11\n\tif_exists\x18\x02 \x01(\x08\x12\x0f\n\x07\x63\x61scade\x18\x03 \x01(\x08\"S\n\x12\x44ropClusterReplica\x12\x14\n\x0c\x63luster_name\x18\x01 \x01(\t\x12\x14\n\x0creplica_name\x18\x02 \x01(\t\x12\x11\n\tif_exists\x18\x03 \x01(\x08\"\xad\x02\n\tCatalogOp\x12?\n\x0e\x63reate_cluster\x18\x01 \x01(\x0b\x32%.loupe.proto.catalog.v1.CreateClusterH\x00\x12N\n\x16\x63reate_cluster_replica\x18\x02 \x01(\x0b\x32,.loupe.proto.catalog.v1.CreateClusterReplicaH\x00\x12;\n\x0c\x64rop_cluster\x18\x03 \x01(\x0b\x32#.loupe.proto.catalog.v1.DropClusterH\x00\x12J\n\x14\x64rop_cluster_replica\x18\x04 \x01(\x0b\x32*.loupe.proto.catalog.v1.DropClusterReplicaH\x00\x42\x06\n\x04kind\"O\n\x0fTransactRequest\x12.\n\x03ops\x18\x01 \x03(\x0b\x32!.loupe.proto.catalog.v1.CatalogOp\x12\x0c\n\x04user\x18\x02 \x01(\t\"\x95\x02\n\rCatalogChange\x12:\n\x0f\x63luster_created\x18\x01 \x01(\x0b\x32\x1f.loupe.proto.catalog.v1.ClusterH\x00\x12\x41\n\x0freplica_created\x18\x02 \x01(\x0b\x32&.loupe.proto.catalog.v1.ClusterReplicaH\x00\x12:\n\x0f\x63luster_dropped\x18\x03 \x01(\x0b\x32\x1f.loupe.proto.catalog.v1.ClusterH\x00\x12\x41\n\x0freplica_dropped\x18\x04 \x01(\x0b\x32&.loupe.proto.catalog.v1.ClusterReplicaH\x00\x42\x06\n\x04kind\"\x98\x01\n\x10TransactResponse\x12\x11\n\ttimestamp\x18\x01 \x01(\x04\x12\x36\n\x07\x63hanges\x18\x02 \x03(\x0b\x32%.loupe.proto.catalog.v1.CatalogChange\x12\x39\n\x08snapshot\x18\x03 \x01(\x0b\x32\'.loupe.proto.catalog.v1.CatalogSnapshot\"9\n\rEpochResponse\x12\r\n\x05\x65poch\x18\x01 \x01(\x04\x12\x19\n\x11\x64\x65ploy_generation\x18\x02 \x01(\x04\"&\n\x11TimestampResponse\x12\x11\n\ttimestamp\x18\x01 \x01(\x04\"*\n\x16ListAuditEventsRequest\x12\x10\n\x08\x61\x66ter_id\x18\x01 \x01(\x04\"M\n\x17ListAuditEventsResponse\x12\x32\n\x06\x65vents\x18\x01 \x03(\x0b\x32\".loupe.proto.catalog.v1.AuditEvent\"G\n\x11\x45\x64itObjectRequest\x12\x0c\n\x04kind\x18\x01 \x01(\t\x12\x10\n\x08key_json\x18\x02 \x01(\t\x12\x12\n\nvalue_json\x18\x03 \x01(\t\",\n\x12\x45\x64itObjectResponse\x12\x16\n\x0eold_value_json\x18\x01 \x01(\t2\xc7\x04\n\x07\x43\x61talog\x12\\\n\x08Snapshot\x12\'.loupe.proto.catalog.v1.SnapshotRequest\x1a\'.loupe.proto.catalog.v1.CatalogSnapshot\x12]\n\x08Transact\x12\'.loupe.proto.catalog.v1.TransactRequest\x1a(.loupe.proto.catalog.v1.TransactResponse\x12L\n\x05\x45poch\x12\x1c.loupe.proto.common.v1.Empty\x1a%.loupe.proto.catalog.v1.EpochResponse\x12X\n\rReadTimestamp\x12\x1c.loupe.proto.common.v1.Empty\x1a).loupe.proto.catalog.v1.TimestampResponse\x12r\n\x0fListAuditEvents\x12..loupe.proto.catalog.v1.ListAuditEventsRequest\x1a/.loupe.proto.catalog.v1.ListAuditEventsResponse\x12\x63\n\nEditObject\x12).loupe.proto.catalog.v1.EditObjectRequest\x1a*.loupe.proto.catalog.v1.EditObjectResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -42,28 +42,44 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_CLUSTERREPLICA']._serialized_end=537
   _globals['_CLUSTERREPLICA_LOGCOLLECTIONSENTRY']._serialized_start=484
   _globals['_CLUSTERREPLICA_LOGCOLLECTIONSENTRY']._serialized_end=537
-  _globals['_CATALOGSNAPSHOT']._serialized_start=540
-  _globals['_CATALOGSNAPSHOT']._serialized_end=727
-  _globals['_CREATECLUSTER']._serialized_start=729
-  _globals['_CREATECLUSTER']._serialized_end=852
-  _globals['_CREATECLUSTERREPLICA']._serialized_start=854
-  _globals['_CREATECLUSTERREPLICA']._serialized_end=955
-  _globals['_DROPCLUSTER']._serialized_start=957
-  _globals['_DROPCLUSTER']._serialized_end=1020
-  _globals['_DROPCLUSTERREPLICA']._serialized_start=1022
-  _globals['_DROPCLUSTERREPLICA']._serialized_end=1105
-  _globals['_CATALOGOP']._serialized_start=1108
-  _globals['_CATALOGOP']._serialized_end=1409
-  _globals['_TRANSACTREQUEST']._serialized_start=1411
-  _globals['_TRANSACTREQUEST']._serialized_end=1476
-  _globals['_CATALOGCHANGE']._serialized_start=1479
-  _globals['_CATALOGCHANGE']._serialized_end=1756
-  _globals['_TRANSACTRESPONSE']._serialized_start=1759
-  _globals['_TRANSACTRESPONSE']._serialized_end=1911
-  _globals['_EPOCHRESPONSE']._serialized_start=1913
-  _globals['_EPOCHRESPONSE']._serialized_end=1970
-  _globals['_TIMESTAMPRESPONSE']._serialized_start=1972
-  _globals['_TIMESTAMPRESPONSE']._serialized_end=2010
-  _globals['_CATALOG']._serialized_start=2013
-  _globals['_CATALOG']._serialized_end=2379
+  _globals['_DATABASE']._serialized_start=539
+  _globals['_DATABASE']._serialized_end=593
+  _globals['_SCHEMA']._serialized_start=595
+  _globals['_SCHEMA']._serialized_end=668
+  _globals['_ROLE']._serialized_start=670
+  _globals['_ROLE']._serialized_end=719
+  _globals['_AUDITEVENT']._serialized_start=721
+  _globals['_AUDITEVENT']._serialized_end=843
+  _globals['_CATALOGSNAPSHOT']._serialized_start=846
+  _globals['_CATALOGSNAPSHOT']._serialized_end=1242
+  _globals['_CREATECLUSTER']._serialized_start=1244
+  _globals['_CREATECLUSTER']._serialized_end=1367
+  _globals['_CREATECLUSTERREPLICA']._serialized_start=1369
+  _globals['_CREATECLUSTERREPLICA']._serialized_end=1470
+  _globals['_DROPCLUSTER']._serialized_start=1472
+  _globals['_DROPCLUSTER']._serialized_end=1535
+  _globals['_DROPCLUSTERREPLICA']._serialized_start=1537
+  _globals['_DROPCLUSTERREPLICA']._serialized_end=1620
+  _globals['_CATALOGOP']._serialized_start=1623
+  _globals['_CATALOGOP']._serialized_end=1924
+  _globals['_TRANSACTREQUEST']._serialized_start=1926
+  _globals['_TRANSACTREQUEST']._serialized_end=2005
+  _globals['_CATALOGCHANGE']._serialized_start=2008
+  _globals['_CATALOGCHANGE']._serialized_end=2285
+  _globals['_TRANSACTRESPONSE']._serialized_start=2288
+  _globals['_TRANSACTRESPONSE']._serialized_end=2440
+  _globals['_EPOCHRESPONSE']._serialized_start=2442
+  _globals['_EPOCHRESPONSE']._serialized_end=2499
+  _globals['_TIMESTAMPRESPONSE']._serialized_start=2501
+  _globals['_TIMESTAMPRESPONSE']._serialized_end=2539
+  _globals['_LISTAUDITEVENTSREQUEST']._serialized_start=2541
+  _globals['_LISTAUDITEVENTSREQUEST']._serialized_end=2583
+  _globals['_LISTAUDITEVENTSRESPONSE']._serialized_start=2585
+  _globals['_LISTAUDITEVENTSRESPONSE']._serialized_end=2662
+  _globals['_EDITOBJECTREQUEST']._serialized_start=2664
+  _globals['_EDITOBJECTREQUEST']._serialized_end=2735
+  _globals['_EDITOBJECTRESPONSE']._serialized_start=2737
+  _globals['_EDITOBJECTRESPONSE']._serialized_end=2781
+  _globals['_CATALOG']._serialized_start=2784
+  _globals['_CATALOG']._serialized_end=3367
 # @@protoc_insertion_point(module_scope)

@@ -54,19 +54,75 @@ class ClusterReplica(_message.Message):
     log_collections: _containers.ScalarMap[str, str]
     def __init__(self, id: _Optional[str] = ..., name: _Optional[str] = ..., cluster_id: _Optional[str] = ..., size: _Optional[str] = ..., owner_id: _Optional[str] = ..., log_collections: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
+class Database(_message.Message):
+    __slots__ = ("id", "name", "owner_id")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    OWNER_ID_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    name: str
+    owner_id: str
+    def __init__(self, id: _Optional[str] = ..., name: _Optional[str] = ..., owner_id: _Optional[str] = ...) -> None: ...
+
+class Schema(_message.Message):
+    __slots__ = ("id", "name", "database_id", "owner_id")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    DATABASE_ID_FIELD_NUMBER: _ClassVar[int]
+    OWNER_ID_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    name: str
+    database_id: str
+    owner_id: str
+    def __init__(self, id: _Optional[str] = ..., name: _Optional[str] = ..., database_id: _Optional[str] = ..., owner_id: _Optional[str] = ...) -> None: ...
+
+class Role(_message.Message):
+    __slots__ = ("id", "name", "inherit")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    INHERIT_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    name: str
+    inherit: bool
+    def __init__(self, id: _Optional[str] = ..., name: _Optional[str] = ..., inherit: _Optional[bool] = ...) -> None: ...
+
+class AuditEvent(_message.Message):
+    __slots__ = ("id", "event_type", "object_type", "details_json", "user", "occurred_at")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    EVENT_TYPE_FIELD_NUMBER: _ClassVar[int]
+    OBJECT_TYPE_FIELD_NUMBER: _ClassVar[int]
+    DETAILS_JSON_FIELD_NUMBER: _ClassVar[int]
+    USER_FIELD_NUMBER: _ClassVar[int]
+    OCCURRED_AT_FIELD_NUMBER: _ClassVar[int]
+    id: int
+    event_type: str
+    object_type: str
+    details_json: str
+    user: str
+    occurred_at: int
+    def __init__(self, id: _Optional[int] = ..., event_type: _Optional[str] = ..., object_type: _Optional[str] = ..., details_json: _Optional[str] = ..., user: _Optional[str] = ..., occurred_at: _Optional[int] = ...) -> None: ...
+
 class CatalogSnapshot(_message.Message):
-    __slots__ = ("epoch", "deploy_generation", "timestamp", "clusters", "replicas")
+    __slots__ = ("epoch", "deploy_generation", "timestamp", "clusters", "replicas", "databases", "schemas", "roles", "new_audit_events")
     EPOCH_FIELD_NUMBER: _ClassVar[int]
     DEPLOY_GENERATION_FIELD_NUMBER: _ClassVar[int]
     TIMESTAMP_FIELD_NUMBER: _ClassVar[int]
     CLUSTERS_FIELD_NUMBER: _ClassVar[int]
     REPLICAS_FIELD_NUMBER: _ClassVar[int]
+    DATABASES_FIELD_NUMBER: _ClassVar[int]
+    SCHEMAS_FIELD_NUMBER: _ClassVar[int]
+    ROLES_FIELD_NUMBER: _ClassVar[int]
+    NEW_AUDIT_EVENTS_FIELD_NUMBER: _ClassVar[int]
     epoch: int
     deploy_generation: int
     timestamp: int
     clusters: _containers.RepeatedCompositeFieldContainer[Cluster]
     replicas: _containers.RepeatedCompositeFieldContainer[ClusterReplica]
-    def __init__(self, epoch: _Optional[int] = ..., deploy_generation: _Optional[int] = ..., timestamp: _Optional[int] = ..., clusters: _Optional[_Iterable[_Union[Cluster, _Mapping]]] = ..., replicas: _Optional[_Iterable[_Union[ClusterReplica, _Mapping]]] = ...) -> None: ...
+    databases: _containers.RepeatedCompositeFieldContainer[Database]
+    schemas: _containers.RepeatedCompositeFieldContainer[Schema]
+    roles: _containers.RepeatedCompositeFieldContainer[Role]
+    new_audit_events: _containers.RepeatedCompositeFieldContainer[AuditEvent]
+    def __init__(self, epoch: _Optional[int] = ..., deploy_generation: _Optional[int] = ..., timestamp: _Optional[int] = ..., clusters: _Optional[_Iterable[_Union[Cluster, _Mapping]]] = ..., replicas: _Optional[_Iterable[_Union[ClusterReplica, _Mapping]]] = ..., databases: _Optional[_Iterable[_Union[Database, _Mapping]]] = ..., schemas: _Optional[_Iterable[_Union[Schema, _Mapping]]] = ..., roles: _Optional[_Iterable[_Union[Role, _Mapping]]] = ..., new_audit_events: _Optional[_Iterable[_Union[AuditEvent, _Mapping]]] = ...) -> None: ...
 
 class CreateCluster(_message.Message):
     __slots__ = ("cluster", "replicas")
@@ -117,10 +173,12 @@ class CatalogOp(_message.Message):
     def __init__(self, create_cluster: _Optional[_Union[CreateCluster, _Mapping]] = ..., create_cluster_replica: _Optional[_Union[CreateClusterReplica, _Mapping]] = ..., drop_cluster: _Optional[_Union[DropCluster, _Mapping]] = ..., drop_cluster_replica: _Optional[_Union[DropClusterReplica, _Mapping]] = ...) -> None: ...
 
 class TransactRequest(_message.Message):
-    __slots__ = ("ops",)
+    __slots__ = ("ops", "user")
     OPS_FIELD_NUMBER: _ClassVar[int]
+    USER_FIELD_NUMBER: _ClassVar[int]
     ops: _containers.RepeatedCompositeFieldContainer[CatalogOp]
-    def __init__(self, ops: _Optional[_Iterable[_Union[CatalogOp, _Mapping]]] = ...) -> None: ...
+    user: str
+    def __init__(self, ops: _Optional[_Iterable[_Union[CatalogOp, _Mapping]]] = ..., user: _Optional[str] = ...) -> None: ...
 
 class CatalogChange(_message.Message):
     __slots__ = ("cluster_created", "replica_created", "cluster_dropped", "replica_dropped")
@@ -157,3 +215,31 @@ class TimestampResponse(_message.Message):
     TIMESTAMP_FIELD_NUMBER: _ClassVar[int]
     timestamp: int
     def __init__(self, timestamp: _Optional[int] = ...) -> None: ...
+
+class ListAuditEventsRequest(_message.Message):
+    __slots__ = ("after_id",)
+    AFTER_ID_FIELD_NUMBER: _ClassVar[int]
+    after_id: int
+    def __init__(self, after_id: _Optional[int] = ...) -> None: ...
+
+class ListAuditEventsResponse(_message.Message):
+    __slots__ = ("events",)
+    EVENTS_FIELD_NUMBER: _ClassVar[int]
+    events: _containers.RepeatedCompositeFieldContainer[AuditEvent]
+    def __init__(self, events: _Optional[_Iterable[_Union[AuditEvent, _Mapping]]] = ...) -> None: ...
+
+class EditObjectRequest(_message.Message):
+    __slots__ = ("kind", "key_json", "value_json")
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    KEY_JSON_FIELD_NUMBER: _ClassVar[int]
+    VALUE_JSON_FIELD_NUMBER: _ClassVar[int]
+    kind: str
+    key_json: str
+    value_json: str
+    def __init__(self, kind: _Optional[str] = ..., key_json: _Optional[str] = ..., value_json: _Optional[str] = ...) -> None: ...
+
+class EditObjectResponse(_message.Message):
+    __slots__ = ("old_value_json",)
+    OLD_VALUE_JSON_FIELD_NUMBER: _ClassVar[int]
+    old_value_json: str
+    def __init__(self, old_value_json: _Optional[str] = ...) -> None: ...

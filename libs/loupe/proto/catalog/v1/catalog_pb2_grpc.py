@@ -55,6 +55,16 @@ class CatalogStub:
                 request_serializer=loupe_dot_proto_dot_common_dot_v1_dot_common__pb2.Empty.SerializeToString,
                 response_deserializer=loupe_dot_proto_dot_catalog_dot_v1_dot_catalog__pb2.TimestampResponse.FromString,
                 _registered_method=True)
+        self.ListAuditEvents = channel.unary_unary(
+                '/loupe.proto.catalog.v1.Catalog/ListAuditEvents',
+                request_serializer=loupe_dot_proto_dot_catalog_dot_v1_dot_catalog__pb2.ListAuditEventsRequest.SerializeToString,
+                response_deserializer=loupe_dot_proto_dot_catalog_dot_v1_dot_catalog__pb2.ListAuditEventsResponse.FromString,
+                _registered_method=True)
+        self.EditObject = channel.unary_unary(
+                '/loupe.proto.catalog.v1.Catalog/EditObject',
+                request_serializer=loupe_dot_proto_dot_catalog_dot_v1_dot_catalog__pb2.EditObjectRequest.SerializeToString,
+                response_deserializer=loupe_dot_proto_dot_catalog_dot_v1_dot_catalog__pb2.EditObjectResponse.FromString,
+                _registered_method=True)
 
 
 class CatalogServicer:
@@ -88,6 +98,21 @@ class CatalogServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListAuditEvents(self, request, context):
+        """Audit events with id > after_id, in id order.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def EditObject(self, request, context):
+        """Debug tool, cooperative mode: edit or delete one raw catalog object through
+        the live writer instead of fencing it.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_CatalogServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -110,6 +135,16 @@ def add_CatalogServicer_to_server(servicer, server):
                     servicer.ReadTimestamp,
                     request_deserializer=loupe_dot_proto_dot_common_dot_v1_dot_common__pb2.Empty.FromString,
                     response_serializer=loupe_dot_proto_dot_catalog_dot_v1_dot_catalog__pb2.TimestampResponse.SerializeToString,
+            ),
+            'ListAuditEvents': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListAuditEvents,
+                    request_deserializer=loupe_dot_proto_dot_catalog_dot_v1_dot_catalog__pb2.ListAuditEventsRequest.FromString,
+                    response_serializer=loupe_dot_proto_dot_catalog_dot_v1_dot_catalog__pb2.ListAuditEventsResponse.SerializeToString,
+            ),
+            'EditObject': grpc.unary_unary_rpc_method_handler(
+                    servicer.EditObject,
+                    request_deserializer=loupe_dot_proto_dot_catalog_dot_v1_dot_catalog__pb2.EditObjectRequest.FromString,
+                    response_serializer=loupe_dot_proto_dot_catalog_dot_v1_dot_catalog__pb2.EditObjectResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -220,6 +255,60 @@ class Catalog:
             '/loupe.proto.catalog.v1.Catalog/ReadTimestamp',
             loupe_dot_proto_dot_common_dot_v1_dot_common__pb2.Empty.SerializeToString,
             loupe_dot_proto_dot_catalog_dot_v1_dot_catalog__pb2.TimestampResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListAuditEvents(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/loupe.proto.catalog.v1.Catalog/ListAuditEvents',
+            loupe_dot_proto_dot_catalog_dot_v1_dot_catalog__pb2.ListAuditEventsRequest.SerializeToString,
+            loupe_dot_proto_dot_catalog_dot_v1_dot_catalog__pb2.ListAuditEventsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def EditObject(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/loupe.proto.catalog.v1.Catalog/EditObject',
+            loupe_dot_proto_dot_catalog_dot_v1_dot_catalog__pb2.EditObjectRequest.SerializeToString,
+            loupe_dot_proto_dot_catalog_dot_v1_dot_catalog__pb2.EditObjectResponse.FromString,
             options,
             channel_credentials,
             insecure,
