@@ -99,3 +99,13 @@ class CatalogServicer:
         self, request: common_pb2.Empty, context: Any
     ) -> catalog_pb2.TimestampResponse:
         return catalog_pb2.TimestampResponse(timestamp=self._catalog.read_timestamp())
+
+    async def ListAuditEvents(
+        self, request: catalog_pb2.ListAuditEventsRequest, context: Any
+    ) -> catalog_pb2.ListAuditEventsResponse:
+        raise LoupeError("UNIMPLEMENTED", "the audit log is not implemented yet")
+
+    async def EditObject(
+        self, request: catalog_pb2.EditObjectRequest, context: Any
+    ) -> catalog_pb2.EditObjectResponse:
+        raise LoupeError("UNIMPLEMENTED", "cooperative edits are not implemented yet")
