@@ -4,8 +4,9 @@ Names and columns are Materialize's (see ``shared/RELATIONS.md``); Loupe's
 additions are marked there. Each collection is one shard whose id is the
 collection's global id. ``writer`` says who keeps it up to date:
 
-- ``catalog``: derived from the catalog; the coordinator appends the
-  difference at every catalog transaction (and reconciles at start).
+- ``catalog``: derived from the catalog (its objects and its audit log);
+  the coordinator appends the difference at every catalog commit (and
+  reconciles at start).
 - ``controller``: written by the controller from what replicas report.
 
 All of them are written through the controller's storage writer (Spark).
@@ -66,6 +67,44 @@ MZ_CLUSTER_REPLICAS = BuiltinCollection(
     ),
     "catalog",
 )
+MZ_DATABASES = BuiltinCollection(
+    "s103",
+    "mz_catalog",
+    "mz_databases",
+    (("id", "text"), ("name", "text"), ("owner_id", "text")),
+    "catalog",
+)
+MZ_SCHEMAS = BuiltinCollection(
+    "s104",
+    "mz_catalog",
+    "mz_schemas",
+    # database_id is NULL for ambient schemas (mz_catalog, mz_internal, ...).
+    (("id", "text"), ("database_id", "text"), ("name", "text"), ("owner_id", "text")),
+    "catalog",
+)
+MZ_ROLES = BuiltinCollection(
+    "s105",
+    "mz_catalog",
+    "mz_roles",
+    (("id", "text"), ("name", "text"), ("inherit", "bool")),
+    "catalog",
+)
+# The catalog's audit log. ``id`` is uint8 (Materialize's type) where every other
+# collection's ``id`` is text, so the storage writer puts it in a write group of its own.
+MZ_AUDIT_EVENTS = BuiltinCollection(
+    "s106",
+    "mz_catalog",
+    "mz_audit_events",
+    (
+        ("id", "uint8"),
+        ("event_type", "text"),
+        ("object_type", "text"),
+        ("details", "jsonb"),
+        ("user", "text"),
+        ("occurred_at", "timestamptz"),
+    ),
+    "catalog",
+)
 MZ_CLUSTER_REPLICA_STATUSES = BuiltinCollection(
     "s201",
     "mz_internal",
@@ -121,14 +160,36 @@ MZ_CLUSTER_REPLICA_METRICS_HISTORY = BuiltinCollection(
     ),
     "controller",
 )
+# Derived from mz_audit_events: one row per replica of a user cluster ever
+# created; ``dropped_at`` is NULL while it exists.
+MZ_CLUSTER_REPLICA_HISTORY = BuiltinCollection(
+    "s205",
+    "mz_internal",
+    "mz_cluster_replica_history",
+    (
+        ("replica_id", "text"),
+        ("size", "text"),
+        ("cluster_id", "text"),
+        ("cluster_name", "text"),
+        ("replica_name", "text"),
+        ("created_at", "timestamptz"),
+        ("dropped_at", "timestamptz"),
+    ),
+    "catalog",
+)
 
 BUILTIN_COLLECTIONS: tuple[BuiltinCollection, ...] = (
     MZ_CLUSTERS,
     MZ_CLUSTER_REPLICAS,
+    MZ_DATABASES,
+    MZ_SCHEMAS,
+    MZ_ROLES,
+    MZ_AUDIT_EVENTS,
     MZ_CLUSTER_REPLICA_STATUSES,
     MZ_CLUSTER_REPLICA_STATUS_HISTORY,
     MZ_CLUSTER_REPLICA_METRICS,
     MZ_CLUSTER_REPLICA_METRICS_HISTORY,
+    MZ_CLUSTER_REPLICA_HISTORY,
 )
 BY_QUALIFIED_NAME = {c.qualified_name: c for c in BUILTIN_COLLECTIONS}
 BY_ID = {c.id: c for c in BUILTIN_COLLECTIONS}

@@ -1,10 +1,15 @@
 """Keeps the catalog-derived builtin collections in storage equal to the catalog.
 
-After every catalog transaction the coordinator appends, through
-``Controller.AppendUpdates``, the difference between the rows the new
-snapshot implies and the rows it last wrote. At start it reads what storage
-holds (a crash may have cut a previous run short between the catalog commit
-and the append) and appends whatever brings it in line.
+After every catalog commit the coordinator follows, it appends, through
+``Controller.AppendUpdates``, the difference between the rows the commit
+implies and the rows it last wrote. At start it reads what storage holds (a
+crash may have cut a previous run short between the catalog commit and the
+append) and appends whatever brings it in line.
+
+Several coordinators follow the same commits and each appends the same
+difference: a batch is named after the commit (``catalog-<epoch>-<timestamp>``)
+and the controller applies a batch id once, so the commit reaches storage
+once whoever gets there first.
 
 A batch that could not be confirmed is kept and re-sent with the same
 ``batch_id`` (the controller applies a replayed batch once) before anything
@@ -15,18 +20,17 @@ from __future__ import annotations
 
 import asyncio
 import time
-import uuid
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
-from loupe.builtins import BY_ID
+from loupe.builtins import BY_ID, BuiltinCollection
 from loupe.common.errors import LoupeError
 from loupe.common.logging import get_logger
 from loupe.common.transport import NatsServiceClient
 from loupe.common.values import to_row
-from loupe.coordinator.catalog_state import CATALOG_COLLECTIONS, Row, catalog_rows, row_diff
+from loupe.coordinator import metrics
+from loupe.coordinator.catalog_state import CATALOG_COLLECTIONS, Row, row_diff
 from loupe.persist import Shard, expand, open_location
-from loupe.proto.catalog.v1 import catalog_pb2
 from loupe.proto.common.v1 import common_pb2
 from loupe.proto.controller.v1 import controller_pb2
 from loupe.proto.storage.v1 import storage_pb2
@@ -70,21 +74,50 @@ class CatalogRelationsWriter:
         self.written: dict[str, Counter[Row]] | None = None
         self._pending: tuple[controller_pb2.AppendUpdatesRequest, dict[str, Counter[Row]]] | None
         self._pending = None
+        self._collections: Mapping[str, common_pb2.CollectionMetadata] = {}
+        self._builtins: Sequence[BuiltinCollection] = CATALOG_COLLECTIONS
 
     @property
     def loaded(self) -> bool:
         return self.written is not None
 
-    async def load(self, collections: Mapping[str, common_pb2.CollectionMetadata]) -> None:
-        """Read what storage holds now.
+    @property
+    def collection_ids(self) -> list[str]:
+        """The collections this writer keeps (those ``load`` read)."""
+        return [builtin.id for builtin in self._builtins]
+
+    async def load(
+        self,
+        collections: Mapping[str, common_pb2.CollectionMetadata],
+        builtins: Sequence[BuiltinCollection] = CATALOG_COLLECTIONS,
+    ) -> None:
+        """Read what storage holds now of ``builtins`` (the collections this writer keeps).
 
         It first waits (bounded) for the storage writer's next flush, so a
         batch an earlier run left buffered in the controller is part of what is
         read rather than applied again on top of it.
         """
+        async with self._lock:
+            self._collections, self._builtins = collections, tuple(builtins)
+            await self._read_storage()
+
+    async def reload(self) -> None:
+        """Forget what this writer believed and read storage again.
+
+        For when a commit went by unseen: storage may hold its rows (another
+        coordinator appended them) or not. An unconfirmed batch is settled first.
+        """
+        async with self._lock:
+            if self.written is None:
+                raise RuntimeError("load() must run before reload()")
+            await self._send_pending()
+            await self._read_storage()
+
+    async def _read_storage(self) -> None:
+        collections = self._collections
         await self._wait_for_next_flush(collections)
         written: dict[str, Counter[Row]] = {}
-        for builtin in CATALOG_COLLECTIONS:
+        for builtin in self._builtins:
             metadata = collections.get(builtin.id)
             if metadata is None:
                 raise LoupeError(
@@ -102,7 +135,7 @@ class CatalogRelationsWriter:
         self, collections: Mapping[str, common_pb2.CollectionMetadata]
     ) -> None:
         # Every builtin collection shares one upper, advanced at every flush.
-        metadata = collections.get(CATALOG_COLLECTIONS[0].id)
+        metadata = collections.get(self._builtins[0].id) if self._builtins else None
         if metadata is None or self._settle_timeout <= 0:
             return
         blob, consensus = open_location(metadata.blob_uri, metadata.consensus_uri)
@@ -115,22 +148,23 @@ class CatalogRelationsWriter:
         except TimeoutError:
             log.warning("storage upper did not advance; reading it as it is", upper=state.upper)
 
-    async def sync(self, snapshot: catalog_pb2.CatalogSnapshot) -> int | None:
-        """Append what brings storage to ``snapshot``; returns the new upper (None: no change)."""
+    async def sync(self, target: Mapping[str, Counter[Row]], batch_id: str) -> int | None:
+        """Append what brings storage to ``target``; returns the new upper (None: no change).
+
+        ``target`` maps collection ids to rows (``catalog_state.catalog_rows``);
+        collections this writer does not keep are ignored. ``batch_id`` names
+        the batch (after the catalog commit ``target`` comes from).
+        """
         async with self._lock:
             if self.written is None:
                 raise RuntimeError("load() must run before sync()")
-            upper = None
-            if self._pending is not None:
-                request, target = self._pending
-                upper = await self._append(request)
-                self.written, self._pending = target, None
-            target = catalog_rows(snapshot)
-            changes = row_diff(self.written, target)
+            upper = await self._send_pending()
+            kept = {cid: Counter(target.get(cid, Counter())) for cid in self.collection_ids}
+            changes = row_diff(self.written, kept)
             if not changes:
                 return upper
             request = controller_pb2.AppendUpdatesRequest(
-                batch_id=f"catalog-{snapshot.epoch}-{snapshot.timestamp}-{uuid.uuid4().hex[:8]}",
+                batch_id=batch_id,
                 collections=[
                     storage_pb2.CollectionUpdates(
                         collection_id=collection_id,
@@ -141,9 +175,10 @@ class CatalogRelationsWriter:
                     for collection_id, updates in changes.items()
                 ],
             )
-            self._pending = (request, target)
+            self._pending = (request, kept)
             upper = await self._append(request)
-            self.written, self._pending = target, None
+            self.written, self._pending = kept, None
+            metrics.CATALOG_APPENDS.inc()
             log.info(
                 "catalog relations appended",
                 batch_id=request.batch_id,
@@ -151,6 +186,14 @@ class CatalogRelationsWriter:
                 upper=upper,
             )
             return upper
+
+    async def _send_pending(self) -> int | None:
+        if self._pending is None:
+            return None
+        request, target = self._pending
+        upper = await self._append(request)
+        self.written, self._pending = target, None
+        return upper
 
     async def _append(self, request: controller_pb2.AppendUpdatesRequest) -> int:
         deadline = time.monotonic() + self._retry_for

@@ -1,9 +1,11 @@
 """The coordinator's in-memory view of the catalog, and the relations derived from it.
 
-``mz_catalog.mz_clusters`` and ``mz_catalog.mz_cluster_replicas`` are pure
-functions of a catalog snapshot (``catalog_rows``); the coordinator keeps them
-in storage by appending the difference between two snapshots' rows
-(``row_diff``).
+``mz_catalog.mz_clusters``, ``mz_cluster_replicas``, ``mz_databases``,
+``mz_schemas`` and ``mz_roles`` are pure functions of a catalog snapshot;
+``mz_catalog.mz_audit_events`` and ``mz_internal.mz_cluster_replica_history``
+of the audit log (``loupe.coordinator.audit_log``). ``catalog_rows`` gives
+them all; the coordinator keeps them in storage by appending the difference
+between two states' rows (``row_diff``).
 """
 
 from __future__ import annotations
@@ -12,15 +14,22 @@ import datetime as dt
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
 
-from loupe.builtins import MZ_CLUSTER_REPLICAS, MZ_CLUSTERS, SYSTEM_CLUSTER_NAME
+from loupe.builtins import (
+    MZ_CLUSTER_REPLICAS,
+    MZ_CLUSTERS,
+    MZ_DATABASES,
+    MZ_ROLES,
+    MZ_SCHEMAS,
+    SYSTEM_CLUSTER_NAME,
+)
+from loupe.coordinator.audit_log import AUDIT_COLLECTIONS, AuditLog, Row
 from loupe.proto.catalog.v1 import catalog_pb2
 
-Row = tuple[Any, ...]
-
+# The builtin collections that are functions of a catalog snapshot.
+SNAPSHOT_COLLECTIONS = (MZ_CLUSTERS, MZ_CLUSTER_REPLICAS, MZ_DATABASES, MZ_SCHEMAS, MZ_ROLES)
 # The builtin collections whose contents come from the catalog.
-CATALOG_COLLECTIONS = (MZ_CLUSTERS, MZ_CLUSTER_REPLICAS)
+CATALOG_COLLECTIONS = SNAPSHOT_COLLECTIONS + AUDIT_COLLECTIONS
 
 
 @dataclass(frozen=True)
@@ -46,16 +55,20 @@ class CatalogState:
             c.name: ClusterInfo(c.id, c.name, c.managed) for c in self.snapshot.clusters
         }
         self.replicas = [ReplicaInfo(r.id, r.name, r.cluster_id) for r in self.snapshot.replicas]
+        self.roles = {r.name: r.id for r in self.snapshot.roles}
 
     @property
     def timestamp(self) -> int:
         return self.snapshot.timestamp
 
+    @property
+    def key(self) -> tuple[int, int]:
+        """Where the snapshot is in commit order: (epoch, commit timestamp)."""
+        return snapshot_key(self.snapshot)
+
     def is_newer_than(self, other: CatalogState) -> bool:
         """Whether this snapshot is at least as recent as ``other`` (epoch, then commit time)."""
-        mine = (self.snapshot.epoch, self.snapshot.timestamp)
-        theirs = (other.snapshot.epoch, other.snapshot.timestamp)
-        return mine >= theirs
+        return self.key >= other.key
 
     def cluster(self, name: str) -> ClusterInfo | None:
         return self.clusters.get(name)
@@ -68,6 +81,15 @@ class CatalogState:
         return next(
             (r for r in self.replicas if r.cluster_id == cluster_id and r.name == name), None
         )
+
+    def role_id(self, name: str) -> str | None:
+        """The id of the role called ``name``, if the catalog has one."""
+        return self.roles.get(name)
+
+
+def snapshot_key(snapshot: catalog_pb2.CatalogSnapshot) -> tuple[int, int]:
+    """(epoch, commit timestamp): snapshots compare in commit order by it."""
+    return (snapshot.epoch, snapshot.timestamp)
 
 
 def cluster_row(cluster: catalog_pb2.Cluster) -> Row:
@@ -99,12 +121,38 @@ def replica_row(replica: catalog_pb2.ClusterReplica) -> Row:
     return (replica.id, replica.name, replica.cluster_id, replica.size, replica.owner_id)
 
 
-def catalog_rows(snapshot: catalog_pb2.CatalogSnapshot) -> dict[str, Counter[Row]]:
-    """Collection id -> the rows (as a multiset) the catalog says it holds."""
-    return {
+def database_row(database: catalog_pb2.Database) -> Row:
+    """A row of ``mz_catalog.mz_databases``."""
+    return (database.id, database.name, database.owner_id)
+
+
+def schema_row(schema: catalog_pb2.Schema) -> Row:
+    """A row of ``mz_catalog.mz_schemas``; ambient schemas have a NULL database."""
+    return (schema.id, schema.database_id or None, schema.name, schema.owner_id)
+
+
+def role_row(role: catalog_pb2.Role) -> Row:
+    """A row of ``mz_catalog.mz_roles``."""
+    return (role.id, role.name, role.inherit)
+
+
+def catalog_rows(
+    snapshot: catalog_pb2.CatalogSnapshot, audit: AuditLog | None = None
+) -> dict[str, Counter[Row]]:
+    """Collection id -> the rows (as a multiset) the catalog says it holds.
+
+    Without an audit log the audit-derived collections are left out.
+    """
+    rows = {
         MZ_CLUSTERS.id: Counter(cluster_row(c) for c in snapshot.clusters),
         MZ_CLUSTER_REPLICAS.id: Counter(replica_row(r) for r in snapshot.replicas),
+        MZ_DATABASES.id: Counter(database_row(d) for d in snapshot.databases),
+        MZ_SCHEMAS.id: Counter(schema_row(s) for s in snapshot.schemas),
+        MZ_ROLES.id: Counter(role_row(r) for r in snapshot.roles),
     }
+    if audit is not None:
+        rows.update(audit.rows())
+    return rows
 
 
 def row_diff(
@@ -118,15 +166,16 @@ def row_diff(
     for collection_id in sorted(set(old) | set(new)):
         before = old.get(collection_id, Counter())
         after = new.get(collection_id, Counter())
-        updates: list[tuple[Row, int]] = []
-        for row in _ordered(before):
-            delta = after.get(row, 0) - before[row]
-            if delta < 0:
-                updates.append((row, delta))
-        for row in _ordered(after):
-            delta = after[row] - before.get(row, 0)
-            if delta > 0:
-                updates.append((row, delta))
+        if before == after:
+            continue  # the usual case, and cheap even for the whole audit log
+        retracted = {
+            row: after.get(row, 0) - n for row, n in before.items() if after.get(row, 0) < n
+        }
+        inserted = {
+            row: n - before.get(row, 0) for row, n in after.items() if before.get(row, 0) < n
+        }
+        updates = [(row, retracted[row]) for row in _ordered(retracted)]
+        updates += [(row, inserted[row]) for row in _ordered(inserted)]
         if updates:
             changes[collection_id] = updates
     return changes

@@ -1,18 +1,20 @@
 """The coordinator: plans and runs SQL statements for client sessions.
 
-- Cluster DDL becomes ``CatalogOp``s for ``Catalog.Transact``; the new
-  snapshot goes to ``Controller.ApplyCatalog`` and the catalog-derived
-  relations are appended to storage before the client gets its answer, so a
-  SELECT right after sees the change.
+- Cluster DDL becomes ``CatalogOp``s for ``Catalog.Transact`` (with the
+  session's user, for the audit log); the commit is followed like any other
+  (``follower.CatalogFollower``: controller, then the catalog-derived
+  relations in storage) before the client gets its answer, so a SELECT right
+  after sees the change.
 - A SELECT is resolved against the builtin collections and sent as a peek to
   the system cluster (it reads only system relations); a SELECT that reads no
   relation is evaluated here with polars.
 - ``SET``/``SHOW``/``RESET`` work on the session.
 
 At start the coordinator learns where collections live (``ListCollections``),
-takes the catalog snapshot, reconciles storage with it, and follows
-``loupe.catalog.v1.changes`` to stay current. DDL and catalog changes are
-applied one at a time under one lock, in catalog order.
+reads the catalog (snapshot and audit log), reconciles storage with it, and
+follows ``loupe.catalog.v1.changes`` to stay current, so DDL run by other
+coordinators is visible here too. A name the in-memory catalog does not know
+is looked up in the catalog before it is declared unknown.
 """
 
 from __future__ import annotations
@@ -35,8 +37,9 @@ from loupe.common.transport import NatsServiceClient, subscribe
 from loupe.common.values import from_row
 from loupe.coordinator import metrics
 from loupe.coordinator.catalog_relations import CatalogRelationsWriter
-from loupe.coordinator.catalog_state import CatalogState
+from loupe.coordinator.catalog_state import CatalogState, ClusterInfo
 from loupe.coordinator.constant import evaluate_constant
+from loupe.coordinator.follower import CatalogFollower
 from loupe.coordinator.results import Complete, Event, Failure, Notice, StatementResult
 from loupe.coordinator.session import Session, SessionManager
 from loupe.coordinator.sql.parser import parse, parse_one
@@ -97,6 +100,9 @@ class CoordinatorConfig:
     request_timeout: float = 30.0
     # How long to wait at start for the storage writer's next flush.
     storage_settle_timeout: float = 3.0
+    # How long DDL waits for its own commit on the changes stream before
+    # following the catalog's response instead.
+    follow_timeout: float = 2.0
 
 
 class Coordinator:
@@ -122,37 +128,33 @@ class Coordinator:
             call_timeout=self.config.request_timeout,
             settle_timeout=self.config.storage_settle_timeout,
         )
-        self.state = CatalogState()
+        self.follower = CatalogFollower(
+            self.catalog,
+            self.controller,
+            self.writer,
+            follow_timeout=self.config.follow_timeout,
+        )
         self.collections: dict[str, common_pb2.CollectionMetadata] = {}
-        # DDL and catalog-change handling run one at a time, in catalog order.
-        self._catalog_lock = asyncio.Lock()
+        # This coordinator's DDL runs one statement at a time.
+        self._ddl_lock = asyncio.Lock()
         self._subscription: Subscription | None = None
         self._background: set[asyncio.Task[Any]] = set()
 
     # -- lifecycle ----------------------------------------------------------------------
 
+    @property
+    def state(self) -> CatalogState:
+        """The newest catalog snapshot this coordinator knows."""
+        return self.follower.state
+
     async def start(self) -> None:
         """Learn the collections and the catalog, and make storage match the catalog."""
         # Subscribe first so no change committed during start-up is missed.
         self._subscription = await subscribe(
-            self._nc, CATALOG_CHANGES_SUBJECT, catalog_pb2.CatalogSnapshot, self._on_catalog_change
+            self._nc, CATALOG_CHANGES_SUBJECT, catalog_pb2.CatalogSnapshot, self.follower.on_change
         )
         await self.refresh_collections(wait=True)
-        snapshot = await self._retry_unavailable(
-            lambda: self.catalog.Snapshot(catalog_pb2.SnapshotRequest()), "catalog"
-        )
-        await self.writer.load(self.collections)
-        async with self._catalog_lock:
-            if CatalogState(snapshot).is_newer_than(self.state):
-                self.state = CatalogState(snapshot)
-            await self._apply_to_controller(self.state.snapshot)
-            await self.writer.sync(self.state.snapshot)
-        log.info(
-            "coordinator reconciled with the catalog",
-            clusters=len(self.state.clusters),
-            replicas=len(self.state.replicas),
-            catalog_timestamp=self.state.timestamp,
-        )
+        await self.follower.start(self.collections, self._retry_unavailable)
 
     async def stop(self) -> None:
         if self._subscription is not None:
@@ -189,33 +191,6 @@ class Coordinator:
                 report(f"waiting for the {what}", error=error.message)
                 attempts += 1
             await asyncio.sleep(0.25)
-
-    async def _on_catalog_change(self, snapshot: catalog_pb2.CatalogSnapshot, _msg: Any) -> None:
-        """A commit from anywhere: adopt it, tell the controller, update storage."""
-        async with self._catalog_lock:
-            incoming = CatalogState(snapshot)
-            current = (self.state.snapshot.epoch, self.state.timestamp)
-            if (snapshot.epoch, snapshot.timestamp) <= current:
-                return  # already seen (typically our own transaction)
-            self.state = incoming
-            if not self.writer.loaded:
-                return  # start() reconciles once storage has been read
-            await self._apply_to_controller(snapshot)
-            try:
-                await self.writer.sync(snapshot)
-            except LoupeError as error:
-                log.warning("catalog change not yet in storage", error=error.message)
-
-    async def _apply_to_controller(self, snapshot: catalog_pb2.CatalogSnapshot) -> str | None:
-        """``ApplyCatalog``; returns the failure message (the catalog stays committed)."""
-        try:
-            await self.controller.ApplyCatalog(
-                controller_pb2.ApplyCatalogRequest(snapshot=snapshot)
-            )
-        except LoupeError as error:
-            log.warning("controller did not apply the catalog", error=error.message)
-            return error.message
-        return None
 
     # -- execution ----------------------------------------------------------------------
 
@@ -283,7 +258,7 @@ class Coordinator:
             case ShowClusterReplicas():
                 return await self._select(session, parse_one(SHOW_CLUSTER_REPLICAS_SQL))
             case SetVariable():
-                return self._set(session, statement)
+                return await self._set(session, statement)
             case ShowVariable():
                 return self._show(session, statement)
             case ResetVariable():
@@ -299,13 +274,30 @@ class Coordinator:
 
     # -- session commands ---------------------------------------------------------------
 
-    def _set(self, session: Session, statement: SetVariable) -> StatementResult:
+    async def _set(self, session: Session, statement: SetVariable) -> StatementResult:
         session.set(statement.name, statement.value, position=statement.name_position)
         result = StatementResult(tag="SET")
         name = statement.name.lower()
-        if name == "cluster" and self.state.cluster(session.cluster) is None:
+        if name == "cluster" and await self._cluster(session.cluster) is None:
             result.notices.append(Notice("WARNING", f'cluster "{session.cluster}" does not exist'))
         return result
+
+    async def _cluster(self, name: str) -> ClusterInfo | None:
+        """The cluster called ``name``, asking the catalog when this coordinator does not know it.
+
+        Another coordinator may have created it a moment ago.
+        """
+        cluster = self.state.cluster(name)
+        if cluster is None:
+            cluster = (await self._refreshed_state()).cluster(name)
+        return cluster
+
+    async def _refreshed_state(self) -> CatalogState:
+        try:
+            return await self.follower.refresh()
+        except LoupeError as error:
+            log.warning("could not read the catalog", error=error.message)
+            return self.state
 
     def _show(self, session: Session, statement: ShowVariable) -> StatementResult:
         if statement.name.lower() == "all":
@@ -338,19 +330,19 @@ class Coordinator:
             )
         return StatementResult(tag=f"SELECT {len(rows)}", columns=tuple(columns), rows=rows)
 
-    def _peek_target(self, session: Session, resolved: ResolvedQuery) -> tuple[str, str]:
+    async def _peek_target(self, session: Session, resolved: ResolvedQuery) -> tuple[str, str]:
         """(cluster_id, replica_id) the peek goes to."""
-        if resolved.system_only:
-            cluster = self.state.system_cluster
-            cluster_name = SYSTEM_CLUSTER_NAME
-        else:
-            cluster_name = session.cluster
-            cluster = self.state.cluster(cluster_name)
+        cluster_name = SYSTEM_CLUSTER_NAME if resolved.system_only else session.cluster
+        cluster = await self._cluster(cluster_name)
         if cluster is None:
             raise LoupeError(SqlState.UNDEFINED_OBJECT, f"unknown cluster '{cluster_name}'")
         replica_id = ""
         if session.cluster_replica:
             replica = self.state.replica(cluster.id, session.cluster_replica)
+            if replica is None:
+                replica = (await self._refreshed_state()).replica(
+                    cluster.id, session.cluster_replica
+                )
             if replica is None:
                 raise LoupeError(
                     SqlState.UNDEFINED_OBJECT,
@@ -376,7 +368,7 @@ class Coordinator:
     async def _peek(
         self, session: Session, resolved: ResolvedQuery
     ) -> tuple[tuple[tuple[str, str], ...], list[tuple[Any, ...]]]:
-        cluster_id, replica_id = self._peek_target(session, resolved)
+        cluster_id, replica_id = await self._peek_target(session, resolved)
         peek_id = str(uuid.uuid4())
         request = controller_pb2.PeekRequest(
             cluster_id=cluster_id,
@@ -429,30 +421,30 @@ class Coordinator:
                 f'permission denied to {statement.tag}: role "{session.user}" is not a superuser',
                 position=statement.position,
             )
-        op = catalog_op(statement, owner_id=session.role_id)
+        owner_id = self.state.role_id(session.user) or session.role_id
+        op = catalog_op(statement, owner_id=owner_id)
         result = StatementResult(tag=statement.tag)
-        async with self._catalog_lock:
-            response = await self.catalog.Transact(catalog_pb2.TransactRequest(ops=[op]))
+        async with self._ddl_lock:
+            response = await self.catalog.Transact(
+                catalog_pb2.TransactRequest(ops=[op], user=session.user)
+            )
             snapshot = (
                 response.snapshot
                 if response.HasField("snapshot")
                 else await self.catalog.Snapshot(catalog_pb2.SnapshotRequest())
             )
-            if CatalogState(snapshot).is_newer_than(self.state):
-                self.state = CatalogState(snapshot)
-            failure = await self._apply_to_controller(snapshot)
-            if failure:
-                result.notices.append(
-                    Notice("WARNING", f"the controller has not applied the change yet: {failure}")
-                )
             try:
-                await self.writer.sync(snapshot)
+                await self.follower.after_commit(snapshot)
             except LoupeError as error:
                 raise LoupeError(
                     error.code,
                     f"{statement.tag} committed, but mz_catalog is not updated yet: {error.message}",
                 ) from None
-            metrics.CATALOG_APPENDS.inc()
+            failure = self.follower.apply_failure
+            if failure:
+                result.notices.append(
+                    Notice("WARNING", f"the controller has not applied the change yet: {failure}")
+                )
         return result
 
 

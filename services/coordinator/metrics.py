@@ -17,3 +17,7 @@ CATALOG_APPENDS = Counter(
     "loupe_coordinator_catalog_appends",
     "Batches of catalog-derived rows appended to storage",
 )
+CATALOG_COMMITS_MISSED = Counter(
+    "loupe_coordinator_catalog_commits_missed",
+    "Catalog commits noticed missing from loupe.catalog.v1.changes (a hole in audit event ids)",
+)

@@ -42,6 +42,9 @@ class CoordinatorSettings(BaseSettings):
     # Seconds to wait at start for the storage writer's next flush before
     # reading the catalog relations from storage.
     storage_settle_timeout: float = 3.0
+    # Seconds DDL waits to see its own commit on loupe.catalog.v1.changes
+    # before following the catalog's response instead.
+    follow_timeout: float = 2.0
 
 
 class CoordinatorService(Service):
@@ -70,6 +73,7 @@ class CoordinatorService(Service):
                     peek_timeout=settings.peek_timeout,
                     startup_timeout=settings.startup_timeout,
                     storage_settle_timeout=settings.storage_settle_timeout,
+                    follow_timeout=settings.follow_timeout,
                 ),
             )
             self.coordinator = coordinator

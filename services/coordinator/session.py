@@ -21,8 +21,8 @@ DEFAULT_USER = "materialize"
 DEFAULT_SUPERUSERS = ("materialize", "mz_system")
 CANT_CHANGE_PARAMETER = "55P02"
 
-# Role ids of the built-in roles; Loupe has no role catalog yet, so other users
-# are identified by their name.
+# Role ids of the built-in roles, for when the catalog names no role (the
+# coordinator asks its catalog first); other users are identified by their name.
 ROLE_IDS = {"mz_system": "s1", "materialize": "u1"}
 
 

@@ -1,16 +1,19 @@
 """Fixtures for coordinator tests: small Catalog and Controller servicers on real NATS.
 
 The real catalog and controller are separate services; these stand-ins keep
-just enough state (clusters, replicas, collection contents) to answer the
-coordinator the way the protos promise, and record what they were asked.
-The controller evaluates peeks with polars over what was appended, like the
-skeleton replica does.
+just enough state (catalog objects and audit log, collection contents) to
+answer the coordinator the way the protos promise, and record what they were
+asked. The controller evaluates peeks with polars over what was appended, like
+the skeleton replica does. ``fleet`` runs several coordinators on one pair of
+stand-ins.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
+import json
 from collections import Counter
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -18,6 +21,7 @@ from typing import Any
 
 import grpc
 import polars as pl
+import pyarrow as pa
 import pytest
 
 from loupe.builtins import BUILTIN_COLLECTIONS, BY_ID, SYSTEM_CLUSTER_NAME
@@ -30,7 +34,9 @@ from loupe.coordinator.coordinator import (
     CONTROLLER_SERVICE,
 )
 from loupe.coordinator.service import CoordinatorService, CoordinatorSettings
+from loupe.persist import Shard, open_location
 from loupe.persist.location import default_uris
+from loupe.persist.shard import arrow_schema
 from loupe.proto.catalog.v1 import catalog_pb2
 from loupe.proto.common.v1 import common_pb2
 from loupe.proto.compute.v1 import compute_pb2
@@ -45,17 +51,43 @@ POLARS_TYPES: dict[str, Any] = {
     "timestamptz": pl.Datetime("us", "UTC"),
     # Intervals travel as text (``to_row`` of a timedelta).
     "interval": pl.Duration("us"),
+    "jsonb": pl.String,
 }
 
 
 class FakeCatalog:
-    """Clusters and replicas in memory, with the bootstrap clusters of a fresh catalog."""
+    """Catalog objects and the audit log in memory, as a fresh catalog has them.
+
+    Audit events follow Materialize's: ``create``/``drop`` of ``cluster``
+    (details id, name) and ``cluster-replica`` (details cluster_id,
+    cluster_name, replica_id, replica_name, logical_size), numbered from 1,
+    stamped with the commit's timestamp and the request's user. Set
+    ``audit_unimplemented`` to answer ListAuditEvents as an older catalog does,
+    ``publish_changes = False`` to lose every notification and ``publish_delay``
+    (seconds) to deliver them late (in order).
+    """
 
     def __init__(self, connection: Any) -> None:
         self.connection = connection
         self.epoch = 1
         self.timestamp = 1_000
         self.ids = itertools.count(2)
+        self.audit_unimplemented = False
+        self.publish_changes = True
+        self.publish_delay = 0.0
+        self._outbox: asyncio.Queue[catalog_pb2.CatalogSnapshot] | None = None
+        self.databases = [catalog_pb2.Database(id="u1", name="materialize", owner_id="s1")]
+        self.schemas = [
+            catalog_pb2.Schema(id="s1", name="mz_catalog", owner_id="s1"),
+            catalog_pb2.Schema(id="s2", name="mz_internal", owner_id="s1"),
+            catalog_pb2.Schema(id="u1", name="public", database_id="u1", owner_id="s1"),
+        ]
+        self.roles = [
+            catalog_pb2.Role(id="s1", name="mz_system", inherit=True),
+            catalog_pb2.Role(id="u1", name="materialize", inherit=True),
+        ]
+        self.audit_events: list[catalog_pb2.AuditEvent] = []
+        self._new_events: list[catalog_pb2.AuditEvent] = []
         self.clusters: list[catalog_pb2.Cluster] = [
             catalog_pb2.Cluster(
                 id="s1",
@@ -85,31 +117,104 @@ class FakeCatalog:
             ),
         ]
         self.requests: list[catalog_pb2.TransactRequest] = []
+        # The bootstrap commit created quickstart and its replica (no user: the system).
+        self.record("create", "cluster", "", id="u1", name="quickstart")
+        self.record_replica("create", "", self.clusters[1], self.replicas[1])
+        self._new_events = []
 
-    def snapshot(self) -> catalog_pb2.CatalogSnapshot:
+    def snapshot(self, new_audit_events: Any = ()) -> catalog_pb2.CatalogSnapshot:
         return catalog_pb2.CatalogSnapshot(
             epoch=self.epoch,
             timestamp=self.timestamp,
             clusters=self.clusters,
             replicas=self.replicas,
+            databases=self.databases,
+            schemas=self.schemas,
+            roles=self.roles,
+            new_audit_events=list(new_audit_events),
         )
+
+    def record(self, event_type: str, object_type: str, user: str, **details: Any) -> None:
+        """Append an audit event of the commit being made."""
+        event = catalog_pb2.AuditEvent(
+            id=len(self.audit_events) + 1,
+            event_type=event_type,
+            object_type=object_type,
+            details_json=json.dumps(details),
+            user=user,
+            occurred_at=self.timestamp + 1,
+        )
+        self.audit_events.append(event)
+        self._new_events.append(event)
+
+    def record_replica(
+        self,
+        event_type: str,
+        user: str,
+        cluster: catalog_pb2.Cluster,
+        replica: catalog_pb2.ClusterReplica,
+    ) -> None:
+        details: dict[str, Any] = {
+            "cluster_id": cluster.id,
+            "cluster_name": cluster.name,
+            "replica_id": replica.id,
+            "replica_name": replica.name,
+        }
+        if event_type == "create":
+            details["logical_size"] = replica.size
+        self.record(event_type, "cluster-replica", user, **details)
 
     async def Snapshot(self, request: Any, context: Any) -> catalog_pb2.CatalogSnapshot:
         return self.snapshot()
 
+    async def ListAuditEvents(
+        self, request: Any, context: Any
+    ) -> catalog_pb2.ListAuditEventsResponse:
+        if self.audit_unimplemented:
+            raise LoupeError("UNIMPLEMENTED", "the audit log is not implemented yet")
+        return catalog_pb2.ListAuditEventsResponse(
+            events=[e for e in self.audit_events if e.id > request.after_id]
+        )
+
     async def Transact(self, request: Any, context: Any) -> catalog_pb2.TransactResponse:
         self.requests.append(request)
-        for op in request.ops:
-            self.apply(op)
+        self._new_events = []
+        events_before = len(self.audit_events)
+        try:
+            for op in request.ops:
+                self.apply(op, request.user)
+        except LoupeError:
+            del self.audit_events[events_before:]  # all or nothing (objects: one op per request)
+            raise
         self.timestamp += 1
-        snapshot = self.snapshot()
-        await publish(self.connection, CATALOG_CHANGES_SUBJECT, snapshot)
+        snapshot = self.snapshot(self._new_events)
+        if self.publish_changes:
+            await self._publish(snapshot)
         return catalog_pb2.TransactResponse(timestamp=self.timestamp, snapshot=snapshot)
+
+    async def _publish(self, snapshot: catalog_pb2.CatalogSnapshot) -> None:
+        if not self.publish_delay:
+            await publish(self.connection, CATALOG_CHANGES_SUBJECT, snapshot)
+            return
+        if self._outbox is None:
+            self._outbox = asyncio.Queue()
+            self._publisher = asyncio.create_task(self._publish_late(self._outbox))
+        self._outbox.put_nowait(snapshot)
+
+    async def _publish_late(self, outbox: asyncio.Queue) -> None:
+        while True:
+            snapshot = await outbox.get()
+            await asyncio.sleep(self.publish_delay)
+            await publish(self.connection, CATALOG_CHANGES_SUBJECT, snapshot)
+
+    def close(self) -> None:
+        if self._outbox is not None:
+            self._publisher.cancel()
 
     def cluster(self, name: str) -> catalog_pb2.Cluster | None:
         return next((c for c in self.clusters if c.name == name), None)
 
-    def apply(self, op: catalog_pb2.CatalogOp) -> None:
+    def apply(self, op: catalog_pb2.CatalogOp, user: str = "") -> None:
         kind = op.WhichOneof("kind")
         spec: Any
         cluster: Any
@@ -132,6 +237,7 @@ class FakeCatalog:
             cluster.CopyFrom(spec.cluster)
             cluster.id = f"u{next(self.ids)}"
             self.clusters.append(cluster)
+            self.record("create", "cluster", user, id=cluster.id, name=cluster.name)
             replica_specs = list(spec.replicas) or [
                 catalog_pb2.ClusterReplica(
                     name=f"r{i}", size=cluster.size, owner_id=cluster.owner_id
@@ -144,6 +250,7 @@ class FakeCatalog:
                 replica.id = f"u{next(self.ids)}"
                 replica.cluster_id = cluster.id
                 self.replicas.append(replica)
+                self.record_replica("create", user, cluster, replica)
         elif kind == "create_cluster_replica":
             spec = op.create_cluster_replica
             cluster = self.cluster(spec.cluster_name)
@@ -156,6 +263,7 @@ class FakeCatalog:
             replica.id = f"u{next(self.ids)}"
             replica.cluster_id = cluster.id
             self.replicas.append(replica)
+            self.record_replica("create", user, cluster, replica)
         elif kind == "drop_cluster":
             spec = op.drop_cluster
             cluster = self.cluster(spec.name)
@@ -168,8 +276,11 @@ class FakeCatalog:
                     SqlState.INSUFFICIENT_PRIVILEGE,
                     f"system cluster '{spec.name}' cannot be modified",
                 )
+            for replica in [r for r in self.replicas if r.cluster_id == cluster.id]:
+                self.record_replica("drop", user, cluster, replica)
+                self.replicas.remove(replica)
             self.clusters.remove(cluster)
-            self.replicas[:] = [r for r in self.replicas if r.cluster_id != cluster.id]
+            self.record("drop", "cluster", user, id=cluster.id, name=cluster.name)
         elif kind == "drop_cluster_replica":
             spec = op.drop_cluster_replica
             cluster = self.cluster(spec.cluster_name)
@@ -187,14 +298,22 @@ class FakeCatalog:
                     SqlState.UNDEFINED_OBJECT,
                     f"unknown cluster replica '{spec.cluster_name}.{spec.replica_name}'",
                 )
+            assert cluster is not None
             self.replicas.remove(found[0])
+            self.record_replica("drop", user, cluster, found[0])
 
 
 class FakeController:
-    """Collections in memory; peeks evaluated with polars over them."""
+    """Collections in memory; peeks evaluated with polars over them.
+
+    With ``persist = True`` appended batches are also written to the
+    collections' shards (every shard's upper advanced together, as the real
+    storage writer does), so a coordinator reading storage sees them.
+    """
 
     def __init__(self, data_dir: Path) -> None:
         self.blob_uri, self.consensus_uri = default_uris(data_dir)
+        self.persist = False
         self.contents: dict[str, Counter] = {c.id: Counter() for c in BUILTIN_COLLECTIONS}
         self.upper = 1
         self.applied: list[catalog_pb2.CatalogSnapshot] = []
@@ -234,14 +353,39 @@ class FakeController:
         self.appends.append(request)
         if request.batch_id not in self.batch_ids:
             self.batch_ids.add(request.batch_id)
+            updates: dict[str, list[tuple[tuple, int]]] = {}
             for collection in request.collections:
                 for update in collection.updates:
-                    self.contents[collection.collection_id][from_row(update.row)] += update.diff
+                    row = from_row(update.row)
+                    self.contents[collection.collection_id][row] += update.diff
+                    updates.setdefault(collection.collection_id, []).append((row, update.diff))
+            if self.persist:
+                self.write_shards(updates, self.upper)
         self.upper += 1
         return controller_pb2.AppendUpdatesResponse(upper=self.upper)
 
+    def write_shards(self, updates: dict[str, list[tuple[tuple, int]]], timestamp: int) -> None:
+        """Append ``updates`` at ``timestamp`` and move every shard's upper to ``timestamp + 1``."""
+        blob, consensus = open_location(self.blob_uri, self.consensus_uri)
+        for builtin in BUILTIN_COLLECTIONS:
+            shard = Shard(builtin.shard_id, blob, consensus)
+            state = shard.ensure(builtin.columns)
+            names = [*builtin.column_names, "mz_timestamp", "mz_diff"]
+            table = pa.Table.from_pylist(
+                [
+                    dict(zip(names, [*row, timestamp, diff], strict=True))
+                    for row, diff in updates.get(builtin.id, [])
+                ],
+                schema=arrow_schema(builtin.columns),
+            )
+            shard.compare_and_append(table, state.upper, timestamp + 1)
+
     def rows(self, collection_id: str) -> set[tuple]:
         return {row for row, count in self.contents[collection_id].items() if count > 0}
+
+    def counts(self, collection_id: str) -> Counter:
+        """Row -> multiplicity, without rows whose updates cancelled out."""
+        return Counter({row: n for row, n in self.contents[collection_id].items() if n != 0})
 
     async def Peek(self, request: Any, context: Any) -> compute_pb2.PeekResponse:
         self.peeks.append(request)
@@ -379,6 +523,60 @@ async def harness(nats_url: str, data_dir: Path) -> AsyncIterator[Harness]:
         for endpoint in endpoints:
             await endpoint.stop(grace=0.5)
         await connection.close()
+
+
+class Fleet:
+    """Fake catalog and controller, and any number of coordinators on them (one NATS).
+
+    Configure ``catalog`` / ``controller`` before ``await add()`` starts a coordinator.
+    """
+
+    def __init__(self, nats_url: str, data_dir: Path) -> None:
+        self.nats_url = nats_url
+        self.data_dir = data_dir
+        self.harnesses: list[Harness] = []
+        self._stack = contextlib.AsyncExitStack()
+
+    async def start(self) -> None:
+        connection, catalog, controller, endpoints = await _start_fakes(
+            self.nats_url, self.data_dir
+        )
+        self.catalog, self.controller = catalog, controller
+        self._stack.push_async_callback(connection.close)
+        self._stack.callback(catalog.close)
+        for endpoint in endpoints:
+            self._stack.push_async_callback(endpoint.stop, 0.5)
+
+    async def add(self, **settings: Any) -> Harness:
+        """Start one more coordinator (its own data dir: ready files must not collide)."""
+        settings.setdefault("storage_settle_timeout", 0.1)  # the fake controller never flushes
+        data_dir = self.data_dir / f"coordinator-{len(self.harnesses)}"
+        service, task = await _start_coordinator(self.nats_url, data_dir, **settings)
+        self._stack.push_async_callback(_stop_coordinator, service, task)
+        channel = grpc.aio.insecure_channel(f"127.0.0.1:{service.sql_port}")
+        self._stack.push_async_callback(channel.close)
+        harness = Harness(service, self.catalog, self.controller, sql_pb2_grpc.SqlStub(channel))
+        self.harnesses.append(harness)
+        return harness
+
+    async def close(self) -> None:
+        await self._stack.aclose()
+
+
+async def _stop_coordinator(service: CoordinatorService, task: asyncio.Task) -> None:
+    service.shutdown()
+    await asyncio.wait_for(task, 10)
+
+
+@pytest.fixture
+async def fleet(nats_url: str, data_dir: Path) -> AsyncIterator[Fleet]:
+    """Fakes started; ``await fleet.add()`` starts coordinators (stopped at the end)."""
+    fleet = Fleet(nats_url, data_dir)
+    await fleet.start()
+    try:
+        yield fleet
+    finally:
+        await fleet.close()
 
 
 @pytest.fixture
