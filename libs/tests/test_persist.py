@@ -2,10 +2,21 @@
 
 from __future__ import annotations
 
+import threading
+
 import pyarrow as pa
 import pytest
 
-from loupe.persist import LocalBlob, Shard, SinceError, SqliteConsensus, UpperMismatch, expand
+from loupe.persist import (
+    LocalBlob,
+    Part,
+    Shard,
+    SinceError,
+    SqliteConsensus,
+    UpperMismatch,
+    expand,
+    parts_to_merge,
+)
 from loupe.persist.shard import arrow_schema
 
 COLUMNS = [("name", "text"), ("n", "int8")]
@@ -59,3 +70,170 @@ def test_updates_outside_the_interval_are_refused(shard):
     """A writer cannot put updates at times it does not own."""
     with pytest.raises(ValueError, match="outside"):
         shard.compare_and_append(updates([("a", 1, 7, 1)]), 0, 5)
+
+
+def contents(table: pa.Table) -> list[tuple]:
+    """A snapshot as sorted tuples: compaction may change the order of rows."""
+    return sorted(tuple(row.values()) for row in table.to_pylist())
+
+
+def blob_files(shard: Shard) -> set[str]:
+    root = shard.blob.root / shard.shard_id  # type: ignore[attr-defined]
+    return {path.name for path in root.iterdir()} if root.exists() else set()
+
+
+def append_history(shard: Shard) -> None:
+    """Five appends at times 0..4: a counter row updated in place, plus churn."""
+    for t in range(5):
+        rows = [("counter", t, t, 1), ("churn", 0, t, 1)]
+        if t:
+            rows += [("counter", t - 1, t, -1), ("churn", 0, t, -1)]
+        shard.compare_and_append(updates(rows), t, t + 1)
+
+
+def test_losing_append_leaves_no_part_behind(shard):
+    """The part written for a refused compare_and_append is deleted again."""
+    shard.compare_and_append(updates([("a", 1, 0, 1)]), 0, 1)
+    before = blob_files(shard)
+    with pytest.raises(UpperMismatch):
+        shard.compare_and_append(updates([("z", 9, 0, 1)]), 0, 1)
+    assert blob_files(shard) == before
+
+
+def test_compaction_keeps_reads_from_since_on_and_leaves_one_part(shard):
+    """Compacting everything: one part, same snapshots at every time >= since."""
+    append_history(shard)
+    expected = {t: contents(shard.snapshot(t)) for t in range(2, 5)}
+    old_parts = blob_files(shard)
+    seqno = shard.state().seqno
+    state = shard.compact(since=2)
+    # Since and parts change in one CAS.
+    assert state.seqno == seqno + 1
+    assert len(state.parts) == 1
+    assert state.since == 2
+    assert state.upper == 5
+    assert {t: contents(shard.snapshot(t)) for t in range(2, 5)} == expected
+    with pytest.raises(SinceError):
+        shard.snapshot(1)
+    # Forwarding made the churn before 2 cancel out: only the live history is left.
+    assert state.parts[0].rows < sum(2 if t == 0 else 4 for t in range(5))
+    # The replaced parts are gone from Blob, the new one is there.
+    assert blob_files(shard) == {state.parts[0].key.split("/")[-1]}
+    assert not old_parts & blob_files(shard)
+
+
+def test_compaction_of_some_parts_keeps_the_others_in_place(shard):
+    """Merging the middle parts puts the merged part where they were."""
+    append_history(shard)
+    before = shard.state().parts
+    expected = contents(shard.snapshot())
+    state = shard.compact(parts=before[1:3])
+    assert next(p.key for p in state.parts) == before[0].key
+    assert [p.key for p in state.parts][2:] == [p.key for p in before[3:]]
+    assert state.parts[1].key not in {p.key for p in before}
+    assert contents(shard.snapshot()) == expected
+    # History is kept where the since allows it.
+    assert contents(shard.snapshot(1)) == [("churn", 0, 1), ("counter", 1, 1)]
+
+
+class AppendingDuringMerge(Shard):
+    """A shard handle that lets another writer append while it merges."""
+
+    def _merge(self, state, parts, since):
+        merged = super()._merge(state, parts, since)
+        other = Shard(self.shard_id, self.blob, self.consensus)
+        upper = other.upper
+        other.compare_and_append(updates([("late", 7, upper, 1)]), upper, upper + 1)
+        return merged
+
+
+def test_compaction_keeps_an_append_that_lands_meanwhile(shard, tmp_path):
+    """The CAS on the seqno is retried against the state with the new part."""
+    append_history(shard)
+    racing = AppendingDuringMerge(shard.shard_id, shard.blob, shard.consensus)
+    state = racing.compact()
+    assert len(state.parts) == 2
+    assert state.upper == 6
+    assert {row[0] for row in contents(shard.snapshot())} == {"counter", "churn", "late"}
+
+
+class CompactedByAnother(Shard):
+    """A handle whose merge loses to another handle's compaction of the same parts."""
+
+    def _merge(self, state, parts, since):
+        merged = super()._merge(state, parts, since)
+        Shard(self.shard_id, self.blob, self.consensus).compact()
+        return merged
+
+
+def test_compaction_that_loses_the_race_changes_nothing(shard):
+    """If another compaction replaced the parts first, ours is dropped, part and all."""
+    append_history(shard)
+    expected = contents(shard.snapshot())
+    losing = CompactedByAnother(shard.shard_id, shard.blob, shard.consensus)
+    state = losing.compact()
+    assert len(state.parts) == 1
+    assert blob_files(shard) == {state.parts[0].key.split("/")[-1]}
+    assert contents(shard.snapshot()) == expected
+
+
+class CompactedUnderfoot(Shard):
+    """A reader whose first read finds its parts compacted away by another handle."""
+
+    compacted = False
+
+    def read_updates(self, state=None):
+        if not self.compacted:
+            self.compacted = True
+            Shard(self.shard_id, self.blob, self.consensus).compact()
+        return super().read_updates(state)
+
+
+def test_readers_retry_when_parts_are_compacted_away(shard):
+    """A snapshot racing a compaction reads the new state instead of failing."""
+    append_history(shard)
+    expected = contents(shard.snapshot())
+    reader = CompactedUnderfoot(shard.shard_id, shard.blob, shard.consensus)
+    assert contents(reader.snapshot()) == expected
+    assert reader.compacted
+    assert len(shard.state().parts) == 1
+
+
+def test_parts_to_merge_is_size_tiered_and_bounds_the_count():
+    """Small new parts merge among themselves; a big old part waits; the count is bounded."""
+    big = Part("big", 0, 1, 10_000)
+    small = [Part(f"p{i}", i, i + 1, 4) for i in range(5)]
+    assert parts_to_merge([big, *small[:3]], max_parts=4) == []
+    assert parts_to_merge([big, *small], max_parts=4) == small
+    # A mid-sized part joins once the newer ones add up to its size.
+    mid = Part("mid", 0, 1, 20)
+    assert parts_to_merge([big, mid, *small], max_parts=6, down_to=6) == [mid, *small]
+    bigger_mid = Part("mid", 0, 1, 21)
+    assert parts_to_merge([big, bigger_mid, *small], max_parts=6, down_to=6) == small
+    # Whatever the sizes, at most down_to parts remain, by default half of max_parts
+    # (each older part is bigger than all newer ones together: tiering alone merges two).
+    halving = [Part(f"q{i}", i, i + 1, 2 ** (8 - i)) for i in range(8)]
+    assert parts_to_merge(halving, max_parts=6) == halving[2:]
+    assert parts_to_merge(halving, max_parts=6, down_to=5) == halving[4:]
+    with pytest.raises(ValueError, match="down_to"):
+        parts_to_merge(halving, max_parts=6, down_to=7)
+
+
+def test_sqlite_consensus_created_by_many_at_once(tmp_path):
+    """Threads creating the same fresh consensus database all get one (WAL switch races)."""
+    for round_ in range(50):
+        path = tmp_path / f"r{round_}" / "consensus.sqlite"
+        errors: list[BaseException] = []
+
+        def create(path=path, errors=errors):
+            try:
+                SqliteConsensus(path).head("k")
+            except BaseException as error:  # reported below
+                errors.append(error)
+
+        threads = [threading.Thread(target=create) for _ in range(3)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert errors == []

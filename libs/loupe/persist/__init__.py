@@ -14,6 +14,7 @@ from loupe.persist.shard import (
     UpperMismatch,
     consolidate,
     expand,
+    parts_to_merge,
 )
 
 __all__ = [
@@ -31,4 +32,5 @@ __all__ = [
     "consolidate",
     "expand",
     "open_location",
+    "parts_to_merge",
 ]

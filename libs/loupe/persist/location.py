@@ -12,6 +12,7 @@ import os
 import shutil
 import sqlite3
 import threading
+import time
 import uuid
 from pathlib import Path
 from urllib.parse import urlparse
@@ -99,7 +100,7 @@ class SqliteConsensus(Consensus):
         connection = getattr(self._local, "connection", None)
         if connection is None:
             connection = sqlite3.connect(self.path, timeout=30, isolation_level=None)
-            connection.execute("PRAGMA journal_mode=WAL")
+            _switch_to_wal(connection)
             connection.execute("PRAGMA synchronous=FULL")
             self._local.connection = connection
         return connection
@@ -131,6 +132,25 @@ class SqliteConsensus(Consensus):
         except BaseException:
             db.execute("ROLLBACK")
             raise
+
+
+def _switch_to_wal(connection: sqlite3.Connection, timeout: float = 30.0) -> None:
+    """``PRAGMA journal_mode=WAL``, waiting out connections that create the file with us.
+
+    On a new, empty database the switch fails at once with "database is
+    locked" when another connection is creating it at the same moment: SQLite
+    does not call the busy handler there. WAL mode is stored in the file, so
+    retrying until one of us has switched it is enough.
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            connection.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as error:
+            if "locked" not in str(error) or time.monotonic() >= deadline:
+                raise
+            time.sleep(0.005)
 
 
 def open_location(blob_uri: str, consensus_uri: str) -> tuple[Blob, Consensus]:

@@ -4,10 +4,17 @@ Every part holds rows ``(data columns…, mz_timestamp uint64, mz_diff int64)``.
 The shard's state (parts, since, upper, seqno) lives in Consensus and changes
 only by compare-and-set, so concurrent writers can never interleave: of two
 ``compare_and_append`` calls with the same expected upper exactly one wins.
+
+``compact`` replaces parts with one consolidated part (another CAS, on the
+seqno), forwarding updates before ``since`` to ``since``; ``parts_to_merge``
+picks which parts so that their number stays bounded while each update is
+rewritten only a few times. Readers that find a part gone (compacted away
+after they read the state) re-read the state and try again.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import time
 from collections.abc import Sequence
@@ -124,6 +131,31 @@ def consolidate(updates: pa.Table, data_columns: Sequence[str]) -> pa.Table:
     return summed.filter(pl.col(DIFF_COLUMN) != 0).to_arrow()
 
 
+def parts_to_merge(
+    parts: Sequence[Part], max_parts: int, *, down_to: int | None = None
+) -> list[Part]:
+    """The parts to ``compact`` once there are more than ``max_parts``; [] until then.
+
+    Size-tiered, like persist's spine: the newest part, plus each older part no
+    bigger than all the newer ones chosen so far together, plus as many more as
+    it takes to leave at most ``down_to`` parts (default half of
+    ``max_parts``, so that compactions come in batches, not at every append).
+    Recent small parts merge often, a big old part only once the newer ones
+    add up to its size, so an update is rewritten about log(size) times.
+    """
+    keep = max(1, max_parts // 2) if down_to is None else down_to
+    if not 1 <= keep <= max_parts:
+        raise ValueError(f"need 1 <= down_to ({keep}) <= max_parts ({max_parts})")
+    if len(parts) <= max_parts:
+        return []
+    start = len(parts) - 1
+    total = parts[start].rows
+    while start > 0 and (parts[start - 1].rows <= total or start > keep - 1):
+        start -= 1
+        total += parts[start].rows
+    return list(parts[start:])
+
+
 def expand(consolidated: pa.Table) -> pa.Table:
     """Rows repeated by their (positive) multiplicity, without the diff column."""
     diffs = consolidated.column(DIFF_COLUMN).to_pylist()
@@ -204,6 +236,7 @@ class Shard:
         if new_upper < expected_upper:
             raise ValueError(f"new upper {new_upper} is before expected upper {expected_upper}")
         parts: list[Part]
+        written = False
         if isinstance(updates, pa.Table):
             if updates.num_rows:
                 low = int(pa.compute.min(updates.column(TIMESTAMP_COLUMN)).as_py())
@@ -213,6 +246,7 @@ class Shard:
                         f"update timestamps [{low}, {high}] outside [{expected_upper}, {new_upper})"
                     )
                 parts = [self.write_part(updates)]
+                written = True
             else:
                 parts = []
         else:
@@ -220,6 +254,9 @@ class Shard:
         while True:
             state = self.state()
             if state.upper != expected_upper:
+                if written:
+                    # Never referenced by any state: nobody can be reading it.
+                    self.blob.delete(parts[0].key)
                 raise UpperMismatch(self.shard_id, expected_upper, state.upper)
             new = ShardState(
                 state.shard_id,
@@ -244,7 +281,103 @@ class Shard:
             if self._cas(state, new):
                 return self.state()
 
+    def compact(
+        self,
+        since: int | None = None,
+        parts: Sequence[Part] | None = None,
+        *,
+        delete_replaced: bool = True,
+    ) -> ShardState:
+        """Replace ``parts`` (default: all) with one consolidated part; returns the new state.
+
+        Also downgrades the since to ``since`` if given, in the same CAS. Updates
+        at times before the since are forwarded to it (no read at or after the
+        since can tell), then updates of the same row at the same time are
+        summed and zero sums dropped, so history from the since on stays
+        readable. The new state is put in by CAS on the seqno: appends that
+        land meanwhile are kept (the CAS is retried against the new state); if
+        a concurrent compaction already replaced one of ``parts``, only the
+        since moves. The replaced parts are then deleted from Blob unless
+        ``delete_replaced`` is false (readers of this class retry when a part
+        of the state they read is gone).
+        """
+        state = self.state()
+        since = state.since if since is None else max(since, state.since)
+        chosen = list(state.parts if parts is None else parts)
+        replaced = {p.key for p in chosen}
+        if not chosen or not replaced <= {p.key for p in state.parts}:
+            return self.downgrade_since(since)
+        try:
+            merged = self._merge(state, chosen, since)
+        except FileNotFoundError:
+            if self.state().seqno == state.seqno:
+                raise
+            # A concurrent compaction replaced (and deleted) some of them first.
+            return self.downgrade_since(since)
+        while True:
+            if not replaced <= {p.key for p in state.parts}:
+                if merged is not None:
+                    self.blob.delete(merged.key)
+                return self.downgrade_since(since)
+            new_parts: list[Part] = []
+            for part in state.parts:
+                if part.key not in replaced:
+                    new_parts.append(part)
+                elif merged is not None and merged not in new_parts:
+                    # At the place of the oldest replaced part: parts stay in time order.
+                    new_parts.append(merged)
+            new = ShardState(
+                state.shard_id,
+                state.seqno,
+                max(since, state.since),
+                state.upper,
+                new_parts,
+                state.columns,
+            )
+            if self._cas(state, new):
+                break
+            state = self.state()
+        if delete_replaced:
+            for key in replaced:
+                self.blob.delete(key)
+        return self.state()
+
+    def _merge(self, state: ShardState, parts: Sequence[Part], since: int) -> Part | None:
+        """``parts`` forwarded to ``since`` and consolidated, as a new part in Blob."""
+        updates = self.read_updates(dataclasses.replace(state, parts=list(parts)))
+        times = updates.column(TIMESTAMP_COLUMN)
+        forwarded = pa.compute.max_element_wise(times, pa.scalar(since, pa.uint64()))
+        updates = updates.set_column(
+            updates.schema.get_field_index(TIMESTAMP_COLUMN), TIMESTAMP_COLUMN, forwarded
+        )
+        data = [name for name, _ in state.columns]
+        summed = consolidate(updates, [*data, TIMESTAMP_COLUMN])
+        if summed.num_rows == 0:
+            return None
+        return self.write_part(summed.select(updates.schema.names).cast(updates.schema))
+
     # -- reads ------------------------------------------------------------------
+
+    def read(self) -> tuple[ShardState, pa.Table]:
+        """The current state and all its updates, read consistently.
+
+        A compaction may delete parts of the state we read before we read
+        them; then the state has moved on, and we read the new one.
+        """
+        while True:
+            state = self.state()
+            updates = self._read_unless_compacted(state)
+            if updates is not None:
+                return state, updates
+
+    def _read_unless_compacted(self, state: ShardState) -> pa.Table | None:
+        """``read_updates(state)``, or None if a compaction has replaced its parts since."""
+        try:
+            return self.read_updates(state)
+        except FileNotFoundError:
+            if self.state().seqno == state.seqno:
+                raise
+            return None
 
     def read_updates(self, state: ShardState | None = None) -> pa.Table:
         state = state or self.state()
@@ -264,7 +397,20 @@ class Shard:
 
         Returns the data columns and ``mz_diff`` (the multiplicity).
         """
-        state = self.state()
+        return self.snapshot_with_state(as_of)[0]
+
+    def snapshot_with_state(self, as_of: int | None = None) -> tuple[pa.Table, ShardState]:
+        """``snapshot(as_of)`` and the state it was read from (its upper, since, parts)."""
+        while True:
+            state = self.state()
+            read_at = self._check_as_of(state, as_of)
+            updates = self._read_unless_compacted(state)
+            if updates is not None:
+                break
+        visible = updates.filter(pa.compute.less_equal(updates.column(TIMESTAMP_COLUMN), read_at))
+        return consolidate(visible, [name for name, _ in state.columns]), state
+
+    def _check_as_of(self, state: ShardState, as_of: int | None) -> int:
         if as_of is None:
             as_of = state.upper - 1
         if as_of < state.since:
@@ -275,9 +421,7 @@ class Shard:
             raise ValueError(
                 f"shard {self.shard_id}: {as_of} is not complete yet (upper {state.upper})"
             )
-        updates = self.read_updates(state)
-        visible = updates.filter(pa.compute.less_equal(updates.column(TIMESTAMP_COLUMN), as_of))
-        return consolidate(visible, [name for name, _ in state.columns])
+        return as_of
 
     def wait_for_upper(
         self, beyond: int, timeout: float = 10.0, interval: float = 0.02

@@ -1,4 +1,5 @@
-"""pytest fixtures: a real nats-server per test session, NATS connections, Spark.
+"""pytest fixtures: a real nats-server per test session, NATS connections, Spark,
+PostgreSQL (``postgres_url``, ``postgres_catalog``: see ``loupe.testing.postgres``).
 
 Loaded for every test through the root ``conftest.py``.
 """
@@ -15,6 +16,9 @@ import pytest
 
 from loupe.common.nats_server import NatsServerProcess
 from loupe.common.transport import connect
+
+# Registered here so every test can ask for a real PostgreSQL.
+from loupe.testing.postgres import postgres_catalog, postgres_url  # noqa: F401
 
 
 @pytest.fixture(scope="session")
