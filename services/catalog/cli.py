@@ -20,6 +20,11 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
         "--catalog-backend",
         help="catalog storage plugin (default stash-sqlite; LOUPE_CATALOG_BACKEND)",
     )
+    parser.add_argument(
+        "--deploy-generation",
+        type=int,
+        help="this deployment's generation; an older one steps down (LOUPE_DEPLOY_GENERATION)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -29,6 +34,7 @@ def run(args: argparse.Namespace) -> int:
         "catalog",
         grpc_port=args.grpc_port,
         catalog_backend=args.catalog_backend,
+        deploy_generation=args.deploy_generation,
     )
     configure_for(settings, "catalog")
     if settings.catalog_backend not in BACKENDS.names():

@@ -42,3 +42,7 @@ class FencedError(CatalogError):
     def by_newer_deploy(self) -> bool:
         """A newer deployment took over: an orderly hand-over, not a split brain."""
         return self.current.deploy_generation > self.ours.deploy_generation
+
+
+class CatalogNotInitializedError(CatalogError):
+    """The catalog has never been opened for writing: there is nothing to read."""

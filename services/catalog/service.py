@@ -1,10 +1,14 @@
 """The catalog service: the durable catalog behind NATS and a gRPC admin port.
 
 Start-up: connect to NATS, open the catalog (bumping the epoch, which fences
-any earlier catalog server on the same store), serve ``Catalog`` on NATS (queue
-group ``catalog``) and gRPC, serve ``/metrics``, announce readiness. After
-every commit, and once at start, the new ``CatalogSnapshot`` is published on
-``loupe.catalog.v1.changes`` for services that follow the catalog.
+any earlier catalog server on the same store, and upgrading an older catalog
+in the same write), record the builtin objects' ids (system object
+mappings), serve ``Catalog`` on NATS (queue group ``catalog``) and gRPC, serve
+``/metrics``, announce readiness. After every commit (a ``Transact``, or an
+``EditObject`` from ``loupe catalog … --cooperative``), and once at start, the
+new ``CatalogSnapshot`` is published on ``loupe.catalog.v1.changes`` for
+services that follow the catalog; after a commit it carries that commit's
+audit events.
 
 Fencing: a commit that finds a newer fence token, or the periodic leadership
 check, halts the service — with an error and a non-zero exit when a writer of
@@ -21,6 +25,7 @@ from dataclasses import dataclass
 from nats.aio.client import Client as NatsConnection
 from prometheus_client import Counter, Gauge
 
+from loupe.catalog.bootstrap import builtin_object_mappings
 from loupe.catalog.durable import DEFAULT_BACKEND, DurableCatalogState, create_backend
 from loupe.catalog.errors import CatalogError, FencedError
 from loupe.catalog.objects import CatalogSnapshot
@@ -98,7 +103,14 @@ class CatalogService(Service):
                 self.exit_code = EXIT_CANNOT_OPEN
                 return
             self.catalog = catalog
-            EPOCH.set(catalog.epoch)
+            try:
+                await asyncio.to_thread(
+                    catalog.set_system_object_mappings, builtin_object_mappings()
+                )
+            except FencedError as error:
+                self._on_fenced(error)
+                return
+            EPOCH.set(catalog.epoch or 0)
             log.info(
                 "catalog opened",
                 backend=settings.catalog_backend,
@@ -149,8 +161,11 @@ class CatalogService(Service):
         self.fenced = error
         FENCED.inc()
         if error.by_newer_deploy:
+            # An orderly hand-over, not a failure: exit 0.
             log.info(
-                "a newer deployment took over the catalog; stepping down",
+                f"replaced by a newer deploy (deploy generation "
+                f"{error.current.deploy_generation} > ours, {error.ours.deploy_generation}); "
+                "stepping down and exiting cleanly",
                 ours=str(error.ours),
                 current=str(error.current),
             )

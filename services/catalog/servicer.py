@@ -1,9 +1,10 @@
 """The ``Catalog`` service's handlers: the edge where protobuf meets the catalog.
 
-The same servicer object is served over NATS and gRPC. Transactions are
-serialised (one at a time, in arrival order) so each builds on the last
-commit; after each commit the new snapshot is handed to ``on_commit``
-(the service publishes it on ``loupe.catalog.v1.changes``).
+The same servicer object is served over NATS and gRPC. Transactions (and
+cooperative edits from ``loupe catalog edit --cooperative``) are serialised
+(one at a time, in arrival order) so each builds on the last commit; after
+each commit the new snapshot, carrying that commit's audit events, is handed
+to ``on_commit`` (the service publishes it on ``loupe.catalog.v1.changes``).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import Any
 
 from loupe.catalog.durable import DurableCatalogState
 from loupe.catalog.errors import FencedError
+from loupe.catalog.kinds import ObjectFormatError
 from loupe.catalog.objects import CatalogSnapshot, Cluster, ClusterReplica
 from loupe.catalog.transaction import Transaction
 from loupe.common.errors import LoupeError
@@ -46,6 +48,10 @@ def apply_op(tx: Transaction, op: catalog_pb2.CatalogOp) -> None:
         raise LoupeError("INVALID_ARGUMENT", "catalog operation has no kind")
 
 
+def missing_object(kind: str, key_json: str) -> str:
+    return f"there is no {kind} with key {key_json}"
+
+
 class CatalogServicer:
     """Handlers of ``loupe.proto.catalog.v1.Catalog``."""
 
@@ -70,24 +76,29 @@ class CatalogServicer:
         self, request: catalog_pb2.TransactRequest, context: Any
     ) -> catalog_pb2.TransactResponse:
         async with self._lock:
-            tx = self._catalog.transaction()
+            tx = self._catalog.transaction(user=request.user)
             for op in request.ops:
                 apply_op(tx, op)
-            try:
-                # The commit waits for fsync: keep the event loop free meanwhile.
-                timestamp = await asyncio.to_thread(self._catalog.commit_transaction, tx)
-            except FencedError as error:
-                self._on_fenced(error)
-                # UNAVAILABLE: a caller may retry and reach the catalog that fenced us.
-                raise LoupeError("UNAVAILABLE", str(error)) from None
-            snapshot = self._catalog.snapshot()
-            # Inside the lock, so followers see snapshots in commit order.
-            await self._on_commit(snapshot)
+            timestamp, snapshot = await self._commit(tx)
         return catalog_pb2.TransactResponse(
             timestamp=timestamp,
             changes=[change.to_proto() for change in tx.changes],
             snapshot=snapshot.to_proto(),
         )
+
+    async def _commit(self, tx: Transaction) -> tuple[int, CatalogSnapshot]:
+        """Commit ``tx`` and publish the new snapshot; call with the lock held."""
+        try:
+            # The commit waits for fsync: keep the event loop free meanwhile.
+            timestamp = await asyncio.to_thread(self._catalog.commit_transaction, tx)
+        except FencedError as error:
+            self._on_fenced(error)
+            # UNAVAILABLE: a caller may retry and reach the catalog that fenced us.
+            raise LoupeError("UNAVAILABLE", str(error)) from None
+        snapshot = self._catalog.snapshot(new_audit_events=tx.audit_events)
+        # Inside the lock, so followers see snapshots in commit order.
+        await self._on_commit(snapshot)
+        return timestamp, snapshot
 
     async def Epoch(self, request: common_pb2.Empty, context: Any) -> catalog_pb2.EpochResponse:
         fence = self._catalog.fence
@@ -103,9 +114,20 @@ class CatalogServicer:
     async def ListAuditEvents(
         self, request: catalog_pb2.ListAuditEventsRequest, context: Any
     ) -> catalog_pb2.ListAuditEventsResponse:
-        raise LoupeError("UNIMPLEMENTED", "the audit log is not implemented yet")
+        events = self._catalog.audit_events_after(request.after_id)
+        return catalog_pb2.ListAuditEventsResponse(events=[e.to_proto() for e in events])
 
     async def EditObject(
         self, request: catalog_pb2.EditObjectRequest, context: Any
     ) -> catalog_pb2.EditObjectResponse:
-        raise LoupeError("UNIMPLEMENTED", "cooperative edits are not implemented yet")
+        """Replace or delete one raw object, validated as its kind, in a transaction."""
+        async with self._lock:
+            tx = self._catalog.transaction()
+            try:
+                old = tx.edit_raw(request.kind, request.key_json, request.value_json or None)
+            except ObjectFormatError as error:
+                raise LoupeError("INVALID_ARGUMENT", str(error)) from None
+            if old is None and not request.value_json:
+                raise LoupeError("NOT_FOUND", missing_object(request.kind, request.key_json))
+            await self._commit(tx)
+        return catalog_pb2.EditObjectResponse(old_value_json=old or "")

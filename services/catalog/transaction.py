@@ -1,60 +1,71 @@
-"""Catalog state in memory, and transactions over it.
+"""Transactions over the catalog: the rules of every operation, once for every backend.
 
-A ``Transaction`` works on a copy of the state: each operation validates
-against what the transaction has done so far and raises ``LoupeError`` (with
-a SQLSTATE) when it cannot apply, so a failed transaction leaves nothing
-behind. ``DurableCatalogState.commit_transaction`` then makes the whole copy
-durable at once. Backends only store what ``CatalogState`` holds; the rules
-live here, once for every backend.
+A ``Transaction`` overlays its changes on a committed ``CatalogState``. Each
+operation validates against what the transaction has done so far and raises
+``LoupeError`` (with a SQLSTATE) when it cannot apply, so a failed
+transaction leaves nothing behind. ``DurableCatalogState.commit_transaction``
+then seals it (appending its audit events, stamped with the commit's
+timestamp) and makes its writes durable at once.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Sequence
+from typing import Any
 
-from loupe.builtins import DEFAULT_CLUSTER_NAME, SYSTEM_CLUSTER_NAME
+from loupe.catalog.kinds import KINDS, kind_named
+from loupe.catalog.migrations import Write
 from loupe.catalog.objects import (
-    DEFAULT_INTROSPECTION_INTERVAL_NS,
     DEFAULT_USER_ROLE_ID,
     SYSTEM_ROLE_ID,
+    AuditEvent,
     Change,
     Cluster,
+    ClusterKey,
     ClusterReplica,
+    ClusterReplicaKey,
+    Database,
+    IdAllocator,
+    IdAllocatorKey,
+    Item,
+    ItemKey,
+    Role,
+    Schema,
+    Setting,
+    StorageUsage,
+    SystemConfiguration,
+    SystemConfigurationKey,
+    SystemObjectMapping,
 )
+from loupe.catalog.state import CatalogState, TableTransaction
 from loupe.common.errors import LoupeError, SqlState
 
 INVALID_NAME = "42602"
+DUPLICATE_DATABASE = "42P04"
+DUPLICATE_SCHEMA = "42P06"
 # A size is the number of workers of each replica process.
 SIZE_PATTERN = re.compile(r"[1-9][0-9]*")
 
 # Allocator name -> id prefix. Each allocator holds the next id to hand out.
 ALLOCATORS = {
+    "system_role": "s",
+    "user_role": "u",
+    "user_database": "u",
+    "system_schema": "s",
+    "user_schema": "u",
     "system_cluster": "s",
-    "system_replica": "s",
     "user_cluster": "u",
+    "system_replica": "s",
     "user_replica": "u",
+    "system_item": "s",
+    "user_item": "u",
+    "audit_log": "",
+    "storage_usage": "",
 }
-
-
-@dataclass
-class CatalogState:
-    """Every durable object, keyed by id, plus the id allocators."""
-
-    clusters: dict[str, Cluster] = field(default_factory=dict)
-    replicas: dict[str, ClusterReplica] = field(default_factory=dict)
-    id_allocators: dict[str, int] = field(default_factory=dict)
-
-    def copy(self) -> CatalogState:
-        return CatalogState(dict(self.clusters), dict(self.replicas), dict(self.id_allocators))
-
-    def cluster_by_name(self, name: str) -> Cluster | None:
-        return next((c for c in self.clusters.values() if c.name == name), None)
-
-    def replicas_of(self, cluster_id: str) -> list[ClusterReplica]:
-        return [r for r in self.replicas.values() if r.cluster_id == cluster_id]
+# Builtin collections have static ids below this (``loupe.builtins``).
+FIRST_SYSTEM_ITEM_ID = 10_000
 
 
 def validate_size(size: str) -> str:
@@ -63,26 +74,67 @@ def validate_size(size: str) -> str:
     return size
 
 
-def is_system(cluster: Cluster) -> bool:
-    return cluster.id.startswith("s")
+def is_system(obj: Cluster | Role | Schema) -> bool:
+    return obj.id.startswith("s")
 
 
 class Transaction:
-    """A batch of catalog operations, applied to a private copy of the state."""
+    """A batch of catalog operations, applied to an overlay of the committed state."""
 
-    def __init__(self, base: CatalogState) -> None:
+    def __init__(self, base: CatalogState, *, user: str = "") -> None:
         self.base = base
-        self.state = base.copy()
+        # Recorded as the user of this transaction's audit events.
+        self.user = user
         self.changes: list[Change] = []
+        # Filled by ``seal``: the events committed with this transaction.
+        self.audit_events: list[AuditEvent] = []
+        self._tables: dict[str, TableTransaction] = {}
+        self._audit: list[tuple[str, str, dict[str, Any]]] = []
+        self._sealed = False
+        # (schema_id, name) -> key of the items this transaction wrote, valid
+        # while the item table's version is `_item_names_version`.
+        self._item_names: dict[tuple[str, str], Any] = {}
+        self._item_names_version = 0
+
+    def table(self, kind: str) -> TableTransaction:
+        """The pending view of one kind (e.g. ``"cluster"``)."""
+        table = self._tables.get(kind)
+        if table is None:
+            table = self._tables[kind] = TableTransaction(KINDS[kind], self.base.table(kind))
+        return table
+
+    # Reads (including this transaction's own changes)
+
+    def clusters(self) -> list[Cluster]:
+        return list(self.table("cluster").values())
+
+    def cluster(self, cluster_id: str) -> Cluster | None:
+        return self.table("cluster").get(ClusterKey(cluster_id))  # type: ignore[no-any-return]
+
+    def cluster_by_name(self, name: str) -> Cluster | None:
+        return next((c for c in self.table("cluster").values() if c.name == name), None)
+
+    def replicas_of(self, cluster_id: str) -> list[ClusterReplica]:
+        return [r for r in self.table("cluster_replica").values() if r.cluster_id == cluster_id]
 
     # Ids
 
-    def allocate_id(self, allocator: str) -> str:
-        next_id = self.state.id_allocators.get(allocator, 1)
-        self.state.id_allocators[allocator] = next_id + 1
-        return f"{ALLOCATORS[allocator]}{next_id}"
+    def allocate_number(self, allocator: str) -> int:
+        """The next number of ``allocator``, which moves on by one."""
+        if allocator not in ALLOCATORS:
+            raise LoupeError(SqlState.INTERNAL_ERROR, f"unknown id allocator '{allocator}'")
+        table = self.table("id_allocator")
+        current = table.get(IdAllocatorKey(allocator))
+        next_id = current.next_id if current is not None else 1
+        table.set(IdAllocator(allocator, next_id + 1))
+        return next_id  # type: ignore[no-any-return]
 
-    # Operations
+    def allocate_id(self, allocator: str) -> str:
+        """The next id of ``allocator``, with its prefix (``s`` or ``u``)."""
+        number = self.allocate_number(allocator)  # refuses unknown allocators
+        return f"{ALLOCATORS[allocator]}{number}"
+
+    # Clusters and replicas
 
     def create_cluster(
         self, cluster: Cluster, replicas: Sequence[ClusterReplica] = (), *, system: bool = False
@@ -95,7 +147,7 @@ class Transaction:
         """
         if not cluster.name:
             raise LoupeError(INVALID_NAME, "cluster name must not be empty")
-        if self.state.cluster_by_name(cluster.name) is not None:
+        if self.cluster_by_name(cluster.name) is not None:
             raise LoupeError(SqlState.DUPLICATE_OBJECT, f'cluster "{cluster.name}" already exists')
         managed = cluster.managed or bool(cluster.size)
         if managed:
@@ -113,8 +165,9 @@ class Transaction:
             managed=managed,
             replication_factor=cluster.replication_factor if managed else len(replicas),
         )
-        self.state.clusters[created.id] = created
+        self.table("cluster").set(created)
         self.changes.append(Change("cluster_created", created))
+        self._record("create", "cluster", _cluster_details(created))
         if managed:
             replicas = [
                 ClusterReplica(id="", name=f"r{i}", cluster_id="", size=created.size, owner_id="")
@@ -129,33 +182,38 @@ class Transaction:
         if cluster_name:
             cluster = self._cluster_named(cluster_name)
         else:
-            cluster = self.state.clusters.get(replica.cluster_id)
-            if cluster is None:
+            found = self.cluster(replica.cluster_id)
+            if found is None:
                 raise LoupeError(
                     SqlState.UNDEFINED_OBJECT, f"unknown cluster id '{replica.cluster_id}'"
                 )
+            cluster = found
         self._check_modifiable(cluster)
         return self._add_replica(cluster, replica, system=False)
 
     def drop_cluster(self, name: str, *, if_exists: bool = False) -> Cluster | None:
-        """Drop the cluster named ``name`` and its replicas."""
-        cluster = self.state.cluster_by_name(name)
+        """Drop the cluster named ``name``, its replicas and its introspection indexes."""
+        cluster = self.cluster_by_name(name)
         if cluster is None:
             if if_exists:
                 return None
             raise LoupeError(SqlState.UNDEFINED_OBJECT, f"unknown cluster '{name}'")
         self._check_modifiable(cluster)
-        for replica in self.state.replicas_of(cluster.id):
-            del self.state.replicas[replica.id]
-            self.changes.append(Change("replica_dropped", replica))
-        del self.state.clusters[cluster.id]
+        for replica in self.replicas_of(cluster.id):
+            self._remove_replica(cluster, replica)
+        indexes = self.table("introspection_source_index")
+        for key, index in list(indexes.items()):
+            if index.cluster_id == cluster.id:
+                indexes.delete(key)
+        self.table("cluster").delete(ClusterKey(cluster.id))
         self.changes.append(Change("cluster_dropped", cluster))
+        self._record("drop", "cluster", _cluster_details(cluster))
         return cluster
 
     def drop_replica(
         self, cluster_name: str, replica_name: str, *, if_exists: bool = False
     ) -> ClusterReplica | None:
-        cluster = self.state.cluster_by_name(cluster_name)
+        cluster = self.cluster_by_name(cluster_name)
         if cluster is None:
             if if_exists:
                 return None
@@ -169,20 +227,197 @@ class Transaction:
                 SqlState.UNDEFINED_OBJECT,
                 f"unknown cluster replica '{cluster_name}.{replica_name}'",
             )
-        del self.state.replicas[replica.id]
-        self.changes.append(Change("replica_dropped", replica))
+        self._remove_replica(cluster, replica)
         return replica
+
+    # Databases, schemas, roles, items
+
+    def create_database(self, name: str, *, owner_id: str = "") -> Database:
+        """Create a database and its ``public`` schema."""
+        if not name:
+            raise LoupeError(INVALID_NAME, "database name must not be empty")
+        if any(d.name == name for d in self.table("database").values()):
+            raise LoupeError(DUPLICATE_DATABASE, f'database "{name}" already exists')
+        database = Database(
+            self.allocate_id("user_database"), name, owner_id or DEFAULT_USER_ROLE_ID
+        )
+        self.table("database").set(database)
+        self.create_schema("public", database.id, owner_id=database.owner_id)
+        return database
+
+    def create_schema(
+        self, name: str, database_id: str, *, owner_id: str = "", system: bool = False
+    ) -> Schema:
+        """Create a schema in ``database_id`` (empty: an ambient system schema)."""
+        if not name:
+            raise LoupeError(INVALID_NAME, "schema name must not be empty")
+        if database_id and self.table("database").get(_key("database", database_id)) is None:
+            raise LoupeError(SqlState.UNDEFINED_OBJECT, f"unknown database id '{database_id}'")
+        if any(
+            s.name == name and s.database_id == database_id for s in self.table("schema").values()
+        ):
+            raise LoupeError(DUPLICATE_SCHEMA, f'schema "{name}" already exists')
+        prefix = "system" if system else "user"
+        schema = Schema(
+            self.allocate_id(f"{prefix}_schema"),
+            name,
+            database_id,
+            owner_id or (SYSTEM_ROLE_ID if system else DEFAULT_USER_ROLE_ID),
+        )
+        self.table("schema").set(schema)
+        return schema
+
+    def create_role(
+        self, name: str, *, superuser: bool = False, inherit: bool = True, system: bool = False
+    ) -> Role:
+        if not name:
+            raise LoupeError(INVALID_NAME, "role name must not be empty")
+        if name.upper() == "PUBLIC" or any(r.name == name for r in self.table("role").values()):
+            raise LoupeError(SqlState.DUPLICATE_OBJECT, f'role "{name}" already exists')
+        prefix = "system" if system else "user"
+        role = Role(self.allocate_id(f"{prefix}_role"), name, inherit, superuser)
+        self.table("role").set(role)
+        return role
+
+    def create_item(self, item: Item, *, system: bool = False) -> Item:
+        """Create a table, view, index, … in ``item.schema_id``; the id is allocated here."""
+        if not item.name:
+            raise LoupeError(INVALID_NAME, "name must not be empty")
+        try:
+            item.validate()
+        except ValueError as error:
+            raise LoupeError(SqlState.INVALID_PARAMETER_VALUE, str(error)) from None
+        if self.table("schema").get(_key("schema", item.schema_id)) is None:
+            raise LoupeError(SqlState.UNDEFINED_OBJECT, f"unknown schema id '{item.schema_id}'")
+        if item.cluster_id and self.cluster(item.cluster_id) is None:
+            raise LoupeError(SqlState.UNDEFINED_OBJECT, f"unknown cluster id '{item.cluster_id}'")
+        if self._item_named(item.schema_id, item.name) is not None:
+            raise LoupeError(SqlState.DUPLICATE_OBJECT, f'"{item.name}" already exists')
+        created = dataclasses.replace(
+            item,
+            id=self.allocate_id("system_item" if system else "user_item"),
+            owner_id=item.owner_id or (SYSTEM_ROLE_ID if system else DEFAULT_USER_ROLE_ID),
+        )
+        names = self._pending_item_names()
+        items = self.table("item")
+        items.set(created)
+        # Keep the index current instead of rebuilding it for the next item.
+        names[(created.schema_id, created.name)] = ItemKey(created.id)
+        self._item_names_version = items.version
+        return created
+
+    def drop_item(self, item_id: str) -> Item:
+        dropped = self.table("item").delete(ItemKey(item_id))
+        if dropped is None:
+            raise LoupeError(SqlState.UNDEFINED_OBJECT, f"unknown item id '{item_id}'")
+        return dropped  # type: ignore[no-any-return]
+
+    # Configuration and bookkeeping
+
+    def set_system_configuration(self, name: str, value: str | None) -> None:
+        """``ALTER SYSTEM SET name = value``; None resets it (removes the stored value)."""
+        table = self.table("system_configuration")
+        if value is None:
+            table.delete(SystemConfigurationKey(name))
+        else:
+            table.set(SystemConfiguration(name, value))
+
+    def set_setting(self, name: str, value: str) -> None:
+        self.table("setting").set(Setting(name, value))
+
+    def add_storage_usage(
+        self, shard_id: str, size_bytes: int, collection_timestamp: int
+    ) -> StorageUsage:
+        usage = StorageUsage(
+            self.allocate_number("storage_usage"), shard_id, size_bytes, collection_timestamp
+        )
+        self.table("storage_usage").set(usage)
+        return usage
+
+    def set_system_object_mappings(self, mappings: Iterable[SystemObjectMapping]) -> None:
+        table = self.table("system_object_mapping")
+        for mapping in mappings:
+            table.set(mapping)
+
+    def edit_raw(self, kind_name: str, key_json: str, value_json: str | None) -> str | None:
+        """Replace (or, with None, delete) one object given as stored JSON.
+
+        Returns the old value JSON, None if there was none. The key and value
+        must decode as the kind's dataclasses (``ObjectFormatError``
+        otherwise): a bad value is refused, never stored.
+        """
+        kind = kind_named(kind_name)
+        key = kind.parse_key(key_json)
+        table = self.table(kind_name)
+        if value_json is None:
+            old = table.delete(key)
+        else:
+            old = table.set(kind.parse_value(key, value_json))
+        return None if old is None else kind.encode_value(old)
+
+    # Committing
+
+    def seal(self, timestamp: int) -> list[AuditEvent]:
+        """Append this transaction's audit events, stamped with the commit's ``timestamp``."""
+        if self._sealed:
+            raise LoupeError(SqlState.INTERNAL_ERROR, "transaction was already committed")
+        self._sealed = True
+        table = self.table("audit_log")
+        for event_type, object_type, details in self._audit:
+            event = AuditEvent(
+                id=self.allocate_number("audit_log"),
+                event_type=event_type,
+                object_type=object_type,
+                details=details,
+                user=self.user,
+                occurred_at=timestamp,
+            )
+            table.set(event)
+            self.audit_events.append(event)
+        return self.audit_events
+
+    def pending(self) -> dict[str, dict[Any, Any]]:
+        """Kind -> key -> new object (None: deleted), for every real change."""
+        return {name: t.changes() for name, t in self._tables.items()}
+
+    def writes(self) -> list[Write]:
+        """The rows to store, kind by kind."""
+        return [w for name in KINDS if name in self._tables for w in self._tables[name].writes()]
 
     # Helpers
 
+    def _record(self, event_type: str, object_type: str, details: dict[str, Any]) -> None:
+        self._audit.append((event_type, object_type, details))
+
     def _cluster_named(self, name: str) -> Cluster:
-        cluster = self.state.cluster_by_name(name)
+        cluster = self.cluster_by_name(name)
         if cluster is None:
             raise LoupeError(SqlState.UNDEFINED_OBJECT, f"unknown cluster '{name}'")
         return cluster
 
     def _replica_named(self, cluster: Cluster, name: str) -> ClusterReplica | None:
-        return next((r for r in self.state.replicas_of(cluster.id) if r.name == name), None)
+        return next((r for r in self.replicas_of(cluster.id) if r.name == name), None)
+
+    def _item_named(self, schema_id: str, name: str) -> Item | None:
+        items = self.table("item")
+        for key in (
+            self._pending_item_names().get((schema_id, name)),
+            self.base.item_names().get((schema_id, name)),
+        ):
+            item = None if key is None else items.get(key)
+            # An index entry may be stale: the item was renamed or dropped since.
+            if item is not None and (item.schema_id, item.name) == (schema_id, name):
+                return item  # type: ignore[no-any-return]
+        return None
+
+    def _pending_item_names(self) -> dict[tuple[str, str], Any]:
+        items = self.table("item")
+        if self._item_names_version != items.version:
+            self._item_names = {
+                (i.schema_id, i.name): key for key, i in items.pending.items() if i is not None
+            }
+            self._item_names_version = items.version
+        return self._item_names
 
     @staticmethod
     def _check_modifiable(cluster: Cluster) -> None:
@@ -214,27 +449,43 @@ class Transaction:
             id=self.allocate_id(f"{prefix}_replica"),
             cluster_id=cluster.id,
             owner_id=replica.owner_id or cluster.owner_id,
+            # A replica logs as its cluster says, from its creation on.
+            introspection_interval_ns=cluster.introspection_interval_ns,
+            introspection_debugging=cluster.introspection_debugging,
         )
-        self.state.replicas[created.id] = created
+        self.table("cluster_replica").set(created)
         self.changes.append(Change("replica_created", created))
+        self._record(
+            "create",
+            "cluster-replica",
+            {**_replica_details(cluster, created), "logical_size": created.size},
+        )
         return created
 
+    def _remove_replica(self, cluster: Cluster, replica: ClusterReplica) -> None:
+        self.table("cluster_replica").delete(ClusterReplicaKey(replica.id))
+        self.changes.append(Change("replica_dropped", replica))
+        self._record("drop", "cluster-replica", _replica_details(cluster, replica))
 
-def bootstrap_state() -> CatalogState:
-    """The state of a new catalog: the system cluster and the default cluster."""
-    tx = Transaction(CatalogState())
-    for name, system in ((SYSTEM_CLUSTER_NAME, True), (DEFAULT_CLUSTER_NAME, False)):
-        tx.create_cluster(
-            Cluster(
-                id="",
-                name=name,
-                owner_id="",
-                managed=True,
-                size="1",
-                replication_factor=1,
-                introspection_interval_ns=DEFAULT_INTROSPECTION_INTERVAL_NS,
-                introspection_debugging=False,
-            ),
-            system=system,
-        )
-    return tx.state
+
+def _key(kind: str, object_id: str) -> Any:
+    return KINDS[kind].key_type(object_id)
+
+
+def _cluster_details(cluster: Cluster) -> dict[str, Any]:
+    return {
+        "id": cluster.id,
+        "name": cluster.name,
+        "managed": cluster.managed,
+        "size": cluster.size,
+        "replication_factor": cluster.replication_factor,
+    }
+
+
+def _replica_details(cluster: Cluster, replica: ClusterReplica) -> dict[str, Any]:
+    return {
+        "cluster_id": cluster.id,
+        "cluster_name": cluster.name,
+        "replica_id": replica.id,
+        "replica_name": replica.name,
+    }

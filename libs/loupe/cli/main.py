@@ -15,6 +15,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "up": ("loupe.cli.up", "start the whole system on its embedded defaults"),
     "sql": ("loupe.cli.sql", "run SQL: a REPL, or -c STATEMENTS"),
     "catalog-server": ("loupe.catalog.cli", "run the catalog service"),
+    "catalog": ("loupe.catalog.debug_tool", "inspect and edit the durable catalog"),
     "controller": ("loupe.controller.cli", "run the controller service"),
     "coordinator": ("loupe.coordinator.cli", "run the coordinator service"),
     "compute-replica": ("loupe.compute_replica.cli", "run one compute replica process"),

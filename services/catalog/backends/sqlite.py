@@ -5,7 +5,7 @@ so a commit is on disk when it returns. Tables:
 
 - ``config(key, value)``: ``version``, ``epoch``, ``deploy_generation``;
 - ``collections(kind, key, value)``: every object as JSON, by kind
-  (``cluster``, ``cluster_replica``, ``id_allocator``), as in the stash;
+  (``loupe.catalog.kinds``), as in the stash;
 - ``timestamp_oracle(timeline, ts)``: the last write timestamp.
 
 Every write runs in ``BEGIN IMMEDIATE`` (SQLite's single-writer lock) and
@@ -202,7 +202,10 @@ class SqliteCatalogBackend(DurableCatalogState):
                 )
                 self._apply(connection, writes)
             return Loaded(
-                version, ours, self._last_timestamp(connection), apply_writes(rows, writes)
+                version,
+                ours,
+                self._last_timestamp(connection),
+                apply_writes(rows, writes) if writes else rows,
             )
 
     def _write(self, fence: FenceToken, writes: list[Write], now: int) -> int:

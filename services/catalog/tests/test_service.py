@@ -14,6 +14,7 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from prometheus_client import REGISTRY
 
+from loupe.builtins import BUILTIN_COLLECTIONS
 from loupe.catalog.backends.sqlite import SqliteCatalogBackend
 from loupe.catalog.service import (
     CHANGES_SUBJECT,
@@ -22,6 +23,7 @@ from loupe.catalog.service import (
     CatalogSettings,
 )
 from loupe.catalog.servicer import SERVICE, SERVICE_NAME
+from loupe.cli.main import main
 from loupe.common.errors import LoupeError
 from loupe.common.transport import STATUS_HEADER, NatsServiceClient, subject_for
 from loupe.proto.catalog.v1 import catalog_pb2, catalog_pb2_grpc
@@ -94,7 +96,12 @@ async def test_transact_and_snapshot_over_nats(
         ("u2", "r1", "2"),
         ("u2", "r2", "2"),
     ]
-    assert response.snapshot == snapshot
+    # The commit's snapshot also carries its audit events; a Snapshot answer never does.
+    assert len(response.snapshot.new_audit_events) == 3
+    committed = catalog_pb2.CatalogSnapshot()
+    committed.CopyFrom(response.snapshot)
+    committed.ClearField("new_audit_events")
+    assert committed == snapshot
     timestamp = await client.ReadTimestamp(common_pb2.Empty())
     assert timestamp.timestamp == response.timestamp
     epoch = await client.Epoch(common_pb2.Empty())
@@ -172,6 +179,13 @@ async def test_grpc_admin_port_reports_serving_and_serves_the_catalog(
         assert {c.name for c in snapshot.clusters} == {"mz_catalog_server", "quickstart"}
 
 
+async def test_builtin_objects_are_recorded_at_start(service: CatalogService) -> None:
+    """The service stores the builtin collections' ids as system object mappings."""
+    assert service.catalog is not None
+    mappings = {m.object_name: m.id for m in service.catalog.get_system_object_mappings()}
+    assert mappings == {c.name: c.id for c in BUILTIN_COLLECTIONS}
+
+
 async def test_ready_file_names_the_ports(service: CatalogService, data_dir: Path) -> None:
     """``loupe up`` learns the gRPC and metrics ports from the ready file."""
     ready = json.loads((data_dir / "run" / "catalog.ready.json").read_text())
@@ -221,3 +235,178 @@ async def test_fenced_commit_is_refused_and_halts_the_service(
     reader.open_read_only()
     assert "late" not in [c.name for c in reader.get_clusters()]
     reader.close()
+
+
+async def test_snapshot_carries_databases_schemas_and_roles(
+    service: CatalogService, client: NatsServiceClient
+) -> None:
+    """Followers learn the databases, schemas and roles from every snapshot."""
+    snapshot = await client.Snapshot(catalog_pb2.SnapshotRequest())
+    assert [(d.id, d.name, d.owner_id) for d in snapshot.databases] == [("u1", "materialize", "u1")]
+    assert ("u1", "public", "u1") in [(s.id, s.name, s.database_id) for s in snapshot.schemas]
+    assert ("s2", "mz_internal", "") in [(s.id, s.name, s.database_id) for s in snapshot.schemas]
+    assert [(r.id, r.name) for r in snapshot.roles] == [
+        ("s1", "mz_system"),
+        ("s2", "mz_monitor"),
+        ("s3", "mz_monitor_redacted"),
+        ("u1", "materialize"),
+    ]
+    assert list(snapshot.new_audit_events) == []
+
+
+async def test_commits_publish_their_audit_events_and_the_log_can_be_listed(
+    service: CatalogService, client: NatsServiceClient, nats_connection: Any
+) -> None:
+    """The published snapshot carries the commit's events; ListAuditEvents pages by id."""
+    received: list[catalog_pb2.CatalogSnapshot] = []
+
+    async def on_message(msg: Any) -> None:
+        received.append(catalog_pb2.CatalogSnapshot.FromString(msg.data))
+
+    subscription = await nats_connection.subscribe(CHANGES_SUBJECT, cb=on_message)
+    try:
+        response = await client.Transact(
+            catalog_pb2.TransactRequest(
+                ops=[create_cluster("audited", size="2", replication_factor=1)], user="alice"
+            )
+        )
+        events = list(response.snapshot.new_audit_events)
+        assert [(e.event_type, e.object_type, e.user) for e in events] == [
+            ("create", "cluster", "alice"),
+            ("create", "cluster-replica", "alice"),
+        ]
+        assert {e.occurred_at for e in events} == {response.timestamp}
+        replica = json.loads(events[1].details_json)
+        assert replica == {
+            "cluster_id": "u2",
+            "cluster_name": "audited",
+            "replica_id": "u2",
+            "replica_name": "r1",
+            "logical_size": "2",
+        }
+
+        def published() -> None:
+            assert any(s.timestamp == response.timestamp for s in received)
+
+        await assert_eventually(published, timeout=5)
+        latest = next(s for s in received if s.timestamp == response.timestamp)
+        assert list(latest.new_audit_events) == events
+    finally:
+        await subscription.unsubscribe()
+    listed = await client.ListAuditEvents(catalog_pb2.ListAuditEventsRequest(after_id=0))
+    assert [e.id for e in listed.events] == [1, 2, 3, 4, 5, 6]
+    assert list(listed.events)[4:] == events
+    later = await client.ListAuditEvents(catalog_pb2.ListAuditEventsRequest(after_id=5))
+    assert [e.id for e in later.events] == [6]
+
+
+async def test_edit_object_edits_through_the_running_service(
+    service: CatalogService, client: NatsServiceClient, nats_connection: Any
+) -> None:
+    """EditObject stores the validated object, answers the old value, publishes a snapshot."""
+    received: list[catalog_pb2.CatalogSnapshot] = []
+
+    async def on_message(msg: Any) -> None:
+        received.append(catalog_pb2.CatalogSnapshot.FromString(msg.data))
+
+    subscription = await nats_connection.subscribe(CHANGES_SUBJECT, cb=on_message)
+    try:
+        value = json.dumps({"name": "materialize", "owner_id": "s1"})
+        response = await client.EditObject(
+            catalog_pb2.EditObjectRequest(kind="database", key_json='{"id":"u1"}', value_json=value)
+        )
+        assert json.loads(response.old_value_json) == {"name": "materialize", "owner_id": "u1"}
+
+        def published() -> None:
+            assert any(d.owner_id == "s1" for s in received for d in s.databases)
+
+        await assert_eventually(published, timeout=5)
+    finally:
+        await subscription.unsubscribe()
+    snapshot = await client.Snapshot(catalog_pb2.SnapshotRequest())
+    assert [(d.name, d.owner_id) for d in snapshot.databases] == [("materialize", "s1")]
+    assert service.fenced is None
+
+
+async def test_edit_object_refuses_bad_values_and_missing_objects(
+    service: CatalogService, client: NatsServiceClient
+) -> None:
+    """A value that does not decode is INVALID_ARGUMENT; deleting nothing is NOT_FOUND."""
+    before = await client.ReadTimestamp(common_pb2.Empty())
+    with pytest.raises(LoupeError) as caught:
+        await client.EditObject(
+            catalog_pb2.EditObjectRequest(
+                kind="database", key_json='{"id":"u1"}', value_json='{"name": 5}'
+            )
+        )
+    assert caught.value.code == "INVALID_ARGUMENT"
+    assert "Database is missing owner_id" in caught.value.message
+    with pytest.raises(LoupeError) as caught:
+        await client.EditObject(catalog_pb2.EditObjectRequest(kind="role", key_json='{"id":"u9"}'))
+    assert caught.value.code == "NOT_FOUND"
+    after = await client.ReadTimestamp(common_pb2.Empty())
+    assert after.timestamp == before.timestamp
+
+
+async def test_cooperative_debug_tool_edit_keeps_the_service_running(
+    service: CatalogService, client: NatsServiceClient, nats_url: str, data_dir: Path
+) -> None:
+    """loupe catalog edit --cooperative goes through EditObject: no fencing, old value printed."""
+    args = [
+        "catalog",
+        "--data-dir",
+        str(data_dir),
+        "edit",
+        "system_configuration",
+        '{"name": "max_clusters"}',
+        '{"value": "12"}',
+        "--cooperative",
+        "--nats-url",
+        nats_url,
+    ]
+    assert await asyncio.to_thread(main, args) == 0
+    assert await asyncio.to_thread(main, args) == 0
+    assert service.catalog is not None
+    assert [(v.name, v.value) for v in service.catalog.get_system_configurations()] == [
+        ("max_clusters", "12")
+    ]
+    assert service.fenced is None
+    epoch = await client.Epoch(common_pb2.Empty())
+    assert epoch.epoch == 1
+
+
+async def test_debug_tool_edit_without_cooperation_fences_the_service(
+    data_dir: Path, nats_url: str
+) -> None:
+    """A plain loupe catalog edit opens the catalog for writing: the service halts."""
+    async with running(data_dir, nats_url) as service:
+        args = [
+            "catalog",
+            "--data-dir",
+            str(data_dir),
+            "edit",
+            "setting",
+            '{"name": "note"}',
+            '{"value": "hello"}',
+        ]
+        assert await asyncio.to_thread(main, args) == 0
+        await assert_eventually(lambda: _assert_stopped(service), timeout=10)
+        assert service.exit_code == EXIT_FENCED
+        assert service.fenced is not None
+        assert service.fenced.current.epoch == 2
+
+
+async def test_newer_deploy_generation_makes_the_service_step_down_cleanly(
+    data_dir: Path, nats_url: str
+) -> None:
+    """A writer of a newer deploy generation takes over; the service exits 0."""
+    async with running(data_dir, nats_url) as service:
+        newer = SqliteCatalogBackend(data_dir, deploy_generation=1)
+        newer.open()
+        try:
+            await assert_eventually(lambda: _assert_stopped(service), timeout=10)
+            assert service.exit_code == 0
+            assert service.fenced is not None
+            assert service.fenced.by_newer_deploy
+        finally:
+            newer.close()
