@@ -25,8 +25,8 @@ help: ## list the targets
 
 install: $(STAMP) ## create .venv and install Loupe with its dev tools (idempotent)
 
-$(STAMP): pyproject.toml setup.py scripts/ensure_java.sh
-	@scripts/ensure_java.sh
+$(STAMP): pyproject.toml setup.py scripts/ensure_system_deps.sh
+	@scripts/ensure_system_deps.sh
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	@# pip's wheel cache keeps the PySpark build (a 456 MB sdist) across venvs.
 	$(PY) -m pip install --quiet --upgrade pip

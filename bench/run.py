@@ -6,7 +6,9 @@ measured in the same run.
 - status: ``kill -9`` of a replica process until its ``offline`` status is
   visible in SQL, against the storage flush interval.
 
-Then the storage writer's own benchmark (``bench/storage_writer.py``).
+Then the benchmarks of the parts, each its own script: the storage writer
+(``bench/storage_writer.py``) and catalog commits and opens per backend
+(``bench/catalog_commit.py``).
 """
 
 from __future__ import annotations

@@ -25,6 +25,11 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
         type=int,
         help="this deployment's generation; an older one steps down (LOUPE_DEPLOY_GENERATION)",
     )
+    parser.add_argument(
+        "--postgres-url",
+        help="stash-postgres: PostgreSQL URL (LOUPE_POSTGRES_URL)",
+    )
+    parser.add_argument("--postgres-schema", help="stash-postgres: schema (default loupe_catalog)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -35,6 +40,8 @@ def run(args: argparse.Namespace) -> int:
         grpc_port=args.grpc_port,
         catalog_backend=args.catalog_backend,
         deploy_generation=args.deploy_generation,
+        postgres_url=args.postgres_url,
+        postgres_schema=args.postgres_schema,
     )
     configure_for(settings, "catalog")
     if settings.catalog_backend not in BACKENDS.names():

@@ -65,6 +65,14 @@ class CatalogSettings(BaseSettings):
     deploy_generation: int = 0
     # Seconds between checks that no newer catalog server has opened the store.
     leadership_check_interval: float = 1.0
+    # stash-postgres (and shadow over it): the server and schema to use.
+    postgres_url: str = ""
+    postgres_schema: str = ""
+
+    def backend_options(self) -> dict[str, str]:
+        """The options of ``catalog_backend`` that are set (unset ones keep their defaults)."""
+        options = {"postgres_url": self.postgres_url, "postgres_schema": self.postgres_schema}
+        return {name: value for name, value in options.items() if value}
 
 
 class CatalogService(Service):
@@ -91,6 +99,7 @@ class CatalogService(Service):
                 settings.catalog_backend,
                 settings.data_dir,
                 deploy_generation=settings.deploy_generation,
+                **settings.backend_options(),
             )
             stack.callback(catalog.close)
             try:

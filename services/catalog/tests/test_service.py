@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -15,6 +16,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from prometheus_client import REGISTRY
 
 from loupe.builtins import BUILTIN_COLLECTIONS
+from loupe.catalog import create_backend
 from loupe.catalog.backends.sqlite import SqliteCatalogBackend
 from loupe.catalog.service import (
     CHANGES_SUBJECT,
@@ -33,7 +35,7 @@ from loupe.testing import assert_eventually
 
 @contextlib.asynccontextmanager
 async def running(
-    data_dir: Path, nats_url: str, leadership_check_interval: float = 0.1
+    data_dir: Path, nats_url: str, leadership_check_interval: float = 0.1, **settings_fields: Any
 ) -> AsyncIterator[CatalogService]:
     """A catalog service in this process, serving until the block ends."""
     settings = CatalogSettings(
@@ -42,6 +44,7 @@ async def running(
         grpc_port=0,
         metrics_port=0,
         leadership_check_interval=leadership_check_interval,
+        **settings_fields,
     )
     service = CatalogService(settings)
     task = asyncio.create_task(service.run())
@@ -410,3 +413,28 @@ async def test_newer_deploy_generation_makes_the_service_step_down_cleanly(
             assert service.fenced.by_newer_deploy
         finally:
             newer.close()
+
+
+async def test_service_runs_on_the_postgres_backend_chosen_by_settings(
+    data_dir: Path, nats_url: str, postgres_url: str, client: NatsServiceClient
+) -> None:
+    """catalog_backend + postgres_url settings put the service's catalog in PostgreSQL."""
+    schema = f"loupe_service_{uuid.uuid4().hex[:8]}"
+    async with running(
+        data_dir,
+        nats_url,
+        catalog_backend="stash-postgres",
+        postgres_url=postgres_url,
+        postgres_schema=schema,
+    ):
+        await client.Transact(catalog_pb2.TransactRequest(ops=[create_cluster("in_pg", size="1")]))
+    # Nothing went to SQLite; the cluster is in the PostgreSQL schema.
+    assert not (data_dir / "catalog" / "catalog.sqlite").exists()
+    stored = create_backend(
+        "stash-postgres", data_dir, postgres_url=postgres_url, postgres_schema=schema
+    )
+    stored.open_read_only()
+    try:
+        assert "in_pg" in {c.name for c in stored.get_clusters()}
+    finally:
+        stored.close()

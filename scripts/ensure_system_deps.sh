@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# What Loupe needs from the system, installed when missing and we may (root
+# with apt-get); otherwise we say what to do.
+# - Java 17+ for Spark (PySpark 4.x).
+# - PostgreSQL's server binaries, so the tests of the stash-postgres catalog
+#   can start a temporary cluster when no server runs locally.
+set -euo pipefail
+
+missing=()
+java_ok=0
+if command -v java >/dev/null 2>&1; then
+  version=$(java -version 2>&1 | awk -F'"' '/version/ {print $2}' | cut -d. -f1)
+  [ "${version:-0}" -ge 17 ] && java_ok=1
+fi
+[ "$java_ok" = 1 ] || missing+=(openjdk-17-jre-headless)
+if ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 && ! command -v initdb >/dev/null 2>&1; then
+  missing+=(postgresql)
+fi
+[ ${#missing[@]} -eq 0 ] && exit 0
+
+if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+  echo "installing ${missing[*]} (apt-get) ..."
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+  exit 0
+fi
+echo "Loupe needs: ${missing[*]} (Java 17+ for Spark; PostgreSQL for the stash-postgres tests)." >&2
+if [[ " ${missing[*]} " == *" openjdk-17-jre-headless "* ]]; then exit 1; fi
+echo "continuing without PostgreSQL: its tests will be skipped" >&2
