@@ -58,6 +58,9 @@ class LocalBlob(Blob):
             handle.flush()
             os.fsync(handle.fileno())
         scratch.replace(target)
+        # The rename is durable only once its directory is: consensus will
+        # point at this part as soon as we return.
+        fsync_directory(target.parent)
 
     def exists(self, key: str) -> bool:
         return (self.root / key).exists()
@@ -169,3 +172,30 @@ def open_location(blob_uri: str, consensus_uri: str) -> tuple[Blob, Consensus]:
 def default_uris(data_dir: Path) -> tuple[str, str]:
     storage = Path(data_dir).resolve() / "storage"
     return f"file://{storage / 'blob'}", f"sqlite://{storage / 'consensus.sqlite'}"
+
+
+def _fsync(path: str | Path, flags: int = os.O_RDONLY) -> None:
+    descriptor = os.open(path, flags)
+    try:
+        os.fsync(descriptor)
+    finally:
+        os.close(descriptor)
+
+
+def fsync_directory(path: str | Path) -> None:
+    """Make renames and creations inside ``path`` durable."""
+    _fsync(path, os.O_RDONLY | os.O_DIRECTORY)
+
+
+def fsync_tree(path: str | Path) -> None:
+    """fsync every file and directory below ``path``, and ``path``'s own entry.
+
+    For parts written by other writers (Spark does not fsync its output).
+    """
+    if not os.path.isdir(path):
+        return
+    for directory, _, files in os.walk(path):
+        for name in files:
+            _fsync(os.path.join(directory, name))
+        fsync_directory(directory)
+    fsync_directory(os.path.dirname(str(path).rstrip("/")))

@@ -43,6 +43,7 @@ from loupe.common.logging import get_logger
 from loupe.controller.storage.metrics import METRICS, StorageWriterMetrics
 from loupe.controller.storage.schema import SHARD_COLUMN, WriteGroup, check_row, plan_write_groups
 from loupe.persist import Blob, Consensus, Part, Shard, ShardState, UpperMismatch, expand
+from loupe.persist.location import fsync_tree
 
 log = get_logger(__name__)
 
@@ -402,7 +403,7 @@ class StorageWriter:
         frame.write.partitionBy(SHARD_COLUMN).parquet(path)
         self.metrics.spark_jobs.inc()
         # Spark does not fsync; the parts must survive a crash once appended.
-        _fsync_tree(path)
+        fsync_tree(path)
 
     def _append(
         self,
@@ -470,29 +471,6 @@ class StorageWriter:
             self._blob.delete(key)
         except Exception:
             log.warning("storage_orphan_not_deleted", key=key)
-
-
-def _fsync_tree(path: str) -> None:
-    """fsync every file and directory below ``path`` (a local directory)."""
-    if not os.path.isdir(path):
-        return
-    for directory, _, files in os.walk(path):
-        for name in files:
-            descriptor = os.open(os.path.join(directory, name), os.O_RDONLY)
-            try:
-                os.fsync(descriptor)
-            finally:
-                os.close(descriptor)
-        descriptor = os.open(directory, os.O_RDONLY)
-        try:
-            os.fsync(descriptor)
-        finally:
-            os.close(descriptor)
-    parent = os.open(os.path.dirname(path.rstrip("/")), os.O_RDONLY)
-    try:
-        os.fsync(parent)
-    finally:
-        os.close(parent)
 
 
 def _size(path: str) -> int:
