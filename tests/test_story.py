@@ -99,6 +99,47 @@ async def test_new_replicas_come_online_and_survive_kill(system):
     assert replica_pid(system.data_dir, replica_id) not in (None, pid)
 
 
+async def test_ddl_is_audited_and_replica_history_kept(system):
+    """The story's DDL shows in mz_audit_events and mz_cluster_replica_history, by its user."""
+    system.cli("-c", "CREATE CLUSTER REPLICA c.r3 SIZE '1'")
+    system.cli("-c", "DROP CLUSTER REPLICA c.r3")
+
+    def audited():
+        events = system.sql(
+            'SELECT event_type, object_type, "user" FROM mz_catalog.mz_audit_events '
+            'WHERE details::text LIKE \'%"cluster_name": "c"%\' ORDER BY id'
+        )
+        assert events[-2:] == [
+            ("create", "cluster-replica", "materialize"),
+            ("drop", "cluster-replica", "materialize"),
+        ]
+
+    await assert_eventually(audited, timeout=10)
+    history = system.sql(
+        "SELECT replica_name, size, dropped_at IS NOT NULL FROM mz_internal.mz_cluster_replica_history "
+        "WHERE cluster_name = 'c' ORDER BY replica_name"
+    )
+    assert history == [("r1", "1", False), ("r2", "2", False), ("r3", "1", True)]
+    # The debug tool reads the fence token of the live catalog without fencing it.
+    epoch = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "loupe.cli.main",
+            "catalog",
+            "--data-dir",
+            str(system.data_dir),
+            "epoch",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    assert json.loads(epoch.stdout)["epoch"] >= 1
+    assert system.sql("SELECT count(*) FROM mz_catalog.mz_clusters WHERE name = 'c'") == [(1,)]
+
+
 async def test_cli_formats_and_errors(system):
     """`loupe sql` prints tables, JSON and CSV, and SQL errors with a code and position."""
     table = system.cli("-c", "SHOW CLUSTERS")
