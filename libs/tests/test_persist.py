@@ -237,3 +237,15 @@ def test_sqlite_consensus_created_by_many_at_once(tmp_path):
         for thread in threads:
             thread.join()
         assert errors == []
+
+
+def test_progress_is_recorded_with_the_data_it_covers(shard):
+    """A writer's input position lands in the same CAS as its data, and survives other writes."""
+    shard.compare_and_append(updates([("a", 1, 0, 1)]), 0, 1, progress={"writer": 41})
+    assert shard.state().progress == {"writer": 41}
+    shard.compare_and_append(updates([("b", 2, 1, 1)]), 1, 2, progress={"other": 7})
+    shard.downgrade_since(1)
+    assert shard.state().progress == {"writer": 41, "other": 7}
+    with pytest.raises(UpperMismatch):
+        shard.compare_and_append(updates([("c", 3, 1, 1)]), 1, 2, progress={"writer": 99})
+    assert shard.state().progress["writer"] == 41

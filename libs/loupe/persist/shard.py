@@ -79,6 +79,8 @@ class ShardState:
     upper: int
     parts: list[Part] = field(default_factory=list)
     columns: list[tuple[str, str]] = field(default_factory=list)
+    # Writer name -> how far its input is applied (see compare_and_append).
+    progress: dict[str, int] = field(default_factory=dict)
 
     def to_proto(self) -> storage_pb2.ShardState:
         return storage_pb2.ShardState(
@@ -95,6 +97,7 @@ class ShardState:
             relation_desc=common_pb2.RelationDesc(
                 columns=[common_pb2.Column(name=n, type=t, nullable=True) for n, t in self.columns]
             ),
+            progress=self.progress,
         )
 
     @classmethod
@@ -106,6 +109,7 @@ class ShardState:
             upper=message.upper,
             parts=[Part(p.key, p.lower, p.upper, p.rows, p.bytes) for p in message.parts],
             columns=[(c.name, c.type) for c in message.relation_desc.columns],
+            progress=dict(message.progress),
         )
 
 
@@ -227,11 +231,15 @@ class Shard:
         updates: pa.Table | Sequence[Part] | None,
         expected_upper: int,
         new_upper: int,
+        *,
+        progress: dict[str, int] | None = None,
     ) -> ShardState:
         """Append updates (a table, or parts already in Blob) iff the upper is expected.
 
         Every update must have ``expected_upper <= mz_timestamp < new_upper``.
         Raises ``UpperMismatch`` when another writer moved the upper first.
+        ``progress`` (writer name -> position in its input) is recorded in the
+        same CAS, so the data and the claim that it was applied are one step.
         """
         if new_upper < expected_upper:
             raise ValueError(f"new upper {new_upper} is before expected upper {expected_upper}")
@@ -258,13 +266,11 @@ class Shard:
                     # Never referenced by any state: nobody can be reading it.
                     self.blob.delete(parts[0].key)
                 raise UpperMismatch(self.shard_id, expected_upper, state.upper)
-            new = ShardState(
-                state.shard_id,
-                state.seqno,
-                state.since,
-                new_upper,
-                [*state.parts, *parts],
-                state.columns,
+            new = dataclasses.replace(
+                state,
+                upper=new_upper,
+                parts=[*state.parts, *parts],
+                progress={**state.progress, **(progress or {})},
             )
             if self._cas(state, new):
                 return self.state()
@@ -275,9 +281,7 @@ class Shard:
             state = self.state()
             if since <= state.since:
                 return state
-            new = ShardState(
-                state.shard_id, state.seqno, since, state.upper, state.parts, state.columns
-            )
+            new = dataclasses.replace(state, since=since)
             if self._cas(state, new):
                 return self.state()
 
@@ -326,14 +330,7 @@ class Shard:
                 elif merged is not None and merged not in new_parts:
                     # At the place of the oldest replaced part: parts stay in time order.
                     new_parts.append(merged)
-            new = ShardState(
-                state.shard_id,
-                state.seqno,
-                max(since, state.since),
-                state.upper,
-                new_parts,
-                state.columns,
-            )
+            new = dataclasses.replace(state, since=max(since, state.since), parts=new_parts)
             if self._cas(state, new):
                 break
             state = self.state()

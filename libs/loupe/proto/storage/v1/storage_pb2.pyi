@@ -22,20 +22,29 @@ class Part(_message.Message):
     def __init__(self, key: _Optional[str] = ..., lower: _Optional[int] = ..., upper: _Optional[int] = ..., rows: _Optional[int] = ..., bytes: _Optional[int] = ...) -> None: ...
 
 class ShardState(_message.Message):
-    __slots__ = ("shard_id", "seqno", "since", "upper", "parts", "relation_desc")
+    __slots__ = ("shard_id", "seqno", "since", "upper", "parts", "relation_desc", "progress")
+    class ProgressEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: int
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
     SHARD_ID_FIELD_NUMBER: _ClassVar[int]
     SEQNO_FIELD_NUMBER: _ClassVar[int]
     SINCE_FIELD_NUMBER: _ClassVar[int]
     UPPER_FIELD_NUMBER: _ClassVar[int]
     PARTS_FIELD_NUMBER: _ClassVar[int]
     RELATION_DESC_FIELD_NUMBER: _ClassVar[int]
+    PROGRESS_FIELD_NUMBER: _ClassVar[int]
     shard_id: str
     seqno: int
     since: int
     upper: int
     parts: _containers.RepeatedCompositeFieldContainer[Part]
     relation_desc: _common_pb2.RelationDesc
-    def __init__(self, shard_id: _Optional[str] = ..., seqno: _Optional[int] = ..., since: _Optional[int] = ..., upper: _Optional[int] = ..., parts: _Optional[_Iterable[_Union[Part, _Mapping]]] = ..., relation_desc: _Optional[_Union[_common_pb2.RelationDesc, _Mapping]] = ...) -> None: ...
+    progress: _containers.ScalarMap[str, int]
+    def __init__(self, shard_id: _Optional[str] = ..., seqno: _Optional[int] = ..., since: _Optional[int] = ..., upper: _Optional[int] = ..., parts: _Optional[_Iterable[_Union[Part, _Mapping]]] = ..., relation_desc: _Optional[_Union[_common_pb2.RelationDesc, _Mapping]] = ..., progress: _Optional[_Mapping[str, int]] = ...) -> None: ...
 
 class CollectionUpdates(_message.Message):
     __slots__ = ("collection_id", "updates")
