@@ -111,6 +111,11 @@ class CatalogServicer:
     ) -> catalog_pb2.TimestampResponse:
         return catalog_pb2.TimestampResponse(timestamp=self._catalog.read_timestamp())
 
+    async def WriteTimestamp(
+        self, request: common_pb2.Empty, context: Any
+    ) -> catalog_pb2.TimestampResponse:
+        raise LoupeError("UNIMPLEMENTED", "write timestamps are not implemented yet")
+
     async def ListAuditEvents(
         self, request: catalog_pb2.ListAuditEventsRequest, context: Any
     ) -> catalog_pb2.ListAuditEventsResponse:

@@ -102,8 +102,26 @@ class AuditEvent(_message.Message):
     occurred_at: int
     def __init__(self, id: _Optional[int] = ..., event_type: _Optional[str] = ..., object_type: _Optional[str] = ..., details_json: _Optional[str] = ..., user: _Optional[str] = ..., occurred_at: _Optional[int] = ...) -> None: ...
 
+class Item(_message.Message):
+    __slots__ = ("id", "schema_id", "name", "type", "owner_id", "create_sql", "cluster_id")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    SCHEMA_ID_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    TYPE_FIELD_NUMBER: _ClassVar[int]
+    OWNER_ID_FIELD_NUMBER: _ClassVar[int]
+    CREATE_SQL_FIELD_NUMBER: _ClassVar[int]
+    CLUSTER_ID_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    schema_id: str
+    name: str
+    type: str
+    owner_id: str
+    create_sql: str
+    cluster_id: str
+    def __init__(self, id: _Optional[str] = ..., schema_id: _Optional[str] = ..., name: _Optional[str] = ..., type: _Optional[str] = ..., owner_id: _Optional[str] = ..., create_sql: _Optional[str] = ..., cluster_id: _Optional[str] = ...) -> None: ...
+
 class CatalogSnapshot(_message.Message):
-    __slots__ = ("epoch", "deploy_generation", "timestamp", "clusters", "replicas", "databases", "schemas", "roles", "new_audit_events")
+    __slots__ = ("epoch", "deploy_generation", "timestamp", "clusters", "replicas", "databases", "schemas", "roles", "new_audit_events", "items")
     EPOCH_FIELD_NUMBER: _ClassVar[int]
     DEPLOY_GENERATION_FIELD_NUMBER: _ClassVar[int]
     TIMESTAMP_FIELD_NUMBER: _ClassVar[int]
@@ -113,6 +131,7 @@ class CatalogSnapshot(_message.Message):
     SCHEMAS_FIELD_NUMBER: _ClassVar[int]
     ROLES_FIELD_NUMBER: _ClassVar[int]
     NEW_AUDIT_EVENTS_FIELD_NUMBER: _ClassVar[int]
+    ITEMS_FIELD_NUMBER: _ClassVar[int]
     epoch: int
     deploy_generation: int
     timestamp: int
@@ -122,7 +141,8 @@ class CatalogSnapshot(_message.Message):
     schemas: _containers.RepeatedCompositeFieldContainer[Schema]
     roles: _containers.RepeatedCompositeFieldContainer[Role]
     new_audit_events: _containers.RepeatedCompositeFieldContainer[AuditEvent]
-    def __init__(self, epoch: _Optional[int] = ..., deploy_generation: _Optional[int] = ..., timestamp: _Optional[int] = ..., clusters: _Optional[_Iterable[_Union[Cluster, _Mapping]]] = ..., replicas: _Optional[_Iterable[_Union[ClusterReplica, _Mapping]]] = ..., databases: _Optional[_Iterable[_Union[Database, _Mapping]]] = ..., schemas: _Optional[_Iterable[_Union[Schema, _Mapping]]] = ..., roles: _Optional[_Iterable[_Union[Role, _Mapping]]] = ..., new_audit_events: _Optional[_Iterable[_Union[AuditEvent, _Mapping]]] = ...) -> None: ...
+    items: _containers.RepeatedCompositeFieldContainer[Item]
+    def __init__(self, epoch: _Optional[int] = ..., deploy_generation: _Optional[int] = ..., timestamp: _Optional[int] = ..., clusters: _Optional[_Iterable[_Union[Cluster, _Mapping]]] = ..., replicas: _Optional[_Iterable[_Union[ClusterReplica, _Mapping]]] = ..., databases: _Optional[_Iterable[_Union[Database, _Mapping]]] = ..., schemas: _Optional[_Iterable[_Union[Schema, _Mapping]]] = ..., roles: _Optional[_Iterable[_Union[Role, _Mapping]]] = ..., new_audit_events: _Optional[_Iterable[_Union[AuditEvent, _Mapping]]] = ..., items: _Optional[_Iterable[_Union[Item, _Mapping]]] = ...) -> None: ...
 
 class CreateCluster(_message.Message):
     __slots__ = ("cluster", "replicas")
@@ -160,17 +180,33 @@ class DropClusterReplica(_message.Message):
     if_exists: bool
     def __init__(self, cluster_name: _Optional[str] = ..., replica_name: _Optional[str] = ..., if_exists: _Optional[bool] = ...) -> None: ...
 
+class CreateItem(_message.Message):
+    __slots__ = ("item",)
+    ITEM_FIELD_NUMBER: _ClassVar[int]
+    item: Item
+    def __init__(self, item: _Optional[_Union[Item, _Mapping]] = ...) -> None: ...
+
+class DropItem(_message.Message):
+    __slots__ = ("id",)
+    ID_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    def __init__(self, id: _Optional[str] = ...) -> None: ...
+
 class CatalogOp(_message.Message):
-    __slots__ = ("create_cluster", "create_cluster_replica", "drop_cluster", "drop_cluster_replica")
+    __slots__ = ("create_cluster", "create_cluster_replica", "drop_cluster", "drop_cluster_replica", "create_item", "drop_item")
     CREATE_CLUSTER_FIELD_NUMBER: _ClassVar[int]
     CREATE_CLUSTER_REPLICA_FIELD_NUMBER: _ClassVar[int]
     DROP_CLUSTER_FIELD_NUMBER: _ClassVar[int]
     DROP_CLUSTER_REPLICA_FIELD_NUMBER: _ClassVar[int]
+    CREATE_ITEM_FIELD_NUMBER: _ClassVar[int]
+    DROP_ITEM_FIELD_NUMBER: _ClassVar[int]
     create_cluster: CreateCluster
     create_cluster_replica: CreateClusterReplica
     drop_cluster: DropCluster
     drop_cluster_replica: DropClusterReplica
-    def __init__(self, create_cluster: _Optional[_Union[CreateCluster, _Mapping]] = ..., create_cluster_replica: _Optional[_Union[CreateClusterReplica, _Mapping]] = ..., drop_cluster: _Optional[_Union[DropCluster, _Mapping]] = ..., drop_cluster_replica: _Optional[_Union[DropClusterReplica, _Mapping]] = ...) -> None: ...
+    create_item: CreateItem
+    drop_item: DropItem
+    def __init__(self, create_cluster: _Optional[_Union[CreateCluster, _Mapping]] = ..., create_cluster_replica: _Optional[_Union[CreateClusterReplica, _Mapping]] = ..., drop_cluster: _Optional[_Union[DropCluster, _Mapping]] = ..., drop_cluster_replica: _Optional[_Union[DropClusterReplica, _Mapping]] = ..., create_item: _Optional[_Union[CreateItem, _Mapping]] = ..., drop_item: _Optional[_Union[DropItem, _Mapping]] = ...) -> None: ...
 
 class TransactRequest(_message.Message):
     __slots__ = ("ops", "user")
@@ -181,16 +217,20 @@ class TransactRequest(_message.Message):
     def __init__(self, ops: _Optional[_Iterable[_Union[CatalogOp, _Mapping]]] = ..., user: _Optional[str] = ...) -> None: ...
 
 class CatalogChange(_message.Message):
-    __slots__ = ("cluster_created", "replica_created", "cluster_dropped", "replica_dropped")
+    __slots__ = ("cluster_created", "replica_created", "cluster_dropped", "replica_dropped", "item_created", "item_dropped")
     CLUSTER_CREATED_FIELD_NUMBER: _ClassVar[int]
     REPLICA_CREATED_FIELD_NUMBER: _ClassVar[int]
     CLUSTER_DROPPED_FIELD_NUMBER: _ClassVar[int]
     REPLICA_DROPPED_FIELD_NUMBER: _ClassVar[int]
+    ITEM_CREATED_FIELD_NUMBER: _ClassVar[int]
+    ITEM_DROPPED_FIELD_NUMBER: _ClassVar[int]
     cluster_created: Cluster
     replica_created: ClusterReplica
     cluster_dropped: Cluster
     replica_dropped: ClusterReplica
-    def __init__(self, cluster_created: _Optional[_Union[Cluster, _Mapping]] = ..., replica_created: _Optional[_Union[ClusterReplica, _Mapping]] = ..., cluster_dropped: _Optional[_Union[Cluster, _Mapping]] = ..., replica_dropped: _Optional[_Union[ClusterReplica, _Mapping]] = ...) -> None: ...
+    item_created: Item
+    item_dropped: Item
+    def __init__(self, cluster_created: _Optional[_Union[Cluster, _Mapping]] = ..., replica_created: _Optional[_Union[ClusterReplica, _Mapping]] = ..., cluster_dropped: _Optional[_Union[Cluster, _Mapping]] = ..., replica_dropped: _Optional[_Union[ClusterReplica, _Mapping]] = ..., item_created: _Optional[_Union[Item, _Mapping]] = ..., item_dropped: _Optional[_Union[Item, _Mapping]] = ...) -> None: ...
 
 class TransactResponse(_message.Message):
     __slots__ = ("timestamp", "changes", "snapshot")

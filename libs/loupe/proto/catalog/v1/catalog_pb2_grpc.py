@@ -55,6 +55,11 @@ class CatalogStub:
                 request_serializer=loupe_dot_proto_dot_common_dot_v1_dot_common__pb2.Empty.SerializeToString,
                 response_deserializer=loupe_dot_proto_dot_catalog_dot_v1_dot_catalog__pb2.TimestampResponse.FromString,
                 _registered_method=True)
+        self.WriteTimestamp = channel.unary_unary(
+                '/loupe.proto.catalog.v1.Catalog/WriteTimestamp',
+                request_serializer=loupe_dot_proto_dot_common_dot_v1_dot_common__pb2.Empty.SerializeToString,
+                response_deserializer=loupe_dot_proto_dot_catalog_dot_v1_dot_catalog__pb2.TimestampResponse.FromString,
+                _registered_method=True)
         self.ListAuditEvents = channel.unary_unary(
                 '/loupe.proto.catalog.v1.Catalog/ListAuditEvents',
                 request_serializer=loupe_dot_proto_dot_catalog_dot_v1_dot_catalog__pb2.ListAuditEventsRequest.SerializeToString,
@@ -98,6 +103,14 @@ class CatalogServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def WriteTimestamp(self, request, context):
+        """Timestamp oracle: a new write timestamp, durably after every earlier one
+        (for writes that are not catalog transactions, e.g. table INSERTs).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def ListAuditEvents(self, request, context):
         """Audit events with id > after_id, in id order.
         """
@@ -133,6 +146,11 @@ def add_CatalogServicer_to_server(servicer, server):
             ),
             'ReadTimestamp': grpc.unary_unary_rpc_method_handler(
                     servicer.ReadTimestamp,
+                    request_deserializer=loupe_dot_proto_dot_common_dot_v1_dot_common__pb2.Empty.FromString,
+                    response_serializer=loupe_dot_proto_dot_catalog_dot_v1_dot_catalog__pb2.TimestampResponse.SerializeToString,
+            ),
+            'WriteTimestamp': grpc.unary_unary_rpc_method_handler(
+                    servicer.WriteTimestamp,
                     request_deserializer=loupe_dot_proto_dot_common_dot_v1_dot_common__pb2.Empty.FromString,
                     response_serializer=loupe_dot_proto_dot_catalog_dot_v1_dot_catalog__pb2.TimestampResponse.SerializeToString,
             ),
@@ -253,6 +271,33 @@ class Catalog:
             request,
             target,
             '/loupe.proto.catalog.v1.Catalog/ReadTimestamp',
+            loupe_dot_proto_dot_common_dot_v1_dot_common__pb2.Empty.SerializeToString,
+            loupe_dot_proto_dot_catalog_dot_v1_dot_catalog__pb2.TimestampResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def WriteTimestamp(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/loupe.proto.catalog.v1.Catalog/WriteTimestamp',
             loupe_dot_proto_dot_common_dot_v1_dot_common__pb2.Empty.SerializeToString,
             loupe_dot_proto_dot_catalog_dot_v1_dot_catalog__pb2.TimestampResponse.FromString,
             options,
