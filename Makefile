@@ -36,7 +36,7 @@ $(STAMP): pyproject.toml setup.py scripts/ensure_system_deps.sh
 run: install ## start Loupe on its embedded defaults (Ctrl-C stops it)
 	$(BIN)/loupe up --data-dir $(DATA_DIR) --sql-port $(SQL_PORT)
 
-test: install check-protos lint ## run the whole test suite (unit, service and end-to-end)
+test: install check-protos lint typecheck ## checks, then the whole test suite (unit, service, end-to-end)
 	$(BIN)/pytest $(PYTEST_ARGS)
 
 test-fast: install ## run the tests without the end-to-end ones

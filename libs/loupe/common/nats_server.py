@@ -11,6 +11,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 
@@ -45,7 +46,7 @@ class NatsServerProcess:
     def url(self) -> str:
         return f"nats://127.0.0.1:{self.port}"
 
-    def start(self, timeout: float = 10.0, preexec_fn: object = None) -> None:
+    def start(self, timeout: float = 10.0, preexec_fn: Callable[[], object] | None = None) -> None:
         self.store_dir.mkdir(parents=True, exist_ok=True)
         args = [
             nats_server_binary(),
@@ -62,7 +63,7 @@ class NatsServerProcess:
             args,
             stdout=output,
             stderr=subprocess.STDOUT,
-            preexec_fn=preexec_fn,  # type: ignore[arg-type]
+            preexec_fn=preexec_fn,
         )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:

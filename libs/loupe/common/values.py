@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+from collections.abc import Sequence
 from decimal import Decimal
 from typing import Any
 
@@ -82,7 +83,7 @@ def format_interval(value: dt.timedelta) -> str:
     return clock
 
 
-def to_row(values: list[Any] | tuple[Any, ...]) -> common_pb2.Row:
+def to_row(values: Sequence[Any]) -> common_pb2.Row:
     return common_pb2.Row(values=[to_value(v) for v in values])
 
 

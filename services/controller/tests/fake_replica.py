@@ -15,6 +15,7 @@ import os
 import signal
 import sys
 from dataclasses import dataclass, field
+from typing import Any
 
 import nats
 
@@ -76,7 +77,7 @@ class FakeReplica:
         if self._nc is not None:
             await self._nc.close()
 
-    async def _publish(self, **kind: object) -> None:
+    async def _publish(self, **kind: Any) -> None:
         assert self._nc is not None
         response = compute_pb2.ComputeResponse(
             replica_id=self.replica_id, incarnation=self.incarnation, **kind
