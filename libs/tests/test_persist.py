@@ -1,9 +1,11 @@
-"""Shards: compare-and-append, consolidated snapshots, since."""
+"""Shards: compare-and-append, consolidated snapshots, since; over every consensus plugin."""
 
 from __future__ import annotations
 
+import datetime as dt
 import threading
 
+import polars as pl
 import pyarrow as pa
 import pytest
 
@@ -17,14 +19,18 @@ from loupe.persist import (
     expand,
     parts_to_merge,
 )
-from loupe.persist.shard import arrow_schema
+from loupe.persist.shard import ARROW_TYPES, arrow_schema, consolidate
+
+# Fixtures consensus_uri, consensus, blob: every plugin.
+pytest_plugins = ["loupe.persist.testing"]
 
 COLUMNS = [("name", "text"), ("n", "int8")]
 
 
 @pytest.fixture
-def shard(tmp_path):
-    shard = Shard("s1", LocalBlob(tmp_path / "blob"), SqliteConsensus(tmp_path / "c.sqlite"))
+def shard(tmp_path, consensus):
+    """A fresh shard on a local blob and each consensus plugin (sqlite, postgres, nats-kv)."""
+    shard = Shard("s1", LocalBlob(tmp_path / "blob"), consensus)
     shard.ensure(COLUMNS)
     return shard
 
@@ -249,3 +255,59 @@ def test_progress_is_recorded_with_the_data_it_covers(shard):
     with pytest.raises(UpperMismatch):
         shard.compare_and_append(updates([("c", 3, 1, 1)]), 1, 2, progress={"writer": 99})
     assert shard.state().progress["writer"] == 41
+
+
+def grouped(updates: pa.Table, data_columns: list[str]) -> pa.Table:
+    """consolidate's definition, always by grouping (what the fast path must equal)."""
+    frame = pl.from_arrow(updates.select([*data_columns, "mz_diff"]))
+    assert isinstance(frame, pl.DataFrame)
+    summed = frame.group_by(data_columns, maintain_order=True).agg(pl.col("mz_diff").sum())
+    return summed.filter(pl.col("mz_diff") != 0).to_arrow()
+
+
+def test_consolidate_of_distinct_rows_equals_grouping_for_every_type():
+    """The no-duplicates fast path gives the same table (types, order, zero diffs dropped)."""
+    columns = [(kind, kind) for kind in ARROW_TYPES]
+    row = {
+        "text": "a",
+        "int4": 1,
+        "uint8": 3,
+        "bool": True,
+        "timestamptz": dt.datetime(2024, 1, 1, tzinfo=dt.UTC),
+        "date": dt.date(2024, 1, 1),
+        "numeric": "1.5",
+        "jsonb": "{}",
+        "interval": dt.timedelta(seconds=1),
+        "bytea": b"x",
+        "list": [1, 2],
+        "mz_timestamp": 0,
+    }
+    diffs = [1, 2, 0, -1, 1]
+    # Distinct in int8; float8 has a -0.0 (hashes like 0.0, which no other row has).
+    rows = [
+        {**row, "int8": i, "float8": -0.0 if i == 3 else float(i), "mz_diff": diff}
+        for i, diff in enumerate(diffs)
+    ]
+    table = pa.Table.from_pylist(rows, schema=arrow_schema(columns))
+    names = [name for name, _ in columns]
+    result = consolidate(table, names)
+    assert result.equals(grouped(table, names))
+    assert result.column("mz_diff").to_pylist() == [1, 2, -1, 1]
+    # Duplicates (here 0.0 and -0.0, NaN and NaN, equal to polars) still group.
+    duplicated = pa.concat_tables([table, table.slice(1, 1)])
+    floats = pa.table({"x": [0.0, -0.0, float("nan"), float("nan")], "mz_diff": [1, 1, 1, -1]})
+    for updates, data in ((duplicated, names), (floats, ["x"])):
+        assert consolidate(updates, data).equals(grouped(updates, data))
+    assert consolidate(duplicated, names).column("mz_diff").to_pylist() == [1, 4, -1, 1]
+    assert consolidate(floats, ["x"]).to_pylist() == [{"x": 0.0, "mz_diff": 2}]
+
+
+def test_snapshot_reads_only_the_parts_it_needs(shard):
+    """Parts entirely after as_of are not read (here: their file is gone, and nobody notices)."""
+    shard.compare_and_append(updates([("a", 1, 0, 1)]), 0, 1)
+    shard.compare_and_append(updates([("b", 2, 1, 1)]), 1, 2)
+    later = shard.state().parts[1]
+    (shard.blob.root / later.key).unlink()  # type: ignore[attr-defined]
+    assert shard.snapshot(0).column("name").to_pylist() == ["a"]
+    with pytest.raises(FileNotFoundError):
+        shard.snapshot(1)

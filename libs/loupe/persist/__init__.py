@@ -1,9 +1,20 @@
 """Storage collections: shards of immutable Parquet parts, changed by compare-and-set.
 
-See DESIGN §3. ``Shard`` is the API; ``Blob`` and ``Consensus`` are plugins.
+See DESIGN §3. ``Shard`` is the API; ``Blob`` and ``Consensus`` are plugins
+chosen by URI scheme (``open_location``; see ``loupe.persist.location``).
 """
 
-from loupe.persist.location import Blob, Consensus, LocalBlob, SqliteConsensus, open_location
+from loupe.persist.listen import ListenBatch, Listener, nats_upper_notifier, upper_subject
+from loupe.persist.location import (
+    Blob,
+    Consensus,
+    LocalBlob,
+    SqliteConsensus,
+    ValueTooLarge,
+    open_blob,
+    open_consensus,
+    open_location,
+)
 from loupe.persist.shard import (
     DIFF_COLUMN,
     TIMESTAMP_COLUMN,
@@ -22,6 +33,8 @@ __all__ = [
     "TIMESTAMP_COLUMN",
     "Blob",
     "Consensus",
+    "ListenBatch",
+    "Listener",
     "LocalBlob",
     "Part",
     "Shard",
@@ -29,8 +42,13 @@ __all__ = [
     "SinceError",
     "SqliteConsensus",
     "UpperMismatch",
+    "ValueTooLarge",
     "consolidate",
     "expand",
+    "nats_upper_notifier",
+    "open_blob",
+    "open_consensus",
     "open_location",
     "parts_to_merge",
+    "upper_subject",
 ]

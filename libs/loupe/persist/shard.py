@@ -10,6 +10,11 @@ seqno), forwarding updates before ``since`` to ``since``; ``parts_to_merge``
 picks which parts so that their number stays bounded while each update is
 rewritten only a few times. Readers that find a part gone (compacted away
 after they read the state) re-read the state and try again.
+
+Parts are read through the blob's ``pyarrow.fs`` filesystem
+(``Blob.filesystem_path``), so any blob plugin serves reads. ``listen``
+hands out new updates as the upper advances (``loupe.persist.listen``); the
+optional ``notify`` hook tells listeners elsewhere that it did.
 """
 
 from __future__ import annotations
@@ -17,17 +22,24 @@ from __future__ import annotations
 import dataclasses
 import io
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 import polars as pl
 import pyarrow as pa
 import pyarrow.compute
 import pyarrow.parquet as pq
 
+from loupe.common.logging import get_logger
 from loupe.persist.location import Blob, Consensus
 from loupe.proto.common.v1 import common_pb2
 from loupe.proto.storage.v1 import storage_pb2
+
+if TYPE_CHECKING:
+    from loupe.persist.listen import Listener
+
+log = get_logger(__name__)
 
 TIMESTAMP_COLUMN = "mz_timestamp"
 DIFF_COLUMN = "mz_diff"
@@ -121,18 +133,39 @@ def arrow_schema(columns: Sequence[tuple[str, str]], *, updates: bool = True) ->
 
 
 def consolidate(updates: pa.Table, data_columns: Sequence[str]) -> pa.Table:
-    """Sum diffs per distinct row and drop rows whose diff sums to zero."""
+    """Sum diffs per distinct row and drop rows whose diff sums to zero.
+
+    Rows come out in the order of their first occurrence. When every row
+    occurs once (a shard just compacted, an insert-only collection) the sums
+    are the diffs themselves, and hashing the rows (to prove it) is several
+    times cheaper than grouping them.
+    """
     if updates.num_rows == 0:
         return updates.select([*data_columns, DIFF_COLUMN])
     frame = pl.from_arrow(updates.select([*data_columns, DIFF_COLUMN]))
     assert isinstance(frame, pl.DataFrame)
-    if data_columns:
+    if not data_columns:
+        summed = frame.select(pl.col(DIFF_COLUMN).sum())
+    elif _all_distinct(frame, data_columns):
+        summed = frame
+    else:
         summed = frame.group_by(list(data_columns), maintain_order=True).agg(
             pl.col(DIFF_COLUMN).sum()
         )
-    else:
-        summed = frame.select(pl.col(DIFF_COLUMN).sum())
     return summed.filter(pl.col(DIFF_COLUMN) != 0).to_arrow()
+
+
+def _all_distinct(frame: pl.DataFrame, columns: Sequence[str]) -> bool:
+    """Whether no two rows are equal in ``columns``; False when in doubt.
+
+    Equal rows hash equally, so as many distinct hashes as rows proves the
+    rows distinct; a hash collision merely sends us to the exact group_by.
+    """
+    try:
+        hashes = frame.select(list(columns)).hash_rows()
+    except pl.exceptions.PolarsError:  # a type polars cannot hash: group instead
+        return False
+    return hashes.n_unique() == frame.height
 
 
 def parts_to_merge(
@@ -172,13 +205,42 @@ def expand(consolidated: pa.Table) -> pa.Table:
     return data.take(pa.array(indices, type=pa.int64()))
 
 
-class Shard:
-    """Handle to one shard; cheap to create, safe to use from several processes."""
+def overlaps(part: Part, lower: int, upper: int | None = None) -> bool:
+    """Whether ``part`` may hold updates at times in ``[lower, upper)``.
 
-    def __init__(self, shard_id: str, blob: Blob, consensus: Consensus) -> None:
+    A part whose bounds are unknown (``upper <= lower``, e.g. written by hand
+    without them) may hold anything.
+    """
+    if part.upper <= part.lower:
+        return True
+    return part.upper > lower and (upper is None or part.lower < upper)
+
+
+# Called with (shard_id, new upper) after every successful compare_and_append.
+UpperNotify = Callable[[str, int], None]
+
+
+class Shard:
+    """Handle to one shard; cheap to create, safe to use from several processes.
+
+    ``notify`` (optional) is called with ``(shard_id, new_upper)`` after each
+    successful ``compare_and_append``, e.g. ``listen.nats_upper_notifier(nc)``
+    to wake listeners in other processes; its failures are logged, never raised
+    (the append is durable by then, and listeners also poll).
+    """
+
+    def __init__(
+        self,
+        shard_id: str,
+        blob: Blob,
+        consensus: Consensus,
+        *,
+        notify: UpperNotify | None = None,
+    ) -> None:
         self.shard_id = shard_id
         self.blob = blob
         self.consensus = consensus
+        self.notify = notify
 
     # -- state ------------------------------------------------------------------
 
@@ -273,8 +335,17 @@ class Shard:
                 progress={**state.progress, **(progress or {})},
             )
             if self._cas(state, new):
+                self._notify_upper(new_upper)
                 return self.state()
             # Lost a race with a since downgrade or compaction: re-read and retry.
+
+    def _notify_upper(self, upper: int) -> None:
+        if self.notify is None:
+            return
+        try:
+            self.notify(self.shard_id, upper)
+        except Exception:
+            log.warning("persist_upper_notify_failed", shard=self.shard_id, exc_info=True)
 
     def downgrade_since(self, since: int) -> ShardState:
         while True:
@@ -339,6 +410,36 @@ class Shard:
                 self.blob.delete(key)
         return self.state()
 
+    def replace_parts(
+        self, replaced: Sequence[Part], merged: Part | None, since: int | None = None
+    ) -> ShardState | None:
+        """Put ``merged``, a part already in Blob, in place of ``replaced``; the new state.
+
+        For compactions computed elsewhere (the controller's Spark job):
+        ``merged`` must hold the updates of ``replaced`` forwarded to at most
+        ``since`` and consolidated, or be None if they all cancel out. Like
+        ``compact``: the since moves to ``since`` (if later) in the same CAS,
+        on the seqno, retried while appends land; the merged part takes the
+        place of the oldest replaced one. Returns None and changes nothing if
+        some part of ``replaced`` is no longer in the shard (a concurrent
+        compaction won): then ``merged`` is the caller's to delete. The
+        replaced parts are left in Blob for the caller to delete.
+        """
+        keys = {p.key for p in replaced}
+        while True:
+            state = self.state()
+            if not keys or not keys <= {p.key for p in state.parts}:
+                return None
+            new_parts: list[Part] = []
+            for part in state.parts:
+                if part.key not in keys:
+                    new_parts.append(part)
+                elif merged is not None and merged not in new_parts:
+                    new_parts.append(merged)
+            new_since = state.since if since is None else max(since, state.since)
+            if self._cas(state, dataclasses.replace(state, since=new_since, parts=new_parts)):
+                return self.state()
+
     def _merge(self, state: ShardState, parts: Sequence[Part], since: int) -> Part | None:
         """``parts`` forwarded to ``since`` and consolidated, as a new part in Blob."""
         updates = self.read_updates(dataclasses.replace(state, parts=list(parts)))
@@ -377,17 +478,29 @@ class Shard:
             return None
 
     def read_updates(self, state: ShardState | None = None) -> pa.Table:
+        """All updates of ``state``'s parts (default: the current state's), in part order."""
         state = state or self.state()
         schema = arrow_schema(state.columns)
-        # Parts may come from writers with a narrower type system (Spark has no
-        # unsigned integers), so read each as written and cast to the shard's schema.
-        tables = [
-            pq.read_table(self.blob.path(p.key)).select(schema.names).cast(schema)
-            for p in state.parts
-        ]
+        tables = [self._read_part(part, schema) for part in state.parts]
         if not tables:
             return schema.empty_table()
         return pa.concat_tables(tables)
+
+    def _read_part(self, part: Part, schema: pa.Schema) -> pa.Table:
+        """One part through the blob's filesystem (a file, or a directory as Spark writes)."""
+        filesystem, path = self.blob.filesystem_path(part.key)
+        try:
+            table = pq.read_table(path, filesystem=filesystem, columns=schema.names)
+        except FileNotFoundError:
+            raise
+        except OSError as error:
+            # Object stores do not all say "not found" the same way.
+            if not self.blob.exists(part.key):
+                raise FileNotFoundError(f"part {part.key} is gone") from error
+            raise
+        # Parts may come from writers with a narrower type system (Spark has no
+        # unsigned integers), so read each as written and cast to the shard's schema.
+        return table.select(schema.names).cast(schema)
 
     def snapshot(self, as_of: int | None = None) -> pa.Table:
         """The consolidated contents at ``as_of`` (default: the latest complete time).
@@ -401,11 +514,35 @@ class Shard:
         while True:
             state = self.state()
             read_at = self._check_as_of(state, as_of)
-            updates = self._read_unless_compacted(state)
+            # Parts entirely after read_at cannot contribute: not read at all.
+            needed = [part for part in state.parts if overlaps(part, 0, read_at + 1)]
+            updates = self._read_unless_compacted(dataclasses.replace(state, parts=needed))
             if updates is not None:
                 break
-        visible = updates.filter(pa.compute.less_equal(updates.column(TIMESTAMP_COLUMN), read_at))
-        return consolidate(visible, [name for name, _ in state.columns]), state
+        times = updates.column(TIMESTAMP_COLUMN)
+        if updates.num_rows and pa.compute.max(times).as_py() > read_at:
+            updates = updates.filter(pa.compute.less_equal(times, read_at))
+        return consolidate(updates, [name for name, _ in state.columns]), state
+
+    def listen(
+        self, as_of: int, *, nats: Any = None, poll_interval: float | None = None
+    ) -> Listener:
+        """The updates after ``as_of``, batch by batch as the upper advances.
+
+        Iterate it (blocking) or ``async for`` over it: each batch is
+        ``(updates, new_upper)`` with every update at ``prev_upper <= t <
+        new_upper`` (the first batch starts after ``as_of``; a batch may be
+        empty when only the upper moved). ``snapshot(as_of)`` plus every
+        batch is the collection's history from ``as_of`` on. Polls consensus
+        every ``poll_interval`` seconds and, iterated with ``async for`` and
+        given a NATS connection (nats-py, on the running loop), wakes as soon
+        as a writer publishes the new upper (see ``loupe.persist.listen``).
+        Raises ``SinceError`` if ``as_of`` (or later, how far it has read) is
+        before the since.
+        """
+        from loupe.persist.listen import Listener
+
+        return Listener(self, as_of, nats=nats, poll_interval=poll_interval)
 
     def _check_as_of(self, state: ShardState, as_of: int | None) -> int:
         if as_of is None:
