@@ -159,6 +159,28 @@ async def test_cli_formats_and_errors(system):
     assert "42P01" in unknown.stderr
 
 
+async def test_tables_are_written_and_read_through_loupe_sql(system):
+    """CREATE TABLE, INSERT and SELECT through `loupe sql`; the table joins with mz_tables."""
+    created = system.cli("-c", "CREATE TABLE story (id int NOT NULL, note text)")
+    assert "CREATE TABLE" in created.stdout
+    inserted = system.cli("-c", "INSERT INTO story VALUES (1, 'first'), (2, NULL)")
+    assert "INSERT 0 2" in inserted.stdout
+    selected = system.cli(
+        "--format",
+        "json",
+        "-c",
+        "SELECT s.id, s.note, t.name, t.id LIKE 'u%' AS user_id FROM story s "
+        "JOIN mz_catalog.mz_tables t ON t.name = 'story' ORDER BY s.id",
+    )
+    assert json.loads(selected.stdout) == [
+        {"id": 1, "note": "first", "name": "story", "user_id": True},
+        {"id": 2, "note": None, "name": "story", "user_id": True},
+    ]
+    refused = system.cli("-c", "INSERT INTO story VALUES (NULL, 'x')", check=False)
+    assert refused.returncode != 0
+    assert "23502" in refused.stderr
+
+
 def test_second_up_on_same_data_dir_is_refused(system):
     """Two `loupe up` on one data dir would corrupt it: the second one refuses."""
     second = subprocess.run(

@@ -16,6 +16,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+_HOUR_MS = 3_600_000
+DEFAULT_RETENTION_MS = 30 * 24 * _HOUR_MS
+# The current-state relations of replicas change at every heartbeat: an hour of history.
+CURRENT_STATE_RETENTION_MS = _HOUR_MS
+
 
 @dataclass(frozen=True)
 class BuiltinCollection:
@@ -24,6 +29,13 @@ class BuiltinCollection:
     name: str
     columns: tuple[tuple[str, str], ...]
     writer: str
+    # How much history (ms) the collection keeps readable: compaction keeps its
+    # since at ``upper - retention_ms``, so ``AS OF`` reaches that far back.
+    retention_ms: int = DEFAULT_RETENTION_MS
+    # A timestamptz column: rows whose value there is older than
+    # ``retention_ms`` are retracted by the storage writer (append-only
+    # histories only; a collection another component diffs must not lose rows).
+    expire_by: str | None = None
 
     @property
     def qualified_name(self) -> str:
@@ -105,6 +117,87 @@ MZ_AUDIT_EVENTS = BuiltinCollection(
     ),
     "catalog",
 )
+# Catalog items: tables, views, materialized views, indexes, sources. The
+# builtin collections themselves are listed in mz_tables, mz_objects and
+# mz_columns too, as Materialize lists its builtin tables (create_sql NULL).
+_ITEM_COLUMNS = (
+    ("id", "text"),
+    ("schema_id", "text"),
+    ("name", "text"),
+    ("owner_id", "text"),
+    ("create_sql", "text"),
+    ("redacted_create_sql", "text"),
+)
+MZ_TABLES = BuiltinCollection("s107", "mz_catalog", "mz_tables", _ITEM_COLUMNS, "catalog")
+MZ_VIEWS = BuiltinCollection(
+    "s108",
+    "mz_catalog",
+    "mz_views",
+    (*_ITEM_COLUMNS[:3], ("definition", "text"), *_ITEM_COLUMNS[3:]),
+    "catalog",
+)
+MZ_MATERIALIZED_VIEWS = BuiltinCollection(
+    "s109",
+    "mz_catalog",
+    "mz_materialized_views",
+    (*_ITEM_COLUMNS[:3], ("cluster_id", "text"), ("definition", "text"), *_ITEM_COLUMNS[3:]),
+    "catalog",
+)
+MZ_INDEXES = BuiltinCollection(
+    "s110",
+    "mz_catalog",
+    "mz_indexes",
+    (
+        ("id", "text"),
+        ("name", "text"),
+        ("on_id", "text"),
+        ("cluster_id", "text"),
+        ("owner_id", "text"),
+        ("create_sql", "text"),
+    ),
+    "catalog",
+)
+MZ_SOURCES = BuiltinCollection(
+    "s111",
+    "mz_catalog",
+    "mz_sources",
+    (
+        ("id", "text"),
+        ("schema_id", "text"),
+        ("name", "text"),
+        ("type", "text"),
+        ("owner_id", "text"),
+        ("create_sql", "text"),
+    ),
+    "catalog",
+)
+MZ_OBJECTS = BuiltinCollection(
+    "s112",
+    "mz_catalog",
+    "mz_objects",
+    (
+        ("id", "text"),
+        ("schema_id", "text"),
+        ("name", "text"),
+        ("type", "text"),
+        ("owner_id", "text"),
+        ("cluster_id", "text"),
+    ),
+    "catalog",
+)
+MZ_COLUMNS = BuiltinCollection(
+    "s113",
+    "mz_catalog",
+    "mz_columns",
+    (
+        ("id", "text"),
+        ("name", "text"),
+        ("position", "uint8"),
+        ("nullable", "bool"),
+        ("type", "text"),
+    ),
+    "catalog",
+)
 MZ_CLUSTER_REPLICA_STATUSES = BuiltinCollection(
     "s201",
     "mz_internal",
@@ -118,6 +211,7 @@ MZ_CLUSTER_REPLICA_STATUSES = BuiltinCollection(
         ("incarnation", "uint8"),
     ),
     "controller",
+    retention_ms=CURRENT_STATE_RETENTION_MS,
 )
 MZ_CLUSTER_REPLICA_STATUS_HISTORY = BuiltinCollection(
     "s202",
@@ -132,6 +226,7 @@ MZ_CLUSTER_REPLICA_STATUS_HISTORY = BuiltinCollection(
         ("incarnation", "uint8"),
     ),
     "controller",
+    expire_by="occurred_at",
 )
 MZ_CLUSTER_REPLICA_METRICS = BuiltinCollection(
     "s203",
@@ -145,6 +240,7 @@ MZ_CLUSTER_REPLICA_METRICS = BuiltinCollection(
         ("disk_bytes", "uint8"),
     ),
     "controller",
+    retention_ms=CURRENT_STATE_RETENTION_MS,
 )
 MZ_CLUSTER_REPLICA_METRICS_HISTORY = BuiltinCollection(
     "s204",
@@ -159,6 +255,7 @@ MZ_CLUSTER_REPLICA_METRICS_HISTORY = BuiltinCollection(
         ("occurred_at", "timestamptz"),
     ),
     "controller",
+    expire_by="occurred_at",
 )
 # Derived from mz_audit_events: one row per replica of a user cluster ever
 # created; ``dropped_at`` is NULL while it exists.
@@ -185,6 +282,13 @@ BUILTIN_COLLECTIONS: tuple[BuiltinCollection, ...] = (
     MZ_SCHEMAS,
     MZ_ROLES,
     MZ_AUDIT_EVENTS,
+    MZ_TABLES,
+    MZ_VIEWS,
+    MZ_MATERIALIZED_VIEWS,
+    MZ_INDEXES,
+    MZ_SOURCES,
+    MZ_OBJECTS,
+    MZ_COLUMNS,
     MZ_CLUSTER_REPLICA_STATUSES,
     MZ_CLUSTER_REPLICA_STATUS_HISTORY,
     MZ_CLUSTER_REPLICA_METRICS,
@@ -200,3 +304,6 @@ SYSTEM_CLUSTER_NAME = "mz_catalog_server"
 DEFAULT_CLUSTER_NAME = "quickstart"
 # Schemas whose relations resolve without qualification (after the session's).
 IMPLICIT_SCHEMAS = ("mz_catalog",)
+# Where user tables live (the only user database and schema for now).
+DEFAULT_DATABASE_NAME = "materialize"
+DEFAULT_SCHEMA_NAME = "public"

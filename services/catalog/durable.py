@@ -351,6 +351,7 @@ class DurableCatalogState(abc.ABC):
             schemas=tuple(sorted_objects(state.table("schema"))),  # type: ignore[arg-type]
             roles=tuple(sorted_objects(state.table("role"))),  # type: ignore[arg-type]
             new_audit_events=tuple(new_audit_events),
+            items=tuple(sorted_objects(state.table("item"))),  # type: ignore[arg-type]
         )
 
     # Writing
@@ -384,6 +385,15 @@ class DurableCatalogState(abc.ABC):
                 timestamp = self._write(self.fence, tx.writes(), timestamp)
             self._committed = (state.updated(tx.pending()), timestamp)
             return timestamp
+
+    def write_timestamp(self) -> int:
+        """A new write timestamp from the oracle, durably after every earlier one.
+
+        For writes that are not catalog changes (table INSERTs): a transaction
+        without operations stores nothing but the advanced oracle.
+        """
+        with self._lock:
+            return self.commit_transaction(self.transaction())
 
     def allocate_id(self, allocator: str) -> str:
         """Allocate and durably record one id of ``allocator`` (e.g. ``user_item``)."""

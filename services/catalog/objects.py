@@ -13,7 +13,10 @@ Audit event details (``AuditEvent.details``), by object type:
 
 - ``cluster``: ``{"id", "name", "managed", "size", "replication_factor"}``;
 - ``cluster-replica``: ``{"cluster_id", "cluster_name", "replica_id",
-  "replica_name", "logical_size"}`` (``logical_size`` on create only).
+  "replica_name", "logical_size"}`` (``logical_size`` on create only);
+- items (``table``, ``view``, ``materialized-view``, ``index``, …, the item's
+  type): ``{"id", "name": {"database", "schema", "item"}}`` (Materialize's
+  ``IdFullNameV1``; ``database`` is empty for an ambient schema).
 """
 
 from __future__ import annotations
@@ -361,6 +364,21 @@ class Item(_Json):
         if self.type not in ITEM_TYPES:
             raise ValueError(f"Item.type must be one of {', '.join(ITEM_TYPES)}, not {self.type!r}")
 
+    def to_proto(self) -> catalog_pb2.Item:
+        return catalog_pb2.Item(**self.to_json())
+
+    @classmethod
+    def from_proto(cls, message: catalog_pb2.Item) -> Item:
+        return cls(
+            id=message.id,
+            schema_id=message.schema_id,
+            name=message.name,
+            type=message.type,
+            owner_id=message.owner_id,
+            create_sql=message.create_sql,
+            cluster_id=message.cluster_id,
+        )
+
 
 @dataclass(frozen=True)
 class IntrospectionSourceIndex(_Json):
@@ -463,13 +481,20 @@ class Change:
     """One effect of a committed transaction, in the order it happened."""
 
     kind: str  # one of CHANGE_KINDS
-    object: Cluster | ClusterReplica
+    object: Cluster | ClusterReplica | Item
 
     def to_proto(self) -> catalog_pb2.CatalogChange:
         return catalog_pb2.CatalogChange(**{self.kind: self.object.to_proto()})
 
 
-CHANGE_KINDS = ("cluster_created", "replica_created", "cluster_dropped", "replica_dropped")
+CHANGE_KINDS = (
+    "cluster_created",
+    "replica_created",
+    "cluster_dropped",
+    "replica_dropped",
+    "item_created",
+    "item_dropped",
+)
 
 
 @dataclass(frozen=True)
@@ -496,6 +521,7 @@ class CatalogSnapshot:
     roles: tuple[Role, ...] = ()
     # The audit events of the commit that produced this snapshot, if any.
     new_audit_events: tuple[AuditEvent, ...] = ()
+    items: tuple[Item, ...] = ()
 
     def to_proto(self) -> catalog_pb2.CatalogSnapshot:
         return catalog_pb2.CatalogSnapshot(
@@ -508,4 +534,5 @@ class CatalogSnapshot:
             schemas=[s.to_proto() for s in self.schemas],
             roles=[r.to_proto() for r in self.roles],
             new_audit_events=[e.to_proto() for e in self.new_audit_events],
+            items=[i.to_proto() for i in self.items],
         )

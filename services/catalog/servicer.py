@@ -16,7 +16,7 @@ from typing import Any
 from loupe.catalog.durable import DurableCatalogState
 from loupe.catalog.errors import FencedError
 from loupe.catalog.kinds import ObjectFormatError
-from loupe.catalog.objects import CatalogSnapshot, Cluster, ClusterReplica
+from loupe.catalog.objects import CatalogSnapshot, Cluster, ClusterReplica, Item
 from loupe.catalog.transaction import Transaction
 from loupe.common.errors import LoupeError
 from loupe.proto.catalog.v1 import catalog_pb2
@@ -44,6 +44,10 @@ def apply_op(tx: Transaction, op: catalog_pb2.CatalogOp) -> None:
     elif kind == "drop_cluster_replica":
         drop = op.drop_cluster_replica
         tx.drop_replica(drop.cluster_name, drop.replica_name, if_exists=drop.if_exists)
+    elif kind == "create_item":
+        tx.create_item(Item.from_proto(op.create_item.item))
+    elif kind == "drop_item":
+        tx.drop_item(op.drop_item.id)
     else:
         raise LoupeError("INVALID_ARGUMENT", "catalog operation has no kind")
 
@@ -114,7 +118,17 @@ class CatalogServicer:
     async def WriteTimestamp(
         self, request: common_pb2.Empty, context: Any
     ) -> catalog_pb2.TimestampResponse:
-        raise LoupeError("UNIMPLEMENTED", "write timestamps are not implemented yet")
+        """A durable write timestamp: an empty transaction advances the oracle.
+
+        Nothing changed, so nothing is published on the changes subject.
+        """
+        async with self._lock:
+            try:
+                timestamp = await asyncio.to_thread(self._catalog.write_timestamp)
+            except FencedError as error:
+                self._on_fenced(error)
+                raise LoupeError("UNAVAILABLE", str(error)) from None
+        return catalog_pb2.TimestampResponse(timestamp=timestamp)
 
     async def ListAuditEvents(
         self, request: catalog_pb2.ListAuditEventsRequest, context: Any

@@ -304,13 +304,34 @@ class Transaction:
         # Keep the index current instead of rebuilding it for the next item.
         names[(created.schema_id, created.name)] = ItemKey(created.id)
         self._item_names_version = items.version
+        self.changes.append(Change("item_created", created))
+        self._record("create", created.type, self._item_details(created))
         return created
 
     def drop_item(self, item_id: str) -> Item:
         dropped = self.table("item").delete(ItemKey(item_id))
         if dropped is None:
             raise LoupeError(SqlState.UNDEFINED_OBJECT, f"unknown item id '{item_id}'")
+        self.changes.append(Change("item_dropped", dropped))
+        self._record("drop", dropped.type, self._item_details(dropped))
         return dropped  # type: ignore[no-any-return]
+
+    def _item_details(self, item: Item) -> dict[str, Any]:
+        """Materialize's ``IdFullNameV1``: the id and the fully qualified name."""
+        schema = self.table("schema").get(_key("schema", item.schema_id))
+        database = (
+            self.table("database").get(_key("database", schema.database_id))
+            if schema is not None and schema.database_id
+            else None
+        )
+        return {
+            "id": item.id,
+            "name": {
+                "database": database.name if database is not None else "",
+                "schema": schema.name if schema is not None else "",
+                "item": item.name,
+            },
+        }
 
     # Configuration and bookkeeping
 

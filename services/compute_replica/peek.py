@@ -99,13 +99,16 @@ class PeekEngine:
 
         ``timestamp == 0``: the latest time complete in every source,
         ``min(upper) - 1``. Otherwise ``timestamp`` itself, once every upper is
-        past it.
+        past it; a timestamp before a source's since (its history is
+        compacted away) is refused at once, naming the since.
         """
         if not shards:
             return timestamp
         deadline = time.monotonic() + self.wait_timeout
         while True:
-            uppers = await asyncio.to_thread(_read_uppers, shards)
+            uppers, sinces = await asyncio.to_thread(_read_frontiers, shards)
+            if timestamp:
+                _check_since(sinces, timestamp)
             if timestamp == 0:
                 if all(upper > 0 for upper in uppers.values()):
                     return min(uppers.values()) - 1
@@ -128,12 +131,31 @@ def _location_of(source: PeekSource, default: StorageLocation) -> StorageLocatio
     return default
 
 
-def _read_uppers(shards: dict[str, Shard]) -> dict[str, int]:
-    uppers = {}
+def _read_frontiers(shards: dict[str, Shard]) -> tuple[dict[str, int], dict[str, int]]:
+    """(upper, since) of every source; a shard that does not exist yet has both at 0."""
+    uppers, sinces = {}, {}
     for name, shard in shards.items():
         state = shard.state(missing_ok=True)
         uppers[name] = NEVER_WRITTEN if state is None else state.upper
-    return uppers
+        sinces[name] = 0 if state is None else state.since
+    return uppers, sinces
+
+
+def _check_since(sinces: dict[str, int], timestamp: int) -> None:
+    compacted = {name: since for name, since in sorted(sinces.items()) if since > timestamp}
+    if compacted:
+        raise since_error(timestamp, compacted)
+
+
+def since_error(timestamp: int, sinces: dict[str, int]) -> LoupeError:
+    """The error of a read at ``timestamp`` before the since of some sources."""
+    listed = ", ".join(f"{name} since {since}" for name, since in sinces.items())
+    return LoupeError(
+        SqlState.INTERNAL_ERROR,
+        f"Timestamp ({timestamp}) is not valid for all inputs: {listed}",
+        detail="The history before a collection's since is compacted away.",
+        hint=f"Read AS OF {max(sinces.values())} or later.",
+    )
 
 
 def _upper_timeout(uppers: dict[str, int], timestamp: int, timeout: float) -> LoupeError:

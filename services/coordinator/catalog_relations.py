@@ -76,6 +76,9 @@ class CatalogRelationsWriter:
         self._pending = None
         self._collections: Mapping[str, common_pb2.CollectionMetadata] = {}
         self._builtins: Sequence[BuiltinCollection] = CATALOG_COLLECTIONS
+        # The upper the storage writer answered the last append with: every
+        # row appended so far is visible at ``last_upper - 1``.
+        self.last_upper = 0
 
     @property
     def loaded(self) -> bool:
@@ -203,6 +206,7 @@ class CatalogRelationsWriter:
                 response = await self._controller.call(
                     "AppendUpdates", request, timeout=self._call_timeout
                 )
+                self.last_upper = max(self.last_upper, int(response.upper))
                 return int(response.upper)
             except LoupeError as error:
                 if error.code not in TRANSIENT or time.monotonic() + delay > deadline:

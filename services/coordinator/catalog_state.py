@@ -1,7 +1,10 @@
 """The coordinator's in-memory view of the catalog, and the relations derived from it.
 
 ``mz_catalog.mz_clusters``, ``mz_cluster_replicas``, ``mz_databases``,
-``mz_schemas`` and ``mz_roles`` are pure functions of a catalog snapshot;
+``mz_schemas``, ``mz_roles`` and the item relations (``mz_tables``,
+``mz_views``, ``mz_materialized_views``, ``mz_indexes``, ``mz_sources``,
+``mz_objects``, ``mz_columns``; the builtin collections are listed there as
+Materialize lists its builtin tables) are pure functions of a catalog snapshot;
 ``mz_catalog.mz_audit_events`` and ``mz_internal.mz_cluster_replica_history``
 of the audit log (``loupe.coordinator.audit_log``). ``catalog_rows`` gives
 them all; the coordinator keeps them in storage by appending the difference
@@ -11,23 +14,52 @@ between two states' rows (``row_diff``).
 from __future__ import annotations
 
 import datetime as dt
+import re
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from loupe.builtins import (
+    BUILTIN_COLLECTIONS,
     MZ_CLUSTER_REPLICAS,
     MZ_CLUSTERS,
+    MZ_COLUMNS,
     MZ_DATABASES,
+    MZ_INDEXES,
+    MZ_MATERIALIZED_VIEWS,
+    MZ_OBJECTS,
     MZ_ROLES,
     MZ_SCHEMAS,
+    MZ_SOURCES,
+    MZ_TABLES,
+    MZ_VIEWS,
     SYSTEM_CLUSTER_NAME,
 )
+from loupe.common.logging import get_logger
 from loupe.coordinator.audit_log import AUDIT_COLLECTIONS, AuditLog, Row
+from loupe.coordinator.tables import TYPE_NAMES, Table, columns_of
 from loupe.proto.catalog.v1 import catalog_pb2
 
+log = get_logger(__name__)
+
+ITEM_COLLECTIONS = (
+    MZ_TABLES,
+    MZ_VIEWS,
+    MZ_MATERIALIZED_VIEWS,
+    MZ_INDEXES,
+    MZ_SOURCES,
+    MZ_OBJECTS,
+    MZ_COLUMNS,
+)
 # The builtin collections that are functions of a catalog snapshot.
-SNAPSHOT_COLLECTIONS = (MZ_CLUSTERS, MZ_CLUSTER_REPLICAS, MZ_DATABASES, MZ_SCHEMAS, MZ_ROLES)
+SNAPSHOT_COLLECTIONS = (
+    MZ_CLUSTERS,
+    MZ_CLUSTER_REPLICAS,
+    MZ_DATABASES,
+    MZ_SCHEMAS,
+    MZ_ROLES,
+    *ITEM_COLLECTIONS,
+)
 # The builtin collections whose contents come from the catalog.
 CATALOG_COLLECTIONS = SNAPSHOT_COLLECTIONS + AUDIT_COLLECTIONS
 
@@ -56,6 +88,16 @@ class CatalogState:
         }
         self.replicas = [ReplicaInfo(r.id, r.name, r.cluster_id) for r in self.snapshot.replicas]
         self.roles = {r.name: r.id for r in self.snapshot.roles}
+        self.databases = {d.id: d for d in self.snapshot.databases}
+        self.schemas = {s.id: s for s in self.snapshot.schemas}
+        self.items = {i.id: i for i in self.snapshot.items}
+        # Tables by id; a table whose create_sql does not parse is left out (and logged).
+        self.tables: dict[str, Table] = {}
+        for item in self.snapshot.items:
+            if item.type == "table":
+                table = self._table(item)
+                if table is not None:
+                    self.tables[table.id] = table
 
     @property
     def timestamp(self) -> int:
@@ -85,6 +127,44 @@ class CatalogState:
     def role_id(self, name: str) -> str | None:
         """The id of the role called ``name``, if the catalog has one."""
         return self.roles.get(name)
+
+    def schema_named(self, database: str, name: str) -> catalog_pb2.Schema | None:
+        """The schema ``name`` of database ``database`` (empty: an ambient schema)."""
+        for schema in self.snapshot.schemas:
+            if schema.name != name:
+                continue
+            owner = self.databases.get(schema.database_id)
+            if (owner.name if owner is not None else "") == database:
+                return schema
+        return None
+
+    def item_named(self, schema_id: str, name: str) -> catalog_pb2.Item | None:
+        return next(
+            (i for i in self.snapshot.items if i.schema_id == schema_id and i.name == name), None
+        )
+
+    def tables_in(self, database: str) -> dict[str, Table]:
+        """``schema.name`` -> table, for the tables of ``database`` (name resolution)."""
+        return {t.qualified_name: t for t in self.tables.values() if t.database == database}
+
+    def _table(self, item: catalog_pb2.Item) -> Table | None:
+        schema = self.schemas.get(item.schema_id)
+        database = self.databases.get(schema.database_id) if schema is not None else None
+        try:
+            columns = columns_of(item.create_sql)
+        except Exception as error:
+            log.warning("table definition does not parse", id=item.id, error=str(error))
+            return None
+        return Table(
+            id=item.id,
+            database=database.name if database is not None else "",
+            schema=schema.name if schema is not None else "",
+            schema_id=item.schema_id,
+            name=item.name,
+            owner_id=item.owner_id,
+            columns=columns,
+            create_sql=item.create_sql,
+        )
 
 
 def snapshot_key(snapshot: catalog_pb2.CatalogSnapshot) -> tuple[int, int]:
@@ -136,6 +216,56 @@ def role_row(role: catalog_pb2.Role) -> Row:
     return (role.id, role.name, role.inherit)
 
 
+def definition_of(create_sql: str) -> str | None:
+    """The query of a view's ``CREATE … AS <query>`` (mz_views.definition)."""
+    match = _DEFINITION.search(create_sql)
+    return match.group(1).strip() if match else None
+
+
+_DEFINITION = re.compile(r"\bAS\s+(.*)$", re.IGNORECASE | re.DOTALL)
+
+
+def item_rows(snapshot: catalog_pb2.CatalogSnapshot) -> dict[str, Counter[Row]]:
+    """The item relations: user items, and the builtin collections as builtin tables."""
+    rows: dict[str, Counter[Row]] = {c.id: Counter() for c in ITEM_COLLECTIONS}
+    schema_ids = {s.name: s.id for s in snapshot.schemas if not s.database_id}
+    for builtin in BUILTIN_COLLECTIONS:
+        schema_id = schema_ids.get(builtin.schema)
+        rows[MZ_TABLES.id][(builtin.id, schema_id, builtin.name, "s1", None, None)] += 1
+        rows[MZ_OBJECTS.id][(builtin.id, schema_id, builtin.name, "table", "s1", None)] += 1
+        for position, (name, kind) in enumerate(builtin.columns, start=1):
+            rows[MZ_COLUMNS.id][(builtin.id, name, position, True, TYPE_NAMES[kind])] += 1
+    state = CatalogState(snapshot)
+    for item in snapshot.items:
+        sql = item.create_sql or None
+        cluster_id = item.cluster_id or None
+        rows[MZ_OBJECTS.id][
+            (item.id, item.schema_id, item.name, item.type, item.owner_id, cluster_id)
+        ] += 1
+        common = (item.id, item.schema_id, item.name)
+        if item.type == "table":
+            rows[MZ_TABLES.id][(*common, item.owner_id, sql, sql)] += 1
+            table = state.tables.get(item.id)
+            for position, column in enumerate(table.columns if table else (), start=1):
+                rows[MZ_COLUMNS.id][
+                    (item.id, column.name, position, column.nullable, column.base_type)
+                ] += 1
+        elif item.type == "view":
+            rows[MZ_VIEWS.id][
+                (*common, definition_of(item.create_sql), item.owner_id, sql, sql)
+            ] += 1
+        elif item.type == "materialized-view":
+            rows[MZ_MATERIALIZED_VIEWS.id][
+                (*common, cluster_id, definition_of(item.create_sql), item.owner_id, sql, sql)
+            ] += 1
+        elif item.type == "index":
+            # The indexed object's id is not recorded on the item yet.
+            rows[MZ_INDEXES.id][(item.id, item.name, None, cluster_id, item.owner_id, sql)] += 1
+        elif item.type == "source":
+            rows[MZ_SOURCES.id][(*common, None, item.owner_id, sql)] += 1
+    return rows
+
+
 def catalog_rows(
     snapshot: catalog_pb2.CatalogSnapshot, audit: AuditLog | None = None
 ) -> dict[str, Counter[Row]]:
@@ -149,6 +279,7 @@ def catalog_rows(
         MZ_DATABASES.id: Counter(database_row(d) for d in snapshot.databases),
         MZ_SCHEMAS.id: Counter(schema_row(s) for s in snapshot.schemas),
         MZ_ROLES.id: Counter(role_row(r) for r in snapshot.roles),
+        **item_rows(snapshot),
     }
     if audit is not None:
         rows.update(audit.rows())

@@ -1,12 +1,21 @@
 """The coordinator: plans and runs SQL statements for client sessions.
 
-- Cluster DDL becomes ``CatalogOp``s for ``Catalog.Transact`` (with the
-  session's user, for the audit log); the commit is followed like any other
-  (``follower.CatalogFollower``: controller, then the catalog-derived
-  relations in storage) before the client gets its answer, so a SELECT right
-  after sees the change.
-- A SELECT is resolved against the builtin collections and sent as a peek to
-  the system cluster (it reads only system relations); a SELECT that reads no
+- Cluster and table DDL becomes ``CatalogOp``s for ``Catalog.Transact``
+  (with the session's user, for the audit log); the commit is followed like
+  any other (``follower.CatalogFollower``: controller, then the
+  catalog-derived relations in storage) before the client gets its answer,
+  and the oracle is moved past that append, so a SELECT right after sees the
+  change.
+- ``INSERT``/``UPDATE``/``DELETE`` write user tables directly through
+  ``loupe.persist`` at timestamps from the catalog's oracle
+  (``table_store.TableStore``, ``dml``); a ticker keeps every table's upper
+  and the oracle moving once a second.
+- A SELECT is resolved against the builtin collections and the user tables
+  and read at one timestamp: ``AS OF`` if given, else the oracle's read
+  timestamp (strict serializable; ``transaction_isolation = serializable``
+  reads the latest complete time instead). ``mz_now()`` becomes that
+  timestamp. It is sent as a peek to the system cluster when it reads only
+  system relations, else to the session's cluster; a SELECT that reads no
   relation is evaluated here with polars.
 - ``SET``/``SHOW``/``RESET`` work on the session.
 
@@ -30,17 +39,17 @@ from typing import Any, TypeVar
 from nats.aio.client import Client as NatsConnection
 from nats.aio.subscription import Subscription
 
-from loupe.builtins import SYSTEM_CLUSTER_NAME
+from loupe.builtins import BY_QUALIFIED_NAME, IMPLICIT_SCHEMAS, SYSTEM_CLUSTER_NAME
 from loupe.common.errors import LoupeError, SqlState
 from loupe.common.logging import get_logger
 from loupe.common.transport import NatsServiceClient, subscribe
 from loupe.common.values import from_row
-from loupe.coordinator import metrics
+from loupe.coordinator import dml, metrics
 from loupe.coordinator.catalog_relations import CatalogRelationsWriter
 from loupe.coordinator.catalog_state import CatalogState, ClusterInfo
 from loupe.coordinator.constant import evaluate_constant
 from loupe.coordinator.follower import CatalogFollower
-from loupe.coordinator.results import Complete, Event, Failure, Notice, StatementResult
+from loupe.coordinator.results import Column, Complete, Event, Failure, Notice, StatementResult
 from loupe.coordinator.session import Session, SessionManager
 from loupe.coordinator.sql.parser import parse, parse_one
 from loupe.coordinator.sql.resolve import (
@@ -52,8 +61,13 @@ from loupe.coordinator.sql.resolve import (
 from loupe.coordinator.sql.statements import (
     CreateCluster,
     CreateClusterReplica,
+    CreateTable,
+    Delete,
     DropCluster,
     DropClusterReplica,
+    DropTable,
+    Insert,
+    ObjectName,
     Query,
     ResetVariable,
     SetVariable,
@@ -61,7 +75,11 @@ from loupe.coordinator.sql.statements import (
     ShowClusters,
     ShowVariable,
     Statement,
+    Update,
 )
+from loupe.coordinator.table_store import TableStore, TimestampOracle
+from loupe.coordinator.tables import Table, check_columns, columns_of, create_table_sql
+from loupe.coordinator.timestamps import as_of_timestamp
 from loupe.proto.catalog.v1 import catalog_pb2
 from loupe.proto.common.v1 import common_pb2
 from loupe.proto.compute.v1 import compute_pb2
@@ -103,6 +121,18 @@ class CoordinatorConfig:
     # How long DDL waits for its own commit on the changes stream before
     # following the catalog's response instead.
     follow_timeout: float = 2.0
+    # Seconds between ticks that move the oracle and every table's upper to
+    # the current time (0 disables the ticker).
+    table_tick_interval: float = 1.0
+    # Seconds of history every table keeps for AS OF.
+    table_retention: float = 3600.0
+    # Ticks between compactions of the tables.
+    table_compaction_ticks: int = 10
+
+
+WRONG_OBJECT_TYPE = "42809"
+INVALID_SCHEMA_NAME = "3F000"
+INVALID_CATALOG_NAME = "3D000"
 
 
 class Coordinator:
@@ -134,11 +164,18 @@ class Coordinator:
             self.writer,
             follow_timeout=self.config.follow_timeout,
         )
+        self.oracle = TimestampOracle(self.catalog)
+        self.tables = TableStore(
+            self.oracle,
+            lambda: self.state.tables.values(),
+            retention_ms=int(self.config.table_retention * 1000),
+        )
         self.collections: dict[str, common_pb2.CollectionMetadata] = {}
         # This coordinator's DDL runs one statement at a time.
         self._ddl_lock = asyncio.Lock()
         self._subscription: Subscription | None = None
         self._background: set[asyncio.Task[Any]] = set()
+        self._ticker: asyncio.Task[None] | None = None
 
     # -- lifecycle ----------------------------------------------------------------------
 
@@ -155,8 +192,46 @@ class Coordinator:
         )
         await self.refresh_collections(wait=True)
         await self.follower.start(self.collections, self._retry_unavailable)
+        self._open_table_store()
+        try:
+            # Shards of tables created while no coordinator ran, and fresh uppers.
+            await self.tables.advance_all()
+        except LoupeError as error:
+            log.warning("could not advance the tables at start", error=error.message)
+        if self.config.table_tick_interval > 0:
+            self._ticker = asyncio.create_task(self._tick_tables())
+
+    def _open_table_store(self) -> None:
+        """Tables live where the builtin collections live."""
+        for metadata in self.collections.values():
+            if metadata.blob_uri and metadata.consensus_uri:
+                self.tables.open(metadata.blob_uri, metadata.consensus_uri)
+                return
+        log.warning("the controller names no storage location: tables cannot be written")
+
+    async def _tick_tables(self) -> None:
+        """Group commit without writes, every ``table_tick_interval`` (Materialize's ticks)."""
+        ticks = 0
+        failing = False
+        while True:
+            await asyncio.sleep(self.config.table_tick_interval)
+            ticks += 1
+            try:
+                await self.tables.tick(compact=ticks % self.config.table_compaction_ticks == 0)
+                metrics.TABLE_TICKS.labels("ok").inc()
+                failing = False
+            except Exception as error:
+                metrics.TABLE_TICKS.labels("failed").inc()
+                # Once at warning, then quietly until it works again.
+                (log.debug if failing else log.warning)("table tick failed", error=str(error))
+                failing = True
 
     async def stop(self) -> None:
+        if self._ticker is not None:
+            self._ticker.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._ticker
+            self._ticker = None
         if self._subscription is not None:
             with contextlib.suppress(Exception):
                 await self._subscription.unsubscribe()
@@ -266,6 +341,16 @@ class Coordinator:
                 return StatementResult(tag="RESET")
             case CreateCluster() | CreateClusterReplica() | DropCluster() | DropClusterReplica():
                 return await self._ddl(session, statement)
+            case CreateTable():
+                return await self._create_table(session, statement)
+            case DropTable():
+                return await self._drop_table(session, statement)
+            case Insert():
+                return await self._insert(session, statement)
+            case Update():
+                return await self._update(session, statement)
+            case Delete():
+                return await self._delete(session, statement)
         raise LoupeError(
             SqlState.FEATURE_NOT_SUPPORTED,
             f"{type(statement).__name__} is not supported",
@@ -315,20 +400,62 @@ class Coordinator:
 
     async def _select(self, session: Session, query: Statement) -> StatementResult:
         assert isinstance(query, Query)
-        resolved = resolve_query(
-            query.expression,
-            search_path=search_path_schemas(session.search_path),
-            database=session.database,
-        )
+        columns, rows = await self._query(session, query)
+        return StatementResult(tag=f"SELECT {len(rows)}", columns=columns, rows=rows)
+
+    async def _query(
+        self, session: Session, query: Query
+    ) -> tuple[tuple[Column, ...], list[tuple[Any, ...]]]:
+        """Resolve, choose the timestamp, run: (columns, rows)."""
+        resolved = await self._resolve(session, query)
+        timestamp = await self._read_timestamp(session, query, resolved)
+        sql = resolved.sql_at(timestamp)
         if resolved.is_constant:
-            columns, rows = evaluate_constant(resolved.sql)
+            columns, rows = evaluate_constant(sql)
         else:
-            columns, rows = await self._peek(session, resolved)
+            columns, rows = await self._peek(session, resolved, sql, timestamp)
         if resolved.output_names is not None and len(resolved.output_names) == len(columns):
             columns = tuple(
                 (name, kind) for name, (_, kind) in zip(resolved.output_names, columns, strict=True)
             )
-        return StatementResult(tag=f"SELECT {len(rows)}", columns=tuple(columns), rows=rows)
+        return tuple(columns), rows
+
+    async def _resolve(self, session: Session, query: Query) -> ResolvedQuery:
+        """Bind the query's names; a name unknown here is looked up in the catalog once."""
+
+        def attempt(state: CatalogState) -> ResolvedQuery:
+            return resolve_query(
+                query.expression,
+                search_path=search_path_schemas(session.search_path),
+                database=session.database,
+                collections={**BY_QUALIFIED_NAME, **state.tables_in(session.database)},
+            )
+
+        try:
+            return attempt(self.state)
+        except LoupeError as error:
+            if error.code != SqlState.UNDEFINED_TABLE:
+                raise
+            # Another coordinator may have created the table a moment ago.
+            return attempt(await self._refreshed_state())
+
+    async def _read_timestamp(self, session: Session, query: Query, resolved: ResolvedQuery) -> int:
+        """The time the query reads at; 0 means the latest complete time of its sources."""
+        if query.as_of is not None:
+            return as_of_timestamp(query.as_of, query.as_of_position)
+        if not resolved.uses_mz_now:
+            if resolved.is_constant:
+                return 0
+            isolation = session.get("transaction_isolation")
+            if isolation == "serializable":
+                return 0
+        try:
+            return await self.oracle.read_timestamp()
+        except LoupeError as error:
+            if error.code != "UNIMPLEMENTED":
+                raise
+            # An older catalog without an oracle API: the latest complete time.
+            return 0 if not resolved.uses_mz_now else time.time_ns() // 1_000_000
 
     async def _peek_target(self, session: Session, resolved: ResolvedQuery) -> tuple[str, str]:
         """(cluster_id, replica_id) the peek goes to."""
@@ -352,10 +479,21 @@ class Coordinator:
         return cluster.id, replica_id
 
     async def _sources(self, resolved: ResolvedQuery) -> list[compute_pb2.PeekSource]:
-        if any(source.id not in self.collections for source in resolved.sources):
+        builtins = [s for s in resolved.sources if not isinstance(s, Table)]
+        if any(source.id not in self.collections for source in builtins):
             await self.refresh_collections()
         sources = []
         for source in resolved.sources:
+            if isinstance(source, Table):
+                if not self.tables.is_open:
+                    raise LoupeError(
+                        "FAILED_PRECONDITION", "table storage is not known yet; try again"
+                    )
+                metadata = self.tables.metadata(source)
+                sources.append(
+                    compute_pb2.PeekSource(name=source_name(source), collection=metadata)
+                )
+                continue
             metadata = self.collections.get(source.id)
             if metadata is None:
                 raise LoupeError(
@@ -366,7 +504,7 @@ class Coordinator:
         return sources
 
     async def _peek(
-        self, session: Session, resolved: ResolvedQuery
+        self, session: Session, resolved: ResolvedQuery, sql: str, timestamp: int
     ) -> tuple[tuple[tuple[str, str], ...], list[tuple[Any, ...]]]:
         cluster_id, replica_id = await self._peek_target(session, resolved)
         peek_id = str(uuid.uuid4())
@@ -374,11 +512,14 @@ class Coordinator:
             cluster_id=cluster_id,
             replica_id=replica_id,
             peek=compute_pb2.Peek(
-                uuid=peek_id, timestamp=0, sources=await self._sources(resolved), sql=resolved.sql
+                uuid=peek_id,
+                timestamp=timestamp,
+                sources=await self._sources(resolved),
+                sql=sql,
             ),
             timeout_ms=int(self.config.peek_timeout * 1000),
         )
-        log.debug("peek", uuid=peek_id, cluster_id=cluster_id, sql=resolved.sql)
+        log.debug("peek", uuid=peek_id, cluster_id=cluster_id, sql=sql, as_of=timestamp)
         try:
             response = await self.controller.call(
                 "Peek", request, timeout=self.config.peek_timeout + 5
@@ -415,18 +556,40 @@ class Coordinator:
     # -- DDL ----------------------------------------------------------------------------
 
     async def _ddl(self, session: Session, statement: Statement) -> StatementResult:
+        op = catalog_op(statement, owner_id=self._owner_id(session))
+        _, result = await self._transact(session, statement, [op])
+        return result
+
+    def _owner_id(self, session: Session) -> str:
+        return self.state.role_id(session.user) or session.role_id
+
+    @staticmethod
+    def _require_superuser(session: Session, statement: Statement) -> None:
         if not session.is_superuser:
             raise LoupeError(
                 SqlState.INSUFFICIENT_PRIVILEGE,
                 f'permission denied to {statement.tag}: role "{session.user}" is not a superuser',
                 position=statement.position,
             )
-        owner_id = self.state.role_id(session.user) or session.role_id
-        op = catalog_op(statement, owner_id=owner_id)
+
+    async def _transact(
+        self,
+        session: Session,
+        statement: Statement,
+        ops: list[catalog_pb2.CatalogOp],
+        *,
+        advance: bool = True,
+    ) -> tuple[catalog_pb2.TransactResponse, StatementResult]:
+        """Commit ``ops`` and follow the commit into the controller and storage.
+
+        ``advance``: then move the oracle (and the tables) past the append of
+        the commit's catalog relations (``_after_ddl``).
+        """
+        self._require_superuser(session, statement)
         result = StatementResult(tag=statement.tag)
         async with self._ddl_lock:
             response = await self.catalog.Transact(
-                catalog_pb2.TransactRequest(ops=[op], user=session.user)
+                catalog_pb2.TransactRequest(ops=ops, user=session.user)
             )
             snapshot = (
                 response.snapshot
@@ -445,7 +608,193 @@ class Coordinator:
                 result.notices.append(
                     Notice("WARNING", f"the controller has not applied the change yet: {failure}")
                 )
+        if advance:
+            await self._after_ddl()
+        return response, result
+
+    async def _after_ddl(self) -> None:
+        """Move the oracle past the storage writer's append of the catalog relations.
+
+        The storage writer picks the time of that append itself; once the
+        oracle is past it, every later read timestamp sees the DDL in mz_catalog.
+        """
+        try:
+            await self.tables.advance_all(at_least=self.writer.last_upper - 1)
+        except LoupeError as error:
+            log.warning("could not advance the timestamp oracle", error=error.message)
+
+    # -- tables -------------------------------------------------------------------------
+
+    def _target_schema(self, session: Session, name: ObjectName) -> tuple[str, catalog_pb2.Schema]:
+        """(database name, schema) a new object called ``name`` goes to."""
+        parts = name.parts
+        database = parts[0] if len(parts) == 3 else session.database
+        candidates = [parts[-2]] if len(parts) > 1 else search_path_schemas(session.search_path)
+        if not any(d.name == database for d in self.state.databases.values()):
+            raise LoupeError(
+                INVALID_CATALOG_NAME, f"unknown database '{database}'", position=name.position
+            )
+        for schema_name in candidates:
+            if schema_name in (*IMPLICIT_SCHEMAS, "mz_internal", "mz_introspection", "pg_catalog"):
+                raise LoupeError(
+                    SqlState.INSUFFICIENT_PRIVILEGE,
+                    f"system schema '{schema_name}' cannot be modified",
+                    position=name.position,
+                )
+            schema = self.state.schema_named(database, schema_name)
+            if schema is not None:
+                return database, schema
+        if len(parts) > 1:
+            raise LoupeError(
+                INVALID_SCHEMA_NAME, f"unknown schema '{parts[-2]}'", position=name.position
+            )
+        raise LoupeError(
+            INVALID_SCHEMA_NAME, "no schema has been selected to create in", position=name.position
+        )
+
+    async def _table_named(
+        self, session: Session, name: ObjectName, *, missing_ok: bool = False
+    ) -> Table | None:
+        """The user table ``name`` refers to; 42P01 (or None) when there is none."""
+        found = self._find_table(session, name, self.state)
+        if found is None:
+            found = self._find_table(session, name, await self._refreshed_state())
+        if found is None and not missing_ok:
+            raise LoupeError(
+                SqlState.UNDEFINED_TABLE, f"unknown catalog item '{name}'", position=name.position
+            )
+        return found
+
+    def _find_table(self, session: Session, name: ObjectName, state: CatalogState) -> Table | None:
+        parts = name.parts
+        if len(parts) == 3 and parts[0] != session.database:
+            return None
+        schemas = (
+            [parts[-2]]
+            if len(parts) > 1
+            else [*IMPLICIT_SCHEMAS, *search_path_schemas(session.search_path)]
+        )
+        tables = state.tables_in(session.database)
+        for schema in schemas:
+            if f"{schema}.{name.name}" in BY_QUALIFIED_NAME:
+                raise LoupeError(
+                    SqlState.INSUFFICIENT_PRIVILEGE,
+                    f"system table '{schema}.{name.name}' cannot be modified",
+                    position=name.position,
+                )
+            table = tables.get(f"{schema}.{name.name}")
+            if table is not None:
+                return table
+            schema_proto = state.schema_named(session.database, schema)
+            item = state.item_named(schema_proto.id, name.name) if schema_proto else None
+            if item is not None:
+                raise LoupeError(
+                    WRONG_OBJECT_TYPE,
+                    f"'{name}' is a {item.type.replace('-', ' ')}, not a table",
+                    position=name.position,
+                )
+        return None
+
+    async def _create_table(self, session: Session, statement: CreateTable) -> StatementResult:
+        self._require_superuser(session, statement)
+        database, schema = self._target_schema(session, statement.name)
+        if statement.if_not_exists and self.state.item_named(schema.id, statement.name.name):
+            result = StatementResult(tag=statement.tag)
+            result.notices.append(
+                Notice("NOTICE", f'relation "{statement.name.name}" already exists, skipping')
+            )
+            return result
+        create_sql = create_table_sql(database, schema.name, statement.name.name, statement.columns)
+        item = catalog_pb2.Item(
+            schema_id=schema.id,
+            name=statement.name.name,
+            type="table",
+            owner_id=self._owner_id(session),
+            create_sql=create_sql,
+        )
+        op = catalog_pb2.CatalogOp(create_item=catalog_pb2.CreateItem(item=item))
+        try:
+            response, result = await self._transact(session, statement, [op], advance=False)
+        except LoupeError as error:
+            if error.code == SqlState.DUPLICATE_OBJECT and statement.if_not_exists:
+                result = StatementResult(tag=statement.tag)
+                result.notices.append(
+                    Notice("NOTICE", f'relation "{statement.name.name}" already exists, skipping')
+                )
+                return result
+            raise
+        created = next(
+            (c.item_created for c in response.changes if c.WhichOneof("kind") == "item_created"),
+            None,
+        ) or self.state.item_named(schema.id, statement.name.name)
+        table = self.state.tables.get(created.id) if created is not None else None
+        if table is None and created is not None:
+            table = Table(
+                id=created.id,
+                database=database,
+                schema=schema.name,
+                schema_id=schema.id,
+                name=created.name,
+                owner_id=created.owner_id,
+                columns=columns_of(create_sql),
+                create_sql=create_sql,
+            )
+        if table is not None and self.tables.is_open:
+            # The shard exists before anyone can read the table; _after_ddl makes it readable.
+            await self.tables.ensure(table)
+        await self._after_ddl()
         return result
+
+    async def _drop_table(self, session: Session, statement: DropTable) -> StatementResult:
+        self._require_superuser(session, statement)
+        notices: list[Notice] = []
+        ids: list[str] = []
+        for name in statement.names:
+            table = await self._table_named(session, name, missing_ok=statement.if_exists)
+            if table is None:
+                notices.append(Notice("NOTICE", f'table "{name}" does not exist, skipping'))
+            elif table.id not in ids:
+                ids.append(table.id)
+        if not ids:
+            return StatementResult(tag=statement.tag, notices=notices)
+        ops = [catalog_pb2.CatalogOp(drop_item=catalog_pb2.DropItem(id=i)) for i in ids]
+        _, result = await self._transact(session, statement, ops)
+        result.notices[:0] = notices
+        return result
+
+    async def _insert(self, session: Session, statement: Insert) -> StatementResult:
+        table = await self._table_named(session, statement.table)
+        assert table is not None
+        columns = check_columns(table, statement.columns) if statement.columns is not None else None
+        if statement.query is not None:
+            query_columns, query_rows = await self._query(session, statement.query)
+            rows = dml.query_rows(table, columns, query_rows, len(query_columns))
+        else:
+            rows = dml.values_rows(table, columns, statement.rows)
+        written = await self.tables.write(table, dml.insert_plan(rows))
+        metrics.TABLE_WRITES.labels("insert").inc()
+        return StatementResult(tag=f"INSERT 0 {written.count}")
+
+    async def _update(self, session: Session, statement: Update) -> StatementResult:
+        table = await self._table_named(session, statement.table)
+        assert table is not None
+        targets = check_columns(table, [(name, pos) for name, pos, _ in statement.assignments])
+        assignments = [
+            (column, value)
+            for column, (_, _, value) in zip(targets, statement.assignments, strict=True)
+        ]
+        plan = dml.update_plan(table, statement.alias, assignments, statement.where)
+        written = await self.tables.write(table, plan, read=True)
+        metrics.TABLE_WRITES.labels("update").inc()
+        return StatementResult(tag=f"UPDATE {written.count}")
+
+    async def _delete(self, session: Session, statement: Delete) -> StatementResult:
+        table = await self._table_named(session, statement.table)
+        assert table is not None
+        plan = dml.delete_plan(table, statement.alias, statement.where)
+        written = await self.tables.write(table, plan, read=True)
+        metrics.TABLE_WRITES.labels("delete").inc()
+        return StatementResult(tag=f"DELETE {written.count}")
 
 
 def catalog_op(statement: Statement, *, owner_id: str) -> catalog_pb2.CatalogOp:

@@ -21,3 +21,17 @@ CATALOG_COMMITS_MISSED = Counter(
     "loupe_coordinator_catalog_commits_missed",
     "Catalog commits noticed missing from loupe.catalog.v1.changes (a hole in audit event ids)",
 )
+TABLE_WRITES = Counter(
+    "loupe_coordinator_table_writes",
+    "Writes to user tables committed, by statement (insert, update, delete)",
+    ["kind"],
+)
+TABLE_WRITE_RETRIES = Counter(
+    "loupe_coordinator_table_write_retries",
+    "Table writes planned again after another writer moved the table's upper first",
+)
+TABLE_TICKS = Counter(
+    "loupe_coordinator_table_ticks",
+    "Ticks moving the timestamp oracle and every table's upper, by outcome",
+    ["outcome"],
+)

@@ -45,6 +45,13 @@ class CoordinatorSettings(BaseSettings):
     # Seconds DDL waits to see its own commit on loupe.catalog.v1.changes
     # before following the catalog's response instead.
     follow_timeout: float = 2.0
+    # Seconds between ticks moving the timestamp oracle and every table's
+    # upper to the current time (0 disables them; then tables move only on writes).
+    table_tick_interval: float = 1.0
+    # Seconds of history each table keeps for SELECT … AS OF.
+    table_retention: float = 3600.0
+    # Ticks between compactions of the tables' parts.
+    table_compaction_ticks: int = 10
 
 
 class CoordinatorService(Service):
@@ -74,6 +81,9 @@ class CoordinatorService(Service):
                     startup_timeout=settings.startup_timeout,
                     storage_settle_timeout=settings.storage_settle_timeout,
                     follow_timeout=settings.follow_timeout,
+                    table_tick_interval=settings.table_tick_interval,
+                    table_retention=settings.table_retention,
+                    table_compaction_ticks=settings.table_compaction_ticks,
                 ),
             )
             self.coordinator = coordinator

@@ -438,3 +438,91 @@ async def test_service_runs_on_the_postgres_backend_chosen_by_settings(
         assert "in_pg" in {c.name for c in stored.get_clusters()}
     finally:
         stored.close()
+
+
+def create_table_op(name: str, schema_id: str = "u1") -> catalog_pb2.CatalogOp:
+    return catalog_pb2.CatalogOp(
+        create_item=catalog_pb2.CreateItem(
+            item=catalog_pb2.Item(
+                schema_id=schema_id,
+                name=name,
+                type="table",
+                create_sql=f'CREATE TABLE "materialize"."public"."{name}" ("a" integer)',
+            )
+        )
+    )
+
+
+async def test_items_are_created_and_dropped_over_nats(
+    service: CatalogService, client: NatsServiceClient
+) -> None:
+    """CreateItem gets its id from the catalog; items show in snapshots, changes and the audit log."""
+    created = await client.Transact(
+        catalog_pb2.TransactRequest(ops=[create_table_op("t")], user="alice")
+    )
+    (change,) = created.changes
+    assert change.WhichOneof("kind") == "item_created"
+    item = change.item_created
+    assert (item.id, item.name, item.type, item.owner_id) == ("u1", "t", "table", "u1")
+    assert list(created.snapshot.items) == [item]
+    (event,) = created.snapshot.new_audit_events
+    assert (event.event_type, event.object_type, event.user) == ("create", "table", "alice")
+    assert json.loads(event.details_json) == {
+        "id": "u1",
+        "name": {"database": "materialize", "schema": "public", "item": "t"},
+    }
+    snapshot = await client.Snapshot(catalog_pb2.SnapshotRequest())
+    assert [(i.id, i.name) for i in snapshot.items] == [("u1", "t")]
+
+    with pytest.raises(LoupeError) as duplicate:
+        await client.Transact(catalog_pb2.TransactRequest(ops=[create_table_op("t")]))
+    assert duplicate.value.code == "42710"
+    with pytest.raises(LoupeError) as unknown_schema:
+        await client.Transact(catalog_pb2.TransactRequest(ops=[create_table_op("x", "u9")]))
+    assert unknown_schema.value.code == "42704"
+
+    drop = catalog_pb2.CatalogOp(drop_item=catalog_pb2.DropItem(id="u1"))
+    dropped = await client.Transact(catalog_pb2.TransactRequest(ops=[drop], user="bob"))
+    assert [c.WhichOneof("kind") for c in dropped.changes] == ["item_dropped"]
+    assert dropped.changes[0].item_dropped == item
+    assert list(dropped.snapshot.items) == []
+    assert [(e.event_type, e.object_type, e.user) for e in dropped.snapshot.new_audit_events] == [
+        ("drop", "table", "bob")
+    ]
+    with pytest.raises(LoupeError) as gone:
+        await client.Transact(catalog_pb2.TransactRequest(ops=[drop]))
+    assert gone.value.code == "42704"
+    # Ids are never reused.
+    again = await client.Transact(catalog_pb2.TransactRequest(ops=[create_table_op("t")]))
+    assert again.changes[0].item_created.id == "u2"
+
+
+async def test_write_timestamps_advance_reads_survive_restarts_and_publish_nothing(
+    data_dir: Path, nats_url: str, client: NatsServiceClient, nats_connection: Any
+) -> None:
+    """WriteTimestamp is durable, strictly increasing and moves ReadTimestamp; no change is published."""
+    received: list[bytes] = []
+
+    async def on_message(msg: Any) -> None:
+        received.append(msg.data)
+
+    async with running(data_dir, nats_url):
+        subscription = await nats_connection.subscribe(CHANGES_SUBJECT, cb=on_message)
+        try:
+            stamps = [(await client.WriteTimestamp(common_pb2.Empty())).timestamp for _ in range(5)]
+            read = await client.ReadTimestamp(common_pb2.Empty())
+            await nats_connection.flush()
+        finally:
+            await subscription.unsubscribe()
+        assert stamps == sorted(set(stamps))
+        assert read.timestamp == stamps[-1]
+        assert received == []
+        snapshot = await client.Snapshot(catalog_pb2.SnapshotRequest())
+        assert snapshot.timestamp == stamps[-1]
+        committed = await client.Transact(catalog_pb2.TransactRequest(ops=[create_table_op("t")]))
+        assert committed.timestamp > stamps[-1]
+    # The first run's ready file would make `running` return before the second one serves.
+    (data_dir / "run" / "catalog.ready.json").unlink(missing_ok=True)
+    async with running(data_dir, nats_url):
+        after_restart = await client.WriteTimestamp(common_pb2.Empty())
+        assert after_restart.timestamp > committed.timestamp

@@ -6,7 +6,12 @@ it parsed. So the request is tokenized once with sqlglot's tokenizer, split
 into statements at ``;``, and:
 
 - ``CREATE CLUSTER``, ``CREATE CLUSTER REPLICA``, ``DROP CLUSTER [REPLICA]``,
-  ``SHOW``, ``SET`` and ``RESET`` are parsed here, token by token;
+  ``CREATE TABLE``, ``DROP TABLE``, ``SHOW``, ``SET`` and ``RESET`` are
+  parsed here, token by token;
+- ``INSERT``, ``UPDATE`` and ``DELETE`` are parsed by sqlglot and checked here
+  (no ``RETURNING``, ``ON CONFLICT``, ``UPDATE … FROM`` or ``DELETE … USING``);
+- a query's trailing ``AS OF <timestamp>`` (Materialize's time travel, which
+  sqlglot does not know) is split off here, the rest goes to sqlglot;
 - everything else goes to sqlglot's parser; a ``Command`` or a statement kind
   Loupe does not run is refused with 0A000.
 
@@ -20,7 +25,7 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Sequence
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from sqlglot import exp
 from sqlglot.dialects.postgres import Postgres
@@ -29,10 +34,16 @@ from sqlglot.tokens import Token, TokenType
 
 from loupe.common.errors import LoupeError, SqlState
 from loupe.coordinator.sql.statements import (
+    ColumnDef,
     CreateCluster,
     CreateClusterReplica,
+    CreateTable,
+    Delete,
     DropCluster,
     DropClusterReplica,
+    DropTable,
+    Insert,
+    ObjectName,
     Query,
     ReplicaSpec,
     ResetVariable,
@@ -41,6 +52,7 @@ from loupe.coordinator.sql.statements import (
     ShowClusters,
     ShowVariable,
     Statement,
+    Update,
 )
 
 # sqlglot warns when it falls back to a Command; Loupe refuses those itself.
@@ -130,6 +142,33 @@ SHOW_OBJECT_KINDS = frozenset(
 
 _WORD = re.compile(r"^[A-Za-z_][A-Za-z0-9_$]*$")
 
+# Column types of CREATE TABLE (as the tokenizer spells them, upper case) ->
+# PostgreSQL's canonical name (what ``format_type`` and mz_columns say).
+COLUMN_TYPES = {
+    "INT": "integer",
+    "INTEGER": "integer",
+    "INT4": "integer",
+    "INT8": "bigint",
+    "BIGINT": "bigint",
+    "TEXT": "text",
+    "STRING": "text",
+    "VARCHAR": "character varying",
+    "CHARACTER VARYING": "character varying",
+    "BOOL": "boolean",
+    "BOOLEAN": "boolean",
+    "DOUBLE": "double precision",
+    "DOUBLE PRECISION": "double precision",
+    "FLOAT": "double precision",
+    "FLOAT8": "double precision",
+    "NUMERIC": "numeric",
+    "DECIMAL": "numeric",
+    "TIMESTAMPTZ": "timestamp with time zone",
+    "TIMESTAMP": "timestamp without time zone",
+    "DATE": "date",
+}
+# Types that take modifiers: varchar(n), numeric(p[,s]).
+MODIFIED_TYPES = frozenset({"character varying", "numeric"})
+
 
 class LoupeDialect(Postgres):
     """PostgreSQL with a tokenizer that never swallows a statement as a "command".
@@ -201,9 +240,15 @@ def _split(tokens: Sequence[Token]) -> list[list[Token]]:
 def _parse_statement(sql: str, tokens: list[Token]) -> Statement:
     first = tokens[0].text.upper()
     second = tokens[1].text.upper() if len(tokens) > 1 else ""
-    own = (first in ("CREATE", "DROP") and second == "CLUSTER") or first in ("SHOW", "SET", "RESET")
+    own = (first in ("CREATE", "DROP") and second in ("CLUSTER", "TABLE")) or first in (
+        "SHOW",
+        "SET",
+        "RESET",
+    )
     if own:
         return _LoupeParser(sql, tokens).statement()
+    if first in ("INSERT", "UPDATE", "DELETE"):
+        return _parse_dml(sql, tokens)
     if first in OTHER_STATEMENT_KEYWORDS or tokens[0].token_type in LoupeDialect.COMMAND_TOKENS:
         # Not a query: refused whether or not sqlglot would parse it (it parses
         # CREATE SOURCE as a Command and fails on others).
@@ -211,8 +256,20 @@ def _parse_statement(sql: str, tokens: list[Token]) -> Statement:
     return _parse_with_sqlglot(sql, tokens)
 
 
-def _parse_with_sqlglot(sql: str, tokens: list[Token]) -> Statement:
+def _parse_with_sqlglot(sql: str, tokens: list[Token]) -> Query:
     start, end = tokens[0].start, tokens[-1].end + 1
+    query_tokens, as_of, as_of_position = _split_as_of(sql, tokens)
+    expression = _sqlglot_query(sql, query_tokens)
+    return Query(
+        text=sql[start:end],
+        offset=start,
+        expression=expression,
+        as_of=as_of,
+        as_of_position=as_of_position,
+    )
+
+
+def _sqlglot_query(sql: str, tokens: list[Token]) -> exp.Expression:
     try:
         expressions = _DIALECT.parser(error_level=ErrorLevel.IMMEDIATE).parse(tokens, sql)
     except ParseError as error:
@@ -222,7 +279,150 @@ def _parse_with_sqlglot(sql: str, tokens: list[Token]) -> Statement:
         raise _unsupported(_describe_words(tokens), tokens[0])
     if isinstance(expression, exp.Select) and expression.args.get("into"):
         raise _unsupported("SELECT INTO", tokens[0])
-    return Query(text=sql[start:end], offset=start, expression=expression)
+    return expression
+
+
+def _split_as_of(sql: str, tokens: list[Token]) -> tuple[list[Token], exp.Expression | None, int]:
+    """Split a trailing ``AS OF <expr>`` off a query: (query tokens, expr, 1-based position).
+
+    The clause is the last ``AS OF`` outside parentheses followed by a plain
+    expression; anything else (``SELECT 1 AS of``) is left to sqlglot.
+    """
+    depth = 0
+    candidates: list[int] = []
+    for index, token in enumerate(tokens):
+        if token.token_type == TokenType.L_PAREN:
+            depth += 1
+        elif token.token_type == TokenType.R_PAREN:
+            depth -= 1
+        elif (
+            depth == 0
+            and token.token_type == TokenType.ALIAS
+            and index + 2 < len(tokens)
+            and tokens[index + 1].token_type != TokenType.IDENTIFIER
+            and tokens[index + 1].text.upper() == "OF"
+        ):
+            candidates.append(index)
+    for index in reversed(candidates):
+        rest = tokens[index + 2 :]
+        try:
+            parsed = _DIALECT.parser(error_level=ErrorLevel.IMMEDIATE).parse(rest, sql)
+        except ParseError:
+            continue
+        if len(parsed) == 1 and parsed[0] is not None and not isinstance(parsed[0], QUERY_TYPES):
+            return tokens[:index], parsed[0], tokens[index].start + 1
+    return tokens, None, 0
+
+
+# -- INSERT, UPDATE, DELETE -------------------------------------------------------------
+
+
+def _parse_dml(sql: str, tokens: list[Token]) -> Statement:
+    start, end = tokens[0].start, tokens[-1].end + 1
+    try:
+        expressions = _DIALECT.parser(error_level=ErrorLevel.IMMEDIATE).parse(tokens, sql)
+    except ParseError as error:
+        raise _from_parse_error(sql, tokens, error) from None
+    expression = expressions[0] if expressions else None
+    common = {"text": sql[start:end], "offset": start}
+    kind = tokens[0].text.upper()
+    if expression is not None and expression.args.get("returning"):
+        raise _unsupported(f"{kind} … RETURNING", tokens[0])
+    if isinstance(expression, exp.Insert):
+        return _insert(sql, tokens, expression, common)
+    if isinstance(expression, exp.Update):
+        if expression.args.get("from") or expression.args.get("from_"):
+            raise _unsupported("UPDATE … FROM", tokens[0])
+        table, alias = _dml_target(expression.this, tokens[0])
+        assignments = []
+        for assignment in expression.expressions:
+            target = assignment.this if isinstance(assignment, exp.EQ) else None
+            if not isinstance(target, exp.Column):
+                raise _unsupported("this form of SET", tokens[0])
+            assignments.append(
+                (_identifier_name(target.this), _node_position(target), assignment.expression)
+            )
+        where = expression.args.get("where")
+        return Update(
+            **common,  # type: ignore[arg-type]
+            table=table,
+            alias=alias,
+            assignments=tuple(assignments),
+            where=where.this if where is not None else None,
+        )
+    if isinstance(expression, exp.Delete):
+        if expression.args.get("using"):
+            raise _unsupported("DELETE … USING", tokens[0])
+        table, alias = _dml_target(expression.this, tokens[0])
+        where = expression.args.get("where")
+        return Delete(
+            **common,  # type: ignore[arg-type]
+            table=table,
+            alias=alias,
+            where=where.this if where is not None else None,
+        )
+    raise _unsupported(_describe_words(tokens), tokens[0])
+
+
+def _insert(sql: str, tokens: list[Token], insert: exp.Insert, common: dict[str, Any]) -> Insert:
+    if insert.args.get("conflict"):
+        raise _unsupported("INSERT … ON CONFLICT", tokens[0])
+    target = insert.this
+    columns: tuple[tuple[str, int], ...] | None = None
+    if isinstance(target, exp.Schema):
+        columns = tuple((_identifier_name(c), _node_position(c)) for c in target.expressions)
+        target = target.this
+    table, _ = _dml_target(target, tokens[0])
+    if insert.args.get("default"):
+        # DEFAULT VALUES: one row, every column its default (NULL: no defaults yet).
+        return Insert(**common, table=table, columns=(), rows=((),))
+    source = insert.expression
+    if isinstance(source, exp.Values):
+        rows = tuple(
+            tuple(row.expressions) if isinstance(row, exp.Tuple) else (row,)
+            for row in source.expressions
+        )
+        return Insert(**common, table=table, columns=columns, rows=rows)
+    if isinstance(source, QUERY_TYPES):
+        query = Query(text=common["text"], offset=common["offset"], expression=source)
+        return Insert(**common, table=table, columns=columns, query=query)
+    raise _unsupported("this form of INSERT", tokens[0])
+
+
+def _dml_target(target: Any, first: Token) -> tuple[ObjectName, str | None]:
+    """The table an INSERT, UPDATE or DELETE writes, and its alias."""
+    if not isinstance(target, exp.Table) or not isinstance(target.this, exp.Identifier):
+        raise _unsupported("writing to this kind of target", first)
+    parts = [
+        _identifier_name(part)
+        for part in (target.args.get("catalog"), target.args.get("db"), target.this)
+        if isinstance(part, exp.Identifier)
+    ]
+    position = next(
+        (
+            _node_position(part)
+            for part in (target.args.get("catalog"), target.args.get("db"), target.this)
+            if isinstance(part, exp.Identifier)
+        ),
+        0,
+    )
+    alias = target.alias or None
+    return ObjectName(parts=tuple(parts), position=position), alias
+
+
+def _identifier_name(node: exp.Expression) -> str:
+    """An identifier's name as PostgreSQL folds it: quoted as written, else lower case."""
+    identifier = node.this if isinstance(node, exp.Column) else node
+    if isinstance(identifier, exp.Identifier):
+        return identifier.this if identifier.quoted else identifier.this.lower()
+    return str(identifier.name if hasattr(identifier, "name") else identifier).lower()
+
+
+def _node_position(node: exp.Expression) -> int:
+    """1-based position of an identifier (or a column's name) in the request; 0 if unknown."""
+    identifier = node.this if isinstance(node, exp.Column) else node
+    start = identifier.meta.get("start") if isinstance(identifier, exp.Expression) else None
+    return int(start) + 1 if start is not None else 0
 
 
 def _from_parse_error(sql: str, tokens: list[Token], error: ParseError) -> LoupeError:
@@ -386,11 +586,15 @@ class _LoupeParser:
     def statement(self) -> Statement:
         first = self.advance().text.upper()
         if first == "CREATE":
+            if self.accept("TABLE"):
+                return self.create_table()
             self.expect("CLUSTER")
             if self.accept("REPLICA"):
                 return self.create_cluster_replica()
             return self.create_cluster()
         if first == "DROP":
+            if self.accept("TABLE"):
+                return self.drop_table()
             self.expect("CLUSTER")
             if self.accept("REPLICA"):
                 return self.drop_cluster_replica()
@@ -547,6 +751,159 @@ class _LoupeParser:
             cluster=cluster,
             replica=replica,
             if_exists=if_exists,
+        )
+
+    def object_name(self, what: str) -> ObjectName:
+        """``name``, ``schema.name`` or ``database.schema.name``."""
+        position = self.position()
+        parts = [self.identifier(what)]
+        while self.accept("."):
+            parts.append(self.identifier(what))
+        if len(parts) > 3:
+            raise LoupeError(
+                SqlState.SYNTAX_ERROR,
+                f"qualified name {'.'.join(parts)!r} has too many parts",
+                position=position,
+            )
+        return ObjectName(parts=tuple(parts), position=position)
+
+    def create_table(self) -> CreateTable:
+        if_not_exists = self.accept("IF", "NOT", "EXISTS")
+        name = self.object_name("table name")
+        self.expect("(")
+        columns: list[ColumnDef] = []
+        if not self.accept(")"):
+            while True:
+                columns.append(self.column_definition(columns))
+                if self.accept(")"):
+                    break
+                if not self.accept(","):
+                    raise self.error(", or )")
+        self.end()
+        return CreateTable(
+            **self.common(),  # type: ignore[arg-type]
+            name=name,
+            columns=tuple(columns),
+            if_not_exists=if_not_exists,
+        )
+
+    def column_definition(self, earlier: Sequence[ColumnDef]) -> ColumnDef:
+        position = self.position()
+        token = self.peek()
+        first_word = token.text.upper().split()[0] if token is not None and token.text else ""
+        constraints = ("PRIMARY", "UNIQUE", "CONSTRAINT", "FOREIGN", "CHECK", "EXCLUDE")
+        quoted = token is not None and token.token_type == TokenType.IDENTIFIER
+        if not quoted and first_word in constraints:
+            raise LoupeError(
+                SqlState.FEATURE_NOT_SUPPORTED,
+                "table constraints are not supported",
+                position=position,
+            )
+        name = self.identifier("column name")
+        if any(column.name == name for column in earlier):
+            raise LoupeError(
+                "42701", f'column "{name}" specified more than once', position=position
+            )
+        column_type = self.column_type()
+        nullable = True
+        while True:
+            if self.accept("NOT", "NULL"):
+                nullable = False
+            elif self.accept("NULL"):
+                nullable = True
+            elif self.peek() is not None and not self.at(",") and not self.at(")"):
+                token = self.peek()
+                assert token is not None
+                word = token.text.upper()
+                if word.split()[0] in (
+                    "DEFAULT",
+                    "PRIMARY",
+                    "UNIQUE",
+                    "REFERENCES",
+                    "CHECK",
+                    "GENERATED",
+                    "COLLATE",
+                ):
+                    raise LoupeError(
+                        SqlState.FEATURE_NOT_SUPPORTED,
+                        f"column option {word} is not supported",
+                        position=self.position(),
+                    )
+                raise self.error("NOT NULL, NULL, , or )")
+            else:
+                break
+        return ColumnDef(name=name, type=column_type, nullable=nullable, position=position)
+
+    def column_type(self) -> str:
+        """A column type, as PostgreSQL spells it (``integer``, ``numeric(10,2)``, …)."""
+        position = self.position()
+        token = self.peek()
+        if token is None or token.token_type == TokenType.STRING:
+            raise self.error("a type")
+        self.index += 1
+        word = " ".join(token.text.upper().split())
+        if word == "DOUBLE" and self.accept("PRECISION"):
+            word = "DOUBLE PRECISION"
+        if word == "CHARACTER" and self.accept("VARYING"):
+            word = "CHARACTER VARYING"
+        if word == "TIMESTAMP":
+            if self.accept("WITH", "TIME", "ZONE"):
+                word = "TIMESTAMPTZ"
+            else:
+                self.accept("WITHOUT", "TIME", "ZONE")
+        base = COLUMN_TYPES.get(word)
+        if base is None or token.token_type == TokenType.IDENTIFIER:
+            raise LoupeError(
+                SqlState.UNDEFINED_OBJECT,
+                f'type "{token.text.lower()}" does not exist',
+                position=position,
+            )
+        modifiers = self.type_modifiers() if base in MODIFIED_TYPES else ()
+        if base == "character varying" and len(modifiers) > 1:
+            raise self.value_error("character varying takes one modifier, its length", position)
+        if base == "numeric":
+            if len(modifiers) > 2 or (modifiers and not 1 <= modifiers[0] <= 39):
+                raise self.value_error("NUMERIC precision must be between 1 and 39", position)
+            if len(modifiers) == 2 and not 0 <= modifiers[1] <= modifiers[0]:
+                raise self.value_error(
+                    f"NUMERIC scale {modifiers[1]} must be between 0 and precision {modifiers[0]}",
+                    position,
+                )
+        if modifiers:
+            return f"{base}({','.join(str(m) for m in modifiers)})"
+        return base
+
+    def type_modifiers(self) -> tuple[int, ...]:
+        if not self.accept("("):
+            return ()
+        values = []
+        while True:
+            position = self.position()
+            raw = self.value("a number")
+            if not raw.isdigit():
+                raise self.value_error(f"invalid type modifier {raw!r}", position)
+            values.append(int(raw))
+            if self.accept(")"):
+                return tuple(values)
+            if not self.accept(","):
+                raise self.error(", or )")
+
+    def drop_table(self) -> DropTable:
+        if_exists = self.accept("IF", "EXISTS")
+        names = [self.object_name("table name")]
+        while self.accept(","):
+            names.append(self.object_name("table name"))
+        cascade = False
+        if self.accept("CASCADE"):
+            cascade = True
+        else:
+            self.accept("RESTRICT")
+        self.end()
+        return DropTable(
+            **self.common(),  # type: ignore[arg-type]
+            names=tuple(names),
+            if_exists=if_exists,
+            cascade=cascade,
         )
 
     def show(self) -> Statement:

@@ -17,16 +17,27 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, Protocol
 
 from sqlglot import exp
 from sqlglot.optimizer.normalize_identifiers import normalize_identifiers
 
-from loupe.builtins import BY_QUALIFIED_NAME, IMPLICIT_SCHEMAS, BuiltinCollection
+from loupe.builtins import BY_QUALIFIED_NAME, IMPLICIT_SCHEMAS
 from loupe.common.errors import LoupeError, SqlState
 
 GENERATE_DIALECT = "postgres"
+MZ_NOW = "mz_now"
+
+
+class Relation(Protocol):
+    """What name resolution needs of a relation: builtin collections and user tables."""
+
+    @property
+    def id(self) -> str: ...
+
+    @property
+    def qualified_name(self) -> str: ...
 
 
 @dataclass(frozen=True)
@@ -34,10 +45,12 @@ class ResolvedQuery:
     """A query that refers only to peek sources by name."""
 
     sql: str
-    sources: tuple[BuiltinCollection, ...]
+    sources: tuple[Any, ...]
     # The names the client sees, in order; None when the engine's names stand
     # (a ``*`` in the projection).
     output_names: tuple[str, ...] | None = None
+    # The rewritten tree ``sql`` was generated from (for ``sql_at``).
+    expression: exp.Expression | None = field(default=None, compare=False)
 
     @property
     def is_constant(self) -> bool:
@@ -49,10 +62,38 @@ class ResolvedQuery:
         """Reads only builtin (system) relations, so the system cluster can answer it."""
         return all(source.id.startswith("s") for source in self.sources)
 
+    @property
+    def uses_mz_now(self) -> bool:
+        return self.expression is not None and any(_is_mz_now(f) for f in self.expression.walk())
 
-def source_name(collection: BuiltinCollection) -> str:
+    def sql_at(self, timestamp: int) -> str:
+        """The SQL with every ``mz_now()`` replaced by ``timestamp`` (a uint8 literal)."""
+        if self.expression is None or not self.uses_mz_now:
+            return self.sql
+        rewritten = self.expression.copy().transform(
+            lambda node: mz_now_literal(timestamp) if _is_mz_now(node) else node
+        )
+        return rewritten.sql(dialect=GENERATE_DIALECT)
+
+
+def _is_mz_now(node: Any) -> bool:
+    return (
+        isinstance(node, exp.Anonymous)
+        and str(node.name).lower() == MZ_NOW
+        and not node.expressions
+    )
+
+
+def mz_now_literal(timestamp: int) -> exp.Expression:
+    """``mz_now()`` as the value it has in a query reading at ``timestamp``."""
+    return exp.Cast(
+        this=exp.Literal.number(timestamp), to=exp.DataType(this=exp.DataType.Type.UBIGINT)
+    )
+
+
+def source_name(collection: Any) -> str:
     """The name a peek's SQL uses for ``collection``."""
-    return collection.id
+    return str(collection.id)
 
 
 def search_path_schemas(search_path: str) -> list[str]:
@@ -72,14 +113,20 @@ def resolve_query(
     *,
     search_path: Sequence[str] = ("public",),
     database: str = "materialize",
-    collections: Mapping[str, BuiltinCollection] = BY_QUALIFIED_NAME,
+    collections: Mapping[str, Relation] = BY_QUALIFIED_NAME,
 ) -> ResolvedQuery:
-    """Resolve and rewrite ``expression`` (a copy is rewritten; the argument is untouched)."""
+    """Resolve and rewrite ``expression`` (a copy is rewritten; the argument is untouched).
+
+    ``collections`` maps ``schema.name`` to the relations of ``database`` and
+    the ambient schemas (builtin collections, user tables).
+    """
     expression = normalize_identifiers(expression.copy(), dialect=GENERATE_DIALECT)
     resolver = _Resolver(search_path, database, collections)
     sources = resolver.rewrite_tables(expression)
     output_names = _name_outputs(expression)
-    return ResolvedQuery(expression.sql(dialect=GENERATE_DIALECT), tuple(sources), output_names)
+    return ResolvedQuery(
+        expression.sql(dialect=GENERATE_DIALECT), tuple(sources), output_names, expression
+    )
 
 
 class _Resolver:
@@ -87,15 +134,15 @@ class _Resolver:
         self,
         search_path: Sequence[str],
         database: str,
-        collections: Mapping[str, BuiltinCollection],
+        collections: Mapping[str, Relation],
     ) -> None:
         self.schemas = [*IMPLICIT_SCHEMAS, *search_path]
         self.database = database
         self.collections = collections
 
-    def rewrite_tables(self, expression: exp.Expression) -> list[BuiltinCollection]:
+    def rewrite_tables(self, expression: exp.Expression) -> list[Relation]:
         cte_names = {cte.alias for cte in expression.find_all(exp.CTE)}
-        sources: dict[str, BuiltinCollection] = {}
+        sources: dict[str, Relation] = {}
         for table in list(expression.find_all(exp.Table)):
             if not isinstance(table.this, exp.Identifier):
                 raise LoupeError(
@@ -119,10 +166,10 @@ class _Resolver:
                 column.set("catalog", None)
         return list(sources.values())
 
-    def resolve(self, table: exp.Table) -> BuiltinCollection:
+    def resolve(self, table: exp.Table) -> Relation:
         name, schema, database = table.name, table.db, table.catalog
         written = ".".join(part for part in (database, schema, name) if part)
-        found: BuiltinCollection | None = None
+        found: Relation | None = None
         if database and database != self.database:
             found = None
         elif schema:

@@ -1,8 +1,9 @@
 """The statements the coordinator understands, as parsed from SQL text.
 
-Loupe's own statements (cluster DDL and session commands) are dataclasses;
-queries keep sqlglot's expression tree. Every statement remembers where it
-starts in the request text so errors can point into it.
+Loupe's own statements (cluster and table DDL, session commands) are
+dataclasses; queries and the expressions of INSERT, UPDATE and DELETE keep
+sqlglot's expression trees. Every statement remembers where it starts in the
+request text so errors can point into it.
 """
 
 from __future__ import annotations
@@ -139,10 +140,104 @@ class ResetVariable(Statement):
 
 @dataclass(frozen=True, kw_only=True)
 class Query(Statement):
-    """A SELECT (or a set operation of SELECTs), parsed by sqlglot."""
+    """A SELECT (or a set operation of SELECTs), parsed by sqlglot.
+
+    ``as_of`` is the expression of a trailing ``AS OF <timestamp>`` clause
+    (Materialize's time travel), which sqlglot does not parse.
+    """
 
     expression: exp.Expression = field(compare=False)
+    as_of: exp.Expression | None = field(default=None, compare=False)
+    as_of_position: int = 0
 
     @property
     def tag(self) -> str:
         return "SELECT"
+
+
+@dataclass(frozen=True, kw_only=True)
+class ObjectName:
+    """A possibly qualified name as written: ``t``, ``public.t``, ``materialize.public.t``."""
+
+    parts: tuple[str, ...]
+    # 1-based position of the name's first part in the request; 0 when unknown.
+    position: int = 0
+
+    @property
+    def name(self) -> str:
+        return self.parts[-1]
+
+    def __str__(self) -> str:
+        return ".".join(self.parts)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ColumnDef:
+    """A column of ``CREATE TABLE``: its name, type (as PostgreSQL spells it) and nullability."""
+
+    name: str
+    # PostgreSQL's canonical spelling with modifiers: ``integer``, ``character varying(10)``.
+    type: str
+    nullable: bool = True
+    position: int = 0
+
+
+@dataclass(frozen=True, kw_only=True)
+class CreateTable(Statement):
+    name: ObjectName
+    columns: tuple[ColumnDef, ...]
+    if_not_exists: bool = False
+
+    @property
+    def tag(self) -> str:
+        return "CREATE TABLE"
+
+
+@dataclass(frozen=True, kw_only=True)
+class DropTable(Statement):
+    names: tuple[ObjectName, ...]
+    if_exists: bool = False
+    cascade: bool = False
+
+    @property
+    def tag(self) -> str:
+        return "DROP TABLE"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Insert(Statement):
+    """``INSERT INTO t [(cols)] VALUES …`` (``rows``) or ``INSERT INTO t [(cols)] SELECT …`` (``query``)."""
+
+    table: ObjectName
+    # None: every column of the table, in order.
+    columns: tuple[tuple[str, int], ...] | None = None
+    rows: tuple[tuple[exp.Expression, ...], ...] = field(default=(), compare=False)
+    query: Query | None = field(default=None, compare=False)
+
+    @property
+    def tag(self) -> str:
+        return "INSERT"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Update(Statement):
+    table: ObjectName
+    alias: str | None = None
+    # (column, its 1-based position, new value).
+    assignments: tuple[tuple[str, int, exp.Expression], ...] = field(default=(), compare=False)
+    where: exp.Expression | None = field(default=None, compare=False)
+
+    @property
+    def tag(self) -> str:
+        return "UPDATE"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Delete(Statement):
+    table: ObjectName
+    alias: str | None = None
+    where: exp.Expression | None = field(default=None, compare=False)
+
+    @property
+    def tag(self) -> str:
+        return "DELETE"

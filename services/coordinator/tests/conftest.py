@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import itertools
 import json
+import time
 from collections import Counter
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -25,9 +26,12 @@ import pyarrow as pa
 import pytest
 
 from loupe.builtins import BUILTIN_COLLECTIONS, BY_ID, SYSTEM_CLUSTER_NAME
+from loupe.catalog.service import CatalogService, CatalogSettings
 from loupe.common.errors import LoupeError, SqlState
 from loupe.common.transport import NatsServiceEndpoint, connect, publish
 from loupe.common.values import from_row, to_row
+from loupe.compute_replica.peek import PeekEngine
+from loupe.compute_replica.protocol import PeekRequest, StorageLocation
 from loupe.coordinator.coordinator import (
     CATALOG_CHANGES_SUBJECT,
     CATALOG_SERVICE,
@@ -71,6 +75,8 @@ class FakeCatalog:
         self.connection = connection
         self.epoch = 1
         self.timestamp = 1_000
+        # The oracle's last write timestamp (WriteTimestamp), apart from commits'.
+        self.write_timestamp = 0
         self.ids = itertools.count(2)
         self.audit_unimplemented = False
         self.publish_changes = True
@@ -116,6 +122,7 @@ class FakeCatalog:
                 id="u1", name="r1", cluster_id="u1", size="1", owner_id="s1"
             ),
         ]
+        self.items: list[catalog_pb2.Item] = []
         self.requests: list[catalog_pb2.TransactRequest] = []
         # The bootstrap commit created quickstart and its replica (no user: the system).
         self.record("create", "cluster", "", id="u1", name="quickstart")
@@ -132,6 +139,7 @@ class FakeCatalog:
             schemas=self.schemas,
             roles=self.roles,
             new_audit_events=list(new_audit_events),
+            items=self.items,
         )
 
     def record(self, event_type: str, object_type: str, user: str, **details: Any) -> None:
@@ -167,6 +175,13 @@ class FakeCatalog:
     async def Snapshot(self, request: Any, context: Any) -> catalog_pb2.CatalogSnapshot:
         return self.snapshot()
 
+    async def ReadTimestamp(self, request: Any, context: Any) -> catalog_pb2.TimestampResponse:
+        return catalog_pb2.TimestampResponse(timestamp=max(self.timestamp, self.write_timestamp))
+
+    async def WriteTimestamp(self, request: Any, context: Any) -> catalog_pb2.TimestampResponse:
+        self.write_timestamp = max(self.timestamp, self.write_timestamp) + 1
+        return catalog_pb2.TimestampResponse(timestamp=self.write_timestamp)
+
     async def ListAuditEvents(
         self, request: Any, context: Any
     ) -> catalog_pb2.ListAuditEventsResponse:
@@ -179,6 +194,7 @@ class FakeCatalog:
     async def Transact(self, request: Any, context: Any) -> catalog_pb2.TransactResponse:
         self.requests.append(request)
         self._new_events = []
+        self._changes: list[catalog_pb2.CatalogChange] = []
         events_before = len(self.audit_events)
         try:
             for op in request.ops:
@@ -190,7 +206,9 @@ class FakeCatalog:
         snapshot = self.snapshot(self._new_events)
         if self.publish_changes:
             await self._publish(snapshot)
-        return catalog_pb2.TransactResponse(timestamp=self.timestamp, snapshot=snapshot)
+        return catalog_pb2.TransactResponse(
+            timestamp=self.timestamp, snapshot=snapshot, changes=self._changes
+        )
 
     async def _publish(self, snapshot: catalog_pb2.CatalogSnapshot) -> None:
         if not self.publish_delay:
@@ -218,7 +236,24 @@ class FakeCatalog:
         kind = op.WhichOneof("kind")
         spec: Any
         cluster: Any
-        if kind == "create_cluster":
+        if kind == "create_item":
+            spec = op.create_item.item
+            if any(i.schema_id == spec.schema_id and i.name == spec.name for i in self.items):
+                raise LoupeError(SqlState.DUPLICATE_OBJECT, f'"{spec.name}" already exists')
+            item = catalog_pb2.Item()
+            item.CopyFrom(spec)
+            item.id = f"u{next(self.ids)}"
+            self.items.append(item)
+            self._changes.append(catalog_pb2.CatalogChange(item_created=item))
+            self.record("create", item.type, user, id=item.id)
+        elif kind == "drop_item":
+            found = [i for i in self.items if i.id == op.drop_item.id]
+            if not found:
+                raise LoupeError(SqlState.UNDEFINED_OBJECT, f"unknown item id '{op.drop_item.id}'")
+            self.items.remove(found[0])
+            self._changes.append(catalog_pb2.CatalogChange(item_dropped=found[0]))
+            self.record("drop", found[0].type, user, id=found[0].id)
+        elif kind == "create_cluster":
             spec = op.create_cluster
             if self.cluster(spec.cluster.name):
                 raise LoupeError(
@@ -589,3 +624,158 @@ def start_fakes() -> Any:
 def start_coordinator() -> Any:
     """``await start_coordinator(nats_url, data_dir)`` -> (service, task), once ready."""
     return _start_coordinator
+
+
+# -- tables: the real catalog service, shards at wall-clock times, the replica's peek engine --
+
+
+class StorageController(FakeController):
+    """A FakeController whose collections live in shards the way the storage writer keeps them.
+
+    Appends are written at ``ts = max(now_ms, upper)`` and every builtin
+    collection's upper moves to ``ts + 1`` at each append and every
+    ``flush_interval`` (the storage writer's flushes); peeks run on the
+    compute replica's ``PeekEngine`` over the shards, so timestamps, AS OF and
+    sinces behave as they do on a replica.
+    """
+
+    def __init__(self, data_dir: Path, flush_interval: float = 0.05) -> None:
+        super().__init__(data_dir)
+        self.persist = True
+        self.flush_interval = flush_interval
+        self.engine = PeekEngine(wait_timeout=5.0, poll_interval=0.01)
+        self._lock = asyncio.Lock()
+        self._flusher: asyncio.Task | None = None
+
+    async def start(self) -> None:
+        await self._flush({})
+        self._flusher = asyncio.create_task(self._flush_forever())
+
+    async def stop(self) -> None:
+        if self._flusher is not None:
+            self._flusher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._flusher
+
+    async def _flush_forever(self) -> None:
+        while True:
+            await asyncio.sleep(self.flush_interval)
+            await self._flush({})
+
+    async def _flush(self, updates: dict[str, list[tuple[tuple, int]]]) -> int:
+        async with self._lock:
+            return await asyncio.to_thread(self._write_now, updates)
+
+    def _write_now(self, updates: dict[str, list[tuple[tuple, int]]]) -> int:
+        blob, consensus = open_location(self.blob_uri, self.consensus_uri)
+        uppers = [
+            Shard(b.shard_id, blob, consensus).ensure(b.columns).upper for b in BUILTIN_COLLECTIONS
+        ]
+        timestamp = max([time.time_ns() // 1_000_000, *uppers])
+        self.write_shards(updates, timestamp)
+        self.upper = timestamp + 1
+        return self.upper
+
+    async def AppendUpdates(self, request: Any, context: Any) -> Any:
+        self.appends.append(request)
+        updates: dict[str, list[tuple[tuple, int]]] = {}
+        if request.batch_id not in self.batch_ids:
+            self.batch_ids.add(request.batch_id)
+            for collection in request.collections:
+                for update in collection.updates:
+                    row = from_row(update.row)
+                    self.contents[collection.collection_id][row] += update.diff
+                    updates.setdefault(collection.collection_id, []).append((row, update.diff))
+        upper = await self._flush(updates)
+        return controller_pb2.AppendUpdatesResponse(upper=upper)
+
+    async def Peek(self, request: Any, context: Any) -> compute_pb2.PeekResponse:
+        self.peeks.append(request)
+        peek = request.peek
+        try:
+            result = await self.engine.execute(
+                PeekRequest.from_proto(peek), StorageLocation(self.blob_uri, self.consensus_uri)
+            )
+        except LoupeError as error:
+            return compute_pb2.PeekResponse(uuid=peek.uuid, error=error.to_proto())
+        return compute_pb2.PeekResponse(uuid=peek.uuid, rows=result.to_proto())
+
+
+class TableHarness(Harness):
+    """A coordinator on the real catalog service and a ``StorageController``."""
+
+    catalog_service: CatalogService
+    controller: StorageController
+
+    async def error(self, session_id: str, sql: str) -> sql_pb2.Error:
+        responses = await self.execute(session_id, sql)
+        errors = [r.error for r in responses if r.HasField("error")]
+        assert errors, f"{sql!r} did not fail"
+        return errors[0]
+
+    def controller_uris(self) -> tuple[str, str]:
+        """The storage location (blob, consensus) of collections and tables."""
+        return self.controller.blob_uri, self.controller.consensus_uri
+
+    async def tag(self, session_id: str, sql: str) -> str:
+        responses = await self.execute(session_id, sql)
+        errors = [r.error for r in responses if r.HasField("error")]
+        assert not errors, errors
+        return [r.complete.tag for r in responses if r.HasField("complete")][-1]
+
+
+@contextlib.asynccontextmanager
+async def table_system(
+    nats_url: str, data_dir: Path, **settings: Any
+) -> AsyncIterator[TableHarness]:
+    """Catalog service, storage stand-in and a coordinator with ``settings``."""
+    async with contextlib.AsyncExitStack() as stack:
+        catalog_settings = CatalogSettings(
+            data_dir=data_dir / "catalog",
+            nats_url=nats_url,
+            grpc_port=0,
+            metrics_port=0,
+            leadership_check_interval=5.0,
+        )
+        catalog_service = CatalogService(catalog_settings)
+        catalog_task = asyncio.create_task(catalog_service.run())
+
+        async def stop_catalog() -> None:
+            catalog_service.shutdown()
+            await asyncio.wait_for(catalog_task, 15)
+
+        stack.push_async_callback(stop_catalog)
+        for _ in range(300):
+            if (data_dir / "catalog" / "run" / "catalog.ready.json").exists():
+                break
+            assert not catalog_task.done(), "the catalog service stopped during start-up"
+            await asyncio.sleep(0.05)
+        connection = await connect(nats_url, name="coordinator-table-tests")
+        stack.push_async_callback(connection.close)
+        controller = StorageController(data_dir)
+        await controller.start()
+        stack.push_async_callback(controller.stop)
+        endpoint = NatsServiceEndpoint(connection, CONTROLLER_SERVICE, controller)
+        await endpoint.start()
+        stack.push_async_callback(endpoint.stop, 0.5)
+        settings.setdefault("storage_settle_timeout", 0.5)
+        service, task = await _start_coordinator(nats_url, data_dir / "coordinator", **settings)
+        stack.push_async_callback(_stop_coordinator, service, task)
+        channel = grpc.aio.insecure_channel(f"127.0.0.1:{service.sql_port}")
+        stack.push_async_callback(channel.close)
+        harness = TableHarness(service, None, controller, sql_pb2_grpc.SqlStub(channel))  # type: ignore[arg-type]
+        harness.catalog_service = catalog_service
+        yield harness
+
+
+@pytest.fixture
+async def tables(nats_url: str, data_dir: Path) -> AsyncIterator[TableHarness]:
+    """A coordinator with tables on the real catalog service (see ``table_system``)."""
+    async with table_system(nats_url, data_dir) as harness:
+        yield harness
+
+
+@pytest.fixture
+def start_table_system() -> Any:
+    """``async with start_table_system(nats_url, data_dir, **coordinator_settings) as h``."""
+    return table_system

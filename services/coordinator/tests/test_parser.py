@@ -9,8 +9,11 @@ from loupe.coordinator.sql import parse, parse_interval_ns, parse_one
 from loupe.coordinator.sql.statements import (
     CreateCluster,
     CreateClusterReplica,
+    CreateTable,
+    Delete,
     DropCluster,
     DropClusterReplica,
+    Insert,
     Query,
     ReplicaSpec,
     ResetVariable,
@@ -18,6 +21,7 @@ from loupe.coordinator.sql.statements import (
     ShowClusterReplicas,
     ShowClusters,
     ShowVariable,
+    Update,
 )
 
 
@@ -186,8 +190,8 @@ def test_empty_request_has_no_statements() -> None:
     ("sql", "message"),
     [
         ("ALTER CLUSTER c SET (SIZE '2')", "ALTER CLUSTER is not supported"),
-        ("CREATE TABLE t (a int)", "CREATE TABLE is not supported"),
-        ("INSERT INTO t VALUES (1)", "INSERT is not supported"),
+        ("CREATE VIEW v AS SELECT 1", "CREATE VIEW is not supported"),
+        ("TRUNCATE t", "TRUNCATE is not supported"),
         ("EXPLAIN SELECT 1", "EXPLAIN is not supported"),
         ("SHOW TABLES", "SHOW TABLES is not supported"),
         ("CREATE SOURCE s FROM x", "CREATE SOURCE is not supported"),
@@ -267,3 +271,71 @@ def test_parse_interval_rejects_nonsense() -> None:
     """An interval with an unknown unit is an error."""
     with pytest.raises(ValueError):
         parse_interval_ns("3 fortnights")
+
+
+def test_create_table_reads_types_as_postgresql_spells_them() -> None:
+    """Column types are canonicalised (int -> integer, varchar(5) -> character varying(5))."""
+    statement = parse_one(
+        "CREATE TABLE IF NOT EXISTS public.t (a int NOT NULL, b varchar(5), c double precision,"
+        " d timestamp with time zone, e timestamp, f numeric(10, 2), g bool, h bigint, i date)"
+    )
+    assert isinstance(statement, CreateTable)
+    assert statement.if_not_exists
+    assert statement.name.parts == ("public", "t")
+    assert [(c.name, c.type, c.nullable) for c in statement.columns] == [
+        ("a", "integer", False),
+        ("b", "character varying(5)", True),
+        ("c", "double precision", True),
+        ("d", "timestamp with time zone", True),
+        ("e", "timestamp without time zone", True),
+        ("f", "numeric(10,2)", True),
+        ("g", "boolean", True),
+        ("h", "bigint", True),
+        ("i", "date", True),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("sql", "code", "position"),
+    [
+        ("CREATE TABLE t (a pizza)", "42704", 19),
+        ("CREATE TABLE t (a int, a text)", "42701", 24),
+        ("CREATE TABLE t (a int PRIMARY KEY)", "0A000", 23),
+        ("CREATE TABLE t (a int DEFAULT 1)", "0A000", 23),
+        ("CREATE TABLE t (a numeric(50))", "22023", 19),
+        ("INSERT INTO t VALUES (1) RETURNING a", "0A000", 1),
+        ("UPDATE t SET a = 1 FROM u", "0A000", 1),
+        ("DELETE FROM t USING u", "0A000", 1),
+    ],
+)
+def test_table_statement_errors(sql: str, code: str, position: int) -> None:
+    """What Loupe cannot store or run is refused with a code and a position."""
+    error = error_of(sql)
+    assert (error.code, error.position) == (code, position)
+
+
+def test_dml_statements_keep_targets_and_expressions() -> None:
+    """INSERT, UPDATE and DELETE name their table (folded like identifiers) and columns."""
+    insert = parse_one('INSERT INTO Materialize.Public."T" (A, "B") VALUES (1, \'x\'), (2, NULL)')
+    assert isinstance(insert, Insert)
+    assert insert.table.parts == ("materialize", "public", "T")
+    assert [name for name, _ in insert.columns or ()] == ["a", "B"]
+    assert len(insert.rows) == 2
+    update = parse_one("UPDATE t AS x SET a = a + 1 WHERE b")
+    assert isinstance(update, Update)
+    assert (update.alias, [a for a, _, _ in update.assignments]) == ("x", ["a"])
+    delete = parse_one("DELETE FROM t")
+    assert isinstance(delete, Delete)
+    assert delete.where is None
+
+
+def test_as_of_is_split_off_a_query() -> None:
+    """A trailing AS OF is the query's timestamp; an alias called "of" is not."""
+    query = parse_one("SELECT * FROM t WHERE a IN (SELECT 1 AS of) AS OF 1712345678901")
+    assert isinstance(query, Query)
+    assert query.as_of is not None
+    assert query.as_of.sql() == "1712345678901"
+    assert query.as_of_position == len("SELECT * FROM t WHERE a IN (SELECT 1 AS of) ") + 1
+    aliased = parse_one("SELECT a AS of FROM t")
+    assert isinstance(aliased, Query)
+    assert aliased.as_of is None

@@ -1,0 +1,234 @@
+"""Table storage: writes at timestamps from the catalog's oracle, and uppers that keep up.
+
+The coordinator is the only writer of user tables (Materialize's model). Every
+write takes a fresh timestamp ``ts`` from the catalog's timestamp oracle
+(``WriteTimestamp``, durable) and commits one small part by
+``compare_and_append(part, expected_upper, ts + 1)``; then the upper of every
+other table moves to ``ts + 1`` too (empty appends), so a read at ``ts``
+never waits on an idle table. A background ticker does the same once a
+second with a fresh timestamp (Materialize's group commit), so the oracle's
+read timestamp, ``mz_now()`` and every table's upper follow the wall clock.
+
+UPDATE and DELETE read the table at ``upper - 1`` and append their
+retractions and insertions with that upper as the expected one: if another
+writer moved it meanwhile the compare-and-append fails and the statement is
+planned again on the new contents, at a new timestamp.
+
+History: every tick moves each table's ``since`` to ``ts - retention`` and
+compacts its parts (``parts_to_merge``), so a table keeps ``retention`` of
+history for ``AS OF`` and a bounded number of parts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+
+from loupe.common.errors import LoupeError
+from loupe.common.logging import get_logger
+from loupe.common.transport import NatsServiceClient
+from loupe.coordinator import metrics
+from loupe.coordinator.tables import Table, updates_table
+from loupe.persist import Shard, UpperMismatch, expand, open_location, parts_to_merge
+from loupe.persist.location import Blob, Consensus
+from loupe.persist.shard import arrow_schema
+from loupe.proto.common.v1 import common_pb2
+
+log = get_logger(__name__)
+
+SERIALIZATION_FAILURE = "40001"
+# How often a write is planned again after losing its timestamp or upper to another writer.
+WRITE_ATTEMPTS = 10
+# A table is compacted once it has more parts than this.
+MAX_PARTS = 8
+
+Update = tuple[tuple[Any, ...], int]
+# Plans a write from the table's current contents (None when not needed):
+# returns the updates and the statement's row count.
+Plan = Callable[[pa.Table | None], tuple[list[Update], int]]
+
+
+class TimestampOracle:
+    """The catalog's timestamp oracle, as the coordinator uses it."""
+
+    def __init__(self, catalog: NatsServiceClient) -> None:
+        self._catalog = catalog
+
+    async def read_timestamp(self) -> int:
+        """A timestamp at which every completed write is visible (strict serializable)."""
+        response = await self._catalog.ReadTimestamp(common_pb2.Empty())
+        return int(response.timestamp)
+
+    async def write_timestamp(self, at_least: int = 0, *, patience: float = 5.0) -> int:
+        """A new write timestamp, durably later than every earlier one and >= ``at_least``.
+
+        ``at_least`` is for writes whose time someone else chose (the storage
+        writer's flushes): the oracle follows the wall clock, so waiting for the
+        clock to pass ``at_least`` is enough.
+        """
+        deadline = time.monotonic() + patience
+        while True:
+            response = await self._catalog.WriteTimestamp(common_pb2.Empty())
+            timestamp = int(response.timestamp)
+            if timestamp >= at_least or time.monotonic() >= deadline:
+                return timestamp
+            await asyncio.sleep(min((at_least - timestamp) / 1000, 0.5))
+
+
+class _TimestampTaken(Exception):
+    """The table's upper is already past our timestamp: another writer went ahead."""
+
+
+@dataclass(frozen=True)
+class WriteResult:
+    timestamp: int
+    count: int
+
+
+class TableStore:
+    """The shards of user tables, written by this coordinator.
+
+    ``tables`` returns the tables that exist now (the coordinator's catalog);
+    ``open`` must be called with the storage location before any write.
+    """
+
+    def __init__(
+        self,
+        oracle: TimestampOracle,
+        tables: Callable[[], Iterable[Table]],
+        *,
+        retention_ms: int = 3_600_000,
+        max_parts: int = MAX_PARTS,
+    ) -> None:
+        self.oracle = oracle
+        self._tables = tables
+        self.retention_ms = retention_ms
+        self.max_parts = max_parts
+        self.blob_uri = ""
+        self.consensus_uri = ""
+        self._location: tuple[Blob, Consensus] | None = None
+        # Writes and ticks one at a time: each builds on the uppers the last one left.
+        self._lock = asyncio.Lock()
+
+    @property
+    def is_open(self) -> bool:
+        return self._location is not None
+
+    def open(self, blob_uri: str, consensus_uri: str) -> None:
+        """Use the storage location of the builtin collections for tables too."""
+        if self._location is not None and (blob_uri, consensus_uri) == (
+            self.blob_uri,
+            self.consensus_uri,
+        ):
+            return
+        self._location = open_location(blob_uri, consensus_uri)
+        self.blob_uri, self.consensus_uri = blob_uri, consensus_uri
+
+    def metadata(self, table: Table) -> common_pb2.CollectionMetadata:
+        return table.metadata(self.blob_uri, self.consensus_uri)
+
+    def shard(self, table_id: str) -> Shard:
+        if self._location is None:
+            raise LoupeError("FAILED_PRECONDITION", "table storage is not open yet")
+        return Shard(table_id, *self._location)
+
+    # -- writes --------------------------------------------------------------------------
+
+    async def ensure(self, table: Table) -> None:
+        """Create the table's shard (empty, upper 0) if it does not exist yet."""
+        await asyncio.to_thread(self.shard(table.id).ensure, table.storage_columns)
+
+    async def write(self, table: Table, plan: Plan, *, read: bool = False) -> WriteResult:
+        """Plan and append one write to ``table`` at a fresh oracle timestamp.
+
+        ``read``: ``plan`` gets the table's contents at the time of the write
+        (UPDATE, DELETE); otherwise None (INSERT).
+        """
+        async with self._lock:
+            for _ in range(WRITE_ATTEMPTS):
+                timestamp = await self.oracle.write_timestamp()
+                try:
+                    count = await asyncio.to_thread(self._write_at, table, plan, read, timestamp)
+                except (UpperMismatch, _TimestampTaken) as error:
+                    metrics.TABLE_WRITE_RETRIES.inc()
+                    log.info("table write lost a race; planning it again", error=str(error))
+                    continue
+                return WriteResult(timestamp, count)
+        raise LoupeError(
+            SERIALIZATION_FAILURE,
+            f'could not write to "{table.name}": other writers kept moving its upper',
+        )
+
+    def _write_at(self, table: Table, plan: Plan, read: bool, timestamp: int) -> int:
+        shard = self.shard(table.id)
+        state = shard.ensure(table.storage_columns)
+        if state.upper > timestamp:
+            raise _TimestampTaken(f"table {table.id} upper {state.upper} > {timestamp}")
+        contents = self._contents(shard, table, state.upper) if read else None
+        updates, count = plan(contents)
+        if updates:
+            part = updates_table(table, updates, timestamp)
+            shard.compare_and_append(part, state.upper, timestamp + 1)
+        else:
+            shard.compare_and_append(None, state.upper, timestamp + 1)
+        self._advance(timestamp, skip=table.id)
+        return count
+
+    @staticmethod
+    def _contents(shard: Shard, table: Table, upper: int) -> pa.Table:
+        if upper == 0:
+            return arrow_schema(table.storage_columns, updates=False).empty_table()
+        return expand(shard.snapshot(upper - 1)).select(table.column_names)
+
+    async def advance_all(self, at_least: int = 0) -> int:
+        """Move every table's upper to a fresh timestamp (>= ``at_least``) + 1; returns it."""
+        async with self._lock:
+            timestamp = await self.oracle.write_timestamp(at_least)
+            if self._location is not None:
+                await asyncio.to_thread(self._advance, timestamp)
+            return timestamp
+
+    def _advance(self, timestamp: int, skip: str = "") -> None:
+        for table in list(self._tables()):
+            if table.id == skip:
+                continue
+            shard = self.shard(table.id)
+            try:
+                state = shard.ensure(table.storage_columns)
+                if state.upper <= timestamp:
+                    shard.compare_and_append(None, state.upper, timestamp + 1)
+            except UpperMismatch:
+                pass  # another coordinator advanced it meanwhile: it is moving, as wanted
+            except Exception as error:
+                log.warning("could not advance a table's upper", table=table.id, error=str(error))
+
+    # -- the ticker ----------------------------------------------------------------------
+
+    async def tick(self, *, compact: bool = False) -> int:
+        """One group commit without writes: a fresh timestamp for the oracle and every table."""
+        timestamp = await self.advance_all()
+        if compact and self._location is not None:
+            await asyncio.to_thread(self._compact, timestamp - self.retention_ms)
+        return timestamp
+
+    def _compact(self, since: int) -> None:
+        for table in list(self._tables()):
+            shard = self.shard(table.id)
+            try:
+                state = shard.state(missing_ok=True)
+                if state is None or state.upper == 0:
+                    continue
+                # Never past the latest complete time: it must stay readable.
+                target = min(since, state.upper - 1)
+                parts = parts_to_merge(state.parts, self.max_parts)
+                if parts:
+                    shard.compact(target, parts)
+                elif target > state.since:
+                    shard.downgrade_since(target)
+            except Exception as error:
+                log.warning("could not compact a table", table=table.id, error=str(error))

@@ -1,0 +1,366 @@
+"""Tables through the coordinator: DDL, DML, timestamps, AS OF and their catalog relations.
+
+These run on the real catalog service (its oracle and item ids), shards on
+disk and the replica's peek engine (``conftest.table_system``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import time
+from pathlib import Path
+from typing import Any
+
+from loupe.persist import Shard, open_location
+from loupe.testing import assert_eventually
+
+UTC = dt.UTC
+
+
+async def test_table_round_trip_with_every_type_and_nulls(tables: Any) -> None:
+    """Every column type stores and reads back its values; NULLs stay NULL."""
+    session = await tables.session()
+    assert (
+        await tables.tag(
+            session,
+            "CREATE TABLE t (i int, b bigint, s text, v varchar(5), f bool, d double precision,"
+            " n numeric(6,2), ts timestamptz, tn timestamp, dt date)",
+        )
+        == "CREATE TABLE"
+    )
+    tag = await tables.tag(
+        session,
+        "INSERT INTO t VALUES (1, 9000000000, 'one', 'abc', true, 1.5, 3.14159,"
+        " '2024-04-05 12:00:00+02', '2024-04-05 12:00:00', '2024-04-05'),"
+        " (2, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL)",
+    )
+    assert tag == "INSERT 0 2"
+    rows = await tables.rows(session, "SELECT * FROM t ORDER BY i")
+    assert rows == [
+        (
+            1,
+            9_000_000_000,
+            "one",
+            "abc",
+            True,
+            1.5,
+            "3.14",
+            dt.datetime(2024, 4, 5, 10, 0, tzinfo=UTC),
+            dt.datetime(2024, 4, 5, 12, 0, tzinfo=UTC),
+            dt.date(2024, 4, 5),
+        ),
+        (2, None, None, None, None, None, None, None, None, None),
+    ]
+    described = await tables.execute(session, "SELECT i, b, s, f, d, ts, dt FROM t")
+    types = [c.type for r in described if r.HasField("description") for c in r.description.columns]
+    assert types == ["int4", "int8", "text", "bool", "float8", "timestamptz", "date"]
+
+
+async def test_insert_with_columns_select_and_expressions(tables: Any) -> None:
+    """Column lists fill the rest with NULL; INSERT … SELECT and computed values work."""
+    session = await tables.session()
+    await tables.tag(session, "CREATE TABLE t (a int NOT NULL, b text)")
+    await tables.tag(session, "INSERT INTO public.t (b, a) VALUES ('x', 1)")
+    await tables.tag(session, "INSERT INTO materialize.public.t (a) VALUES (1 + 1)")
+    assert await tables.tag(session, "INSERT INTO t SELECT a + 10, b FROM t") == "INSERT 0 2"
+    assert await tables.rows(session, "SELECT a, b FROM t ORDER BY a") == [
+        (1, "x"),
+        (2, None),
+        (11, "x"),
+        (12, None),
+    ]
+
+
+async def test_update_and_delete_change_matching_rows_only(tables: Any) -> None:
+    """UPDATE rewrites the rows its WHERE matches (duplicates too); DELETE removes them."""
+    session = await tables.session()
+    await tables.tag(session, "CREATE TABLE t (k int, v text)")
+    await tables.tag(session, "INSERT INTO t VALUES (1, 'a'), (1, 'a'), (2, 'b'), (3, NULL)")
+    assert await tables.tag(session, "UPDATE t SET v = v || '!', k = k * 10 WHERE k = 1") == (
+        "UPDATE 2"
+    )
+    assert await tables.tag(session, "UPDATE t AS x SET v = 'none' WHERE x.v IS NULL") == (
+        "UPDATE 1"
+    )
+    assert await tables.rows(session, "SELECT k, v FROM t ORDER BY k") == [
+        (2, "b"),
+        (3, "none"),
+        (10, "a!"),
+        (10, "a!"),
+    ]
+    assert await tables.tag(session, "DELETE FROM t WHERE k > 5") == "DELETE 2"
+    assert await tables.tag(session, "UPDATE t SET v = 'z' WHERE false") == "UPDATE 0"
+    assert await tables.rows(session, "SELECT k, v FROM t ORDER BY k") == [(2, "b"), (3, "none")]
+    assert await tables.tag(session, "DELETE FROM t") == "DELETE 2"
+    assert await tables.rows(session, "SELECT count(*) FROM t") == [(0,)]
+
+
+async def test_errors_name_the_table_column_and_type(tables: Any) -> None:
+    """Unknown table 42P01, column 42703, types 42804/22P02, NOT NULL 23502."""
+    session = await tables.session()
+    await tables.tag(session, "CREATE TABLE t (a int NOT NULL, b bool, c date)")
+    cases = {
+        "INSERT INTO nope VALUES (1)": ("42P01", "unknown catalog item 'nope'"),
+        "SELECT * FROM nope": ("42P01", "unknown catalog item 'nope'"),
+        "INSERT INTO t (z) VALUES (1)": ("42703", 'column "z" of relation "t" does not exist'),
+        "UPDATE t SET a = 1 WHERE zz = 2": ("42703", 'column "zz" does not exist'),
+        "INSERT INTO t VALUES (1, 5)": (
+            "42804",
+            'column "b" is of type boolean but expression is of type integer',
+        ),
+        "INSERT INTO t VALUES ('x')": ("22P02", 'invalid input syntax for type integer: "x"'),
+        "INSERT INTO t VALUES (1, NULL, 'soon')": (
+            "22007",
+            'invalid input syntax for type date: "soon"',
+        ),
+        "INSERT INTO t (b) VALUES (true)": (
+            "23502",
+            'null value in column "a" of relation "t" violates not-null constraint',
+        ),
+        "INSERT INTO t VALUES (1, true, '2024-01-01', 4)": (
+            "42601",
+            "INSERT has more expressions than target columns",
+        ),
+        "INSERT INTO mz_catalog.mz_clusters VALUES ('x')": (
+            "42501",
+            "system table 'mz_catalog.mz_clusters' cannot be modified",
+        ),
+        "CREATE TABLE t (a int)": ("42710", '"t" already exists'),
+        "CREATE TABLE mz_catalog.x (a int)": (
+            "42501",
+            "system schema 'mz_catalog' cannot be modified",
+        ),
+    }
+    for sql, (code, message) in cases.items():
+        error = await tables.error(session, sql)
+        assert (error.code, error.message) == (code, message), sql
+    error = await tables.error(session, "INSERT INTO nope VALUES (1)")
+    assert error.position == len("INSERT INTO ") + 1
+    # Nothing of the failed statements was written.
+    assert await tables.rows(session, "SELECT count(*) FROM t") == [(0,)]
+
+
+async def test_reads_right_after_writes_see_them(tables: Any) -> None:
+    """Each SELECT after an INSERT sees it (the read timestamp follows the write's)."""
+    session = await tables.session()
+    await tables.tag(session, "CREATE TABLE t (a int)")
+    for count in range(1, 6):
+        await tables.tag(session, f"INSERT INTO t VALUES ({count})")
+        assert await tables.rows(session, "SELECT count(*), max(a) FROM t") == [(count, count)]
+
+
+async def test_mz_now_is_the_read_timestamp(tables: Any) -> None:
+    """mz_now() is the time the query reads at: the peek's timestamp, close to the clock."""
+    session = await tables.session()
+    await tables.tag(session, "CREATE TABLE t (a int)")
+    before = time.time_ns() // 1_000_000
+    ((alone,),) = await tables.rows(session, "SELECT mz_now()")
+    ((now, count),) = await tables.rows(session, "SELECT mz_now(), count(*) FROM t")
+    peek = tables.controller.peeks[-1].peek
+    assert now == peek.timestamp
+    assert count == 0
+    assert before - 5_000 <= alone <= now <= time.time_ns() // 1_000_000 + 1_000
+    described = await tables.execute(session, "SELECT mz_now()")
+    (column,) = [c for r in described if r.HasField("description") for c in r.description.columns]
+    assert (column.name, column.type) == ("mz_now", "uint8")
+
+
+async def test_as_of_an_older_time_shows_the_old_contents(tables: Any) -> None:
+    """AS OF a time between two writes shows the table as it was then."""
+    session = await tables.session()
+    await tables.tag(session, "CREATE TABLE t (a int)")
+    await tables.tag(session, "INSERT INTO t VALUES (1)")
+    ((then,),) = await tables.rows(session, "SELECT mz_now()")
+    await tables.tag(session, "INSERT INTO t VALUES (2)")
+    await tables.tag(session, "DELETE FROM t WHERE a = 1")
+    assert await tables.rows(session, "SELECT a FROM t") == [(2,)]
+    assert await tables.rows(session, f"SELECT a FROM t AS OF {then}") == [(1,)]
+    at = dt.datetime.fromtimestamp(then / 1000, UTC).isoformat(sep=" ", timespec="milliseconds")
+    assert await tables.rows(session, f"SELECT a, mz_now() FROM t AS OF '{at}'") == [(1, then)]
+    error = await tables.error(session, "SELECT * FROM t AS OF 'yesterday'")
+    assert error.code == "22023"
+
+
+async def test_as_of_before_the_since_is_an_error(
+    nats_url: str, data_dir: Path, start_table_system: Any
+) -> None:
+    """Tables keep `table_retention` of history; reading before their since is refused."""
+    async with start_table_system(
+        nats_url,
+        data_dir,
+        table_tick_interval=0.1,
+        table_retention=0.3,
+        table_compaction_ticks=1,
+    ) as tables:
+        session = await tables.session()
+        await tables.tag(session, "CREATE TABLE t (a int)")
+        await tables.tag(session, "INSERT INTO t VALUES (1)")
+        ((then,),) = await tables.rows(session, "SELECT mz_now()")
+        ((table_id,),) = await tables.rows(
+            session, "SELECT id FROM mz_catalog.mz_tables WHERE name = 't'"
+        )
+        shard = Shard(table_id, *open_location(*tables.controller_uris()))
+
+        def compacted() -> None:
+            assert shard.state().since > then
+
+        await assert_eventually(compacted, timeout=10)
+        error = await tables.error(session, f"SELECT * FROM t AS OF {then}")
+        assert error.code == "XX000"
+        assert f"Timestamp ({then}) is not valid for all inputs: {table_id} since" in error.message
+        # The present is still readable.
+        assert await tables.rows(session, "SELECT a FROM t") == [(1,)]
+
+
+async def test_idle_tables_do_not_hold_back_reads(
+    nats_url: str, data_dir: Path, start_table_system: Any
+) -> None:
+    """Without ticks, a write to one table moves every table's upper: a join reads at once."""
+    async with start_table_system(nats_url, data_dir, table_tick_interval=0) as tables:
+        session = await tables.session()
+        await tables.tag(session, "CREATE TABLE busy (a int)")
+        await tables.tag(session, "CREATE TABLE idle (a int)")
+        await tables.tag(session, "INSERT INTO idle VALUES (1)")
+        for value in range(3):
+            await tables.tag(session, f"INSERT INTO busy VALUES ({value})")
+            started = time.monotonic()
+            rows = await tables.rows(
+                session, "SELECT count(*) FROM busy JOIN idle ON busy.a >= idle.a"
+            )
+            assert rows == [(value,)]
+            assert time.monotonic() - started < 1.0
+
+
+async def test_selects_over_tables_go_to_the_session_cluster(tables: Any) -> None:
+    """Queries reading a table peek the session's cluster; system-only ones mz_catalog_server."""
+    session = await tables.session()
+    await tables.tag(session, "CREATE TABLE t (a int)")
+    await tables.rows(session, "SELECT * FROM t JOIN mz_catalog.mz_tables m ON m.name = 't'")
+    assert tables.controller.peeks[-1].cluster_id == "u1"
+    await tables.rows(session, "SELECT * FROM mz_catalog.mz_tables")
+    assert tables.controller.peeks[-1].cluster_id == "s1"
+
+
+async def test_tables_and_columns_join_with_user_tables(tables: Any) -> None:
+    """mz_tables, mz_columns and mz_objects list the table and join with it in one query."""
+    session = await tables.session()
+    await tables.tag(session, "CREATE TABLE t (a int NOT NULL, b text, c date)")
+    await tables.tag(session, "INSERT INTO t VALUES (1, 'x', NULL)")
+    rows = await tables.rows(
+        session,
+        "SELECT t.name, count(*) FROM mz_catalog.mz_tables t "
+        "JOIN mz_catalog.mz_columns c ON c.id = t.id "
+        "WHERE t.name IN ('t', 'mz_clusters') GROUP BY t.name ORDER BY t.name",
+    )
+    assert rows == [("mz_clusters", 8), ("t", 3)]
+    columns = await tables.rows(
+        session,
+        "SELECT c.name, c.position, c.nullable, c.type FROM mz_columns c "
+        "JOIN mz_tables t ON t.id = c.id WHERE t.name = 't' ORDER BY c.position",
+    )
+    assert columns == [("a", 1, False, "integer"), ("b", 2, True, "text"), ("c", 3, True, "date")]
+    (table,) = await tables.rows(
+        session,
+        "SELECT t.id, s.name, o.type, t.create_sql FROM mz_tables t "
+        "JOIN mz_schemas s ON s.id = t.schema_id JOIN mz_objects o ON o.id = t.id "
+        "WHERE t.name = 't'",
+    )
+    assert table[1:] == (
+        "public",
+        "table",
+        'CREATE TABLE "materialize"."public"."t" ("a" integer NOT NULL, "b" text, "c" date)',
+    )
+    joined = await tables.rows(
+        session, "SELECT t.a, m.id FROM t JOIN mz_catalog.mz_tables m ON m.name = 't'"
+    )
+    assert joined == [(1, table[0])]
+
+
+async def test_drop_table_removes_it_from_the_relations(tables: Any) -> None:
+    """After DROP TABLE the table is gone from mz_tables, mz_objects, mz_columns and from SQL."""
+    session = await tables.session()
+    await tables.tag(session, "CREATE TABLE t (a int)")
+    await tables.tag(session, "CREATE TABLE u (a int)")
+    assert await tables.tag(session, "DROP TABLE t") == "DROP TABLE"
+    for relation in ("mz_tables", "mz_objects"):
+        names = await tables.rows(
+            session, f"SELECT name FROM mz_catalog.{relation} WHERE name IN ('t', 'u')"
+        )
+        assert names == [("u",)], relation
+    assert await tables.rows(
+        session,
+        "SELECT count(*) FROM mz_columns c LEFT JOIN mz_tables t ON t.id = c.id WHERE t.id IS NULL",
+    ) == [(0,)]
+    error = await tables.error(session, "SELECT * FROM t")
+    assert error.code == "42P01"
+    responses = await tables.execute(session, "DROP TABLE IF EXISTS t, u CASCADE")
+    notices = [r.notice.message for r in responses if r.HasField("notice")]
+    assert notices == ['table "t" does not exist, skipping']
+    assert await tables.rows(session, "SELECT count(*) FROM mz_tables WHERE name = 'u'") == [(0,)]
+    events = await tables.rows(
+        session,
+        "SELECT event_type, object_type FROM mz_audit_events WHERE object_type = 'table' "
+        "ORDER BY id",
+    )
+    assert events == [
+        ("create", "table"),
+        ("create", "table"),
+        ("drop", "table"),
+        ("drop", "table"),
+    ]
+
+
+async def test_tables_survive_a_coordinator_restart(
+    nats_url: str, data_dir: Path, start_table_system: Any
+) -> None:
+    """A new coordinator finds the tables in the catalog and their rows in storage."""
+    async with start_table_system(nats_url, data_dir) as tables:
+        session = await tables.session()
+        await tables.tag(session, "CREATE TABLE t (a int)")
+        await tables.tag(session, "INSERT INTO t VALUES (7)")
+    async with start_table_system(nats_url, data_dir) as tables:
+        session = await tables.session()
+        assert await tables.rows(session, "SELECT a FROM t") == [(7,)]
+        await tables.tag(session, "INSERT INTO t VALUES (8)")
+        assert await tables.rows(session, "SELECT sum(a) FROM t") == [(15,)]
+
+
+async def test_concurrent_inserts_are_all_kept(tables: Any) -> None:
+    """Inserts from several sessions at once all land, each at its own timestamp."""
+    session = await tables.session()
+    await tables.tag(session, "CREATE TABLE t (a int)")
+    sessions = [await tables.session() for _ in range(4)]
+    await asyncio.gather(
+        *(tables.tag(s, f"INSERT INTO t VALUES ({i})") for i, s in enumerate(sessions))
+    )
+    assert await tables.rows(session, "SELECT count(*), sum(a) FROM t") == [(4, 6)]
+
+
+async def test_serializable_reads_the_latest_complete_time(tables: Any) -> None:
+    """transaction_isolation = serializable peeks at timestamp 0 (latest complete), and sees writes."""
+    session = await tables.session()
+    await tables.tag(session, "CREATE TABLE t (a int)")
+    await tables.tag(session, "INSERT INTO t VALUES (1)")
+    await tables.tag(session, "SET transaction_isolation = 'serializable'")
+    assert await tables.rows(session, "SELECT a FROM t") == [(1,)]
+    assert tables.controller.peeks[-1].peek.timestamp == 0
+    # mz_now() still needs a timestamp: the oracle's.
+    ((now, _),) = await tables.rows(session, "SELECT mz_now(), a FROM t")
+    assert tables.controller.peeks[-1].peek.timestamp == now > 0
+
+
+async def test_as_of_applies_to_constant_queries_and_system_relations(tables: Any) -> None:
+    """AS OF sets mz_now() even without a relation, and time-travels system relations too."""
+    session = await tables.session()
+    assert await tables.rows(session, "SELECT mz_now() AS OF 1234") == [(1234,)]
+    ((before,),) = await tables.rows(session, "SELECT mz_now()")
+    await tables.tag(session, "CREATE TABLE later (a int)")
+    assert await tables.rows(session, "SELECT count(*) FROM mz_tables WHERE name = 'later'") == [
+        (1,)
+    ]
+    assert await tables.rows(
+        session, f"SELECT count(*) FROM mz_tables WHERE name = 'later' AS OF {before}"
+    ) == [(0,)]
+    error = await tables.error(session, "SELECT 1 AS OF mz_now()")
+    assert error.code == "22023"
