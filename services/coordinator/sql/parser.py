@@ -309,8 +309,9 @@ def _split_as_of(sql: str, tokens: list[Token]) -> tuple[list[Token], exp.Expres
             parsed = _DIALECT.parser(error_level=ErrorLevel.IMMEDIATE).parse(rest, sql)
         except ParseError:
             continue
-        if len(parsed) == 1 and parsed[0] is not None and not isinstance(parsed[0], QUERY_TYPES):
-            return tokens[:index], parsed[0], tokens[index].start + 1
+        expression = parsed[0] if len(parsed) == 1 else None
+        if isinstance(expression, exp.Expression) and not isinstance(expression, QUERY_TYPES):
+            return tokens[:index], expression, tokens[index].start + 1
     return tokens, None, 0
 
 

@@ -707,7 +707,7 @@ class TableHarness(Harness):
     catalog_service: CatalogService
     controller: StorageController
 
-    async def error(self, session_id: str, sql: str) -> sql_pb2.Error:
+    async def error(self, session_id: str, sql: str) -> common_pb2.Error:
         responses = await self.execute(session_id, sql)
         errors = [r.error for r in responses if r.HasField("error")]
         assert errors, f"{sql!r} did not fail"
