@@ -1,14 +1,24 @@
-"""Time per flush of the controller's storage writer (Spark local mode).
+"""The controller's storage writer: throughput, write-to-visible latency, compaction time.
 
-Measures, on a fresh data directory:
+Everything runs for real in this process: a nats-server with JetStream (a
+child process), the writer's stream and durable consumer, Spark in local
+mode, a blob directory and SQLite consensus on a fresh data directory.
 
-- an idle flush (no buffered updates: only the compare-and-appends that move
-  every builtin collection's upper);
-- a flush with updates in every builtin collection, written by ONE Spark job
-  (the writer's plan), against one Spark job per collection (the baseline);
-- ``append`` of a small batch until durable (what ``Controller.AppendUpdates`` waits).
+- **Throughput**: a feeder keeps the writer's stream full of large
+  ``UpdateBatch`` messages (``--batch-rows`` updates each, pre-encoded, as
+  rows and, separately, in columnar form), the writer flushes every second
+  (``--flush-interval``); the rate is the updates made durable per second
+  over ``--seconds``, after a warm-up. Measured for the Spark writer and, in
+  the same run, for the same writer with the pyarrow part store (the
+  baseline): the ratio is what Spark costs.
+- **Write-to-visible latency**: single updates published to the stream at
+  random moments of the flush cycle, until a reader of the shard sees them
+  (its progress covers the batch); and ``append`` (what
+  ``Controller.AppendUpdates`` does: publish, flush at once, wait).
+- **Compaction**: merging a shard of ``--compaction-rows`` updates in 40 parts
+  into one consolidated part with the Spark job, against pyarrow.
 
-Run: ``.venv/bin/python bench/storage_writer.py [--rounds N] [--rows N]``.
+Run: ``.venv/bin/python bench/storage_writer.py [--seconds 15] [--batch-rows 12000]``.
 """
 
 from __future__ import annotations
@@ -16,107 +26,286 @@ from __future__ import annotations
 import argparse
 import asyncio
 import datetime as dt
+import random
 import statistics
 import tempfile
 import time
-from collections.abc import Awaitable, Callable
+import uuid
 from pathlib import Path
 from typing import Any
 
-from loupe.builtins import BUILTIN_COLLECTIONS, BuiltinCollection
+import pyarrow as pa
+
+from loupe.builtins import BY_ID, MZ_CLUSTER_REPLICA_METRICS_HISTORY, MZ_CLUSTER_REPLICA_STATUSES
+from loupe.common.logging import configure_logging
+from loupe.common.nats_server import NatsServerProcess
 from loupe.common.spark import get_spark
-from loupe.controller.storage import StorageWriter, WriteGroup
-from loupe.persist import LocalBlob, SqliteConsensus
+from loupe.common.transport import connect
+from loupe.controller.storage import (
+    PROGRESS_KEY,
+    ArrowPartStore,
+    CompactionPolicy,
+    Compactor,
+    PartStore,
+    SparkPartStore,
+    StorageWriter,
+    StreamConfig,
+    decode_batch,
+    encode_batch,
+)
+from loupe.controller.storage.wire import encode_arrow
+from loupe.persist import LocalBlob, Shard, SqliteConsensus
+from loupe.persist.shard import arrow_schema
+from loupe.proto.storage.v1 import storage_pb2
 
-SAMPLE_VALUES: dict[str, Any] = {
-    "text": "value",
-    "uint8": 7,
-    "int8": -7,
-    "float8": 1.5,
-    "bool": True,
-    "timestamptz": dt.datetime(2024, 1, 1, tzinfo=dt.UTC),
-    "interval": dt.timedelta(seconds=1),
-}
-
-
-def sample_row(collection: BuiltinCollection, index: int) -> tuple[Any, ...]:
-    _key, *rest = collection.columns
-    return (f"row-{index}", *(SAMPLE_VALUES[kind] for _, kind in rest))
-
-
-def open_writer(root: Path, *, job_per_collection: bool) -> StorageWriter:
-    blob = LocalBlob(root / "blob")
-    consensus = SqliteConsensus(root / "consensus.sqlite")
-    writer = StorageWriter(get_spark(), blob, consensus, flush_interval=3600)
-    if job_per_collection:
-        # The baseline: every collection its own write group, so its own Spark job.
-        writer._groups = [WriteGroup((c,), c.columns) for c in BUILTIN_COLLECTIONS]
-    return writer
+HISTORY = MZ_CLUSTER_REPLICA_METRICS_HISTORY
+MAX_PAYLOAD = 1024 * 1024  # nats-server's default max message size
+DISTINCT_PAYLOADS = 8
 
 
-async def timed(rounds: int, step: Callable[[int], Awaitable[Any]]) -> list[float]:
-    samples = []
-    for index in range(rounds):
-        began = time.perf_counter()
-        await step(index)
-        samples.append(time.perf_counter() - began)
-    return samples
+def history_row(index: int) -> tuple[Any, ...]:
+    at = dt.datetime(2024, 1, 1, tzinfo=dt.UTC) + dt.timedelta(milliseconds=index)
+    return (f"u{index % 97}", 0, index % 1_000_000, 1 << 30, 1 << 20, at)
 
 
-def summary(name: str, samples: list[float]) -> str:
+def payloads(batch_rows: int, *, columnar: bool = False) -> list[bytes]:
+    """Distinct pre-encoded batches of metrics-history rows (the batch id is a header).
+
+    Rows as ``CollectionUpdates.updates`` (what ``AppendUpdates`` sends), or
+    the same rows in columnar form (``CollectionUpdates.arrow_ipc``).
+    """
+    out = []
+    for number in range(DISTINCT_PAYLOADS):
+        first = number * batch_rows
+        rows = [(HISTORY.id, history_row(first + i), 1) for i in range(batch_rows)]
+        batch = encode_batch("", rows)
+        if columnar:
+            table = decode_batch(batch.SerializeToString(), BY_ID)[1][HISTORY.id]
+            batch = storage_pb2.UpdateBatch(collections=[encode_arrow(HISTORY.id, table)])
+        data = batch.SerializeToString()
+        if len(data) > MAX_PAYLOAD:
+            raise SystemExit(
+                f"--batch-rows {batch_rows} makes {len(data)} byte messages (max 1 MiB)"
+            )
+        out.append(data)
+    return out
+
+
+class Setup:
+    """A fresh data directory, stream and writer per measurement."""
+
+    def __init__(self, scratch: Path, nc: Any, spark: Any) -> None:
+        self.scratch = scratch
+        self.nc = nc
+        self.spark = spark
+
+    async def writer(self, store: PartStore, flush_interval: float) -> StorageWriter:
+        root = self.scratch / uuid.uuid4().hex[:8]
+        self.blob, self.consensus = (
+            LocalBlob(root / "blob"),
+            SqliteConsensus(root / "consensus.sqlite"),
+        )
+        writer = StorageWriter(
+            self.spark,
+            self.blob,
+            self.consensus,
+            self.nc,
+            stream=StreamConfig.scoped(uuid.uuid4().hex[:12]),
+            flush_interval=flush_interval,
+            compaction_interval=3600,
+            part_store=store,
+            max_buffered_rows=3_000_000,
+        )
+        await writer.start()
+        return writer
+
+
+async def throughput(
+    setup: Setup, store: PartStore, data: list[bytes], rows: int, seconds: float, interval: float
+) -> float:
+    """Updates per second the writer makes durable while its stream never runs dry."""
+    writer = await setup.writer(store, interval)
+    js = setup.nc.jetstream()
+    published = 0
+    stop = asyncio.Event()
+
+    async def feed() -> None:
+        nonlocal published
+        first_seq = writer.applied_through
+        while not stop.is_set():
+            # Keep ~3 flushes' worth queued: never dry, never unbounded.
+            if (published - (writer.applied_through - first_seq)) * rows > 900_000:
+                await asyncio.sleep(0.01)
+                continue
+            ack = await js.publish(
+                writer.stream.subject,
+                data[published % len(data)],
+                headers={"Nats-Msg-Id": uuid.uuid4().hex},
+            )
+            published = ack.seq - first_seq
+
+    feeder = asyncio.create_task(feed())
+    await asyncio.sleep(3 * interval + 2)  # warm-up: the first jobs plan, the JIT warms
+    began, applied = time.monotonic(), writer.applied_through
+    await asyncio.sleep(seconds)
+    elapsed, done = time.monotonic() - began, writer.applied_through - applied
+    stop.set()
+    await feeder
+    await writer.stop()
+    return done * rows / elapsed
+
+
+async def latency(setup: Setup, samples: int, interval: float) -> tuple[list[float], list[float]]:
+    """Seconds from publishing one update until a reader sees it; and of ``append``."""
+    writer = await setup.writer(SparkPartStore(setup.spark), interval)
+    js = setup.nc.jetstream()
+    # A reader of its own, as a replica would have.
+    shard = Shard(MZ_CLUSTER_REPLICA_STATUSES.id, setup.blob, SqliteConsensus(setup.consensus.path))
+    chance = random.Random(7)
+    visible = []
+    for index in range(samples):
+        await asyncio.sleep(chance.uniform(0.1, interval))  # anywhere in the flush cycle
+        batch = encode_batch(
+            f"latency-{index}",
+            [(MZ_CLUSTER_REPLICA_STATUSES.id, ("u1", 0, "online", None, _now(), index), 1)],
+        )
+        began = time.monotonic()
+        ack = await js.publish(
+            writer.stream.subject,
+            batch.SerializeToString(),
+            headers={"Nats-Msg-Id": batch.batch_id},
+        )
+        # Readers poll consensus (a replica would also be woken by the upper's notification).
+        while (await asyncio.to_thread(shard.state)).progress.get(PROGRESS_KEY, 0) < ack.seq:  # noqa: ASYNC110
+            await asyncio.sleep(0.005)
+        visible.append(time.monotonic() - began)
+    appends = []
+    for index in range(max(5, samples // 2)):
+        await asyncio.sleep(chance.uniform(0.1, interval))
+        began = time.monotonic()
+        row = ("u2", 0, "online", None, _now(), index)
+        await writer.append(f"append-{index}", [(MZ_CLUSTER_REPLICA_STATUSES.id, row, 1)])
+        appends.append(time.monotonic() - began)
+    await writer.stop()
+    return visible, appends
+
+
+def compaction(scratch: Path, spark: Any, total_rows: int, parts: int) -> dict[str, float]:
+    """Seconds to merge ``parts`` parts of ``total_rows`` updates into one, per part store."""
+    columns = list(HISTORY.columns)
+    schema = arrow_schema(columns)
+    per_part = total_rows // parts
+    timings = {}
+    for store in (SparkPartStore(spark), ArrowPartStore()):
+        root = scratch / f"compaction-{store.name}"
+        blob, consensus = LocalBlob(root / "blob"), SqliteConsensus(root / "consensus.sqlite")
+        shard = Shard(HISTORY.id, blob, consensus)
+        shard.ensure(columns)
+        for number in range(parts):
+            shard.compare_and_append(history_part(schema, number, per_part), number, number + 1)
+        compactor = Compactor(store, blob, CompactionPolicy(max_parts=1))
+        began = time.monotonic()
+        result = compactor.compact(shard, HISTORY)
+        timings[store.name] = time.monotonic() - began
+        assert result.merges == 1, result
+        assert len(shard.state().parts) == 1
+        began = time.monotonic()
+        snapshot = shard.snapshot()
+        timings[f"snapshot-{store.name}"] = time.monotonic() - began
+        assert snapshot.num_rows == per_part * parts
+    return timings
+
+
+def history_part(schema: pa.Schema, number: int, rows: int) -> pa.Table:
+    """Part ``number`` of the compaction input: ``rows`` distinct metrics-history rows."""
+    first = number * rows
+    indices = range(first, first + rows)
+    epoch_us = int(dt.datetime(2024, 1, 1, tzinfo=dt.UTC).timestamp() * 1_000_000)
+    columns = [
+        pa.array([f"u{i % 97}" for i in indices]),
+        pa.array([0] * rows, pa.uint64()),
+        pa.array([i % 1_000_000 for i in indices], pa.uint64()),
+        pa.array([1 << 30] * rows, pa.uint64()),
+        pa.array([1 << 20] * rows, pa.uint64()),
+        pa.array([epoch_us + i * 1000 for i in indices], pa.int64()).cast(
+            pa.timestamp("us", tz="UTC")
+        ),
+        pa.array([number] * rows, pa.uint64()),
+        pa.array([1] * rows, pa.int64()),
+    ]
+    return pa.Table.from_arrays(columns, schema=schema)
+
+
+def _now() -> dt.datetime:
+    return dt.datetime.now(dt.UTC)
+
+
+def _p(samples: list[float], q: float) -> float:
     ordered = sorted(samples)
-    p90 = ordered[min(len(ordered) - 1, int(len(ordered) * 0.9))]
-    return (
-        f"{name:<44} median {statistics.median(samples) * 1000:7.1f} ms"
-        f"   p90 {p90 * 1000:7.1f} ms   (n={len(samples)})"
-    )
+    return ordered[min(len(ordered) - 1, int(len(ordered) * q))]
 
 
-async def bench(rounds: int, rows: int) -> None:
-    with tempfile.TemporaryDirectory() as scratch:
-        root = Path(scratch)
-        began = time.perf_counter()
-        get_spark().range(1).count()
-        print(f"spark session start: {time.perf_counter() - began:.1f} s")
-
-        for job_per_collection in (False, True):
-            writer = open_writer(
-                root / str(job_per_collection), job_per_collection=job_per_collection
+async def bench(options: argparse.Namespace) -> None:
+    interval = options.flush_interval
+    with tempfile.TemporaryDirectory() as scratch_dir:
+        scratch = Path(scratch_dir)
+        server = NatsServerProcess(scratch / "nats")
+        server.start()
+        try:
+            nc = await connect(server.url, name="bench-storage-writer")
+            began = time.monotonic()
+            spark = get_spark()
+            spark.range(1).count()
+            print(f"spark session start                 {time.monotonic() - began:7.1f} s")
+            setup = Setup(scratch, nc, spark)
+            print(f"{interval:g} s flushes, {options.batch_rows} updates per JetStream message")
+            for form in ("rows", "columnar"):
+                data = payloads(options.batch_rows, columnar=form == "columnar")
+                rates = {}
+                for store in (SparkPartStore(spark), ArrowPartStore()):
+                    rates[store.name] = await throughput(
+                        setup, store, data, options.batch_rows, options.seconds, interval
+                    )
+                print(
+                    f"throughput, {form:<8} ({len(data[0]) / 1024:4.0f} KiB messages):"
+                    f" spark {rates['spark']:9,.0f}/s, pyarrow baseline {rates['pyarrow']:9,.0f}/s"
+                    f"   spark/pyarrow {rates['spark'] / rates['pyarrow']:.2f}x,"
+                    f" {rates['spark'] / 200_000:.2f}x the 200,000/s target"
+                )
+            visible, appends = await latency(setup, options.latency_samples, interval)
+            p50 = statistics.median(visible)
+            print(
+                f"write-to-visible p50 {p50:6.3f} s  p90 {_p(visible, 0.9):6.3f} s"
+                f"   ({p50 / interval:.2f}x flush interval; target < 1.5x)"
             )
-            await writer.start()
-            label = (
-                "one Spark job per collection" if job_per_collection else "one Spark job per flush"
+            print(
+                f"append until durable p50 {statistics.median(appends):6.3f} s"
+                f"  p90 {_p(appends, 0.9):6.3f} s   (flushes at once)"
             )
-            await staged_flush(writer, rows, -1)  # warm up: the first write plans the job
-            full = await timed(rounds, lambda i, w=writer: staged_flush(w, rows, i))  # type: ignore[misc]
-            print(summary(f"flush, {rows} rows x 6 collections, {label}", full))
-            if not job_per_collection:
-                idle = await timed(rounds, lambda _i, w=writer: w.flush())  # type: ignore[misc]
-                print(summary("idle flush (uppers only, no Spark)", idle))
-                appends = await timed(rounds, lambda i, w=writer: append_one(w, i))  # type: ignore[misc]
-                print(summary("append of one row until durable", appends))
-            await writer.stop()
-
-
-async def staged_flush(writer: StorageWriter, rows: int, index: int) -> int:
-    """Stage ``rows`` rows in every builtin collection, then flush."""
-    for collection in BUILTIN_COLLECTIONS:
-        for row in range(rows):
-            writer.stage(collection.id, sample_row(collection, index * rows + row), 1)
-    return await writer.flush()
-
-
-async def append_one(writer: StorageWriter, index: int) -> int:
-    statuses = BUILTIN_COLLECTIONS[2]
-    return await writer.append(f"bench-{index}", [(statuses.id, sample_row(statuses, index), 1)])
+            await nc.close()
+        finally:
+            server.stop()
+        timings = compaction(scratch, spark, options.compaction_rows, parts=40)
+        print(
+            f"compaction of {options.compaction_rows:,} updates in 40 parts: spark"
+            f" {timings['spark']:.2f} s, pyarrow {timings['pyarrow']:.2f} s"
+            f"   (spark / pyarrow {timings['spark'] / timings['pyarrow']:.2f}x)"
+        )
+        print(
+            f"snapshot of the compacted {options.compaction_rows:,}-row shard"
+            f" {timings['snapshot-spark']:.2f} s (target < 1 s)"
+        )
 
 
 def main() -> None:
+    configure_logging("error")
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=15)
-    parser.add_argument("--rows", type=int, default=10, help="rows per collection per flush")
-    args = parser.parse_args()
-    asyncio.run(bench(args.rounds, args.rows))
+    parser.add_argument("--seconds", type=float, default=15.0, help="throughput window")
+    parser.add_argument("--batch-rows", type=int, default=12_000, help="updates per message")
+    parser.add_argument("--flush-interval", type=float, default=1.0)
+    parser.add_argument("--latency-samples", type=int, default=20)
+    parser.add_argument("--compaction-rows", type=int, default=1_000_000)
+    asyncio.run(bench(parser.parse_args()))
 
 
 if __name__ == "__main__":

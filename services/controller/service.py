@@ -17,7 +17,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import datetime as dt
 import time
 from collections.abc import Callable
 from typing import Any
@@ -25,14 +24,13 @@ from typing import Any
 from nats.aio.client import Client as NatsConnection
 from nats.aio.msg import Msg
 
-from loupe.builtins import BUILTIN_COLLECTIONS, BY_ID, BuiltinCollection
+from loupe.builtins import BUILTIN_COLLECTIONS, BuiltinCollection
 from loupe.common.errors import LoupeError
 from loupe.common.logging import get_logger
 from loupe.common.metrics import serve_metrics
 from loupe.common.service import Service, remove_ready_file, write_ready_file
 from loupe.common.settings import BaseSettings
 from loupe.common.transport import NatsServiceClient, NatsServiceEndpoint, connect, subscribe
-from loupe.common.values import from_row
 from loupe.controller.compute import ClusterInfo, ComputeController
 from loupe.controller.orchestrators.base import Orchestrator, ReplicaSpec, load_orchestrator
 from loupe.persist.location import Blob, Consensus, default_uris, open_location
@@ -56,6 +54,11 @@ class ControllerSettings(BaseSettings):
     # The orchestrator plugin (entry point group ``loupe.orchestrators``).
     orchestrator: str = "process"
     storage_flush_interval: float = 1.0
+    # The writer's input stream (JetStream) and its subject.
+    storage_stream: str = "LOUPE_STORAGE"
+    storage_subject: str = "loupe.storage.v1.updates"
+    # Seconds between compactions (since downgrades, merges, history retention).
+    storage_compaction_interval: float = 60.0
     # A replica without a heartbeat for this long is offline and restarted.
     heartbeat_timeout: float = 5.0
     # Time a new incarnation has to send its first heartbeat.
@@ -110,7 +113,7 @@ class ControllerService(Service):
             self.metrics_port = serve_metrics(settings.metrics_port, settings.metrics_host)
 
             blob, consensus = open_location(blob_uri, consensus_uri)
-            self.writer = await self._open_writer(blob, consensus)
+            self.writer = await self._open_writer(blob, consensus, nc)
             await self.writer.start()
             stack.push_async_callback(self.writer.stop)
             if self.stopping:
@@ -158,17 +161,28 @@ class ControllerService(Service):
             log.info("controller stopping")
         log.info("controller stopped")
 
-    async def _open_writer(self, blob: Blob, consensus: Consensus) -> Any:
-        interval = self.settings.storage_flush_interval
+    async def _open_writer(self, blob: Blob, consensus: Consensus, nc: NatsConnection) -> Any:
+        settings = self.settings
+        interval = settings.storage_flush_interval
         if self._writer_factory is not None:
             return self._writer_factory(blob, consensus, interval)
         from loupe.common.spark import get_spark
-        from loupe.controller.storage import StorageWriter
+        from loupe.controller.storage import StorageWriter, StreamConfig
+        from loupe.persist.listen import nats_upper_notifier
 
         began = time.monotonic()
         spark = await asyncio.to_thread(get_spark)
         log.info("spark started", seconds=round(time.monotonic() - began, 1))
-        return StorageWriter(spark, blob, consensus, flush_interval=interval)
+        return StorageWriter(
+            spark,
+            blob,
+            consensus,
+            nc,
+            stream=StreamConfig(name=settings.storage_stream, subject=settings.storage_subject),
+            flush_interval=interval,
+            compaction_interval=settings.storage_compaction_interval,
+            notify=nats_upper_notifier(nc),
+        )
 
     async def _fetch_catalog(self, nc: NatsConnection) -> catalog_pb2.CatalogSnapshot | None:
         """The catalog snapshot, retried while the catalog service starts; None on shutdown."""
@@ -261,8 +275,8 @@ class ControllerServicer:
     async def AppendUpdates(
         self, request: controller_pb2.AppendUpdatesRequest, context: Any
     ) -> controller_pb2.AppendUpdatesResponse:
-        updates = list(decode_updates(request))
-        upper = await self._writer.append(request.batch_id, updates)
+        # Published to the writer's stream as they came (rows or columnar), once checked.
+        upper = await self._writer.append_collections(request.batch_id, request.collections)
         return controller_pb2.AppendUpdatesResponse(upper=upper)
 
     async def ListCollections(
@@ -317,44 +331,6 @@ def collection_metadata(
             ]
         ),
     )
-
-
-def decode_updates(
-    request: controller_pb2.AppendUpdatesRequest,
-) -> list[tuple[str, tuple[Any, ...], int]]:
-    """Wire updates as (collection_id, row, diff), checked against the collection's columns."""
-    out = []
-    for collection_updates in request.collections:
-        collection = BY_ID.get(collection_updates.collection_id)
-        if collection is None:
-            raise LoupeError(
-                "NOT_FOUND", f"no storage-managed collection {collection_updates.collection_id!r}"
-            )
-        for update in collection_updates.updates:
-            row = from_row(update.row)
-            if len(row) != len(collection.columns):
-                raise LoupeError(
-                    "INVALID_ARGUMENT",
-                    f"{collection.qualified_name} has {len(collection.columns)} columns,"
-                    f" an update has {len(row)}",
-                )
-            row = tuple(
-                coerce(value, kind, collection.qualified_name, name)
-                for value, (name, kind) in zip(row, collection.columns, strict=True)
-            )
-            out.append((collection.id, row, update.diff))
-    return out
-
-
-def coerce(value: Any, kind: str, relation: str, column: str) -> Any:
-    """Check that a wire value fits a column of ``kind`` the writer cannot check by type.
-
-    Intervals travel as ``Value.interval_us`` and arrive as ``timedelta``; a
-    client that sends text there has a bug worth naming.
-    """
-    if value is None or kind != "interval" or isinstance(value, dt.timedelta):
-        return value
-    raise LoupeError("INVALID_ARGUMENT", f"{relation}.{column}: {value!r} is not an interval")
 
 
 async def _close(nc: NatsConnection) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from prometheus_client import Counter, Histogram
+from prometheus_client import Counter, Gauge, Histogram
 
 
 @dataclass(frozen=True)
@@ -15,6 +15,14 @@ class StorageWriterMetrics:
     spark_jobs: Counter
     replayed_batches: Counter
     failures: Counter
+    disk_full: Counter
+    disk_full_now: Gauge
+    bad_batches: Counter
+    received_batches: Counter
+    unacked_batches: Gauge
+    compactions: Counter
+    compaction_duration: Histogram
+    retracted_rows: Counter
 
 
 METRICS = StorageWriterMetrics(
@@ -39,11 +47,46 @@ METRICS = StorageWriterMetrics(
     ),
     replayed_batches=Counter(
         "loupe_storage_replayed_batches",
-        "Append batches seen before and therefore not applied again.",
+        "Append batches JetStream had already stored (same batch id): not applied again.",
     ),
     failures=Counter(
         "loupe_storage_flush_failures",
         "Failed steps of a flush, by kind (spark_write, upper_mismatch, append, state).",
         ["kind"],
+    ),
+    disk_full=Counter(
+        "loupe_storage_disk_full",
+        "Flush steps that failed because the blob or consensus store is out of space.",
+    ),
+    disk_full_now=Gauge(
+        "loupe_storage_disk_full_now",
+        "1 while the last flush failed for lack of space (updates wait unacknowledged), else 0.",
+    ),
+    bad_batches=Counter(
+        "loupe_storage_bad_batches",
+        "Batches in the writer's stream that cannot be applied (logged and skipped).",
+    ),
+    received_batches=Counter(
+        "loupe_storage_received_batches",
+        "Update batches the writer received from its JetStream consumer.",
+    ),
+    unacked_batches=Gauge(
+        "loupe_storage_unacked_batches",
+        "Batches received and not yet durable in every shard (unacknowledged in JetStream).",
+    ),
+    compactions=Counter(
+        "loupe_storage_compactions",
+        "Compaction merges (one Spark job each), by outcome (ok, lost, failed).",
+        ["outcome"],
+    ),
+    compaction_duration=Histogram(
+        "loupe_storage_compaction_duration_seconds",
+        "Time of one compaction merge: read the parts, Spark merge, compare-and-set.",
+        buckets=(0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0),
+    ),
+    retracted_rows=Counter(
+        "loupe_storage_retention_retractions",
+        "History rows retracted for being older than their collection's retention.",
+        ["collection"],
     ),
 )

@@ -15,7 +15,7 @@ whose column names clash (same name, different type) go to different groups.
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -138,6 +138,18 @@ class WriteGroup:
     # (name, pg type) of every data column of the group, in first-seen order.
     columns: tuple[tuple[str, str], ...]
 
+    def narrowed(self, collection_ids: Iterable[str]) -> WriteGroup:
+        """The group of just these collections, with just their columns.
+
+        A flush writes the narrowed group of the collections it has updates
+        for: every part still holds all of its shard's columns, and Spark does
+        not carry dozens of all-NULL columns of collections without updates.
+        """
+        wanted = set(collection_ids)
+        members = tuple(c for c in self.collections if c.id in wanted)
+        names = {name for c in members for name in c.column_names}
+        return WriteGroup(members, tuple(col for col in self.columns if col[0] in names))
+
     def spark_schema(self) -> Any:
         """The Spark schema of the group's job: wide columns, then time, diff, shard."""
         from pyspark.sql import types
@@ -150,32 +162,33 @@ class WriteGroup:
         ]
         return types.StructType(fields)
 
-    def arrow_table(
-        self,
-        updates: dict[str, Sequence[tuple[tuple[Any, ...], int]]],
-        timestamp: int,
-    ) -> pa.Table:
-        """The Arrow table of the rows to write, keyed by collection id, at ``timestamp``."""
-        tables = []
+    def wide_table(self, tables: Mapping[str, pa.Table], timestamp: int) -> pa.Table:
+        """The group's rows to write at ``timestamp``: per collection id, a table of its
+        columns (ingest types) and ``mz_diff``, widened to the group's columns.
+        """
+        wide = []
         for collection in self.collections:
-            rows = updates.get(collection.id)
-            if not rows:
+            table = tables.get(collection.id)
+            if table is None or table.num_rows == 0:
                 continue
-            count = len(rows)
-            own = {name: index for index, name in enumerate(collection.column_names)}
-            arrays = []
-            for name, kind in self.columns:
-                arrow = ingest_type(kind)
-                if name in own:
-                    index = own[name]
-                    arrays.append(pa.array([row[index] for row, _ in rows], type=arrow))
-                else:
-                    arrays.append(pa.nulls(count, type=arrow))
-            arrays.append(pa.array([timestamp] * count, type=pa.int64()))
-            arrays.append(pa.array([diff for _, diff in rows], type=pa.int64()))
-            arrays.append(pa.array([collection.shard_id] * count, type=pa.string()))
-            tables.append(pa.Table.from_arrays(arrays, names=self.names))
-        return pa.concat_tables(tables)
+            count = table.num_rows
+            own = set(collection.column_names)
+            arrays = [
+                table.column(name) if name in own else pa.nulls(count, type=ingest_type(kind))
+                for name, kind in self.columns
+            ]
+            arrays.append(pa.repeat(pa.scalar(timestamp, pa.int64()), count))
+            arrays.append(table.column(DIFF_COLUMN))
+            arrays.append(pa.repeat(pa.scalar(collection.shard_id, pa.string()), count))
+            wide.append(pa.Table.from_arrays(arrays, names=self.names))
+        if not wide:
+            return self.empty_table()
+        return pa.concat_tables(wide)
+
+    def empty_table(self) -> pa.Table:
+        types = [ingest_type(kind) for _, kind in self.columns]
+        types += [pa.int64(), pa.int64(), pa.string()]
+        return pa.schema(list(zip(self.names, types, strict=True))).empty_table()
 
     @property
     def names(self) -> list[str]:

@@ -1,63 +1,99 @@
 """The storage writer: the only writer of Loupe's builtin (storage-managed) collections.
 
-Updates are buffered per collection and written by periodic *flushes*. One
-flush:
+Input arrives through JetStream (``inbox.Inbox``): ``Controller.AppendUpdates``
+publishes its batch to the stream and waits until it is durable; the
+controller's own updates (replica statuses and metrics, ``stage``) are
+published from an outbox soon after they are staged. A durable pull
+consumer delivers the batches to the writer, which keeps them until a flush
+has made them durable in every shard, and only then acknowledges them.
 
-1. settles any compare-and-append left in doubt by an earlier flush (did its
-   part make it into the shard? then those updates are durable);
+One flush (in a worker thread, one at a time):
+
+1. reads every shard's state, and with it how far the writer's input is
+   applied to that shard: ``progress["storage-writer"]``, the last stream
+   sequence it holds (``wire.PROGRESS_KEY``);
 2. picks one timestamp ``ts = max(now_ms, every shard's upper)``;
-3. writes the buffered updates of every collection in ONE Spark job per write
-   group (``schema.WriteGroup``; all builtin collections form one group):
-   a part directory per shard under a fresh blob prefix, fsynced;
-4. compare-and-appends each collection's part (or nothing) from its upper to
-   ``ts + 1``, so all builtin collections share one upper.
+3. takes, per shard, the updates of the received batches past that shard's
+   progress (plus retractions of expired history rows, when due);
+4. writes them in ONE Spark job per write group (``schema.WriteGroup``), a
+   part directory per shard, fsynced;
+5. compare-and-appends each shard's part (or nothing) from its upper to
+   ``ts + 1`` with ``progress`` = the last sequence received, in the same
+   CAS, so all builtin collections share one upper;
+6. acknowledges the batches every shard now holds and answers their waiters.
 
-Parts are written before they are appended, so a shard never points at a
-missing part. Updates leave the buffer only once their append is known to
-have happened: a failed Spark write or a lost race (``UpperMismatch``) keeps
-them for the next flush, and a compare-and-append that failed in an unknown
-way is settled by reading the shard back before anything else is written, so
-an update is never lost and never appended twice. A collection whose write
-failed keeps its upper, so readers of "the latest complete time" never see a
-time at which its pending updates are missing.
+So whatever happens — a ``kill -9`` between any two steps, a Spark write
+that fails (disk full), a CAS that fails in an unknown way — the shards say
+exactly which batches they hold: nothing acknowledged is lost (JetStream
+keeps what is not acknowledged, and a restarted writer re-creates its
+consumer, which delivers all of that at once), and nothing is applied twice
+(each shard skips the batches at or below its own progress). A shard whose
+write failed keeps its upper, so readers of "the latest complete time" never
+see a time at which its pending updates are missing. A failed flush is
+simply retried at the next interval with everything still unacknowledged.
 
-The blocking work (Spark, consensus) runs in a worker thread under a mutex;
-the event loop only hands updates over and wakes waiters.
+``start`` returns only once the batches an earlier run left in the stream
+are applied, so what the controller reads back at start (replica statuses)
+includes them. Compaction and retention (``compaction``) run every
+``compaction_interval`` seconds in a thread of their own, concurrently with
+flushes: both change shards only by compare-and-set.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
+import errno
+import itertools
 import threading
 import time
-from collections import OrderedDict
-from collections.abc import Iterable, Sequence
+import uuid
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+import pyarrow as pa
 
 from loupe.builtins import BUILTIN_COLLECTIONS, BuiltinCollection
 from loupe.common.errors import LoupeError
 from loupe.common.logging import get_logger
+from loupe.controller.storage.compaction import (
+    CompactionPolicy,
+    CompactionResult,
+    Compactor,
+    delete_part,
+    expired_rows,
+)
+from loupe.controller.storage.inbox import Inbox, Received
 from loupe.controller.storage.metrics import METRICS, StorageWriterMetrics
+from loupe.controller.storage.parts import PartStore, SparkPartStore, part_size
 from loupe.controller.storage.schema import SHARD_COLUMN, WriteGroup, check_row, plan_write_groups
+from loupe.controller.storage.wire import (
+    PROGRESS_KEY,
+    STREAM_EPOCH_KEY,
+    BadBatch,
+    StreamConfig,
+    UnknownCollection,
+    Update,
+    decode_collections,
+    encode_batch,
+)
 from loupe.persist import Blob, Consensus, Part, Shard, ShardState, UpperMismatch, expand
-from loupe.persist.location import fsync_tree
+from loupe.proto.storage.v1 import storage_pb2
 
 log = get_logger(__name__)
 
 # Blob prefix of the flushes' output directories; each holds one
 # ``mz_shard=<id>`` directory (a part) per collection written.
 FLUSH_PREFIX = "_flushes"
-# How many recent append batch ids are remembered to drop replays.
-BATCH_MEMORY = 10_000
-# Flushes up to this many rows are written by one Spark task.
-SINGLE_TASK_ROWS = 100_000
 # Consecutive flushes retried at once (not after the interval) after losing a race.
 IMMEDIATE_RETRIES = 3
-
-Update = tuple[tuple[Any, ...], int]
+# Staged updates per outbox batch (a JetStream message is at most 1 MiB by default).
+OUTBOX_BATCH = 5_000
+# How long ``flush``/``stop`` wait for staged updates to reach the stream.
+OUTBOX_TIMEOUT_S = 10.0
+# How long start-up waits for the backlog of an earlier run to be applied.
+CATCH_UP_TIMEOUT_S = 120.0
 
 
 def _now_ms() -> int:
@@ -68,17 +104,24 @@ def _stopped_error() -> LoupeError:
     return LoupeError("UNAVAILABLE", "the storage writer stopped before the updates were durable")
 
 
-@dataclass(frozen=True)
-class _InDoubt:
-    """A part whose compare-and-append failed without saying whether it happened."""
-
-    part: Part
-    count: int  # updates at the head of the collection's buffer the part holds
+def is_disk_full(error: BaseException) -> bool:
+    """Whether ``error`` (or what caused it, Java included) is "no space left on device"."""
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, OSError) and current.errno in (errno.ENOSPC, errno.EDQUOT):
+            return True
+        text = str(current)
+        if "No space left on device" in text or "database or disk is full" in text:
+            return True
+        current = current.__cause__ or current.__context__
+    return False
 
 
 @dataclass
 class _Waiter:
-    targets: dict[str, int]  # collection id -> staged count that must become durable
+    seq: int  # stream sequence that must be durable in every shard
     future: asyncio.Future[int]
 
 
@@ -86,18 +129,22 @@ class _Waiter:
 class _FlushReport:
     timestamp: int = 0
     upper: int = 0
+    applied_through: int = 0
     failed_steps: int = 0
+    disk_full: bool = False
     retry_soon: bool = False
     rows: int = 0
     uppers: dict[str, int] = field(default_factory=dict)
 
 
 class StorageWriter:
-    """Buffers updates of builtin collections and writes them with Spark.
+    """Writes builtin collections from a JetStream stream with Spark (see the module docstring).
 
-    ``start()`` creates the shards and starts flushing every
-    ``flush_interval`` seconds; ``stage()`` buffers one update; ``append()``
-    buffers a batch, flushes at once and returns the upper once it is durable.
+    ``start()`` creates the shards and the stream, applies what an earlier
+    run left unapplied, and starts flushing every ``flush_interval`` seconds
+    and compacting every ``compaction_interval`` seconds. ``stage()`` queues
+    one update for the stream; ``append()`` publishes a batch, flushes at once
+    and returns the upper once it is durable.
     """
 
     def __init__(
@@ -105,65 +152,123 @@ class StorageWriter:
         spark: Any,
         blob: Blob,
         consensus: Consensus,
+        nc: Any,
+        *,
+        stream: StreamConfig | None = None,
         collections: Sequence[BuiltinCollection] = BUILTIN_COLLECTIONS,
         flush_interval: float = 1.0,
+        compaction_interval: float = 60.0,
+        compaction: CompactionPolicy | None = None,
+        part_store: PartStore | None = None,
+        max_buffered_rows: int = 2_000_000,
+        notify: Callable[[str, int], None] | None = None,
     ) -> None:
         self.metrics: StorageWriterMetrics = METRICS
-        self._spark = spark
         self._blob = blob
         self._collections = {c.id: c for c in collections}
-        self._shards = {c.id: Shard(c.shard_id, blob, consensus) for c in collections}
+        extra = {"notify": notify} if notify is not None else {}
+        self._shards = {c.id: Shard(c.shard_id, blob, consensus, **extra) for c in collections}
         self._groups: list[WriteGroup] = plan_write_groups(collections)
+        self._store: PartStore = part_store or SparkPartStore(spark)
+        self._compactor = Compactor(self._store, blob, compaction, self.metrics)
         self._flush_interval = flush_interval
-        # Buffers and counters are shared with the flush thread.
-        self._buffer_lock = threading.Lock()
-        self._buffers: dict[str, list[Update]] = {c.id: [] for c in collections}
-        self._staged = dict.fromkeys(self._collections, 0)
-        self._durable = dict.fromkeys(self._collections, 0)
-        self._in_doubt: dict[str, _InDoubt] = {}
+        self._compaction_interval = compaction_interval
+        self.stream = stream or StreamConfig()
+        self._inbox = Inbox(nc, self.stream, self._collections, max_buffered_rows=max_buffered_rows)
         # One flush at a time, even if the coroutine awaiting one was cancelled.
         self._flush_mutex = threading.Lock()
         self._upper = 0
+        self._applied_through = 0
+        # Parts whose compare-and-append failed without saying whether it happened.
+        self._in_doubt: dict[str, str] = {}
+        # Collections whose expired rows the next flush retracts.
+        self._retention_due: set[str] = set()
         self._waiters: list[_Waiter] = []
-        self._batches: OrderedDict[str, asyncio.Future[int]] = OrderedDict()
+        self._flush_wanted = 0
+        self._outbox: list[Update] = []
+        self._outbox_seq = 0
+        self._outbox_ids = (f"{uuid.uuid4().hex}-{n}" for n in itertools.count())
+        self._outbox_wake = asyncio.Event()
+        self._outbox_idle = asyncio.Event()
+        self._outbox_idle.set()
         self._wake = asyncio.Event()
-        self._task: asyncio.Task[None] | None = None
+        self._tasks: list[asyncio.Task[None]] = []
         self._stop_task: asyncio.Task[None] | None = None
+        self._started = False
         self._closing = False
 
     # -- lifecycle ---------------------------------------------------------------
 
     async def start(self) -> None:
-        """Create every shard that does not exist yet and start the flush loop."""
-        if self._task is not None:
+        """Create the shards and the stream, catch up with the stream, start the loops."""
+        if self._started:
             return
         if self._closing:
             raise _stopped_error()
-        await asyncio.to_thread(self._ensure_shards)
-        self._task = asyncio.create_task(self._run(), name="storage-writer-flush-loop")
+        self._started = True
+        epoch = await self._inbox.ensure_stream()
+        states = await asyncio.to_thread(self._ensure_shards)
+        start_after = min((self._progress(state, epoch) for state in states), default=0)
+        await self._inbox.open(start_after)
+        self._applied_through = start_after
+        self._tasks = [
+            asyncio.create_task(self._inbox.run(), name="storage-writer-inbox"),
+            asyncio.create_task(self._publish_outbox(), name="storage-writer-outbox"),
+            asyncio.create_task(self._run(), name="storage-writer-flush-loop"),
+            asyncio.create_task(self._compact_loop(), name="storage-writer-compaction"),
+        ]
+        await self._catch_up()
+
+    async def _catch_up(self) -> None:
+        """Apply every batch already in the stream, so readers start from all of it."""
+        backlog = await self._inbox.last_seq()
+        if backlog <= self._applied_through:
+            return
+        log.info("storage_writer_catching_up", from_seq=self._applied_through, to_seq=backlog)
+        deadline = time.monotonic() + CATCH_UP_TIMEOUT_S
+        while time.monotonic() < deadline:
+            await self._inbox.wait_received(backlog, timeout=1.0)
+            await self._flush_now()
+            if self._applied_through >= backlog:
+                break
+            everything_received = self._applied_through >= self._inbox.received_through
+            if everything_received and await self._inbox.undelivered() == 0:
+                break  # sequences never delivered (gone from the stream) hold nothing
+        log.info("storage_writer_caught_up", applied_through=self._applied_through)
 
     async def stop(self) -> None:
-        """Stop the loop after a final flush; fail waiters still not durable. Idempotent."""
+        """Stop after publishing staged updates and a final flush; fail waiters left. Idempotent."""
         if self._stop_task is None:
             self._stop_task = asyncio.create_task(self._stop())
         await asyncio.shield(self._stop_task)
 
     async def _stop(self) -> None:
+        if not self._started:
+            self._closing = True
+            return
+        try:
+            await asyncio.wait_for(self._drain_outbox(), OUTBOX_TIMEOUT_S)
+            await self.flush()
+        except Exception:
+            log.exception("storage_writer_final_flush_failed")
         self._closing = True
         self._wake.set()
-        if self._task is not None:
-            # Not cancelled: a flush in progress must finish its bookkeeping.
-            with contextlib.suppress(Exception):
-                await self._task
-            try:
-                await self.flush()
-            except Exception:
-                log.exception("storage_writer_final_flush_failed")
+        self._outbox_wake.set()
+        await self._inbox.close()
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        # A flush thread still running must finish its bookkeeping first.
+        await asyncio.to_thread(self._flush_mutex.acquire)
+        self._flush_mutex.release()
         self._fail_waiters(_stopped_error())
-        with self._buffer_lock:
-            left = {cid: len(buf) for cid, buf in self._buffers.items() if buf}
-        if left:
-            log.warning("storage_writer_stopped_with_buffered_updates", buffered=left)
+        left = self._inbox.pending()
+        if left or self._outbox:
+            log.warning(
+                "storage_writer_stopped_with_unwritten_updates",
+                unacknowledged_batches=len(left),
+                unpublished_updates=len(self._outbox),
+            )
 
     # -- public API --------------------------------------------------------------
 
@@ -172,8 +277,13 @@ class StorageWriter:
         """The shared upper of the builtin collections (the least, while a write fails)."""
         return self._upper
 
+    @property
+    def applied_through(self) -> int:
+        """The last stream sequence durable in every shard."""
+        return self._applied_through
+
     def stage(self, collection_id: str, row: tuple[Any, ...], diff: int) -> None:
-        """Buffer one update; it is written at the next flush.
+        """Queue one update for the stream; it is written at a flush soon after.
 
         ``row`` holds Python values in column order: str, int, float, bool,
         tz-aware datetime (timestamptz), datetime.timedelta (interval) or None.
@@ -182,44 +292,74 @@ class StorageWriter:
         if self._closing:
             raise _stopped_error()
         update = self._validate(collection_id, row, diff)
-        self._stage_all([update])
+        if diff == 0:
+            return
+        self._outbox.append(update)
+        self._outbox_idle.clear()
+        self._outbox_wake.set()
 
-    async def append(
-        self, batch_id: str, updates: Iterable[tuple[str, tuple[Any, ...], int]]
-    ) -> int:
-        """Buffer ``(collection_id, row, diff)`` updates, flush now, return the upper once durable.
+    async def append(self, batch_id: str, updates: Iterable[Update]) -> int:
+        """Publish ``(collection_id, row, diff)`` updates as one batch, flush now, and
+        return the upper once they are durable.
 
-        A ``batch_id`` seen recently is not applied again: the call waits for
-        (or returns) the first one's outcome.
+        A ``batch_id`` JetStream has seen within its duplicate window is not
+        stored again: the call waits for the first one's batch instead.
         """
+        self._check_running()
+        batch = encode_batch(batch_id, [self._validate(*update) for update in updates])
+        return await self._publish_and_wait(batch)
+
+    async def append_collections(
+        self, batch_id: str, collections: Sequence[storage_pb2.CollectionUpdates]
+    ) -> int:
+        """``append`` for updates in wire form (``Controller.AppendUpdates``), rows or columnar.
+
+        They are checked with the writer's own decoder first, so the stream
+        only ever holds batches the writer can apply, then published as they
+        came. Raises ``LoupeError`` NOT_FOUND for an unknown collection and
+        INVALID_ARGUMENT for updates that do not fit their collection.
+        """
+        self._check_running()
+        try:
+            decode_collections(collections, self._collections)
+        except UnknownCollection as error:
+            raise LoupeError("NOT_FOUND", str(error)) from None
+        except BadBatch as error:
+            raise LoupeError("INVALID_ARGUMENT", str(error)) from None
+        batch = storage_pb2.UpdateBatch(batch_id=batch_id, collections=collections)
+        return await self._publish_and_wait(batch)
+
+    def _check_running(self) -> None:
         if self._closing:
             raise _stopped_error()
-        if self._task is None:
+        if not self._started:
             raise LoupeError("FAILED_PRECONDITION", "the storage writer is not started")
-        known = self._batches.get(batch_id)
-        if known is not None:
+
+    async def _publish_and_wait(self, batch: storage_pb2.UpdateBatch) -> int:
+        try:
+            ack = await self._inbox.publish(batch)
+        except Exception as error:
+            raise LoupeError(
+                "UNAVAILABLE",
+                f"cannot store the batch in JetStream: {error or type(error).__name__}",
+            ) from None
+        if ack.duplicate:
             self.metrics.replayed_batches.inc()
-            return await asyncio.shield(known)
-        checked = [self._validate(cid, row, diff) for cid, row, diff in updates]
-        future: asyncio.Future[int] = asyncio.get_running_loop().create_future()
-        # Retrieve the outcome even if every caller went away, so it is never "unretrieved".
-        future.add_done_callback(lambda done: done.cancelled() or done.exception())
-        self._batches[batch_id] = future
-        while len(self._batches) > BATCH_MEMORY:
-            self._batches.popitem(last=False)
-        targets = self._stage_all(checked)
-        if targets:
-            self._waiters.append(_Waiter(targets, future))
-            self._wake.set()
-        else:
-            future.set_result(self._upper)
-        return await asyncio.shield(future)
+        return await self._durable(ack.seq)
 
     async def flush(self) -> int:
-        """Flush now (waiting for a flush in progress first); return the upper."""
-        report = await asyncio.to_thread(self._flush)
-        self._settle_waiters(report)
+        """Flush now everything staged or published so far; return the upper."""
+        seq = await asyncio.wait_for(self._drain_outbox(), OUTBOX_TIMEOUT_S)
+        await self._inbox.wait_received(max(seq, self._flush_wanted), timeout=OUTBOX_TIMEOUT_S)
+        await self._flush_now()
         return self._upper
+
+    async def compact(self) -> list[CompactionResult]:
+        """Retract expired history rows (one flush), then compact every collection now."""
+        self._retention_due |= {c.id for c in self._collections.values() if c.expire_by}
+        if self._retention_due:
+            await self._flush_now()
+        return await asyncio.to_thread(self._compact_all)
 
     def snapshot(self, collection_id: str) -> list[tuple[Any, ...]]:
         """The collection's current contents, one tuple per row (repeated by multiplicity)."""
@@ -231,7 +371,7 @@ class StorageWriter:
         columns = [table.column(name).to_pylist() for name in collection.column_names]
         return list(zip(*columns, strict=True))
 
-    # -- staging -----------------------------------------------------------------
+    # -- staging and publishing ----------------------------------------------------
 
     def _collection(self, collection_id: str) -> BuiltinCollection:
         try:
@@ -241,7 +381,7 @@ class StorageWriter:
                 "INVALID_ARGUMENT", f"{collection_id!r} is not a collection of the storage writer"
             ) from None
 
-    def _validate(self, collection_id: str, row: Sequence[Any], diff: int) -> tuple[str, Update]:
+    def _validate(self, collection_id: str, row: Sequence[Any], diff: int) -> Update:
         collection = self._collection(collection_id)
         try:
             check_row(collection, row)
@@ -249,21 +389,56 @@ class StorageWriter:
             raise LoupeError("INVALID_ARGUMENT", str(error)) from None
         if not isinstance(diff, int) or isinstance(diff, bool):
             raise LoupeError("INVALID_ARGUMENT", f"diff must be an integer, got {diff!r}")
-        return collection_id, (tuple(row), diff)
+        return collection_id, tuple(row), diff
 
-    def _stage_all(self, updates: list[tuple[str, Update]]) -> dict[str, int]:
-        """Buffer updates atomically (one flush takes all or none of them)."""
-        targets: dict[str, int] = {}
-        with self._buffer_lock:
-            for collection_id, update in updates:
-                if update[1] == 0:
-                    continue
-                self._buffers[collection_id].append(update)
-                self._staged[collection_id] += 1
-                targets[collection_id] = self._staged[collection_id]
-        return targets
+    async def _publish_outbox(self) -> None:
+        """Publish staged updates in order, each batch retried under its id until stored."""
+        while not self._closing:
+            if not self._outbox:
+                self._outbox_idle.set()
+                self._outbox_wake.clear()
+                await self._outbox_wake.wait()
+                continue
+            updates = self._outbox[:OUTBOX_BATCH]
+            batch = encode_batch(next(self._outbox_ids), updates)
+            delay = 0.05
+            while True:
+                try:
+                    ack = await self._inbox.publish(batch)
+                    break
+                except Exception as error:
+                    if self._closing:
+                        return
+                    log.warning(
+                        "storage_outbox_publish_failed", error=str(error) or type(error).__name__
+                    )
+                    await asyncio.sleep(delay)
+                    delay = min(delay * 2, 1.0)
+            del self._outbox[: len(updates)]
+            self._outbox_seq = max(self._outbox_seq, ack.seq)
 
-    # -- the flush loop ----------------------------------------------------------
+    async def _drain_outbox(self) -> int:
+        """Wait until every staged update is in the stream; the last sequence it got."""
+        if self._outbox:
+            self._outbox_wake.set()
+            await self._outbox_idle.wait()
+        return self._outbox_seq
+
+    async def _durable(self, seq: int) -> int:
+        """Flush soon and wait until stream sequence ``seq`` is in every shard; the upper."""
+        if seq <= self._applied_through:
+            return self._upper
+        if self._closing:
+            raise _stopped_error()  # stop has failed the waiters already: none would answer
+        future: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        # Retrieve the outcome even if every caller went away, so it is never "unretrieved".
+        future.add_done_callback(lambda done: done.cancelled() or done.exception())
+        self._waiters.append(_Waiter(seq, future))
+        self._flush_wanted = max(self._flush_wanted, seq)
+        self._wake.set()
+        return await asyncio.shield(future)
+
+    # -- the loops -------------------------------------------------------------------
 
     async def _run(self) -> None:
         retries = 0
@@ -273,27 +448,59 @@ class StorageWriter:
             if self._closing:
                 return
             self._wake.clear()
+            if self._flush_wanted > self._inbox.received_through:
+                # An append is in the stream: let the consumer bring it first.
+                await self._inbox.wait_received(self._flush_wanted, self._flush_interval)
             try:
-                report = await asyncio.to_thread(self._flush)
+                report = await self._flush_now()
             except Exception:
                 log.exception("storage_flush_crashed")
                 continue
-            self._settle_waiters(report)
             if report.retry_soon and retries < IMMEDIATE_RETRIES:
                 retries += 1
                 self._wake.set()
             else:
                 retries = 0
 
-    def _settle_waiters(self, report: _FlushReport) -> None:
-        with self._buffer_lock:
-            durable = dict(self._durable)
+    async def _flush_now(self) -> _FlushReport:
+        report = await asyncio.to_thread(self._flush)
+        acknowledged = await self._inbox.acknowledge(report.applied_through)
+        if acknowledged:
+            log.debug("storage_batches_acknowledged", count=acknowledged)
+        self._settle_waiters()
+        return report
+
+    async def _compact_loop(self) -> None:
+        while not self._closing:
+            await asyncio.sleep(self._compaction_interval)
+            if self._closing:
+                return
+            try:
+                results = await self.compact()
+            except Exception:
+                log.exception("storage_compaction_crashed")
+                continue
+            merged = [r for r in results if r.merges]
+            if merged:
+                log.info(
+                    "storage_compaction_done",
+                    shards=len(merged),
+                    seconds=round(sum(r.seconds for r in results), 3),
+                )
+
+    def _compact_all(self) -> list[CompactionResult]:
+        return [
+            self._compactor.compact(self._shards[cid], collection)
+            for cid, collection in self._collections.items()
+        ]
+
+    def _settle_waiters(self) -> None:
         pending = []
         for waiter in self._waiters:
             if waiter.future.done():
                 continue
-            if all(durable[cid] >= count for cid, count in waiter.targets.items()):
-                waiter.future.set_result(max(report.timestamp + 1, self._upper))
+            if waiter.seq <= self._applied_through:
+                waiter.future.set_result(self._upper)
             else:
                 pending.append(waiter)
         self._waiters = pending
@@ -306,8 +513,8 @@ class StorageWriter:
 
     # -- one flush (worker thread) -----------------------------------------------
 
-    def _ensure_shards(self) -> None:
-        uppers = []
+    def _ensure_shards(self) -> list[ShardState]:
+        states = []
         for collection_id, shard in self._shards.items():
             columns = list(self._collections[collection_id].columns)
             state = shard.ensure(columns)
@@ -318,92 +525,124 @@ class StorageWriter:
                     stored=state.columns,
                     expected=columns,
                 )
-            uppers.append(state.upper)
-        self._upper = min(uppers, default=0)
+            states.append(state)
+        self._upper = min((state.upper for state in states), default=0)
+        return states
+
+    def _progress(self, state: ShardState, epoch: int | None = None) -> int:
+        """The last stream sequence ``state`` holds (0 if it counts in another stream)."""
+        epoch = self._inbox.epoch if epoch is None else epoch
+        if state.progress.get(STREAM_EPOCH_KEY, 0) != epoch:
+            return 0
+        return state.progress.get(PROGRESS_KEY, 0)
 
     def _flush(self) -> _FlushReport:
         with self._flush_mutex:
             started = time.monotonic()
-            report = _FlushReport()
+            report = _FlushReport(applied_through=self._applied_through)
+            received = self._inbox.pending()
             try:
-                self._settle_in_doubt()
                 states = {cid: shard.state() for cid, shard in self._shards.items()}
-            except Exception:
-                log.exception("storage_flush_cannot_read_shards")
-                self.metrics.failures.labels("state").inc()
+                self._settle_in_doubt(states)
+            except Exception as error:
+                self._failed("state", error, report, "storage_flush_cannot_read_shards")
                 self.metrics.flushes.labels("failed").inc()
-                report.failed_steps += 1
                 return report
+            progress = {cid: self._progress(state) for cid, state in states.items()}
+            cut = received[-1].seq if received else 0
             timestamp = max([_now_ms(), *(state.upper for state in states.values())])
             report.timestamp = timestamp
-            with self._buffer_lock:
-                taken = {
-                    cid: list(buffer)
-                    for cid, buffer in self._buffers.items()
-                    if buffer and cid not in self._in_doubt
-                }
-            parts = self._write_parts(taken, timestamp, report)
+            tables = self._take(received, progress)
+            retracting = self._add_retractions(tables, states)
+            parts = self._write_parts(tables, timestamp, report)
             for cid, shard in self._shards.items():
-                if cid in self._in_doubt or (cid in taken and cid not in parts):
-                    continue  # still unsettled, or its write failed: hold its upper back
-                self._append(shard, states[cid], parts.get(cid), timestamp, report)
+                if cid in tables and cid not in parts:
+                    continue  # its write failed: hold its upper (and progress) back
+                applied = max(progress[cid], cut)
+                if self._append(shard, states[cid], parts.get(cid), timestamp, applied, report):
+                    progress[cid] = applied
+                    if cid in retracting:
+                        self._retention_due.discard(cid)
             self._upper = min(
                 (report.uppers.get(cid, state.upper) for cid, state in states.items()), default=0
             )
+            self._applied_through = max(self._applied_through, min(progress.values(), default=0))
             report.upper = self._upper
+            report.applied_through = self._applied_through
+            if not report.disk_full:
+                self.metrics.disk_full_now.set(0)
             self.metrics.flush_duration.observe(time.monotonic() - started)
             self.metrics.flushes.labels("partial" if report.failed_steps else "ok").inc()
             return report
 
+    def _take(
+        self, received: Sequence[Received], progress: Mapping[str, int]
+    ) -> dict[str, pa.Table]:
+        """Per collection, the received updates its shard does not hold yet."""
+        chunks: dict[str, list[pa.Table]] = {}
+        for batch in received:
+            for cid, table in batch.tables.items():
+                if batch.seq > progress.get(cid, 0):
+                    chunks.setdefault(cid, []).append(table)
+        return {cid: pa.concat_tables(tables) for cid, tables in chunks.items()}
+
+    def _add_retractions(
+        self, tables: dict[str, pa.Table], states: Mapping[str, ShardState]
+    ) -> set[str]:
+        """Add retractions of expired history rows to ``tables``; the collections due."""
+        due = set(self._retention_due)
+        now = _now_ms()
+        for cid in due:
+            try:
+                retractions = expired_rows(self._shards[cid], self._collections[cid], now)
+            except Exception:
+                log.exception("storage_retention_failed", shard=cid)
+                continue
+            if retractions is None:
+                continue
+            self.metrics.retracted_rows.labels(cid).inc(retractions.num_rows)
+            log.info("storage_retracting_expired_rows", shard=cid, rows=retractions.num_rows)
+            if cid in tables:
+                retractions = retractions.cast(tables[cid].schema)
+                tables[cid] = pa.concat_tables([tables[cid], retractions])
+            else:
+                tables[cid] = retractions
+        return due
+
     def _write_parts(
-        self, taken: dict[str, list[Update]], timestamp: int, report: _FlushReport
+        self, tables: dict[str, pa.Table], timestamp: int, report: _FlushReport
     ) -> dict[str, Part]:
-        """Write every group's taken updates with one Spark job each; the parts by collection."""
+        """Write every group's updates with one job each; the parts by collection."""
         parts: dict[str, Part] = {}
         for group in self._groups:
-            updates = {c.id: taken[c.id] for c in group.collections if c.id in taken}
+            updates = {c.id: tables[c.id] for c in group.collections if c.id in tables}
             if not updates:
                 continue
             root = self._blob.new_key(FLUSH_PREFIX, suffix="")
             try:
-                self._spark_write(group, updates, timestamp, self._blob.path(root))
+                self._store.write_flush(group, updates, timestamp, self._blob.path(root))
+                if self._store.name == "spark":
+                    self.metrics.spark_jobs.inc()
                 written = {}
-                for cid, rows in updates.items():
+                for cid, table in updates.items():
                     key = f"{root}/{SHARD_COLUMN}={self._collections[cid].shard_id}"
                     if not self._blob.exists(key):
-                        raise RuntimeError(f"Spark wrote no part at {key}")
-                    path = self._blob.path(key)
-                    written[cid] = Part(key, timestamp, timestamp + 1, len(rows), _size(path))
-            except Exception:
-                log.exception(
-                    "storage_flush_write_failed", collections=sorted(updates), timestamp=timestamp
+                        raise RuntimeError(f"the {self._store.name} job wrote no part at {key}")
+                    size = part_size(self._blob.path(key))
+                    written[cid] = Part(key, timestamp, timestamp + 1, table.num_rows, size)
+            except Exception as error:
+                self._failed(
+                    "spark_write",
+                    error,
+                    report,
+                    "storage_flush_write_failed",
+                    collections=sorted(updates),
+                    timestamp=timestamp,
                 )
-                self.metrics.failures.labels("spark_write").inc()
-                report.failed_steps += 1
-                self._delete_quietly(root)
+                self._delete_quietly(root, part=False)
                 continue
             parts.update(written)
         return parts
-
-    def _spark_write(
-        self,
-        group: WriteGroup,
-        updates: dict[str, list[Update]],
-        timestamp: int,
-        path: str,
-    ) -> None:
-        table = group.arrow_table(updates, timestamp)
-        frame = self._spark.createDataFrame(table, schema=group.spark_schema())
-        # One file per part: a single task for the usual small flush (no shuffle,
-        # measured ~100 ms faster), one task per shard for a large one.
-        if table.num_rows <= SINGLE_TASK_ROWS:
-            frame = frame.coalesce(1)
-        else:
-            frame = frame.repartition(SHARD_COLUMN)
-        frame.write.partitionBy(SHARD_COLUMN).parquet(path)
-        self.metrics.spark_jobs.inc()
-        # Spark does not fsync; the parts must survive a crash once appended.
-        fsync_tree(path)
 
     def _append(
         self,
@@ -411,74 +650,80 @@ class StorageWriter:
         state: ShardState,
         part: Part | None,
         timestamp: int,
+        applied: int,
         report: _FlushReport,
-    ) -> None:
+    ) -> bool:
         cid = shard.shard_id
+        progress = {PROGRESS_KEY: applied, STREAM_EPOCH_KEY: self._inbox.epoch}
         try:
             new_state = shard.compare_and_append(
-                [part] if part else [], expected_upper=state.upper, new_upper=timestamp + 1
+                [part] if part else [],
+                expected_upper=state.upper,
+                new_upper=timestamp + 1,
+                progress=progress,
             )
         except UpperMismatch as mismatch:
             # Another writer moved the upper: nothing of ours went in; rewrite next time.
             log.warning("storage_flush_lost_race", shard=cid, error=str(mismatch))
             self.metrics.failures.labels("upper_mismatch").inc()
             report.failed_steps += 1
-            report.retry_soon = report.retry_soon or part is not None
+            report.retry_soon = True
             if part is not None:
                 self._delete_quietly(part.key)
-            return
-        except Exception:
-            log.exception("storage_flush_append_failed", shard=cid)
-            self.metrics.failures.labels("append").inc()
-            report.failed_steps += 1
+            return False
+        except Exception as error:
+            # In doubt: the next flush reads the shard's progress to know.
+            self._failed("append", error, report, "storage_flush_append_failed", shard=cid)
             if part is not None:
-                self._in_doubt[cid] = _InDoubt(part, part.rows)
-                with contextlib.suppress(Exception):
-                    self._settle_in_doubt()
-            return
+                self._in_doubt[cid] = part.key
+            return False
         report.uppers[cid] = new_state.upper
         if part is not None:
-            self._mark_durable(cid, part.rows)
             report.rows += part.rows
             self.metrics.rows_written.labels(cid).inc(part.rows)
+        return True
 
-    def _settle_in_doubt(self) -> None:
-        """Decide every in-doubt append by reading its shard: is the part in it?
+    def _settle_in_doubt(self, states: Mapping[str, ShardState]) -> None:
+        """Delete the parts of in-doubt appends that did not happen (garbage otherwise).
 
-        Runs before anything else is written to the shard, and a part is only
-        merged away by compaction long after, so "not in the parts" means
-        "never appended".
+        Whether their updates are in is already told by the shard's progress.
         """
-        for cid, doubt in list(self._in_doubt.items()):
-            state = self._shards[cid].state()
-            if any(part.key == doubt.part.key for part in state.parts):
-                self._mark_durable(cid, doubt.count)
-                self.metrics.rows_written.labels(cid).inc(doubt.count)
-                log.info("storage_append_in_doubt_happened", shard=cid, key=doubt.part.key)
+        for cid, key in list(self._in_doubt.items()):
+            if not any(part.key == key for part in states[cid].parts):
+                self._delete_quietly(key)
+                log.info("storage_append_in_doubt_did_not_happen", shard=cid, key=key)
             else:
-                self._delete_quietly(doubt.part.key)
-                log.info("storage_append_in_doubt_did_not_happen", shard=cid, key=doubt.part.key)
+                log.info("storage_append_in_doubt_happened", shard=cid, key=key)
             del self._in_doubt[cid]
 
-    def _mark_durable(self, collection_id: str, count: int) -> None:
-        with self._buffer_lock:
-            del self._buffers[collection_id][:count]
-            self._durable[collection_id] += count
+    def _failed(
+        self, kind: str, error: BaseException, report: _FlushReport, event: str, **context: Any
+    ) -> None:
+        report.failed_steps += 1
+        self.metrics.failures.labels(kind).inc()
+        if is_disk_full(error):
+            report.disk_full = True
+            self.metrics.disk_full.inc()
+            self.metrics.disk_full_now.set(1)
+            log.error(
+                "storage_disk_full",
+                step=kind,
+                blob=self._blob.uri,
+                message=(
+                    "no space left on device: the updates stay unacknowledged in JetStream"
+                    " and are written once there is space again"
+                ),
+                **context,
+            )
+        else:
+            log.exception(event, **context, exc_info=error)
 
-    def _delete_quietly(self, key: str) -> None:
+    def _delete_quietly(self, key: str, *, part: bool = True) -> None:
         """Remove an output no shard refers to; a leftover is garbage, not an error."""
         try:
-            self._blob.delete(key)
+            if part:
+                delete_part(self._blob, key)
+            else:
+                self._blob.delete(key)
         except Exception:
             log.warning("storage_orphan_not_deleted", key=key)
-
-
-def _size(path: str) -> int:
-    """Bytes of the data files of a local part directory (0 when not local)."""
-    if not os.path.isdir(path):
-        return 0
-    return sum(
-        entry.stat().st_size
-        for entry in os.scandir(path)
-        if entry.is_file() and not entry.name.startswith((".", "_"))
-    )

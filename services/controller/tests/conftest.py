@@ -24,8 +24,10 @@ import pyarrow as pa
 import pytest
 
 from loupe.builtins import BUILTIN_COLLECTIONS, BuiltinCollection
+from loupe.common.errors import LoupeError
 from loupe.controller.compute import ComputeController
 from loupe.controller.orchestrators.base import Orchestrator, ReplicaEvent, ReplicaSpec
+from loupe.controller.storage.wire import BadBatch, UnknownCollection, decode_collections
 from loupe.persist import DIFF_COLUMN, TIMESTAMP_COLUMN, Blob, Consensus, Shard, expand
 from loupe.persist.location import default_uris, open_location
 from loupe.persist.shard import arrow_schema
@@ -104,6 +106,21 @@ class ArrowStorageWriter:
             for collection_id, row, diff in updates:
                 self.stage(collection_id, row, diff)
         return await self.flush()
+
+    async def append_collections(self, batch_id: str, collections: Sequence[Any]) -> int:
+        """``append`` for wire updates, checked like the real writer checks them."""
+        try:
+            tables = decode_collections(collections, self._collections)
+        except UnknownCollection as error:
+            raise LoupeError("NOT_FOUND", str(error)) from None
+        except BadBatch as error:
+            raise LoupeError("INVALID_ARGUMENT", str(error)) from None
+        updates = []
+        for collection_id, table in tables.items():
+            names = self._collections[collection_id].column_names
+            for row in table.to_pylist():
+                updates.append((collection_id, tuple(row[n] for n in names), row[DIFF_COLUMN]))
+        return await self.append(batch_id, updates)
 
     def snapshot(self, collection_id: str) -> list[tuple[Any, ...]]:
         shard = self._shards[collection_id]

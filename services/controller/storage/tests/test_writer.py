@@ -1,4 +1,4 @@
-"""The storage writer against real Spark, a real blob directory and real SQLite consensus."""
+"""The storage writer against real Spark, JetStream, a blob directory and SQLite consensus."""
 
 from __future__ import annotations
 
@@ -6,8 +6,7 @@ import asyncio
 import contextlib
 import datetime as dt
 import os
-from collections.abc import AsyncIterator, Iterator
-from pathlib import Path
+from collections.abc import Iterator
 from typing import Any
 
 import pyarrow as pa
@@ -16,65 +15,30 @@ from prometheus_client import REGISTRY
 
 from loupe.builtins import (
     BUILTIN_COLLECTIONS,
+    MZ_AUDIT_EVENTS,
     MZ_CLUSTER_REPLICA_STATUSES,
     MZ_CLUSTER_REPLICAS,
     MZ_CLUSTERS,
 )
 from loupe.common.errors import LoupeError
-from loupe.controller.storage import StorageWriter
-from loupe.persist import Consensus, LocalBlob, Shard, SqliteConsensus
+from loupe.controller.storage import (
+    PROGRESS_KEY,
+    STREAM_EPOCH_KEY,
+    StorageWriter,
+    StreamConfig,
+    decode_batch,
+    encode_batch,
+)
+from loupe.controller.storage.wire import encode_arrow
+from loupe.persist import Consensus, LocalBlob, Shard
 from loupe.proto.storage.v1 import storage_pb2
+from loupe.testing import assert_eventually
+
+pytestmark = [pytest.mark.spark]
 
 UTC = dt.UTC
 CLUSTER = ("u1", "quickstart", "u1", True, "1", 1, dt.timedelta(seconds=1), False)
 REPLICA = ("u1", "r1", "u1", "1", "u1")
-
-
-class FaultyConsensus(Consensus):
-    """A real SQLite consensus that fails one chosen compare-and-set per armed key."""
-
-    def __init__(self, inner: SqliteConsensus) -> None:
-        self.inner = inner
-        self.uri = inner.uri
-        self.faults: dict[str, str] = {}
-
-    def head(self, key: str) -> tuple[int, bytes] | None:
-        return self.inner.head(key)
-
-    def compare_and_set(self, key: str, expected: int | None, value: bytes) -> bool:
-        fault = self.faults.pop(key, None)
-        if fault == "fail_before_commit":
-            raise ConnectionError("consensus unreachable")
-        if fault == "fail_after_commit":
-            self.inner.compare_and_set(key, expected, value)
-            raise ConnectionError("connection lost after the commit")
-        if fault == "another_writer_first":
-            seqno, raw = self.inner.head(key) or (0, b"")
-            state = storage_pb2.ShardState.FromString(raw)
-            state.upper += 1000
-            assert self.inner.compare_and_set(key, seqno, state.SerializeToString())
-        return self.inner.compare_and_set(key, expected, value)
-
-
-@pytest.fixture
-def blob(data_dir: Path) -> LocalBlob:
-    return LocalBlob(data_dir / "storage" / "blob")
-
-
-@pytest.fixture
-def consensus(data_dir: Path) -> FaultyConsensus:
-    return FaultyConsensus(SqliteConsensus(data_dir / "storage" / "consensus.sqlite"))
-
-
-@pytest.fixture
-async def writer(
-    spark: Any, blob: LocalBlob, consensus: FaultyConsensus
-) -> AsyncIterator[StorageWriter]:
-    # A long interval: flushes happen only when a test asks (flush/append).
-    writer = StorageWriter(spark, blob, consensus, flush_interval=3600)
-    await writer.start()
-    yield writer
-    await writer.stop()
 
 
 @contextlib.contextmanager
@@ -94,12 +58,24 @@ def uppers(blob: LocalBlob, consensus: Consensus) -> set[int]:
     return {Shard(c.shard_id, blob, consensus).upper for c in BUILTIN_COLLECTIONS}
 
 
-def spark_jobs() -> float:
-    return REGISTRY.get_sample_value("loupe_storage_spark_writes_total") or 0.0
+def metric(name: str) -> float:
+    return REGISTRY.get_sample_value(name) or 0.0
 
 
 def parts(blob: LocalBlob, consensus: Consensus, shard_id: str) -> int:
     return len(Shard(shard_id, blob, consensus).state().parts)
+
+
+async def unacknowledged(nats_connection: Any, stream: StreamConfig) -> int:
+    info = await nats_connection.jetstream().consumer_info(stream.name, stream.consumer)
+    return int(info.num_ack_pending) + int(info.num_pending)
+
+
+def all_acknowledged(nats_connection: Any, stream: StreamConfig) -> Any:
+    async def check() -> None:
+        assert await unacknowledged(nats_connection, stream) == 0
+
+    return check
 
 
 async def test_start_creates_every_shard_with_its_columns(
@@ -120,10 +96,10 @@ async def test_staged_rows_are_visible_with_their_types(
     status = ("u1", 0, "online", None, at, 2**40)
     writer.stage(MZ_CLUSTERS.id, CLUSTER, 1)
     writer.stage(MZ_CLUSTER_REPLICA_STATUSES.id, status, 1)
-    jobs = spark_jobs()
+    jobs = metric("loupe_storage_spark_writes_total")
     await writer.flush()
 
-    assert spark_jobs() == jobs + 1, "both collections in one Spark job"
+    assert metric("loupe_storage_spark_writes_total") == jobs + 1, "both in one Spark job"
     assert writer.snapshot(MZ_CLUSTERS.id) == [CLUSTER]
     (row,) = writer.snapshot(MZ_CLUSTER_REPLICA_STATUSES.id)
     assert row == status
@@ -162,23 +138,72 @@ async def test_every_collection_shares_the_upper_after_a_flush(
     assert len(uppers(blob, consensus)) == 1
 
 
+async def test_every_shard_records_the_stream_sequence_it_holds(
+    writer: StorageWriter,
+    blob: LocalBlob,
+    consensus: Consensus,
+    nats_connection: Any,
+    stream: StreamConfig,
+) -> None:
+    """After a flush each shard's progress is the last stream sequence; the batches are acked."""
+    writer.stage(MZ_CLUSTERS.id, CLUSTER, 1)
+    writer.stage(MZ_AUDIT_EVENTS.id, (1, "create", "cluster", "{}", None, None), 1)
+    await writer.flush()
+    last = (await nats_connection.jetstream().stream_info(stream.name)).state.last_seq
+    assert last >= 1
+    for collection in BUILTIN_COLLECTIONS:
+        progress = Shard(collection.shard_id, blob, consensus).state().progress
+        assert progress[PROGRESS_KEY] == last
+        assert progress[STREAM_EPOCH_KEY] > 0
+    assert writer.applied_through == last
+    await assert_eventually(all_acknowledged(nats_connection, stream))
+
+
 async def test_append_is_durable_on_return_and_a_replayed_batch_applies_once(
     writer: StorageWriter, blob: LocalBlob, consensus: Consensus
 ) -> None:
     """append returns once the rows are in the shard; the same batch id is not applied twice."""
     batch = [(MZ_CLUSTERS.id, CLUSTER, 1), (MZ_CLUSTER_REPLICAS.id, REPLICA, 1)]
+    replays = metric("loupe_storage_replayed_batches_total")
     first, replay_while_pending = await asyncio.gather(
         writer.append("batch-1", batch), writer.append("batch-1", batch)
     )
-    assert first == replay_while_pending
-    shard = Shard(MZ_CLUSTER_REPLICAS.id, blob, consensus)
-    assert shard.upper >= first
+    assert metric("loupe_storage_replayed_batches_total") == replays + 1
+    assert Shard(MZ_CLUSTER_REPLICAS.id, blob, consensus).upper >= max(first, replay_while_pending)
     assert writer.snapshot(MZ_CLUSTER_REPLICAS.id) == [REPLICA]
 
-    assert await writer.append("batch-1", batch) == first
+    await writer.append("batch-1", batch)
     await writer.flush()
     assert writer.snapshot(MZ_CLUSTERS.id) == [CLUSTER]
     assert writer.snapshot(MZ_CLUSTER_REPLICAS.id) == [REPLICA]
+
+
+async def test_wire_updates_are_checked_then_published_as_they_came(
+    writer: StorageWriter, nats_connection: Any, stream: StreamConfig
+) -> None:
+    """AppendUpdates' path: rows and columnar updates land; refused ones never reach the stream."""
+    status = ("u1", 0, "online", None, dt.datetime(2024, 1, 1, tzinfo=UTC), 1)
+    rows = encode_batch("w1", [(MZ_CLUSTERS.id, CLUSTER, 1)]).collections[0]
+    columns = decode_batch(
+        encode_batch("x", [(MZ_CLUSTER_REPLICA_STATUSES.id, status, 1)]).SerializeToString(),
+        {c.id: c for c in BUILTIN_COLLECTIONS},
+    )[1][MZ_CLUSTER_REPLICA_STATUSES.id]
+    columnar = encode_arrow(MZ_CLUSTER_REPLICA_STATUSES.id, columns)
+    await writer.append_collections("w1", [rows, columnar])
+    assert writer.snapshot(MZ_CLUSTERS.id) == [CLUSTER]
+    assert writer.snapshot(MZ_CLUSTER_REPLICA_STATUSES.id) == [status]
+
+    stored = (await nats_connection.jetstream().stream_info(stream.name)).state.last_seq
+    unknown = storage_pb2.CollectionUpdates(collection_id="s999")
+    with pytest.raises(LoupeError) as raised:
+        await writer.append_collections("w2", [unknown])
+    assert raised.value.code == "NOT_FOUND"
+    short = encode_batch("w3", [(MZ_CLUSTER_REPLICAS.id, REPLICA, 1)]).collections[0]
+    short.updates[0].row.values.pop()
+    with pytest.raises(LoupeError, match="5 columns, an update has 4") as raised:
+        await writer.append_collections("w3", [short])
+    assert raised.value.code == "INVALID_ARGUMENT"
+    assert (await nats_connection.jetstream().stream_info(stream.name)).state.last_seq == stored
 
 
 async def test_bad_rows_are_refused_when_staged(writer: StorageWriter) -> None:
@@ -195,26 +220,48 @@ async def test_bad_rows_are_refused_when_staged(writer: StorageWriter) -> None:
         writer.stage(MZ_CLUSTER_REPLICA_STATUSES.id, negative, 1)
 
 
-async def test_a_failed_write_loses_nothing_and_duplicates_nothing(
-    writer: StorageWriter, blob: LocalBlob, consensus: Consensus
+async def test_batches_that_cannot_be_applied_are_counted_and_skipped(
+    writer: StorageWriter, nats_connection: Any, stream: StreamConfig
 ) -> None:
-    """While the blob is unwritable the rows wait (upper held back); then they land once."""
+    """Garbage and wrongly typed batches in the stream are refused; the next batch lands."""
+    refused = metric("loupe_storage_bad_batches_total")
+    js = nats_connection.jetstream()
+    await js.publish(stream.subject, b"\xff\xff not protobuf", headers={"Nats-Msg-Id": "junk"})
+    wrong = encode_batch("wrong", [(MZ_CLUSTERS.id, CLUSTER, 1)])
+    wrong.collections[0].updates[0].row.values[0].int_value = 7  # text column, int value
+    await js.publish(stream.subject, wrong.SerializeToString(), headers={"Nats-Msg-Id": "wrong"})
+    await writer.append("good", [(MZ_CLUSTER_REPLICAS.id, REPLICA, 1)])
+    assert metric("loupe_storage_bad_batches_total") == refused + 2
+    assert writer.snapshot(MZ_CLUSTERS.id) == []
+    assert writer.snapshot(MZ_CLUSTER_REPLICAS.id) == [REPLICA]
+
+
+async def test_a_failed_write_loses_nothing_and_duplicates_nothing(
+    writer: StorageWriter,
+    blob: LocalBlob,
+    consensus: Consensus,
+    nats_connection: Any,
+    stream: StreamConfig,
+) -> None:
+    """While the blob is unwritable the rows wait unacked (upper held back); then land once."""
     writer.stage(MZ_CLUSTERS.id, CLUSTER, 1)
     before = Shard(MZ_CLUSTERS.id, blob, consensus).upper
     with unwritable(blob):
         await writer.flush()
     assert Shard(MZ_CLUSTERS.id, blob, consensus).upper == before, "upper held back"
     assert parts(blob, consensus, MZ_CLUSTERS.id) == 0
+    assert await unacknowledged(nats_connection, stream) == 1
 
     upper = await writer.flush()
     assert writer.snapshot(MZ_CLUSTERS.id) == [CLUSTER]
     assert parts(blob, consensus, MZ_CLUSTERS.id) == 1
     assert uppers(blob, consensus) == {upper}
+    await assert_eventually(all_acknowledged(nats_connection, stream))
 
 
 @pytest.mark.parametrize("fault", ["fail_before_commit", "fail_after_commit"])
 async def test_an_append_failing_in_doubt_is_applied_exactly_once(
-    writer: StorageWriter, blob: LocalBlob, consensus: FaultyConsensus, fault: str
+    writer: StorageWriter, blob: LocalBlob, consensus: Any, fault: str
 ) -> None:
     """A compare-and-append that errors (before or after committing) is settled, not repeated."""
     writer.stage(MZ_CLUSTERS.id, CLUSTER, 1)
@@ -227,9 +274,9 @@ async def test_an_append_failing_in_doubt_is_applied_exactly_once(
 
 
 async def test_losing_a_race_to_another_writer_rewrites_the_rows_later(
-    writer: StorageWriter, blob: LocalBlob, consensus: FaultyConsensus
+    writer: StorageWriter, blob: LocalBlob, consensus: Any
 ) -> None:
-    """An UpperMismatch leaves the rows buffered; the next flush writes them once, past the other upper."""
+    """An UpperMismatch leaves the rows pending; the next flush writes them once, past the other upper."""
     writer.stage(MZ_CLUSTERS.id, CLUSTER, 1)
     consensus.faults[MZ_CLUSTERS.shard_id] = "another_writer_first"
     await writer.flush()
@@ -242,15 +289,30 @@ async def test_losing_a_race_to_another_writer_rewrites_the_rows_later(
     assert uppers(blob, consensus) == {upper}
 
 
+async def test_a_new_writer_applies_what_the_last_one_left_in_the_stream(
+    make_writer: Any, nats_connection: Any, stream: StreamConfig
+) -> None:
+    """Batches stored while no writer ran are applied during start, before it returns."""
+    first = await make_writer()
+    await first.stop()
+    js = nats_connection.jetstream()
+    batch = encode_batch("while-down", [(MZ_CLUSTERS.id, CLUSTER, 1)])
+    await js.publish(stream.subject, batch.SerializeToString(), headers={"Nats-Msg-Id": "x"})
+
+    second = await make_writer()
+    assert second.snapshot(MZ_CLUSTERS.id) == [CLUSTER]
+    await second.flush()
+    assert second.snapshot(MZ_CLUSTERS.id) == [CLUSTER]
+
+
 async def test_stopping_fails_appends_that_are_not_durable(
-    spark: Any, blob: LocalBlob, consensus: Consensus
+    make_writer: Any, blob: LocalBlob
 ) -> None:
     """A waiter of append gets an error if the writer stops before its rows are written."""
-    writer = StorageWriter(spark, blob, consensus, flush_interval=3600)
-    await writer.start()
+    writer = await make_writer()
     with unwritable(blob):
         waiting = asyncio.create_task(writer.append("doomed", [(MZ_CLUSTERS.id, CLUSTER, 1)]))
-        await asyncio.sleep(0)  # let append stage its rows
+        await asyncio.sleep(0.2)  # let append publish its batch
         await writer.stop()
         await writer.stop()  # idempotent
     with pytest.raises(LoupeError, match="stopped") as raised:
@@ -261,20 +323,15 @@ async def test_stopping_fails_appends_that_are_not_durable(
 
 
 async def test_the_flush_loop_writes_staged_rows_on_its_own(
-    spark: Any, blob: LocalBlob, consensus: Consensus
+    make_writer: Any, blob: LocalBlob, consensus: Consensus
 ) -> None:
     """Without any explicit flush, staged rows land within the flush interval."""
-    from loupe.testing import assert_eventually
+    writer = await make_writer(flush_interval=0.2)
+    writer.stage(MZ_CLUSTERS.id, CLUSTER, 1)
 
-    writer = StorageWriter(spark, blob, consensus, flush_interval=0.2)
-    await writer.start()
-    try:
-        writer.stage(MZ_CLUSTERS.id, CLUSTER, 1)
+    def landed() -> None:
+        assert writer.snapshot(MZ_CLUSTERS.id) == [CLUSTER]
 
-        def landed() -> None:
-            assert writer.snapshot(MZ_CLUSTERS.id) == [CLUSTER]
-
-        await assert_eventually(landed, timeout=10)
-    finally:
-        await writer.stop()
+    await assert_eventually(landed, timeout=10)
+    await writer.stop()
     assert uppers(blob, consensus) == {writer.upper}

@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from loupe.proto.common.v1 import common_pb2 as loupe_dot_proto_dot_common_dot_v1_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n$loupe/proto/storage/v1/storage.proto\x12\x16loupe.proto.storage.v1\x1a\"loupe/proto/common/v1/common.proto\"N\n\x04Part\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05lower\x18\x02 \x01(\x04\x12\r\n\x05upper\x18\x03 \x01(\x04\x12\x0c\n\x04rows\x18\x04 \x01(\x04\x12\r\n\x05\x62ytes\x18\x05 \x01(\x04\"\xa9\x02\n\nShardState\x12\x10\n\x08shard_id\x18\x01 \x01(\t\x12\r\n\x05seqno\x18\x02 \x01(\x04\x12\r\n\x05since\x18\x03 \x01(\x04\x12\r\n\x05upper\x18\x04 \x01(\x04\x12+\n\x05parts\x18\x05 \x03(\x0b\x32\x1c.loupe.proto.storage.v1.Part\x12:\n\rrelation_desc\x18\x06 \x01(\x0b\x32#.loupe.proto.common.v1.RelationDesc\x12\x42\n\x08progress\x18\x07 \x03(\x0b\x32\x30.loupe.proto.storage.v1.ShardState.ProgressEntry\x1a/\n\rProgressEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x04:\x02\x38\x01\"[\n\x11\x43ollectionUpdates\x12\x15\n\rcollection_id\x18\x01 \x01(\t\x12/\n\x07updates\x18\x02 \x03(\x0b\x32\x1e.loupe.proto.storage.v1.Update\"R\n\x06Update\x12\'\n\x03row\x18\x01 \x01(\x0b\x32\x1a.loupe.proto.common.v1.Row\x12\x11\n\ttimestamp\x18\x02 \x01(\x04\x12\x0c\n\x04\x64iff\x18\x03 \x01(\x12\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n$loupe/proto/storage/v1/storage.proto\x12\x16loupe.proto.storage.v1\x1a\"loupe/proto/common/v1/common.proto\"N\n\x04Part\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05lower\x18\x02 \x01(\x04\x12\r\n\x05upper\x18\x03 \x01(\x04\x12\x0c\n\x04rows\x18\x04 \x01(\x04\x12\r\n\x05\x62ytes\x18\x05 \x01(\x04\"\xa9\x02\n\nShardState\x12\x10\n\x08shard_id\x18\x01 \x01(\t\x12\r\n\x05seqno\x18\x02 \x01(\x04\x12\r\n\x05since\x18\x03 \x01(\x04\x12\r\n\x05upper\x18\x04 \x01(\x04\x12+\n\x05parts\x18\x05 \x03(\x0b\x32\x1c.loupe.proto.storage.v1.Part\x12:\n\rrelation_desc\x18\x06 \x01(\x0b\x32#.loupe.proto.common.v1.RelationDesc\x12\x42\n\x08progress\x18\x07 \x03(\x0b\x32\x30.loupe.proto.storage.v1.ShardState.ProgressEntry\x1a/\n\rProgressEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x04:\x02\x38\x01\"n\n\x11\x43ollectionUpdates\x12\x15\n\rcollection_id\x18\x01 \x01(\t\x12/\n\x07updates\x18\x02 \x03(\x0b\x32\x1e.loupe.proto.storage.v1.Update\x12\x11\n\tarrow_ipc\x18\x03 \x01(\x0c\"R\n\x06Update\x12\'\n\x03row\x18\x01 \x01(\x0b\x32\x1a.loupe.proto.common.v1.Row\x12\x11\n\ttimestamp\x18\x02 \x01(\x04\x12\x0c\n\x04\x64iff\x18\x03 \x01(\x12\"_\n\x0bUpdateBatch\x12\x10\n\x08\x62\x61tch_id\x18\x01 \x01(\t\x12>\n\x0b\x63ollections\x18\x02 \x03(\x0b\x32).loupe.proto.storage.v1.CollectionUpdatesb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -41,7 +41,9 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_SHARDSTATE_PROGRESSENTRY']._serialized_start=431
   _globals['_SHARDSTATE_PROGRESSENTRY']._serialized_end=478
   _globals['_COLLECTIONUPDATES']._serialized_start=480
-  _globals['_COLLECTIONUPDATES']._serialized_end=571
-  _globals['_UPDATE']._serialized_start=573
-  _globals['_UPDATE']._serialized_end=655
+  _globals['_COLLECTIONUPDATES']._serialized_end=590
+  _globals['_UPDATE']._serialized_start=592
+  _globals['_UPDATE']._serialized_end=674
+  _globals['_UPDATEBATCH']._serialized_start=676
+  _globals['_UPDATEBATCH']._serialized_end=771
 # @@protoc_insertion_point(module_scope)

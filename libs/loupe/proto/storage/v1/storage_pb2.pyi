@@ -47,12 +47,14 @@ class ShardState(_message.Message):
     def __init__(self, shard_id: _Optional[str] = ..., seqno: _Optional[int] = ..., since: _Optional[int] = ..., upper: _Optional[int] = ..., parts: _Optional[_Iterable[_Union[Part, _Mapping]]] = ..., relation_desc: _Optional[_Union[_common_pb2.RelationDesc, _Mapping]] = ..., progress: _Optional[_Mapping[str, int]] = ...) -> None: ...
 
 class CollectionUpdates(_message.Message):
-    __slots__ = ("collection_id", "updates")
+    __slots__ = ("collection_id", "updates", "arrow_ipc")
     COLLECTION_ID_FIELD_NUMBER: _ClassVar[int]
     UPDATES_FIELD_NUMBER: _ClassVar[int]
+    ARROW_IPC_FIELD_NUMBER: _ClassVar[int]
     collection_id: str
     updates: _containers.RepeatedCompositeFieldContainer[Update]
-    def __init__(self, collection_id: _Optional[str] = ..., updates: _Optional[_Iterable[_Union[Update, _Mapping]]] = ...) -> None: ...
+    arrow_ipc: bytes
+    def __init__(self, collection_id: _Optional[str] = ..., updates: _Optional[_Iterable[_Union[Update, _Mapping]]] = ..., arrow_ipc: _Optional[bytes] = ...) -> None: ...
 
 class Update(_message.Message):
     __slots__ = ("row", "timestamp", "diff")
@@ -63,3 +65,11 @@ class Update(_message.Message):
     timestamp: int
     diff: int
     def __init__(self, row: _Optional[_Union[_common_pb2.Row, _Mapping]] = ..., timestamp: _Optional[int] = ..., diff: _Optional[int] = ...) -> None: ...
+
+class UpdateBatch(_message.Message):
+    __slots__ = ("batch_id", "collections")
+    BATCH_ID_FIELD_NUMBER: _ClassVar[int]
+    COLLECTIONS_FIELD_NUMBER: _ClassVar[int]
+    batch_id: str
+    collections: _containers.RepeatedCompositeFieldContainer[CollectionUpdates]
+    def __init__(self, batch_id: _Optional[str] = ..., collections: _Optional[_Iterable[_Union[CollectionUpdates, _Mapping]]] = ...) -> None: ...

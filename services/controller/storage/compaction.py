@@ -1,0 +1,268 @@
+"""Compaction and retention of the builtin collections, as Spark jobs.
+
+Every ``compaction_interval`` the writer compacts each builtin collection:
+
+1. its ``since`` moves up to ``upper - retention_ms`` (the collection's
+   ``BuiltinCollection.retention_ms``): ``AS OF`` reads reach that far back;
+2. once at least ``min_parts_below_since`` parts lie wholly below the since,
+   they are merged into ONE part by a Spark job (``PartStore.merge``):
+   timestamps below the since move up to it, diffs are summed per row and
+   time, zeros dropped. This is what keeps a collection's size bounded by
+   what it holds, not by how often it changed;
+3. if the shard still has more than ``max_parts`` parts, the newest ones are
+   merged the same way, size-tiered (``persist.parts_to_merge``), so the part
+   count stays bounded however many flushes there were, while history from
+   the since on stays exact.
+
+Each merge is put in by compare-and-set on the shard's seqno
+(``Shard.replace_parts``): flushes that append meanwhile are kept, and a part
+is deleted only once no state refers to it.
+
+Retention of rows: a collection with ``expire_by`` (the ``*_history``
+relations) loses rows whose ``expire_by`` time is older than its retention.
+``expired_rows`` finds them; the writer appends their retraction in its next
+flush (same CAS as the rest of the flush, so never twice), and a later merge
+consolidates the pair away once both are below the since.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import datetime as dt
+import os
+import time
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from loupe.builtins import BuiltinCollection
+from loupe.common.logging import get_logger
+from loupe.controller.storage.metrics import METRICS, StorageWriterMetrics
+from loupe.controller.storage.parts import PartStore, ingest_updates, part_size
+from loupe.persist import DIFF_COLUMN, Blob, Part, Shard, ShardState, parts_to_merge
+
+log = get_logger(__name__)
+
+COMPACTION_PREFIX = "_compactions"
+
+
+@dataclass(frozen=True)
+class CompactionPolicy:
+    """When the compactor merges parts."""
+
+    # More parts than this: merge the newest, size-tiered, down to half.
+    max_parts: int = 16
+    # Merge the parts wholly below the since once there are this many.
+    min_parts_below_since: int = 2
+
+
+@dataclass
+class CompactionResult:
+    """What one compaction of one shard did."""
+
+    shard_id: str
+    since: int = 0
+    parts_before: int = 0
+    parts_after: int = 0
+    merges: int = 0
+    rows_read: int = 0
+    rows_written: int = 0
+    seconds: float = 0.0
+    errors: list[str] = field(default_factory=list)
+
+
+class Compactor:
+    """Downgrades sinces and merges parts of shards with a part store's jobs."""
+
+    def __init__(
+        self,
+        store: PartStore,
+        blob: Blob,
+        policy: CompactionPolicy | None = None,
+        metrics: StorageWriterMetrics = METRICS,
+    ) -> None:
+        self.store = store
+        self.blob = blob
+        self.policy = policy or CompactionPolicy()
+        self.metrics = metrics
+
+    def compact(self, shard: Shard, collection: BuiltinCollection) -> CompactionResult:
+        """Compact one shard (see the module docstring); never raises."""
+        began = time.monotonic()
+        result = CompactionResult(shard.shard_id)
+        try:
+            self._compact(shard, collection, result)
+        except Exception as error:
+            log.exception("storage_compaction_failed", shard=shard.shard_id)
+            result.errors.append(f"{type(error).__name__}: {error}")
+            self.metrics.compactions.labels("failed").inc()
+        result.seconds = time.monotonic() - began
+        return result
+
+    def _compact(
+        self, shard: Shard, collection: BuiltinCollection, result: CompactionResult
+    ) -> None:
+        state = shard.state()
+        result.parts_before = result.parts_after = len(state.parts)
+        if state.upper == 0:
+            return
+        since = target_since(state, collection.retention_ms)
+        result.since = since
+        below = _leading_parts_below(state.parts, since)
+        if len(below) >= max(2, self.policy.min_parts_below_since):
+            run = _size_tiered(below)
+            if len(run) >= 2:
+                state = self._merge(shard, state, run, since, result) or shard.state()
+        tiered = parts_to_merge(state.parts, self.policy.max_parts)
+        if tiered:
+            state = self._merge(shard, state, tiered, since, result) or shard.state()
+        if state.since < since:
+            state = shard.downgrade_since(since)
+        result.since = state.since
+        result.parts_after = len(state.parts)
+
+    def _merge(
+        self,
+        shard: Shard,
+        state: ShardState,
+        parts: Sequence[Part],
+        since: int,
+        result: CompactionResult,
+    ) -> ShardState | None:
+        """Merge ``parts`` into one with a job; the new state, or None if a race was lost."""
+        began = time.monotonic()
+        try:
+            updates = shard.read_updates(dataclasses.replace(state, parts=list(parts)))
+        except FileNotFoundError:
+            self.metrics.compactions.labels("lost").inc()
+            return None  # another compaction replaced some of them first
+        key = f"{COMPACTION_PREFIX}/{shard.shard_id}/{_unique()}"
+        path = self.blob.path(key)
+        try:
+            rows = self.store.merge(state.columns, updates, since, path)
+        except Exception:
+            self.blob.delete(key)
+            raise
+        merged = _merged_part(key, parts, since, rows, path) if rows else None
+        if merged is None:
+            self.blob.delete(key)
+        new_state = shard.replace_parts(parts, merged, since)
+        if new_state is None:
+            if merged is not None:
+                self.blob.delete(key)
+            self.metrics.compactions.labels("lost").inc()
+            return None
+        for part in parts:
+            delete_part(self.blob, part.key)
+        result.merges += 1
+        result.rows_read += updates.num_rows
+        result.rows_written += rows
+        self.metrics.compactions.labels("ok").inc()
+        self.metrics.compaction_duration.observe(time.monotonic() - began)
+        log.info(
+            "storage_compacted",
+            shard=shard.shard_id,
+            parts=len(parts),
+            rows_in=updates.num_rows,
+            rows_out=rows,
+            since=since,
+            store=self.store.name,
+            seconds=round(time.monotonic() - began, 3),
+        )
+        return new_state
+
+
+def target_since(state: ShardState, retention_ms: int) -> int:
+    """The since a shard may have: ``retention_ms`` behind its upper, never past its
+    latest complete time, never back."""
+    return max(state.since, min(state.upper - 1, state.upper - retention_ms))
+
+
+def expired_rows(shard: Shard, collection: BuiltinCollection, now_ms: int) -> pa.Table | None:
+    """Retractions of the rows of ``collection`` older than its retention, or None.
+
+    The rows are the shard's current contents whose ``expire_by`` time is
+    before ``now - retention_ms``; the table has the collection's columns in
+    ingest types and ``mz_diff`` = minus their multiplicity.
+    """
+    if collection.expire_by is None:
+        return None
+    state = shard.state()
+    if state.upper == 0:
+        return None
+    snapshot = shard.snapshot()
+    cutoff = dt.datetime.fromtimestamp((now_ms - collection.retention_ms) / 1000, dt.UTC)
+    times = snapshot.column(collection.expire_by)
+    old = pc.and_(
+        pc.less(times, pa.scalar(cutoff, times.type)), pc.greater(snapshot.column(DIFF_COLUMN), 0)
+    )
+    expired = snapshot.filter(pc.fill_null(old, False))
+    if expired.num_rows == 0:
+        return None
+    retractions = expired.set_column(
+        expired.schema.get_field_index(DIFF_COLUMN),
+        DIFF_COLUMN,
+        pc.negate(expired.column(DIFF_COLUMN)),
+    )
+    return ingest_updates(collection.columns, retractions, timestamp=False)
+
+
+def delete_part(blob: Blob, key: str) -> None:
+    """Delete a replaced part, and the flush directory it was in once that is empty."""
+    try:
+        blob.delete(key)
+    except Exception:
+        log.warning("storage_part_not_deleted", key=key)
+        return
+    parent = os.path.dirname(blob.path(key))
+    if os.path.isdir(parent):
+        # Only succeeds when no other shard's part is left in it.
+        with contextlib.suppress(OSError):
+            os.rmdir(parent)
+
+
+def _leading_parts_below(parts: Sequence[Part], since: int) -> list[Part]:
+    """The oldest parts, in order, whose updates all lie before ``since``."""
+    below = []
+    for part in parts:
+        if part.lower < part.upper <= since:
+            below.append(part)
+        else:
+            break
+    return below
+
+
+def _size_tiered(parts: Sequence[Part], ratio: int = 4) -> list[Part]:
+    """The newest of ``parts`` plus each older one at most ``ratio`` times the newer ones chosen.
+
+    A big old part is rewritten only once the newer ones add up to a fair
+    share of its size, so an update is rewritten about log(size) times, not
+    at every compaction, and what is left unmerged is at most about
+    1/``ratio`` of what is merged.
+    """
+    chosen = [parts[-1]]
+    total = parts[-1].rows
+    for part in reversed(parts[:-1]):
+        if part.rows > ratio * total:
+            break
+        chosen.insert(0, part)
+        total += part.rows
+    return chosen
+
+
+def _merged_part(key: str, parts: Sequence[Part], since: int, rows: int, path: str) -> Part:
+    """The Part of a merge output: its times are the inputs' forwarded to ``since``."""
+    if any(p.upper <= p.lower for p in parts):
+        lower = upper = 0  # some input's bounds are unknown: so are the output's
+    else:
+        lower = min(max(p.lower, since) for p in parts)
+        upper = max(max(p.upper, since + 1) for p in parts)
+    return Part(key, lower, upper, rows, part_size(path))
+
+
+def _unique() -> str:
+    return uuid.uuid4().hex

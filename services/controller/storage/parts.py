@@ -1,0 +1,179 @@
+"""How the storage writer turns Arrow tables into parts: with Spark, or with pyarrow.
+
+A *part store* writes the two kinds of output the writer makes:
+
+- ``write_flush``: a flush's updates of one write group, at one timestamp,
+  as one directory per shard (``<path>/mz_shard=<shard id>``), each a part;
+- ``merge``: a compaction's updates of one shard, forwarded to ``since`` and
+  consolidated (diffs summed per row and time, zeros dropped), as ONE part
+  (a directory holding one Parquet file).
+
+``SparkPartStore`` is the writer's: one Spark job per call. ``ArrowPartStore``
+does the same with pyarrow and polars in this process; it is the baseline of
+``bench/storage_writer.py`` and lets tests run the writer without a JVM.
+Both fsync what they wrote: a part must survive a crash once a shard points
+at it.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from loupe.controller.storage.schema import SHARD_COLUMN, WriteGroup, ingest_type, spark_type
+from loupe.persist import DIFF_COLUMN, TIMESTAMP_COLUMN, consolidate
+from loupe.persist.location import fsync_tree
+
+# Flushes up to this many rows are written by one Spark task.
+SINGLE_TASK_ROWS = 1_000_000
+# The one data file of a part written by ``ArrowPartStore``.
+ARROW_FILE = "part-00000.parquet"
+
+
+class PartStore(Protocol):
+    """Writes flush output and compacted parts (see the module docstring)."""
+
+    name: str
+
+    def write_flush(
+        self, group: WriteGroup, tables: Mapping[str, pa.Table], timestamp: int, path: str
+    ) -> None: ...
+
+    def merge(
+        self, columns: Sequence[tuple[str, str]], updates: pa.Table, since: int, path: str
+    ) -> int:
+        """Write ``updates`` forwarded to ``since`` and consolidated at ``path``; rows written."""
+        ...
+
+
+def ingest_schema(columns: Sequence[tuple[str, str]], *, timestamp: bool = True) -> pa.Schema:
+    """The Arrow schema of a shard's updates in the types Spark takes (uint64 -> int64)."""
+    fields = [pa.field(name, ingest_type(kind)) for name, kind in columns]
+    if timestamp:
+        fields.append(pa.field(TIMESTAMP_COLUMN, pa.int64()))
+    fields.append(pa.field(DIFF_COLUMN, pa.int64()))
+    return pa.schema(fields)
+
+
+def ingest_updates(
+    columns: Sequence[tuple[str, str]], updates: pa.Table, *, timestamp: bool = True
+) -> pa.Table:
+    """A shard's updates (its Arrow schema) cast to ``ingest_schema``."""
+    schema = ingest_schema(columns, timestamp=timestamp)
+    return updates.select(schema.names).cast(schema)
+
+
+def rows_in(path: str) -> int:
+    """Rows in the Parquet files of a part directory (from their footers)."""
+    return sum(
+        pq.read_metadata(os.path.join(path, name)).num_rows
+        for name in os.listdir(path)
+        if name.endswith(".parquet") and not name.startswith((".", "_"))
+    )
+
+
+def part_size(path: str) -> int:
+    """Bytes of the data files of a local part directory (0 when not local)."""
+    if not os.path.isdir(path):
+        return 0
+    return sum(
+        entry.stat().st_size
+        for entry in os.scandir(path)
+        if entry.is_file() and not entry.name.startswith((".", "_"))
+    )
+
+
+class SparkPartStore:
+    """The writer's part store: every call is one Spark job."""
+
+    name = "spark"
+
+    def __init__(self, spark: Any) -> None:
+        self.spark = spark
+
+    def write_flush(
+        self, group: WriteGroup, tables: Mapping[str, pa.Table], timestamp: int, path: str
+    ) -> None:
+        group = group.narrowed(tables)
+        table = group.wide_table(tables, timestamp)
+        frame = self.spark.createDataFrame(table, schema=group.spark_schema())
+        # One task, so one file per part, and no shuffle: measured fastest up to
+        # a few hundred thousand rows in local mode. Bigger flushes keep their
+        # input partitions (a part is then a directory of several files).
+        if table.num_rows <= SINGLE_TASK_ROWS:
+            frame = frame.coalesce(1)
+        frame.write.partitionBy(SHARD_COLUMN).parquet(path)
+        # Spark does not fsync; the parts must survive a crash once appended.
+        fsync_tree(path)
+
+    def merge(
+        self, columns: Sequence[tuple[str, str]], updates: pa.Table, since: int, path: str
+    ) -> int:
+        from pyspark.sql import functions as F
+        from pyspark.sql import types
+
+        fields = [types.StructField(name, spark_type(kind)) for name, kind in columns]
+        fields += [
+            types.StructField(TIMESTAMP_COLUMN, types.LongType()),
+            types.StructField(DIFF_COLUMN, types.LongType()),
+        ]
+        frame = self.spark.createDataFrame(
+            ingest_updates(columns, updates), schema=types.StructType(fields)
+        )
+        keys = [name for name, _ in columns] + [TIMESTAMP_COLUMN]
+        merged = (
+            frame.withColumn(TIMESTAMP_COLUMN, F.greatest(F.col(TIMESTAMP_COLUMN), F.lit(since)))
+            .groupBy(*keys)
+            .agg(F.sum(DIFF_COLUMN).alias(DIFF_COLUMN))
+            .where(F.col(DIFF_COLUMN) != 0)
+            .coalesce(1)
+        )
+        merged.write.parquet(path)
+        fsync_tree(path)
+        return rows_in(path)
+
+
+class ArrowPartStore:
+    """The same parts written with pyarrow/polars in this process (baseline, tests)."""
+
+    name = "pyarrow"
+
+    def write_flush(
+        self, group: WriteGroup, tables: Mapping[str, pa.Table], timestamp: int, path: str
+    ) -> None:
+        for collection in group.collections:
+            table = tables.get(collection.id)
+            if table is None or table.num_rows == 0:
+                continue
+            stamped = table.append_column(
+                TIMESTAMP_COLUMN, pa.repeat(pa.scalar(timestamp, pa.int64()), table.num_rows)
+            )
+            names = [*collection.column_names, TIMESTAMP_COLUMN, DIFF_COLUMN]
+            self._write(stamped.select(names), f"{path}/{SHARD_COLUMN}={collection.shard_id}")
+        fsync_tree(path)
+
+    def merge(
+        self, columns: Sequence[tuple[str, str]], updates: pa.Table, since: int, path: str
+    ) -> int:
+        updates = ingest_updates(columns, updates)
+        times = updates.column(TIMESTAMP_COLUMN)
+        forwarded = pc.max_element_wise(times, pa.scalar(since, pa.int64()))
+        updates = updates.set_column(
+            updates.schema.get_field_index(TIMESTAMP_COLUMN), TIMESTAMP_COLUMN, forwarded
+        )
+        keys = [name for name, _ in columns] + [TIMESTAMP_COLUMN]
+        summed = consolidate(updates, keys).select(updates.schema.names).cast(updates.schema)
+        self._write(summed, path)
+        fsync_tree(path)
+        return summed.num_rows
+
+    @staticmethod
+    def _write(table: pa.Table, directory: str) -> None:
+        os.makedirs(directory, exist_ok=True)
+        with open(os.path.join(directory, ARROW_FILE), "wb") as handle:
+            pq.write_table(table, handle)

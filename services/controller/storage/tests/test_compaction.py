@@ -1,0 +1,216 @@
+"""Compaction and retention of storage collections, as Spark jobs, through the real writer."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import os
+from collections import Counter
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from loupe.builtins import MZ_CLUSTER_REPLICA_STATUSES, MZ_CLUSTER_REPLICAS, BuiltinCollection
+from loupe.controller.storage import ArrowPartStore, CompactionPolicy, SparkPartStore
+from loupe.persist import DIFF_COLUMN, TIMESTAMP_COLUMN, LocalBlob, Shard, SinceError
+
+pytestmark = [pytest.mark.spark]
+
+UTC = dt.UTC
+HOUR_MS = 3_600_000
+# A collection whose history is kept for no time at all: its since follows its upper.
+CHURN = BuiltinCollection(
+    "t901", "test", "churn", (("id", "text"), ("value", "int8")), "controller", retention_ms=0
+)
+# An append-only history whose rows expire one second after they occurred.
+EVENTS = BuiltinCollection(
+    "t902",
+    "test",
+    "events",
+    (("id", "text"), ("occurred_at", "timestamptz")),
+    "controller",
+    retention_ms=1_000,
+    expire_by="occurred_at",
+)
+
+
+def contents(shard: Shard, as_of: int | None = None) -> Counter[tuple[Any, ...]]:
+    """The shard's consolidated rows at ``as_of`` with their multiplicities."""
+    snapshot = shard.snapshot(as_of)
+    diffs = snapshot.column(DIFF_COLUMN).to_pylist()
+    rows = snapshot.drop_columns([DIFF_COLUMN]).to_pylist()
+    return Counter({tuple(row.values()): diff for row, diff in zip(rows, diffs, strict=True)})
+
+
+def stored_rows(shard: Shard) -> int:
+    """Updates physically stored in the shard's parts."""
+    return shard.read_updates().num_rows
+
+
+async def test_compaction_bounds_the_parts_and_keeps_every_retained_time(
+    make_writer: Any, blob: LocalBlob, consensus: Any
+) -> None:
+    """Many flushes, then compaction: at most max_parts parts, every past snapshot unchanged."""
+    writer = await make_writer(compaction=CompactionPolicy(max_parts=4))
+    shard = Shard(MZ_CLUSTER_REPLICAS.id, blob, consensus)
+    history = {}
+    for index in range(10):
+        writer.stage(MZ_CLUSTER_REPLICAS.id, (f"u{index}", "r1", "u1", "1", "u1"), 1)
+        if index % 3 == 2:
+            writer.stage(MZ_CLUSTER_REPLICAS.id, (f"u{index - 1}", "r1", "u1", "1", "u1"), -1)
+        upper = await writer.flush()
+        history[upper - 1] = contents(shard, upper - 1)
+    assert len(shard.state().parts) == 10
+
+    results = await writer.compact()
+
+    state = shard.state()
+    assert len(state.parts) <= 4
+    assert any(r.merges for r in results if r.shard_id == MZ_CLUSTER_REPLICAS.id)
+    assert state.since <= min(history), "30 days of retention: every time stays readable"
+    for as_of, expected in history.items():
+        assert contents(shard, as_of) == expected
+
+
+async def test_parts_below_since_become_one_consolidated_part(
+    make_writer: Any, blob: LocalBlob, consensus: Any
+) -> None:
+    """With no retention the since follows the upper; old parts merge and retractions vanish."""
+    writer = await make_writer(collections=[CHURN])
+    shard = Shard(CHURN.id, blob, consensus)
+    for value in range(5):
+        if value:
+            writer.stage(CHURN.id, ("key", value - 1), -1)
+        writer.stage(CHURN.id, ("key", value), 1)
+        await writer.flush()
+    before = contents(shard)
+    await writer.flush()  # an idle flush: the last data part is now below since too
+
+    (result,) = await writer.compact()
+
+    state = shard.state()
+    assert result.merges == 1
+    assert len(state.parts) == 1
+    assert state.since == state.upper - 1
+    assert contents(shard) == before == Counter({("key", 4): 1})
+    assert stored_rows(shard) == 1, "the retracted versions are gone from storage"
+    with pytest.raises(SinceError):
+        shard.snapshot(as_of=state.since - 1)
+
+
+async def test_a_steady_stream_of_updates_stays_bounded(
+    make_writer: Any, blob: LocalBlob, consensus: Any
+) -> None:
+    """Updating the same rows flush after flush, with compactions: parts and rows stay bounded."""
+    writer = await make_writer(collections=[CHURN], compaction=CompactionPolicy(max_parts=4))
+    shard = Shard(CHURN.id, blob, consensus)
+    current = dict.fromkeys("abc", 0)
+    for key in current:
+        writer.stage(CHURN.id, (key, 0), 1)
+    for round_ in range(1, 16):
+        for key, value in current.items():
+            writer.stage(CHURN.id, (key, value), -1)
+            writer.stage(CHURN.id, (key, round_), 1)
+            current[key] = round_
+        await writer.flush()
+        if round_ % 4 == 0:
+            await writer.compact()
+            state = shard.state()
+            assert len(state.parts) <= 4
+            assert stored_rows(shard) <= 3 * 2 * 4 + 3, "bounded by the parts since the last merge"
+    assert contents(shard) == Counter(dict.fromkeys(current.items(), 1))
+
+
+async def test_expired_history_rows_are_retracted_and_then_compacted_away(
+    make_writer: Any, blob: LocalBlob, consensus: Any
+) -> None:
+    """Rows older than the retention are retracted at once and gone from storage later."""
+    writer = await make_writer(collections=[EVENTS])
+    shard = Shard(EVENTS.id, blob, consensus)
+    now = dt.datetime.now(UTC)
+    writer.stage(EVENTS.id, ("old", now - dt.timedelta(hours=1)), 1)
+    writer.stage(EVENTS.id, ("new", now + dt.timedelta(hours=1)), 1)
+    await writer.flush()
+
+    await writer.compact()
+    assert [row[0] for row in contents(shard)] == ["new"]
+    assert stored_rows(shard) == 3, "the insert and its retraction, until both are below since"
+
+    await asyncio.sleep(EVENTS.retention_ms / 1000 + 0.1)
+    await writer.flush()
+    await writer.compact()
+    assert [row[0] for row in contents(shard)] == ["new"]
+    assert stored_rows(shard) == 1
+
+
+async def test_compaction_keeps_appends_that_land_while_it_runs(
+    make_writer: Any, blob: LocalBlob, consensus: Any
+) -> None:
+    """Flushes racing a compaction's compare-and-set are kept, not overwritten."""
+    writer = await make_writer(collections=[CHURN], compaction=CompactionPolicy(max_parts=2))
+    shard = Shard(CHURN.id, blob, consensus)
+    for index in range(4):
+        writer.stage(CHURN.id, (f"k{index}", index), 1)
+        await writer.flush()
+
+    async def more_flushes() -> None:
+        for index in range(4, 8):
+            writer.stage(CHURN.id, (f"k{index}", index), 1)
+            await writer.flush()
+
+    await asyncio.gather(writer.compact(), more_flushes())
+    assert contents(shard) == Counter({(f"k{index}", index): 1 for index in range(8)})
+    referenced = {part.key for part in shard.state().parts}
+    assert all(blob.exists(key) for key in referenced)
+
+
+async def test_spark_and_pyarrow_merges_agree(spark: Any, tmp_path: Any) -> None:
+    """The Spark merge job forwards, consolidates and drops zeros exactly like pyarrow."""
+    columns = list(MZ_CLUSTER_REPLICA_STATUSES.columns)
+    at = dt.datetime(2024, 1, 1, tzinfo=UTC)
+    rows = [
+        ("a", 0, "online", None, at, 1, 5, 1),
+        ("a", 0, "online", None, at, 1, 7, -1),  # cancels once both are forwarded to 10
+        ("b", 0, "offline", "killed", at, 2, 8, 1),
+        ("b", 0, "offline", "killed", at, 2, 9, 1),  # sums to 2 at time 10
+        ("c", 0, "online", None, at, 3, 12, 1),  # above since: stays at 12
+    ]
+    names = [name for name, _ in columns] + [TIMESTAMP_COLUMN, DIFF_COLUMN]
+    table = pa.Table.from_pylist([dict(zip(names, row, strict=True)) for row in rows])
+    table = table.cast(
+        pa.schema(
+            [
+                *(
+                    pa.field(n, t)
+                    for n, t in zip(
+                        [name for name, _ in columns],
+                        [
+                            pa.string(),
+                            pa.uint64(),
+                            pa.string(),
+                            pa.string(),
+                            pa.timestamp("us", tz="UTC"),
+                            pa.uint64(),
+                        ],
+                        strict=True,
+                    )
+                ),
+                pa.field(TIMESTAMP_COLUMN, pa.uint64()),
+                pa.field(DIFF_COLUMN, pa.int64()),
+            ]
+        )
+    )
+    outputs = {}
+    for store in (SparkPartStore(spark), ArrowPartStore()):
+        path = str(tmp_path / store.name)
+        written = store.merge(columns, table, 10, path)
+        files = [f for f in os.listdir(path) if f.endswith(".parquet")]
+        assert len(files) == 1, "one part, one file"
+        merged = pq.read_table(os.path.join(path, files[0]))
+        outputs[store.name] = sorted(
+            (r["replica_id"], r[TIMESTAMP_COLUMN], r[DIFF_COLUMN]) for r in merged.to_pylist()
+        )
+        assert written == merged.num_rows
+    assert outputs["spark"] == outputs["pyarrow"] == [("b", 10, 2), ("c", 12, 1)]

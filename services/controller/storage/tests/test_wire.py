@@ -1,0 +1,114 @@
+"""The writer's wire format: UpdateBatch rows and columnar updates, decoded into Arrow."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pyarrow as pa
+import pytest
+
+from loupe.builtins import (
+    BY_ID,
+    MZ_AUDIT_EVENTS,
+    MZ_CLUSTER_REPLICA_STATUSES,
+    MZ_CLUSTERS,
+)
+from loupe.controller.storage import BadBatch, decode_batch, encode_batch
+from loupe.controller.storage.wire import encode_arrow
+from loupe.proto.storage.v1 import storage_pb2
+
+UTC = dt.UTC
+AT = dt.datetime(2024, 5, 6, 7, 8, 9, 123456, tzinfo=UTC)
+CLUSTER = ("u1", "quickstart", "u1", True, "1", 3, dt.timedelta(seconds=90), None)
+STATUS = ("u1", 0, "offline", "killed", AT, 2**40)
+
+
+def test_rows_decode_into_arrow_in_the_types_spark_takes() -> None:
+    """Every column type arrives with its value; uint8 as int64; zero diffs are dropped."""
+    batch = encode_batch(
+        "b1",
+        [
+            (MZ_CLUSTERS.id, CLUSTER, 1),
+            (MZ_CLUSTER_REPLICA_STATUSES.id, STATUS, -2),
+            (MZ_CLUSTERS.id, ("u2", *CLUSTER[1:]), 0),
+        ],
+    )
+    batch_id, tables = decode_batch(batch.SerializeToString(), BY_ID)
+    assert batch_id == "b1"
+    clusters = tables[MZ_CLUSTERS.id]
+    assert clusters.num_rows == 1
+    assert tuple(clusters.to_pylist()[0].values()) == (*CLUSTER, 1)
+    assert clusters.schema.field("replication_factor").type == pa.int64()
+    assert clusters.schema.field("introspection_interval").type == pa.duration("us")
+    statuses = tables[MZ_CLUSTER_REPLICA_STATUSES.id]
+    assert tuple(statuses.to_pylist()[0].values()) == (*STATUS, -2)
+
+
+def test_columnar_updates_decode_like_rows() -> None:
+    """The same updates as rows or as an Arrow IPC stream give the same table."""
+    rows = [
+        (MZ_CLUSTER_REPLICA_STATUSES.id, (f"u{i}", 0, "online", None, AT, i), 1) for i in range(5)
+    ]
+    as_rows = decode_batch(encode_batch("r", rows).SerializeToString(), BY_ID)[1]
+    table = as_rows[MZ_CLUSTER_REPLICA_STATUSES.id]
+    columnar = storage_pb2.UpdateBatch(
+        batch_id="c", collections=[encode_arrow(MZ_CLUSTER_REPLICA_STATUSES.id, table)]
+    )
+    as_columns = decode_batch(columnar.SerializeToString(), BY_ID)[1]
+    assert as_columns[MZ_CLUSTER_REPLICA_STATUSES.id].equals(table)
+
+
+def status_batch() -> storage_pb2.UpdateBatch:
+    return encode_batch("bad", [(MZ_CLUSTER_REPLICA_STATUSES.id, STATUS, 1)])
+
+
+def unknown_collection() -> storage_pb2.UpdateBatch:
+    batch = status_batch()
+    batch.collections[0].collection_id = "s999"
+    return batch
+
+
+def wrong_kind() -> storage_pb2.UpdateBatch:
+    batch = status_batch()
+    batch.collections[0].updates[0].row.values[0].bool_value = True  # replica_id is text
+    return batch
+
+
+def wrong_arity() -> storage_pb2.UpdateBatch:
+    batch = status_batch()
+    batch.collections[0].updates[0].row.values.pop()
+    return batch
+
+
+def negative_uint8() -> storage_pb2.UpdateBatch:
+    batch = encode_batch("bad", [(MZ_AUDIT_EVENTS.id, (1, "create", "cluster", "{}", "u1", AT), 1)])
+    batch.collections[0].updates[0].row.values[0].int_value = -1  # id is uint8
+    return batch
+
+
+def bad_columnar() -> storage_pb2.UpdateBatch:
+    batch = status_batch()
+    batch.collections[0].arrow_ipc = b"garbage"
+    return batch
+
+
+@pytest.mark.parametrize(
+    ("build", "reason"),
+    [
+        (unknown_collection, "no storage-managed collection 's999'"),
+        (wrong_kind, "replica_id: a bool_value value in a text column"),
+        (wrong_arity, "has 6 columns, an update has 5 values"),
+        (negative_uint8, "negative value in a uint8 column"),
+        (bad_columnar, "not an Arrow IPC stream"),
+    ],
+)
+def test_batches_that_cannot_be_applied_are_refused_whole(build, reason) -> None:
+    """A wrong collection, kind, arity, sign or payload refuses the batch with a clear reason."""
+    with pytest.raises(BadBatch, match=reason):
+        decode_batch(build().SerializeToString(), BY_ID)
+
+
+def test_bytes_that_are_no_batch_are_refused() -> None:
+    """Garbage on the stream is a BadBatch, not a crash."""
+    with pytest.raises(BadBatch, match="not an UpdateBatch"):
+        decode_batch(b"\xff\xff\xff", BY_ID)

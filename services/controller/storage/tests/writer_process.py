@@ -1,0 +1,80 @@
+"""The storage writer as a process of its own, for the crash tests (``kill -9``).
+
+    python writer_process.py DATA_DIR NATS_URL STREAM_TAG {spark|pyarrow} FLUSH_INTERVAL
+
+Prints ``ready`` once started (after catching up with the stream), then
+writes until killed. With ``CRASH_AFTER_APPENDS=n`` in the environment it
+kills itself (SIGKILL) right after its n-th successful compare-and-append
+of a non-empty part, i.e. in the middle of a flush, between two shards.
+Compaction runs every ``COMPACTION_INTERVAL`` seconds (default 0.5), so
+kills also land in compactions.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import sys
+from pathlib import Path
+from typing import Any
+
+from loupe.common.logging import configure_logging
+from loupe.common.transport import connect
+from loupe.controller.storage import (
+    ArrowPartStore,
+    CompactionPolicy,
+    SparkPartStore,
+    StorageWriter,
+    StreamConfig,
+)
+from loupe.persist import Shard
+from loupe.persist.location import default_uris, open_location
+
+
+def crash_after_appends(count: int) -> None:
+    """Make the process kill itself after ``count`` appends of a part."""
+    original = Shard.compare_and_append
+    done = 0
+
+    def compare_and_append(self: Shard, updates: Any, *args: Any, **kwargs: Any) -> Any:
+        nonlocal done
+        state = original(self, updates, *args, **kwargs)
+        if updates:
+            done += 1
+            if done >= count:
+                os.kill(os.getpid(), signal.SIGKILL)
+        return state
+
+    Shard.compare_and_append = compare_and_append  # type: ignore[method-assign]
+
+
+async def main(data_dir: str, nats_url: str, tag: str, store: str, interval: str) -> None:
+    if "CRASH_AFTER_APPENDS" in os.environ:
+        crash_after_appends(int(os.environ["CRASH_AFTER_APPENDS"]))
+    nc = await connect(nats_url, name="writer-process")
+    blob, consensus = open_location(*default_uris(Path(data_dir)))
+    spark = None
+    if store == "spark":
+        from loupe.common.spark import get_spark
+
+        spark = get_spark()
+    writer = StorageWriter(
+        spark,
+        blob,
+        consensus,
+        nc,
+        stream=StreamConfig.scoped(tag),
+        flush_interval=float(interval),
+        compaction_interval=float(os.environ.get("COMPACTION_INTERVAL", "0.5")),
+        compaction=CompactionPolicy(max_parts=3),
+        part_store=SparkPartStore(spark) if spark else ArrowPartStore(),
+    )
+    await writer.start()
+    print("ready", flush=True)
+    await asyncio.Event().wait()
+
+
+if __name__ == "__main__":
+    configure_logging("warning", json=True)
+    asyncio.run(main(*sys.argv[1:6]))

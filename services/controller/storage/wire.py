@@ -1,0 +1,278 @@
+"""The storage writer's input on the wire: ``UpdateBatch`` messages in a JetStream stream.
+
+Every update for a storage-managed collection reaches the writer as part of
+an ``storage.v1.UpdateBatch`` published to the stream (``StreamConfig``) with
+``Nats-Msg-Id`` = the batch id, so JetStream stores a batch published twice
+(a retried ``AppendUpdates``) once. The writer decodes each batch straight
+into Arrow tables, one per collection, in the types Spark is handed
+(``schema.ingest_type``): rows (``CollectionUpdates.updates``, what
+``AppendUpdates`` and ``stage`` send) at a few microseconds per update, the
+columnar form (``CollectionUpdates.arrow_ipc``, for bulk writers) without
+touching each value in Python.
+
+A batch that does not decode, names an unknown collection or holds a value
+of the wrong kind is refused as a whole (``BadBatch``): publishers check
+their batches first (``encode_batch`` does), so the writer logs, counts and
+skips such a batch instead of stopping on it.
+"""
+
+from __future__ import annotations
+
+import itertools
+import operator
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from loupe.builtins import BuiltinCollection
+from loupe.common.values import to_row
+from loupe.controller.storage.schema import ingest_type
+from loupe.persist import DIFF_COLUMN
+from loupe.proto.common.v1 import common_pb2
+from loupe.proto.storage.v1 import storage_pb2
+
+STREAM = "LOUPE_STORAGE"
+SUBJECT = "loupe.storage.v1.updates"
+CONSUMER = "storage-writer"
+# The writer's name in every shard's ``progress``: the last stream sequence applied.
+PROGRESS_KEY = "storage-writer"
+# Which incarnation of the stream that sequence counts in (its creation time, ms):
+# a stream deleted and created again starts counting at 1 again.
+STREAM_EPOCH_KEY = "storage-writer.stream"
+# JetStream drops a second message with the same Nats-Msg-Id within this window.
+DUPLICATE_WINDOW_S = 120.0
+
+Update = tuple[str, tuple[Any, ...], int]
+
+_which = common_pb2.Value.WhichOneof
+
+# The Value kinds a column of each type accepts (numeric and jsonb also as text).
+_KINDS: dict[str, tuple[str, ...]] = {
+    "text": ("text_value",),
+    "numeric": ("numeric_value", "text_value"),
+    "jsonb": ("jsonb_value", "text_value"),
+    "int4": ("int_value",),
+    "int8": ("int_value",),
+    "uint8": ("int_value",),
+    "float8": ("float_value", "int_value"),
+    "bool": ("bool_value",),
+    "timestamptz": ("timestamp_us",),
+    "date": ("date_days",),
+    "interval": ("interval_us",),
+    "bytea": ("bytes_value",),
+    "list": ("list_value",),
+}
+# Types whose wire value is a plain integer that Arrow casts to the column type.
+_FROM_INTEGER: dict[str, pa.DataType] = {
+    "timestamptz": pa.int64(),
+    "interval": pa.int64(),
+    "date": pa.int32(),
+}
+
+
+class BadBatch(ValueError):
+    """A batch the writer cannot apply (unknown collection, wrong arity or value kind)."""
+
+
+class UnknownCollection(BadBatch):
+    """A batch names a collection that is not storage-managed."""
+
+
+@dataclass(frozen=True)
+class StreamConfig:
+    """Where the writer's input lives: the stream, its subject and the durable consumer."""
+
+    name: str = STREAM
+    subject: str = SUBJECT
+    consumer: str = CONSUMER
+    duplicate_window: float = DUPLICATE_WINDOW_S
+
+    @classmethod
+    def scoped(cls, tag: str) -> StreamConfig:
+        """A stream of its own (tests and benchmarks sharing one NATS server)."""
+        return cls(name=f"{STREAM}_{tag}", subject=f"loupe.storage.v1.{tag}.updates")
+
+
+# -- encoding (publishers) --------------------------------------------------------
+
+
+def encode_batch(batch_id: str, updates: Iterable[Update]) -> storage_pb2.UpdateBatch:
+    """An ``UpdateBatch`` of ``(collection_id, row, diff)`` updates, grouped by collection."""
+    batch = storage_pb2.UpdateBatch(batch_id=batch_id)
+    by_collection: dict[str, storage_pb2.CollectionUpdates] = {}
+    for collection_id, row, diff in updates:
+        collection = by_collection.get(collection_id)
+        if collection is None:
+            collection = batch.collections.add(collection_id=collection_id)
+            by_collection[collection_id] = collection
+        collection.updates.add(row=to_row(row), diff=diff)
+    return batch
+
+
+def batch_rows(batch: storage_pb2.UpdateBatch) -> int:
+    return sum(len(c.updates) for c in batch.collections)
+
+
+# -- decoding (the writer) --------------------------------------------------------
+
+
+def decode_batch(
+    data: bytes, collections: Mapping[str, BuiltinCollection]
+) -> tuple[str, dict[str, pa.Table]]:
+    """The batch id and, per collection, its updates as an Arrow table (columns + ``mz_diff``).
+
+    Raises ``BadBatch`` if any part of the batch cannot be applied.
+    """
+    try:
+        batch = storage_pb2.UpdateBatch.FromString(data)
+    except Exception as error:  # protobuf's DecodeError, or worse for garbage
+        raise BadBatch(f"not an UpdateBatch: {error}") from None
+    return batch.batch_id, decode_collections(batch.collections, collections)
+
+
+def decode_collections(
+    updates: Sequence[storage_pb2.CollectionUpdates],
+    collections: Mapping[str, BuiltinCollection],
+) -> dict[str, pa.Table]:
+    """Per collection id, its updates as one Arrow table in ingest types (zero diffs dropped)."""
+    grouped: dict[str, list[Any]] = {}
+    columnar: dict[str, list[pa.Table]] = {}
+    for entry in updates:
+        collection = collections.get(entry.collection_id)
+        if collection is None:
+            raise UnknownCollection(f"no storage-managed collection {entry.collection_id!r}")
+        if entry.updates:
+            grouped.setdefault(entry.collection_id, []).append(entry.updates)
+        if entry.arrow_ipc:
+            columnar.setdefault(entry.collection_id, []).append(
+                decode_arrow(collection, entry.arrow_ipc)
+            )
+    tables = {}
+    for collection_id in {**grouped, **columnar}:
+        chunks = grouped.get(collection_id, [])
+        parts = columnar.get(collection_id, [])
+        if chunks:
+            rows = chunks[0] if len(chunks) == 1 else list(itertools.chain.from_iterable(chunks))
+            parts = [decode_updates(collections[collection_id], rows), *parts]
+        table = parts[0] if len(parts) == 1 else pa.concat_tables(parts)
+        if table.num_rows:
+            tables[collection_id] = table
+    return tables
+
+
+def decode_arrow(collection: BuiltinCollection, data: bytes) -> pa.Table:
+    """A collection's updates in columnar form (``CollectionUpdates.arrow_ipc``), checked."""
+    try:
+        table = pa.ipc.open_stream(data).read_all()
+    except (pa.ArrowInvalid, OSError) as error:
+        raise BadBatch(f"{collection.qualified_name}: not an Arrow IPC stream: {error}") from None
+    schema = pa.schema(
+        [pa.field(name, ingest_type(kind)) for name, kind in collection.columns]
+        + [pa.field(DIFF_COLUMN, pa.int64())]
+    )
+    missing = [name for name in schema.names if name not in table.column_names]
+    if missing:
+        raise BadBatch(f"{collection.qualified_name}: the Arrow updates lack {missing}")
+    try:
+        table = table.select(schema.names).cast(schema)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as error:
+        raise BadBatch(f"{collection.qualified_name}: {error}") from None
+    if table.num_rows and table.column(DIFF_COLUMN).null_count:
+        raise BadBatch(f"{collection.qualified_name}: an update without a diff")
+    for name, kind in collection.columns:
+        column = table.column(name)
+        if kind == "uint8" and column.null_count < len(column) and pc.min(column).as_py() < 0:
+            raise BadBatch(
+                f"{collection.qualified_name}.{name}: a negative value in a uint8 column"
+            )
+    diffs = table.column(DIFF_COLUMN)
+    if table.num_rows and pc.any(pc.equal(diffs, 0)).as_py():
+        table = table.filter(pc.not_equal(diffs, 0))
+    return table
+
+
+def encode_arrow(collection_id: str, updates: pa.Table) -> storage_pb2.CollectionUpdates:
+    """``CollectionUpdates`` carrying ``updates`` (columns + ``mz_diff``) in columnar form."""
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, updates.schema) as stream:
+        stream.write_table(updates)
+    return storage_pb2.CollectionUpdates(
+        collection_id=collection_id, arrow_ipc=sink.getvalue().to_pybytes()
+    )
+
+
+def decode_updates(collection: BuiltinCollection, updates: Sequence[Any]) -> pa.Table:
+    """``storage.v1.Update`` messages of ``collection`` as an Arrow table (zero diffs dropped)."""
+    rows = []
+    diffs = []
+    for update in updates:  # one pass: every access to an element makes a wrapper
+        rows.append(update.row.values)
+        diffs.append(update.diff)
+    width = len(collection.columns)
+    if any(len(values) != width for values in rows):
+        bad = next(len(values) for values in rows if len(values) != width)
+        raise BadBatch(
+            f"{collection.qualified_name} has {width} columns, an update has {bad} values"
+        )
+    arrays = [
+        _decode_column(collection, name, kind, [values[index] for values in rows])
+        for index, (name, kind) in enumerate(collection.columns)
+    ]
+    arrays.append(pa.array(diffs, type=pa.int64()))
+    table = pa.Table.from_arrays(arrays, names=[*collection.column_names, DIFF_COLUMN])
+    diffs = table.column(DIFF_COLUMN)
+    if table.num_rows and pc.any(pc.equal(diffs, 0)).as_py():
+        table = table.filter(pc.not_equal(diffs, 0))
+    return table
+
+
+def _decode_column(
+    collection: BuiltinCollection, name: str, kind: str, values: list[Any]
+) -> pa.Array:
+    kinds = [_which(value, "kind") for value in values]
+    present = set(kinds)
+    present.discard(None)
+    allowed = _KINDS[kind]
+    wrong = present - set(allowed)
+    if wrong:
+        raise BadBatch(
+            f"{collection.qualified_name}.{name}: a {sorted(wrong)[0]} value in a {kind} column"
+        )
+    if len(present) == 1 and None not in kinds:
+        # The common case, one kind and no NULLs: no per-value Python branch.
+        raw = list(map(operator.attrgetter(present.pop()), values))
+    else:
+        raw = [None if k is None else getattr(v, k) for v, k in zip(values, kinds, strict=True)]
+    try:
+        return _to_arrow(kind, raw)
+    except (pa.ArrowInvalid, OverflowError, TypeError) as error:
+        raise BadBatch(f"{collection.qualified_name}.{name}: {error}") from None
+
+
+def _to_arrow(kind: str, raw: list[Any]) -> pa.Array:
+    target = ingest_type(kind)
+    if kind in _FROM_INTEGER:
+        return pa.array(raw, type=_FROM_INTEGER[kind]).cast(target)
+    if kind == "float8":
+        return pa.array([None if v is None else float(v) for v in raw], type=target)
+    if kind == "list":
+        return pa.array(
+            [None if v is None else [_list_item(item) for item in v.values] for v in raw],
+            type=target,
+        )
+    array = pa.array(raw, type=target)
+    if kind == "uint8" and array.null_count < len(array) and pc.min(array).as_py() < 0:
+        raise BadBatch("a negative value in a uint8 column")
+    return array
+
+
+def _list_item(value: Any) -> int | None:
+    kind = _which(value, "kind")
+    if kind is None:
+        return None
+    if kind != "int_value":
+        raise BadBatch(f"a {kind} value in a list of integers")
+    return int(value.int_value)
