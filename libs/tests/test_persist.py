@@ -10,7 +10,6 @@ import pyarrow as pa
 import pytest
 
 from loupe.persist import (
-    LocalBlob,
     Part,
     Shard,
     SinceError,
@@ -20,27 +19,10 @@ from loupe.persist import (
     parts_to_merge,
 )
 from loupe.persist.shard import ARROW_TYPES, arrow_schema, consolidate
+from loupe.persist.testing import NAME_N_COLUMNS, name_n_updates
 
-# Fixtures consensus_uri, consensus, blob: every plugin.
-pytest_plugins = ["loupe.persist.testing"]
-
-COLUMNS = [("name", "text"), ("n", "int8")]
-
-
-@pytest.fixture
-def shard(tmp_path, consensus):
-    """A fresh shard on a local blob and each consensus plugin (sqlite, postgres, nats-kv)."""
-    shard = Shard("s1", LocalBlob(tmp_path / "blob"), consensus)
-    shard.ensure(COLUMNS)
-    return shard
-
-
-def updates(rows):
-    names, ns, ts, diffs = zip(*rows, strict=True) if rows else ((), (), (), ())
-    return pa.table(
-        {"name": list(names), "n": list(ns), "mz_timestamp": list(ts), "mz_diff": list(diffs)},
-        schema=arrow_schema(COLUMNS),
-    )
+COLUMNS = NAME_N_COLUMNS
+updates = name_n_updates
 
 
 def test_snapshot_consolidates_updates(shard):

@@ -23,9 +23,6 @@ from loupe.persist.location import CONSENSUS_PLUGINS, Consensus, LocalBlob, open
 from loupe.persist.nats_kv import NatsKvConsensus, encode_key
 from loupe.persist.shard import arrow_schema
 
-# Fixtures consensus_uri, consensus, blob: every plugin.
-pytest_plugins = ["loupe.persist.testing"]
-
 COLUMNS = [("name", "text"), ("n", "int8")]
 
 

@@ -18,28 +18,11 @@ from loupe.persist import (
     upper_subject,
 )
 from loupe.persist.shard import arrow_schema
+from loupe.persist.testing import NAME_N_COLUMNS, name_n_updates
 from loupe.testing import assert_eventually
 
-# Fixtures consensus_uri, consensus, blob: every plugin.
-pytest_plugins = ["loupe.persist.testing"]
-
-COLUMNS = [("name", "text"), ("n", "int8")]
-
-
-@pytest.fixture
-def shard(tmp_path, consensus):
-    """A fresh shard on a local blob and each consensus plugin."""
-    shard = Shard("s1", LocalBlob(tmp_path / "blob"), consensus)
-    shard.ensure(COLUMNS)
-    return shard
-
-
-def updates(rows):
-    names, ns, ts, diffs = zip(*rows, strict=True) if rows else ((), (), (), ())
-    return pa.table(
-        {"name": list(names), "n": list(ns), "mz_timestamp": list(ts), "mz_diff": list(diffs)},
-        schema=arrow_schema(COLUMNS),
-    )
+COLUMNS = NAME_N_COLUMNS
+updates = name_n_updates
 
 
 def rows(table: pa.Table) -> list[tuple]:

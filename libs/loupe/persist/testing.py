@@ -17,11 +17,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import psycopg
+import pyarrow as pa
 import pyarrow.fs as pafs
 import pytest
 
 from loupe.persist.arrowfs import ArrowFsBlob
 from loupe.persist.location import Blob, Consensus, LocalBlob, close_consensus, open_consensus
+from loupe.persist.shard import Shard, arrow_schema
 
 CONSENSUS_KINDS = ("sqlite", "postgres", "nats-kv")
 BLOB_KINDS = ("local", "arrowfs-local")
@@ -63,3 +65,24 @@ def blob(request: pytest.FixtureRequest, tmp_path: Path) -> Blob:
     if request.param == "local":
         return LocalBlob(root)
     return ArrowFsBlob(pafs.LocalFileSystem(), str(root))
+
+
+# A two-column shard for tests: (name text, n int8).
+NAME_N_COLUMNS = [("name", "text"), ("n", "int8")]
+
+
+@pytest.fixture
+def shard(tmp_path: Path, consensus: Consensus) -> Shard:
+    """A fresh (name, n) shard on a local blob and each consensus plugin."""
+    shard = Shard("s1", LocalBlob(tmp_path / "blob"), consensus)
+    shard.ensure(NAME_N_COLUMNS)
+    return shard
+
+
+def name_n_updates(rows: list[tuple[str, int, int, int]]) -> pa.Table:
+    """Updates ``(name, n, mz_timestamp, mz_diff)`` for the ``shard`` fixture."""
+    names, ns, ts, diffs = zip(*rows, strict=True) if rows else ((), (), (), ())
+    return pa.table(
+        {"name": list(names), "n": list(ns), "mz_timestamp": list(ts), "mz_diff": list(diffs)},
+        schema=arrow_schema(NAME_N_COLUMNS),
+    )
