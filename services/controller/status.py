@@ -40,7 +40,9 @@ PROCESS_ID = 0
 class StagingWriter(Protocol):
     """The part of the storage writer the status tables use."""
 
-    def stage(self, collection_id: str, row: tuple[Any, ...], diff: int) -> None: ...
+    def stage(
+        self, collection_id: str, row: tuple[Any, ...], diff: int, *, urgent: bool = False
+    ) -> None: ...
 
     def snapshot(self, collection_id: str) -> list[tuple[Any, ...]]: ...
 
@@ -139,7 +141,8 @@ class ReplicaStatusTables:
         new = ReplicaStatus(replica_id, status, reason, incarnation, self._clock())
         self._current[replica_id] = new
         self._replace(MZ_CLUSTER_REPLICA_STATUSES.id, self._status_rows, replica_id, new.row())
-        self._writer.stage(MZ_CLUSTER_REPLICA_STATUS_HISTORY.id, new.history_row(), 1)
+        # Status changes are what people watch: flush them now, not at the next tick.
+        self._writer.stage(MZ_CLUSTER_REPLICA_STATUS_HISTORY.id, new.history_row(), 1, urgent=True)
         log.info(
             "replica status",
             replica_id=replica_id,

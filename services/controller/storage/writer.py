@@ -187,6 +187,8 @@ class StorageWriter:
         self._flush_wanted = 0
         self._outbox: list[Update] = []
         self._outbox_seq = 0
+        # Something staged wants a flush as soon as it is in the stream.
+        self._urgent = False
         self._outbox_ids = (f"{uuid.uuid4().hex}-{n}" for n in itertools.count())
         self._outbox_wake = asyncio.Event()
         self._outbox_idle = asyncio.Event()
@@ -282,11 +284,15 @@ class StorageWriter:
         """The last stream sequence durable in every shard."""
         return self._applied_through
 
-    def stage(self, collection_id: str, row: tuple[Any, ...], diff: int) -> None:
+    def stage(
+        self, collection_id: str, row: tuple[Any, ...], diff: int, *, urgent: bool = False
+    ) -> None:
         """Queue one update for the stream; it is written at a flush soon after.
 
         ``row`` holds Python values in column order: str, int, float, bool,
         tz-aware datetime (timestamptz), datetime.timedelta (interval) or None.
+        ``urgent`` flushes as soon as the update is in the stream instead of at
+        the next interval (a replica going offline should not wait a second).
         Raises ``LoupeError(INVALID_ARGUMENT)`` for an unknown collection or a bad row.
         """
         if self._closing:
@@ -294,6 +300,7 @@ class StorageWriter:
         update = self._validate(collection_id, row, diff)
         if diff == 0:
             return
+        self._urgent |= urgent
         self._outbox.append(update)
         self._outbox_idle.clear()
         self._outbox_wake.set()
@@ -416,6 +423,10 @@ class StorageWriter:
                     delay = min(delay * 2, 1.0)
             del self._outbox[: len(updates)]
             self._outbox_seq = max(self._outbox_seq, ack.seq)
+            if self._urgent:
+                self._flush_wanted = max(self._flush_wanted, ack.seq)
+                self._wake.set()
+                self._urgent = bool(self._outbox)  # until the last staged update is out
 
     async def _drain_outbox(self) -> int:
         """Wait until every staged update is in the stream; the last sequence it got."""

@@ -92,7 +92,9 @@ class ArrowStorageWriter:
     def upper(self) -> int:
         return self._upper
 
-    def stage(self, collection_id: str, row: tuple[Any, ...], diff: int) -> None:
+    def stage(
+        self, collection_id: str, row: tuple[Any, ...], diff: int, *, urgent: bool = False
+    ) -> None:
         assert not self.stopped, "staged after stop"
         collection = self._collections[collection_id]
         assert len(row) == len(collection.columns), (collection.name, row)

@@ -335,3 +335,18 @@ async def test_the_flush_loop_writes_staged_rows_on_its_own(
     await assert_eventually(landed, timeout=10)
     await writer.stop()
     assert uppers(blob, consensus) == {writer.upper}
+
+
+async def test_urgent_updates_flush_without_waiting_for_the_interval(
+    writer: StorageWriter,
+) -> None:
+    """An urgent stage (a replica status change) is written long before the (hour-long) interval."""
+    writer.stage(MZ_CLUSTERS.id, CLUSTER, 1)
+    await asyncio.sleep(0.5)
+    assert writer.snapshot(MZ_CLUSTERS.id) == [], "a plain stage waits for the interval"
+    writer.stage(MZ_CLUSTERS.id, CLUSTER, 1, urgent=True)
+
+    def landed() -> None:
+        assert writer.snapshot(MZ_CLUSTERS.id) == [CLUSTER, CLUSTER]
+
+    await assert_eventually(landed, timeout=15)
