@@ -20,7 +20,7 @@ from loupe.catalog import CatalogCorruptError, CatalogError, FencedError, FenceT
 from loupe.catalog.backends.postgres import DEFAULT_SCHEMA, PostgresCatalogBackend
 from loupe.catalog.durable import BACKENDS
 from loupe.catalog.migrations import CATALOG_VERSION
-from loupe.catalog.objects import Cluster
+from loupe.catalog.testing import create_cluster
 from loupe.common.nats_server import die_with_parent, free_port
 from loupe.testing import assert_eventually
 from loupe.testing.postgres import (
@@ -57,25 +57,6 @@ def sql(options: Options, statement: str, *params: object) -> list[tuple]:
         return cursor.fetchall() if cursor.description else []
 
 
-def new_cluster(name: str) -> Cluster:
-    return Cluster(
-        id="",
-        name=name,
-        owner_id="",
-        managed=False,
-        size="",
-        replication_factor=0,
-        introspection_interval_ns=0,
-        introspection_debugging=False,
-    )
-
-
-def create(catalog: PostgresCatalogBackend, name: str) -> int:
-    tx = catalog.transaction()
-    tx.create_cluster(new_cluster(name))
-    return catalog.commit_transaction(tx)
-
-
 def test_backend_is_registered_as_stash_postgres() -> None:
     """``stash-postgres`` resolves through the loupe.catalog_backends entry point."""
     assert BACKENDS.load("stash-postgres") is PostgresCatalogBackend
@@ -88,7 +69,7 @@ def test_catalog_lives_in_the_named_schema(
     catalog = make(backends, postgres_catalog)
     assert not catalog.is_initialized()
     catalog.open()
-    create(catalog, "stored")
+    create_cluster(catalog, "stored")
     tables = sql(
         postgres_catalog,
         "SELECT table_name FROM information_schema.tables WHERE table_schema = %s "
@@ -147,8 +128,8 @@ def test_lost_connection_fails_one_commit_and_the_next_reconnects(
     )
     assert killed == [(True,)]
     with pytest.raises(CatalogError, match=r"PostgreSQL catalog .* failed"):
-        create(catalog, "lost")
-    create(catalog, "kept")
+        create_cluster(catalog, "lost")
+    create_cluster(catalog, "kept")
     values = [v for (v,) in sql(postgres_catalog, "SELECT value FROM collections")]
     assert any('"name":"kept"' in value for value in values)
     assert not any('"name":"lost"' in value for value in values)
@@ -238,7 +219,7 @@ async def test_commit_racing_an_open_waits_for_it_and_is_fenced(
 
         def commit() -> None:
             try:
-                outcome.append(create(catalog, "racer"))
+                outcome.append(create_cluster(catalog, "racer"))
             except BaseException as error:
                 outcome.append(error)
 
@@ -371,7 +352,7 @@ def test_temporary_cluster_serves_a_catalog_and_is_removed(data_dir: Path) -> No
             assert (root / "data").stat().st_uid != 0
         catalog = PostgresCatalogBackend(data_dir, postgres_url=cluster.url)
         catalog.open()
-        assert create(catalog, "c") >= catalog.read_timestamp() - 1
+        assert create_cluster(catalog, "c") >= catalog.read_timestamp() - 1
         catalog.close()
     assert process.poll() is not None
     assert not root.exists()

@@ -15,30 +15,12 @@ import psycopg
 import pytest
 import structlog
 
-from loupe.catalog import CatalogError, Cluster, DurableCatalogState, FencedError, create_backend
+from loupe.catalog import CatalogError, FencedError, create_backend
 from loupe.catalog.backends.postgres import PostgresCatalogBackend
 from loupe.catalog.backends.shadow import ShadowCatalogBackend, ShadowMismatchError
 from loupe.catalog.backends.sqlite import SqliteCatalogBackend
 from loupe.catalog.durable import BACKENDS
-
-
-def new_cluster(name: str) -> Cluster:
-    return Cluster(
-        id="",
-        name=name,
-        owner_id="",
-        managed=False,
-        size="",
-        replication_factor=0,
-        introspection_interval_ns=0,
-        introspection_debugging=False,
-    )
-
-
-def create(catalog: DurableCatalogState, name: str) -> int:
-    tx = catalog.transaction()
-    tx.create_cluster(new_cluster(name))
-    return catalog.commit_transaction(tx)
+from loupe.catalog.testing import create_cluster
 
 
 def edit_sqlite(data_dir: Path, statement: str) -> None:
@@ -83,7 +65,7 @@ def test_agreeing_backends_hold_the_same_catalog(
     """Every commit lands in both stores, with the same timestamps, fences and rows."""
     shadow = sqlite_shadow(shadows, dirs)
     shadow.open()
-    stamps = [create(shadow, f"c{i}") for i in range(3)]
+    stamps = [create_cluster(shadow, f"c{i}") for i in range(3)]
     assert stamps == sorted(set(stamps))
     shadow.close()
     alone = [SqliteCatalogBackend(d) for d in dirs]
@@ -110,8 +92,8 @@ def test_secondary_with_a_different_clock_gets_the_primarys_timestamps(
     shadows.append(shadow)
     shadow.open()
     assert shadow.read_timestamp() == 7_000_000
-    assert create(shadow, "c") == 7_000_001
-    assert create(shadow, "d") == 7_000_002
+    assert create_cluster(shadow, "c") == 7_000_001
+    assert create_cluster(shadow, "d") == 7_000_002
 
 
 def test_diverged_row_is_a_loud_mismatch(
@@ -121,7 +103,7 @@ def test_diverged_row_is_a_loud_mismatch(
     logs it at error level, and the shadow refuses to go on."""
     shadow = sqlite_shadow(shadows, dirs)
     shadow.open()
-    create(shadow, "c")
+    create_cluster(shadow, "c")
     shadow.close()
     edit_sqlite(
         dirs[1],
@@ -150,10 +132,10 @@ def test_diverged_oracle_fails_the_next_commit(
     """A secondary whose timestamp oracle moved on its own disagrees on the next commit."""
     shadow = sqlite_shadow(shadows, dirs)
     shadow.open()
-    written = create(shadow, "c")
+    written = create_cluster(shadow, "c")
     edit_sqlite(dirs[1], f"UPDATE timestamp_oracle SET ts = {written + 1000}")
     with pytest.raises(ShadowMismatchError) as caught:
-        create(shadow, "d")
+        create_cluster(shadow, "d")
     assert caught.value.method == "_write"
     assert caught.value.primary.value == written + 1 or caught.value.primary.value > written
     assert caught.value.secondary.value == written + 1001
@@ -184,7 +166,7 @@ def test_both_fenced_is_the_primarys_fenced_error(
     first.open()
     sqlite_shadow(shadows, dirs).open()
     with pytest.raises(FencedError) as caught:
-        create(first, "zombie")
+        create_cluster(first, "zombie")
     assert (caught.value.ours.epoch, caught.value.current.epoch) == (1, 2)
 
 
@@ -224,7 +206,7 @@ def test_default_shadow_is_sqlite_over_postgres(
     shadow = create_backend("shadow", data_dir)
     assert isinstance(shadow, ShadowCatalogBackend)
     shadow.open()
-    written = create(shadow, "both")
+    written = create_cluster(shadow, "both")
     shadow.close()
     mirror = PostgresCatalogBackend(data_dir)
     mirror.open_read_only()
