@@ -5,6 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 import polars as pl
+import sqlglot
+import sqlglot.errors
+from sqlglot import exp
 
 from loupe.common.errors import LoupeError, SqlState
 from loupe.coordinator.results import Column
@@ -37,10 +40,27 @@ def polars_type_name(dtype: pl.DataType) -> str:
     return "text"
 
 
+# A one-row relation that FROM-less SELECTs read, as in PostgreSQL: polars
+# evaluates `SELECT 1 WHERE false` without a FROM to one row, not none.
+ONE_ROW = "loupe_one_row"
+
+
+def _over_one_row(sql: str) -> str:
+    try:
+        tree = sqlglot.parse_one(sql, dialect="postgres")
+    except sqlglot.errors.ParseError:
+        return sql  # polars reports the error in its own words below
+    for select in tree.find_all(exp.Select):
+        if select.args.get("from") is None and select.args.get("from_") is None:
+            select.from_(ONE_ROW, copy=False)
+    return tree.sql(dialect="postgres")
+
+
 def evaluate_constant(sql: str) -> tuple[tuple[Column, ...], list[tuple[Any, ...]]]:
     """Run ``sql`` (which reads no table) with polars; returns (columns, rows)."""
+    context = pl.SQLContext({ONE_ROW: pl.DataFrame({"loupe_one_row_": [0]})})
     try:
-        frame = pl.SQLContext().execute(sql, eager=True)
+        frame = context.execute(_over_one_row(sql), eager=True)
     except pl.exceptions.SQLSyntaxError as error:
         raise LoupeError(SqlState.SYNTAX_ERROR, _first_line(error)) from None
     except pl.exceptions.SQLInterfaceError as error:
