@@ -1,0 +1,148 @@
+"""EXPLAIN text for MIR (``OPTIMIZED PLAN``) and LIR (``PHYSICAL PLAN``) trees.
+
+Each node is one line indented two spaces per depth below the ``name:``
+header, followed by its attribute lines one level deeper and then its inputs.
+With ``node_ids``, every LIR node's line ends in ``// { node_id: N }``
+(seed 002); MIR nodes have no ids, so the flag does not change MIR output.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+
+from loupe.coordinator.plan import lir, mir
+from loupe.coordinator.plan.scalar import Scalar, render, render_value
+
+INDENT = "  "
+
+
+def explain(plan: mir.Relation | lir.Node, *, node_ids: bool = False, name: str) -> str:
+    """The EXPLAIN text of ``plan`` for the object or query called ``name``."""
+    lines = [f"{name}:"]
+    if isinstance(plan, lir.Node):
+        lines.extend(_lir_lines(plan, 1, node_ids))
+    else:
+        lines.extend(_mir_lines(plan, 1))
+    return "\n".join(lines) + "\n"
+
+
+def _list(items: Sequence[str]) -> str:
+    return "(" + ", ".join(items) + ")"
+
+
+def _scalars(exprs: Sequence[Scalar]) -> str:
+    return _list([render(e) for e in exprs])
+
+
+def _aggregate(aggregate: mir.Aggregate) -> str:
+    if aggregate.expr is None:
+        return f"{aggregate.func}(*)"
+    distinct = "distinct " if aggregate.distinct else ""
+    return f"{aggregate.func}({distinct}{render(aggregate.expr)})"
+
+
+def _order(keys: Sequence[mir.OrderKey]) -> str:
+    parts = []
+    for key in keys:
+        nulls = "nulls_last" if key.nulls_last else "nulls_first"
+        parts.append(f"#{key.column} {'desc' if key.desc else 'asc'} {nulls}")
+    return "[" + ", ".join(parts) + "]"
+
+
+def _top_k_attributes(limit: int | None, offset: int, order: Sequence[mir.OrderKey]) -> str:
+    parts = [f"order_by={_order(order)}"] if order else []
+    if limit is not None:
+        parts.append(f"limit={limit}")
+    if offset:
+        parts.append(f"offset={offset}")
+    return " ".join(parts)
+
+
+def _equivalences(classes: Sequence[Sequence[Scalar]]) -> str:
+    return _list([_scalars(c) for c in classes])
+
+
+# MIR
+
+
+def _mir_lines(node: mir.Relation, depth: int) -> Iterator[str]:
+    yield INDENT * depth + _mir_header(node)
+    for child in node.children():
+        yield from _mir_lines(child, depth + 1)
+
+
+def _mir_header(node: mir.Relation) -> str:
+    if isinstance(node, mir.Get):
+        return f"Get {node.name}"
+    if isinstance(node, mir.Constant):
+        return "Constant " + ", ".join(_list([render_value(v) for v in row]) for row in node.rows)
+    if isinstance(node, mir.Map):
+        return f"Map {_scalars(node.scalars)}"
+    if isinstance(node, mir.Filter):
+        return "Filter " + " AND ".join(render(p) for p in node.predicates)
+    if isinstance(node, mir.Project):
+        return "Project " + _list([f"#{i}" for i in node.outputs])
+    if isinstance(node, mir.Join):
+        on = f" on={_equivalences(node.equivalences)}" if node.equivalences else ""
+        return "Join" + on if on else "CrossJoin"
+    if isinstance(node, mir.Reduce):
+        group = f" group_by={_scalars(node.group_key)}" if node.group_key else ""
+        aggregates = f" aggregates=[{', '.join(_aggregate(a) for a in node.aggregates)}]"
+        return "Reduce" + group + (aggregates if node.aggregates else "")
+    if isinstance(node, mir.TopK):
+        return f"TopK {_top_k_attributes(node.limit, node.offset, node.order)}".rstrip()
+    return type(node).__name__  # Distinct, Negate, Threshold, Union
+
+
+# LIR
+
+
+def _lir_lines(node: lir.Node, depth: int, node_ids: bool) -> Iterator[str]:
+    header, attributes = _lir_parts(node)
+    suffix = f" // {{ node_id: {node.id} }}" if node_ids else ""
+    yield INDENT * depth + header + suffix
+    for attribute in attributes:
+        yield INDENT * (depth + 1) + attribute
+    for child in node.inputs():
+        yield from _lir_lines(child, depth + 1, node_ids)
+
+
+def _lir_parts(node: lir.Node) -> tuple[str, list[str]]:
+    """A node's header line and its attribute lines."""
+    if isinstance(node, lir.Get):
+        return f"Get::PassArrangements {node.name}", ["raw=true"]
+    if isinstance(node, lir.Constant):
+        return "Constant", ["- " + _list([render_value(v) for v in row]) for row in node.rows]
+    if isinstance(node, lir.Mfp):
+        return "Mfp", _mfp_attributes(node.mfp)
+    if isinstance(node, lir.FlatMap):
+        return f"FlatMap {node.func}{_scalars(node.exprs)}", _mfp_attributes(node.mfp)
+    if isinstance(node, lir.ArrangeBy):
+        return "ArrangeBy", ["keys=[" + ", ".join(_scalars(k) for k in node.keys) + "]"]
+    if isinstance(node, lir.Join):
+        return f"Join::{node.kind.value}", [f"equivalences={_equivalences(node.equivalences)}"]
+    if isinstance(node, lir.Reduce):
+        return f"Reduce::{node.kind.value}", _reduce_attributes(node)
+    if isinstance(node, lir.TopK):
+        attributes = _top_k_attributes(node.limit, node.offset, node.order)
+        return f"TopK::Basic {attributes}".rstrip(), []
+    if isinstance(node, lir.Threshold):
+        return "Threshold::Basic", []
+    return type(node).__name__, []  # Negate, Union
+
+
+def _mfp_attributes(mfp: lir.MapFilterProject) -> list[str]:
+    attributes = []
+    if mfp.expressions:
+        attributes.append(f"map={_scalars(mfp.expressions)}")
+    if mfp.predicates:
+        attributes.append(f"filter={_scalars(mfp.predicates)}")
+    attributes.append("project=" + _list([f"#{i}" for i in mfp.projection]))
+    return attributes
+
+
+def _reduce_attributes(node: lir.Reduce) -> list[str]:
+    attributes = [f"group_by={_scalars(node.group_key)}"]
+    if node.aggregates:
+        attributes.append("aggregates=[" + ", ".join(_aggregate(a) for a in node.aggregates) + "]")
+    return attributes

@@ -1,0 +1,240 @@
+"""MIR: the relational plan a SELECT lowers to, as immutable trees.
+
+Every node knows its output ``columns`` as ``(name, pg_type)`` pairs; scalar
+expressions refer to the columns of a node's input by position.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+
+from loupe.coordinator.plan.scalar import Scalar, scalar_type, widest_numeric
+
+ColumnSpec = tuple[str, str]
+
+AGGREGATES = ("count", "sum", "min", "max", "avg")
+
+
+@dataclass(frozen=True)
+class Aggregate:
+    """An aggregate over a group: ``func`` of ``expr`` (None for ``count(*)``)."""
+
+    func: str
+    expr: Scalar | None
+    distinct: bool = False
+
+    def result_type(self, input_types: tuple[str, ...]) -> str:
+        """The PostgreSQL result type of the aggregate."""
+        if self.func == "count":
+            return "int8"
+        assert self.expr is not None
+        arg = scalar_type(self.expr, input_types)
+        if self.func == "avg":
+            return "float8" if arg.startswith("float") else "numeric"
+        if self.func == "sum":
+            return {"int2": "int8", "int4": "int8", "int8": "numeric"}.get(
+                arg, widest_numeric([arg])
+            )
+        return arg
+
+
+@dataclass(frozen=True)
+class OrderKey:
+    """One ORDER BY key: an output column, its direction and where NULLs go."""
+
+    column: int
+    desc: bool = False
+    nulls_last: bool = True
+
+
+class Relation:
+    """Base of MIR nodes: output columns and children."""
+
+    @property
+    def columns(self) -> tuple[ColumnSpec, ...]:
+        raise NotImplementedError
+
+    @property
+    def types(self) -> tuple[str, ...]:
+        return tuple(t for _, t in self.columns)
+
+    @property
+    def arity(self) -> int:
+        return len(self.columns)
+
+    def children(self) -> tuple[Relation, ...]:
+        return ()
+
+
+@dataclass(frozen=True)
+class Get(Relation):
+    """Read a catalog relation by its qualified name."""
+
+    name: str
+    schema: tuple[ColumnSpec, ...]
+
+    @property
+    def columns(self) -> tuple[ColumnSpec, ...]:
+        return self.schema
+
+
+@dataclass(frozen=True)
+class Constant(Relation):
+    """A literal collection of rows."""
+
+    rows: tuple[tuple[object, ...], ...]
+    schema: tuple[ColumnSpec, ...]
+
+    @property
+    def columns(self) -> tuple[ColumnSpec, ...]:
+        return self.schema
+
+
+@dataclass(frozen=True)
+class Map(Relation):
+    """Append one column per scalar, each computed from the input columns and earlier ones."""
+
+    input: Relation
+    scalars: tuple[Scalar, ...]
+    names: tuple[str, ...]
+
+    @cached_property
+    def columns(self) -> tuple[ColumnSpec, ...]:  # type: ignore[override]
+        columns = list(self.input.columns)
+        for name, scalar in zip(self.names, self.scalars, strict=True):
+            columns.append((name, scalar_type(scalar, tuple(t for _, t in columns))))
+        return tuple(columns)
+
+    def children(self) -> tuple[Relation, ...]:
+        return (self.input,)
+
+
+@dataclass(frozen=True)
+class Filter(Relation):
+    """Keep the rows for which every predicate is true."""
+
+    input: Relation
+    predicates: tuple[Scalar, ...]
+
+    @property
+    def columns(self) -> tuple[ColumnSpec, ...]:
+        return self.input.columns
+
+    def children(self) -> tuple[Relation, ...]:
+        return (self.input,)
+
+
+@dataclass(frozen=True)
+class Project(Relation):
+    """Reorder, drop or repeat columns; ``names`` renames the outputs."""
+
+    input: Relation
+    outputs: tuple[int, ...]
+    names: tuple[str, ...] | None = None
+
+    @property
+    def columns(self) -> tuple[ColumnSpec, ...]:
+        picked = [self.input.columns[i] for i in self.outputs]
+        if self.names is None:
+            return tuple(picked)
+        return tuple((n, t) for n, (_, t) in zip(self.names, picked, strict=True))
+
+    def children(self) -> tuple[Relation, ...]:
+        return (self.input,)
+
+
+@dataclass(frozen=True)
+class Join(Relation):
+    """The cross product of the inputs restricted to rows where each equivalence class is equal.
+
+    Expressions in ``equivalences`` refer to the concatenated input columns.
+    """
+
+    inputs: tuple[Relation, ...]
+    equivalences: tuple[tuple[Scalar, ...], ...] = ()
+
+    @property
+    def columns(self) -> tuple[ColumnSpec, ...]:
+        return tuple(c for i in self.inputs for c in i.columns)
+
+    def children(self) -> tuple[Relation, ...]:
+        return self.inputs
+
+
+@dataclass(frozen=True)
+class Reduce(Relation):
+    """Group by ``group_key``; outputs the keys and then one column per aggregate."""
+
+    input: Relation
+    group_key: tuple[Scalar, ...]
+    aggregates: tuple[Aggregate, ...]
+    names: tuple[str, ...]
+
+    @property
+    def columns(self) -> tuple[ColumnSpec, ...]:
+        types = [scalar_type(k, self.input.types) for k in self.group_key]
+        types += [a.result_type(self.input.types) for a in self.aggregates]
+        return tuple(zip(self.names, types, strict=True))
+
+    def children(self) -> tuple[Relation, ...]:
+        return (self.input,)
+
+
+@dataclass(frozen=True)
+class TopK(Relation):
+    """Per group, the rows ``offset`` to ``offset + limit`` in ``order``."""
+
+    input: Relation
+    order: tuple[OrderKey, ...]
+    limit: int | None = None
+    offset: int = 0
+    group_key: tuple[int, ...] = ()
+
+    @property
+    def columns(self) -> tuple[ColumnSpec, ...]:
+        return self.input.columns
+
+    def children(self) -> tuple[Relation, ...]:
+        return (self.input,)
+
+
+@dataclass(frozen=True)
+class _Unary(Relation):
+    input: Relation
+
+    @property
+    def columns(self) -> tuple[ColumnSpec, ...]:
+        return self.input.columns
+
+    def children(self) -> tuple[Relation, ...]:
+        return (self.input,)
+
+
+@dataclass(frozen=True)
+class Distinct(_Unary):
+    """Each distinct row once."""
+
+
+@dataclass(frozen=True)
+class Negate(_Unary):
+    """Every row's multiplicity negated."""
+
+
+@dataclass(frozen=True)
+class Threshold(_Unary):
+    """Only the rows with positive multiplicity."""
+
+
+@dataclass(frozen=True)
+class Union(Relation):
+    """The inputs' rows together (UNION ALL); column names come from the first input."""
+
+    inputs: tuple[Relation, ...]
+
+    @property
+    def columns(self) -> tuple[ColumnSpec, ...]:
+        return self.inputs[0].columns
+
+    def children(self) -> tuple[Relation, ...]:
+        return self.inputs
