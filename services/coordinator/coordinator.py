@@ -17,6 +17,9 @@
   timestamp. It is sent as a peek to the system cluster when it reads only
   system relations, else to the session's cluster; a SELECT that reads no
   relation is evaluated here with polars.
+- ``EXPLAIN [OPTIMIZED | PHYSICAL] PLAN … FOR <query>`` resolves the
+  query's names as a SELECT does, plans it (``loupe.coordinator.plan``) and
+  returns the plan's text as one row, without reading anything.
 - ``SET``/``SHOW``/``RESET`` work on the session.
 
 At start the coordinator learns where collections live (``ListCollections``),
@@ -38,6 +41,7 @@ from typing import Any, TypeVar
 
 from nats.aio.client import Client as NatsConnection
 from nats.aio.subscription import Subscription
+from sqlglot import exp
 
 from loupe.builtins import BY_QUALIFIED_NAME, IMPLICIT_SCHEMAS, SYSTEM_CLUSTER_NAME
 from loupe.common.errors import LoupeError, SqlState
@@ -49,12 +53,15 @@ from loupe.coordinator.catalog_relations import CatalogRelationsWriter
 from loupe.coordinator.catalog_state import CatalogState, ClusterInfo
 from loupe.coordinator.constant import evaluate_constant
 from loupe.coordinator.follower import CatalogFollower
+from loupe.coordinator.plan import explain, lower_to_lir, plan_query
 from loupe.coordinator.results import Column, Complete, Event, Failure, Notice, StatementResult
 from loupe.coordinator.session import Session, SessionManager
 from loupe.coordinator.sql.parser import parse, parse_one
 from loupe.coordinator.sql.resolve import (
+    Relation,
     ResolvedQuery,
     resolve_query,
+    resolve_relations,
     search_path_schemas,
     source_name,
 )
@@ -66,6 +73,7 @@ from loupe.coordinator.sql.statements import (
     DropCluster,
     DropClusterReplica,
     DropTable,
+    Explain,
     Insert,
     ObjectName,
     Query,
@@ -100,6 +108,10 @@ JOIN mz_catalog.mz_clusters AS c ON c.id = r.cluster_id
 LEFT JOIN mz_internal.mz_cluster_replica_statuses AS s ON s.replica_id = r.id
 ORDER BY c.name, r.name
 """
+
+# The name line of EXPLAIN for a query (Materialize prints ``Explained Query:``).
+EXPLAINED_QUERY = "Explained Query"
+EXPLAIN_COLUMNS = {"optimized": "Optimized Plan", "physical": "Physical Plan"}
 
 T = TypeVar("T")
 
@@ -302,7 +314,7 @@ class Coordinator:
         if session.cancel_requested:
             raise canceled_error()
         task = asyncio.create_task(self.run_statement(session, statement))
-        cancelable = isinstance(statement, Query | ShowClusters | ShowClusterReplicas)
+        cancelable = isinstance(statement, Query | ShowClusters | ShowClusterReplicas | Explain)
         session.running = task if cancelable else None
         try:
             return await task
@@ -328,6 +340,8 @@ class Coordinator:
         match statement:
             case Query():
                 return await self._select(session, statement)
+            case Explain():
+                return await self._explain(session, statement)
             case ShowClusters():
                 return await self._select(session, parse_one(SHOW_CLUSTERS_SQL))
             case ShowClusterReplicas():
@@ -431,6 +445,10 @@ class Coordinator:
                 collections={**BY_QUALIFIED_NAME, **state.tables_in(session.database)},
             )
 
+        return await self._resolving(attempt)
+
+    async def _resolving(self, attempt: Callable[[CatalogState], T]) -> T:
+        """``attempt`` with the known catalog, then once more with a fresh one on 42P01."""
         try:
             return attempt(self.state)
         except LoupeError as error:
@@ -438,6 +456,27 @@ class Coordinator:
                 raise
             # Another coordinator may have created the table a moment ago.
             return attempt(await self._refreshed_state())
+
+    async def _explain(self, session: Session, statement: Explain) -> StatementResult:
+        """The plan of the query as text: one row, one column named after the stage."""
+
+        def attempt(state: CatalogState) -> tuple[exp.Expression, dict[str, Relation]]:
+            return resolve_relations(
+                statement.query.expression,
+                search_path=search_path_schemas(session.search_path),
+                database=session.database,
+                collections={**BY_QUALIFIED_NAME, **state.tables_in(session.database)},
+            )
+
+        expression, relations = await self._resolving(attempt)
+        planned = plan_query(expression, lambda name: plan_source(relations[name]))
+        plan = lower_to_lir(planned) if statement.stage == "physical" else planned
+        text = explain(plan, node_ids=statement.node_ids, name=EXPLAINED_QUERY)
+        return StatementResult(
+            tag=statement.tag,
+            columns=((EXPLAIN_COLUMNS[statement.stage], "text"),),
+            rows=[(text,)],
+        )
 
     async def _read_timestamp(self, session: Session, query: Query, resolved: ResolvedQuery) -> int:
         """The time the query reads at; 0 means the latest complete time of its sources."""
@@ -795,6 +834,17 @@ class Coordinator:
         written = await self.tables.write(table, plan, read=True)
         metrics.TABLE_WRITES.labels("delete").inc()
         return StatementResult(tag=f"DELETE {written.count}")
+
+
+def plan_source(relation: Relation) -> tuple[str, list[tuple[str, str]]]:
+    """(name, [(column, type)]) of a relation as the planner sees it.
+
+    User tables are named ``database.schema.name`` with their storage types,
+    builtin collections ``schema.name`` (as Materialize's EXPLAIN names them).
+    """
+    if isinstance(relation, Table):
+        return relation.full_name, list(relation.storage_columns)
+    return relation.qualified_name, list(getattr(relation, "columns", ()))
 
 
 def catalog_op(statement: Statement, *, owner_id: str) -> catalog_pb2.CatalogOp:

@@ -8,6 +8,8 @@ into statements at ``;``, and:
 - ``CREATE CLUSTER``, ``CREATE CLUSTER REPLICA``, ``DROP CLUSTER [REPLICA]``,
   ``CREATE TABLE``, ``DROP TABLE``, ``SHOW``, ``SET`` and ``RESET`` are
   parsed here, token by token;
+- ``EXPLAIN [OPTIMIZED | PHYSICAL] PLAN [WITH (node_ids)] FOR <query>`` is
+  parsed here up to the query, which goes to sqlglot;
 - ``INSERT``, ``UPDATE`` and ``DELETE`` are parsed by sqlglot and checked here
   (no ``RETURNING``, ``ON CONFLICT``, ``UPDATE … FROM`` or ``DELETE … USING``);
 - a query's trailing ``AS OF <timestamp>`` (Materialize's time travel, which
@@ -42,6 +44,7 @@ from loupe.coordinator.sql.statements import (
     DropCluster,
     DropClusterReplica,
     DropTable,
+    Explain,
     Insert,
     ObjectName,
     Query,
@@ -87,7 +90,6 @@ OTHER_STATEMENT_KEYWORDS = frozenset(
         "END",
         "SAVEPOINT",
         "RELEASE",
-        "EXPLAIN",
         "SUBSCRIBE",
         "TAIL",
         "DECLARE",
@@ -113,6 +115,14 @@ OTHER_STATEMENT_KEYWORDS = frozenset(
         "VALIDATE",
     }
 )
+
+# EXPLAIN stages: the ones Loupe explains, and Materialize's others (0A000).
+EXPLAIN_STAGES = {"OPTIMIZED": "optimized", "PHYSICAL": "physical"}
+UNSUPPORTED_EXPLAIN_STAGES = frozenset(
+    {"RAW", "DECORRELATED", "LOCALLY", "OPTIMIZER", "TIMESTAMP", "FILTER", "KEY", "ANALYZE"}
+)
+# What an EXPLAIN could explain besides a query: there are no such objects yet.
+EXPLAIN_OBJECT_KINDS = (("MATERIALIZED", "VIEW"), ("VIEW",), ("INDEX",))
 
 # `SHOW <objects>` forms of Materialize that Loupe does not have yet: refused
 # as unsupported rather than mistaken for a variable.
@@ -249,6 +259,8 @@ def _parse_statement(sql: str, tokens: list[Token]) -> Statement:
         return _LoupeParser(sql, tokens).statement()
     if first in ("INSERT", "UPDATE", "DELETE"):
         return _parse_dml(sql, tokens)
+    if first == "EXPLAIN" and tokens[0].token_type != TokenType.IDENTIFIER:
+        return _LoupeParser(sql, tokens).explain()
     if first in OTHER_STATEMENT_KEYWORDS or tokens[0].token_type in LoupeDialect.COMMAND_TOKENS:
         # Not a query: refused whether or not sqlglot would parse it (it parses
         # CREATE SOURCE as a Command and fails on others).
@@ -609,6 +621,100 @@ class _LoupeParser:
     def common(self) -> dict[str, object]:
         start = self.tokens[0].start
         return {"text": self.sql[start : self.tokens[-1].end + 1], "offset": start}
+
+    def explain(self) -> Explain:
+        """``EXPLAIN [[OPTIMIZED | PHYSICAL] PLAN [WITH (options)] [AS TEXT] FOR] <query>``."""
+        self.expect("EXPLAIN")
+        stage = "optimized"
+        node_ids = False
+        token = self.peek()
+        word = token.text.upper() if token is not None else ""
+        if token is not None and token.token_type == TokenType.IDENTIFIER:
+            word = ""
+        if word in EXPLAIN_STAGES and self.at(word, "PLAN"):
+            self.index += 2
+            stage = EXPLAIN_STAGES[word]
+            explicit = True
+        elif self.accept("PLAN"):
+            explicit = True
+        elif word in UNSUPPORTED_EXPLAIN_STAGES:
+            assert token is not None
+            words = [word]
+            for following in self.tokens[self.index + 1 : self.index + 3]:
+                if following.text.upper() in ("FOR", "WITH", "AS") or not _WORD.match(
+                    following.text
+                ):
+                    break
+                words.append(following.text.upper())
+            raise _unsupported(f"EXPLAIN {' '.join(words)}", token)
+        else:
+            explicit = False
+        if explicit:
+            if self.accept("WITH"):
+                node_ids = self.explain_options()
+            if self.at("AS"):
+                position = self.position()
+                self.index += 1
+                output_format = self.identifier("TEXT")
+                if output_format != "text":
+                    raise LoupeError(
+                        SqlState.FEATURE_NOT_SUPPORTED,
+                        f"EXPLAIN … AS {output_format.upper()} is not supported",
+                        position=position,
+                    )
+            self.expect("FOR")
+        for kind in EXPLAIN_OBJECT_KINDS:
+            if self.at(*kind):
+                raise LoupeError(
+                    SqlState.FEATURE_NOT_SUPPORTED,
+                    f"EXPLAIN … FOR {' '.join(kind)} is not supported: "
+                    "Loupe has no views or indexes yet",
+                    position=self.position(),
+                )
+        if self.peek() is None:
+            raise self.error("a query")
+        query = _parse_with_sqlglot(self.sql, self.tokens[self.index :])
+        if query.as_of is not None:
+            raise LoupeError(
+                SqlState.FEATURE_NOT_SUPPORTED,
+                "EXPLAIN … AS OF is not supported",
+                position=query.as_of_position,
+            )
+        return Explain(
+            **self.common(),  # type: ignore[arg-type]
+            stage=stage,
+            node_ids=node_ids,
+            query=query,
+        )
+
+    def explain_options(self) -> bool:
+        """``( option [= value] [, …] )`` after ``EXPLAIN … PLAN WITH``: whether node_ids is on."""
+        self.expect("(")
+        seen: set[str] = set()
+        node_ids = False
+        while True:
+            position = self.position()
+            name = self.identifier("an EXPLAIN option")
+            if name == "node" and self.accept("IDENTIFIERS"):
+                name = "node_ids"
+            if name != "node_ids":
+                raise LoupeError(
+                    SqlState.FEATURE_NOT_SUPPORTED,
+                    f"EXPLAIN option {name} is not supported",
+                    position=position,
+                )
+            if name in seen:
+                raise LoupeError(
+                    SqlState.SYNTAX_ERROR,
+                    f"option {name} specified more than once",
+                    position=position,
+                )
+            seen.add(name)
+            node_ids = self.boolean_option()
+            if self.accept(")"):
+                return node_ids
+            if not self.accept(","):
+                raise self.error(", or )")
 
     def create_cluster(self) -> CreateCluster:
         name = self.identifier("cluster name")

@@ -129,6 +129,34 @@ def resolve_query(
     )
 
 
+def resolve_relations(
+    expression: exp.Expression,
+    *,
+    search_path: Sequence[str] = ("public",),
+    database: str = "materialize",
+    collections: Mapping[str, Relation] = BY_QUALIFIED_NAME,
+) -> tuple[exp.Expression, dict[str, Relation]]:
+    """Bind a query's relation names for the planner, without rewriting them.
+
+    Returns a normalized copy of ``expression`` and, for each table reference
+    in it, the relation it names, keyed by the reference as written
+    (``mz_clusters``, ``mz_catalog.mz_clusters``): what ``plan_query``'s
+    resolver is asked for. Names are found as ``resolve_query`` finds them;
+    an unknown one is 42P01 with its position.
+    """
+    expression = normalize_identifiers(expression.copy(), dialect=GENERATE_DIALECT)
+    resolver = _Resolver(search_path, database, collections)
+    cte_names = {cte.alias for cte in expression.find_all(exp.CTE)}
+    relations: dict[str, Relation] = {}
+    for table in expression.find_all(exp.Table):
+        if not isinstance(table.this, exp.Identifier):
+            continue  # the planner refuses table functions itself
+        if not table.db and not table.catalog and table.name in cte_names:
+            continue
+        relations[".".join(part.name for part in table.parts)] = resolver.resolve(table)
+    return expression, relations
+
+
 class _Resolver:
     def __init__(
         self,

@@ -241,3 +241,20 @@ class Delete(Statement):
     @property
     def tag(self) -> str:
         return "DELETE"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Explain(Statement):
+    """``EXPLAIN [OPTIMIZED | PHYSICAL] PLAN [WITH (node_ids)] FOR <query>``.
+
+    ``stage`` is ``"optimized"`` (MIR) or ``"physical"`` (LIR); a bare
+    ``EXPLAIN <query>`` is the optimized plan.
+    """
+
+    stage: str = "optimized"
+    node_ids: bool = False
+    query: Query = field(compare=False)
+
+    @property
+    def tag(self) -> str:
+        return "EXPLAIN"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from sqlglot import exp
 
 from loupe.common.errors import LoupeError
 from loupe.coordinator.sql import parse, parse_interval_ns, parse_one
@@ -13,6 +14,7 @@ from loupe.coordinator.sql.statements import (
     Delete,
     DropCluster,
     DropClusterReplica,
+    Explain,
     Insert,
     Query,
     ReplicaSpec,
@@ -192,7 +194,6 @@ def test_empty_request_has_no_statements() -> None:
         ("ALTER CLUSTER c SET (SIZE '2')", "ALTER CLUSTER is not supported"),
         ("CREATE VIEW v AS SELECT 1", "CREATE VIEW is not supported"),
         ("TRUNCATE t", "TRUNCATE is not supported"),
-        ("EXPLAIN SELECT 1", "EXPLAIN is not supported"),
         ("SHOW TABLES", "SHOW TABLES is not supported"),
         ("CREATE SOURCE s FROM x", "CREATE SOURCE is not supported"),
         ("VALUES (1)", "VALUES is not supported"),
@@ -207,6 +208,85 @@ def test_what_sqlglot_cannot_run_is_refused(sql: str, message: str) -> None:
     """Statements sqlglot turns into Command (or Loupe does not run) are 0A000, not silently run."""
     error = error_of(f"SELECT 1; {sql}")
     assert (error.code, error.message, error.position) == ("0A000", message, 11)
+
+
+@pytest.mark.parametrize(
+    ("sql", "stage", "node_ids"),
+    [
+        ("EXPLAIN SELECT a FROM t", "optimized", False),
+        ("EXPLAIN OPTIMIZED PLAN FOR SELECT a FROM t", "optimized", False),
+        ("explain plan for select a from t", "optimized", False),
+        ("EXPLAIN PHYSICAL PLAN FOR SELECT a FROM t", "physical", False),
+        ("EXPLAIN PHYSICAL PLAN WITH (node_ids) FOR SELECT a FROM t", "physical", True),
+        (
+            "EXPLAIN OPTIMIZED PLAN WITH (node_ids = false) AS TEXT FOR SELECT a FROM t",
+            "optimized",
+            False,
+        ),
+        ("EXPLAIN PHYSICAL PLAN WITH (NODE IDENTIFIERS) FOR (SELECT a FROM t)", "physical", True),
+    ],
+)
+def test_explain_forms(sql: str, stage: str, node_ids: bool) -> None:
+    """EXPLAIN's stage and node_ids flag, with the inner query parsed by sqlglot."""
+    statement = parse_one(sql)
+    assert isinstance(statement, Explain)
+    assert (statement.stage, statement.node_ids, statement.tag) == (stage, node_ids, "EXPLAIN")
+    table = statement.query.expression.find(exp.Table)
+    assert table is not None
+    assert table.name == "t"
+
+
+def test_explain_after_another_statement_keeps_its_offset() -> None:
+    first, second = parse("SELECT 1; EXPLAIN SELECT 2")
+    assert isinstance(first, Query)
+    assert isinstance(second, Explain)
+    assert (second.text, second.position, second.query.position) == ("EXPLAIN SELECT 2", 11, 19)
+
+
+@pytest.mark.parametrize(
+    ("sql", "code", "message", "position"),
+    [
+        (
+            "EXPLAIN PLAN FOR VIEW v",
+            "0A000",
+            "EXPLAIN … FOR VIEW is not supported: Loupe has no views or indexes yet",
+            18,
+        ),
+        (
+            "EXPLAIN OPTIMIZED PLAN FOR MATERIALIZED VIEW mv",
+            "0A000",
+            "EXPLAIN … FOR MATERIALIZED VIEW is not supported: Loupe has no views or indexes yet",
+            28,
+        ),
+        (
+            "EXPLAIN PHYSICAL PLAN FOR INDEX i",
+            "0A000",
+            "EXPLAIN … FOR INDEX is not supported: Loupe has no views or indexes yet",
+            27,
+        ),
+        ("EXPLAIN RAW PLAN FOR SELECT 1", "0A000", "EXPLAIN RAW PLAN is not supported", 9),
+        (
+            "EXPLAIN PLAN WITH (arity) FOR SELECT 1",
+            "0A000",
+            "EXPLAIN option arity is not supported",
+            20,
+        ),
+        ("EXPLAIN PLAN AS JSON FOR SELECT 1", "0A000", "EXPLAIN … AS JSON is not supported", 14),
+        ("EXPLAIN SELECT 1 AS OF 5", "0A000", "EXPLAIN … AS OF is not supported", 18),
+        ("EXPLAIN INSERT INTO t VALUES (1)", "0A000", "INSERT is not supported", 9),
+        ("EXPLAIN PLAN SELECT 1", "42601", 'Expected FOR, found "SELECT"', 14),
+        ("EXPLAIN PLAN FOR", "42601", "Expected a query, found end of input", 17),
+        (
+            "EXPLAIN PLAN WITH (node_ids on FOR SELECT 1",
+            "42601",
+            'Expected , or ), found "FOR"',
+            32,
+        ),
+    ],
+)
+def test_explain_errors(sql: str, code: str, message: str, position: int) -> None:
+    error = error_of(sql)
+    assert (error.code, error.message, error.position) == (code, message, position)
 
 
 def test_syntax_error_in_query_points_at_the_token() -> None:

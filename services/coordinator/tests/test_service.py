@@ -175,6 +175,51 @@ async def test_parse_and_name_errors_carry_positions(harness: Harness) -> None:
     assert refused.code == "0A000"
 
 
+async def test_explain_returns_the_plan_as_one_text_row(harness: Harness) -> None:
+    """EXPLAIN plans without peeking: one row, one text column named after the stage."""
+    session = await harness.session()
+    peeks = len(harness.controller.peeks)
+    responses = await harness.execute(
+        session,
+        "EXPLAIN PHYSICAL PLAN WITH (node_ids) FOR "
+        "SELECT name FROM mz_catalog.mz_clusters WHERE managed LIMIT 5",
+    )
+    assert kinds(responses) == ["description", "rows", "complete"]
+    assert [(c.name, c.type) for c in responses[0].description.columns] == [
+        ("Physical Plan", "text")
+    ]
+    [row] = [from_row(r) for r in responses[1].rows.rows]
+    lines = row[0].splitlines()
+    assert lines[0] == "Explained Query:"
+    assert "mz_catalog.mz_clusters // { node_id: 0 }" in row[0]
+    node_lines = [line for line in lines[1:] if "// { node_id: " in line]
+    assert len(node_lines) >= 2
+    assert responses[2].complete.tag == "EXPLAIN"
+    assert len(harness.controller.peeks) == peeks
+
+    optimized = await harness.execute(session, "EXPLAIN SELECT name FROM mz_clusters")
+    assert [c.name for c in optimized[0].description.columns] == ["Optimized Plan"]
+    text = from_row(optimized[1].rows.rows[0])[0]
+    assert text.startswith("Explained Query:\n")
+    assert "mz_catalog.mz_clusters" in text
+    assert "node_id" not in text
+
+
+async def test_explain_errors_are_sql_errors(harness: Harness) -> None:
+    """Unknown names are 42P01 with their position; what the planner refuses is 0A000."""
+    session = await harness.session()
+    unknown = error_of(await harness.execute(session, "EXPLAIN SELECT * FROM nope"))
+    assert (unknown.code, unknown.message, unknown.position) == (
+        "42P01",
+        "unknown catalog item 'nope'",
+        23,
+    )
+    refused = error_of(
+        await harness.execute(session, "EXPLAIN SELECT * FROM mz_clusters LEFT JOIN mz_clusters")
+    )
+    assert refused.code == "0A000"
+
+
 async def test_statements_run_in_order_and_an_error_ends_the_stream(harness: Harness) -> None:
     """Earlier statements' results arrive before the failing one's error; later ones do not run."""
     session = await harness.session()

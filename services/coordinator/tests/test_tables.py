@@ -364,3 +364,13 @@ async def test_as_of_applies_to_constant_queries_and_system_relations(tables: An
     ) == [(0,)]
     error = await tables.error(session, "SELECT 1 AS OF mz_now()")
     assert error.code == "22023"
+
+
+async def test_explain_plans_over_user_tables(tables: Any) -> None:
+    """EXPLAIN resolves user tables as SELECT does and names them database.schema.name."""
+    session = await tables.session()
+    await tables.tag(session, "CREATE TABLE t (a int NOT NULL, b text)")
+    [(text,)] = await tables.rows(session, "EXPLAIN SELECT b FROM public.t WHERE a > 1")
+    assert text.splitlines()[0] == "Explained Query:"
+    assert "Get materialize.public.t" in text
+    assert await tables.tag(session, "EXPLAIN PHYSICAL PLAN FOR SELECT * FROM t") == "EXPLAIN"
