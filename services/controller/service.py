@@ -54,6 +54,9 @@ class ControllerSettings(BaseSettings):
     # The orchestrator plugin (entry point group ``loupe.orchestrators``).
     orchestrator: str = "process"
     storage_flush_interval: float = 1.0
+    # An idle storage writer moves uppers this often without writing data, so
+    # reads of system relations wait at most this long; 0 disables.
+    storage_upper_interval: float = 0.25
     # The writer's input stream (JetStream) and its subject.
     storage_stream: str = "LOUPE_STORAGE"
     storage_subject: str = "loupe.storage.v1.updates"
@@ -180,6 +183,7 @@ class ControllerService(Service):
             nc,
             stream=StreamConfig(name=settings.storage_stream, subject=settings.storage_subject),
             flush_interval=interval,
+            upper_interval=settings.storage_upper_interval,
             compaction_interval=settings.storage_compaction_interval,
             notify=nats_upper_notifier(nc),
         )

@@ -157,6 +157,7 @@ class StorageWriter:
         stream: StreamConfig | None = None,
         collections: Sequence[BuiltinCollection] = BUILTIN_COLLECTIONS,
         flush_interval: float = 1.0,
+        upper_interval: float = 0.25,
         compaction_interval: float = 60.0,
         compaction: CompactionPolicy | None = None,
         part_store: PartStore | None = None,
@@ -172,6 +173,10 @@ class StorageWriter:
         self._store: PartStore = part_store or SparkPartStore(spark)
         self._compactor = Compactor(self._store, blob, compaction, self.metrics)
         self._flush_interval = flush_interval
+        # Between flushes, an idle writer still moves every upper this often
+        # (no data, no Spark: one CAS per shard), so a read at the oracle's
+        # timestamp waits at most this long for system relations; 0 disables.
+        self._upper_interval = upper_interval
         self._compaction_interval = compaction_interval
         self.stream = stream or StreamConfig()
         self._inbox = Inbox(nc, self.stream, self._collections, max_buffered_rows=max_buffered_rows)
@@ -453,11 +458,20 @@ class StorageWriter:
 
     async def _run(self) -> None:
         retries = 0
+        last_flush = time.monotonic()
+        tick = min(self._flush_interval, self._upper_interval or self._flush_interval)
         while not self._closing:
+            woken = False
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), self._flush_interval)
+                await asyncio.wait_for(self._wake.wait(), tick)
+                woken = True
             if self._closing:
                 return
+            due = woken or time.monotonic() - last_flush >= self._flush_interval
+            if not due and (self._inbox.pending() or self._retention_due):
+                continue  # data waits for the interval: flushes stay batched for Spark
+            if due:
+                last_flush = time.monotonic()
             self._wake.clear()
             if self._flush_wanted > self._inbox.received_through:
                 # An append is in the stream: let the consumer bring it first.

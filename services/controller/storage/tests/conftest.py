@@ -75,6 +75,7 @@ async def make_writer(
     async def make(**options: Any) -> StorageWriter:
         options.setdefault("stream", stream)
         options.setdefault("flush_interval", 3600)
+        options.setdefault("upper_interval", 0)
         options.setdefault("compaction_interval", 3600)
         writer = StorageWriter(
             options.pop("spark", spark),

@@ -350,3 +350,20 @@ async def test_urgent_updates_flush_without_waiting_for_the_interval(
         assert writer.snapshot(MZ_CLUSTERS.id) == [CLUSTER, CLUSTER]
 
     await assert_eventually(landed, timeout=15)
+
+
+async def test_an_idle_writer_moves_uppers_between_flushes_but_holds_data_back(
+    make_writer: Any,
+) -> None:
+    """Upper ticks keep system relations readable at fresh times; data still waits to batch."""
+    writer = await make_writer(upper_interval=0.1)
+    await writer.flush()
+    first = writer.upper
+
+    def moved() -> None:
+        assert writer.upper > first
+
+    await assert_eventually(moved, timeout=10)
+    writer.stage(MZ_CLUSTERS.id, CLUSTER, 1)
+    await asyncio.sleep(1.0)
+    assert writer.snapshot(MZ_CLUSTERS.id) == [], "ticks must not flush data early"
