@@ -92,30 +92,8 @@ class Constant(Relation):
 
 
 @dataclass(frozen=True)
-class Map(Relation):
-    """Append one column per scalar, each computed from the input columns and earlier ones."""
-
+class _Unary(Relation):
     input: Relation
-    scalars: tuple[Scalar, ...]
-    names: tuple[str, ...]
-
-    @cached_property
-    def columns(self) -> tuple[ColumnSpec, ...]:  # type: ignore[override]
-        columns = list(self.input.columns)
-        for name, scalar in zip(self.names, self.scalars, strict=True):
-            columns.append((name, scalar_type(scalar, tuple(t for _, t in columns))))
-        return tuple(columns)
-
-    def children(self) -> tuple[Relation, ...]:
-        return (self.input,)
-
-
-@dataclass(frozen=True)
-class Filter(Relation):
-    """Keep the rows for which every predicate is true."""
-
-    input: Relation
-    predicates: tuple[Scalar, ...]
 
     @property
     def columns(self) -> tuple[ColumnSpec, ...]:
@@ -126,10 +104,31 @@ class Filter(Relation):
 
 
 @dataclass(frozen=True)
-class Project(Relation):
+class Map(_Unary):
+    """Append one column per scalar, each computed from the input columns and earlier ones."""
+
+    scalars: tuple[Scalar, ...]
+    names: tuple[str, ...]
+
+    @cached_property
+    def columns(self) -> tuple[ColumnSpec, ...]:  # type: ignore[override]
+        columns = list(self.input.columns)
+        for name, scalar in zip(self.names, self.scalars, strict=True):
+            columns.append((name, scalar_type(scalar, tuple(t for _, t in columns))))
+        return tuple(columns)
+
+
+@dataclass(frozen=True)
+class Filter(_Unary):
+    """Keep the rows for which every predicate is true."""
+
+    predicates: tuple[Scalar, ...]
+
+
+@dataclass(frozen=True)
+class Project(_Unary):
     """Reorder, drop or repeat columns; ``names`` renames the outputs."""
 
-    input: Relation
     outputs: tuple[int, ...]
     names: tuple[str, ...] | None = None
 
@@ -139,9 +138,6 @@ class Project(Relation):
         if self.names is None:
             return tuple(picked)
         return tuple((n, t) for n, (_, t) in zip(self.names, picked, strict=True))
-
-    def children(self) -> tuple[Relation, ...]:
-        return (self.input,)
 
 
 @dataclass(frozen=True)
@@ -163,10 +159,9 @@ class Join(Relation):
 
 
 @dataclass(frozen=True)
-class Reduce(Relation):
+class Reduce(_Unary):
     """Group by ``group_key``; outputs the keys and then one column per aggregate."""
 
-    input: Relation
     group_key: tuple[Scalar, ...]
     aggregates: tuple[Aggregate, ...]
     names: tuple[str, ...]
@@ -177,38 +172,15 @@ class Reduce(Relation):
         types += [a.result_type(self.input.types) for a in self.aggregates]
         return tuple(zip(self.names, types, strict=True))
 
-    def children(self) -> tuple[Relation, ...]:
-        return (self.input,)
-
 
 @dataclass(frozen=True)
-class TopK(Relation):
+class TopK(_Unary):
     """Per group, the rows ``offset`` to ``offset + limit`` in ``order``."""
 
-    input: Relation
     order: tuple[OrderKey, ...]
     limit: int | None = None
     offset: int = 0
     group_key: tuple[int, ...] = ()
-
-    @property
-    def columns(self) -> tuple[ColumnSpec, ...]:
-        return self.input.columns
-
-    def children(self) -> tuple[Relation, ...]:
-        return (self.input,)
-
-
-@dataclass(frozen=True)
-class _Unary(Relation):
-    input: Relation
-
-    @property
-    def columns(self) -> tuple[ColumnSpec, ...]:
-        return self.input.columns
-
-    def children(self) -> tuple[Relation, ...]:
-        return (self.input,)
 
 
 @dataclass(frozen=True)
