@@ -107,6 +107,11 @@ class _Json:
         return hints
 
     @classmethod
+    def from_flat_proto(cls, message: Any) -> Self:
+        """For kinds whose proto message has exactly the dataclass's fields."""
+        return cls(**{name: getattr(message, name) for name in cls.field_names()})
+
+    @classmethod
     def field_names(cls) -> tuple[str, ...]:
         return tuple(cls._field_hints())
 
@@ -299,16 +304,7 @@ class Cluster(_Json):
 
     @classmethod
     def from_proto(cls, message: catalog_pb2.Cluster) -> Cluster:
-        return cls(
-            id=message.id,
-            name=message.name,
-            owner_id=message.owner_id,
-            managed=message.managed,
-            size=message.size,
-            replication_factor=message.replication_factor,
-            introspection_interval_ns=message.introspection_interval_ns,
-            introspection_debugging=message.introspection_debugging,
-        )
+        return cls.from_flat_proto(message)
 
 
 @dataclass(frozen=True)
@@ -369,15 +365,7 @@ class Item(_Json):
 
     @classmethod
     def from_proto(cls, message: catalog_pb2.Item) -> Item:
-        return cls(
-            id=message.id,
-            schema_id=message.schema_id,
-            name=message.name,
-            type=message.type,
-            owner_id=message.owner_id,
-            create_sql=message.create_sql,
-            cluster_id=message.cluster_id,
-        )
+        return cls.from_flat_proto(message)
 
 
 @dataclass(frozen=True)
