@@ -30,13 +30,14 @@ import tempfile
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from loupe.catalog import Cluster, ClusterReplica, DurableCatalogState, create_backend
 from loupe.catalog.durable import BACKENDS
 from loupe.catalog.objects import Item
+from loupe.catalog.testing import unmanaged_cluster
 from loupe.testing.postgres import LOCAL_ADMIN_URL, PostgresUnavailable, postgres_database
 
 TARGETS_MS = {"stash-sqlite": 2.0, "stash-postgres": 5.0}
@@ -78,15 +79,8 @@ def backends() -> list[str]:
 
 
 def bench_cluster(name: str) -> Cluster:
-    return Cluster(
-        id="",
-        name=name,
-        owner_id="",
-        managed=False,
-        size="",
-        replication_factor=1,
-        introspection_interval_ns=1_000_000_000,
-        introspection_debugging=False,
+    return replace(
+        unmanaged_cluster(name), replication_factor=1, introspection_interval_ns=1_000_000_000
     )
 
 
