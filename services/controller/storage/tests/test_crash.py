@@ -124,7 +124,13 @@ async def finish_and_check(
     await writer.start()
     await writer.ready(timeout=120)
     deadline = asyncio.get_running_loop().time() + 60
-    while least_progress(data_dir) < publisher.last_seq:
+    jetstream = nats_connection.jetstream()
+    # Caught up means applied (progress in every shard) and then acknowledged:
+    # the ack follows the CAS, so killing on progress alone races the ack.
+    while (
+        least_progress(data_dir) < publisher.last_seq
+        or (await jetstream.stream_info(publisher.stream.name)).state.messages
+    ):
         assert asyncio.get_running_loop().time() < deadline, "the last writer did not catch up"
         await asyncio.sleep(0.1)
     await writer.kill()
@@ -136,7 +142,7 @@ async def finish_and_check(
             (expected if collection_id == MZ_CLUSTER_REPLICAS.id else events)[row] += diff
     assert contents(data_dir, MZ_CLUSTER_REPLICAS.id) == expected
     assert contents(data_dir, MZ_AUDIT_EVENTS.id) == events
-    info = await nats_connection.jetstream().stream_info(publisher.stream.name)
+    info = await jetstream.stream_info(publisher.stream.name)
     assert info.state.messages == 0, "every batch acknowledged (and so gone from the work queue)"
 
 
