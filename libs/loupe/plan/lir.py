@@ -8,11 +8,12 @@ its inputs'.
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 from dataclasses import dataclass, field
 
-from loupe.coordinator.plan import mir
-from loupe.coordinator.plan.scalar import Column, Scalar, columns_of, remap
+from loupe.plan import mir
+from loupe.plan.scalar import Column, Scalar, columns_of, remap, shift
 
 
 @dataclass(frozen=True)
@@ -81,6 +82,12 @@ class Node:
     """Base of LIR nodes; ``id`` is unique within the dataflow."""
 
     id: int
+    # PostgreSQL types of the output columns (filled in by lowering).
+    types: tuple[str, ...] = field(default=(), kw_only=True, compare=False)
+
+    @property
+    def arity(self) -> int:
+        return len(self.types)
 
     def inputs(self) -> tuple[Node, ...]:
         return ()
@@ -217,6 +224,10 @@ class LoweringContext:
         return node_id
 
     def lower(self, relation: mir.Relation) -> Node:
+        node = self._lower(relation)
+        return node if node.types else dataclasses.replace(node, types=relation.types)
+
+    def _lower(self, relation: mir.Relation) -> Node:
         if isinstance(relation, mir.Map | mir.Filter | mir.Project):
             return self._mfp(relation)
         if isinstance(relation, mir.Get):
@@ -266,23 +277,23 @@ class LoweringContext:
         return lowered if mfp.is_identity else Mfp(self.new_id(), lowered, mfp)
 
     def _join(self, join: mir.Join) -> Node:
-        """Arrange each input by its columns in the equivalences, then join."""
+        """Arrange each input by its expressions in the equivalences, then join."""
         starts = [0]
         for relation in join.inputs:
             starts.append(starts[-1] + relation.arity)
         inputs = []
         for i, relation in enumerate(join.inputs):
             lowered = self.lower(relation)
-            key = tuple(
+            start, end = starts[i], starts[i + 1]
+            local = tuple(
                 dict.fromkeys(
-                    Column(c - starts[i])
+                    shift(expr, -start)
                     for cls in join.equivalences
-                    for e in cls
-                    for c in sorted(columns_of(e))
-                    if starts[i] <= c < starts[i + 1]
+                    for expr in cls
+                    if columns_of(expr) and all(start <= c < end for c in columns_of(expr))
                 )
             )
-            inputs.append(ArrangeBy(self.new_id(), lowered, (key,)))
+            inputs.append(ArrangeBy(self.new_id(), lowered, (local,), types=lowered.types))
         kind = JoinKind.LINEAR if len(inputs) <= 2 else JoinKind.DELTA
         return Join(self.new_id(), tuple(inputs), join.equivalences, kind)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -74,21 +75,14 @@ Scalar = Column | Literal | Call | Case | Cast
 
 
 def scalar_type(expr: Scalar, input_types: tuple[str, ...]) -> str:
-    """The PostgreSQL type of ``expr`` over columns of ``input_types`` (a best effort)."""
-    if isinstance(expr, Column):
-        return input_types[expr.index]
-    if isinstance(expr, Literal | Cast):
-        return expr.type
-    if isinstance(expr, Case):
-        return scalar_type(expr.whens[0][1], input_types)
-    if expr.func in BOOLEAN_RESULT:
-        return "bool"
-    arg_types = [scalar_type(arg, input_types) for arg in expr.args]
-    if expr.func in ARITHMETIC:
-        return widest_numeric(arg_types)
-    if expr.func == "coalesce":
-        return next((t for t in arg_types if t != "unknown"), "unknown")
-    return "text"
+    """The PostgreSQL type of ``expr`` over columns of ``input_types``.
+
+    Calls are typed by the function registry (``loupe.plan.functions``),
+    which imports this module, hence the late import.
+    """
+    from loupe.plan.functions import expr_type
+
+    return expr_type(expr, input_types)
 
 
 def widest_numeric(types: list[str]) -> str:
@@ -153,6 +147,8 @@ def _render_call(call: Call) -> str:
     args = [render(arg) for arg in call.args]
     if call.func in INFIX and len(args) == 2:
         return f"({args[0]} {INFIX[call.func]} {args[1]})"
+    if call.func in ("and", "or") and len(args) > 2:  # variadic AND/OR
+        return "(" + f" {INFIX[call.func]} ".join(args) + ")"
     if call.func == "not":
         return f"NOT({args[0]})"
     if call.func == "neg":
@@ -163,11 +159,32 @@ def _render_call(call: Call) -> str:
 
 
 def render_value(value: Any) -> str:
-    """A literal value as EXPLAIN prints it."""
+    """A literal value as EXPLAIN prints it (dates and times as PostgreSQL prints them)."""
     if value is None:
         return "null"
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, str):
         return "'" + value.replace("'", "''") + "'"
+    if isinstance(value, datetime.datetime):
+        return value.isoformat(sep=" ")
+    if isinstance(value, datetime.date):
+        return value.isoformat()
+    if isinstance(value, datetime.timedelta):
+        return _render_interval(value)
     return str(value)
+
+
+def _render_interval(value: datetime.timedelta) -> str:
+    """``1 day 02:00:00`` style, as PostgreSQL prints intervals without months."""
+    sign = "-" if value < datetime.timedelta(0) else ""
+    value = abs(value)
+    hours, rest = divmod(value.seconds, 3600)
+    minutes, seconds = divmod(rest, 60)
+    clock = f"{hours:02}:{minutes:02}:{seconds:02}"
+    if value.microseconds:
+        clock += f".{value.microseconds:06}".rstrip("0")
+    if not value.days:
+        return sign + clock
+    days = f"{value.days} day{'s' if value.days != 1 else ''}"
+    return f"{sign}{days}" if clock == "00:00:00" else f"{sign}{days} {clock}"

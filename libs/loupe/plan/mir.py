@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import cached_property
 
-from loupe.coordinator.plan.scalar import Scalar, scalar_type, widest_numeric
+from loupe.plan.scalar import Scalar, scalar_type, widest_numeric
 
 ColumnSpec = tuple[str, str]
 
@@ -46,6 +46,24 @@ class OrderKey:
     column: int
     desc: bool = False
     nulls_last: bool = True
+
+
+@dataclass(frozen=True)
+class Finishing:
+    """What a one-off SELECT does to its result rows after computing them (a peek applies it).
+
+    ORDER BY, OFFSET and LIMIT of the outermost query order only the rows
+    sent to the client, so they are not part of the maintained collection:
+    ``order`` keys and ``project`` are positions in the planned relation,
+    which may carry extra columns (ORDER BY expressions not in the SELECT
+    list) that ``project`` drops. Field names match the engine's
+    ``loupe.dataflow.Finishing`` and ``RowSetFinishing``.
+    """
+
+    order: tuple[OrderKey, ...] = ()
+    limit: int | None = None
+    offset: int = 0
+    project: tuple[int, ...] = ()
 
 
 class Relation:

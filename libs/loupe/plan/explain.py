@@ -10,20 +10,51 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 
-from loupe.coordinator.plan import lir, mir
-from loupe.coordinator.plan.scalar import Scalar, render, render_value
+from loupe.plan import lir, mir
+from loupe.plan.scalar import Scalar, render, render_value
 
 INDENT = "  "
 
 
-def explain(plan: mir.Relation | lir.Node, *, node_ids: bool = False, name: str) -> str:
-    """The EXPLAIN text of ``plan`` for the object or query called ``name``."""
+def explain(
+    plan: mir.Relation | lir.Node,
+    *,
+    node_ids: bool = False,
+    name: str,
+    finishing: mir.Finishing | None = None,
+) -> str:
+    """The EXPLAIN text of ``plan`` for the object or query called ``name``.
+
+    A one-off SELECT's ``finishing`` (what its peek does to the rows: ORDER
+    BY, LIMIT, OFFSET, the output columns) shows as a ``Finish`` line above
+    the plan, as in Materialize, unless it changes nothing.
+    """
     lines = [f"{name}:"]
+    depth = 1
+    arity = plan.arity
+    if finishing is not None and not _is_identity(finishing, arity):
+        lines.append(INDENT + _finish(finishing))
+        depth = 2
     if isinstance(plan, lir.Node):
-        lines.extend(_lir_lines(plan, 1, node_ids))
+        lines.extend(_lir_lines(plan, depth, node_ids))
     else:
-        lines.extend(_mir_lines(plan, 1))
+        lines.extend(_mir_lines(plan, depth))
     return "\n".join(lines) + "\n"
+
+
+def _is_identity(finishing: mir.Finishing, arity: int) -> bool:
+    return (
+        not finishing.order
+        and finishing.limit is None
+        and not finishing.offset
+        and finishing.project == tuple(range(arity))
+    )
+
+
+def _finish(finishing: mir.Finishing) -> str:
+    parts = ["Finish", _top_k_attributes(finishing.limit, finishing.offset, finishing.order)]
+    parts.append("output=[" + ", ".join(f"#{i}" for i in finishing.project) + "]")
+    return " ".join(p for p in parts if p)
 
 
 def _list(items: Sequence[str]) -> str:
@@ -49,8 +80,11 @@ def _order(keys: Sequence[mir.OrderKey]) -> str:
     return "[" + ", ".join(parts) + "]"
 
 
-def _top_k_attributes(limit: int | None, offset: int, order: Sequence[mir.OrderKey]) -> str:
-    parts = [f"order_by={_order(order)}"] if order else []
+def _top_k_attributes(
+    limit: int | None, offset: int, order: Sequence[mir.OrderKey], group_key: Sequence[int] = ()
+) -> str:
+    parts = ["group_by=" + _list([f"#{c}" for c in group_key])] if group_key else []
+    parts += [f"order_by={_order(order)}"] if order else []
     if limit is not None:
         parts.append(f"limit={limit}")
     if offset:
@@ -90,7 +124,8 @@ def _mir_header(node: mir.Relation) -> str:
         aggregates = f" aggregates=[{', '.join(_aggregate(a) for a in node.aggregates)}]"
         return "Reduce" + group + (aggregates if node.aggregates else "")
     if isinstance(node, mir.TopK):
-        return f"TopK {_top_k_attributes(node.limit, node.offset, node.order)}".rstrip()
+        attributes = _top_k_attributes(node.limit, node.offset, node.order, node.group_key)
+        return f"TopK {attributes}".rstrip()
     return type(node).__name__  # Distinct, Negate, Threshold, Union
 
 
@@ -124,7 +159,7 @@ def _lir_parts(node: lir.Node) -> tuple[str, list[str]]:
     if isinstance(node, lir.Reduce):
         return f"Reduce::{node.kind.value}", _reduce_attributes(node)
     if isinstance(node, lir.TopK):
-        attributes = _top_k_attributes(node.limit, node.offset, node.order)
+        attributes = _top_k_attributes(node.limit, node.offset, node.order, node.group_key)
         return f"TopK::Basic {attributes}".rstrip(), []
     if isinstance(node, lir.Threshold):
         return "Threshold::Basic", []

@@ -1,0 +1,301 @@
+"""The scalar functions and operators a plan may call, with their arities and result types.
+
+The planner reads this registry to accept a function name and type the call;
+the engine (``loupe.dataflow.expr``) implements every entry whose
+``evaluable`` is true (a test holds it to that). Names are PostgreSQL's, with
+PostgreSQL's argument order; operators use the names in
+``loupe.plan.scalar.INFIX`` (``add``, ``eq``, ``concat`` for ``||``…).
+
+``now()``/``mz_now()``/``current_timestamp`` are registered but not
+evaluable: a dataflow has no "current time", so the planner must fold them
+into literals (or refuse the query).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from loupe.plan.scalar import ARITHMETIC, NUMERIC_RANK, Case, Cast, Column, Literal, Scalar
+
+TypeRule = Callable[[Sequence[str]], str]
+
+INTEGER_TYPES = ("int2", "int4", "int8")
+TIME_TYPES = ("timestamp", "timestamptz")
+# Calls whose string-literal arguments take the type of the other arguments.
+COERCING = {"eq", "neq", "lt", "lte", "gt", "gte", "between", "coalesce", "nullif"}
+COERCING |= {"greatest", "least"} | ARITHMETIC
+
+
+@dataclass(frozen=True)
+class Function:
+    """One registered function: accepted argument counts, result type rule, what it does."""
+
+    name: str
+    min_args: int
+    max_args: int | None  # None: variadic
+    result: TypeRule
+    description: str
+    evaluable: bool = True
+
+    def accepts(self, count: int) -> bool:
+        """Whether ``count`` arguments is a valid call."""
+        return count >= self.min_args and (self.max_args is None or count <= self.max_args)
+
+
+def widest(types: Sequence[str]) -> str:
+    """The numeric type PostgreSQL promotes a mix to (ignoring untyped NULLs)."""
+    known = [t for t in types if t in NUMERIC_RANK]
+    if known:
+        return max(known, key=NUMERIC_RANK.__getitem__)
+    return next((t for t in types if t != "unknown"), "unknown")
+
+
+def _fixed(result: str) -> TypeRule:
+    return lambda _types: result
+
+
+def _first(types: Sequence[str]) -> str:
+    return types[0] if types else "unknown"
+
+
+def _common(types: Sequence[str]) -> str:
+    """The shared type of COALESCE/GREATEST-style arguments."""
+    known = [t for t in types if t != "unknown"]
+    if any(t in NUMERIC_RANK for t in known):
+        return widest(known)
+    if "timestamptz" in known:
+        return "timestamptz"
+    if "timestamp" in known:
+        return "timestamp"
+    return known[0] if known else "unknown"
+
+
+def _float_unless_numeric(types: Sequence[str]) -> str:
+    """``float8`` for float and integer arguments (PostgreSQL prefers float8), ``numeric`` for numeric."""
+    return "numeric" if any(t == "numeric" for t in types) else "float8"
+
+
+def _rounding(types: Sequence[str]) -> str:
+    """round/trunc: the two-argument forms exist only for numeric; one argument that is
+    not numeric resolves to the float8 form (PostgreSQL's preferred numeric type)."""
+    return "numeric" if len(types) == 2 or types[0] == "numeric" else "float8"
+
+
+def _add(types: Sequence[str]) -> str:
+    left, right = types
+    pair = {left, right}
+    if "date" in pair and pair & set(INTEGER_TYPES):
+        return "date"
+    if "interval" in pair and pair & {"date", *TIME_TYPES}:
+        other = (pair - {"interval"}).pop()
+        return "timestamp" if other == "date" else other
+    if pair == {"interval"}:
+        return "interval"
+    return widest(types)
+
+
+def _sub(types: Sequence[str]) -> str:
+    left, right = types
+    if left == "date" and right == "date":
+        return "int4"
+    if left == "date" and right in INTEGER_TYPES:
+        return "date"
+    if left == "date" and right == "interval":
+        return "timestamp"
+    if {left, right} <= {"date", *TIME_TYPES}:
+        return "interval"
+    if left in TIME_TYPES and right == "interval":
+        return left
+    if left == "interval" and right == "interval":
+        return "interval"
+    return widest(types)
+
+
+def _scale(types: Sequence[str]) -> str:
+    """mul/div: an interval scaled by a number stays an interval."""
+    return "interval" if "interval" in types else widest(types)
+
+
+_FUNCTIONS = (
+    # Comparison and logic (operators).
+    Function("eq", 2, 2, _fixed("bool"), "a = b"),
+    Function("neq", 2, 2, _fixed("bool"), "a <> b"),
+    Function("lt", 2, 2, _fixed("bool"), "a < b"),
+    Function("lte", 2, 2, _fixed("bool"), "a <= b"),
+    Function("gt", 2, 2, _fixed("bool"), "a > b"),
+    Function("gte", 2, 2, _fixed("bool"), "a >= b"),
+    Function("between", 3, 3, _fixed("bool"), "a BETWEEN low AND high"),
+    Function("and", 2, None, _fixed("bool"), "three-valued AND: false wins over NULL and errors"),
+    Function("or", 2, None, _fixed("bool"), "three-valued OR: true wins over NULL and errors"),
+    Function("not", 1, 1, _fixed("bool"), "NOT a"),
+    Function("is_null", 1, 1, _fixed("bool"), "a IS NULL"),
+    Function("is_not_null", 1, 1, _fixed("bool"), "a IS NOT NULL"),
+    Function("like", 2, 3, _fixed("bool"), "s LIKE pattern [ESCAPE e]: % and _ wildcards"),
+    Function("ilike", 2, 3, _fixed("bool"), "s ILIKE pattern [ESCAPE e]: case-insensitive LIKE"),
+    # Arithmetic (operators).
+    Function("add", 2, 2, _add, "a + b (numbers, date + int, time + interval)"),
+    Function("sub", 2, 2, _sub, "a - b (numbers, date - date, time - time, time - interval)"),
+    Function("mul", 2, 2, _scale, "a * b; integer overflow is 22003"),
+    Function("div", 2, 2, _scale, "a / b; integers truncate toward zero; b = 0 is 22012"),
+    Function("mod", 2, 2, widest, "a % b, mod(a, b): the sign of a; b = 0 is 22012"),
+    Function("neg", 1, 1, _first, "-a"),
+    # Conditionals.
+    Function(
+        "coalesce", 1, None, _common, "the first non-NULL argument (later ones not evaluated)"
+    ),
+    Function("nullif", 2, 2, _first, "NULL if a = b, else a"),
+    Function("greatest", 1, None, _common, "the largest non-NULL argument"),
+    Function("least", 1, None, _common, "the smallest non-NULL argument"),
+    # Strings.
+    Function("concat", 2, 2, _fixed("text"), "a || b: NULL if either is NULL"),
+    Function("concat_variadic", 1, None, _fixed("text"), "concat(a, …): NULL arguments skipped"),
+    Function("concat_ws", 2, None, _fixed("text"), "concat_ws(sep, a, …): NULLs skipped"),
+    Function("upper", 1, 1, _fixed("text"), "upper case"),
+    Function("lower", 1, 1, _fixed("text"), "lower case"),
+    Function("length", 1, 1, _fixed("int4"), "number of characters (char_length)"),
+    Function("octet_length", 1, 1, _fixed("int4"), "number of bytes in UTF-8"),
+    Function("substr", 2, 3, _fixed("text"), "substr(s, start [, count]), 1-based"),
+    Function("trim", 1, 2, _fixed("text"), "btrim(s [, chars]): strip both ends"),
+    Function("ltrim", 1, 2, _fixed("text"), "ltrim(s [, chars]): strip the start"),
+    Function("rtrim", 1, 2, _fixed("text"), "rtrim(s [, chars]): strip the end"),
+    Function("replace", 3, 3, _fixed("text"), "replace(s, from, to): every occurrence"),
+    Function(
+        "strpos", 2, 2, _fixed("int4"), "strpos(s, sub) = position(sub IN s): 1-based, 0 if absent"
+    ),
+    Function("left", 2, 2, _fixed("text"), "left(s, n): first n characters (all but last -n)"),
+    Function("right", 2, 2, _fixed("text"), "right(s, n): last n characters (all but first -n)"),
+    Function("lpad", 2, 3, _fixed("text"), "lpad(s, length [, fill]): pad or truncate on the left"),
+    Function(
+        "rpad", 2, 3, _fixed("text"), "rpad(s, length [, fill]): pad or truncate on the right"
+    ),
+    Function(
+        "split_part",
+        3,
+        3,
+        _fixed("text"),
+        "split_part(s, delimiter, n): n-th field (negative from the end)",
+    ),
+    Function("starts_with", 2, 2, _fixed("bool"), "starts_with(s, prefix)"),
+    Function("reverse", 1, 1, _fixed("text"), "characters in reverse order"),
+    Function(
+        "regexp_like", 2, 3, _fixed("bool"), "s ~ pattern (flags 'i'): a regex match anywhere"
+    ),
+    Function("regexp_ilike", 2, 2, _fixed("bool"), "s ~* pattern: case-insensitive regex match"),
+    Function(
+        "regexp_replace",
+        3,
+        4,
+        _fixed("text"),
+        "regexp_replace(s, pattern, replacement [, flags 'g'/'i']): constant pattern and flags",
+    ),
+    Function("translate", 3, 3, _fixed("text"), "translate(s, from, to): constant from and to"),
+    Function("repeat", 2, 2, _fixed("text"), "repeat(s, n)"),
+    # Numbers.
+    Function("abs", 1, 1, _first, "absolute value"),
+    Function("sign", 1, 1, _first, "-1, 0 or 1"),
+    Function(
+        "round",
+        1,
+        2,
+        _rounding,
+        "round(x [, digits]): numeric half away from zero, float half even",
+    ),
+    Function("trunc", 1, 2, _rounding, "trunc(x [, digits]): toward zero"),
+    Function("ceil", 1, 1, _float_unless_numeric, "smallest integer >= x (ceiling)"),
+    Function("floor", 1, 1, _float_unless_numeric, "largest integer <= x"),
+    Function("sqrt", 1, 1, _float_unless_numeric, "square root; negative is 2201F"),
+    Function("cbrt", 1, 1, _fixed("float8"), "cube root"),
+    Function("power", 2, 2, _float_unless_numeric, "power(a, b) (pow); 0 ^ negative is 2201F"),
+    Function("exp", 1, 1, _float_unless_numeric, "e ^ x"),
+    Function("ln", 1, 1, _float_unless_numeric, "natural logarithm; x <= 0 is 2201E"),
+    Function("log10", 1, 1, _float_unless_numeric, "base-10 logarithm (log(x)); x <= 0 is 2201E"),
+    Function("log", 1, 2, _float_unless_numeric, "log(x) = log10(x), log(base, x)"),
+    # Dates and times.
+    Function(
+        "date_trunc",
+        2,
+        2,
+        lambda t: "timestamp" if t[1] == "date" else t[1],
+        "date_trunc(unit, time)",
+    ),
+    Function("extract", 2, 2, _fixed("numeric"), "extract(field FROM x): field is a text literal"),
+    Function("date_part", 2, 2, _fixed("float8"), "date_part(field, x): field is a text literal"),
+    Function("make_date", 3, 3, _fixed("date"), "make_date(year, month, day); invalid is 22008"),
+    Function(
+        "now",
+        0,
+        0,
+        _fixed("timestamptz"),
+        "the transaction time (planner folds it)",
+        evaluable=False,
+    ),
+    Function("current_timestamp", 0, 0, _fixed("timestamptz"), "now()", evaluable=False),
+    Function(
+        "mz_now",
+        0,
+        0,
+        _fixed("numeric"),
+        "the query's logical time (planner folds it)",
+        evaluable=False,
+    ),
+)
+
+FUNCTIONS: dict[str, Function] = {f.name: f for f in _FUNCTIONS}
+
+# Other spellings of registered functions with the same argument order.
+ALIASES = {
+    "char_length": "length",
+    "character_length": "length",
+    "substring": "substr",
+    "btrim": "trim",
+    "ceiling": "ceil",
+    "pow": "power",
+    "regexp_i_like": "regexp_ilike",  # sqlglot's name for ~*
+}
+
+
+def lookup(name: str) -> Function | None:
+    """The registered function called ``name`` (or one of its aliases)."""
+    return FUNCTIONS.get(ALIASES.get(name, name))
+
+
+def result_type(name: str, arg_types: Sequence[str]) -> str:
+    """The PostgreSQL type of ``name(args)``; KeyError for unknown functions."""
+    function = lookup(name)
+    if function is None:
+        raise KeyError(name)
+    return function.result(arg_types)
+
+
+def expr_type(expr: Scalar, input_types: Sequence[str]) -> str:
+    """The PostgreSQL type of ``expr`` over columns of ``input_types``."""
+    if isinstance(expr, Column):
+        return input_types[expr.index]
+    if isinstance(expr, Literal | Cast):
+        return expr.type
+    if isinstance(expr, Case):
+        results = [r for _, r in expr.whens] + [expr.otherwise]
+        return _common([expr_type(r, input_types) for r in results])
+    arg_types = operand_types(expr.func, expr.args, input_types)
+    function = lookup(expr.func)
+    return function.result(arg_types) if function is not None else "text"
+
+
+def operand_types(func: str, args: Sequence[Scalar], input_types: Sequence[str]) -> list[str]:
+    """The argument types of a call to ``func``, string literals typed by their context.
+
+    A string literal is untyped in PostgreSQL: compared with a date it is a
+    date, added to a number a number. Elsewhere (``concat``, ``like``) it
+    stays text.
+    """
+    types = [expr_type(arg, input_types) for arg in args]
+    context = next((t for t in types if t not in ("text", "unknown")), None)
+    if context is None or func not in COERCING:
+        return types
+    if func in ARITHMETIC and context not in NUMERIC_RANK:
+        return types
+    return [
+        context if isinstance(arg, Literal) and arg.type == "text" else t
+        for arg, t in zip(args, types, strict=True)
+    ]

@@ -1,0 +1,121 @@
+"""LIR and dataflow descriptions survive the trip through protobuf unchanged."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Sequence
+from decimal import Decimal
+
+import pytest
+import sqlglot
+
+from loupe.common.errors import LoupeError, SqlState
+from loupe.coordinator.plan import plan_query
+from loupe.plan import codec, lir, mir
+from loupe.plan.dataflow import (
+    BuildDesc,
+    DataflowDescription,
+    IndexExport,
+    IndexImport,
+    PersistSink,
+    SourceImport,
+    SubscribeSink,
+)
+from loupe.plan.scalar import Call, Case, Cast, Column, Literal
+
+TABLES: dict[str, tuple[str, Sequence[tuple[str, str]]]] = {
+    "t": ("u1", [("a", "int4"), ("b", "text")]),
+    "u": ("u2", [("x", "int4"), ("y", "int8")]),
+}
+
+QUERIES = [
+    "SELECT a + 1, upper(b) FROM t WHERE a > 3 AND b IS NOT NULL",
+    "SELECT t.b, sum(u.y), count(*) FROM t JOIN u ON t.a = u.x GROUP BY t.b",
+    "SELECT max(a), min(b) FROM t",
+    "SELECT count(DISTINCT b) FROM t",
+    "SELECT DISTINCT b FROM t",
+    "SELECT * FROM (SELECT a FROM t ORDER BY a DESC LIMIT 3 OFFSET 1) s",
+    "SELECT a FROM t UNION SELECT x FROM u",
+    "SELECT a FROM t EXCEPT ALL SELECT x FROM u",
+    "SELECT CASE WHEN a > 1 THEN 'big' ELSE 'small' END, a::text FROM t",
+    "SELECT t.a FROM t, u, t AS t2 WHERE t.a = u.x AND u.x = t2.a",
+]
+
+
+def resolve(name: str) -> tuple[str, Sequence[tuple[str, str]]]:
+    if name not in TABLES:
+        raise LoupeError(SqlState.UNDEFINED_TABLE, f'unknown catalog item "{name}"')
+    return TABLES[name]
+
+
+def planned(sql: str) -> lir.Node:
+    return lir.lower_to_lir(plan_query(sqlglot.parse_one(sql, dialect="postgres"), resolve))
+
+
+def deep_equal(a: lir.Node, b: lir.Node) -> bool:
+    """Equality including ``types`` (which node equality leaves out)."""
+    if a != b or a.types != b.types or len(a.inputs()) != len(b.inputs()):
+        return False
+    return all(deep_equal(x, y) for x, y in zip(a.inputs(), b.inputs(), strict=True))
+
+
+@pytest.mark.parametrize("sql", QUERIES)
+def test_planned_lir_round_trips(sql: str) -> None:
+    node = planned(sql)
+    message = codec.lir_to_proto(node)
+    decoded = codec.lir_from_proto(type(message).FromString(message.SerializeToString()))
+    assert deep_equal(decoded, node)
+    assert decoded.types, "lowering gives every node its output types"
+
+
+def test_literals_of_every_type_round_trip() -> None:
+    literals = [
+        Literal(None, "int4"),
+        Literal(True, "bool"),
+        Literal(-7, "int8"),
+        Literal(2.5, "float8"),
+        Literal("it's", "text"),
+        Literal(Decimal("12.30"), "numeric"),
+        Literal(dt.date(2024, 2, 29), "date"),
+        Literal(dt.datetime(2024, 2, 29, 12, 30), "timestamp"),
+        Literal(dt.datetime(2024, 2, 29, 12, 30, tzinfo=dt.UTC), "timestamptz"),
+        Literal(dt.timedelta(days=1, seconds=5), "interval"),
+    ]
+    for literal in literals:
+        expr = Case(
+            ((Call("eq", (Column(0), literal)), Cast(literal, "text")),), Literal("x", "text")
+        )
+        assert codec.scalar_from_proto(codec.scalar_to_proto(expr)) == expr
+
+
+def test_dataflow_description_round_trips() -> None:
+    plan = planned("SELECT t.b, count(*) FROM t JOIN u ON t.a = u.x GROUP BY t.b")
+    columns = (("b", "text"), ("count", "int8"))
+    desc = DataflowDescription(
+        id="u9",
+        debug_name="materialize.public.counts",
+        source_imports=(
+            SourceImport("u1", "s-1", (("a", "int4"), ("b", "text")), "file:///b", "sqlite:///c"),
+        ),
+        index_imports=(IndexImport("u7", "u2", (("x", "int4"), ("y", "int8")), (0,)),),
+        objects_to_build=(BuildDesc("u9", plan, columns, "counts"),),
+        index_exports=(IndexExport("u10", "u9", (0,)),),
+        sink_exports=(
+            PersistSink("u9", "u9", "s-9", columns, "file:///b", "sqlite:///c"),
+            SubscribeSink("t3", "u9", snapshot=False),
+        ),
+        as_of=1_700_000_000_000,
+        until=1_700_000_100_000,
+    )
+    decoded = codec.dataflow_from_proto(codec.dataflow_to_proto(desc))
+    assert decoded == desc
+    assert deep_equal(decoded.objects_to_build[0].plan, plan)
+    assert decoded.export_ids() == ("u10", "u9", "t3")
+    assert decoded.import_ids() == ("u1", "u2")
+
+
+def test_finishing_round_trips_with_and_without_a_limit() -> None:
+    order = (mir.OrderKey(1, desc=True, nulls_last=False), mir.OrderKey(0))
+    for limit in (None, 0, 10):
+        message = codec.finishing_to_proto(order, limit, 2, (1, 0))
+        assert codec.finishing_from_proto(message) == (order, limit, 2, (1, 0))
