@@ -1,0 +1,179 @@
+"""Kernels on update batches: consolidation, key hashing, exchange between workers.
+
+A batch is a polars DataFrame of updates: data columns, then ``time``
+(UInt64) and ``diff`` (Int64). A collection on ``workers`` workers is a list
+of batches, one per worker (``Parts``). Everything here is columnar: no
+per-row Python.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import polars as pl
+
+TIME = "time"
+DIFF = "diff"
+HASH = "_h"
+ERROR = "error"
+
+# One batch per worker.
+Parts = list[pl.DataFrame]
+
+ERROR_SCHEMA: dict[str, pl.DataType] = {ERROR: pl.Utf8(), TIME: pl.UInt64(), DIFF: pl.Int64()}
+
+# Batches from this size on are worth a check for a single time before grouping.
+_LARGE = 10_000
+
+_INTEGERS = (pl.Int8, pl.Int16, pl.Int32, pl.Int64, pl.UInt8, pl.UInt16, pl.UInt32)
+
+
+def empty_errors() -> pl.DataFrame:
+    """An empty error batch: ``error`` ("code|message"), ``time``, ``diff``.
+
+    One shared frame (nothing mutates frames in place): building one costs
+    more than many a small step's kernels.
+    """
+    return _EMPTY_ERRORS
+
+
+_EMPTY_ERRORS = pl.DataFrame(schema=ERROR_SCHEMA)
+
+
+def data_columns(frame: pl.DataFrame) -> list[str]:
+    """The columns of ``frame`` other than ``time`` and ``diff``."""
+    return [c for c in frame.columns if c not in (TIME, DIFF)]
+
+
+def consolidate(frame: pl.DataFrame, with_time: bool = True) -> pl.DataFrame:
+    """Sum the diffs of equal (row, time) updates and drop those that cancel."""
+    if frame.height == 0:
+        return frame
+    keys = data_columns(frame)
+    if not keys and not with_time:
+        total = frame.select(pl.col(DIFF).sum())
+        return total.filter(pl.col(DIFF) != 0)
+    summed = (
+        sum_by(frame, keys, [DIFF]) if with_time else frame.group_by(keys).agg(pl.col(DIFF).sum())
+    )
+    return summed.filter(pl.col(DIFF) != 0).select(frame.columns)
+
+
+def sum_by(
+    frame: pl.DataFrame,
+    keys: Sequence[str],
+    sums: Sequence[str],
+    select: Sequence[pl.Expr] | None = None,
+) -> pl.DataFrame:
+    """``sums`` summed per ``keys`` and time (of ``frame``, or of ``select`` over it).
+
+    Most large batches hold one time (a snapshot, a single write): grouping
+    by the keys alone then is several times faster than with the time as a
+    key (polars' mixed-type keys take a slow path). Eager, not lazy: a lazy
+    query's planning costs more than a small step's whole grouping.
+    """
+    if select is not None:
+        frame = frame.select(select)
+    order = [*keys, TIME, *sums]
+    if keys and frame.height >= _LARGE:
+        times = frame[TIME]
+        low = times.min()
+        if low == times.max():
+            grouped = frame.group_by(keys).agg(pl.col(sums).sum())
+            return grouped.select(*keys, pl.lit(low, pl.UInt64).alias(TIME), *sums)
+    return frame.group_by([*keys, TIME]).agg(pl.col(sums).sum()).select(order)
+
+
+def cancel(frame: pl.DataFrame) -> pl.DataFrame:
+    """Consolidate only the updates that may cancel: those whose (row, time) has a retraction.
+
+    Equal rows that only add up may stay apart (every reader sums them), so
+    an insert-only batch costs one scan instead of a regrouping of all its
+    columns.
+    """
+    if frame.height == 0:
+        return frame
+    if not (frame[DIFF] < 0).any():
+        return frame
+    keys = [*data_columns(frame), TIME]
+    hashes = frame.select(keys).hash_rows(seed=0)
+    touched = hashes.is_in(hashes.filter(frame[DIFF] < 0).implode())
+    return pl.concat(
+        [frame.filter(~touched), consolidate(frame.filter(touched))], how="vertical_relaxed"
+    )
+
+
+def concat(frames: Sequence[pl.DataFrame], empty: pl.DataFrame) -> pl.DataFrame:
+    """``frames`` stacked (``empty`` when there are none); schemas must agree."""
+    present = [f for f in frames if f.height]
+    if not present:
+        return empty
+    if len(present) == 1:
+        return present[0]
+    return pl.concat(present, how="vertical_relaxed")
+
+
+def canonical_key_dtype(dtypes: Sequence[pl.DataType]) -> pl.DataType | None:
+    """The dtype equal keys of mixed types are compared in (hashes differ across int widths)."""
+    if any(d in _INTEGERS or d == pl.UInt64 for d in dtypes) and all(
+        d in _INTEGERS or d == pl.UInt64 or d == pl.Float64 or d == pl.Null for d in dtypes
+    ):
+        if any(d == pl.Float64 for d in dtypes):
+            return pl.Float64()
+        return pl.UInt64() if all(d == pl.UInt64 for d in dtypes) else pl.Int64()
+    return None
+
+
+def key_hash(frame: pl.DataFrame, keys: Sequence[str]) -> pl.Series:
+    """A UInt64 hash of each row's ``keys`` (the same on every worker and every batch)."""
+    if not keys:
+        return pl.Series(HASH, [0] * frame.height, dtype=pl.UInt64)
+    return frame.select(keys).hash_rows(seed=0).alias(HASH)
+
+
+def exchange(parts: Parts, keys: Sequence[str], workers: int) -> Parts:
+    """Route every update to the worker that owns its key (hash of ``keys`` mod ``workers``)."""
+    if workers == 1:
+        return parts
+    whole = concat(parts, parts[0].clear())
+    if whole.height == 0:
+        return [whole] * workers
+    owner = (key_hash(whole, keys) % workers).alias("_w")
+    routed = whole.with_columns(owner).partition_by("_w", as_dict=True, include_key=False)
+    return [routed.get((w,), whole.clear()) for w in range(workers)]
+
+
+def spread(frame: pl.DataFrame, workers: int) -> Parts:
+    """Distribute a batch over workers in contiguous slices (zero-copy).
+
+    Any placement will do before a stateful operator: it exchanges by its key.
+    """
+    if workers == 1:
+        return [frame]
+    size = -(-frame.height // workers)
+    return [frame.slice(w * size, size) for w in range(workers)]
+
+
+def split_time(frame: pl.DataFrame, upper: int) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """The updates before ``upper`` and those at or after it."""
+    before = pl.col(TIME) < upper
+    return frame.filter(before), frame.filter(~before)
+
+
+def advance(frame: pl.DataFrame, since: int) -> pl.DataFrame:
+    """Times before ``since`` read as ``since`` (compaction, snapshots at an as_of)."""
+    return frame.with_columns(
+        pl.when(pl.col(TIME) < since)
+        .then(pl.lit(since, pl.UInt64))
+        .otherwise(pl.col(TIME))
+        .alias(TIME)
+    )
+
+
+def expand(frame: pl.DataFrame) -> pl.DataFrame:
+    """Each row repeated by its (positive) multiplicity, without ``time``/``diff``."""
+    columns = data_columns(frame)
+    positive = frame.filter(pl.col(DIFF) > 0)
+    if positive.height == 0 or (positive[DIFF] == 1).all():
+        return positive.select(columns)
+    return positive.select(pl.col(columns).repeat_by(pl.col(DIFF)).explode())

@@ -1,0 +1,1682 @@
+"""Scalar expressions compiled to vectorised polars expressions, with PostgreSQL semantics.
+
+``compile_scalar`` turns a ``loupe.plan.scalar`` expression over columns
+``c0..`` into a ``CompiledScalar``: ``value`` (a polars expression) and
+``error`` (a Utf8 expression holding ``"code|message"`` on rows where
+evaluation fails, null elsewhere; ``None`` when the expression cannot fail).
+Errors are data, never exceptions: a division by zero in one row makes that
+row an error row in the collection's error stream and leaves the others.
+
+Semantics follow PostgreSQL: three-valued logic (``false AND error`` is
+false, ``true OR error`` is true, as Materialize does), NULL propagation,
+integer division truncating toward zero, ``%`` with the sign of the dividend,
+integer overflow (22003), division by zero (22012), bad casts (22P02,
+22007). CASE and COALESCE are lazy: an error in a branch not taken is no
+error.
+
+``apply_mfp`` applies a ``MapFilterProject`` to a batch in Materialize's
+order: each predicate runs as soon as the expressions it reads exist, so an
+expression's error only counts for rows that passed the predicates before it.
+"""
+
+from __future__ import annotations
+
+import datetime
+import decimal
+import functools
+import math
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import polars as pl
+
+from loupe.common.errors import LoupeError, SqlState
+from loupe.dataflow.batches import empty_errors
+from loupe.dataflow.types import DIFF, TIME, numeric_text, polars_dtype
+from loupe.plan.functions import (
+    INTEGER_TYPES,
+    TIME_TYPES,
+    expr_type,
+    lookup,
+    operand_types,
+)
+from loupe.plan.lir import MapFilterProject
+from loupe.plan.scalar import NUMERIC_RANK, Call, Case, Cast, Column, Literal, Scalar, columns_of
+
+ERROR = "error"
+
+DIVISION_BY_ZERO = SqlState.DIVISION_BY_ZERO
+OUT_OF_RANGE = "22003"
+INVALID_TEXT = "22P02"
+INVALID_DATETIME = "22007"
+INVALID_ARGUMENT = "22023"
+NEGATIVE_SUBSTRING = "22011"
+INVALID_POWER = "2201F"
+INVALID_LOG = "2201E"
+INVALID_ESCAPE = "22025"
+
+_INT_RANGE = {
+    "int2": (-(2**15), 2**15 - 1, "smallint"),
+    "int4": (-(2**31), 2**31 - 1, "integer"),
+    "int8": (-(2**63), 2**63 - 1, "bigint"),
+}
+_FLOATS = ("float4", "float8", "numeric")
+_TYPE_NAMES = {
+    "double": "float8",
+    "double precision": "float8",
+    "real": "float4",
+    "float": "float8",
+    "int": "int4",
+    "integer": "int4",
+    "smallint": "int2",
+    "bigint": "int8",
+    "decimal": "numeric",
+    "varchar": "text",
+    "char": "text",
+    "string": "text",
+    "boolean": "bool",
+    "timestamp with time zone": "timestamptz",
+    "timestamp without time zone": "timestamp",
+}
+
+
+@dataclass(frozen=True)
+class CompiledScalar:
+    """A scalar as polars: its value, its per-row error (or None if it cannot fail), its type."""
+
+    value: pl.Expr
+    error: pl.Expr | None
+    type: str
+
+
+def compile_scalar(expr: Scalar, input_types: Sequence[str]) -> CompiledScalar:
+    """``expr`` over columns ``c0..`` of ``input_types`` as vectorised polars expressions.
+
+    Raises ``LoupeError`` (0A000) for functions the engine cannot evaluate
+    (``now()``: the planner must fold it) and unknown function names.
+    Compilations are cached: operators compile the same expressions for
+    every batch they see.
+    """
+    types = tuple(input_types)
+    try:
+        return _compile_cached(expr, types)
+    except TypeError:  # an unhashable literal value: compile without the cache
+        return _Compiler(types).compile(expr)
+
+
+@functools.lru_cache(maxsize=4096)
+def _compile_cached(expr: Scalar, input_types: tuple[str, ...]) -> CompiledScalar:
+    return _Compiler(input_types).compile(expr)
+
+
+def split_error(error: str) -> tuple[str, str]:
+    """The SQLSTATE and message of an error row's ``"code|message"``."""
+    code, _, message = error.partition("|")
+    return code, message
+
+
+def apply_mfp(
+    frame: pl.DataFrame, mfp: MapFilterProject, input_types: Sequence[str]
+) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """Map, filter and project a batch: (ok rows ``c0..``, ``time``, ``diff``; error rows).
+
+    Error rows have columns ``error`` (``"code|message"``), ``time``, ``diff``.
+    """
+    return _mfp_plan(mfp, tuple(input_types)).apply(frame)
+
+
+def mfp_output_types(mfp: MapFilterProject, input_types: Sequence[str]) -> tuple[str, ...]:
+    """The PostgreSQL types of ``mfp``'s output columns."""
+    return _mfp_plan(mfp, tuple(input_types)).output_types
+
+
+def _mfp_plan(mfp: MapFilterProject, input_types: tuple[str, ...]) -> _MfpPlan:
+    try:
+        return _mfp_plan_cached(mfp, input_types)
+    except TypeError:  # an unhashable literal value: plan without the cache
+        return _MfpPlan(mfp, input_types)
+
+
+@functools.lru_cache(maxsize=1024)
+def _mfp_plan_cached(mfp: MapFilterProject, input_types: tuple[str, ...]) -> _MfpPlan:
+    return _MfpPlan(mfp, input_types)
+
+
+def eval_keys(
+    frame: pl.DataFrame, exprs: Sequence[Scalar], input_types: Sequence[str]
+) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """``frame`` with key columns ``k0..`` (the values of ``exprs``) appended, and its error rows.
+
+    Rows whose key fails to evaluate are left out of the first frame and
+    returned as error rows (``error``, ``time``, ``diff``).
+    """
+    compiled = [compile_scalar(e, input_types) for e in exprs]
+    keyed = frame.with_columns(
+        [c.value.cast(polars_dtype(c.type)).alias(f"k{i}") for i, c in enumerate(compiled)]
+    )
+    error = _first_error([c.error for c in compiled])
+    if error is None:
+        return keyed, empty_errors()
+    keyed = keyed.with_columns(error.alias(ERROR))
+    errors = keyed.filter(pl.col(ERROR).is_not_null()).select(ERROR, TIME, DIFF)
+    ok = keyed.filter(pl.col(ERROR).is_null()).drop(ERROR)
+    return ok, errors
+
+
+class _MfpPlan:
+    """One MFP compiled: expression columns, predicates in evaluation order, projection."""
+
+    def __init__(self, mfp: MapFilterProject, input_types: tuple[str, ...]) -> None:
+        self.mfp = mfp
+        types = list(input_types)
+        self.expressions: list[CompiledScalar] = []
+        for expression in mfp.expressions:
+            compiled = compile_scalar(expression, types)
+            self.expressions.append(compiled)
+            types.append(compiled.type)
+        self.types = tuple(types)
+        self.predicates = [compile_scalar(p, types) for p in mfp.predicates]
+        # A predicate runs right after the last expression it reads.
+        self.ready_after = [
+            max((c - mfp.input_arity for c in columns_of(p) if c >= mfp.input_arity), default=-1)
+            for p in mfp.predicates
+        ]
+        self.output_types = tuple(types[i] for i in mfp.projection)
+
+    @property
+    def can_fail(self) -> bool:
+        return any(c.error is not None for c in (*self.expressions, *self.predicates))
+
+    def apply(self, frame: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
+        if self.mfp.is_identity:
+            return frame, empty_errors()
+        arity = self.mfp.input_arity
+        lazy = frame.lazy()
+        for j, compiled in enumerate(self.expressions):
+            lazy = lazy.with_columns(
+                compiled.value.cast(polars_dtype(compiled.type)).alias(f"c{arity + j}")
+            )
+        output = [pl.col(f"c{i}").alias(f"c{k}") for k, i in enumerate(self.mfp.projection)]
+        output += [pl.col(TIME), pl.col(DIFF)]
+        if not self.can_fail:
+            if self.predicates:
+                lazy = lazy.filter(pl.all_horizontal([p.value for p in self.predicates]))
+            return lazy.select(output).collect(), empty_errors()
+        evaluated = self._walk(lazy).collect()
+        ok = evaluated.filter(pl.col("_alive")).select(output)
+        errors = evaluated.filter(pl.col("_error").is_not_null()).select(
+            pl.col("_error").alias(ERROR), pl.col(TIME), pl.col(DIFF)
+        )
+        return ok, errors
+
+    def _walk(self, lazy: pl.LazyFrame) -> pl.LazyFrame:
+        """Evaluate steps in order: a row's error is the first error of a step it reached.
+
+        ``_alive`` holds while a row has passed every predicate so far
+        without an error; ``_error`` is the first error it met.
+        """
+        lazy = lazy.with_columns(
+            pl.lit(True).alias("_alive"), pl.lit(None, pl.Utf8).alias("_error")
+        )
+        for step in range(-1, len(self.expressions)):
+            if step >= 0:
+                lazy = _record_error(lazy, self.expressions[step].error)
+            for predicate, after in zip(self.predicates, self.ready_after, strict=True):
+                if after == step:
+                    lazy = _record_error(lazy, predicate.error)
+                    passed = pl.col("_alive") & predicate.value.fill_null(False)
+                    lazy = lazy.with_columns(passed.alias("_alive"))
+        return lazy
+
+
+def _record_error(lazy: pl.LazyFrame, failed: pl.Expr | None) -> pl.LazyFrame:
+    """Rows still alive where ``failed`` is set take that error and stop."""
+    if failed is None:
+        return lazy
+    alive = pl.col("_alive")
+    return lazy.with_columns(
+        pl.when(alive & failed.is_not_null())
+        .then(failed)
+        .otherwise(pl.col("_error"))
+        .alias("_error"),
+        (alive & failed.is_null()).alias("_alive"),
+    )
+
+
+# Helpers shared by the function implementations.
+
+
+def _first_error(errors: Sequence[pl.Expr | None]) -> pl.Expr | None:
+    """The first non-null error among ``errors`` per row (None if none can fail)."""
+    present = [e for e in errors if e is not None]
+    if not present:
+        return None
+    return present[0] if len(present) == 1 else pl.coalesce(present)
+
+
+def _error_when(condition: pl.Expr, code: str, message: str | pl.Expr) -> pl.Expr:
+    """``"code|message"`` where ``condition`` holds, null elsewhere."""
+    text = (
+        pl.lit(f"{code}|{message}")
+        if isinstance(message, str)
+        else pl.concat_str([pl.lit(f"{code}|"), message])
+    )
+    return pl.when(condition).then(text).otherwise(pl.lit(None, pl.Utf8))
+
+
+def _normalize_type(name: str) -> str:
+    return _TYPE_NAMES.get(name.lower(), name.lower())
+
+
+Handler = Callable[["_Compiler", Call], CompiledScalar]
+_HANDLERS: dict[str, Handler] = {}
+
+
+def _handles(*names: str) -> Callable[[Handler], Handler]:
+    def register(handler: Handler) -> Handler:
+        for name in names:
+            _HANDLERS[name] = handler
+        return handler
+
+    return register
+
+
+@dataclass(frozen=True)
+class _Args:
+    """The compiled arguments of a strict call (NULL in, NULL out; errors propagate)."""
+
+    values: list[pl.Expr]
+    types: list[str]
+    error: pl.Expr | None
+
+
+class _Compiler:
+    def __init__(self, input_types: tuple[str, ...]) -> None:
+        self.input_types = input_types
+
+    def compile(self, expr: Scalar) -> CompiledScalar:
+        if isinstance(expr, Column):
+            return CompiledScalar(pl.col(f"c{expr.index}"), None, self.input_types[expr.index])
+        if isinstance(expr, Literal):
+            return CompiledScalar(literal(expr.value, expr.type), None, expr.type)
+        if isinstance(expr, Cast):
+            inner = self.compile(expr.expr)
+            return cast(inner, _normalize_type(expr.type))
+        if isinstance(expr, Case):
+            return self._case(expr)
+        return self._call(expr)
+
+    def type_of(self, expr: Scalar) -> str:
+        return expr_type(expr, self.input_types)
+
+    def _call(self, call: Call) -> CompiledScalar:
+        function = lookup(call.func)
+        if function is None:
+            raise LoupeError(SqlState.FEATURE_NOT_SUPPORTED, f"function {call.func} does not exist")
+        if not function.evaluable:
+            raise LoupeError(
+                SqlState.FEATURE_NOT_SUPPORTED,
+                f"{function.name}() cannot be evaluated in a dataflow",
+            )
+        if not function.accepts(len(call.args)):
+            raise LoupeError(
+                SqlState.FEATURE_NOT_SUPPORTED,
+                f"function {call.func} does not take {len(call.args)} arguments",
+            )
+        return _HANDLERS[function.name](self, Call(function.name, call.args))
+
+    def args(self, call: Call, target: str | None = None) -> _Args:
+        """Compile ``call``'s arguments; string literals are coerced to their context's type.
+
+        ``target`` casts every argument to one type first (comparisons,
+        arithmetic on a common numeric type).
+        """
+        types = operand_types(call.func, call.args, self.input_types)
+        compiled = []
+        for arg, wanted in zip(call.args, types, strict=True):
+            piece = self.compile(arg)
+            if piece.type != wanted and wanted != "unknown":
+                piece = cast(piece, wanted)
+            if target is not None and piece.type != target and piece.type != "unknown":
+                piece = cast(piece, target)
+            compiled.append(piece)
+        return _Args(
+            [c.value for c in compiled],
+            [c.type for c in compiled],
+            _first_error([c.error for c in compiled]),
+        )
+
+    def _case(self, case: Case) -> CompiledScalar:
+        result_type = self.type_of(case)
+        dtype = polars_dtype(result_type)
+        conditions = [self.compile(c) for c, _ in case.whens]
+        results = [self.as_type(r, result_type) for _, r in case.whens]
+        otherwise = self.as_type(case.otherwise, result_type)
+        value = first_match(
+            [(c.value, r.value.cast(dtype)) for c, r in zip(conditions, results, strict=True)],
+            otherwise.value.cast(dtype),
+        )
+        return CompiledScalar(value, self._case_error(conditions, results, otherwise), result_type)
+
+    def as_type(self, expr: Scalar, pg_type: str) -> CompiledScalar:
+        """``expr`` compiled and cast to ``pg_type`` (untyped NULLs stay as they are)."""
+        compiled = self.compile(expr)
+        if compiled.type in (pg_type, "unknown"):
+            return compiled
+        return cast(compiled, pg_type)
+
+    @staticmethod
+    def _case_error(
+        conditions: list[CompiledScalar], results: list[CompiledScalar], otherwise: CompiledScalar
+    ) -> pl.Expr | None:
+        """Only the branch taken can fail, and conditions up to the one that held."""
+        pieces = [*conditions, *results, otherwise]
+        if all(p.error is None for p in pieces):
+            return None
+        branches: list[tuple[pl.Expr, pl.Expr]] = []
+        for condition, result in zip(conditions, results, strict=True):
+            if condition.error is not None:
+                branches.append((condition.error.is_not_null(), condition.error))
+            branches.append((condition.value.fill_null(False), _or_none(result.error)))
+        return first_match(branches, _or_none(otherwise.error))
+
+
+def first_match(branches: Sequence[tuple[pl.Expr, pl.Expr]], otherwise: pl.Expr) -> pl.Expr:
+    """``CASE WHEN c1 THEN v1 … ELSE otherwise END`` as one polars when/then chain."""
+    chain: Any = pl
+    for condition, value in branches:
+        chain = chain.when(condition).then(value)
+    return otherwise if chain is pl else chain.otherwise(otherwise)
+
+
+def _or_none(error: pl.Expr | None) -> pl.Expr:
+    return error if error is not None else pl.lit(None, pl.Utf8)
+
+
+def literal(value: object, pg_type: str) -> pl.Expr:
+    """A literal of ``pg_type`` as a polars expression (strings parsed as PostgreSQL input)."""
+    dtype = polars_dtype(pg_type)
+    if value is None:
+        return pl.lit(None, dtype)
+    try:
+        parsed = _parse_literal(value, pg_type)
+    except (TypeError, ValueError) as error:
+        raise LoupeError(
+            INVALID_TEXT, f'invalid input syntax for type {pg_type}: "{value}"'
+        ) from error
+    try:
+        return pl.lit(parsed, dtype)
+    except (
+        TypeError,
+        ValueError,
+        pl.exceptions.PolarsError,
+    ) as error:  # e.g. months in an interval
+        raise LoupeError(
+            SqlState.FEATURE_NOT_SUPPORTED,
+            f"cannot use the {pg_type} constant {value!r} in a dataflow",
+        ) from error
+
+
+def _parse_literal(value: object, pg_type: str) -> object:
+    if pg_type in INTEGER_TYPES or pg_type == "uint8":
+        return int(value)  # type: ignore[call-overload]
+    if pg_type in _FLOATS:
+        return float(value)  # type: ignore[arg-type]
+    if pg_type == "bool":
+        return value if isinstance(value, bool) else _BOOL_WORDS[str(value).strip().lower()]
+    if pg_type == "date" and isinstance(value, str):
+        return datetime.date.fromisoformat(value.strip())
+    if pg_type in TIME_TYPES and isinstance(value, str):
+        parsed = datetime.datetime.fromisoformat(value.strip())
+        if pg_type == "timestamptz" and parsed.tzinfo is None:
+            return parsed.replace(tzinfo=datetime.UTC)
+        return parsed
+    if pg_type == "interval" and isinstance(value, str):
+        return parse_interval(value)
+    return value
+
+
+# Boolean input words PostgreSQL accepts (and their unambiguous prefixes).
+_BOOL_WORDS = {"1": True, "0": False, "on": True, "off": False, "of": False}
+for _word, _truth in (("true", True), ("false", False), ("yes", True), ("no", False)):
+    for _end in range(1, len(_word) + 1):
+        _BOOL_WORDS[_word[:_end]] = _truth
+
+_INTERVAL_UNITS = {
+    "microsecond": 1e-6,
+    "millisecond": 1e-3,
+    "second": 1,
+    "minute": 60,
+    "hour": 3600,
+    "day": 86400,
+    "week": 7 * 86400,
+    "month": 30 * 86400,
+    "year": 365.25 * 86400,
+}
+_INTERVAL_PART = re.compile(r"([+-]?\d+(?:\.\d+)?)\s*([a-z]+)")
+_CLOCK = re.compile(r"([+-]?)(\d+):(\d+)(?::(\d+(?:\.\d+)?))?")
+
+
+def parse_interval(text: str) -> datetime.timedelta:
+    """An interval literal (``'1 day 02:00:00'``, ``'3 hours'``) as a timedelta.
+
+    Months count 30 days and years 365.25 (the engine's interval is one
+    duration, not PostgreSQL's months/days/microseconds triple).
+    """
+    rest = text.strip().lower()
+    seconds = 0.0
+    clock = _CLOCK.search(rest)
+    if clock:
+        sign = -1 if clock.group(1) == "-" else 1
+        seconds += sign * (
+            int(clock.group(2)) * 3600 + int(clock.group(3)) * 60 + float(clock.group(4) or 0)
+        )
+        rest = rest[: clock.start()] + rest[clock.end() :]
+    parts = _INTERVAL_PART.findall(rest)
+    if not parts and not clock:
+        raise ValueError(text)
+    for amount, unit in parts:
+        name = {"mins": "minute", "min": "minute", "secs": "second", "sec": "second"}.get(
+            unit, unit
+        )
+        name = name.rstrip("s") if name not in _INTERVAL_UNITS else name
+        if name not in _INTERVAL_UNITS:
+            raise ValueError(text)
+        seconds += float(amount) * _INTERVAL_UNITS[name]
+    return datetime.timedelta(seconds=seconds)
+
+
+# Casts.
+
+
+def cast(compiled: CompiledScalar, to: str) -> CompiledScalar:
+    """``compiled`` cast to PostgreSQL type ``to``; bad input is an error row."""
+    source, value = compiled.type, compiled.value
+    if source == to:
+        return compiled
+    if source == "unknown":
+        return CompiledScalar(value.cast(polars_dtype(to)), compiled.error, to)
+    converted, error = _cast_value(value, source, to)
+    return CompiledScalar(converted, _first_error([compiled.error, error]), to)
+
+
+def _cast_value(value: pl.Expr, source: str, to: str) -> tuple[pl.Expr, pl.Expr | None]:
+    if to in ("text", "jsonb") or (source in ("text", "jsonb") and to in ("text", "jsonb")):
+        return to_text(value, source), None
+    if source in ("text", "jsonb"):
+        return _from_text(value, to)
+    if to in _INT_RANGE:
+        return _to_integer(value, source, to)
+    if to in _FLOATS:
+        return value.cast(pl.Float64), None
+    if to == "bool" and source in _INT_RANGE:
+        return value != 0, None
+    if to == "date" and source in TIME_TYPES:
+        return value.dt.date(), None
+    if to in TIME_TYPES:
+        return _to_time(value, source, to), None
+    if to == "uint8":
+        return _to_integer(value, source, "int8")[0].cast(pl.UInt64, strict=False), None
+    raise LoupeError(SqlState.FEATURE_NOT_SUPPORTED, f"cannot cast type {source} to {to}")
+
+
+def _to_integer(value: pl.Expr, source: str, to: str) -> tuple[pl.Expr, pl.Expr | None]:
+    """Integers from numbers: floats round half to even, numeric half away from zero."""
+    if source == "bool":
+        return value.cast(polars_dtype(to)), None
+    if source in ("float4", "float8"):
+        value = value.round(0, mode="half_to_even")
+    elif source == "numeric":
+        value = value.round(0, mode="half_away_from_zero")
+    if source in _INT_RANGE and _INT_RANGE[source][1] <= _INT_RANGE[to][1]:
+        return value.cast(polars_dtype(to)), None
+    return _checked_integer(value, to)
+
+
+def _checked_integer(value: pl.Expr, to: str) -> tuple[pl.Expr, pl.Expr]:
+    """``value`` as integer type ``to``, out of range values as 22003 errors."""
+    low, high, name = _INT_RANGE[to]
+    fits = (value >= low) & (value <= high)
+    converted = pl.when(fits).then(value).otherwise(None).cast(polars_dtype(to), strict=False)
+    return converted, _error_when(value.is_not_null() & ~fits, OUT_OF_RANGE, f"{name} out of range")
+
+
+def _to_time(value: pl.Expr, source: str, to: str) -> pl.Expr:
+    if source == "date":
+        value = value.cast(pl.Datetime("us"))
+        return value.dt.replace_time_zone("UTC") if to == "timestamptz" else value
+    if source == "timestamp" and to == "timestamptz":
+        return value.dt.replace_time_zone("UTC")
+    if source == "timestamptz" and to == "timestamp":
+        return value.dt.replace_time_zone(None)
+    raise LoupeError(SqlState.FEATURE_NOT_SUPPORTED, f"cannot cast type {source} to {to}")
+
+
+_TIMESTAMP_FORMATS = ("%Y-%m-%d %H:%M:%S%.f", "%Y-%m-%dT%H:%M:%S%.f", "%Y-%m-%d %H:%M", "%Y-%m-%d")
+_TIMESTAMPTZ_FORMATS = ("%Y-%m-%d %H:%M:%S%.f%#z", "%Y-%m-%dT%H:%M:%S%.f%#z")
+
+
+def _from_text(text: pl.Expr, to: str) -> tuple[pl.Expr, pl.Expr | None]:
+    """Parse text as ``to``; unparsable input is 22P02 (22007 for dates and times)."""
+    stripped = text.str.strip_chars()
+    if to in _INT_RANGE:
+        parsed = stripped.cast(pl.Int64, strict=False)
+        if to == "int8":
+            parsed = stripped.cast(pl.Int128, strict=False)
+        value, range_error = _checked_integer(parsed, to)
+        return value, _first_error([_bad_input(text, parsed, INVALID_TEXT, to), range_error])
+    if to in _FLOATS:
+        lowered = stripped.str.to_lowercase()
+        parsed = (
+            pl.when(lowered.is_in(["infinity", "+infinity", "inf"]))
+            .then(pl.lit(float("inf")))
+            .when(lowered.is_in(["-infinity", "-inf"]))
+            .then(pl.lit(float("-inf")))
+            .otherwise(stripped.cast(pl.Float64, strict=False))
+        )
+        return parsed, _bad_input(text, parsed, INVALID_TEXT, to)
+    if to == "bool":
+        parsed = stripped.str.to_lowercase().replace_strict(
+            list(_BOOL_WORDS), list(_BOOL_WORDS.values()), default=None, return_dtype=pl.Boolean
+        )
+        return parsed, _bad_input(text, parsed, INVALID_TEXT, "boolean")
+    if to == "date":
+        parsed = stripped.str.strptime(pl.Date, "%Y-%m-%d", strict=False)
+        return parsed, _bad_input(text, parsed, INVALID_DATETIME, "date")
+    if to in TIME_TYPES:
+        return _parse_timestamp(text, stripped, to)
+    if to == "interval":
+        parsed = stripped.map_batches(_parse_intervals, return_dtype=pl.Duration("us"))
+        return parsed, _bad_input(text, parsed, INVALID_DATETIME, "interval")
+    if to == "uint8":
+        parsed = stripped.cast(pl.UInt64, strict=False)
+        return parsed, _bad_input(text, parsed, INVALID_TEXT, "uint8")
+    raise LoupeError(SqlState.FEATURE_NOT_SUPPORTED, f"cannot cast type text to {to}")
+
+
+def _parse_timestamp(text: pl.Expr, stripped: pl.Expr, to: str) -> tuple[pl.Expr, pl.Expr]:
+    naive = pl.coalesce(
+        [stripped.str.strptime(pl.Datetime("us"), f, strict=False) for f in _TIMESTAMP_FORMATS]
+    )
+    if to == "timestamptz":
+        aware = pl.coalesce(
+            [
+                stripped.str.strptime(pl.Datetime("us", "UTC"), f, strict=False)
+                for f in _TIMESTAMPTZ_FORMATS
+            ]
+        )
+        parsed = pl.coalesce([aware, naive.dt.replace_time_zone("UTC")])
+    else:
+        parsed = naive
+    return parsed, _bad_input(text, parsed, INVALID_DATETIME, to)
+
+
+def _parse_intervals(texts: pl.Series) -> pl.Series:
+    """Interval text to durations (per distinct value: interval input is rare and small)."""
+    parsed: dict[str, datetime.timedelta | None] = {}
+    for text in texts.unique().drop_nulls():
+        try:
+            parsed[text] = parse_interval(text)
+        except ValueError:
+            parsed[text] = None
+    return texts.replace_strict(parsed, default=None, return_dtype=pl.Duration("us"))
+
+
+def _bad_input(text: pl.Expr, parsed: pl.Expr, code: str, type_name: str) -> pl.Expr:
+    pg_name = {
+        "int4": "integer",
+        "int2": "smallint",
+        "int8": "bigint",
+        "float8": "double precision",
+    }
+    name = pg_name.get(type_name, type_name)
+    message = pl.concat_str([pl.lit(f'invalid input syntax for type {name}: "'), text, pl.lit('"')])
+    return _error_when(text.is_not_null() & parsed.is_null(), code, message)
+
+
+def to_text(value: pl.Expr, source: str) -> pl.Expr:
+    """PostgreSQL's text output of a value of type ``source``."""
+    if source in ("text", "jsonb", "unknown"):
+        return value.cast(pl.Utf8)
+    if source == "bool":
+        return pl.when(value).then(pl.lit("true")).otherwise(pl.lit("false")).cast(pl.Utf8)
+    if source == "numeric":
+        return numeric_text(value)
+    if source in _FLOATS:
+        return value.map_batches(_float_texts, return_dtype=pl.Utf8)
+    if source in TIME_TYPES:
+        text = pl.concat_str([value.dt.to_string("%Y-%m-%d %H:%M:%S"), _fraction(value)])
+        return pl.concat_str([text, pl.lit("+00")]) if source == "timestamptz" else text
+    if source == "interval":
+        return _interval_text(value)
+    return value.cast(pl.Utf8)
+
+
+def float_text(number: float) -> str:
+    """PostgreSQL's float8 output: the shortest exact digits, exponent below 1e-4 or from 1e15."""
+    if math.isnan(number):
+        return "NaN"
+    if math.isinf(number):
+        return "Infinity" if number > 0 else "-Infinity"
+    digits = decimal.Decimal(repr(number))
+    exponent = digits.adjusted()
+    if -4 <= exponent < 15:
+        text = format(digits, "f")
+        return text.rstrip("0").rstrip(".") if "." in text else text
+    mantissa = format(digits.scaleb(-exponent).normalize(), "f")
+    return f"{mantissa}e{'-' if exponent < 0 else '+'}{abs(exponent):02d}"
+
+
+def _float_texts(numbers: pl.Series) -> pl.Series:
+    """float8 text per distinct value (Python's repr finds the shortest digits)."""
+    texts = {n: float_text(n) for n in numbers.unique().drop_nulls()}
+    return numbers.replace_strict(texts, default=None, return_dtype=pl.Utf8)
+
+
+def _fraction(value: pl.Expr) -> pl.Expr:
+    """``.25``-style fractional seconds of a timestamp, empty when whole (as PostgreSQL prints)."""
+    micros = value.dt.microsecond()
+    digits = micros.cast(pl.Utf8).str.zfill(6).str.strip_chars_end("0")
+    return pl.when(micros == 0).then(pl.lit("")).otherwise(pl.concat_str([pl.lit("."), digits]))
+
+
+def _interval_text(value: pl.Expr) -> pl.Expr:
+    """``1 day 02:03:04``-style text of a duration (days, then a clock if not midnight)."""
+    micros = value.dt.total_microseconds()
+    days = micros.abs() // 86_400_000_000
+    rest = micros.abs() % 86_400_000_000
+    sign = pl.when(micros < 0).then(pl.lit("-")).otherwise(pl.lit(""))
+    clock = pl.concat_str(
+        [
+            (rest // 3_600_000_000).cast(pl.Utf8).str.zfill(2),
+            pl.lit(":"),
+            (rest // 60_000_000 % 60).cast(pl.Utf8).str.zfill(2),
+            pl.lit(":"),
+            (rest // 1_000_000 % 60).cast(pl.Utf8).str.zfill(2),
+            pl.when(rest % 1_000_000 != 0)
+            .then(pl.concat_str([pl.lit("."), (rest % 1_000_000).cast(pl.Utf8).str.zfill(6)]))
+            .otherwise(pl.lit(""))
+            .str.replace(r"0+$", ""),
+        ]
+    )
+    day_text = pl.concat_str(
+        [
+            sign,
+            days.cast(pl.Utf8),
+            pl.when(days == 1).then(pl.lit(" day")).otherwise(pl.lit(" days")),
+        ]
+    )
+    return (
+        pl.when(days == 0)
+        .then(pl.concat_str([sign, clock]))
+        .when(rest == 0)
+        .then(day_text)
+        .otherwise(pl.concat_str([day_text, pl.lit(" "), sign, clock]))
+    )
+
+
+# Logic and comparison.
+
+
+@_handles("and", "or")
+def _and_or(compiler: _Compiler, call: Call) -> CompiledScalar:
+    """Kleene logic; the absorbing value (false for AND, true for OR) also absorbs errors."""
+    parts = [compiler.compile(arg) for arg in call.args]
+    values = [p.value for p in parts]
+    combine = pl.all_horizontal if call.func == "and" else pl.any_horizontal
+    value = combine(values)
+    error = _first_error([p.error for p in parts])
+    if error is not None:
+        absorbing = call.func == "or"
+        decided = pl.any_horizontal(
+            [
+                (p.value == absorbing)
+                & (p.error.is_null() if p.error is not None else pl.lit(True))
+                for p in parts
+            ]
+        ).fill_null(False)
+        error = pl.when(decided).then(pl.lit(None, pl.Utf8)).otherwise(error)
+    return CompiledScalar(value, error, "bool")
+
+
+@_handles("not")
+def _not(compiler: _Compiler, call: Call) -> CompiledScalar:
+    operand = compiler.compile(call.args[0])
+    return CompiledScalar(~operand.value, operand.error, "bool")
+
+
+@_handles("is_null", "is_not_null")
+def _is_null(compiler: _Compiler, call: Call) -> CompiledScalar:
+    operand = compiler.compile(call.args[0])
+    value = operand.value.is_null() if call.func == "is_null" else operand.value.is_not_null()
+    return CompiledScalar(value, operand.error, "bool")
+
+
+_COMPARISONS: dict[str, Callable[[pl.Expr, pl.Expr], pl.Expr]] = {
+    "eq": lambda a, b: a == b,
+    "neq": lambda a, b: a != b,
+    "lt": lambda a, b: a < b,
+    "lte": lambda a, b: a <= b,
+    "gt": lambda a, b: a > b,
+    "gte": lambda a, b: a >= b,
+}
+
+
+def _comparable_type(types: Sequence[str]) -> str | None:
+    """The type both sides of a comparison are cast to, when they differ."""
+    known = [t for t in types if t != "unknown"]
+    if len(set(known)) <= 1:
+        return None
+    if all(t in NUMERIC_RANK for t in known):
+        return "float8" if any(t in _FLOATS for t in known) else "int8"
+    if set(known) <= {"date", *TIME_TYPES}:
+        return "timestamptz" if "timestamptz" in known else "timestamp"
+    return None
+
+
+@_handles(*_COMPARISONS)
+def _compare(compiler: _Compiler, call: Call) -> CompiledScalar:
+    types = operand_types(call.func, call.args, compiler.input_types)
+    args = compiler.args(call, _comparable_type(types))
+    value = _COMPARISONS[call.func](args.values[0], args.values[1])
+    return CompiledScalar(value, args.error, "bool")
+
+
+@_handles("between")
+def _between(compiler: _Compiler, call: Call) -> CompiledScalar:
+    types = operand_types(call.func, call.args, compiler.input_types)
+    args = compiler.args(call, _comparable_type(types))
+    subject, low, high = args.values
+    return CompiledScalar((subject >= low) & (subject <= high), args.error, "bool")
+
+
+# Arithmetic.
+
+
+def _strict(
+    compiler: _Compiler,
+    call: Call,
+    body: Callable[[list[pl.Expr], list[str], str], tuple[pl.Expr, pl.Expr | None]],
+    target: str | None = None,
+    *,
+    null_guard: bool = False,
+) -> CompiledScalar:
+    """A NULL-propagating call: compile the arguments, apply ``body``, add its own errors.
+
+    ``null_guard`` forces a NULL result on NULL input, for bodies whose
+    ``when`` chains would otherwise produce a value.
+    """
+    args = compiler.args(call, target)
+    result_type = compiler.type_of(call)
+    value, own_error = body(args.values, args.types, result_type)
+    if own_error is not None or null_guard:  # NULL in, NULL out: nothing is evaluated
+        any_null = pl.any_horizontal([v.is_null() for v in args.values])
+        if own_error is not None:
+            own_error = pl.when(any_null).then(pl.lit(None, pl.Utf8)).otherwise(own_error)
+        if null_guard:
+            value = pl.when(any_null).then(None).otherwise(value)
+    if result_type != "unknown":
+        value = value.cast(polars_dtype(result_type))
+    return CompiledScalar(value, _first_error([args.error, own_error]), result_type)
+
+
+def _numeric_target(compiler: _Compiler, call: Call) -> str | None:
+    """Cast numeric operands to the result type (int4 + numeric computes in Float64)."""
+    result_type = compiler.type_of(call)
+    types = operand_types(call.func, call.args, compiler.input_types)
+    if result_type in NUMERIC_RANK and all(t in NUMERIC_RANK or t == "unknown" for t in types):
+        return result_type
+    return None
+
+
+def _wide(value: pl.Expr, result_type: str) -> pl.Expr:
+    """Integers widened so that the operation cannot wrap before the range check."""
+    return value.cast(pl.Int128 if result_type == "int8" else pl.Int64)
+
+
+def _float_overflow(value: pl.Expr, operands: list[pl.Expr], result_type: str) -> pl.Expr | None:
+    """22003 when finite float operands give an infinite float8.
+
+    numeric results are not checked: PostgreSQL's numeric does not overflow
+    at 1e308, so an error there would be wrong (the Float64 stand-in for
+    numeric is the documented gap), and skipping it keeps numeric
+    arithmetic error-free and fast.
+    """
+    if result_type == "numeric":
+        return None
+    finite_inputs = pl.all_horizontal([o.is_finite() for o in operands])
+    return _error_when(
+        value.is_infinite() & finite_inputs, OUT_OF_RANGE, "value out of range: overflow"
+    )
+
+
+def _number_op(
+    op: Callable[[pl.Expr, pl.Expr], pl.Expr],
+) -> Callable[[list[pl.Expr], list[str], str], tuple[pl.Expr, pl.Expr | None]]:
+    def body(
+        values: list[pl.Expr], _types: list[str], result_type: str
+    ) -> tuple[pl.Expr, pl.Expr | None]:
+        left, right = values
+        if result_type in _INT_RANGE:
+            return _checked_integer(
+                op(_wide(left, result_type), _wide(right, result_type)), result_type
+            )
+        result = op(left, right)
+        return result, _float_overflow(result, values, result_type)
+
+    return body
+
+
+@_handles("add", "sub")
+def _add_sub(compiler: _Compiler, call: Call) -> CompiledScalar:
+    types = operand_types(call.func, call.args, compiler.input_types)
+    result_type = compiler.type_of(call)
+    if result_type in NUMERIC_RANK and all(t in NUMERIC_RANK or t == "unknown" for t in types):
+        op = (lambda a, b: a + b) if call.func == "add" else (lambda a, b: a - b)
+        return _strict(compiler, call, _number_op(op), _numeric_target(compiler, call))
+    return _strict(compiler, call, _time_arithmetic(call.func))
+
+
+def _time_arithmetic(
+    func: str,
+) -> Callable[[list[pl.Expr], list[str], str], tuple[pl.Expr, pl.Expr | None]]:
+    """date ± int, date - date, date/time ± interval, time - time, interval ± interval."""
+
+    def body(
+        values: list[pl.Expr], types: list[str], result_type: str
+    ) -> tuple[pl.Expr, pl.Expr | None]:
+        left, right = values
+        if func == "add" and types[0] in ("interval", *INTEGER_TYPES) and types[1] != "interval":
+            left, right = right, left  # commute so the date/time is on the left
+            types = [types[1], types[0]]
+        if types[0] == "date" and types[1] in INTEGER_TYPES:
+            days = left.cast(pl.Int64) + (right if func == "add" else -right).cast(pl.Int64)
+            return days.cast(pl.Int32).cast(pl.Date), None
+        if types == ["date", "date"]:
+            return left.cast(pl.Int32) - right.cast(pl.Int32), None
+        if types[0] == "date":
+            left = left.cast(pl.Datetime("us"))
+        if types[1] == "date":  # timestamp - date: the date is midnight
+            right = right.cast(pl.Datetime("us"))
+        if types[0] == "timestamptz" and types[1] == "timestamp":
+            right = right.dt.replace_time_zone("UTC")
+        if types[0] == "timestamp" and types[1] == "timestamptz":
+            left = left.dt.replace_time_zone("UTC")
+        return (left + right if func == "add" else left - right), None
+
+    return body
+
+
+def _truncated_division(left: pl.Expr, right: pl.Expr) -> pl.Expr:
+    """Integer division rounding toward zero (polars' ``//`` floors)."""
+    quotient = left.abs() // right.abs()
+    return pl.when((left < 0) != (right < 0)).then(0 - quotient).otherwise(quotient)
+
+
+@_handles("mul")
+def _mul(compiler: _Compiler, call: Call) -> CompiledScalar:
+    if compiler.type_of(call) == "interval":
+        return _strict(compiler, call, _scale_interval("mul"))
+    return _strict(compiler, call, _number_op(lambda a, b: a * b), _numeric_target(compiler, call))
+
+
+@_handles("div")
+def _div(compiler: _Compiler, call: Call) -> CompiledScalar:
+    if compiler.type_of(call) == "interval":
+        return _strict(compiler, call, _scale_interval("div"))
+
+    def body(
+        values: list[pl.Expr], _types: list[str], result_type: str
+    ) -> tuple[pl.Expr, pl.Expr | None]:
+        left, right = values
+        zero = _error_when(right == 0, DIVISION_BY_ZERO, "division by zero")
+        safe = pl.when(right != 0).then(right)
+        if result_type in _INT_RANGE:
+            quotient = _truncated_division(_wide(left, result_type), _wide(safe, result_type))
+            value, overflow = _checked_integer(quotient, result_type)
+            return value, _first_error([zero, overflow])
+        quotient = left.cast(pl.Float64) / safe.cast(pl.Float64)
+        return quotient, _first_error([zero, _float_overflow(quotient, values, result_type)])
+
+    return _strict(compiler, call, body, _numeric_target(compiler, call))
+
+
+@_handles("mod")
+def _mod(compiler: _Compiler, call: Call) -> CompiledScalar:
+    """The remainder takes the dividend's sign (polars' ``%`` takes the divisor's)."""
+
+    def body(
+        values: list[pl.Expr], _types: list[str], result_type: str
+    ) -> tuple[pl.Expr, pl.Expr | None]:
+        left, right = values
+        zero = _error_when(right == 0, DIVISION_BY_ZERO, "division by zero")
+        safe: pl.Expr = pl.when(right != 0).then(right)
+        if result_type in _INT_RANGE:
+            left, safe = _wide(left, result_type), _wide(safe, result_type)
+        remainder = left.abs() % safe.abs()
+        value = pl.when(left < 0).then(0 - remainder).otherwise(remainder)
+        return value, zero
+
+    return _strict(compiler, call, body, _numeric_target(compiler, call))
+
+
+def _scale_interval(
+    func: str,
+) -> Callable[[list[pl.Expr], list[str], str], tuple[pl.Expr, pl.Expr | None]]:
+    def body(
+        values: list[pl.Expr], types: list[str], _result: str
+    ) -> tuple[pl.Expr, pl.Expr | None]:
+        interval, factor = (
+            (values[0], values[1]) if types[0] == "interval" else (values[1], values[0])
+        )
+        micros = interval.dt.total_microseconds().cast(pl.Float64)
+        if func == "mul":
+            return (micros * factor).round(0).cast(pl.Int64).cast(pl.Duration("us")), None
+        zero = _error_when(factor == 0, DIVISION_BY_ZERO, "division by zero")
+        safe = pl.when(factor != 0).then(factor.cast(pl.Float64))
+        return (micros / safe).round(0).cast(pl.Int64).cast(pl.Duration("us")), zero
+
+    return body
+
+
+@_handles("neg")
+def _neg(compiler: _Compiler, call: Call) -> CompiledScalar:
+    def body(
+        values: list[pl.Expr], _types: list[str], result_type: str
+    ) -> tuple[pl.Expr, pl.Expr | None]:
+        if result_type in _INT_RANGE:
+            return _checked_integer(0 - _wide(values[0], result_type), result_type)
+        return -values[0], None
+
+    return _strict(compiler, call, body)
+
+
+# Conditionals.
+
+
+@_handles("coalesce")
+def _coalesce(compiler: _Compiler, call: Call) -> CompiledScalar:
+    """The first non-NULL argument; arguments after it are not evaluated (their errors masked)."""
+    result_type = compiler.type_of(call)
+    parts = [compiler.as_type(arg, result_type) for arg in call.args]
+    dtype = polars_dtype(result_type)
+    value = pl.coalesce([p.value.cast(dtype) for p in parts])
+    if all(p.error is None for p in parts):
+        return CompiledScalar(value, None, result_type)
+    branches: list[tuple[pl.Expr, pl.Expr]] = []
+    for part in parts:
+        if part.error is not None:
+            branches.append((part.error.is_not_null(), part.error))
+        branches.append((part.value.is_not_null(), pl.lit(None, pl.Utf8)))
+    return CompiledScalar(value, first_match(branches, pl.lit(None, pl.Utf8)), result_type)
+
+
+@_handles("nullif")
+def _nullif(compiler: _Compiler, call: Call) -> CompiledScalar:
+    types = operand_types(call.func, call.args, compiler.input_types)
+    args = compiler.args(call, _comparable_type(types))
+    first = compiler.as_type(call.args[0], compiler.type_of(call)).value
+    value = pl.when(args.values[0] == args.values[1]).then(None).otherwise(first)
+    return CompiledScalar(value, args.error, compiler.type_of(call))
+
+
+@_handles("greatest", "least")
+def _greatest_least(compiler: _Compiler, call: Call) -> CompiledScalar:
+    """NULL arguments are ignored (PostgreSQL's greatest/least)."""
+    result_type = compiler.type_of(call)
+    parts = [compiler.as_type(arg, result_type) for arg in call.args]
+    dtype = polars_dtype(result_type)
+    combine = pl.max_horizontal if call.func == "greatest" else pl.min_horizontal
+    value = combine([p.value.cast(dtype) for p in parts])
+    return CompiledScalar(value, _first_error([p.error for p in parts]), result_type)
+
+
+# Strings.
+
+Body = Callable[[list[pl.Expr], list[str], str], tuple[pl.Expr, pl.Expr | None]]
+
+
+def _plain(function: Callable[..., pl.Expr]) -> Body:
+    """A body that cannot fail: ``function(*values)``."""
+    return lambda values, _types, _result: (function(*values), None)
+
+
+def _texts(compiler: _Compiler, call: Call) -> Call:
+    """``call`` with non-text arguments in text positions cast to text (``'n=' || 42``)."""
+    args = tuple(
+        arg if compiler.type_of(arg) in ("text", "jsonb", "unknown") else Cast(arg, "text")
+        for arg in call.args
+    )
+    return Call(call.func, args)
+
+
+@_handles("concat")
+def _textcat(compiler: _Compiler, call: Call) -> CompiledScalar:
+    return _strict(compiler, _texts(compiler, call), _plain(lambda *v: pl.concat_str(list(v))))
+
+
+@_handles("concat_variadic")
+def _concat(compiler: _Compiler, call: Call) -> CompiledScalar:
+    body = _plain(lambda *v: pl.concat_str(list(v), ignore_nulls=True))
+    return _strict(compiler, _texts(compiler, call), body)
+
+
+@_handles("concat_ws")
+def _concat_ws(compiler: _Compiler, call: Call) -> CompiledScalar:
+    """concat_ws(sep, …): NULL separator gives NULL; NULL values are skipped."""
+
+    def body(values: list[pl.Expr], _types: list[str], _result: str) -> tuple[pl.Expr, None]:
+        separator, parts = values[0], values[1:]
+        joined = pl.concat_list([p.cast(pl.Utf8) for p in parts]).list.drop_nulls()
+        value = pl.when(separator.is_null()).then(None).otherwise(joined.list.join(separator))
+        return value, None
+
+    return _strict(compiler, _texts(compiler, call), body)
+
+
+_STRING_FUNCTIONS: dict[str, Callable[..., pl.Expr]] = {
+    "upper": lambda s: s.str.to_uppercase(),
+    "lower": lambda s: s.str.to_lowercase(),
+    "length": lambda s: s.str.len_chars(),
+    "octet_length": lambda s: s.str.len_bytes(),
+    "reverse": lambda s: s.str.reverse(),
+    "starts_with": lambda s, prefix: s.str.starts_with(prefix),
+}
+
+
+@_handles(*_STRING_FUNCTIONS)
+def _string_function(compiler: _Compiler, call: Call) -> CompiledScalar:
+    return _strict(compiler, _texts(compiler, call), _plain(_STRING_FUNCTIONS[call.func]))
+
+
+@_handles("trim", "ltrim", "rtrim")
+def _trim(compiler: _Compiler, call: Call) -> CompiledScalar:
+    method = {"trim": "strip_chars", "ltrim": "strip_chars_start", "rtrim": "strip_chars_end"}
+
+    def body(values: list[pl.Expr], _types: list[str], _result: str) -> tuple[pl.Expr, None]:
+        text = values[0]
+        characters = values[1] if len(values) > 1 else pl.lit(" ")
+        stripped = getattr(text.str, method[call.func])(characters)
+        # polars strips nothing for an empty set but whitespace for a NULL one.
+        return pl.when(characters.is_null()).then(None).otherwise(stripped), None
+
+    return _strict(compiler, call, body, null_guard=True)
+
+
+@_handles("substr")
+def _substr(compiler: _Compiler, call: Call) -> CompiledScalar:
+    """substr(s, start [, count]): characters from ``start`` (1-based, may be < 1) for ``count``."""
+
+    def body(
+        values: list[pl.Expr], _types: list[str], _result: str
+    ) -> tuple[pl.Expr, pl.Expr | None]:
+        text, start = values[0], values[1].cast(pl.Int64)
+        offset = pl.max_horizontal(start - 1, pl.lit(0))
+        if len(values) == 2:
+            return text.str.slice(offset), None
+        count = values[2].cast(pl.Int64)
+        end = start + count - 1  # last position, 1-based
+        length = pl.max_horizontal(end - offset, pl.lit(0))
+        negative = _error_when(
+            count < 0, NEGATIVE_SUBSTRING, "negative substring length not allowed"
+        )
+        value = pl.when(count.is_null()).then(None).otherwise(text.str.slice(offset, length))
+        return value, negative
+
+    return _strict(compiler, call, body, null_guard=True)
+
+
+@_handles("replace")
+def _replace(compiler: _Compiler, call: Call) -> CompiledScalar:
+    """Every occurrence of ``old`` replaced; an empty ``old`` leaves the text alone."""
+    constant_pattern = isinstance(call.args[1], Literal)
+
+    def body(values: list[pl.Expr], _types: list[str], _result: str) -> tuple[pl.Expr, None]:
+        text, old, new = values
+        if constant_pattern:
+            replaced = text.str.replace_all(old, new, literal=True)
+        else:  # polars replaces only by a constant pattern; split and join take columns
+            replaced = text.str.split(old).list.join(new)
+        return pl.when(old == "").then(text).otherwise(replaced), None
+
+    return _strict(compiler, call, body, null_guard=True)
+
+
+@_handles("strpos")
+def _strpos(compiler: _Compiler, call: Call) -> CompiledScalar:
+    """1-based character position of the first occurrence, 0 when absent."""
+
+    def body(values: list[pl.Expr], _types: list[str], _result: str) -> tuple[pl.Expr, None]:
+        text, sub = values
+        before = text.str.split(sub).list.first().str.len_chars()
+        value = (
+            pl.when(sub.is_null())
+            .then(None)
+            .when(sub == "")
+            .then(1)
+            .when(text.str.contains(sub, literal=True))
+            .then(before + 1)
+            .otherwise(0)
+        )
+        return value, None
+
+    return _strict(compiler, call, body, null_guard=True)
+
+
+@_handles("left", "right")
+def _left_right(compiler: _Compiler, call: Call) -> CompiledScalar:
+    """left(s, n) / right(s, n); a negative n drops -n characters from the other end."""
+
+    def body(values: list[pl.Expr], _types: list[str], _result: str) -> tuple[pl.Expr, None]:
+        text, count = values[0], values[1].cast(pl.Int64)
+        length = text.str.len_chars().cast(pl.Int64)
+        keep = pl.when(count >= 0).then(count).otherwise(length + count)
+        keep = pl.max_horizontal(pl.min_horizontal(keep, length), pl.lit(0))
+        if call.func == "left":
+            return text.str.slice(0, keep), None
+        return text.str.slice(length - keep, keep), None
+
+    return _strict(compiler, call, body, null_guard=True)
+
+
+@_handles("lpad", "rpad")
+def _pad(compiler: _Compiler, call: Call) -> CompiledScalar:
+    """Pad to ``length`` with ``fill`` repeated (truncating ``s`` when longer)."""
+
+    def body(values: list[pl.Expr], _types: list[str], _result: str) -> tuple[pl.Expr, None]:
+        text, length = values[0], pl.max_horizontal(values[1].cast(pl.Int64), pl.lit(0))
+        fill = values[2] if len(values) > 2 else pl.lit(" ")
+        missing = pl.max_horizontal(length - text.str.len_chars().cast(pl.Int64), pl.lit(0))
+        fill_length = fill.str.len_chars().cast(pl.Int64)
+        copies = pl.when(fill_length > 0).then((missing + fill_length - 1) // fill_length)
+        padding = fill.repeat_by(copies.fill_null(0)).list.join("").str.slice(0, missing)
+        parts = [padding, text] if call.func == "lpad" else [text, padding]
+        padded = pl.when(fill_length == 0).then(text).otherwise(pl.concat_str(parts))
+        return padded.str.slice(0, length), None
+
+    return _strict(compiler, call, body, null_guard=True)
+
+
+@_handles("split_part")
+def _split_part(compiler: _Compiler, call: Call) -> CompiledScalar:
+    def body(values: list[pl.Expr], _types: list[str], _result: str) -> tuple[pl.Expr, pl.Expr]:
+        text, delimiter, field = values[0], values[1], values[2].cast(pl.Int64)
+        parts = text.str.split(delimiter)
+        index = pl.when(field > 0).then(field - 1).otherwise(field)
+        picked = parts.list.get(index, null_on_oob=True).fill_null("")
+        whole = pl.when((field == 1) | (field == -1)).then(text).otherwise(pl.lit(""))
+        value = pl.when(delimiter == "").then(whole).otherwise(picked)
+        value = pl.when(field.is_null() | delimiter.is_null()).then(None).otherwise(value)
+        zero = _error_when(field == 0, INVALID_ARGUMENT, "field position must not be zero")
+        return value, zero
+
+    return _strict(compiler, call, body, null_guard=True)
+
+
+@_handles("repeat")
+def _repeat(compiler: _Compiler, call: Call) -> CompiledScalar:
+    def body(values: list[pl.Expr], _types: list[str], _result: str) -> tuple[pl.Expr, None]:
+        text, count = values
+        copies = pl.max_horizontal(count.cast(pl.Int64), pl.lit(0))
+        value = pl.when(count.is_null()).then(None).otherwise(text.repeat_by(copies).list.join(""))
+        return value, None
+
+    return _strict(compiler, call, body, null_guard=True)
+
+
+@_handles("like", "ilike")
+def _like(compiler: _Compiler, call: Call) -> CompiledScalar:
+    """LIKE/ILIKE: ``%`` any run, ``_`` one character, escape (default ``\\``) quotes the next."""
+    insensitive = call.func == "ilike"
+    pattern_arg = call.args[1]
+    escape_arg = call.args[2] if len(call.args) > 2 else Literal("\\", "text")
+    if isinstance(pattern_arg, Literal) and isinstance(escape_arg, Literal):
+        return _like_literal(compiler, call.args[0], pattern_arg, escape_arg, insensitive)
+
+    def body(values: list[pl.Expr], _types: list[str], _result: str) -> tuple[pl.Expr, pl.Expr]:
+        text, pattern = values[0], values[1]
+        escape = values[2] if len(values) > 2 else pl.lit("\\")
+        # One string per (escape, pattern): the escape's length, the escape, the pattern.
+        key = pl.concat_str([escape.str.len_chars().cast(pl.Utf8), pl.lit(":"), escape, pattern])
+        regex = key.map_batches(lambda keys: _like_regexes(keys, insensitive), return_dtype=pl.Utf8)
+        invalid = _error_when(regex.is_null(), INVALID_ESCAPE, "invalid LIKE pattern or escape")
+        return text.str.contains(regex), invalid
+
+    return _strict(compiler, call, body)
+
+
+def _like_literal(
+    compiler: _Compiler, subject: Scalar, pattern: Literal, escape: Literal, insensitive: bool
+) -> CompiledScalar:
+    text = compiler.compile(
+        subject if compiler.type_of(subject) == "text" else Cast(subject, "text")
+    )
+    if pattern.value is None or escape.value is None:
+        return CompiledScalar(pl.lit(None, pl.Boolean), text.error, "bool")
+    try:
+        regex = like_regex(str(pattern.value), str(escape.value), insensitive)
+    except ValueError as bad:
+        error = _error_when(text.value.is_not_null(), INVALID_ESCAPE, str(bad))
+        return CompiledScalar(pl.lit(None, pl.Boolean), _first_error([text.error, error]), "bool")
+    return CompiledScalar(text.value.str.contains(regex), text.error, "bool")
+
+
+def like_regex(pattern: str, escape: str, insensitive: bool) -> str:
+    """The anchored regular expression of a LIKE pattern."""
+    if len(escape) > 1:
+        raise ValueError("invalid escape string")
+    pieces = []
+    characters = iter(pattern)
+    for character in characters:
+        if escape and character == escape:
+            quoted = next(characters, None)
+            if quoted is None:
+                raise ValueError("LIKE pattern must not end with escape character")
+            pieces.append(re.escape(quoted))
+        elif character == "%":
+            pieces.append(".*")
+        elif character == "_":
+            pieces.append(".")
+        else:
+            pieces.append(re.escape(character))
+    return ("(?is)" if insensitive else "(?s)") + "^" + "".join(pieces) + "$"
+
+
+def _like_regexes(keys: pl.Series, insensitive: bool) -> pl.Series:
+    """Regexes of ``"<escape length>:<escape><pattern>"`` keys, built once per distinct key."""
+    regexes: dict[str, str | None] = {}
+    for key in keys.unique().drop_nulls():
+        length, _, rest = key.partition(":")
+        escape, pattern = rest[: int(length)], rest[int(length) :]
+        try:
+            regexes[key] = like_regex(pattern, escape, insensitive)
+        except ValueError:
+            regexes[key] = None
+    return keys.replace_strict(regexes, default=None, return_dtype=pl.Utf8)
+
+
+# Numbers.
+
+
+@_handles("abs")
+def _abs(compiler: _Compiler, call: Call) -> CompiledScalar:
+    def body(
+        values: list[pl.Expr], _types: list[str], result_type: str
+    ) -> tuple[pl.Expr, pl.Expr | None]:
+        if result_type in _INT_RANGE:
+            return _checked_integer(_wide(values[0], result_type).abs(), result_type)
+        return values[0].abs(), None
+
+    return _strict(compiler, call, body)
+
+
+@_handles("sign")
+def _sign(compiler: _Compiler, call: Call) -> CompiledScalar:
+    return _strict(compiler, call, _plain(lambda x: x.sign()))
+
+
+@_handles("round", "trunc")
+def _round(compiler: _Compiler, call: Call) -> CompiledScalar:
+    """numeric rounds half away from zero, float8 half to even; trunc goes toward zero."""
+
+    def body(values: list[pl.Expr], _types: list[str], result_type: str) -> tuple[pl.Expr, None]:
+        value = values[0].cast(pl.Float64)
+        scale = pl.lit(10.0).pow(values[1].cast(pl.Float64)) if len(values) > 1 else pl.lit(1.0)
+        shifted = value * scale
+        if call.func == "trunc":
+            result = shifted.sign() * shifted.abs().floor()
+        elif result_type == "numeric":
+            result = shifted.sign() * (shifted.abs() + 0.5).floor()
+        else:
+            result = shifted.round(0, mode="half_to_even")
+        return result / scale, None
+
+    return _strict(compiler, call, body, compiler.type_of(call) if len(call.args) == 1 else None)
+
+
+_MATH: dict[str, Callable[[pl.Expr], pl.Expr]] = {
+    "ceil": lambda x: x.ceil(),
+    "floor": lambda x: x.floor(),
+    "exp": lambda x: x.exp(),
+    "cbrt": lambda x: x.cbrt(),
+}
+
+
+@_handles(*_MATH)
+def _math(compiler: _Compiler, call: Call) -> CompiledScalar:
+    function = _MATH[call.func]
+
+    def body(
+        values: list[pl.Expr], _types: list[str], result_type: str
+    ) -> tuple[pl.Expr, pl.Expr | None]:
+        result = function(values[0].cast(pl.Float64))
+        return result, _float_overflow(result, values, result_type)
+
+    return _strict(compiler, call, body)
+
+
+@_handles("sqrt")
+def _sqrt(compiler: _Compiler, call: Call) -> CompiledScalar:
+    def body(values: list[pl.Expr], _types: list[str], _result: str) -> tuple[pl.Expr, pl.Expr]:
+        value = values[0].cast(pl.Float64)
+        negative = _error_when(
+            value < 0, INVALID_POWER, "cannot take square root of a negative number"
+        )
+        return pl.when(value >= 0).then(value.sqrt()), negative
+
+    return _strict(compiler, call, body)
+
+
+@_handles("ln", "log10", "log")
+def _log(compiler: _Compiler, call: Call) -> CompiledScalar:
+    def body(
+        values: list[pl.Expr], _types: list[str], _result: str
+    ) -> tuple[pl.Expr, pl.Expr | None]:
+        value = values[-1].cast(pl.Float64)
+        zero = _error_when(value == 0, INVALID_LOG, "cannot take logarithm of zero")
+        negative = _error_when(value < 0, INVALID_LOG, "cannot take logarithm of a negative number")
+        positive = pl.when(value > 0).then(value)
+        if call.func == "ln":
+            return positive.log(), _first_error([zero, negative])
+        if call.func == "log10" or len(values) == 1:
+            return positive.log10(), _first_error([zero, negative])
+        base = values[0].cast(pl.Float64)
+        bad_base = _error_when(
+            (base <= 0) | (base == 1),
+            INVALID_LOG,
+            "cannot take logarithm of a non-positive base or one",
+        )
+        ok_base = pl.when((base > 0) & (base != 1)).then(base)
+        return positive.log() / ok_base.log(), _first_error([zero, negative, bad_base])
+
+    return _strict(compiler, call, body)
+
+
+@_handles("power")
+def _power(compiler: _Compiler, call: Call) -> CompiledScalar:
+    def body(
+        values: list[pl.Expr], _types: list[str], result_type: str
+    ) -> tuple[pl.Expr, pl.Expr | None]:
+        base, exponent = (v.cast(pl.Float64) for v in values)
+        zero_negative = (base == 0) & (exponent < 0)
+        fractional_of_negative = (base < 0) & (exponent != exponent.floor())
+        value = pl.when(~zero_negative & ~fractional_of_negative).then(base.pow(exponent))
+        errors = [
+            _error_when(
+                zero_negative, INVALID_POWER, "zero raised to a negative power is undefined"
+            ),
+            _error_when(
+                fractional_of_negative,
+                INVALID_POWER,
+                "a negative number raised to a non-integer power yields a complex result",
+            ),
+            _float_overflow(value, [base, exponent], result_type),
+        ]
+        return value, _first_error(errors)
+
+    return _strict(compiler, call, body)
+
+
+# Dates and times.
+
+_TRUNC_EVERY = {
+    "microseconds": "1us",
+    "milliseconds": "1ms",
+    "second": "1s",
+    "minute": "1m",
+    "hour": "1h",
+    "day": "1d",
+    "week": "1w",
+    "month": "1mo",
+    "quarter": "1q",
+    "year": "1y",
+    "decade": "10y",
+    "century": "100y",
+    "millennium": "1000y",
+}
+
+
+def _unit(expr: Scalar, what: str) -> str:
+    """The text-literal unit or field of date_trunc/extract/date_part, normalized."""
+    if not isinstance(expr, Literal) or not isinstance(expr.value, str):
+        raise LoupeError(SqlState.FEATURE_NOT_SUPPORTED, f"{what} must be a text literal")
+    unit = expr.value.strip().lower()
+    aliases = {"millisecond": "milliseconds", "microsecond": "microseconds", "seconds": "second"}
+    aliases |= {"minutes": "minute", "hours": "hour", "days": "day", "weeks": "week"}
+    aliases |= {"months": "month", "years": "year", "quarters": "quarter", "decades": "decade"}
+    aliases |= {"centuries": "century", "millennia": "millennium", "millenniums": "millennium"}
+    aliases |= {"us": "microseconds", "ms": "milliseconds", "dec": "decade"}
+    return aliases.get(unit, unit)
+
+
+@_handles("date_trunc")
+def _date_trunc(compiler: _Compiler, call: Call) -> CompiledScalar:
+    unit = _unit(call.args[0], "date_trunc's unit")
+    if unit not in _TRUNC_EVERY:
+        raise LoupeError(INVALID_ARGUMENT, f'unit "{unit}" not recognized')
+    subject = compiler.compile(call.args[1])
+    result_type = compiler.type_of(call)
+    if subject.type == "date":
+        subject = cast(subject, "timestamp")
+    value = subject.value.dt.truncate(_TRUNC_EVERY[unit])
+    if unit in ("decade", "century", "millennium"):
+        value = _truncate_years(subject.value, unit)
+    return CompiledScalar(value.cast(polars_dtype(result_type)), subject.error, result_type)
+
+
+def _truncate_years(value: pl.Expr, unit: str) -> pl.Expr:
+    """Decades start at years divisible by 10; centuries and millennia at year 1 (…01)."""
+    year = value.dt.year()
+    if unit == "decade":
+        start = year // 10 * 10
+    else:
+        span = 100 if unit == "century" else 1000
+        start = (year - 1) // span * span + 1
+    return value.dt.truncate("1y").dt.offset_by(
+        pl.concat_str([(start - year).cast(pl.Utf8), pl.lit("y")])
+    )
+
+
+_FIELDS: dict[str, Callable[[pl.Expr], pl.Expr]] = {
+    "year": lambda v: v.dt.year(),
+    "isoyear": lambda v: v.dt.iso_year(),
+    "quarter": lambda v: v.dt.quarter(),
+    "month": lambda v: v.dt.month(),
+    "week": lambda v: v.dt.week(),
+    "day": lambda v: v.dt.day(),
+    "doy": lambda v: v.dt.ordinal_day(),
+    "dow": lambda v: v.dt.weekday() % 7,
+    "isodow": lambda v: v.dt.weekday(),
+    "hour": lambda v: v.dt.hour(),
+    "minute": lambda v: v.dt.minute(),
+    "second": lambda v: v.dt.second() + v.dt.microsecond() / 1e6,
+    "milliseconds": lambda v: v.dt.second() * 1000 + v.dt.microsecond() / 1e3,
+    "microseconds": lambda v: v.dt.second() * 1_000_000 + v.dt.microsecond(),
+    "epoch": lambda v: v.dt.epoch("us") / 1e6,
+    "decade": lambda v: v.dt.year() // 10,
+    "century": lambda v: (v.dt.year() + 99) // 100,
+    "millennium": lambda v: (v.dt.year() + 999) // 1000,
+}
+_INTERVAL_FIELDS: dict[str, Callable[[pl.Expr], pl.Expr]] = {
+    "epoch": lambda us: us / 1e6,
+    "day": lambda us: us // 86_400_000_000,
+    "hour": lambda us: us % 86_400_000_000 // 3_600_000_000,
+    "minute": lambda us: us % 3_600_000_000 // 60_000_000,
+    "second": lambda us: us % 60_000_000 / 1e6,
+    "milliseconds": lambda us: us % 60_000_000 / 1e3,
+    "microseconds": lambda us: us % 60_000_000,
+}
+
+
+@_handles("extract", "date_part")
+def _extract(compiler: _Compiler, call: Call) -> CompiledScalar:
+    field = _unit(call.args[0], f"{call.func}'s field")
+    subject = compiler.compile(call.args[1])
+    result_type = compiler.type_of(call)
+    if subject.type == "interval":
+        fields = _INTERVAL_FIELDS
+        source = subject.value.dt.total_microseconds()
+    else:
+        fields = _FIELDS
+        source = subject.value
+        if subject.type == "date":
+            source = source.cast(pl.Datetime("us"))
+    if field not in fields:
+        raise LoupeError(
+            SqlState.FEATURE_NOT_SUPPORTED, f'unit "{field}" not supported for type {subject.type}'
+        )
+    value = fields[field](source).cast(pl.Float64)
+    return CompiledScalar(value, subject.error, result_type)
+
+
+# Regular expressions and translation (patterns are Rust-regex syntax, close to PostgreSQL's ARE).
+
+INVALID_REGEX = "2201B"
+INVALID_DATE_FIELD = "22008"
+
+
+def _constant_text(expr: Scalar, what: str) -> str:
+    if not isinstance(expr, Literal) or not isinstance(expr.value, str):
+        raise LoupeError(SqlState.FEATURE_NOT_SUPPORTED, f"{what} must be a constant")
+    return expr.value
+
+
+def _regex_flags(flags: str, allowed: str) -> str:
+    """The inline flag prefix for PostgreSQL regex ``flags`` (22023 for unknown ones)."""
+    unknown = set(flags) - set(allowed)
+    if unknown:
+        raise LoupeError(INVALID_ARGUMENT, f'invalid regular expression option: "{min(unknown)}"')
+    return "(?i)" if "i" in flags else ""
+
+
+def regex_is_valid(pattern: str) -> bool:
+    """Whether polars (Rust's regex) accepts ``pattern``."""
+    try:
+        pl.Series([""]).str.contains(pattern)
+    except pl.exceptions.ComputeError:
+        return False
+    return True
+
+
+@_handles("regexp_like", "regexp_ilike")
+def _regexp_like(compiler: _Compiler, call: Call) -> CompiledScalar:
+    flags = _constant_text(call.args[2], "the regex flags") if len(call.args) > 2 else ""
+    prefix = "(?i)" if call.func == "regexp_ilike" else _regex_flags(flags, "ic")
+    strict = Call(call.func, call.args[:2])
+    if isinstance(call.args[1], Literal):
+        pattern = call.args[1].value
+        if pattern is not None and not regex_is_valid(prefix + str(pattern)):
+            bad = _plain(lambda s, _p: pl.lit(None, pl.Boolean))
+            compiled = _strict(compiler, strict, bad)
+            error = _error_when(pl.lit(True), INVALID_REGEX, "invalid regular expression")
+            return CompiledScalar(compiled.value, _first_error([compiled.error, error]), "bool")
+
+        def constant(
+            values: list[pl.Expr], _types: list[str], _result: str
+        ) -> tuple[pl.Expr, None]:
+            return values[0].str.contains(prefix + str(pattern)), None
+
+        return _strict(compiler, strict, constant)
+
+    def by_column(
+        values: list[pl.Expr], _types: list[str], _result: str
+    ) -> tuple[pl.Expr, pl.Expr]:
+        text, pattern = values
+        checked = pattern.map_batches(lambda p: _valid_regexes(p, prefix), return_dtype=pl.Utf8)
+        invalid = _error_when(checked.is_null(), INVALID_REGEX, "invalid regular expression")
+        return text.str.contains(checked), invalid
+
+    return _strict(compiler, strict, by_column)
+
+
+def _valid_regexes(patterns: pl.Series, prefix: str) -> pl.Series:
+    """Patterns with the flag prefix, null where invalid (checked once per distinct pattern)."""
+    valid = {
+        p: prefix + p if regex_is_valid(prefix + p) else None
+        for p in patterns.unique().drop_nulls()
+    }
+    return patterns.replace_strict(valid, default=None, return_dtype=pl.Utf8)
+
+
+_BACKREFERENCE = re.compile(r"\\(\d|&|\\)|\$")
+
+
+def _rust_replacement(replacement: str) -> str:
+    """PostgreSQL's ``\\1``/``\\&`` replacement syntax in Rust's ``${1}``/``${0}`` form."""
+
+    def convert(match: re.Match[str]) -> str:
+        if match.group(0) == "$":
+            return "$$"
+        reference = match.group(1)
+        return "\\" if reference == "\\" else "${0}" if reference == "&" else f"${{{reference}}}"
+
+    return _BACKREFERENCE.sub(convert, replacement)
+
+
+@_handles("regexp_replace")
+def _regexp_replace(compiler: _Compiler, call: Call) -> CompiledScalar:
+    """The first match (every match with flag 'g') replaced; pattern and flags must be constants."""
+    pattern = _constant_text(call.args[1], "regexp_replace's pattern")
+    flags = _constant_text(call.args[3], "the regex flags") if len(call.args) > 3 else ""
+    regex = _regex_flags(flags, "gic") + pattern
+    if not regex_is_valid(regex):
+        raise LoupeError(INVALID_REGEX, "invalid regular expression")
+    replacement = call.args[2]
+    constant_replacement = isinstance(replacement, Literal) and isinstance(replacement.value, str)
+    count = -1 if "g" in flags else 1
+
+    def body(values: list[pl.Expr], _types: list[str], _result: str) -> tuple[pl.Expr, None]:
+        text, with_ = values[0], values[2]
+        if constant_replacement:
+            assert isinstance(replacement, Literal)
+            with_ = pl.lit(_rust_replacement(str(replacement.value)))
+        else:
+            with_ = with_.map_batches(_rust_replacements, return_dtype=pl.Utf8)
+        if count == 1:
+            return text.str.replace(regex, with_, n=1), None
+        return text.str.replace_all(regex, with_), None
+
+    return _strict(compiler, Call(call.func, call.args[:3]), body, null_guard=True)
+
+
+def _rust_replacements(replacements: pl.Series) -> pl.Series:
+    converted = {r: _rust_replacement(r) for r in replacements.unique().drop_nulls()}
+    return replacements.replace_strict(converted, default=None, return_dtype=pl.Utf8)
+
+
+@_handles("translate")
+def _translate(compiler: _Compiler, call: Call) -> CompiledScalar:
+    """Each character of ``from`` becomes the one at its position in ``to``, or goes when ``to`` is shorter."""
+    source = _constant_text(call.args[1], "translate's from")
+    target = _constant_text(call.args[2], "translate's to")
+    mapping: dict[str, str] = {}
+    for position, character in enumerate(source):
+        mapping.setdefault(character, target[position] if position < len(target) else "")
+
+    def body(values: list[pl.Expr], _types: list[str], _result: str) -> tuple[pl.Expr, None]:
+        if not mapping:
+            return values[0], None
+        return values[0].str.replace_many(list(mapping), list(mapping.values())), None
+
+    return _strict(compiler, call, body)
+
+
+@_handles("make_date")
+def _make_date(compiler: _Compiler, call: Call) -> CompiledScalar:
+    def body(values: list[pl.Expr], _types: list[str], _result: str) -> tuple[pl.Expr, pl.Expr]:
+        year, month, day = (v.cast(pl.Int64) for v in values)
+        text = pl.concat_str(
+            [
+                year.cast(pl.Utf8).str.zfill(4),
+                month.cast(pl.Utf8).str.zfill(2),
+                day.cast(pl.Utf8).str.zfill(2),
+            ],
+            separator="-",
+        )
+        parsed = pl.when(year > 0).then(text.str.strptime(pl.Date, "%Y-%m-%d", strict=False))
+        invalid = _error_when(parsed.is_null(), INVALID_DATE_FIELD, "date field value out of range")
+        return parsed, invalid
+
+    return _strict(compiler, call, body)

@@ -1,0 +1,774 @@
+"""``ComputeInstance``: the dataflows of one replica, fed from storage, read by peeks and sinks.
+
+Time is a single u64 (milliseconds); a frontier ``f`` means every time
+before ``f`` is complete. A dataflow starts complete up to its ``as_of`` and
+steps whenever all its inputs are complete further: the interval
+``[frontier, new frontier)`` flows through every operator at once.
+``EMPTY`` (2**64 - 1) stands for the empty frontier of an input that never
+changes again (a dataflow with only constants).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time as clock
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import polars as pl
+import pyarrow as pa
+
+from loupe.common.errors import LoupeError, SqlState
+from loupe.dataflow import expr, types
+from loupe.dataflow.arrangement import Log, Trace
+from loupe.dataflow.batches import (
+    DIFF,
+    ERROR,
+    TIME,
+    advance,
+    concat,
+    consolidate,
+    empty_errors,
+    expand,
+    split_time,
+    spread,
+)
+from loupe.dataflow.hooks import LoggingHooks
+from loupe.dataflow.operators import Input, Operator
+from loupe.dataflow.render import LirRegion, Renderer
+from loupe.dataflow.results import Finishing, HydrationStatus, NotReady, PeekResult, SinkBatch
+from loupe.plan import lir
+from loupe.plan.dataflow import ColumnDesc, DataflowDescription, PersistSink, Sink
+from loupe.plan.scalar import Call, Column, Literal
+
+EMPTY = 2**64 - 1
+
+
+@dataclass(frozen=True)
+class _Channel:
+    """An edge of a dataflow: ``source``'s output read by operator ``target`` at ``port``."""
+
+    id: int
+    source: Operator
+    target: int
+    port: int
+    exchanged: bool
+
+
+def _idle(operator: Operator) -> bool:
+    """Whether none of the operator's inputs changed: then it has nothing to do (sets no output)."""
+    if not operator.inputs or not all(_quiet(i) for i in operator.inputs):
+        return False
+    if not _quiet(operator):
+        operator.ok = [operator.empty] * len(operator.ok)
+        operator.err = empty_errors()
+    return True
+
+
+def _quiet(operator: Operator) -> bool:
+    return operator.err.height == 0 and all(part.height == 0 for part in operator.ok)
+
+
+def _exchanges(operator: Operator) -> bool:
+    """Whether the operator repartitions its input by key (a stateful one)."""
+    return bool(operator.spines())
+
+
+@dataclass
+class _Queue:
+    """Updates of one import waiting for the dataflow's frontier to pass their times."""
+
+    ok: list[pl.DataFrame] = field(default_factory=list)
+    err: list[pl.DataFrame] = field(default_factory=list)
+    records: int = 0
+
+    def take(self, upper: int, empty: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
+        """The queued updates before ``upper``; later ones stay queued."""
+        ok, self.ok = _before(self.ok, upper, empty)
+        err, self.err = _before(self.err, upper, empty_errors())
+        self.records += ok.height
+        return ok, err
+
+
+def _before(
+    frames: list[pl.DataFrame], upper: int, empty: pl.DataFrame
+) -> tuple[pl.DataFrame, list[pl.DataFrame]]:
+    """The updates of ``frames`` before ``upper``, and the frames of those after."""
+    whole = concat(frames, empty)
+    if whole.height == 0 or _latest(whole) < upper:  # the usual case: no copy
+        return whole, []
+    now, later = split_time(whole, upper)
+    return now, [later]
+
+
+@dataclass
+class _Source:
+    """A storage collection the instance is fed, logged for dataflows created later."""
+
+    id: str
+    columns: tuple[ColumnDesc, ...]
+    log: Log = field(default_factory=Log)
+    upper: int = 0
+    readers: list[Dataflow] = field(default_factory=list)
+    # Per set of converted columns: the expressions padding a batch to every column.
+    paddings: dict[tuple[int, ...], list[pl.Expr]] = field(default_factory=dict)
+
+    def read(self, table: pa.Table, readers: Sequence[Dataflow]) -> pl.DataFrame:
+        """``table`` as an engine batch with the columns ``readers`` read (the others NULL).
+
+        Converting persist's format costs (numeric is text there); a TPC-H
+        join reads 4 of lineitem's 16 columns.
+        """
+        wanted: set[int] = set()
+        for reader in readers:
+            demand = reader.source_demand[self.id]
+            if demand is None:
+                wanted = set(range(len(self.columns)))
+                break
+            wanted |= demand
+        kept = sorted(wanted)
+        frame = types.from_persist(table, [self.columns[i] for i in kept], kept)
+        if len(kept) == len(self.columns):
+            return frame
+        return frame.select(self._padding(tuple(kept)))
+
+    def _padding(self, kept: tuple[int, ...]) -> list[pl.Expr]:
+        """The columns of a batch that converted only ``kept``: the others as NULLs (built once)."""
+        if kept in self.paddings:
+            return self.paddings[kept]
+        padding = self.paddings[kept] = [
+            pl.col(f"c{i}") if i in kept else pl.lit(None, types.polars_dtype(t)).alias(f"c{i}")
+            for i, (_, t) in enumerate(self.columns)
+        ]
+        padding += [pl.col(TIME), pl.col(DIFF)]
+        return padding
+
+
+class _IndexExport:
+    """An arranged export: its history since ``since`` (ok and errors), read by peeks."""
+
+    def __init__(
+        self,
+        export_id: str,
+        operator: Operator,
+        as_of: int,
+        operator_id: int,
+        key: Sequence[int] = (),
+    ) -> None:
+        self.id = export_id
+        self.operator = operator
+        self.operator_id = operator_id
+        self.key = tuple(key)
+        self.ok = Trace(operator.empty, as_of, [f"c{i}" for i in self.key])
+        self.err = Trace(empty_errors(), as_of)
+        self.readers: list[tuple[Dataflow, str]] = []
+
+    def absorb(self) -> None:
+        self.ok.insert(concat(self.operator.ok, self.operator.empty))
+        self.err.insert(self.operator.err)
+
+
+class _SinkExport:
+    """A persist sink or subscribe: a batch per step, with the current error if any."""
+
+    def __init__(
+        self,
+        sink: Sink,
+        operator: Operator,
+        columns: Sequence[ColumnDesc],
+        as_of: int,
+        operator_id: int,
+    ) -> None:
+        self.sink = sink
+        self.id = sink.sink_id
+        self.operator = operator
+        self.operator_id = operator_id
+        self.columns = tuple(columns)
+        self.as_of = as_of
+        self.skip_snapshot = not isinstance(sink, PersistSink) and not sink.snapshot
+        self.errors = empty_errors().drop(TIME)
+        self.batches: list[SinkBatch] = []
+
+    def absorb(self, lower: int, upper: int) -> None:
+        updates = consolidate(concat(self.operator.ok, self.operator.empty))
+        if self.skip_snapshot:
+            updates = updates.filter(pl.col(TIME) > self.as_of)
+        if self.operator.err.height:
+            both = concat([self.errors, self.operator.err.drop(TIME)], self.errors)
+            self.errors = consolidate(both, with_time=False)
+        error = _first_error(self.errors)
+        table = types.to_persist(updates, self.columns)
+        self.batches.append(SinkBatch(self.id, lower, upper, table, error))
+
+
+def _advance(frame: pl.DataFrame, since: int) -> pl.DataFrame:
+    """``advance``, skipped when no time is before ``since`` (no copy)."""
+    earliest = _time_bound(frame[TIME].min())
+    return advance(frame, since) if earliest < since else frame
+
+
+def _latest(frame: pl.DataFrame) -> int:
+    return _time_bound(frame[TIME].max())
+
+
+def _time_bound(value: object) -> int:
+    """A Series' min or max of a non-empty UInt64 ``time`` column (typed loosely by polars)."""
+    assert isinstance(value, int)
+    return value
+
+
+def _first_error(errors: pl.DataFrame) -> LoupeError | None:
+    """The error to report for an error collection (the least message, for determinism)."""
+    present = errors.filter(pl.col(DIFF) != 0)
+    if present.height == 0:
+        return None
+    code, message = expr.split_error(present[ERROR].sort()[0])
+    return LoupeError(code, message)
+
+
+class Dataflow:
+    """One rendered ``DataflowDescription`` and its progress."""
+
+    def __init__(self, desc: DataflowDescription, index: int, renderer: Renderer) -> None:
+        self.desc = desc
+        self.index = index
+        self.workers = renderer.workers
+        self.operators = renderer.operators
+        self.hydration_ids = renderer.hydration_ids
+        self.regions: list[LirRegion] = renderer.regions
+        self.inputs: dict[str, Input] = renderer.imports
+        self.queues = {name: _Queue() for name in self.inputs}
+        self.collections = renderer.collections
+        self.source_demand = renderer.source_demand
+        self.frontier = desc.as_of
+        self.index_exports: dict[str, _IndexExport] = {}
+        self.sinks: dict[str, _SinkExport] = {}
+        self.import_frontiers: dict[str, int] = {}
+        self.channels: list[_Channel] = []
+
+    @property
+    def as_of(self) -> int:
+        return self.desc.as_of
+
+    @property
+    def hydrated(self) -> bool:
+        return self.frontier > self.as_of
+
+    def export_ids(self) -> list[str]:
+        return [*self.index_exports, *self.sinks]
+
+    def enqueue(self, name: str, ok: pl.DataFrame, err: pl.DataFrame) -> None:
+        """Updates of import ``name``; times before the as_of read as the as_of."""
+        queue = self.queues[name]
+        if ok.height:
+            queue.ok.append(_advance(ok, self.as_of))
+        if err.height:
+            queue.err.append(_advance(err, self.as_of))
+
+    def step(self, upper: int, hooks: LoggingHooks | None) -> bool:
+        """Process every update before ``upper`` (the least input frontier)."""
+        if self.desc.until:
+            upper = min(upper, self.desc.until)
+        if upper <= self.frontier:
+            return False
+        lower = self.frontier
+        workers = self.workers
+        for name, operator in self.inputs.items():
+            ok, err = self.queues[name].take(upper, operator.empty)
+            operator.pending = spread(ok, workers)
+            operator.pending_err = err
+        for step_operator in self.operators:
+            if _idle(step_operator):
+                continue
+            started = clock.perf_counter_ns() if hooks is not None else 0
+            step_operator.run(lower, upper)
+            if hooks is not None:
+                elapsed = clock.perf_counter_ns() - started
+                self._log_run(hooks, step_operator, elapsed, workers)
+        for index in self.index_exports.values():
+            index.absorb()
+        for sink in self.sinks.values():
+            sink.absorb(lower, upper)
+        self.frontier = upper
+        if hooks is not None:
+            self._log_messages(hooks)
+            self._log_progress(hooks, lower, workers)
+        return True
+
+    def _log_run(self, hooks: LoggingHooks, operator: Operator, elapsed: int, workers: int) -> None:
+        for worker in range(workers):
+            hooks.scheduled(worker, operator.operator_id, elapsed // workers)
+        for worker, spines in enumerate(operator.spines()):
+            records = sum(s.records for s in spines)
+            batches = sum(len(s.batches) for s in spines)
+            hooks.arrangement_size(
+                worker, operator.operator_id, records, batches, sum(s.size for s in spines)
+            )
+
+    def _log_messages(self, hooks: LoggingHooks) -> None:
+        for channel in self.channels:
+            for worker, part in enumerate(channel.source.ok):
+                if part.height:
+                    hooks.messages(worker, channel.id, part.height, 1)
+
+    def _log_progress(self, hooks: LoggingHooks, lower: int, workers: int) -> None:
+        for export_id in self.export_ids():
+            for worker in range(workers):
+                hooks.frontier(worker, export_id, self.frontier)
+                for import_id, time in self.import_frontiers.items():
+                    hooks.import_frontier(worker, export_id, import_id, time)
+        for index in self.index_exports.values():
+            # An index's arrangement is one per replica here: reported on worker 0.
+            trace = index.ok
+            hooks.arrangement_size(
+                0, index.operator_id, trace.records, len(trace.batches), trace.size
+            )
+        if lower <= self.as_of < self.frontier:
+            self.log_hydration(hooks, workers, hydrated=True)
+
+    def log_hydration(self, hooks: LoggingHooks, workers: int, hydrated: bool) -> None:
+        for export_id in self.export_ids():
+            for region in self.regions:
+                for worker in range(workers):
+                    hooks.hydration(worker, export_id, region.lir_id, hydrated)
+
+
+class ComputeInstance:
+    """All dataflows of one replica (see ``loupe.dataflow`` for the contract)."""
+
+    def __init__(self, workers: int = 1, logging: LoggingHooks | None = None) -> None:
+        if workers < 1:
+            raise ValueError("workers must be at least 1")
+        self.workers = workers
+        # Checked once per event site: None when logging is off.
+        self.hooks = logging if logging is not None and logging.enabled else None
+        self.dataflows: dict[str, Dataflow] = {}
+        self.sources: dict[str, _Source] = {}
+        self.exports: dict[str, Dataflow] = {}
+        self.indexes: dict[str, _IndexExport] = {}
+        self._next_operator = 0
+        self._next_dataflow = 0
+        self._next_channel = 0
+
+    # -- creating and dropping ----------------------------------------------------------
+
+    def create_dataflow(self, desc: DataflowDescription) -> None:
+        """Render ``desc`` (idempotent by dataflow id: a replayed command changes nothing)."""
+        if desc.id in self.dataflows:
+            return
+        for index in desc.index_imports:
+            if index.index_id not in self.indexes:
+                raise LoupeError(
+                    SqlState.INTERNAL_ERROR,
+                    f"dataflow {desc.id} imports index {index.index_id}, which no dataflow exports",
+                )
+        desc = self._readable_as_of(desc)
+        renderer = Renderer(desc, self.workers, self._new_operator_id)
+        renderer.render()
+        dataflow = Dataflow(desc, self._next_dataflow, renderer)
+        self._next_dataflow += 1
+        self._export(dataflow)
+        dataflow.channels = self._channels(dataflow)
+        self._attach_imports(dataflow)
+        self.dataflows[desc.id] = dataflow
+        if self.hooks is not None:
+            self._log_created(dataflow)
+
+    def _readable_as_of(self, desc: DataflowDescription) -> DataflowDescription:
+        """``desc`` starting no earlier than what the instance still distinguishes of its sources.
+
+        A source fed for earlier dataflows is kept only as of its log's
+        since: a dataflow asking for an older as_of starts at that since
+        instead, so a read before it is refused as a since violation
+        rather than answered with wrongly advanced data.
+        """
+        held = max(
+            (
+                self.sources[s.id].log.since
+                for s in desc.source_imports
+                if s.id in self.sources and self.sources[s.id].log.tables
+            ),
+            default=0,
+        )
+        return dataclasses.replace(desc, as_of=held) if held > desc.as_of else desc
+
+    def _channels(self, dataflow: Dataflow) -> list[_Channel]:
+        """Every edge of the dataflow's operator graph, exports included."""
+        edges = [
+            (source, operator.operator_id, port, _exchanges(operator))
+            for operator in dataflow.operators
+            for port, source in enumerate(operator.inputs)
+        ]
+        exports: list[_IndexExport | _SinkExport] = [
+            *dataflow.index_exports.values(),
+            *dataflow.sinks.values(),
+        ]
+        edges += [(e.operator, e.operator_id, 0, False) for e in exports]
+        channels = []
+        for source, target, port, exchanged in edges:
+            channels.append(_Channel(self._next_channel, source, target, port, exchanged))
+            self._next_channel += 1
+        return channels
+
+    def _new_operator_id(self) -> int:
+        self._next_operator += 1
+        return self._next_operator - 1
+
+    def _export(self, dataflow: Dataflow) -> None:
+        desc = dataflow.desc
+        columns = {b.id: b.columns for b in desc.objects_to_build}
+        columns |= {i.on_id: i.columns for i in desc.index_imports}
+        columns |= {s.id: s.columns for s in desc.source_imports}
+        for index in desc.index_exports:
+            operator = self._collection(dataflow, index.on_id)
+            export = _IndexExport(
+                index.index_id, operator, desc.as_of, self._new_operator_id(), index.key
+            )
+            dataflow.index_exports[index.index_id] = export
+            self.indexes[index.index_id] = export
+            self.exports[index.index_id] = dataflow
+        for sink in desc.sink_exports:
+            sink_columns = sink.columns if isinstance(sink, PersistSink) else columns[sink.from_id]
+            operator = self._collection(dataflow, sink.from_id)
+            dataflow.sinks[sink.sink_id] = _SinkExport(
+                sink, operator, sink_columns, desc.as_of, self._new_operator_id()
+            )
+            self.exports[sink.sink_id] = dataflow
+        for build in desc.objects_to_build:
+            self.exports.setdefault(build.id, dataflow)
+
+    @staticmethod
+    def _collection(dataflow: Dataflow, collection_id: str) -> Operator:
+        if collection_id not in dataflow.collections:
+            raise LoupeError(
+                SqlState.INTERNAL_ERROR,
+                f"dataflow {dataflow.desc.id} exports {collection_id}, which it does not have",
+            )
+        return dataflow.collections[collection_id]
+
+    def _attach_imports(self, dataflow: Dataflow) -> None:
+        """Start feeding the new dataflow: what its sources and imported indexes hold so far."""
+        for source in dataflow.desc.source_imports:
+            state = self.sources.get(source.id)
+            if state is None:
+                state = self.sources[source.id] = _Source(source.id, source.columns)
+            state.readers.append(dataflow)
+            logged = state.log.updates()
+            if logged is not None:
+                dataflow.enqueue(source.id, state.read(logged, [dataflow]), empty_errors())
+        for index in dataflow.desc.index_imports:
+            export = self.indexes[index.index_id]
+            export.readers.append((dataflow, index.on_id))
+            dataflow.enqueue(index.on_id, export.ok.updates(), export.err.updates())
+
+    def drop(self, collection_id: str) -> None:
+        """Drop an export; the dataflow goes with its last export."""
+        dataflow = self.exports.get(collection_id)
+        if dataflow is None or collection_id not in dataflow.export_ids():
+            return
+        del self.exports[collection_id]
+        removed = dataflow.index_exports.pop(collection_id, None) or dataflow.sinks.pop(
+            collection_id, None
+        )
+        self.indexes.pop(collection_id, None)
+        if self.hooks is not None and removed is not None:
+            for worker in range(self.workers):
+                self.hooks.operator_dropped(worker, removed.operator_id)
+        if dataflow.export_ids():
+            return
+        self._drop_dataflow(dataflow)
+
+    def _drop_dataflow(self, dataflow: Dataflow) -> None:
+        self.dataflows.pop(dataflow.desc.id, None)
+        for key in [k for k, d in self.exports.items() if d is dataflow]:
+            del self.exports[key]
+        for source_id in [s.id for s in dataflow.desc.source_imports]:
+            state = self.sources[source_id]
+            state.readers = [r for r in state.readers if r is not dataflow]
+            if not state.readers:
+                del self.sources[source_id]
+        for export in self.indexes.values():
+            export.readers = [(d, n) for d, n in export.readers if d is not dataflow]
+        if self.hooks is not None:
+            for operator_id in self._operator_ids(dataflow):
+                for worker in range(self.workers):
+                    self.hooks.operator_dropped(worker, operator_id)
+            self.hooks.dataflow_dropped(dataflow.index, dataflow.desc.id)
+
+    def allow_compaction(self, collection_id: str, since: int) -> None:
+        """Peeks of ``collection_id`` will not ask for times before ``since``."""
+        export = self.indexes.get(collection_id)
+        if export is not None:
+            export.ok.compact(since)
+            export.err.compact(since)
+
+    # -- feeding and stepping ---------------------------------------------------------
+
+    def source_ids(self) -> dict[str, int]:
+        """Storage collections to feed, each from the least as_of of its readers."""
+        return {sid: min(d.as_of for d in s.readers) for sid, s in self.sources.items()}
+
+    def push(self, source_id: str, updates: pa.Table, upper: int) -> None:
+        """Updates of a storage collection at times before ``upper``, which becomes its frontier."""
+        state = self.sources.get(source_id)
+        if state is None:
+            return
+        if updates.num_rows == 0:  # a frontier moving on: nothing to convert or queue
+            state.upper = max(state.upper, upper)
+            return
+        state.log.append(updates)
+        frame = state.read(updates, state.readers)
+        for dataflow in state.readers:
+            dataflow.enqueue(source_id, frame, empty_errors())
+        state.upper = max(state.upper, upper)
+
+    def step(self) -> bool:
+        """Advance every dataflow as far as its inputs allow; True if any advanced."""
+        changed = False
+        for dataflow in list(self.dataflows.values()):
+            if dataflow.step(self._input_frontier(dataflow), self.hooks):
+                changed = True
+                self._forward(dataflow)
+        for state in self.sources.values():
+            # Keep the latest complete time distinct: dataflows created later read as of it.
+            state.log.since = max(min(d.frontier for d in state.readers), 1) - 1
+        return changed
+
+    def _input_frontier(self, dataflow: Dataflow) -> int:
+        frontiers = {s.id: self.sources[s.id].upper for s in dataflow.desc.source_imports}
+        for index in dataflow.desc.index_imports:
+            exporter = self.exports.get(index.index_id)
+            # An exporter dropped under its reader leaves it stuck, not falsely complete.
+            frontiers[index.on_id] = exporter.frontier if exporter is not None else 0
+        dataflow.import_frontiers = frontiers
+        return min(frontiers.values(), default=EMPTY)
+
+    def _forward(self, dataflow: Dataflow) -> None:
+        """Hand an exporter's new updates to the dataflows importing its indexes."""
+        for export in dataflow.index_exports.values():
+            ok = concat(export.operator.ok, export.operator.empty)
+            for reader, name in export.readers:
+                reader.enqueue(name, ok, export.operator.err)
+
+    # -- reading ------------------------------------------------------------------------
+
+    def write_frontier(self, collection_id: str) -> int:
+        """Every time before this is complete for the export or built object."""
+        return self._dataflow_of(collection_id).frontier
+
+    def _dataflow_of(self, collection_id: str) -> Dataflow:
+        dataflow = self.exports.get(collection_id)
+        if dataflow is None:
+            raise LoupeError(SqlState.UNDEFINED_OBJECT, f"unknown collection {collection_id}")
+        return dataflow
+
+    def peek(
+        self,
+        target_id: str,
+        timestamp: int,
+        mfp: lir.MapFilterProject | None = None,
+        finishing: Finishing | None = None,
+    ) -> PeekResult:
+        """The index ``target_id`` at ``timestamp``, through ``mfp`` and ``finishing``."""
+        export = self.indexes.get(target_id)
+        if export is None:
+            raise LoupeError(SqlState.UNDEFINED_OBJECT, f"no index {target_id} on this replica")
+        frontier = self.exports[target_id].frontier
+        if timestamp >= frontier:
+            raise NotReady(target_id, timestamp, frontier)
+        if timestamp < export.ok.since:
+            raise LoupeError(
+                SqlState.INTERNAL_ERROR,
+                f"Timestamp ({timestamp}) is not valid for all inputs: {target_id} since {export.ok.since}",
+                hint=f"Read AS OF {export.ok.since} or later.",
+            )
+        error = _first_error(export.err.at(timestamp))
+        if error is not None:
+            raise error
+        probe = _point(mfp, export.key, export.operator.empty) if mfp is not None else None
+        rows = export.ok.at(timestamp) if probe is None else export.ok.lookup_at(probe, timestamp)
+        result_types = export.operator.types
+        if mfp is not None and not mfp.is_identity:
+            rows, errors = expr.apply_mfp(rows, mfp, result_types)
+            error = _first_error(errors)
+            if error is not None:
+                raise error
+            result_types = expr.mfp_output_types(mfp, result_types)
+        return _finish(expand(rows), result_types, finishing or Finishing())
+
+    def take_sink_batches(self) -> list[SinkBatch]:
+        """Batches every sink completed since the last call, in order per sink."""
+        batches = []
+        for dataflow in self.dataflows.values():
+            for sink in dataflow.sinks.values():
+                batches.extend(sink.batches)
+                sink.batches = []
+        return batches
+
+    def hydration(self) -> list[HydrationStatus]:
+        """Per export, LIR node and worker: has the node's output passed the as_of?"""
+        return [
+            HydrationStatus(export_id, region.lir_id, worker, dataflow.hydrated)
+            for dataflow in self.dataflows.values()
+            for export_id in dataflow.export_ids()
+            for region in dataflow.regions
+            for worker in range(self.workers)
+        ]
+
+    def progress(self) -> list[DataflowProgress]:
+        """Per dataflow: hydrated or not, its LIR node count, updates read from its imports."""
+        return [
+            DataflowProgress(
+                dataflow.desc.id,
+                dataflow.hydrated,
+                len(dataflow.regions),
+                len(dataflow.regions) if dataflow.hydrated else 0,
+                sum(q.records for q in dataflow.queues.values()),
+            )
+            for dataflow in self.dataflows.values()
+        ]
+
+    def footprint(self) -> Footprint:
+        """What the instance holds: arranged records and bytes (operators, indexes), source logs."""
+        spines = [
+            spine
+            for dataflow in self.dataflows.values()
+            for operator in dataflow.operators
+            for worker_spines in operator.spines()
+            for spine in worker_spines
+        ]
+        traces = [
+            trace
+            for dataflow in self.dataflows.values()
+            for index in dataflow.index_exports.values()
+            for trace in (index.ok, index.err)
+        ]
+        logs = [source.log for source in self.sources.values()]
+        return Footprint(
+            sum(s.records for s in spines) + sum(t.records for t in traces),
+            sum(s.size for s in spines) + sum(t.size for t in traces),
+            sum(log.rows for log in logs),
+            sum(table.nbytes for log in logs for table in log.tables),
+        )
+
+    def errors(self) -> dict[str, LoupeError]:
+        """The error each export currently holds (exports without errors are absent)."""
+        current: dict[str, LoupeError] = {}
+        for dataflow in self.dataflows.values():
+            latest = max(dataflow.frontier, 1) - 1
+            for index_id, index in dataflow.index_exports.items():
+                error = _first_error(index.err.at(max(latest, index.err.since)))
+                if error is not None:
+                    current[index_id] = error
+            for sink_id, sink in dataflow.sinks.items():
+                error = _first_error(sink.errors)
+                if error is not None:
+                    current[sink_id] = error
+        return current
+
+    # -- logging ------------------------------------------------------------------------
+
+    def _operator_ids(self, dataflow: Dataflow) -> list[int]:
+        return list(self._operator_names(dataflow))
+
+    @staticmethod
+    def _operator_names(dataflow: Dataflow) -> dict[int, str]:
+        """Every operator of the dataflow (exports included) by id."""
+        names = {o.operator_id: o.name for o in dataflow.operators}
+        names |= dict.fromkeys(dataflow.hydration_ids, "HydrationLog")
+        names |= {e.operator_id: f"Index({e.id})" for e in dataflow.index_exports.values()}
+        names |= {e.operator_id: f"Sink({e.id})" for e in dataflow.sinks.values()}
+        return names
+
+    def _log_created(self, dataflow: Dataflow) -> None:
+        hooks = self.hooks
+        assert hooks is not None
+        hooks.dataflow_created(dataflow.index, dataflow.desc.id, dataflow.desc.debug_name)
+        names = self._operator_names(dataflow)
+        first = min(names, default=0)
+        for operator_id in sorted(names):
+            for worker in range(self.workers):
+                address = (dataflow.index, operator_id - first)
+                hooks.operator_created(worker, operator_id, address, names[operator_id])
+        for c in dataflow.channels:
+            kind = "exchange" if c.exchanged else "pipeline"
+            source, target = c.source.operator_id - first, c.target - first
+            for worker in range(self.workers):
+                hooks.channel_created(
+                    worker, c.id, (dataflow.index,), source, 0, target, c.port, kind
+                )
+        for r in dataflow.regions:
+            hooks.lir_mapping(
+                r.object_id, r.lir_id, r.operator, r.parent_lir_id, r.nesting, r.start, r.end
+            )
+        dataflow.log_hydration(hooks, self.workers, hydrated=False)
+
+
+@dataclass(frozen=True)
+class Footprint:
+    """Memory the instance holds (``estimated_size`` of the frames, Arrow ``nbytes`` of logs)."""
+
+    arranged_records: int
+    arranged_bytes: int
+    logged_records: int
+    logged_bytes: int
+
+
+@dataclass(frozen=True)
+class DataflowProgress:
+    """What the ``Hydration`` response reports for one dataflow."""
+
+    dataflow_id: str
+    hydrated: bool
+    nodes_total: int
+    nodes_hydrated: int
+    records_read: int
+
+
+def _point(
+    mfp: lir.MapFilterProject, key: Sequence[int], empty: pl.DataFrame
+) -> pl.DataFrame | None:
+    """The index key values ``mfp`` pins with ``key column = literal`` predicates, if all are.
+
+    A peek like ``WHERE id = 7`` on an index on ``id`` then reads only the
+    matching rows instead of the whole index (the predicates still run).
+    """
+    if not key:
+        return None
+    pinned: dict[int, object] = {}
+    for predicate in mfp.predicates:
+        if isinstance(predicate, Call) and predicate.func == "eq" and len(predicate.args) == 2:
+            left, right = predicate.args
+            if isinstance(right, Column):
+                left, right = right, left
+            if isinstance(left, Column) and isinstance(right, Literal) and right.value is not None:
+                pinned.setdefault(left.index, right.value)
+    if not set(key) <= set(pinned):
+        return None
+    columns = {}
+    for i in key:
+        name = f"c{i}"
+        value = pl.Series(name, [pinned[i]]).cast(empty.schema[name], strict=False)
+        if value.null_count():
+            return None  # a literal the column cannot hold: let the predicates decide
+        columns[name] = value
+    return pl.DataFrame(columns)
+
+
+def _finish(rows: pl.DataFrame, result_types: Sequence[str], finishing: Finishing) -> PeekResult:
+    """ORDER BY, OFFSET, LIMIT, then the projection, as a peek's RowSetFinishing says."""
+    if finishing.order:
+        rows = rows.sort(
+            [f"c{k.column}" for k in finishing.order],
+            descending=[k.desc for k in finishing.order],
+            nulls_last=[k.nulls_last for k in finishing.order],
+        )
+    if finishing.offset or finishing.limit is not None:
+        rows = rows.slice(finishing.offset, finishing.limit)
+    result_types = tuple(result_types)
+    if finishing.project:
+        rows = rows.select(
+            [pl.col(f"c{i}").alias(f"c{k}") for k, i in enumerate(finishing.project)]
+        )
+        result_types = tuple(result_types[i] for i in finishing.project)
+    return PeekResult(rows, result_types)

@@ -1,0 +1,954 @@
+"""Operators: LIR nodes rendered over partitioned update batches.
+
+A dataflow steps all its operators together over one interval of times
+``[lower, upper)`` once every input is complete up to ``upper``: each
+operator reads the batches its inputs produced for the interval (``ok``: one
+frame per worker; ``err``: the error stream) and produces its own. So an
+operator's output frontier is the dataflow's, and it only ever emits times its
+inputs have passed.
+
+Stateful operators exchange their input by key hash and keep one ``Spine``
+per worker. Their state holds everything before ``lower``, so a delta only
+looks up its own keys: no operator rescans its state for a small change.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import polars as pl
+
+from loupe.common.errors import LoupeError, SqlState
+from loupe.dataflow import expr
+from loupe.dataflow.arrangement import Spine
+from loupe.dataflow.batches import (
+    DIFF,
+    ERROR,
+    HASH,
+    TIME,
+    Parts,
+    canonical_key_dtype,
+    concat,
+    consolidate,
+    empty_errors,
+    exchange,
+    key_hash,
+    spread,
+    sum_by,
+)
+from loupe.dataflow.types import empty_frame, polars_dtype
+from loupe.plan import lir, mir
+from loupe.plan.scalar import Scalar, columns_of, scalar_type, shift
+
+UNIT = "_u"  # the key column of a reduce without group key
+
+
+class Operator:
+    """A rendered LIR node (or an import) on every worker; ``run`` computes one interval."""
+
+    name = "Operator"
+
+    def __init__(self, types: Sequence[str], inputs: Sequence[Operator], workers: int) -> None:
+        self.types = tuple(types)
+        self.inputs = list(inputs)
+        self.workers = workers
+        self.empty = empty_frame(self.types)
+        self.ok: Parts = [self.empty] * workers
+        self.err = empty_errors()
+        # Set by the renderer: instance-wide operator id (for logging).
+        self.operator_id = -1
+
+    def run(self, lower: int, upper: int) -> None:
+        """Produce ``ok`` and ``err`` for times in ``[lower, upper)`` from the inputs' outputs."""
+        self.err = concat([i.err for i in self.inputs], empty_errors())
+        self.ok = self.compute(lower, upper)
+
+    def compute(self, lower: int, upper: int) -> Parts:
+        raise NotImplementedError
+
+    def spines(self) -> list[list[Spine]]:
+        """The operator's arrangements, per worker (for size logging)."""
+        return []
+
+    def conform(self, frame: pl.DataFrame) -> pl.DataFrame:
+        """``frame`` with exactly this operator's column dtypes (literals and NULLs vary)."""
+        if frame.schema == self.empty.schema:
+            return frame
+        return frame.select([pl.col(n).cast(d) for n, d in self.empty.schema.items()])
+
+    def per_worker(self, parts: Parts, body: Callable[[int, pl.DataFrame], pl.DataFrame]) -> Parts:
+        """``body`` on every worker's batch."""
+        return [body(w, part) for w, part in enumerate(parts)]
+
+
+class Input(Operator):
+    """An import (storage collection or another dataflow's index): fed by the dataflow."""
+
+    name = "Import"
+
+    def __init__(self, types: Sequence[str], workers: int, label: str) -> None:
+        super().__init__(types, (), workers)
+        self.name = label
+        self.pending: Parts = [self.empty] * workers
+        self.pending_err = empty_errors()
+
+    def run(self, lower: int, upper: int) -> None:
+        self.ok = [self.conform(p) for p in self.pending]
+        self.err = self.pending_err
+        self.pending = [self.empty] * self.workers
+        self.pending_err = empty_errors()
+
+    def compute(self, lower: int, upper: int) -> Parts:
+        raise AssertionError("inputs are fed, not computed")
+
+
+class Passthrough(Operator):
+    """Get of a collection rendered in this dataflow, and ArrangeBy (the readers arrange)."""
+
+    def __init__(self, node: lir.Node, source: Operator, workers: int, name: str) -> None:
+        super().__init__(node.types or source.types, (source,), workers)
+        self.name = name
+
+    def compute(self, lower: int, upper: int) -> Parts:
+        return self.inputs[0].ok
+
+
+class Constant(Operator):
+    name = "Constant"
+
+    def __init__(self, node: lir.Constant, workers: int, as_of: int) -> None:
+        super().__init__(node.types, (), workers)
+        self.rows = node.rows
+        self.as_of = as_of
+
+    def compute(self, lower: int, upper: int) -> Parts:
+        if not lower <= self.as_of < upper or not self.rows:
+            return [self.empty] * self.workers
+        count = len(self.rows)
+        columns: dict[str, pl.Series] = {}
+        for i, (name, dtype) in enumerate(list(self.empty.schema.items())[: len(self.types)]):
+            values = [row[i] for row in self.rows]
+            columns[name] = pl.Series(name, values, dtype=dtype, strict=False)
+        columns[TIME] = pl.Series(TIME, [self.as_of] * count, dtype=pl.UInt64)
+        columns[DIFF] = pl.Series(DIFF, [1] * count, dtype=pl.Int64)
+        return [pl.DataFrame(columns)] + [self.empty] * (self.workers - 1)
+
+
+class Mfp(Operator):
+    name = "Mfp"
+
+    def __init__(self, node: lir.Mfp, source: Operator, workers: int) -> None:
+        super().__init__(node.types, (source,), workers)
+        self.mfp = node.mfp
+        self.input_types = source.types
+        expr.mfp_output_types(self.mfp, self.input_types)  # refuse unknown functions at render
+
+    def run(self, lower: int, upper: int) -> None:
+        errors = [self.inputs[0].err]
+
+        def body(worker: int, part: pl.DataFrame) -> pl.DataFrame:
+            if part.height == 0:
+                return self.empty
+            ok, err = expr.apply_mfp(part, self.mfp, self.input_types)
+            errors.append(err)
+            return self.conform(ok)
+
+        self.ok = self.per_worker(self.inputs[0].ok, body)
+        self.err = concat(errors, empty_errors())
+
+
+class Negate(Operator):
+    name = "Negate"
+
+    def compute(self, lower: int, upper: int) -> Parts:
+        return [p.with_columns(-pl.col(DIFF)) for p in self.inputs[0].ok]
+
+
+class Union(Operator):
+    name = "Union"
+
+    def compute(self, lower: int, upper: int) -> Parts:
+        return [
+            concat([self.conform(i.ok[w]) for i in self.inputs], self.empty)
+            for w in range(self.workers)
+        ]
+
+
+def evaluate(
+    frame: pl.DataFrame,
+    exprs: Sequence[Scalar],
+    input_types: Sequence[str],
+    names: Sequence[str],
+    dtypes: Sequence[pl.DataType] | None = None,
+) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """``frame`` with ``exprs`` appended as ``names``, minus rows where one fails; the error rows.
+
+    ``dtypes``: cast the values on to these (join keys compared across types).
+    """
+    compiled = [expr.compile_scalar(e, input_types) for e in exprs]
+    values = [c.value.cast(polars_dtype(c.type)) for c in compiled]
+    if dtypes is not None:
+        values = [v.cast(d) for v, d in zip(values, dtypes, strict=True)]
+    valued = frame.with_columns(v.alias(n) for v, n in zip(values, names, strict=True))
+    errors = [c.error for c in compiled if c.error is not None]
+    if not errors or frame.height == 0:
+        return valued, empty_errors()
+    flagged = valued.with_columns(pl.coalesce(errors).alias(ERROR))
+    failed = flagged.filter(pl.col(ERROR).is_not_null()).select(ERROR, TIME, DIFF)
+    return flagged.filter(pl.col(ERROR).is_null()).drop(ERROR), failed
+
+
+def semi_join(frame: pl.DataFrame, keys_frame: pl.DataFrame, keys: Sequence[str]) -> pl.DataFrame:
+    """The rows of ``frame`` whose ``keys`` appear in ``keys_frame`` (NULL keys match NULL)."""
+    if not keys:
+        return frame
+    return frame.join(keys_frame.select(keys), on=list(keys), how="semi", nulls_equal=True)
+
+
+# -- accumulating operators: Threshold, Distinct, Accumulable reduces ----------------------
+
+
+class Accumulator:
+    """Running sums per key, one state row per key, updated for a batch of contributions.
+
+    ``step`` returns, per (key, time) of the batch in time order, the
+    accumulators before (``prev_*``) and after (``new_*``) that time. The
+    state row of a key is replaced (old row retracted, new inserted) rather
+    than summed into, so a later retraction uses exactly the floats emitted
+    before: float sums never leave ghost rows.
+    """
+
+    def __init__(self, keys: Sequence[str], sums: Sequence[str], alive: str) -> None:
+        self.keys = list(keys) or [UNIT]
+        self.sums = list(sums)
+        self.alive = alive
+        self.spine = Spine(self.keys)
+
+    def step(self, delta: pl.DataFrame, summed: bool = False) -> pl.DataFrame:
+        """``summed``: the delta holds one row per key and time already (keys, time, sums)."""
+        if self.keys == [UNIT] and UNIT not in delta.columns:
+            delta = delta.with_columns(pl.lit(0, pl.Int8).alias(UNIT))
+        batch = delta if summed else sum_by(delta, self.keys, self.sums)
+        batch = batch.hstack([key_hash(batch, self.keys)])
+        old = self._old(batch)
+        if old is not None:
+            # Equal keys hash equally: joining on the hash too keeps one ``_h``.
+            batch = batch.join(old, on=[HASH, *self.keys], how="left", nulls_equal=True)
+        else:
+            batch = batch.with_columns(
+                [pl.lit(None, batch.schema[s]).alias(f"old_{s}") for s in self.sums]
+            )
+        times = batch[TIME]
+        if times.min() == times.max():  # one row per key: no running sums within the batch
+            running = []
+            for column in self.sums:
+                base = pl.col(f"old_{column}").fill_null(0)
+                running += [
+                    (base + pl.col(column)).alias(f"new_{column}"),
+                    base.alias(f"prev_{column}"),
+                ]
+            batch = batch.with_columns(running)
+            self._replace(batch, old)
+            return batch
+        batch = self._running(batch)
+        self._replace(batch.filter(pl.col("_last")).drop("_last"), old)
+        return batch.drop("_last")
+
+    def _running(self, batch: pl.DataFrame) -> pl.DataFrame:
+        """Running sums per key in time order, for a batch with several times.
+
+        Sorted by key, a key's running sum is the global running sum minus
+        the global sum before the key's first row (window functions over
+        many small groups are slow in polars). ``prev`` is the previous
+        row's ``new`` computed the same way, so the floats match exactly.
+        """
+        batch = batch.sort([HASH, *self.keys, TIME], nulls_last=True)
+        changed = [pl.col(HASH).ne_missing(pl.col(HASH).shift(1))]
+        changed += [pl.col(k).ne_missing(pl.col(k).shift(1)) for k in self.keys]
+        batch = batch.with_columns(pl.any_horizontal(changed).alias("_start"))
+        running = [pl.col("_start").shift(-1, fill_value=True).alias("_last")]
+        for column in self.sums:
+            value, base = pl.col(column), pl.col(f"old_{column}").fill_null(0)
+            total = value.cum_sum()
+            before_key = pl.when(pl.col("_start")).then(total - value).forward_fill()
+            previous = pl.when(pl.col("_start")).then(0).otherwise(total.shift(1) - before_key)
+            running.append((base + (total - before_key)).alias(f"new_{column}"))
+            running.append((base + previous).alias(f"prev_{column}"))
+        return batch.with_columns(running).drop("_start")
+
+    def _old(self, batch: pl.DataFrame) -> pl.DataFrame | None:
+        found = self.spine.lookup(batch[HASH])
+        if found is None:
+            return None
+        rows = found.group_by([HASH, *self.keys, *self.sums]).agg(pl.col(DIFF).sum())
+        rows = rows.filter(pl.col(DIFF) != 0)
+        return rows.select(HASH, *self.keys, *[pl.col(s).alias(f"old_{s}") for s in self.sums])
+
+    def _replace(self, last: pl.DataFrame, old: pl.DataFrame | None) -> None:
+        """Retract the keys' old state rows, insert ``last`` (one row per key: its final sums)."""
+        updates = []
+        if old is not None:
+            retract = old.select(
+                HASH,
+                *self.keys,
+                *[pl.col(f"old_{s}").alias(s) for s in self.sums],
+                pl.lit(-1, pl.Int64).alias(DIFF),
+            )
+            updates.append(retract)
+        insert = last.filter(pl.col(f"new_{self.alive}") != 0).select(
+            HASH,
+            *self.keys,
+            *[pl.col(f"new_{s}").alias(s) for s in self.sums],
+            pl.lit(1, pl.Int64).alias(DIFF),
+        )
+        updates.append(insert)
+        self.spine.insert(pl.concat(updates, how="vertical_relaxed"))
+
+
+class Threshold(Operator):
+    """Rows with positive multiplicity: a count per distinct row."""
+
+    name = "Threshold"
+
+    def __init__(self, node: lir.Threshold, source: Operator, workers: int) -> None:
+        super().__init__(node.types, (source,), workers)
+        self.columns = [f"c{i}" for i in range(len(self.types))]
+        self.state = [Accumulator(self.columns, ["_n"], "_n") for _ in range(workers)]
+
+    def compute(self, lower: int, upper: int) -> Parts:
+        parts = exchange(self.inputs[0].ok, self.columns, self.workers)
+
+        def body(worker: int, part: pl.DataFrame) -> pl.DataFrame:
+            if part.height == 0:
+                return self.empty
+            counts = part.select(*self.columns, TIME, pl.col(DIFF).alias("_n"))
+            steps = self.state[worker].step(counts)
+            change = pl.max_horizontal(pl.col("new__n"), 0) - pl.max_horizontal(
+                pl.col("prev__n"), 0
+            )
+            out = steps.select(*self.columns, TIME, change.alias(DIFF))
+            return self.conform(out.filter(pl.col(DIFF) != 0))
+
+        return self.per_worker(parts, body)
+
+    def spines(self) -> list[list[Spine]]:
+        return [[a.spine] for a in self.state]
+
+
+# -- Reduce -----------------------------------------------------------------------------
+
+
+class Reduce(Operator):
+    """Group by key expressions; output the key columns then one column per aggregate."""
+
+    def __init__(self, node: lir.Reduce, source: Operator, workers: int) -> None:
+        super().__init__(node.types, (source,), workers)
+        self.name = f"Reduce::{node.kind.value}"
+        self.node = node
+        self.input_types = source.types
+        self.keys = [f"k{i}" for i in range(len(node.group_key))]
+        self.args = [f"a{i}" for i in range(len(node.aggregates))]
+        # The aggregates with an argument (count(*) has none): evaluated as ``a<i>``.
+        with_args = [
+            (a.expr, n)
+            for a, n in zip(node.aggregates, self.args, strict=True)
+            if a.expr is not None
+        ]
+        self.arg_exprs = [e for e, _ in with_args]
+        self.arg_names = [n for _, n in with_args]
+        self.arg_types = [
+            scalar_type(a.expr, source.types) if a.expr is not None else "int8"
+            for a in node.aggregates
+        ]
+        for e in [*node.group_key, *self.arg_exprs]:
+            expr.compile_scalar(e, source.types)  # refuse what cannot be evaluated, at render
+        for a in node.aggregates:
+            if a.func not in mir.AGGREGATES:
+                raise LoupeError(
+                    SqlState.FEATURE_NOT_SUPPORTED, f"aggregate {a.func} is not supported"
+                )
+        self.accumulable = node.kind in (lir.ReduceKind.ACCUMULABLE, lir.ReduceKind.DISTINCT)
+        if self.accumulable:
+            self.sums = ["_n"] + [c for i in range(len(self.args)) for c in (f"s{i}", f"n{i}")]
+            self.state: list = [Accumulator(self.keys, self.sums, "_n") for _ in range(workers)]
+        else:
+            self.state = [(Spine(self.keys), Spine(self.keys)) for _ in range(workers)]
+
+    def run(self, lower: int, upper: int) -> None:
+        errors = [self.inputs[0].err]
+        keyed = []
+        for part in self.inputs[0].ok:
+            if part.height == 0:
+                continue
+            valued, err = evaluate(
+                part,
+                [*self.node.group_key, *self.arg_exprs],
+                self.input_types,
+                [*self.keys, *self.arg_names],
+            )
+            errors.append(err)
+            if self.accumulable:
+                # Combine before the exchange: a worker sends one row per key and time.
+                keyed.append(self._contributions(valued))
+            else:
+                keyed.append(valued.select(*self.keys, *self.arg_names, TIME, DIFF))
+        self.err = concat(errors, empty_errors())
+        if not keyed:
+            self.ok = [self.empty] * self.workers
+            return
+        parts = exchange(keyed, self.keys, self.workers)
+        body = self._accumulate if self.accumulable else self._recompute
+        self.ok = self.per_worker(parts, body)
+
+    # Accumulable and Distinct: running sums per key.
+
+    def _contributions(self, part: pl.DataFrame) -> pl.DataFrame:
+        """Per key and time: the row count, and each aggregate's sum and non-NULL count."""
+        columns = [pl.col(DIFF).alias("_n")]
+        for i, (agg, name) in enumerate(zip(self.node.aggregates, self.args, strict=True)):
+            if agg.expr is None:
+                columns += [pl.lit(0, pl.Int64).alias(f"s{i}"), pl.col(DIFF).alias(f"n{i}")]
+                continue
+            present = pl.col(name).is_not_null()
+            kind = pl.Float64 if self._is_float(i) else pl.Int64
+            value = pl.when(present).then(pl.col(name).cast(kind) * pl.col(DIFF)).otherwise(0)
+            columns += [
+                value.cast(kind).alias(f"s{i}"),
+                (present.cast(pl.Int64) * pl.col(DIFF)).alias(f"n{i}"),
+            ]
+        selected = [pl.col(k) for k in self.keys] + [pl.col(TIME), *columns]
+        return sum_by(part, self.keys, self.sums, selected)
+
+    def _is_float(self, index: int) -> bool:
+        return (
+            polars_dtype(self.arg_types[index]) == pl.Float64
+            or self.node.aggregates[index].func == "avg"
+        )
+
+    def _accumulate(self, worker: int, part: pl.DataFrame) -> pl.DataFrame:
+        """Retract each changed key's old output row, insert its new one.
+
+        A key whose row did not change emits nothing: comparing the two
+        rows costs less than consolidating their retraction and insertion.
+        """
+        if part.height == 0:
+            return self.empty
+        # On one worker ``_contributions`` already summed the batch per key and time.
+        steps = self.state[worker].step(part, summed=self.workers == 1)
+        before, after = self._values("prev_"), self._values("new_")
+        alive_before, alive_after = pl.col("prev__n") > 0, pl.col("new__n") > 0
+        equal = [b.eq_missing(a) for b, a in zip(before, after, strict=True)]
+        same = alive_before & alive_after & pl.all_horizontal([pl.lit(True), *equal])
+        changed = steps.filter(~same)
+        keys = [pl.col(k).alias(f"c{i}") for i, k in enumerate(self.keys)]
+        retracted = changed.filter(alive_before).select(
+            *keys, *before, TIME, pl.lit(-1, pl.Int64).alias(DIFF)
+        )
+        inserted = changed.filter(alive_after).select(
+            *keys, *after, TIME, pl.lit(1, pl.Int64).alias(DIFF)
+        )
+        return self.conform(pl.concat([retracted, inserted], how="vertical_relaxed"))
+
+    def _values(self, prefix: str) -> list[pl.Expr]:
+        """The aggregates' output columns from the accumulators named ``prefix*``."""
+        outputs = []
+        width = len(self.keys)
+        for i, agg in enumerate(self.node.aggregates):
+            total, count = pl.col(f"{prefix}s{i}"), pl.col(f"{prefix}n{i}")
+            if agg.func == "count":
+                value = count
+            elif agg.func == "sum":
+                value = pl.when(count > 0).then(total)
+            else:
+                value = pl.when(count > 0).then(total.cast(pl.Float64) / count)
+            outputs.append(value.alias(f"c{width + i}"))
+        return outputs
+
+    # Hierarchical and Basic: re-evaluate the changed keys from the arranged input.
+
+    def _recompute(self, worker: int, part: pl.DataFrame) -> pl.DataFrame:
+        if part.height == 0:
+            return self.empty
+        inputs, outputs = self.state[worker]
+        output_keys = [f"c{i}" for i in range(len(self.keys))]
+        changes = []
+        for at, delta in _by_time(part):
+            first = not inputs.batches
+            inputs.insert(delta)
+            touched = delta.select(self.keys).unique()
+            hashes = _touched_hashes(delta, touched, self.keys)
+            renamed = touched.rename(dict(zip(self.keys, output_keys, strict=True)))
+            old = _current(outputs.lookup(hashes), renamed, output_keys)
+            rows: pl.DataFrame | None
+            if first:  # hydration: the delta is the whole input
+                rows = _positive(delta.drop(TIME))
+            elif self.node.kind == lir.ReduceKind.HIERARCHICAL and _only_inserts(delta):
+                # min/max only move toward the inserted values: the old result
+                # and the new rows decide, not the whole group.
+                rows = concat([self._as_input(old), delta.drop(TIME)], delta.drop(TIME).clear())
+            else:
+                found = inputs.lookup(hashes)
+                rows = _current(found, touched, self.keys)
+            parts = []
+            if rows is not None and rows.height:
+                new = self._aggregate(rows).with_columns(pl.lit(at, pl.UInt64).alias(TIME))
+                parts.append(self.conform(new.select(self.empty.columns)))
+            if old is not None:
+                old = old.with_columns(-pl.col(DIFF), pl.lit(at, pl.UInt64).alias(TIME))
+                parts.append(self.conform(old.select(self.empty.columns)))
+            change = consolidate(concat(parts, self.empty))
+            outputs.insert(change.with_columns(key_hash(change, output_keys)))
+            changes.append(change)
+        return concat(changes, self.empty)
+
+    def _as_input(self, old: pl.DataFrame | None) -> pl.DataFrame:
+        """Current min/max rows as input rows (each aggregate's value in its argument column)."""
+        if old is None:
+            return pl.DataFrame()
+        width = len(self.keys)
+        columns = [pl.col(f"c{i}").alias(k) for i, k in enumerate(self.keys)]
+        columns += [pl.col(f"c{width + i}").alias(a) for i, a in enumerate(self.args)]
+        return old.select(*columns, DIFF)
+
+    def _aggregate(self, rows: pl.DataFrame) -> pl.DataFrame:
+        weight = pl.col(DIFF)
+        positive = weight > 0
+        aggs = [weight.sum().alias("_n")]
+        for i, (agg, name) in enumerate(zip(self.node.aggregates, self.args, strict=True)):
+            aggs.append(
+                _aggregate_expr(
+                    agg, pl.col(name) if agg.expr is not None else None, weight, positive
+                ).alias(f"c{len(self.keys) + i}")
+            )
+        grouped = rows.group_by(self.keys).agg(aggs) if self.keys else rows.select(aggs)
+        grouped = grouped.filter(pl.col("_n") > 0).drop("_n")
+        renamed = grouped.rename({k: f"c{i}" for i, k in enumerate(self.keys)})
+        return renamed.with_columns(pl.lit(1, pl.Int64).alias(DIFF))
+
+    def spines(self) -> list[list[Spine]]:
+        if self.accumulable:
+            return [[a.spine] for a in self.state]
+        return [list(pair) for pair in self.state]
+
+
+def _aggregate_expr(
+    agg: mir.Aggregate, value: pl.Expr | None, weight: pl.Expr, positive: pl.Expr
+) -> pl.Expr:
+    """One aggregate over a group's consolidated rows (``weight`` = multiplicity)."""
+    if value is None:
+        return weight.sum()
+    present = value.is_not_null()
+    if agg.distinct:
+        distinct = value.filter(positive & present).unique()
+        if agg.func == "count":
+            return distinct.len().cast(pl.Int64)
+        if agg.func == "sum":
+            return pl.when(distinct.len() > 0).then(distinct.sum())
+        if agg.func == "avg":
+            return distinct.cast(pl.Float64).mean()
+    if agg.func == "count":
+        return weight.filter(present).sum()
+    if agg.func == "min":
+        return value.filter(positive).min()
+    if agg.func == "max":
+        return value.filter(positive).max()
+    count = weight.filter(present).sum()
+    weighted = value.cast(pl.Float64) if agg.func == "avg" else value
+    total = (weighted * weight).filter(present).sum()
+    if agg.func == "sum":
+        return pl.when(count > 0).then(total)
+    return pl.when(count > 0).then(total / count)
+
+
+def _current(
+    found: pl.DataFrame | None, touched: pl.DataFrame, keys: Sequence[str]
+) -> pl.DataFrame | None:
+    """The consolidated rows a spine lookup found for the ``touched`` keys (hash collisions out)."""
+    if found is None:
+        return None
+    return semi_join(consolidate(found.drop(HASH), with_time=False), touched, keys)
+
+
+def _positive(rows: pl.DataFrame) -> pl.DataFrame:
+    """``rows`` as a reader may take them: consolidated only if something is retracted."""
+    return rows if _only_inserts(rows) else consolidate(rows, with_time=False)
+
+
+def _only_inserts(delta: pl.DataFrame) -> bool:
+    return bool(delta.select((pl.col(DIFF) > 0).all()).item())
+
+
+def _touched_hashes(delta: pl.DataFrame, touched: pl.DataFrame, keys: Sequence[str]) -> pl.Series:
+    """The key hashes a delta touches (a keyless state has one key, hash 0)."""
+    return key_hash(touched if keys else delta.head(1), keys)
+
+
+def _by_time(frame: pl.DataFrame) -> list[tuple[int, pl.DataFrame]]:
+    """``frame``'s updates split by time, in time order (usually one time per step)."""
+    times = frame[TIME].unique().sort()
+    if times.len() == 1:
+        return [(times[0], frame)]
+    return [(t, frame.filter(pl.col(TIME) == t)) for t in times]
+
+
+# -- TopK ---------------------------------------------------------------------------------
+
+
+class TopK(Operator):
+    """Per group, the rows ``offset`` to ``offset + limit`` in ``order`` (ties by the whole row)."""
+
+    name = "TopK"
+
+    def __init__(self, node: lir.TopK, source: Operator, workers: int) -> None:
+        super().__init__(node.types, (source,), workers)
+        self.node = node
+        self.groups = [f"c{i}" for i in node.group_key]
+        self.columns = [f"c{i}" for i in range(len(self.types))]
+        self.state = [(Spine(self.groups), Spine(self.groups)) for _ in range(workers)]
+
+    def compute(self, lower: int, upper: int) -> Parts:
+        parts = exchange(self.inputs[0].ok, self.groups, self.workers)
+        return self.per_worker(parts, self._recompute)
+
+    def _recompute(self, worker: int, part: pl.DataFrame) -> pl.DataFrame:
+        if part.height == 0:
+            return self.empty
+        inputs, outputs = self.state[worker]
+        changes = []
+        for at, delta in _by_time(part):
+            first = not inputs.batches
+            inputs.insert(delta)
+            touched = delta.select(self.groups).unique()
+            hashes = _touched_hashes(delta, touched, self.groups)
+            old = _current(outputs.lookup(hashes), touched, self.groups)
+            rows: pl.DataFrame | None
+            if first:  # hydration: the delta is the whole input
+                rows = _positive(delta.drop(TIME))
+            elif self.node.offset == 0 and _only_inserts(delta):
+                # Inserted rows can only push others out of the top: the old
+                # top and the new rows decide, not the whole group (equal rows
+                # may come apart: the window sums them).
+                inserted = delta.drop(TIME)
+                rows = concat([old, inserted] if old is not None else [inserted], inserted)
+            else:
+                rows = _current(inputs.lookup(hashes), touched, self.groups)
+            parts = []
+            if rows is not None:
+                parts.append(self._top(rows).with_columns(pl.lit(at, pl.UInt64).alias(TIME)))
+            if old is not None:
+                parts.append(old.with_columns(-pl.col(DIFF), pl.lit(at, pl.UInt64).alias(TIME)))
+            change = consolidate(
+                concat([self.conform(p.select(self.empty.columns)) for p in parts], self.empty)
+            )
+            outputs.insert(change)
+            changes.append(change)
+        return concat(changes, self.empty)
+
+    def _top(self, rows: pl.DataFrame) -> pl.DataFrame:
+        """The rows of each group inside the offset/limit window, with their multiplicities."""
+        rows = self._candidates(rows.filter(pl.col(DIFF) > 0))
+        order = [f"c{k.column}" for k in self.node.order]
+        by = [*self.groups, *order, *self.columns]
+        descending = [False] * len(self.groups) + [k.desc for k in self.node.order]
+        descending += [False] * len(self.columns)
+        nulls_last = [True] * len(self.groups) + [k.nulls_last for k in self.node.order]
+        nulls_last += [True] * len(self.columns)
+        ordered = rows.sort(by, descending=descending, nulls_last=nulls_last)
+        # A group's running count: the global one minus the count before the
+        # group's first row (polars windows over many groups are slow).
+        first = pl.any_horizontal(
+            [pl.lit(False)] + [pl.col(g).ne_missing(pl.col(g).shift(1)) for g in self.groups]
+        ) | (pl.int_range(pl.len()) == 0)
+        total = pl.col(DIFF).cum_sum()
+        before_group = pl.when(first).then(total - pl.col(DIFF)).forward_fill()
+        end = total - before_group
+        start = end - pl.col(DIFF)
+        low = self.node.offset
+        high = None if self.node.limit is None else low + self.node.limit
+        upper_bound = end if high is None else pl.min_horizontal(end, high)
+        kept = upper_bound - pl.max_horizontal(start, low)
+        return ordered.with_columns(kept.alias(DIFF)).filter(pl.col(DIFF) > 0)
+
+    def _candidates(self, rows: pl.DataFrame) -> pl.DataFrame:
+        """Without groups, the first ``offset + limit`` rows in order, found without a full sort.
+
+        Every row occurs at least once, so those rows hold the window; the
+        keys (NULL flags first) order exactly as ``_top``'s sort does.
+        """
+        if self.groups or self.node.limit is None:
+            return rows
+        wanted = self.node.offset + self.node.limit
+        if rows.height <= 4 * wanted:
+            return rows
+        by: list[pl.Expr] = []
+        reverse: list[bool] = []
+        keys = [(f"c{k.column}", k.desc, k.nulls_last) for k in self.node.order]
+        keys += [(c, False, True) for c in self.columns]
+        for column, desc, nulls_last in keys:
+            flag = pl.col(column).is_null() if nulls_last else pl.col(column).is_not_null()
+            by += [flag, pl.col(column)]
+            reverse += [False, desc]
+        return rows.bottom_k(wanted, by=by, reverse=reverse)
+
+    def spines(self) -> list[list[Spine]]:
+        return [list(pair) for pair in self.state]
+
+
+# -- Join ---------------------------------------------------------------------------------
+
+
+@dataclass
+class _Lookup:
+    """One step of a delta path: look input ``input`` up by ``pairs`` (its expr, the prefix's)."""
+
+    input: int
+    pairs: list[tuple[Scalar, Scalar]]
+    dtypes: list[pl.DataType]
+    # Equalities checkable once this input is joined (pruning before the next step).
+    filters: list[pl.Expr]
+
+    @property
+    def key(self) -> tuple[int, tuple[Scalar, ...]]:
+        return self.input, tuple(local for local, _ in self.pairs)
+
+    @property
+    def names(self) -> list[str]:
+        return [f"k{i}" for i in range(len(self.pairs))]
+
+
+class Join(Operator):
+    """An inner join of n inputs as delta queries: each input's changes look up the others.
+
+    Input i's delta joins the inputs before it at their new state (old
+    arrangement plus this interval's delta) and those after it at their old
+    state, so every pair of changes is counted once; a joined row's time is
+    the latest of its parts' times. Each lookup arranges the looked-up input
+    by the equivalence-class expressions that tie it to what is joined so
+    far; arrangements with the same input and key are shared.
+    """
+
+    name = "Join"
+
+    def __init__(
+        self,
+        node: lir.Join,
+        sources: Sequence[Operator],
+        workers: int,
+        demand: frozenset[int] | None = None,
+    ) -> None:
+        super().__init__(node.types, sources, workers)
+        self.starts = [0]
+        for source in sources:
+            self.starts.append(self.starts[-1] + len(source.types))
+        # Columns read above the join (and by its equivalences): the others are
+        # never stored, and come out NULL.
+        used = set(range(len(self.types))) if demand is None else set(demand)
+        for cls in node.equivalences:
+            for e in cls:
+                used |= columns_of(e)
+        self.kept = [
+            [f"c{c - start}" for c in sorted(used) if start <= c < end]
+            for start, end in zip(self.starts, self.starts[1:], strict=False)
+        ]
+        self.absent = {
+            name: pl.lit(None, dtype).alias(name)
+            for i, (name, dtype) in enumerate(self.empty.schema.items())
+            if i < len(self.types) and i not in used
+        }
+        self.empty_deltas = [
+            s.empty.select(*kept, TIME, DIFF) for s, kept in zip(sources, self.kept, strict=True)
+        ]
+        self.all_types = tuple(t for s in sources for t in s.types)
+        self.classes = _merge_classes(node.equivalences)
+        compiled = [[expr.compile_scalar(e, self.all_types).value for e in c] for c in self.classes]
+        self.conditions = [
+            (members[0] == other).fill_null(False) for members in compiled for other in members[1:]
+        ]
+        # (input, key exprs) -> (the lookup that arranges it, one spine per worker)
+        self.arrangements: dict[tuple[int, tuple[Scalar, ...]], tuple[_Lookup, list[Spine]]] = {}
+        self.paths = [self._path_plan(i) for i in range(len(sources))]
+
+    def _input_of(self, column: int) -> int:
+        return next(i for i in range(len(self.inputs)) if column < self.starts[i + 1])
+
+    def _path_plan(self, first: int) -> list[_Lookup]:
+        """For input ``first``'s delta: the other inputs in lookup order (most key pairs first)."""
+        joined = {first}
+        steps = []
+        while len(joined) < len(self.inputs):
+            candidates = [j for j in range(len(self.inputs)) if j not in joined]
+            j, pairs = max(
+                ((j, self._pairs(joined, j)) for j in candidates), key=lambda c: len(c[1])
+            )
+            pairs = self._reuse(j, pairs)
+            dtypes = []
+            for local, prefix in pairs:
+                local_dtype = polars_dtype(scalar_type(local, self.inputs[j].types))
+                prefix_dtype = polars_dtype(scalar_type(prefix, self.all_types))
+                dtypes.append(canonical_key_dtype([local_dtype, prefix_dtype]) or local_dtype)
+            joined.add(j)
+            step = _Lookup(j, pairs, dtypes, self._checkable(joined))
+            if step.key not in self.arrangements:
+                spines = [Spine(step.names) for _ in range(self.workers)]
+                self.arrangements[step.key] = (step, spines)
+            steps.append(step)
+        return steps
+
+    def _reuse(self, j: int, pairs: list[tuple[Scalar, Scalar]]) -> list[tuple[Scalar, Scalar]]:
+        """Look ``j`` up by the key of an arrangement it already has, if ``pairs`` cover it.
+
+        Another key would be another copy of the input; the pairs left out
+        are checked as filters after the step instead.
+        """
+        available = {local: pair for pair in pairs for local in [pair[0]]}
+        for (input_index, key), _ in self.arrangements.items():
+            if input_index == j and key and set(key) <= set(available):
+                return [available[local] for local in key]
+        return pairs
+
+    def _checkable(self, joined: set[int]) -> list[pl.Expr]:
+        """Equalities among the equivalence-class members over ``joined`` inputs only."""
+        conditions = []
+        for cls in self.classes:
+            members = [e for e in cls if {self._input_of(c) for c in columns_of(e)} <= joined]
+            compiled = [expr.compile_scalar(e, self.all_types).value for e in members]
+            conditions += [(compiled[0] == other).fill_null(False) for other in compiled[1:]]
+        return conditions
+
+    def _pairs(self, joined: set[int], j: int) -> list[tuple[Scalar, Scalar]]:
+        """Per equivalence class tying input ``j`` to the joined inputs: (j's expr, theirs)."""
+        pairs = []
+        for cls in self.classes:
+            owners = [{self._input_of(c) for c in columns_of(e)} for e in cls]
+            mine = [e for e, o in zip(cls, owners, strict=True) if o == {j}]
+            theirs = [e for e, o in zip(cls, owners, strict=True) if o <= joined]
+            if mine and theirs:
+                pairs.append((shift(mine[0], -self.starts[j]), theirs[0]))
+        return pairs
+
+    def _keyed(
+        self, frame: pl.DataFrame, exprs: Sequence[Scalar], types: Sequence[str], step: _Lookup
+    ) -> tuple[pl.DataFrame, pl.DataFrame]:
+        """``frame`` with key columns ``k0..`` (cast to compare equal), rows with NULL keys dropped."""
+        keyed, err = evaluate(frame, exprs, types, step.names, step.dtypes)
+        return (keyed.drop_nulls(step.names) if step.names else keyed), err
+
+    def run(self, lower: int, upper: int) -> None:
+        errors = [i.err for i in self.inputs]
+        deltas = [
+            whole.select(*kept, TIME, DIFF) if whole.height else empty
+            for whole, kept, empty in zip(
+                [concat(i.ok, i.empty) for i in self.inputs],
+                self.kept,
+                self.empty_deltas,
+                strict=True,
+            )
+        ]
+        keyed: dict[tuple[int, tuple[Scalar, ...]], pl.DataFrame] = {}
+        for key, (step, _) in self.arrangements.items():
+            if deltas[step.input].height:
+                frame, err = self._keyed(
+                    deltas[step.input], key[1], self.inputs[step.input].types, step
+                )
+                keyed[key] = frame
+                errors.append(err)
+        outputs = [
+            self._path(first, deltas[first], keyed, errors)
+            for first, delta in enumerate(deltas)
+            if delta.height and not self._dead(first, keyed)
+        ]
+        for key, frame in keyed.items():
+            step, spines = self.arrangements[key]
+            for w, part in enumerate(exchange([frame], step.names, self.workers)):
+                spines[w].insert(part.drop(TIME))
+        self.err = concat(errors, empty_errors())
+        joined = self._filter(concat(outputs, self.empty))
+        self.ok = spread(self.conform(joined), self.workers)
+
+    def _dead(self, first: int, keyed: dict[tuple[int, tuple[Scalar, ...]], pl.DataFrame]) -> bool:
+        """Whether some lookup of ``first``'s path has nothing to find (an empty input: hydration)."""
+        for step in self.paths[first]:
+            stored = any(s.batches for s in self.arrangements[step.key][1])
+            fresh = step.input < first and step.key in keyed
+            if not stored and not fresh:
+                return True
+        return False
+
+    def _path(
+        self,
+        first: int,
+        delta: pl.DataFrame,
+        keyed_deltas: dict[tuple[int, tuple[Scalar, ...]], pl.DataFrame],
+        errors: list[pl.DataFrame],
+    ) -> pl.DataFrame:
+        """Input ``first``'s delta joined with every other input (see the class docstring)."""
+        start = self.starts[first]
+        prefix = delta.rename({c: f"c{start + int(c[1:])}" for c in self.kept[first]})
+        for step in self.paths[first]:
+            keyed, err = self._keyed(prefix, [p for _, p in step.pairs], self.all_types, step)
+            errors.append(err)
+            spines = self.arrangements[step.key][1]
+            matched = []
+            for w, part in enumerate(exchange([keyed], step.names, self.workers)):
+                stored = part.height and spines[w].batches
+                found = spines[w].lookup(key_hash(part, step.names)) if stored else None
+                if found is not None:
+                    matched.append(self._match(part, found, step, with_time=False))
+            if step.input < first and step.key in keyed_deltas:
+                matched.append(self._match(keyed, keyed_deltas[step.key], step, with_time=True))
+            present = [m for m in matched if m.height]
+            if not present:
+                return self.empty.clear()
+            prefix = pl.concat(present, how="vertical_relaxed")
+            if step.filters:
+                prefix = prefix.filter(pl.all_horizontal(step.filters))
+        return prefix.select(self.absent.get(c, c) for c in self.empty.columns)
+
+    def _match(
+        self, prefix: pl.DataFrame, found: pl.DataFrame, step: _Lookup, with_time: bool
+    ) -> pl.DataFrame:
+        """``prefix`` rows joined with the looked-up input's rows ``found`` on the key columns."""
+        start = self.starts[step.input]
+        columns = [pl.col(c).alias(f"c{start + int(c[1:])}") for c in self.kept[step.input]]
+        columns += [pl.col(n) for n in step.names] + [pl.col(DIFF).alias("_d")]
+        if with_time:
+            columns.append(pl.col(TIME).alias("_t"))
+        other = found.select(columns)
+        if step.names:
+            joined = prefix.join(other, on=step.names, how="inner")
+        else:
+            joined = prefix.join(other, how="cross")
+        updates = {DIFF: (pl.col(DIFF) * pl.col("_d")).alias(DIFF)}
+        if with_time:
+            updates[TIME] = pl.max_horizontal(TIME, "_t").alias(TIME)
+        dropped = {"_d", "_t", *step.names}
+        return joined.select(updates.get(c, c) for c in joined.columns if c not in dropped)
+
+    def _filter(self, joined: pl.DataFrame) -> pl.DataFrame:
+        """Rows where every equivalence class holds (NULL equals nothing)."""
+        if not self.conditions or joined.height == 0:
+            return joined
+        return joined.filter(pl.all_horizontal(self.conditions))
+
+    def spines(self) -> list[list[Spine]]:
+        return [
+            [spines[w] for _, spines in self.arrangements.values()] for w in range(self.workers)
+        ]
+
+
+def _merge_classes(equivalences: Sequence[Sequence[Scalar]]) -> list[tuple[Scalar, ...]]:
+    """Equivalence classes sharing a member merged (a = b, b = c: one class a, b, c).
+
+    Equality is transitive, so more lookups find a key to use (TPC-H Q5's
+    nation ties customer and supplier only through each other otherwise).
+    """
+    merged: list[list[Scalar]] = []
+    for cls in equivalences:
+        members = list(dict.fromkeys(cls))
+        overlapping = [m for m in merged if set(m) & set(members)]
+        for other in overlapping:
+            merged.remove(other)
+            members = list(dict.fromkeys([*other, *members]))
+        merged.append(members)
+    return [tuple(m) for m in merged]

@@ -1,0 +1,187 @@
+"""Rendering: a ``DataflowDescription``'s LIR trees as operators, in dependency order."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from loupe.common.errors import LoupeError, SqlState
+from loupe.dataflow import operators as ops
+from loupe.plan import lir
+from loupe.plan.dataflow import DataflowDescription
+from loupe.plan.scalar import columns_of
+
+# The columns of a node's output its readers use; None: all of them.
+Demand = frozenset[int] | None
+
+
+@dataclass(frozen=True)
+class LirRegion:
+    """The operators rendered for one LIR node: ids ``[start, end)`` (mz_lir_mapping)."""
+
+    object_id: str
+    lir_id: int
+    operator: str
+    parent_lir_id: int | None
+    nesting: int
+    start: int
+    end: int
+
+
+class Renderer:
+    """Builds a dataflow's operators; ``new_id`` hands out instance-wide operator ids."""
+
+    def __init__(self, desc: DataflowDescription, workers: int, new_id: Callable[[], int]) -> None:
+        self.desc = desc
+        self.workers = workers
+        self.new_id = new_id
+        self.operators: list[ops.Operator] = []
+        self.hydration_ids: list[int] = []
+        self.regions: list[LirRegion] = []
+        self.imports: dict[str, ops.Input] = {}
+        self.collections: dict[str, ops.Operator] = {}
+        # Per source import: the columns some reader uses (None: all).
+        self.source_demand: dict[str, Demand] = {s.id: frozenset() for s in desc.source_imports}
+
+    def render(self) -> None:
+        for source in self.desc.source_imports:
+            types = tuple(t for _, t in source.columns)
+            self._import(source.id, ops.Input(types, self.workers, f"Source({source.id})"))
+        for index in self.desc.index_imports:
+            types = tuple(t for _, t in index.columns)
+            self._import(index.on_id, ops.Input(types, self.workers, f"Index({index.index_id})"))
+        for build in self.desc.objects_to_build:
+            self.demand = demands(build.plan)
+            self.collections[build.id] = self._node(build.id, build.plan, None, 0)
+        # An index or sink exported straight from a source import (an index
+        # on a table) reads every column of it.
+        exported = [e.on_id for e in self.desc.index_exports]
+        exported += [s.from_id for s in self.desc.sink_exports]
+        for collection_id in exported:
+            if collection_id in self.source_demand:
+                self.source_demand[collection_id] = None
+
+    def _import(self, name: str, operator: ops.Input) -> None:
+        self._add(operator)
+        self.imports[name] = operator
+        self.collections[name] = operator
+
+    def _add(self, operator: ops.Operator) -> ops.Operator:
+        operator.operator_id = self.new_id()
+        self.operators.append(operator)
+        return operator
+
+    def _node(
+        self, object_id: str, node: lir.Node, parent: int | None, nesting: int
+    ) -> ops.Operator:
+        inputs = [self._node(object_id, i, node.id, nesting + 1) for i in node.inputs()]
+        operator = self._add(self._operator(node, inputs))
+        # Every LIR node's operators end in a hydration logging operator (seed 002).
+        hydration = self.new_id()
+        self.hydration_ids.append(hydration)
+        self.regions.append(
+            LirRegion(
+                object_id,
+                node.id,
+                operator.name,
+                parent,
+                nesting,
+                operator.operator_id,
+                hydration + 1,
+            )
+        )
+        return operator
+
+    def _operator(self, node: lir.Node, inputs: list[ops.Operator]) -> ops.Operator:
+        workers = self.workers
+        if isinstance(node, lir.Get):
+            if node.name not in self.collections:
+                raise LoupeError(
+                    SqlState.INTERNAL_ERROR,
+                    f"dataflow {self.desc.id} reads {node.name}, which it neither imports nor builds",
+                )
+            if node.name in self.source_demand:
+                self.source_demand[node.name] = _union(
+                    self.source_demand[node.name], self.demand.get(id(node))
+                )
+            return ops.Passthrough(node, self.collections[node.name], workers, f"Get({node.name})")
+        if isinstance(node, lir.Constant):
+            return ops.Constant(node, workers, self.desc.as_of)
+        if isinstance(node, lir.Mfp):
+            return ops.Mfp(node, inputs[0], workers)
+        if isinstance(node, lir.ArrangeBy):
+            return ops.Passthrough(node, inputs[0], workers, "ArrangeBy")
+        if isinstance(node, lir.Join):
+            return ops.Join(node, inputs, workers, self.demand.get(id(node)))
+        if isinstance(node, lir.Reduce):
+            return ops.Reduce(node, inputs[0], workers)
+        if isinstance(node, lir.TopK):
+            return ops.TopK(node, inputs[0], workers)
+        if isinstance(node, lir.Negate):
+            return ops.Negate(node.types, inputs, workers)
+        if isinstance(node, lir.Threshold):
+            return ops.Threshold(node, inputs[0], workers)
+        if isinstance(node, lir.Union):
+            return ops.Union(node.types, inputs, workers)
+        raise LoupeError(
+            SqlState.FEATURE_NOT_SUPPORTED,
+            f"the compute engine cannot render {type(node).__name__} yet",
+        )
+
+
+def _union(left: Demand, right: Demand) -> Demand:
+    return None if left is None or right is None else left | right
+
+
+def demands(root: lir.Node) -> dict[int, Demand]:
+    """Per node (by ``id()``), the output columns its readers use: joins drop the others early.
+
+    The planner keeps whole rows up to the last projection; a join that
+    arranges only the columns read above it stores and moves far less (a
+    TPC-H join reads 4 of lineitem's 16 columns). The root is read whole.
+    """
+    found: dict[int, Demand] = {}
+
+    def visit(node: lir.Node, demand: Demand) -> None:
+        merged = _union(found.get(id(node), frozenset()), demand)
+        found[id(node)] = merged
+        for child, child_demand in zip(node.inputs(), _input_demands(node, merged), strict=True):
+            visit(child, child_demand)
+
+    visit(root, None)
+    return found
+
+
+def _input_demands(node: lir.Node, demand: Demand) -> list[Demand]:
+    """What ``node`` reads of each input to produce ``demand`` of its output."""
+    if isinstance(node, lir.Mfp):
+        mfp = node.mfp
+        wanted = range(len(mfp.projection)) if demand is None else demand
+        used = {mfp.projection[i] for i in wanted}
+        for scalar in (*mfp.expressions, *mfp.predicates):
+            used |= columns_of(scalar)
+        return [frozenset(c for c in used if c < mfp.input_arity)]
+    if isinstance(node, lir.Join):
+        used = set(range(len(node.types))) if demand is None else set(demand)
+        for cls in node.equivalences:
+            for scalar in cls:
+                used |= columns_of(scalar)
+        demands: list[Demand] = []
+        start = 0
+        for child in node.join_inputs:
+            end = start + len(child.types)
+            demands.append(frozenset(c - start for c in used if start <= c < end))
+            start = end
+        return demands
+    if isinstance(node, lir.Reduce) and node.kind != lir.ReduceKind.DISTINCT:
+        used = set()
+        for scalar in node.group_key:
+            used |= columns_of(scalar)
+        for aggregate in node.aggregates:
+            if aggregate.expr is not None:
+                used |= columns_of(aggregate.expr)
+        return [frozenset(used)]
+    if isinstance(node, lir.ArrangeBy | lir.Negate | lir.Union):
+        return [demand] * len(node.inputs())
+    # Row identity matters (Threshold, Distinct, TopK's ties), or the node is a leaf.
+    return [None] * len(node.inputs())

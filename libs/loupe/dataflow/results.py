@@ -1,0 +1,73 @@
+"""What the engine hands back: peek results, sink batches, hydration, and ``NotReady``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import polars as pl
+import pyarrow as pa
+
+from loupe.common.errors import LoupeError
+from loupe.plan import mir
+
+
+class NotReady(Exception):
+    """The peeked time is not complete yet (``timestamp >= write_frontier``); retry later."""
+
+    def __init__(self, target_id: str, timestamp: int, write_frontier: int) -> None:
+        super().__init__(
+            f"{target_id}: time {timestamp} is not complete (frontier {write_frontier})"
+        )
+        self.target_id = target_id
+        self.timestamp = timestamp
+        self.write_frontier = write_frontier
+
+
+@dataclass(frozen=True)
+class Finishing:
+    """A peek's post-processing (RowSetFinishing): ORDER BY, OFFSET, LIMIT, then ``project``.
+
+    ``Finishing(*loupe.plan.codec.finishing_from_proto(message))`` builds one
+    from the wire; an empty ``project`` keeps every column.
+    """
+
+    order: tuple[mir.OrderKey, ...] = ()
+    limit: int | None = None
+    offset: int = 0
+    project: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class PeekResult:
+    """Rows of a peek: ``frame`` has columns ``c0..`` (one row per occurrence)."""
+
+    frame: pl.DataFrame
+    types: tuple[str, ...]
+
+    def rows(self) -> list[tuple[object, ...]]:
+        return self.frame.rows()
+
+
+@dataclass(frozen=True)
+class SinkBatch:
+    """A sink's consolidated updates with times in ``[lower, upper)``, in persist's format.
+
+    ``error`` is set (and ``updates`` empty) when the sinked collection holds
+    a dataflow error in that interval.
+    """
+
+    sink_id: str
+    lower: int
+    upper: int
+    updates: pa.Table
+    error: LoupeError | None = None
+
+
+@dataclass(frozen=True)
+class HydrationStatus:
+    """Whether LIR node ``lir_id`` of export ``object_id`` is hydrated on ``worker_id``."""
+
+    object_id: str
+    lir_id: int
+    worker_id: int
+    hydrated: bool

@@ -1,0 +1,117 @@
+"""Engine types: PostgreSQL types as polars dtypes, and persist's format at the engine's edges."""
+
+from __future__ import annotations
+
+import datetime
+
+import polars as pl
+import pyarrow as pa
+import pytest
+
+from loupe.dataflow.types import empty_frame, from_persist, polars_dtype, to_persist
+from loupe.persist.shard import arrow_schema
+
+COLUMNS = (
+    ("id", "int4"),
+    ("total", "int8"),
+    ("price", "numeric"),
+    ("ratio", "float8"),
+    ("name", "text"),
+    ("ok", "bool"),
+    ("day", "date"),
+    ("at", "timestamptz"),
+    ("span", "interval"),
+)
+
+
+def persist_table() -> pa.Table:
+    """Two updates in persist's own schema for ``COLUMNS``."""
+    at = datetime.datetime(2024, 5, 1, 12, 0, tzinfo=datetime.UTC)
+    data = {
+        "id": [1, None],
+        "total": [2**40, -3],
+        "price": ["12.50", " 7"],
+        "ratio": [0.5, None],
+        "name": ["héllo", ""],
+        "ok": [True, None],
+        "day": [datetime.date(2024, 2, 29), None],
+        "at": [at, None],
+        "span": [datetime.timedelta(hours=25), None],
+        "mz_timestamp": [3, 4],
+        "mz_diff": [1, -2],
+    }
+    return pa.table(data, schema=arrow_schema(COLUMNS))
+
+
+def test_from_persist_names_columns_c0_and_casts_numeric_text() -> None:
+    frame = from_persist(persist_table(), COLUMNS)
+    assert frame.columns == [*(f"c{i}" for i in range(len(COLUMNS))), "time", "diff"]
+    assert frame.schema["c2"] == pl.Float64
+    assert frame["c2"].to_list() == [12.5, 7.0]
+    assert frame.schema["time"] == pl.UInt64
+    assert frame["diff"].to_list() == [1, -2]
+    assert [frame.schema[f"c{i}"] for i in range(len(COLUMNS))] == [
+        polars_dtype(t) for _, t in COLUMNS
+    ]
+
+
+def test_to_persist_round_trips_in_persists_own_schema() -> None:
+    """Out of the engine, a batch has the shard's names and arrow types (numeric as text)."""
+    table = to_persist(from_persist(persist_table(), COLUMNS), COLUMNS)
+    assert table.schema == arrow_schema(COLUMNS)
+    assert table.column("price").to_pylist() == ["12.5", "7"]
+    original = persist_table()
+    for name, _ in COLUMNS:
+        if name != "price":
+            assert table.column(name).to_pylist() == original.column(name).to_pylist(), name
+
+
+def test_empty_frame_has_the_engine_schema() -> None:
+    frame = empty_frame(["int2", "text", "interval"])
+    assert frame.height == 0
+    assert dict(frame.schema) == {
+        "c0": pl.Int32,
+        "c1": pl.Utf8,
+        "c2": pl.Duration("us"),
+        "time": pl.UInt64,
+        "diff": pl.Int64,
+    }
+
+
+def test_unknown_types_are_refused() -> None:
+    with pytest.raises(ValueError, match="no engine representation"):
+        polars_dtype("geometry")
+
+
+def test_numeric_prints_without_float_noise_or_exponents() -> None:
+    """numeric is Float64 inside the engine; its text must still look like an exact numeric."""
+    values = pl.Series([0.1 + 0.2, 3.0, 1e-7, 1e20, -2.675, None])
+    frame = pl.DataFrame({"c0": values, "time": [0] * 6, "diff": [1] * 6})
+    table = to_persist(frame.cast({"time": pl.UInt64}), [("n", "numeric")])
+    assert table.column("n").to_pylist() == [
+        "0.3",
+        "3",
+        "0.0000001",
+        "100000000000000000000",
+        "-2.675",
+        None,
+    ]
+
+
+def test_from_persist_reads_numeric_specials_and_a_subset_of_columns_by_position() -> None:
+    """Arrow parses numeric text (NaN, infinities, NULL too); ``positions`` names the columns."""
+    columns = (("n", "numeric"), ("s", "text"))
+    table = pa.table(
+        {
+            "n": ["12.50", "NaN", "-Infinity", None],
+            "s": ["a", "b", "c", "d"],
+            "mz_timestamp": [1, 1, 2, 2],
+            "mz_diff": [1, 1, 1, -1],
+        },
+        schema=arrow_schema(columns),
+    )
+    frame = from_persist(table, [("n", "numeric")], positions=[3])
+    assert frame.columns == ["c3", "time", "diff"]
+    assert frame["c3"].is_nan().to_list() == [False, True, False, None]
+    assert frame["c3"].to_list()[::2] == [12.5, float("-inf")]
+    assert frame["c3"].null_count() == 1
