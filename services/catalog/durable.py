@@ -352,6 +352,7 @@ class DurableCatalogState(abc.ABC):
             roles=tuple(sorted_objects(state.table("role"))),  # type: ignore[arg-type]
             new_audit_events=tuple(new_audit_events),
             items=tuple(sorted_objects(state.table("item"))),  # type: ignore[arg-type]
+            system_configuration=tuple(sorted_objects(state.table("system_configuration"))),  # type: ignore[arg-type]
         )
 
     # Writing

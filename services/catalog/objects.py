@@ -510,6 +510,8 @@ class CatalogSnapshot:
     # The audit events of the commit that produced this snapshot, if any.
     new_audit_events: tuple[AuditEvent, ...] = ()
     items: tuple[Item, ...] = ()
+    # ALTER SYSTEM SET values (name -> value); unset variables have their defaults.
+    system_configuration: tuple[SystemConfiguration, ...] = ()
 
     def to_proto(self) -> catalog_pb2.CatalogSnapshot:
         return catalog_pb2.CatalogSnapshot(
@@ -523,4 +525,5 @@ class CatalogSnapshot:
             roles=[r.to_proto() for r in self.roles],
             new_audit_events=[e.to_proto() for e in self.new_audit_events],
             items=[i.to_proto() for i in self.items],
+            system_configuration={c.name: c.value for c in self.system_configuration},
         )

@@ -17,6 +17,7 @@ from loupe.catalog.durable import DurableCatalogState
 from loupe.catalog.errors import FencedError
 from loupe.catalog.kinds import ObjectFormatError
 from loupe.catalog.objects import CatalogSnapshot, Cluster, ClusterReplica, Item
+from loupe.catalog.system_vars import checked_value, system_variable
 from loupe.catalog.transaction import Transaction
 from loupe.common.errors import LoupeError
 from loupe.proto.catalog.v1 import catalog_pb2
@@ -48,6 +49,12 @@ def apply_op(tx: Transaction, op: catalog_pb2.CatalogOp) -> None:
         tx.create_item(Item.from_proto(op.create_item.item))
     elif kind == "drop_item":
         tx.drop_item(op.drop_item.id)
+    elif kind == "set_system_variable":
+        change = op.set_system_variable
+        name = system_variable(change.name).name
+        tx.set_system_configuration(
+            name, None if change.reset else checked_value(name, change.value)
+        )
     else:
         raise LoupeError("INVALID_ARGUMENT", "catalog operation has no kind")
 

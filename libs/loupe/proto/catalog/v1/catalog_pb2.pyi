@@ -121,7 +121,14 @@ class Item(_message.Message):
     def __init__(self, id: _Optional[str] = ..., schema_id: _Optional[str] = ..., name: _Optional[str] = ..., type: _Optional[str] = ..., owner_id: _Optional[str] = ..., create_sql: _Optional[str] = ..., cluster_id: _Optional[str] = ...) -> None: ...
 
 class CatalogSnapshot(_message.Message):
-    __slots__ = ("epoch", "deploy_generation", "timestamp", "clusters", "replicas", "databases", "schemas", "roles", "new_audit_events", "items")
+    __slots__ = ("epoch", "deploy_generation", "timestamp", "clusters", "replicas", "databases", "schemas", "roles", "new_audit_events", "items", "system_configuration")
+    class SystemConfigurationEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
     EPOCH_FIELD_NUMBER: _ClassVar[int]
     DEPLOY_GENERATION_FIELD_NUMBER: _ClassVar[int]
     TIMESTAMP_FIELD_NUMBER: _ClassVar[int]
@@ -132,6 +139,7 @@ class CatalogSnapshot(_message.Message):
     ROLES_FIELD_NUMBER: _ClassVar[int]
     NEW_AUDIT_EVENTS_FIELD_NUMBER: _ClassVar[int]
     ITEMS_FIELD_NUMBER: _ClassVar[int]
+    SYSTEM_CONFIGURATION_FIELD_NUMBER: _ClassVar[int]
     epoch: int
     deploy_generation: int
     timestamp: int
@@ -142,7 +150,8 @@ class CatalogSnapshot(_message.Message):
     roles: _containers.RepeatedCompositeFieldContainer[Role]
     new_audit_events: _containers.RepeatedCompositeFieldContainer[AuditEvent]
     items: _containers.RepeatedCompositeFieldContainer[Item]
-    def __init__(self, epoch: _Optional[int] = ..., deploy_generation: _Optional[int] = ..., timestamp: _Optional[int] = ..., clusters: _Optional[_Iterable[_Union[Cluster, _Mapping]]] = ..., replicas: _Optional[_Iterable[_Union[ClusterReplica, _Mapping]]] = ..., databases: _Optional[_Iterable[_Union[Database, _Mapping]]] = ..., schemas: _Optional[_Iterable[_Union[Schema, _Mapping]]] = ..., roles: _Optional[_Iterable[_Union[Role, _Mapping]]] = ..., new_audit_events: _Optional[_Iterable[_Union[AuditEvent, _Mapping]]] = ..., items: _Optional[_Iterable[_Union[Item, _Mapping]]] = ...) -> None: ...
+    system_configuration: _containers.ScalarMap[str, str]
+    def __init__(self, epoch: _Optional[int] = ..., deploy_generation: _Optional[int] = ..., timestamp: _Optional[int] = ..., clusters: _Optional[_Iterable[_Union[Cluster, _Mapping]]] = ..., replicas: _Optional[_Iterable[_Union[ClusterReplica, _Mapping]]] = ..., databases: _Optional[_Iterable[_Union[Database, _Mapping]]] = ..., schemas: _Optional[_Iterable[_Union[Schema, _Mapping]]] = ..., roles: _Optional[_Iterable[_Union[Role, _Mapping]]] = ..., new_audit_events: _Optional[_Iterable[_Union[AuditEvent, _Mapping]]] = ..., items: _Optional[_Iterable[_Union[Item, _Mapping]]] = ..., system_configuration: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class CreateCluster(_message.Message):
     __slots__ = ("cluster", "replicas")
@@ -193,20 +202,32 @@ class DropItem(_message.Message):
     def __init__(self, id: _Optional[str] = ...) -> None: ...
 
 class CatalogOp(_message.Message):
-    __slots__ = ("create_cluster", "create_cluster_replica", "drop_cluster", "drop_cluster_replica", "create_item", "drop_item")
+    __slots__ = ("create_cluster", "create_cluster_replica", "drop_cluster", "drop_cluster_replica", "create_item", "drop_item", "set_system_variable")
     CREATE_CLUSTER_FIELD_NUMBER: _ClassVar[int]
     CREATE_CLUSTER_REPLICA_FIELD_NUMBER: _ClassVar[int]
     DROP_CLUSTER_FIELD_NUMBER: _ClassVar[int]
     DROP_CLUSTER_REPLICA_FIELD_NUMBER: _ClassVar[int]
     CREATE_ITEM_FIELD_NUMBER: _ClassVar[int]
     DROP_ITEM_FIELD_NUMBER: _ClassVar[int]
+    SET_SYSTEM_VARIABLE_FIELD_NUMBER: _ClassVar[int]
     create_cluster: CreateCluster
     create_cluster_replica: CreateClusterReplica
     drop_cluster: DropCluster
     drop_cluster_replica: DropClusterReplica
     create_item: CreateItem
     drop_item: DropItem
-    def __init__(self, create_cluster: _Optional[_Union[CreateCluster, _Mapping]] = ..., create_cluster_replica: _Optional[_Union[CreateClusterReplica, _Mapping]] = ..., drop_cluster: _Optional[_Union[DropCluster, _Mapping]] = ..., drop_cluster_replica: _Optional[_Union[DropClusterReplica, _Mapping]] = ..., create_item: _Optional[_Union[CreateItem, _Mapping]] = ..., drop_item: _Optional[_Union[DropItem, _Mapping]] = ...) -> None: ...
+    set_system_variable: SetSystemVariable
+    def __init__(self, create_cluster: _Optional[_Union[CreateCluster, _Mapping]] = ..., create_cluster_replica: _Optional[_Union[CreateClusterReplica, _Mapping]] = ..., drop_cluster: _Optional[_Union[DropCluster, _Mapping]] = ..., drop_cluster_replica: _Optional[_Union[DropClusterReplica, _Mapping]] = ..., create_item: _Optional[_Union[CreateItem, _Mapping]] = ..., drop_item: _Optional[_Union[DropItem, _Mapping]] = ..., set_system_variable: _Optional[_Union[SetSystemVariable, _Mapping]] = ...) -> None: ...
+
+class SetSystemVariable(_message.Message):
+    __slots__ = ("name", "value", "reset")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    VALUE_FIELD_NUMBER: _ClassVar[int]
+    RESET_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    value: str
+    reset: bool
+    def __init__(self, name: _Optional[str] = ..., value: _Optional[str] = ..., reset: _Optional[bool] = ...) -> None: ...
 
 class TransactRequest(_message.Message):
     __slots__ = ("ops", "user")

@@ -1,0 +1,575 @@
+"""Statement logging: a sample of the statements sessions run, how each ended, and from where.
+
+Materialize's design (seed 000) with what it learned shipping it (DESIGN §7):
+
+- Each execution is sampled on its own: ``Bernoulli(min(session's
+  statement_logging_sample_rate, statement_logging_max_sample_rate))``; with
+  ``statement_logging_use_reproducible_rng`` the generator restarts from a
+  fixed seed whenever that switch is turned on, so a test sees a fixed sample.
+- Only sampled executions write anything: the session's row once (with its
+  first logged statement), the prepared statement once (at its first sampled
+  execution; every statement of a simple-protocol ``Execute`` is an unnamed
+  statement prepared anew, as in Materialize), its SQL text once per
+  ``(prepared_day, sql_hash)`` that this coordinator wrote, the execution
+  (a row at its start, replaced by the finished row at its end) and its
+  lifecycle events. Every execution row keeps the rate it was sampled at.
+- Throttling (issue 6 item 4): a token bucket in bytes refilled at
+  ``statement_logging_target_data_rate`` bytes/s up to
+  ``statement_logging_max_data_credit``. A sampled execution whose records
+  (estimated in ``begin``) do not fit is dropped; as in Materialize the drops
+  are counted coordinator-wide (not per session) and the count goes into
+  ``throttled_count`` of the next prepared statement logged. A prepared
+  statement counts as logged only once an execution of it was, so a throttled
+  first execution hides nothing.
+- Dry run (item 8): every execution, at any rate, adds its estimated records
+  and bytes to ``loupe_statement_logging_{records,bytes}_total`` labelled
+  ``sample="sampled|unsampled"``: their sum is the volume at rate 1, so an
+  operator can judge a rate before enabling it. Throttled executions are
+  counted in ``loupe_statement_logging_throttled_executions_total``.
+- Nothing waits in a coordinator buffer to be flushed: the updates are
+  published, in order, to the storage writer's JetStream stream as they
+  happen (a small queue only coalesces what arrives while a publish is in
+  flight); the controller writes them with Spark at its next flush.
+- An execution that began is remembered in a JetStream key-value bucket
+  (key ``<coordinator>.<execution id>``) until it finishes. A coordinator
+  that starts again finds its previous incarnation's open executions there
+  and replaces each by an ``aborted`` row.
+
+The coordinator calls ``begin`` and ``end`` around each statement; the
+compute path says which strategy it took and when it planned with
+``note_strategy``/``note_event`` (a context variable finds the execution).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime as dt
+import hashlib
+import itertools
+import json
+import random
+import time
+import uuid
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from contextvars import ContextVar
+from dataclasses import dataclass, field
+from typing import Any
+
+import nats.js.errors
+from nats.aio.client import Client as NatsConnection
+from prometheus_client import Counter
+from sqlglot.tokens import TokenType
+
+from loupe.builtins import (
+    MZ_PREPARED_STATEMENT_HISTORY,
+    MZ_SESSION_HISTORY,
+    MZ_SQL_TEXT,
+    MZ_STATEMENT_EXECUTION_HISTORY,
+    MZ_STATEMENT_LIFECYCLE_HISTORY,
+)
+from loupe.catalog.system_vars import system_value
+from loupe.common.logging import get_logger
+from loupe.controller.storage.wire import Update, encode_batch
+from loupe.coordinator.session import Session
+from loupe.coordinator.sql.parser import LoupeDialect
+
+log = get_logger(__name__)
+
+# The storage writer's input subject (the controller's ``storage_subject``).
+DEFAULT_SUBJECT = "loupe.storage.v1.updates"
+# Open executions, per coordinator: key ``<coordinator>.<execution id>``.
+OPEN_EXECUTIONS_BUCKET = "loupe_statement_log_open"
+_OPEN_EXECUTIONS_STREAM = f"KV_{OPEN_EXECUTIONS_BUCKET}"
+# The seed of the reproducible generator.
+REPRODUCIBLE_SEED = 0
+REDACTED = "'<REDACTED>'"
+
+SUCCESS, ERROR, CANCELED, ABORTED = "success", "error", "canceled", "aborted"
+FAST_PATH, STANDARD, CONSTANT = "fast-path", "standard", "constant"
+EXECUTION_BEGAN = "execution-began"
+OPTIMIZATION_FINISHED = "optimization-finished"
+DEPENDENCIES_FINISHED = "compute-dependencies-finished"
+EXECUTION_FINISHED = "execution-finished"
+
+
+RECORDS = Counter(
+    "loupe_statement_logging_records",
+    "Statement log records of executions, sampled or not (estimated: the dry run)",
+    ["sample"],
+)
+BYTES = Counter(
+    "loupe_statement_logging_bytes",
+    "Estimated bytes of statement log records of executions, sampled or not (the dry run)",
+    ["sample"],
+)
+THROTTLED = Counter(
+    "loupe_statement_logging_throttled_executions",
+    "Sampled executions dropped because the statement log's byte budget was spent",
+)
+# What one record costs beyond its text: ids, timestamps, names, the update's diff.
+RECORD_OVERHEAD_BYTES = 96
+_DIALECT = LoupeDialect()
+
+
+def _now() -> dt.datetime:
+    return dt.datetime.now(dt.UTC)
+
+
+def sql_hash(sql: str) -> str:
+    """The hex SHA-256 of a statement's text (Materialize hashes the text too)."""
+    return hashlib.sha256(sql.encode()).hexdigest()
+
+
+def redact_sql(sql: str) -> str:
+    """``sql`` with every literal (strings, numbers) replaced by ``'<REDACTED>'``.
+
+    Done on sqlglot's tokens, not on a parse tree, so statements sqlglot cannot
+    parse (Loupe's own DDL) are redacted as well, and the rest of the text is
+    kept as the user wrote it.
+    """
+    try:
+        tokens = _DIALECT.tokenize(sql)
+    except Exception:
+        return REDACTED  # it does not even tokenize: hide all of it
+    literal = {TokenType.STRING, TokenType.NUMBER, TokenType.NATIONAL_STRING}
+    pieces, cursor = [], 0
+    for token in tokens:
+        if token.token_type not in literal:
+            continue
+        # A string token's span covers its quotes; its text does not.
+        start = (
+            sql.rfind("'", 0, token.start + 1)
+            if token.token_type != TokenType.NUMBER
+            else token.start
+        )
+        pieces.append(sql[cursor:start])
+        pieces.append(REDACTED)
+        cursor = token.end + 1
+    pieces.append(sql[cursor:])
+    return "".join(pieces)
+
+
+def statement_type(statement: Any) -> str:
+    """Materialize's ``statement_type`` words: ``select``, ``create_cluster``, …"""
+    name = type(statement).__name__
+    words = "".join(f"_{c.lower()}" if c.isupper() else c for c in name).lstrip("_")
+    return {"query": "select", "set_variable": "set", "show_variable": "show"}.get(words, words)
+
+
+@dataclass
+class Execution:
+    """A sampled execution, from ``begin`` to ``end``."""
+
+    id: str
+    prepared_statement_id: str
+    began_row: tuple[Any, ...]
+    strategy: str | None = None
+    execution_timestamp: int | None = None
+    rows_returned: int = 0
+    result_size: int = 0
+    events: list[tuple[str, dt.datetime]] = field(default_factory=list)
+
+
+# The execution the running statement belongs to (None: not sampled).
+CURRENT: ContextVar[Execution | None] = ContextVar("statement_logging_execution", default=None)
+
+
+def note_strategy(strategy: str, *, timestamp: int | None = None) -> None:
+    """The compute path says how it answered (``fast-path``, ``standard``, ``constant``)."""
+    execution = CURRENT.get()
+    if execution is not None:
+        execution.strategy = strategy
+        if timestamp:
+            execution.execution_timestamp = timestamp
+
+
+def note_event(event_type: str) -> None:
+    """A lifecycle event of the running statement (``optimization-finished``, …)."""
+    execution = CURRENT.get()
+    if execution is not None:
+        execution.events.append((event_type, _now()))
+
+
+def result_size(rows: Iterable[Sequence[Any]]) -> tuple[int, int]:
+    """(rows, bytes) of a result; bytes as the text of its values (what a client receives)."""
+    count = size = 0
+    for row in rows:
+        count += 1
+        size += sum(len(str(value)) for value in row if value is not None)
+    return count, size
+
+
+def estimated_size(sql: str, *, new_session: bool) -> tuple[int, int]:
+    """(records, bytes) an execution of ``sql`` writes, estimated without building them.
+
+    Counts the session row if new, the prepared statement, its SQL text (and
+    its redacted copy) as if new (an upper bound: the text is written once a
+    day), the began and finished execution rows and the two lifecycle events
+    every execution has.
+    """
+    records = 6 + (1 if new_session else 0)
+    return records, records * RECORD_OVERHEAD_BYTES + 2 * len(sql.encode())
+
+
+class TokenBucket:
+    """Bytes statement logging may still write: refilled at a rate, up to a credit.
+
+    Rate and credit are read at each ``take`` (they are system variables an
+    administrator may change at any time). The bucket starts full.
+    """
+
+    def __init__(self, clock: Callable[[], float]) -> None:
+        self._clock = clock
+        self._balance: float | None = None
+        self._last = 0.0
+
+    def take(self, cost: int, rate: float, credit: float) -> bool:
+        """Spend ``cost`` bytes if the balance holds them."""
+        now = self._clock()
+        if self._balance is None:
+            self._balance = credit
+        else:
+            self._balance = min(credit, self._balance + (now - self._last) * rate)
+        self._last = now
+        if cost > self._balance:
+            return False
+        self._balance -= cost
+        return True
+
+
+@dataclass
+class _SessionLog:
+    """What the log already holds of one session."""
+
+    logged: bool = False
+    # Its row was counted in the dry-run metrics (as it would be logged at rate 1).
+    counted: bool = False
+
+
+class StatementLogger:
+    """Samples executions and publishes their records to the storage writer's stream."""
+
+    def __init__(
+        self,
+        connection: NatsConnection,
+        configuration: Callable[[], Mapping[str, str]],
+        *,
+        owner: str = "coordinator",
+        subject: str = DEFAULT_SUBJECT,
+        cluster_id: Callable[[str], str | None] = lambda _: None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._nc = connection
+        self._configuration = configuration
+        self._owner = owner
+        self._subject = subject
+        self._cluster_id = cluster_id
+        self._boot = uuid.uuid4().hex[:12]
+        self._sequence = itertools.count(1)
+        self._sessions: dict[str, _SessionLog] = {}
+        self._sql_texts: set[tuple[dt.datetime, str]] = set()
+        self._rng: random.Random = random.Random()
+        self._reproducible = False
+        self._queue: list[tuple[list[Update], list[tuple[str, bytes | None]]]] = []
+        self._wakeup = asyncio.Event()
+        self._idle = asyncio.Event()
+        self._idle.set()
+        self._publisher: asyncio.Task[None] | None = None
+        self._kv: Any = None
+        self._bucket = TokenBucket(clock)
+        # Sampled executions dropped since the last prepared statement logged.
+        self._throttled = 0
+
+    # -- lifecycle ----------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Open the bucket of open executions, abort the previous incarnation's, start publishing."""
+        js = self._nc.jetstream()
+        try:
+            self._kv = await js.key_value(OPEN_EXECUTIONS_BUCKET)
+        except nats.js.errors.BucketNotFoundError:
+            self._kv = await js.create_key_value(bucket=OPEN_EXECUTIONS_BUCKET)
+        await self._abort_previous()
+        self._publisher = asyncio.create_task(self._publish_loop())
+
+    async def stop(self) -> None:
+        """Publish what is queued (bounded), then stop."""
+        if self._publisher is None:
+            return
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self.drain(), 5.0)
+        self._publisher.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._publisher
+        self._publisher = None
+
+    async def drain(self) -> None:
+        """Wait until everything logged so far is in the stream."""
+        while self._queue or not self._idle.is_set():
+            await self._idle.wait()
+            await asyncio.sleep(0)
+
+    async def _abort_previous(self) -> None:
+        keys = await open_execution_keys(self._nc, self._owner)
+        now = _now()
+        for key in keys:
+            try:
+                entry = await self._kv.get(key)
+            except (nats.js.errors.KeyNotFoundError, nats.js.errors.KeyDeletedError):
+                await self._forget(key)  # a delete marker an older version left behind
+                continue
+            began = _decode_row(entry.value)
+            updates: list[Update] = [(MZ_STATEMENT_EXECUTION_HISTORY.id, began, -1)]
+            aborted = _finished_row(began, now, ABORTED, None, None, None, None, None)
+            updates.append((MZ_STATEMENT_EXECUTION_HISTORY.id, aborted, 1))
+            await self._publish(updates, f"stmtlog-aborted-{began[0]}")
+            await self._forget(key)
+        if keys:
+            log.info("statement executions of a previous run marked aborted", count=len(keys))
+
+    # -- sampling -----------------------------------------------------------------------
+
+    def system(self, name: str) -> str:
+        return system_value(self._configuration(), name)
+
+    def _sample_rate(self, session: Session) -> float:
+        rate = float(session.get("statement_logging_sample_rate"))
+        return min(rate, float(self.system("statement_logging_max_sample_rate")))
+
+    def _sampled(self, rate: float) -> bool:
+        reproducible = self.system("statement_logging_use_reproducible_rng") == "on"
+        if reproducible and not self._reproducible:
+            self._rng = random.Random(REPRODUCIBLE_SEED)
+        elif not reproducible and self._reproducible:
+            self._rng = random.Random()
+        self._reproducible = reproducible
+        return self._rng.random() < rate
+
+    # -- records ------------------------------------------------------------------------
+
+    def _admitted(self, session: Session, sql: str) -> float | None:
+        """Sample, count the dry-run metrics, throttle: the rate of a logged execution."""
+        rate = self._sample_rate(session)
+        sampled = rate > 0.0 and self._sampled(rate)
+        session_log = self._sessions.setdefault(session.id, _SessionLog())
+        self._count_dry_run(sql, session_log, sampled)
+        if not sampled:
+            return None
+        size = estimated_size(sql, new_session=not session_log.logged)[1]
+        target = float(self.system("statement_logging_target_data_rate"))
+        credit = float(self.system("statement_logging_max_data_credit"))
+        if not self._bucket.take(size, target, credit):
+            self._throttled += 1
+            THROTTLED.inc()
+            return None
+        return rate
+
+    @staticmethod
+    def _count_dry_run(sql: str, session_log: _SessionLog, sampled: bool) -> None:
+        """Add the execution's estimate to the metrics, as rate 1 would log it."""
+        records, size = estimated_size(sql, new_session=not session_log.counted)
+        session_log.counted = True
+        label = "sampled" if sampled else "unsampled"
+        RECORDS.labels(label).inc(records)
+        BYTES.labels(label).inc(size)
+
+    def begin(self, session: Session, sql: str, kind: str) -> Execution | None:
+        """Sample one execution of ``sql``; its records if sampled and not throttled."""
+        rate = self._admitted(session, sql)
+        if rate is None:
+            return None
+        now = _now()
+        updates: list[Update] = []
+        session_log = self._sessions.setdefault(session.id, _SessionLog())
+        if not session_log.logged:
+            session_log.logged = True
+            row = (session.id, session.connected_at, session.get("application_name"), session.user)
+            updates.append((MZ_SESSION_HISTORY.id, row, 1))
+        digest = sql_hash(sql)
+        prepared_id = str(uuid.uuid4())
+        throttled, self._throttled = self._throttled, 0
+        updates.append(
+            (
+                MZ_PREPARED_STATEMENT_HISTORY.id,
+                (prepared_id, session.id, "", digest, now, kind, throttled),
+                1,
+            )
+        )
+        day = now.replace(hour=0, minute=0, second=0, microsecond=0)
+        if (day, digest) not in self._sql_texts:
+            self._sql_texts.add((day, digest))
+            updates.append((MZ_SQL_TEXT.id, (day, digest, sql, redact_sql(sql)), 1))
+        execution_id = str(uuid.uuid4())
+        cluster = session.cluster
+        began = (
+            execution_id,
+            prepared_id,
+            rate,
+            self._cluster_id(cluster),
+            cluster,
+            session.get("application_name"),
+            session.database,
+            session.search_path,
+            session.get("transaction_isolation"),
+            None,
+            "[]",
+            now,
+            None,
+            None,
+            None,
+            None,
+            None,
+            None,
+        )
+        updates.append((MZ_STATEMENT_EXECUTION_HISTORY.id, began, 1))
+        updates.append((MZ_STATEMENT_LIFECYCLE_HISTORY.id, (execution_id, EXECUTION_BEGAN, now), 1))
+        self._enqueue(updates, [(self._key(execution_id), _encode_row(began))])
+        return Execution(execution_id, prepared_id, began)
+
+    def end(
+        self,
+        execution: Execution,
+        status: str,
+        *,
+        error_message: str | None = None,
+    ) -> None:
+        """The execution ended: its finished row replaces its began row."""
+        now = _now()
+        success = status == SUCCESS
+        finished = _finished_row(
+            execution.began_row,
+            now,
+            status,
+            error_message,
+            execution.result_size if success else None,
+            execution.rows_returned if success else None,
+            execution.strategy,
+            execution.execution_timestamp,
+        )
+        updates: list[Update] = [
+            (MZ_STATEMENT_EXECUTION_HISTORY.id, execution.began_row, -1),
+            (MZ_STATEMENT_EXECUTION_HISTORY.id, finished, 1),
+        ]
+        for event_type, occurred_at in [*execution.events, (EXECUTION_FINISHED, now)]:
+            row = (execution.id, event_type, occurred_at)
+            updates.append((MZ_STATEMENT_LIFECYCLE_HISTORY.id, row, 1))
+        self._enqueue(updates, [(self._key(execution.id), None)])
+
+    def session_closed(self, session_id: str) -> None:
+        self._sessions.pop(session_id, None)
+
+    def _key(self, execution_id: str) -> str:
+        return f"{self._owner}.{execution_id}"
+
+    # -- publishing ---------------------------------------------------------------------
+
+    def _enqueue(self, updates: list[Update], kv_ops: list[tuple[str, bytes | None]]) -> None:
+        self._queue.append((updates, kv_ops))
+        self._idle.clear()
+        self._wakeup.set()
+
+    async def _publish_loop(self) -> None:
+        """Publish queued records in order; what arrives meanwhile goes in the next message."""
+        while True:
+            await self._wakeup.wait()
+            self._wakeup.clear()
+            while self._queue:
+                taken, self._queue = self._queue, []
+                updates = [u for batch, _ in taken for u in batch]
+                batch_id = f"stmtlog-{self._owner}-{self._boot}-{next(self._sequence)}"
+                try:
+                    await self._publish(updates, batch_id)
+                    for key, value in _net_kv_ops(ops for _, ops in taken).items():
+                        await self._remember(key, value)
+                except Exception as error:
+                    # Statement logging may lose records under adverse conditions (seed 000).
+                    log.warning(
+                        "statement log records lost", error=str(error), updates=len(updates)
+                    )
+            self._idle.set()
+
+    async def _remember(self, key: str, value: bytes | None) -> None:
+        if value is None:
+            await self._forget(key)
+        else:
+            await self._kv.put(key, value)
+
+    async def _forget(self, key: str) -> None:
+        # A purge of the key's subject leaves no delete marker behind, so the bucket's
+        # subjects are exactly the open executions and listing them stays cheap.
+        await self._nc.jetstream().purge_stream(
+            _OPEN_EXECUTIONS_STREAM, subject=f"$KV.{OPEN_EXECUTIONS_BUCKET}.{key}"
+        )
+
+    async def _publish(self, updates: list[Update], batch_id: str) -> None:
+        batch = encode_batch(batch_id, updates)
+        await self._nc.jetstream().publish(
+            self._subject, batch.SerializeToString(), headers={"Nats-Msg-Id": batch_id}
+        )
+
+
+async def open_execution_keys(nc: Any, owner: str) -> list[str]:
+    """Keys of the executions `owner` began and has not ended, as the server lists them.
+
+    The stream's subject list is read on the server; `KeyValue.keys()` is not used because
+    its watcher can report an empty bucket when the messages are still in flight to it.
+    """
+    prefix = f"$KV.{OPEN_EXECUTIONS_BUCKET}."
+    info = await nc.jetstream().stream_info(
+        _OPEN_EXECUTIONS_STREAM, subjects_filter=f"{prefix}{owner}.>"
+    )
+    subjects = info.state.subjects or {}
+    return sorted(subject[len(prefix) :] for subject in subjects)
+
+
+def _net_kv_ops(batches: Iterable[list[tuple[str, bytes | None]]]) -> dict[str, bytes | None]:
+    """The bucket writes a message needs: an execution that began and ended in it needs none."""
+    net: dict[str, bytes | None] = {}
+    for ops in batches:
+        for key, value in ops:
+            if value is None and net.get(key) is not None:
+                del net[key]  # its began and finished rows travel together
+            else:
+                net[key] = value
+    return net
+
+
+def _finished_row(
+    began: tuple[Any, ...],
+    finished_at: dt.datetime,
+    status: str,
+    error_message: str | None,
+    size: int | None,
+    rows: int | None,
+    strategy: str | None,
+    execution_timestamp: int | None,
+) -> tuple[Any, ...]:
+    return (
+        *began[:9],
+        execution_timestamp,
+        began[10],
+        began[11],
+        finished_at,
+        status,
+        error_message,
+        size,
+        rows,
+        strategy,
+    )
+
+
+# The began row as stored in the bucket: JSON, with its one timestamp as ISO text.
+_BEGAN_AT = 11
+
+
+def _encode_row(row: tuple[Any, ...]) -> bytes:
+    values = list(row)
+    values[_BEGAN_AT] = values[_BEGAN_AT].isoformat()
+    return json.dumps(values).encode()
+
+
+def _decode_row(data: bytes) -> tuple[Any, ...]:
+    values = json.loads(data)
+    values[_BEGAN_AT] = dt.datetime.fromisoformat(values[_BEGAN_AT])
+    return tuple(values)

@@ -1,0 +1,235 @@
+"""Statement logging against a real NATS server: what is published, once, in order.
+
+The records go to a scoped copy of the storage writer's stream; the tests
+read them back as the writer would (``UpdateBatch`` messages).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections import Counter
+from typing import Any
+
+import nats.js.errors
+import pytest
+from prometheus_client import REGISTRY
+
+from loupe.builtins import (
+    MZ_PREPARED_STATEMENT_HISTORY,
+    MZ_SESSION_HISTORY,
+    MZ_SQL_TEXT,
+    MZ_STATEMENT_EXECUTION_HISTORY,
+    MZ_STATEMENT_LIFECYCLE_HISTORY,
+)
+from loupe.catalog.system_vars import checked_value, system_value
+from loupe.common.errors import LoupeError
+from loupe.common.transport import ensure_stream
+from loupe.common.values import from_row
+from loupe.coordinator import statement_logging as stmtlog
+from loupe.coordinator.session import SessionManager
+from loupe.coordinator.sql.parser import parse_one
+from loupe.coordinator.statement_logging_views import inline_builtin_views
+from loupe.proto.storage.v1 import storage_pb2
+
+STATUS = [c for c, _ in MZ_STATEMENT_EXECUTION_HISTORY.columns].index("finished_status")
+
+
+def test_redacted_sql_hides_every_literal_and_keeps_the_rest():
+    sql = "SELECT 'secret', 42, x FROM t WHERE y = 'it''s' AND z > 3.5"
+    assert stmtlog.redact_sql(sql) == (
+        "SELECT '<REDACTED>', '<REDACTED>', x FROM t WHERE y = '<REDACTED>' AND z > '<REDACTED>'"
+    )
+    assert (
+        stmtlog.redact_sql("CREATE CLUSTER c (SIZE '2')") == "CREATE CLUSTER c (SIZE '<REDACTED>')"
+    )
+
+
+def test_system_variables_refuse_out_of_range_values():
+    assert checked_value("statement_logging_max_sample_rate", "1") == "1.0"
+    for bad in ("1.5", "-0.1", "often"):
+        with pytest.raises(LoupeError, match="from 0 to 1") as caught:
+            checked_value("statement_logging_default_sample_rate", bad)
+        assert caught.value.code == "22023"
+    assert checked_value("statement_logging_retention", "30d") == "2.592e+06s"
+    assert checked_value("statement_logging_max_data_credit", "1MiB") == str(2**20)
+    with pytest.raises(LoupeError) as unknown:
+        checked_value("no_such_thing", "1")
+    assert unknown.value.code == "42704"
+    assert system_value({}, "statement_logging_max_sample_rate") == "0.99"
+
+
+def test_builtin_views_are_inlined_as_subqueries():
+    query = parse_one("SELECT sql FROM mz_internal.mz_recent_activity_log AS l").expression
+    inlined = inline_builtin_views(query).sql()
+    assert "mz_internal.mz_statement_execution_history" in inlined
+    assert "mz_recent_activity_log" not in inlined.replace("AS l", "")
+    untouched = parse_one("SELECT 1 FROM mz_internal.mz_sql_text").expression
+    assert inline_builtin_views(untouched) is untouched
+
+
+class Stream:
+    """A scoped stream standing in for the storage writer's, read back in order."""
+
+    def __init__(self, nc: Any) -> None:
+        tag = uuid.uuid4().hex[:8]
+        self.name, self.subject = f"STMTLOG_{tag}", f"test.{tag}.updates"
+        self.nc = nc
+        self.seen = 0
+
+    async def updates(self) -> list[tuple[str, tuple[Any, ...], int]]:
+        """The updates published since the last call."""
+        js = self.nc.jetstream()
+        info = await js.stream_info(self.name)
+        found = []
+        for seq in range(self.seen + 1, info.state.last_seq + 1):
+            message = await js.get_msg(self.name, seq)
+            batch = storage_pb2.UpdateBatch.FromString(message.data)
+            for collection in batch.collections:
+                for update in collection.updates:
+                    found.append((collection.collection_id, from_row(update.row), update.diff))
+        self.seen = info.state.last_seq
+        return found
+
+
+@pytest.fixture
+async def stream(nats_connection):
+    stream = Stream(nats_connection)
+    await ensure_stream(nats_connection, stream.name, [stream.subject])
+    yield stream
+    await nats_connection.jetstream().delete_stream(stream.name)
+
+
+def _logger(nc: Any, stream: Stream, config: dict[str, str], owner: str) -> Any:
+    return stmtlog.StatementLogger(
+        nc, lambda: config, owner=owner, subject=stream.subject, cluster_id=lambda _: "u1"
+    )
+
+
+def _session(rate: str) -> Any:
+    return SessionManager().open(
+        application_name="app", defaults={"statement_logging_sample_rate": rate}
+    )
+
+
+def _by_collection(updates: list[Any]) -> Counter[str]:
+    return Counter(collection for collection, _, diff in updates if diff > 0)
+
+
+async def test_records_are_published_once_each(nats_connection, stream):
+    config = {"statement_logging_max_sample_rate": "1"}
+    logger = _logger(nats_connection, stream, config, f"c-{uuid.uuid4().hex[:6]}")
+    await logger.start()
+    try:
+        session = _session("1")
+        for status in (stmtlog.SUCCESS, stmtlog.ERROR):
+            execution = logger.begin(session, "SELECT 1", "select")
+            assert execution is not None
+            logger.end(execution, status, error_message="boom" if status == "error" else None)
+        await logger.drain()
+        updates = await stream.updates()
+    finally:
+        await logger.stop()
+    assert _by_collection(updates) == {
+        MZ_SESSION_HISTORY.id: 1,  # once per session
+        MZ_PREPARED_STATEMENT_HISTORY.id: 2,  # every simple-protocol execution prepares anew
+        MZ_SQL_TEXT.id: 1,  # the same text the same day: once
+        MZ_STATEMENT_EXECUTION_HISTORY.id: 4,  # began, then finished, twice
+        MZ_STATEMENT_LIFECYCLE_HISTORY.id: 4,
+    }
+    executions = [u for u in updates if u[0] == MZ_STATEMENT_EXECUTION_HISTORY.id]
+    # Each began row is retracted as its finished row arrives: two rows remain.
+    remaining = Counter()
+    for _, row, diff in executions:
+        remaining[row] += diff
+    final = sorted(row[STATUS] for row, count in remaining.items() if count)
+    assert final == ["error", "success"]
+    assert all(count in (0, 1) for count in remaining.values())
+
+
+async def test_rate_zero_publishes_nothing_and_the_max_rate_caps(nats_connection, stream):
+    config = {"statement_logging_max_sample_rate": "0"}
+    logger = _logger(nats_connection, stream, config, f"c-{uuid.uuid4().hex[:6]}")
+    await logger.start()
+    try:
+        assert logger.begin(_session("1"), "SELECT 1", "select") is None
+        config["statement_logging_max_sample_rate"] = "1"
+        assert logger.begin(_session("0"), "SELECT 1", "select") is None
+        await logger.drain()
+        assert await stream.updates() == []
+    finally:
+        await logger.stop()
+
+
+async def test_the_reproducible_generator_samples_the_same_executions(nats_connection, stream):
+    config = {"statement_logging_max_sample_rate": "1"}
+    logger = _logger(nats_connection, stream, config, f"c-{uuid.uuid4().hex[:6]}")
+    session = _session("0.5")
+    samples = []
+    for _ in range(2):
+        config["statement_logging_use_reproducible_rng"] = "off"
+        logger.begin(session, "SELECT 0", "select")  # off: a draw of the free generator
+        config["statement_logging_use_reproducible_rng"] = "on"
+        samples.append([logger.begin(session, "SELECT 1", "select") is not None for _ in range(32)])
+    assert samples[0] == samples[1]
+    assert 0 < sum(samples[0]) < 32
+
+
+async def test_a_restart_marks_the_previous_runs_open_executions_aborted(nats_connection, stream):
+    owner = f"c-{uuid.uuid4().hex[:6]}"
+    config = {"statement_logging_max_sample_rate": "1"}
+    first = _logger(nats_connection, stream, config, owner)
+    await first.start()
+    execution = first.begin(_session("1"), "SUBSCRIBE t", "subscribe")
+    assert execution is not None
+    await first.drain()
+    # The first run dies without ending it (no stop: nothing more is published).
+    first._publisher.cancel()
+    began = [u for u in await stream.updates() if u[0] == MZ_STATEMENT_EXECUTION_HISTORY.id]
+    assert [row[STATUS] for _, row, _ in began] == [None]
+
+    other = _logger(nats_connection, stream, config, f"other-{owner}")
+    await other.start()  # another coordinator's open executions are not its to abort
+    await other.stop()
+    assert await stream.updates() == []
+
+    second = _logger(nats_connection, stream, config, owner)
+    await second.start()
+    try:
+        updates = await stream.updates()
+    finally:
+        await second.stop()
+    assert [(row[0], row[STATUS], diff) for _, row, diff in updates] == [
+        (execution.id, None, -1),
+        (execution.id, "aborted", 1),
+    ]
+    third = _logger(nats_connection, stream, config, owner)
+    await third.start()  # aborted once: nothing left to abort
+    await third.stop()
+    await asyncio.sleep(0)
+    assert await stream.updates() == []
+
+
+async def test_only_executions_still_running_are_remembered(nats_connection, stream):
+    owner = f"c-{uuid.uuid4().hex[:6]}"
+    config = {"statement_logging_max_sample_rate": "1"}
+    logger = _logger(nats_connection, stream, config, owner)
+    await logger.start()
+    try:
+        session = _session("1")
+        done = logger.begin(session, "SELECT 1", "select")
+        running = logger.begin(session, "SUBSCRIBE t", "subscribe")
+        assert done is not None
+        assert running is not None
+        logger.end(done, stmtlog.SUCCESS)  # before the publisher ran: one message for both
+        await logger.drain()
+        assert await _open_keys(nats_connection, owner) == [f"{owner}.{running.id}"]
+        logger.end(running, stmtlog.CANCELED)
+        await logger.drain()
+        assert await _open_keys(nats_connection, owner) == []
+    finally:
+        await logger.stop()
+
+
+async def _open_keys(nc: Any, owner: str) -> list[str]:
+    return await stmtlog.open_execution_keys(nc, owner)
