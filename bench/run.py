@@ -8,7 +8,10 @@ measured in the same run.
 
 Then the benchmarks of the parts, each its own script: the storage writer
 (``bench/storage_writer.py``), catalog commits and opens per backend
-(``bench/catalog_commit.py``) and shard snapshots (``bench/persist_snapshot.py``).
+(``bench/catalog_commit.py``), shard snapshots (``bench/persist_snapshot.py``),
+the compute engine on TPC-H against DuckDB (``bench/compute.py``) and the
+whole system's fast-path peeks and inserts to visible changes through gRPC
+(``bench/compute_system.py``).
 """
 
 from __future__ import annotations
@@ -102,7 +105,14 @@ def main() -> int:
         f"   ({p50 / flush:.2f}x flush interval; target < 3 s)"
     )
     failures = 0
-    for script in ("storage_writer.py", "catalog_commit.py", "persist_snapshot.py"):
+    scripts = (
+        "storage_writer.py",
+        "catalog_commit.py",
+        "persist_snapshot.py",
+        "compute.py",
+        "compute_system.py",
+    )
+    for script in scripts:
         print(f"\n== {script}", flush=True)
         path = Path(__file__).with_name(script)
         failures += subprocess.run([sys.executable, str(path)], check=False).returncode != 0

@@ -8,6 +8,8 @@ collection's global id. ``writer`` says who keeps it up to date:
   the coordinator appends the difference at every catalog commit (and
   reconciles at start).
 - ``controller``: written by the controller from what replicas report.
+- ``coordinator``: the statement log, published by the coordinator as
+  statements run.
 
 All of them are written through the controller's storage writer (Spark).
 """
@@ -275,6 +277,97 @@ MZ_CLUSTER_REPLICA_HISTORY = BuiltinCollection(
     "catalog",
 )
 
+# Statement logging (seed 000, DESIGN §7): written by the coordinator, which
+# publishes their updates to the storage writer's stream as statements run.
+# Executions and their lifecycle events expire after the default retention
+# (30 days, the default of ``statement_logging_retention``; the storage writer
+# does not read system variables, so a changed value is not applied yet).
+# Ids are text (Materialize's are uuid); ``params`` is a JSON array of text and
+# nulls (Materialize's ``text list``; storage has no list of text yet).
+MZ_SESSION_HISTORY = BuiltinCollection(
+    "s301",
+    "mz_internal",
+    "mz_session_history",
+    (
+        ("session_id", "text"),
+        ("connected_at", "timestamptz"),
+        ("initial_application_name", "text"),
+        ("authenticated_user", "text"),
+    ),
+    "coordinator",
+)
+MZ_PREPARED_STATEMENT_HISTORY = BuiltinCollection(
+    "s302",
+    "mz_internal",
+    "mz_prepared_statement_history",
+    (
+        ("id", "text"),
+        ("session_id", "text"),
+        ("name", "text"),
+        ("sql_hash", "text"),
+        ("prepared_at", "timestamptz"),
+        ("statement_type", "text"),
+        ("throttled_count", "uint8"),
+    ),
+    "coordinator",
+)
+MZ_SQL_TEXT = BuiltinCollection(
+    "s303",
+    "mz_internal",
+    "mz_sql_text",
+    (
+        ("prepared_day", "timestamptz"),
+        ("sql_hash", "text"),
+        ("sql", "text"),
+        ("redacted_sql", "text"),
+    ),
+    "coordinator",
+)
+MZ_STATEMENT_EXECUTION_HISTORY = BuiltinCollection(
+    "s304",
+    "mz_internal",
+    "mz_statement_execution_history",
+    (
+        ("id", "text"),
+        ("prepared_statement_id", "text"),
+        ("sample_rate", "float8"),
+        ("cluster_id", "text"),
+        ("cluster_name", "text"),
+        ("application_name", "text"),
+        ("database_name", "text"),
+        ("search_path", "text"),
+        ("transaction_isolation", "text"),
+        ("execution_timestamp", "uint8"),
+        ("params", "jsonb"),
+        ("began_at", "timestamptz"),
+        ("finished_at", "timestamptz"),
+        ("finished_status", "text"),
+        ("error_message", "text"),
+        ("result_size", "int8"),
+        ("rows_returned", "int8"),
+        ("execution_strategy", "text"),
+    ),
+    "coordinator",
+    # Not began_at: the coordinator retracts an open execution's row when it
+    # finishes, so only finished rows (never touched again) may expire.
+    expire_by="finished_at",
+)
+MZ_STATEMENT_LIFECYCLE_HISTORY = BuiltinCollection(
+    "s305",
+    "mz_internal",
+    "mz_statement_lifecycle_history",
+    (("statement_id", "text"), ("event_type", "text"), ("occurred_at", "timestamptz")),
+    "coordinator",
+    expire_by="occurred_at",
+)
+STATEMENT_LOG_COLLECTIONS = (
+    MZ_SESSION_HISTORY,
+    MZ_PREPARED_STATEMENT_HISTORY,
+    MZ_SQL_TEXT,
+    MZ_STATEMENT_EXECUTION_HISTORY,
+    MZ_STATEMENT_LIFECYCLE_HISTORY,
+)
+
 BUILTIN_COLLECTIONS: tuple[BuiltinCollection, ...] = (
     MZ_CLUSTERS,
     MZ_CLUSTER_REPLICAS,
@@ -294,9 +387,110 @@ BUILTIN_COLLECTIONS: tuple[BuiltinCollection, ...] = (
     MZ_CLUSTER_REPLICA_METRICS,
     MZ_CLUSTER_REPLICA_METRICS_HISTORY,
     MZ_CLUSTER_REPLICA_HISTORY,
+    *STATEMENT_LOG_COLLECTIONS,
 )
 BY_QUALIFIED_NAME = {c.qualified_name: c for c in BUILTIN_COLLECTIONS}
 BY_ID = {c.id: c for c in BUILTIN_COLLECTIONS}
+
+
+@dataclass(frozen=True)
+class BuiltinView:
+    """A view over builtin collections; the coordinator inlines its query where it is named."""
+
+    schema: str
+    name: str
+    sql: str
+
+    @property
+    def qualified_name(self) -> str:
+        return f"{self.schema}.{self.name}"
+
+
+# The statement log, joined, for the last day (Materialize's columns, less
+# those Loupe has no source for yet: transient_index_id, mz_version, transaction_id).
+_ACTIVITY_LOG_SQL = """
+SELECT e.id AS execution_id, e.sample_rate, e.cluster_id, e.application_name,
+       e.cluster_name, e.database_name, e.search_path, e.transaction_isolation,
+       e.execution_timestamp, {params} e.began_at, e.finished_at, e.finished_status,
+       {error} e.result_size, e.rows_returned, e.execution_strategy,
+       e.prepared_statement_id, p.sql_hash, p.name AS prepared_statement_name,
+       p.session_id, p.prepared_at, p.statement_type, p.throttled_count,
+       s.connected_at, s.initial_application_name, s.authenticated_user, t.{sql}
+FROM mz_internal.mz_statement_execution_history AS e
+JOIN mz_internal.mz_prepared_statement_history AS p ON p.id = e.prepared_statement_id
+JOIN mz_internal.mz_session_history AS s ON s.session_id = p.session_id
+JOIN (SELECT DISTINCT prepared_day, sql_hash, sql, redacted_sql FROM mz_internal.mz_sql_text) AS t
+  ON t.sql_hash = p.sql_hash AND t.prepared_day = date_trunc('day', p.prepared_at)
+WHERE EXTRACT(EPOCH FROM e.began_at) * 1000 + 86400000 > mz_now()
+"""
+MZ_RECENT_ACTIVITY_LOG = BuiltinView(
+    "mz_internal",
+    "mz_recent_activity_log",
+    _ACTIVITY_LOG_SQL.format(params="e.params,", error="e.error_message,", sql="sql"),
+)
+# For mz_monitor_redacted: no parameters, no error messages, literals redacted.
+MZ_RECENT_ACTIVITY_LOG_REDACTED = BuiltinView(
+    "mz_internal",
+    "mz_recent_activity_log_redacted",
+    _ACTIVITY_LOG_SQL.format(params="", error="", sql="redacted_sql"),
+)
+
+# Loupe's addition (issue 6, item 9): per statement fingerprint, what the
+# sample stands for. An execution sampled at rate r stands for 1 / r
+# executions. The error rate is over finished executions. The latency
+# percentile pXX is the smallest latency whose cumulative weight (the weights
+# of the fingerprint's finished executions at most that slow) reaches XX % of
+# their total weight: a self-join on latency <= latency, since the planner has
+# no window functions. Executions at rate 0 are never logged, so are not counted.
+_WEIGHTED = """
+(SELECT p.sql_hash, 1.0 / e.sample_rate AS w, e.finished_status,
+        EXTRACT(EPOCH FROM e.finished_at - e.began_at) * 1000 AS latency_ms
+ FROM mz_internal.mz_statement_execution_history AS e
+ JOIN mz_internal.mz_prepared_statement_history AS p ON p.id = e.prepared_statement_id
+ WHERE e.sample_rate > 0)
+"""
+_ESTIMATES_SQL = f"""
+WITH weighted AS {_WEIGHTED},
+finished AS (SELECT sql_hash, w, latency_ms FROM weighted WHERE latency_ms IS NOT NULL),
+cumulative AS (
+  SELECT a.sql_hash, a.latency_ms, sum(b.w) AS below
+  FROM (SELECT DISTINCT sql_hash, latency_ms FROM finished) AS a
+  JOIN finished AS b ON b.sql_hash = a.sql_hash AND b.latency_ms <= a.latency_ms
+  GROUP BY a.sql_hash, a.latency_ms
+),
+totals AS (SELECT sql_hash, sum(w) AS total FROM finished GROUP BY sql_hash),
+percentiles AS (
+  SELECT c.sql_hash,
+         min(CASE WHEN c.below >= 0.5 * t.total THEN c.latency_ms END) AS p50_ms,
+         min(CASE WHEN c.below >= 0.9 * t.total THEN c.latency_ms END) AS p90_ms,
+         min(CASE WHEN c.below >= 0.99 * t.total THEN c.latency_ms END) AS p99_ms
+  FROM cumulative AS c JOIN totals AS t ON t.sql_hash = c.sql_hash
+  GROUP BY c.sql_hash
+),
+counts AS (
+  SELECT sql_hash, sum(w) AS estimated_executions, count(*) AS sampled_executions,
+         sum(CASE WHEN finished_status = 'error' THEN w ELSE 0.0 END)
+           / sum(CASE WHEN finished_status IS NOT NULL THEN w END) AS estimated_error_rate
+  FROM weighted GROUP BY sql_hash
+),
+texts AS (SELECT DISTINCT sql_hash, redacted_sql FROM mz_internal.mz_sql_text)
+SELECT n.sql_hash, x.redacted_sql AS sql, n.estimated_executions, n.estimated_error_rate,
+       q.p50_ms, q.p90_ms, q.p99_ms, n.sampled_executions
+FROM counts AS n
+LEFT JOIN percentiles AS q ON q.sql_hash = n.sql_hash
+LEFT JOIN texts AS x ON x.sql_hash = n.sql_hash
+"""
+MZ_STATEMENT_EXECUTION_ESTIMATES = BuiltinView(
+    "mz_internal", "mz_statement_execution_estimates", _ESTIMATES_SQL
+)
+BUILTIN_VIEWS = {
+    v.qualified_name: v
+    for v in (
+        MZ_RECENT_ACTIVITY_LOG,
+        MZ_RECENT_ACTIVITY_LOG_REDACTED,
+        MZ_STATEMENT_EXECUTION_ESTIMATES,
+    )
+}
 
 # The system cluster that answers queries over system relations, and the
 # default user cluster, both created when a catalog is initialised.

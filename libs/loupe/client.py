@@ -5,7 +5,10 @@
 
 ``stream()`` yields each statement's ``StatementResult`` (and ``ServerNotice``s)
 as it completes and raises ``LoupeError`` for the failing statement; a
-Ctrl-C while it waits asks the server to cancel the running statement.
+Ctrl-C while it waits asks the server to cancel the running statement. Rows
+of a statement that streams until canceled (SUBSCRIBE) come as
+``StreamedRows`` as they arrive, and a dataflow's hydration (CREATE INDEX,
+CREATE MATERIALIZED VIEW) as ``HydrationProgress``.
 ``ConnectionFailed`` means the server could not be reached.
 """
 
@@ -48,6 +51,27 @@ class StatementResult:
 class ServerNotice:
     severity: str
     message: str
+
+
+@dataclass(frozen=True)
+class StreamedRows:
+    """Rows of a streaming statement (SUBSCRIBE), as they arrive."""
+
+    columns: list[tuple[str, str]]
+    rows: list[tuple[Any, ...]]
+
+
+@dataclass(frozen=True)
+class HydrationProgress:
+    """How far the dataflow of ``object`` has hydrated (``unit`` "nodes"), or a load
+    generator has filled its tables (``unit`` "tables", ``records_read`` rows written)."""
+
+    object: str
+    nodes_hydrated: int
+    nodes_total: int
+    records_read: int
+    hydrated: bool
+    unit: str = "nodes"
 
 
 class SqlClient:
@@ -131,7 +155,7 @@ class SqlClient:
 
     def stream(
         self, sql: str, *, cancel_on_interrupt: bool = True
-    ) -> Iterator[StatementResult | ServerNotice]:
+    ) -> Iterator[StatementResult | ServerNotice | StreamedRows | HydrationProgress]:
         """Run ``sql``; yields per statement, raises ``LoupeError`` for the one that fails."""
         if self._stub is None:
             self.open()
@@ -163,7 +187,11 @@ class SqlClient:
             elif kind == "rows":
                 if current is None:
                     current = StatementResult(tag="", columns=[])
-                current.rows.extend(from_row(row) for row in response.rows.rows)
+                rows = [from_row(row) for row in response.rows.rows]
+                if response.rows.streaming:
+                    yield StreamedRows(list(current.columns or []), rows)
+                else:
+                    current.rows.extend(rows)
             elif kind == "complete":
                 result = current or StatementResult(tag="")
                 result.tag = response.complete.tag
@@ -171,6 +199,16 @@ class SqlClient:
                 yield result
             elif kind == "notice":
                 yield ServerNotice(response.notice.severity, response.notice.message)
+            elif kind == "progress":
+                progress = response.progress
+                yield HydrationProgress(
+                    progress.object,
+                    progress.nodes_hydrated,
+                    progress.nodes_total,
+                    progress.records_read,
+                    progress.hydrated,
+                    progress.unit or "nodes",
+                )
             elif kind == "error":
                 raise LoupeError.from_proto(response.error)
 

@@ -1,7 +1,8 @@
 """The compute replica: one process per replica of a cluster.
 
 It speaks the compute protocol (``protocol.py``) with the controller over
-NATS, heartbeats its metrics and answers peeks of storage collections.
+NATS, heartbeats its metrics, runs dataflows over storage collections and
+answers peeks of their indexes.
 
 Names are imported on first use: the CLI must be able to size polars' thread
 pool (``POLARS_MAX_THREADS``) before polars is imported.

@@ -26,7 +26,10 @@ Stages, in order
        then sends ``InitializationComplete``; from then on heartbeats carry
        ``initialized = true``.
     3. Computation: ``Peek``, ``CancelPeek``, ``UpdateConfiguration``,
-       ``AllowCompaction``; the replica answers peeks with ``PeekResponse``.
+       ``CreateDataflow``, ``Schedule``, ``AllowCompaction``; the replica
+       answers peeks with ``PeekResponse`` and reports its dataflows with
+       ``Frontiers``, ``Hydration``, ``CollectionError`` and
+       ``SubscribeBatch`` (see ``dataflows.py``).
 
 Promises of the replica
     - Every response carries ``(replica_id, incarnation)`` of this process.
@@ -39,10 +42,23 @@ Promises of the replica
       controller reconciling) is accepted idempotently: the configuration is
       replaced, heartbeats continue, ``initialized`` is kept.
     - Every accepted ``Peek`` gets exactly one ``PeekResponse`` with its uuid:
-      rows, an error, or ``canceled``. A bad peek (bad SQL, unknown column,
-      an upper that does not advance in time) is an error response, never a
-      crash. A ``Peek`` before ``CreateInstance`` is answered with an error.
+      rows, an error, or ``canceled``. A bad peek (an unknown index, an
+      upper that does not advance in time) is an error response, never a
+      crash. A ``Peek`` before ``CreateInstance`` is answered with an error,
+      and so is one without ``target_id`` (0A000: peeks name an index).
     - A ``Peek`` whose uuid is still running is a replay and is ignored.
+    - ``CreateDataflow`` is idempotent by dataflow id (a replayed history
+      builds nothing twice); a dataflow the engine refuses gets a
+      ``CollectionError`` for each of its exports, never a crash.
+      ``Schedule`` changes nothing: dataflows run from creation on.
+    - ``AllowCompaction`` with ``empty`` drops the collection; the replica
+      answers ``Frontiers{empty}`` for it and stops feeding sources nothing
+      reads any more.
+    - ``Frontiers`` are sent for every export whose write (or input)
+      frontier changed, coalesced to one per ``report_interval``; write
+      frontiers only advance within an incarnation.
+    - Every replica writes every persist sink batch by compare-and-append;
+      exactly one write lands per time (``dataflows.write_sink_batch``).
     - After ``CancelPeek{uuid}`` the replica sends at most one
       ``PeekResponse`` for that uuid: ``canceled`` if the peek had not been
       answered yet, and none if it already answered (or was never seen).
@@ -53,12 +69,12 @@ Promises expected of the controller
       and stamps every command with the incarnation it means.
     - It drops responses of any incarnation other than the current one.
 
-Peek semantics (the skeleton engine)
-    ``Peek.timestamp == 0`` reads at ``min(upper of every source) - 1``,
-    waiting (bounded) while some source has never been written (upper 0).
-    Any other timestamp waits (bounded) until every source's upper is past
-    it, then reads exactly at it. ``Peek.sql`` refers only to the sources'
-    names. ``max_result_rows`` (0: no limit) caps the rows sent.
+Peek semantics
+    Reads the index export ``target_id`` at ``timestamp`` (0: the latest
+    complete time) once its write frontier is past it, waiting (bounded);
+    then ``map_filter_project`` and ``finishing`` apply. ``result_desc``
+    names the columns; ``max_result_rows`` (0: no limit) caps the rows sent.
+    The deprecated ``sql`` and ``sources`` fields are not read.
 
 Only this module and ``replica.py`` touch ``compute_pb2`` messages; the engine
 works on the dataclasses below.
@@ -73,6 +89,9 @@ from typing import Any
 
 from loupe.common import values
 from loupe.common.errors import LoupeError
+from loupe.dataflow import Finishing
+from loupe.plan import codec
+from loupe.plan.lir import MapFilterProject
 from loupe.proto.common.v1 import common_pb2
 from loupe.proto.compute.v1 import compute_pb2
 
@@ -126,44 +145,42 @@ class InstanceConfig:
 
 
 @dataclass(frozen=True)
-class PeekSource:
-    """A name the peek's SQL uses, bound to one storage collection (shard)."""
-
-    name: str
-    collection_id: str
-    shard_id: str
-    # Empty when the collection metadata leaves it to the instance's location.
-    storage: StorageLocation
-
-    @classmethod
-    def from_proto(cls, message: compute_pb2.PeekSource) -> PeekSource:
-        collection = message.collection
-        return cls(
-            name=message.name,
-            collection_id=collection.collection_id,
-            shard_id=collection.shard_id or collection.collection_id,
-            storage=StorageLocation(collection.blob_uri, collection.consensus_uri),
-        )
-
-
-@dataclass(frozen=True)
 class PeekRequest:
-    """A ``Peek`` command: evaluate ``sql`` over ``sources`` at ``timestamp``."""
+    """A ``Peek`` command: read index ``target_id``.
+
+    The replica reads that index export at ``timestamp`` through ``mfp`` and
+    ``finishing`` and names the result columns after ``result_columns``. An
+    empty ``target_id`` is refused (see ``replica.py``).
+    """
 
     uuid: str
     timestamp: int
-    sources: tuple[PeekSource, ...]
-    sql: str
     max_result_rows: int = 0
+    target_id: str = ""
+    mfp: MapFilterProject | None = None
+    finishing: Finishing | None = None
+    result_columns: tuple[ResultColumn, ...] = ()
 
     @classmethod
     def from_proto(cls, message: compute_pb2.Peek) -> PeekRequest:
         return cls(
             uuid=message.uuid,
             timestamp=message.timestamp,
-            sources=tuple(PeekSource.from_proto(s) for s in message.sources),
-            sql=message.sql,
             max_result_rows=message.max_result_rows,
+            target_id=message.target_id,
+            mfp=(
+                codec.mfp_from_proto(message.map_filter_project)
+                if message.HasField("map_filter_project")
+                else None
+            ),
+            finishing=(
+                Finishing(*codec.finishing_from_proto(message.finishing))
+                if message.HasField("finishing")
+                else None
+            ),
+            result_columns=tuple(
+                ResultColumn(c.name, c.type, c.nullable) for c in message.result_desc.columns
+            ),
         )
 
 

@@ -3,7 +3,9 @@
 See ``protocol.py`` for the stages and promises this implements. The replica
 owns one NATS connection; commands arrive on one subscription and are handled
 one at a time in order, except peeks, which run as their own tasks (their
-waiting and reading must not hold up the commands behind them).
+waiting and reading must not hold up the commands behind them). Dataflows run
+in the compute engine through ``dataflows.DataflowRunner``, made on the first
+``CreateDataflow`` (or peek of an index) of the instance.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from loupe.common.logging import bind_context, get_logger
 from loupe.common.metrics import serve_metrics
 from loupe.common.service import Service
 from loupe.common.transport import connect, publish, subscribe
-from loupe.compute_replica.peek import PeekEngine, classify
+from loupe.compute_replica.dataflows import DataflowRunner
 from loupe.compute_replica.process_metrics import ProcessMetrics
 from loupe.compute_replica.protocol import (
     HeartbeatReport,
@@ -33,11 +35,12 @@ from loupe.compute_replica.protocol import (
     PeekRequest,
     PendingPeeks,
     Responses,
-    StorageLocation,
     command_subject,
     response_subject,
 )
 from loupe.compute_replica.settings import ComputeReplicaSettings
+from loupe.compute_replica.shards import ShardCache
+from loupe.dataflow import ComputeInstance
 from loupe.proto.compute.v1 import compute_pb2
 
 log = get_logger(__name__)
@@ -51,6 +54,14 @@ PEEKS = Counter(
     "loupe_compute_replica_peeks",
     "Peeks a replica finished, by outcome",
     ["replica_id", "outcome"],
+)
+
+# The skeleton engine that evaluated SQL over shard snapshots is gone: every
+# peek reads an index export of a dataflow.
+NO_TARGET = LoupeError(
+    SqlState.FEATURE_NOT_SUPPORTED,
+    "peeks name an index: Peek.target_id is required (Peek.sql and Peek.sources are no"
+    " longer evaluated)",
 )
 
 
@@ -67,7 +78,8 @@ class ComputeReplica(Service):
         self.incarnation = settings.incarnation
         self._responses = Responses(self.replica_id, self.incarnation)
         self._subject = response_subject(self.replica_id)
-        self._engine = PeekEngine(wait_timeout=settings.peek_wait_timeout)
+        self._shards = ShardCache()
+        self._dataflows: DataflowRunner | None = None
         self._pending = PendingPeeks()
         self._process = ProcessMetrics()
         self._config: InstanceConfig | None = None
@@ -88,6 +100,11 @@ class ComputeReplica(Service):
     @property
     def initialized(self) -> bool:
         return self._initialized
+
+    @property
+    def dataflows(self) -> DataflowRunner | None:
+        """The instance's dataflows, or None before its first ``CreateDataflow``."""
+        return self._dataflows
 
     # -- lifecycle -------------------------------------------------------------------
 
@@ -119,6 +136,8 @@ class ComputeReplica(Service):
                 with contextlib.suppress(Exception):
                     await subscription.unsubscribe()
                 await self._abandon_peeks()
+                if self._dataflows is not None:
+                    await self._dataflows.close()
         log.info("compute replica stopped")
 
     async def _abandon_peeks(self, grace: float = 2.0) -> None:
@@ -173,7 +192,7 @@ class ComputeReplica(Service):
         return HeartbeatReport(
             cpu_nano_cores=self._process.cpu_nano_cores(),
             memory_bytes=self._process.memory_bytes(),
-            # The replica keeps nothing on disk yet: peeks read shards in memory.
+            # The replica keeps nothing on disk yet: dataflows hold their state in memory.
             disk_bytes=0,
             workers=workers,
             initialized=self._initialized,
@@ -198,9 +217,17 @@ class ComputeReplica(Service):
         elif kind == "update_configuration":
             self._parameters.update(command.update_configuration.parameters)
             log.info("configuration updated", parameters=dict(self._parameters))
+        elif kind == "create_dataflow":
+            if self._config is None:
+                self._ignore("create dataflow before create instance")
+            else:
+                await self._running_dataflows().create_dataflow(command.create_dataflow)
         elif kind == "allow_compaction":
-            # The skeleton engine keeps no arrangements, so there is nothing to compact.
-            log.debug("allow compaction", collection_id=command.allow_compaction.collection_id)
+            if self._dataflows is not None:
+                await self._dataflows.allow_compaction(command.allow_compaction)
+        elif kind == "schedule":
+            # Dataflows run from creation on; Schedule changes nothing yet.
+            log.debug("schedule", dataflow_id=command.schedule.id)
         else:
             self._ignore("no command kind")
 
@@ -235,6 +262,24 @@ class ComputeReplica(Service):
             logging_enabled=config.logging.enable_logging,
         )
 
+    def _running_dataflows(self) -> DataflowRunner:
+        """The instance's dataflows, started on first use: a replica without any has no engine."""
+        assert self._config is not None
+        if self._dataflows is None:
+            self._dataflows = DataflowRunner(
+                ComputeInstance(workers=self._config.workers),
+                responses=self._responses,
+                publish=self._publish,
+                storage=self._config.storage,
+                nats=self._nc,
+                shards=self._shards,
+                wait_timeout=self.settings.peek_wait_timeout,
+                report_interval=self.settings.report_interval,
+                poll_interval=self.settings.source_poll_interval,
+            )
+            self._dataflows.start()
+        return self._dataflows
+
     def _complete_initialization(self) -> None:
         if self._config is None:
             self._ignore("initialization complete before create instance")
@@ -261,15 +306,19 @@ class ComputeReplica(Service):
                 )
             )
             return
-        task = asyncio.create_task(self._run_peek(peek, self._config.storage), name=peek.uuid)
+        if not peek.target_id:
+            PEEKS.labels(replica_id=self.replica_id, outcome="error").inc()
+            await self._publish(self._responses.peek_error(peek.uuid, NO_TARGET))
+            return
+        task = asyncio.create_task(self._run_peek(peek), name=peek.uuid)
         self._pending.add(peek.uuid, task)
         self._peek_tasks.add(task)
         task.add_done_callback(self._peek_tasks.discard)
 
-    async def _run_peek(self, peek: PeekRequest, storage: StorageLocation) -> None:
+    async def _run_peek(self, peek: PeekRequest) -> None:
         started = time.monotonic()
         try:
-            result = await self._engine.execute(peek, storage)
+            result = await self._running_dataflows().peek(peek)
             response = self._responses.peek_rows(peek.uuid, result)
             outcome, rows = "rows", len(result.rows)
         except asyncio.CancelledError:
@@ -277,8 +326,9 @@ class ComputeReplica(Service):
         except LoupeError as error:
             response, outcome, rows = self._responses.peek_error(peek.uuid, error), "error", 0
         except Exception as error:  # e.g. a value the wire cannot carry
-            response = self._responses.peek_error(peek.uuid, classify(error))
-            outcome, rows = "error", 0
+            log.warning("peek failed", uuid=peek.uuid, error=repr(error))
+            failure = LoupeError(SqlState.INTERNAL_ERROR, f"{type(error).__name__}: {error}")
+            response, outcome, rows = self._responses.peek_error(peek.uuid, failure), "error", 0
         if not self._pending.finish(peek.uuid):
             return
         PEEKS.labels(replica_id=self.replica_id, outcome=outcome).inc()

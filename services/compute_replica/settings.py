@@ -18,8 +18,12 @@ class ComputeReplicaSettings(BaseSettings):
     workers: int = 1
     heartbeat_interval: float = 1.0
     hello_interval: float = 0.5
-    # How long a peek waits for its sources' uppers before it fails.
+    # How long a peek waits for its index to become readable at its timestamp before it fails.
     peek_wait_timeout: float = 10.0
+    # Frontier, hydration and error changes are coalesced and sent this often.
+    report_interval: float = 0.05
+    # How often sources are polled for new data between writers' NATS wake-ups.
+    source_poll_interval: float = 0.05
     # A negative port serves no /metrics endpoint (tests run many replicas in one process).
     metrics_port: int = 0
 

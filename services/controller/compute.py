@@ -22,7 +22,11 @@ Stages (per incarnation)
        way (reconciliation by replay). A repeated ``Hello`` of the same
        incarnation (the first ``CreateInstance`` was lost) is answered again,
        at most once per ``hello_resend_interval``.
-    3. Computation: ``Peek`` and ``CancelPeek``; the replica heartbeats.
+    3. Computation: ``Peek`` and ``CancelPeek``; ``CreateDataflow`` (then
+       ``Schedule``) and ``AllowCompaction`` to every created replica of the
+       cluster, recorded in the cluster's ``CommandHistory`` (``history.py``)
+       first; the replica heartbeats and reports ``Frontiers``, ``Hydration``,
+       ``CollectionError`` and ``SubscribeBatch`` (``collections.py``).
 
 Promises of the controller
     - Every command carries the incarnation it is meant for, and
@@ -40,11 +44,17 @@ Promises of the controller
       ``restarted`` when it is replaced on purpose. Every offline row has a
       reason; a new replica has no row until it is first online or gone.
     - A peek goes to every online replica of the cluster (or the one named);
-      the first ``PeekResponse`` wins and every other target gets
-      ``CancelPeek``. A caller gets exactly one answer: the winning response,
+      the first rows win (an error answer waits for the other targets, see
+      ``peeks.py``) and every other target gets ``CancelPeek``. A caller gets
+      exactly one answer: the winning response,
       ``canceled`` after ``cancel_peek``, or an error (timeout; no online
       replica; every target went away).
     - A ``PeekResponse`` after the peek was decided is dropped.
+    - Every replica of a cluster sees the same commands in the same order:
+      the history replay and every later command to the cluster go out
+      under one lock, so a command is either in a replica's replay or sent
+      to it after (a duplicate ``CreateDataflow`` is ignored by the replica).
+    - ``CreateDataflow`` is idempotent by dataflow id.
 
 Status and metrics rows are written through ``status.ReplicaStatusTables``;
 peeks are raced by ``peeks.PeekRouter``.
@@ -64,9 +74,11 @@ from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 from prometheus_client import Counter, Gauge
 
-from loupe.common.errors import LoupeError
+from loupe.common.errors import LoupeError, SqlState
 from loupe.common.logging import get_logger
 from loupe.common.transport import publish, subscribe
+from loupe.controller.collections import ReplicaReports, SubscribeRelay
+from loupe.controller.history import CommandHistory, export_ids
 from loupe.controller.orchestrators.base import Orchestrator, ReplicaEvent, ReplicaSpec
 from loupe.controller.peeks import PeekRouter
 from loupe.controller.status import (
@@ -77,7 +89,7 @@ from loupe.controller.status import (
     ReplicaStatusTables,
     StagingWriter,
 )
-from loupe.proto.compute.v1 import compute_pb2
+from loupe.proto.compute.v1 import compute_pb2, plan_pb2
 
 log = get_logger(__name__)
 
@@ -140,18 +152,14 @@ class _Replica:
     created_at: float | None = None
 
 
-class CommandHistory:
-    """The compacted commands a new incarnation replays after ``CreateInstance``.
+@dataclass(frozen=True)
+class CollectionFrontiers:
+    """A compute collection's frontiers: overall, held since, and per replica."""
 
-    Empty for now: dataflows (the compute issue) are what it will hold. Peeks
-    are not replayed; they are re-routed to the replicas that are online.
-    """
-
-    def __init__(self) -> None:
-        self._commands: list[compute_pb2.ComputeCommand] = []
-
-    def commands(self) -> list[compute_pb2.ComputeCommand]:
-        return list(self._commands)
+    collection_id: str
+    write_frontier: int
+    since: int
+    replicas: dict[str, int]
 
 
 class ComputeController:
@@ -182,7 +190,11 @@ class ComputeController:
         self.startup_timeout = max(startup_timeout, heartbeat_timeout)
         self.hello_resend_interval = hello_resend_interval
         self.peeks = PeekRouter(self._send, default_peek_timeout)
-        self.history = CommandHistory()
+        self.reports = ReplicaReports()
+        self.subscribes = SubscribeRelay(self._publish_subscribe_batch)
+        self._histories: dict[str, CommandHistory] = {}
+        # Held while a replay or a command to a cluster goes out: see the promises.
+        self._command_lock = asyncio.Lock()
         # Responses dropped by zombie fencing, for tests and logs.
         self.stale_responses = 0
         self._clusters: dict[str, ClusterInfo] = {}
@@ -232,7 +244,11 @@ class ComputeController:
         Idempotent. Returns the replica ids (started, stopped).
         """
         async with self._apply_lock:
+            previous = set(self._clusters)
             self._clusters = {c.id: c for c in clusters}
+            for cluster_id in previous - set(self._clusters):
+                # Dropped: its dataflows go with its replicas.
+                self._histories.pop(cluster_id, None)
             desired = {spec.replica_id: spec for spec in replicas}
             stopped = [rid for rid in self._replicas if rid not in desired]
             for replica_id in stopped:
@@ -270,6 +286,7 @@ class ComputeController:
         if replica is None:
             return
         await self._unsubscribe(replica)
+        self.reports.forget_replica(replica_id)
         self.peeks.forget_replica(replica_id, f"replica {replica_id} was dropped")
         await self._orchestrator.drop_replica(replica_id)
         self.statuses.remove(replica_id)
@@ -333,12 +350,16 @@ class ComputeController:
             replica.started_at = time.monotonic()
             replica.last_heartbeat = None
             replica.created_at = None
+            # The new incarnation starts from nothing and reports afresh.
+            self.reports.forget_replica(event.replica_id)
             # No status yet: a replica's row says what is known (online from
             # its first heartbeat, offline with the reason it went away).
             return
         if event.incarnation != replica.incarnation:
             return
         replica.alive = False
+        # Its frontiers no longer say what some replica can answer now.
+        self.reports.forget_replica(event.replica_id)
         self.peeks.forget_replica(
             event.replica_id, f"replica {event.replica_id} went away ({event.describe()})"
         )
@@ -395,6 +416,14 @@ class ComputeController:
             self._on_heartbeat(replica, response.heartbeat)
         elif kind == "peek_response":
             await self.peeks.on_response(replica_id, replica.incarnation, response.peek_response)
+        elif kind == "frontiers":
+            self.reports.on_frontiers(replica_id, response.frontiers)
+        elif kind == "hydration":
+            self.reports.on_hydration(replica_id, response.hydration)
+        elif kind == "collection_error":
+            self.reports.on_error(replica_id, response.collection_error)
+        elif kind == "subscribe_batch":
+            await self.subscribes.on_batch(response.subscribe_batch)
         else:
             log.debug("response ignored", replica_id=replica_id, kind=kind)
 
@@ -416,15 +445,16 @@ class ComputeController:
             blob_uri=self.blob_uri,
             consensus_uri=self.consensus_uri,
         )
-        commands = [
-            compute_pb2.ComputeCommand(create_instance=create),
-            *self.history.commands(),
-            compute_pb2.ComputeCommand(
-                initialization_complete=compute_pb2.InitializationComplete()
-            ),
-        ]
-        for command in commands:
-            await self._send(replica.spec.replica_id, replica.incarnation, command)
+        async with self._command_lock:
+            commands = [
+                compute_pb2.ComputeCommand(create_instance=create),
+                *self.history(spec.cluster_id).commands(),
+                compute_pb2.ComputeCommand(
+                    initialization_complete=compute_pb2.InitializationComplete()
+                ),
+            ]
+            for command in commands:
+                await self._send(replica.spec.replica_id, replica.incarnation, command)
         log.info(
             "instance created",
             replica_id=spec.replica_id,
@@ -472,6 +502,7 @@ class ComputeController:
             timeout=self.heartbeat_timeout,
         )
         replica.replacing = True
+        self.reports.forget_replica(replica_id)
         self._set_status(replica, OFFLINE, HEARTBEAT_TIMEOUT_REASON)
         self.peeks.forget_replica(replica_id, f"replica {replica_id} stopped heartbeating")
         self._spawn(self._orchestrator.restart_replica(replica_id), f"restart-{replica_id}")
@@ -480,6 +511,131 @@ class ComputeController:
         task = asyncio.create_task(coroutine, name=name)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+
+    # -- dataflows -----------------------------------------------------------------------------
+
+    def history(self, cluster_id: str) -> CommandHistory:
+        """The command history of ``cluster_id`` (made on first use)."""
+        return self._histories.setdefault(cluster_id, CommandHistory())
+
+    async def create_dataflow(
+        self, cluster_id: str, dataflow: plan_pb2.DataflowDescription
+    ) -> bool:
+        """Install ``dataflow`` on every replica of the cluster, now and later; False if known."""
+        if not dataflow.id:
+            raise LoupeError("INVALID_ARGUMENT", "a dataflow needs an id")
+        if not export_ids(dataflow):
+            raise LoupeError("INVALID_ARGUMENT", f"dataflow {dataflow.id} exports nothing")
+        if not self.history(cluster_id).create_dataflow(dataflow):
+            return False
+        for sink in dataflow.sink_exports:
+            if sink.HasField("subscribe"):
+                self.subscribes.open(sink.sink_id)
+        await self._broadcast(
+            cluster_id,
+            compute_pb2.ComputeCommand(
+                create_dataflow=compute_pb2.CreateDataflow(dataflow=dataflow)
+            ),
+            compute_pb2.ComputeCommand(schedule=compute_pb2.Schedule(id=dataflow.id)),
+        )
+        log.info(
+            "dataflow created",
+            cluster_id=cluster_id,
+            dataflow_id=dataflow.id,
+            name=dataflow.debug_name,
+            as_of=dataflow.as_of,
+        )
+        return True
+
+    async def allow_compaction(
+        self, cluster_id: str, collection_ids: Iterable[str], since: int, empty: bool
+    ) -> None:
+        """Let replicas compact these collections to ``since``; ``empty`` drops them."""
+        history = self.history(cluster_id)
+        commands = []
+        for collection_id in collection_ids:
+            dataflow_id = history.dataflow_of(collection_id)
+            if not history.allow_compaction(collection_id, since, empty):
+                continue
+            if empty:
+                gone = dataflow_id if not history.has_dataflow(dataflow_id or "") else None
+                self.reports.forget_collection(collection_id, gone)
+                self.subscribes.close(collection_id)
+            commands.append(
+                compute_pb2.ComputeCommand(
+                    allow_compaction=compute_pb2.AllowCompaction(
+                        collection_id=collection_id, since=since, empty=empty
+                    )
+                )
+            )
+        await self._broadcast(cluster_id, *commands)
+
+    def list_frontiers(
+        self, cluster_id: str, collection_ids: Iterable[str] = ()
+    ) -> list[CollectionFrontiers]:
+        """Frontiers of the cluster's compute collections (all of them if none are named)."""
+        history = self.history(cluster_id)
+        return [
+            CollectionFrontiers(
+                collection_id,
+                self.reports.write_frontier(collection_id),
+                history.since(collection_id) or 0,
+                self.reports.replica_frontiers(collection_id),
+            )
+            for collection_id in self._collections(cluster_id, collection_ids)
+        ]
+
+    def collection_status(
+        self, cluster_id: str, collection_ids: Iterable[str] = ()
+    ) -> list[tuple[str, Any, list[compute_pb2.Hydration]]]:
+        """(collection id, its error or None, its dataflow's hydration per replica)."""
+        history = self.history(cluster_id)
+        found = []
+        for collection_id in self._collections(cluster_id, collection_ids):
+            dataflow_id = history.dataflow_of(collection_id) or ""
+            found.append(
+                (
+                    collection_id,
+                    self.reports.error(collection_id),
+                    self.reports.hydration_of(dataflow_id),
+                )
+            )
+        return found
+
+    def _collections(self, cluster_id: str, collection_ids: Iterable[str]) -> list[str]:
+        known = self.history(cluster_id).collections()
+        wanted = list(collection_ids)
+        if not wanted:
+            return known
+        unknown = sorted(set(wanted) - set(known))
+        if unknown:
+            raise LoupeError(
+                "NOT_FOUND",
+                f"cluster '{self.cluster_name(cluster_id)}' has no compute collection"
+                f" {', '.join(unknown)}",
+            )
+        return wanted
+
+    async def _broadcast(self, cluster_id: str, *commands: compute_pb2.ComputeCommand) -> None:
+        """Send ``commands`` to every replica of the cluster that has its history already."""
+        async with self._command_lock:
+            for replica in list(self._replicas.values()):
+                if (
+                    replica.spec.cluster_id != cluster_id
+                    or replica.created_at is None
+                    or not replica.alive
+                    or replica.replacing
+                ):
+                    continue
+                for command in commands:
+                    sent = compute_pb2.ComputeCommand()
+                    sent.CopyFrom(command)
+                    await self._send(replica.spec.replica_id, replica.incarnation, sent)
+
+    async def _publish_subscribe_batch(
+        self, subject: str, batch: compute_pb2.SubscribeBatch
+    ) -> None:
+        await publish(self._nc, subject, batch)
 
     # -- peeks ---------------------------------------------------------------------------------
 
@@ -493,6 +649,8 @@ class ComputeController:
     ) -> compute_pb2.PeekResponse:
         """Run ``peek`` on the cluster's online replicas (or one); the first answer wins."""
         name = self.cluster_name(cluster_id)
+        if peek.target_id:
+            self._check_readable(cluster_id, peek.target_id, peek.timestamp)
         if replica_id:
             replica = self._replicas.get(replica_id)
             if replica is None or replica.spec.cluster_id != cluster_id:
@@ -506,6 +664,20 @@ class ComputeController:
             candidates = [self._replicas[rid] for rid in self.online_replicas(cluster_id)]
         targets = {r.spec.replica_id: r.incarnation for r in candidates}
         return await self.peeks.run(name, targets, peek, timeout)
+
+    def _check_readable(self, cluster_id: str, target_id: str, timestamp: int) -> None:
+        since = self.history(cluster_id).since(target_id)
+        if since is None:
+            raise LoupeError(
+                "NOT_FOUND",
+                f"cluster '{self.cluster_name(cluster_id)}' has no index {target_id}",
+            )
+        if timestamp and timestamp < since:
+            raise LoupeError(
+                SqlState.INTERNAL_ERROR,
+                f"Timestamp ({timestamp}) is not valid for all inputs: {target_id} since {since}",
+                hint=f"Read AS OF {since} or later.",
+            )
 
     async def cancel_peek(self, peek_uuid: str) -> bool:
         """Cancel a running peek: its caller gets ``canceled``. False if it was not running."""

@@ -3,10 +3,13 @@
 The compute controller picks the targets (the online replicas of a cluster,
 or the one asked for) and feeds every ``PeekResponse`` of a current
 incarnation to ``PeekRouter.on_response``. The router promises each caller
-exactly one outcome: the first response (rows or error), ``canceled`` after
-``cancel``, or a ``LoupeError`` (timeout; every target went away). Once a peek
-is decided, every target that has not answered gets ``CancelPeek``, and later
-responses for it are dropped.
+exactly one outcome: the first rows, ``canceled`` after ``cancel``, an error
+response, or a ``LoupeError`` (timeout; every target went away). An error
+response waits for the other targets (one of them may still answer: a
+replica restarted after its inputs were compacted cannot read times the
+others still can); it is the outcome once no target is left, or at the
+timeout. Once a peek is decided, every target that has not answered gets
+``CancelPeek``, and later responses for it are dropped.
 """
 
 from __future__ import annotations
@@ -38,6 +41,8 @@ class _PendingPeek:
     future: asyncio.Future[compute_pb2.PeekResponse]
     # replica_id -> the incarnation the peek was sent to; those still racing.
     targets: dict[str, int] = field(default_factory=dict)
+    # The first error response, kept while other targets may still answer.
+    error: compute_pb2.PeekResponse | None = None
 
 
 class PeekRouter:
@@ -79,6 +84,9 @@ class PeekRouter:
             try:
                 response = await asyncio.wait_for(asyncio.shield(pending.future), timeout)
             except TimeoutError:
+                if pending.error is not None:
+                    PEEKS.labels(outcome="error").inc()
+                    return pending.error
                 PEEKS.labels(outcome="timeout").inc()
                 raise LoupeError(
                     "DEADLINE_EXCEEDED",
@@ -114,17 +122,26 @@ class PeekRouter:
             log.debug("late peek response dropped", uuid=response.uuid, replica_id=replica_id)
             return
         del pending.targets[replica_id]
-        if response.WhichOneof("result") == "canceled":
-            # The replica gave up on its own (it is going away): others may still answer.
-            if not pending.targets:
-                self._fail(
-                    pending,
-                    LoupeError(
-                        "UNAVAILABLE",
-                        f"every replica of cluster '{pending.cluster_name}' canceled the peek",
-                    ),
-                )
+        result = response.WhichOneof("result")
+        if result == "error" and pending.error is None:
+            pending.error = response
+        if result in ("canceled", "error") and pending.targets:
+            return  # others may still answer
+        if result == "canceled":
+            # The replica gave up on its own (it is going away).
+            if pending.error is not None:
+                self._answer(pending, pending.error)
+                return
+            self._fail(
+                pending,
+                LoupeError(
+                    "UNAVAILABLE",
+                    f"every replica of cluster '{pending.cluster_name}' canceled the peek",
+                ),
+            )
             return
+        if result == "error" and pending.error is not None:
+            response = pending.error  # the first of them all
         del self._peeks[response.uuid]
         if not pending.future.done():
             pending.future.set_result(response)
@@ -135,6 +152,9 @@ class PeekRouter:
         """A replica went away: its peeks wait for the others, or fail if none are left."""
         for pending in list(self._peeks.values()):
             if pending.targets.pop(replica_id, None) is None or pending.targets:
+                continue
+            if pending.error is not None:
+                self._answer(pending, pending.error)
                 continue
             self._fail(
                 pending,
@@ -153,6 +173,11 @@ class PeekRouter:
             command = compute_pb2.ComputeCommand(cancel_peek=compute_pb2.CancelPeek(uuid=peek_uuid))
             with contextlib.suppress(Exception):
                 await self._send(replica_id, incarnation, command)
+
+    def _answer(self, pending: _PendingPeek, response: compute_pb2.PeekResponse) -> None:
+        self._peeks.pop(pending.uuid, None)
+        if not pending.future.done():
+            pending.future.set_result(response)
 
     def _fail(self, pending: _PendingPeek, error: LoupeError) -> None:
         self._peeks.pop(pending.uuid, None)

@@ -24,7 +24,13 @@ from typing import Any
 from nats.aio.client import Client as NatsConnection
 from nats.aio.msg import Msg
 
-from loupe.builtins import BUILTIN_COLLECTIONS, BuiltinCollection
+from loupe.builtins import (
+    BUILTIN_COLLECTIONS,
+    MZ_STATEMENT_EXECUTION_HISTORY,
+    MZ_STATEMENT_LIFECYCLE_HISTORY,
+    BuiltinCollection,
+)
+from loupe.catalog.system_vars import system_value
 from loupe.common.errors import LoupeError
 from loupe.common.logging import get_logger
 from loupe.common.metrics import serve_metrics
@@ -40,6 +46,9 @@ from loupe.proto.compute.v1 import compute_pb2
 from loupe.proto.controller.v1 import controller_pb2
 
 log = get_logger(__name__)
+
+# The statement log collections ``statement_logging_retention`` applies to.
+STATEMENT_LOG_RETAINED = (MZ_STATEMENT_EXECUTION_HISTORY.id, MZ_STATEMENT_LIFECYCLE_HISTORY.id)
 
 CONTROLLER_SERVICE = controller_pb2.DESCRIPTOR.services_by_name["Controller"]
 CATALOG_SERVICE = catalog_pb2.DESCRIPTOR.services_by_name["Catalog"]
@@ -136,7 +145,7 @@ class ControllerService(Service):
             await self.compute.start()
             stack.push_async_callback(self.compute.stop)
 
-            follower = CatalogFollower(self.compute)
+            follower = CatalogFollower(self.compute, self.writer)
             servicer = ControllerServicer(
                 self.compute, follower, self.writer, blob_uri, consensus_uri
             )
@@ -210,10 +219,17 @@ class ControllerService(Service):
 
 
 class CatalogFollower:
-    """Applies catalog snapshots to the compute controller, newest first-come only."""
+    """Applies catalog snapshots to the compute controller, newest first-come only.
 
-    def __init__(self, compute: ComputeController) -> None:
+    Also hands the system variables the storage writer obeys to ``writer``:
+    ``statement_logging_retention`` becomes the retention of the statement
+    log's execution and lifecycle collections.
+    """
+
+    def __init__(self, compute: ComputeController, writer: Any = None) -> None:
         self._compute = compute
+        self._writer = writer
+        self._retention_ms: int | None = None
         self._applied: tuple[int, int] | None = None
         self._lock = asyncio.Lock()
 
@@ -226,10 +242,22 @@ class CatalogFollower:
                 return [], []
             clusters, replicas = desired_state(snapshot)
             started, stopped = await self._compute.apply(clusters, replicas)
+            self._apply_retention(snapshot)
             self._applied = version
         if started or stopped:
             log.info("catalog applied", version=version, started=started, stopped=stopped)
         return started, stopped
+
+    def _apply_retention(self, snapshot: catalog_pb2.CatalogSnapshot) -> None:
+        if self._writer is None or not hasattr(self._writer, "set_retention"):
+            return
+        value = system_value(snapshot.system_configuration, "statement_logging_retention")
+        # Stored values are checked durations in seconds ("2592000.0s").
+        retention_ms = int(float(value.rstrip("s")) * 1000)
+        if retention_ms != self._retention_ms:
+            self._writer.set_retention(STATEMENT_LOG_RETAINED, retention_ms)
+            self._retention_ms = retention_ms
+            log.info("statement log retention applied", retention_ms=retention_ms)
 
     async def on_change(self, snapshot: catalog_pb2.CatalogSnapshot, _msg: Msg) -> None:
         await self.apply(snapshot)
@@ -287,6 +315,63 @@ class ControllerServicer:
         self, request: common_pb2.Empty, context: Any
     ) -> controller_pb2.ListCollectionsResponse:
         return controller_pb2.ListCollectionsResponse(collections=self._collections)
+
+    async def CreateDataflow(
+        self, request: controller_pb2.CreateDataflowRequest, context: Any
+    ) -> common_pb2.Empty:
+        _need_cluster(request.cluster_id)
+        await self._compute.create_dataflow(request.cluster_id, request.dataflow)
+        return common_pb2.Empty()
+
+    async def AllowCompaction(
+        self, request: controller_pb2.AllowCompactionRequest, context: Any
+    ) -> common_pb2.Empty:
+        _need_cluster(request.cluster_id)
+        await self._compute.allow_compaction(
+            request.cluster_id, request.collection_ids, request.since, request.empty
+        )
+        return common_pb2.Empty()
+
+    async def ListFrontiers(
+        self, request: controller_pb2.ListFrontiersRequest, context: Any
+    ) -> controller_pb2.ListFrontiersResponse:
+        _need_cluster(request.cluster_id)
+        found = self._compute.list_frontiers(request.cluster_id, request.collection_ids)
+        return controller_pb2.ListFrontiersResponse(
+            collections=[
+                controller_pb2.CollectionFrontiers(
+                    collection_id=c.collection_id,
+                    write_frontier=c.write_frontier,
+                    since=c.since,
+                    replicas=[
+                        controller_pb2.ReplicaFrontier(replica_id=r, write_frontier=f)
+                        for r, f in c.replicas.items()
+                    ],
+                )
+                for c in found
+            ]
+        )
+
+    async def CollectionStatus(
+        self, request: controller_pb2.ListFrontiersRequest, context: Any
+    ) -> controller_pb2.CollectionStatusResponse:
+        _need_cluster(request.cluster_id)
+        statuses = []
+        for collection_id, error, hydration in self._compute.collection_status(
+            request.cluster_id, request.collection_ids
+        ):
+            status = controller_pb2.CollectionStatus(
+                collection_id=collection_id, hydration=hydration
+            )
+            if error is not None:
+                status.error.CopyFrom(error)
+            statuses.append(status)
+        return controller_pb2.CollectionStatusResponse(collections=statuses)
+
+
+def _need_cluster(cluster_id: str) -> None:
+    if not cluster_id:
+        raise LoupeError("INVALID_ARGUMENT", "the request names no cluster")
 
 
 # -- the wire edge -------------------------------------------------------------------

@@ -18,9 +18,11 @@ import re
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from loupe.builtins import (
     BUILTIN_COLLECTIONS,
+    BY_QUALIFIED_NAME,
     MZ_CLUSTER_REPLICAS,
     MZ_CLUSTERS,
     MZ_COLUMNS,
@@ -37,6 +39,7 @@ from loupe.builtins import (
 )
 from loupe.common.logging import get_logger
 from loupe.coordinator.audit_log import AUDIT_COLLECTIONS, AuditLog, Row
+from loupe.coordinator.objects import ComputeObject, load_objects, relation_columns
 from loupe.coordinator.tables import TYPE_NAMES, Table, columns_of
 from loupe.proto.catalog.v1 import catalog_pb2
 
@@ -98,6 +101,14 @@ class CatalogState:
                 table = self._table(item)
                 if table is not None:
                     self.tables[table.id] = table
+        self._tables_by_full_name = {t.full_name: t for t in self.tables.values()}
+        # Views, materialized views and indexes, planned from their definitions.
+        self.objects: dict[str, ComputeObject] = load_objects(
+            self.snapshot.items,
+            names=self._item_names,
+            plan=self._plan_stored,
+            relation_named=self.relation_named,
+        )
 
     @property
     def timestamp(self) -> int:
@@ -146,6 +157,61 @@ class CatalogState:
     def tables_in(self, database: str) -> dict[str, Table]:
         """``schema.name`` -> table, for the tables of ``database`` (name resolution)."""
         return {t.qualified_name: t for t in self.tables.values() if t.database == database}
+
+    def relations_in(self, database: str) -> dict[str, Table | ComputeObject]:
+        """``schema.name`` -> what a query can read in ``database``: tables, views, MVs."""
+        relations: dict[str, Table | ComputeObject] = dict(self.tables_in(database))
+        for obj in self.objects.values():
+            if obj.type != "index" and obj.database == database:
+                relations[obj.qualified_name] = obj
+        return relations
+
+    def relation_named(self, name: str, objects: dict[str, ComputeObject] | None = None) -> Any:
+        """The relation a fully qualified name (as stored in ``create_sql``) names, or None.
+
+        Builtins are ``schema.name``, user relations ``database.schema.name``.
+        """
+        found = BY_QUALIFIED_NAME.get(name) or self._tables_by_full_name.get(name)
+        if found is not None:
+            return found
+        for obj in (self.objects if objects is None else objects).values():
+            if obj.type != "index" and obj.full_name == name:
+                return obj
+        return None
+
+    def indexes_on(self, object_id: str, cluster_id: str | None = None) -> list[ComputeObject]:
+        """The indexes on ``object_id`` (on ``cluster_id`` only, when given), oldest first."""
+        return [
+            o
+            for o in self.objects.values()
+            if o.type == "index"
+            and o.on_id == object_id
+            and (cluster_id is None or o.cluster_id == cluster_id)
+        ]
+
+    def _item_names(self, item: catalog_pb2.Item) -> tuple[str, str, str]:
+        schema = self.schemas.get(item.schema_id)
+        database = self.databases.get(schema.database_id) if schema is not None else None
+        return (
+            database.name if database is not None else "",
+            schema.name if schema is not None else "",
+            item.name,
+        )
+
+    def _plan_stored(self, query: Any, objects: dict[str, ComputeObject]) -> tuple[Any, list[Any]]:
+        """Plan a stored definition (fully qualified names) against ``objects`` so far."""
+        from loupe.coordinator.plan import plan_query
+
+        reads: list[Any] = []
+
+        def resolve(name: str) -> tuple[str, list[tuple[str, str]]] | None:
+            relation = self.relation_named(name, objects)
+            if relation is None:
+                return None
+            reads.append(relation)
+            return relation.id, relation_columns(relation)
+
+        return plan_query(query, resolve), reads
 
     def _table(self, item: catalog_pb2.Item) -> Table | None:
         schema = self.schemas.get(item.schema_id)
@@ -259,8 +325,9 @@ def item_rows(snapshot: catalog_pb2.CatalogSnapshot) -> dict[str, Counter[Row]]:
                 (*common, cluster_id, definition_of(item.create_sql), item.owner_id, sql, sql)
             ] += 1
         elif item.type == "index":
-            # The indexed object's id is not recorded on the item yet.
-            rows[MZ_INDEXES.id][(item.id, item.name, None, cluster_id, item.owner_id, sql)] += 1
+            index = state.objects.get(item.id)
+            on_id = index.on_id if index is not None else None
+            rows[MZ_INDEXES.id][(item.id, item.name, on_id, cluster_id, item.owner_id, sql)] += 1
         elif item.type == "source":
             rows[MZ_SOURCES.id][(*common, None, item.owner_id, sql)] += 1
     return rows

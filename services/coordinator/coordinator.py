@@ -14,9 +14,13 @@
   and read at one timestamp: ``AS OF`` if given, else the oracle's read
   timestamp (strict serializable; ``transaction_isolation = serializable``
   reads the latest complete time instead). ``mz_now()`` becomes that
-  timestamp. It is sent as a peek to the system cluster when it reads only
-  system relations, else to the session's cluster; a SELECT that reads no
-  relation is evaluated here with polars.
+  timestamp. A SELECT reading relations runs on compute dataflows
+  (``loupe.coordinator.compute``: fast-path index peeks or transient
+  dataflows) on the system cluster when it reads only system relations,
+  else on the session's cluster; a SELECT that reads no relation is
+  evaluated here with polars (Materialize's constant strategy).
+- Views, materialized views, indexes, ``SUBSCRIBE`` and ``CREATE SOURCE …
+  FROM LOAD GENERATOR TPCH`` are ``loupe.coordinator.compute``'s.
 - ``EXPLAIN [OPTIMIZED | PHYSICAL] PLAN … FOR <query>`` resolves the
   query's names as a SELECT does, plans it (``loupe.coordinator.plan``) and
   returns the plan's text as one row, without reading anything.
@@ -33,8 +37,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
+import dataclasses
+import tempfile
 import time
-import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -43,18 +49,31 @@ from nats.aio.client import Client as NatsConnection
 from nats.aio.subscription import Subscription
 from sqlglot import exp
 
-from loupe.builtins import BY_QUALIFIED_NAME, IMPLICIT_SCHEMAS, SYSTEM_CLUSTER_NAME
+from loupe.builtins import BY_QUALIFIED_NAME, IMPLICIT_SCHEMAS
+from loupe.catalog.system_vars import checked_value, is_system_variable, system_value
 from loupe.common.errors import LoupeError, SqlState
 from loupe.common.logging import get_logger
 from loupe.common.transport import NatsServiceClient, subscribe
 from loupe.common.values import from_row
 from loupe.coordinator import dml, metrics
+from loupe.coordinator import statement_logging as stmtlog
 from loupe.coordinator.catalog_relations import CatalogRelationsWriter
 from loupe.coordinator.catalog_state import CatalogState, ClusterInfo
+from loupe.coordinator.compute import Compute, explain_text
 from loupe.coordinator.constant import evaluate_constant
 from loupe.coordinator.follower import CatalogFollower
-from loupe.coordinator.plan import explain, lower_to_lir, plan_query
-from loupe.coordinator.results import Column, Complete, Event, Failure, Notice, StatementResult
+from loupe.coordinator.plan import plan_query
+from loupe.coordinator.results import (
+    Column,
+    Complete,
+    Event,
+    Failure,
+    Notice,
+    Progress,
+    RowBatch,
+    StatementResult,
+    Streaming,
+)
 from loupe.coordinator.session import Session, SessionManager
 from loupe.coordinator.sql.parser import parse, parse_one
 from loupe.coordinator.sql.resolve import (
@@ -63,15 +82,20 @@ from loupe.coordinator.sql.resolve import (
     resolve_query,
     resolve_relations,
     search_path_schemas,
-    source_name,
 )
 from loupe.coordinator.sql.statements import (
+    AlterSystem,
+    ColumnDef,
     CreateCluster,
     CreateClusterReplica,
+    CreateIndex,
+    CreateSource,
     CreateTable,
+    CreateView,
     Delete,
     DropCluster,
     DropClusterReplica,
+    DropObjects,
     DropTable,
     Explain,
     Insert,
@@ -83,11 +107,14 @@ from loupe.coordinator.sql.statements import (
     ShowClusters,
     ShowVariable,
     Statement,
+    Subscribe,
     Update,
 )
+from loupe.coordinator.statement_logging_views import inline_builtin_views
 from loupe.coordinator.table_store import TableStore, TimestampOracle
 from loupe.coordinator.tables import Table, check_columns, columns_of, create_table_sql
 from loupe.coordinator.timestamps import as_of_timestamp
+from loupe.persist import nats_upper_notifier
 from loupe.proto.catalog.v1 import catalog_pb2
 from loupe.proto.common.v1 import common_pb2
 from loupe.proto.compute.v1 import compute_pb2
@@ -125,7 +152,7 @@ class CoordinatorConfig:
     # How long a peek may run before it is canceled.
     peek_timeout: float = 60.0
     # How long to wait for the controller and catalog at start.
-    startup_timeout: float = 30.0
+    startup_timeout: float = 180.0
     # Timeout of one catalog or controller request (peeks excepted).
     request_timeout: float = 30.0
     # How long to wait at start for the storage writer's next flush.
@@ -140,6 +167,14 @@ class CoordinatorConfig:
     table_retention: float = 3600.0
     # Ticks between compactions of the tables.
     table_compaction_ticks: int = 10
+    # How long CREATE INDEX / MATERIALIZED VIEW wait for their dataflow to hydrate.
+    hydration_wait: float = 60.0
+    hydration_poll_interval: float = 0.2
+    # This coordinator's name among the coordinators of a deployment (each
+    # needs its own): executions it leaves open when it dies are found by it.
+    instance_name: str = "coordinator"
+    # The storage writer's input subject (the controller's storage_subject).
+    storage_subject: str = stmtlog.DEFAULT_SUBJECT
 
 
 WRONG_OBJECT_TYPE = "42809"
@@ -183,11 +218,19 @@ class Coordinator:
             retention_ms=int(self.config.table_retention * 1000),
         )
         self.collections: dict[str, common_pb2.CollectionMetadata] = {}
+        self.compute = Compute(self)
         # This coordinator's DDL runs one statement at a time.
         self._ddl_lock = asyncio.Lock()
         self._subscription: Subscription | None = None
         self._background: set[asyncio.Task[Any]] = set()
         self._ticker: asyncio.Task[None] | None = None
+        self.statement_log = stmtlog.StatementLogger(
+            connection,
+            lambda: self.state.snapshot.system_configuration,
+            owner=self.config.instance_name,
+            subject=self.config.storage_subject,
+            cluster_id=self._cluster_id,
+        )
 
     # -- lifecycle ----------------------------------------------------------------------
 
@@ -203,8 +246,9 @@ class Coordinator:
             self._nc, CATALOG_CHANGES_SUBJECT, catalog_pb2.CatalogSnapshot, self.follower.on_change
         )
         await self.refresh_collections(wait=True)
-        await self.follower.start(self.collections, self._retry_unavailable)
+        await self._start_following()
         self._open_table_store()
+        self.tables.notify = nats_upper_notifier(self._nc)
         try:
             # Shards of tables created while no coordinator ran, and fresh uppers.
             await self.tables.advance_all()
@@ -212,6 +256,28 @@ class Coordinator:
             log.warning("could not advance the tables at start", error=error.message)
         if self.config.table_tick_interval > 0:
             self._ticker = asyncio.create_task(self._tick_tables())
+        try:
+            await self.compute.install_all()
+        except LoupeError as error:
+            log.warning("could not install the catalog's dataflows", error=error.message)
+        await self.statement_log.start()
+
+    async def _start_following(self) -> None:
+        """Reconcile with the catalog; a timed-out storage append is tried again.
+
+        A controller still starting (Spark warming up on a busy machine) may
+        answer its first appends late; they are idempotent (batch ids), so
+        trying again until ``startup_timeout`` is safe.
+        """
+        deadline = time.monotonic() + self.config.startup_timeout
+        while True:
+            try:
+                await self.follower.start(self.collections, self._retry_unavailable)
+                return
+            except LoupeError as error:
+                if error.code != "DEADLINE_EXCEEDED" or time.monotonic() >= deadline:
+                    raise
+                log.info("storage is slow to answer; reconciling again", error=error.message)
 
     def _open_table_store(self) -> None:
         """Tables live where the builtin collections live."""
@@ -239,6 +305,7 @@ class Coordinator:
                 failing = True
 
     async def stop(self) -> None:
+        await self.statement_log.stop()
         if self._ticker is not None:
             self._ticker.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -295,25 +362,117 @@ class Coordinator:
                 yield Complete("EMPTY")
                 return
             for statement in statements:
-                kind = type(statement).__name__
-                started = time.monotonic()
+                kind = stmtlog.statement_type(statement)
+                execution = self.statement_log.begin(session, statement.text, kind)
+                failed = False
+                async for event in self._logged(session, statement, execution):
+                    failed = isinstance(event, Failure)
+                    yield event
+                if failed:
+                    return
+
+    async def _logged(
+        self, session: Session, statement: Statement, execution: stmtlog.Execution | None
+    ) -> AsyncIterator[Event]:
+        """The events of one statement; a sampled execution is logged with how it ended.
+
+        A stream closed before its end (the client went away) is logged canceled.
+        """
+        status, message = stmtlog.CANCELED, None
+        try:
+            async for event in self._execute_one(session, statement, execution):
+                if isinstance(event, Failure):
+                    canceled = event.error.code == SqlState.QUERY_CANCELED
+                    status = stmtlog.CANCELED if canceled else stmtlog.ERROR
+                    message = event.error.message
+                elif isinstance(event, RowBatch) and execution is not None:
+                    rows, size = stmtlog.result_size(event.rows)
+                    execution.rows_returned += rows
+                    execution.result_size += size
+                yield event
+                if isinstance(event, Failure):
+                    return
+            status = stmtlog.SUCCESS
+        finally:
+            if execution is not None:
+                self.statement_log.end(execution, status, error_message=message)
+
+    async def _execute_one(
+        self, session: Session, statement: Statement, execution: stmtlog.Execution | None
+    ) -> AsyncIterator[Event]:
+        kind = type(statement).__name__
+        started = time.monotonic()
+        try:
+            result = await self._run_cancelable(session, statement, execution)
+        except LoupeError as error:
+            outcome = "canceled" if error.code == SqlState.QUERY_CANCELED else "error"
+            metrics.STATEMENTS.labels(kind, outcome).inc()
+            yield Failure(error)
+            return
+        if isinstance(result, Streaming):
+            failed = False
+            async for event in self._stream(session, result):
+                failed = isinstance(event, Failure)
+                yield event
+            metrics.STATEMENTS.labels(kind, "error" if failed else "ok").inc()
+            return
+        metrics.STATEMENTS.labels(kind, "ok").inc()
+        metrics.STATEMENT_SECONDS.labels(kind).observe(time.monotonic() - started)
+        for event in result.events():
+            yield event
+
+    async def _stream(self, session: Session, result: Streaming) -> AsyncIterator[Event]:
+        """The events of a streaming statement; ``cancel()`` ends it with 57014.
+
+        Each step runs as the session's cancelable task; the stream is closed
+        (running its clean-up: a SUBSCRIBE drops its dataflow) however it ends.
+        """
+        stream = result.stream
+        try:
+            while True:
+                if session.cancel_requested:
+                    yield Failure(canceled_error())
+                    return
+                step = asyncio.ensure_future(anext(stream))
+                session.running = step
                 try:
-                    result = await self._run_cancelable(session, statement)
+                    event = await step
+                except StopAsyncIteration:
+                    return
+                except asyncio.CancelledError:
+                    current = asyncio.current_task()
+                    if current is not None and current.cancelling():
+                        raise
+                    yield Failure(canceled_error())
+                    return
                 except LoupeError as error:
-                    outcome = "canceled" if error.code == SqlState.QUERY_CANCELED else "error"
-                    metrics.STATEMENTS.labels(kind, outcome).inc()
                     yield Failure(error)
                     return
-                metrics.STATEMENTS.labels(kind, "ok").inc()
-                metrics.STATEMENT_SECONDS.labels(kind).observe(time.monotonic() - started)
-                for event in result.events():
-                    yield event
+                finally:
+                    session.running = None
+                yield event
+                if isinstance(event, Failure):
+                    return
+        finally:
+            with contextlib.suppress(Exception):
+                await stream.aclose()  # type: ignore[attr-defined]
 
-    async def _run_cancelable(self, session: Session, statement: Statement) -> StatementResult:
-        """Run ``statement`` as a task ``cancel()`` can stop (DDL is never stopped halfway)."""
+    async def _run_cancelable(
+        self,
+        session: Session,
+        statement: Statement,
+        execution: stmtlog.Execution | None = None,
+    ) -> StatementResult | Streaming:
+        """Run ``statement`` as a task ``cancel()`` can stop (DDL is never stopped halfway).
+
+        The task sees ``execution`` (``statement_logging.CURRENT``), so the
+        compute path can say which strategy it took.
+        """
         if session.cancel_requested:
             raise canceled_error()
-        task = asyncio.create_task(self.run_statement(session, statement))
+        context = contextvars.copy_context()
+        context.run(stmtlog.CURRENT.set, execution)
+        task = asyncio.create_task(self.run_statement(session, statement), context=context)
         cancelable = isinstance(statement, Query | ShowClusters | ShowClusterReplicas | Explain)
         session.running = task if cancelable else None
         try:
@@ -335,9 +494,17 @@ class Coordinator:
         task.cancel()
         return True
 
-    async def run_statement(self, session: Session, statement: Statement) -> StatementResult:
+    async def run_statement(
+        self, session: Session, statement: Statement
+    ) -> StatementResult | Streaming:
         """Plan and run one statement."""
         match statement:
+            case CreateView() | CreateIndex() | CreateSource():
+                return await self.compute.create(session, statement)
+            case DropObjects():
+                return await self.compute.drop(session, statement)
+            case Subscribe():
+                return await self.compute.subscribe(session, statement)
             case Query():
                 return await self._select(session, statement)
             case Explain():
@@ -353,7 +520,11 @@ class Coordinator:
             case ResetVariable():
                 session.reset(statement.name, position=statement.name_position)
                 return StatementResult(tag="RESET")
-            case CreateCluster() | CreateClusterReplica() | DropCluster() | DropClusterReplica():
+            case AlterSystem():
+                return await self._alter_system(session, statement)
+            case DropCluster():
+                return await self.compute.drop_cluster(session, statement)
+            case CreateCluster() | CreateClusterReplica() | DropClusterReplica():
                 return await self._ddl(session, statement)
             case CreateTable():
                 return await self._create_table(session, statement)
@@ -398,6 +569,35 @@ class Coordinator:
             log.warning("could not read the catalog", error=error.message)
             return self.state
 
+    async def _alter_system(self, session: Session, statement: AlterSystem) -> StatementResult:
+        """Store (or remove) a system variable's value in the catalog; superusers only."""
+        self._require_superuser(session, statement)
+        try:
+            value = (
+                None if statement.value is None else checked_value(statement.name, statement.value)
+            )
+        except LoupeError as error:
+            raise LoupeError(error.code, error.message, position=statement.name_position) from None
+        op = catalog_pb2.CatalogOp(
+            set_system_variable=catalog_pb2.SetSystemVariable(
+                name=statement.name.lower(), value=value or "", reset=value is None
+            )
+        )
+        _, result = await self._transact(session, statement, [op], advance=False)
+        return result
+
+    def session_defaults(self) -> dict[str, str]:
+        """Session variables whose default a system variable sets, as of now."""
+        rate = self.system_variable("statement_logging_default_sample_rate")
+        return {"statement_logging_sample_rate": rate}
+
+    def system_variable(self, name: str) -> str:
+        return system_value(self.state.snapshot.system_configuration, name)
+
+    def _cluster_id(self, name: str) -> str | None:
+        cluster = self.state.cluster(name)
+        return cluster.id if cluster is not None else None
+
     def _show(self, session: Session, statement: ShowVariable) -> StatementResult:
         if statement.name.lower() == "all":
             return StatementResult(
@@ -405,7 +605,10 @@ class Coordinator:
                 columns=(("name", "text"), ("setting", "text"), ("description", "text")),
                 rows=list(session.show_all()),
             )
-        value = session.get(statement.name, position=statement.name_position)
+        if is_system_variable(statement.name):
+            value = self.system_variable(statement.name)
+        else:
+            value = session.get(statement.name, position=statement.name_position)
         return StatementResult(
             tag="SHOW", columns=((statement.name.lower(), "text"),), rows=[(value,)]
         )
@@ -421,13 +624,17 @@ class Coordinator:
         self, session: Session, query: Query
     ) -> tuple[tuple[Column, ...], list[tuple[Any, ...]]]:
         """Resolve, choose the timestamp, run: (columns, rows)."""
+        query = dataclasses.replace(query, expression=inline_builtin_views(query.expression))
+        expression, relations = await self.compute.resolved(session, query.expression)
+        if relations:
+            # The planner names the columns as PostgreSQL does.
+            columns, rows = await self.compute.select(session, query, expression, relations)
+            return tuple(columns), rows
         resolved = await self._resolve(session, query)
-        timestamp = await self._read_timestamp(session, query, resolved)
-        sql = resolved.sql_at(timestamp)
-        if resolved.is_constant:
-            columns, rows = evaluate_constant(sql)
-        else:
-            columns, rows = await self._peek(session, resolved, sql, timestamp)
+        timestamp = await self._constant_timestamp(query, resolved)
+        stmtlog.note_event(stmtlog.OPTIMIZATION_FINISHED)
+        stmtlog.note_strategy(stmtlog.CONSTANT)
+        columns, rows = evaluate_constant(resolved.sql_at(timestamp))
         if resolved.output_names is not None and len(resolved.output_names) == len(columns):
             columns = tuple(
                 (name, kind) for name, (_, kind) in zip(resolved.output_names, columns, strict=True)
@@ -442,7 +649,7 @@ class Coordinator:
                 query.expression,
                 search_path=search_path_schemas(session.search_path),
                 database=session.database,
-                collections={**BY_QUALIFIED_NAME, **state.tables_in(session.database)},
+                collections={**BY_QUALIFIED_NAME, **state.relations_in(session.database)},
             )
 
         return await self._resolving(attempt)
@@ -458,50 +665,41 @@ class Coordinator:
             return attempt(await self._refreshed_state())
 
     async def _explain(self, session: Session, statement: Explain) -> StatementResult:
-        """The plan of the query as text: one row, one column named after the stage."""
+        """The plan of the query (or stored definition) as text: one row, one column."""
+        if statement.query is None:
+            name, planned = await self.compute.explain_object(session, statement)
+        else:
+            query = statement.query
 
-        def attempt(state: CatalogState) -> tuple[exp.Expression, dict[str, Relation]]:
-            return resolve_relations(
-                statement.query.expression,
-                search_path=search_path_schemas(session.search_path),
-                database=session.database,
-                collections={**BY_QUALIFIED_NAME, **state.tables_in(session.database)},
-            )
+            def attempt(state: CatalogState) -> tuple[exp.Expression, dict[str, Relation]]:
+                return resolve_relations(
+                    query.expression,
+                    search_path=search_path_schemas(session.search_path),
+                    database=session.database,
+                    collections={**BY_QUALIFIED_NAME, **state.relations_in(session.database)},
+                )
 
-        expression, relations = await self._resolving(attempt)
-        planned = plan_query(expression, lambda name: plan_source(relations[name]))
-        plan = lower_to_lir(planned) if statement.stage == "physical" else planned
-        text = explain(plan, node_ids=statement.node_ids, name=EXPLAINED_QUERY)
+            expression, relations = await self._resolving(attempt)
+            planned = plan_query(expression, lambda name: plan_source(relations[name]))
+            name = EXPLAINED_QUERY
+        text = explain_text(planned, statement.stage, statement.node_ids, name)
         return StatementResult(
             tag=statement.tag,
             columns=((EXPLAIN_COLUMNS[statement.stage], "text"),),
             rows=[(text,)],
         )
 
-    async def _read_timestamp(self, session: Session, query: Query, resolved: ResolvedQuery) -> int:
-        """The time the query reads at; 0 means the latest complete time of its sources."""
+    async def _constant_timestamp(self, query: Query, resolved: ResolvedQuery) -> int:
+        """What ``mz_now()`` is in a query without relations: ``AS OF``, else the oracle's."""
         if query.as_of is not None:
             return as_of_timestamp(query.as_of, query.as_of_position)
         if not resolved.uses_mz_now:
-            if resolved.is_constant:
-                return 0
-            isolation = session.get("transaction_isolation")
-            if isolation == "serializable":
-                return 0
-        try:
-            return await self.oracle.read_timestamp()
-        except LoupeError as error:
-            if error.code != "UNIMPLEMENTED":
-                raise
-            # An older catalog without an oracle API: the latest complete time.
-            return 0 if not resolved.uses_mz_now else time.time_ns() // 1_000_000
+            return 0
+        return await self.oracle.read_timestamp()
 
-    async def _peek_target(self, session: Session, resolved: ResolvedQuery) -> tuple[str, str]:
-        """(cluster_id, replica_id) the peek goes to."""
-        cluster_name = SYSTEM_CLUSTER_NAME if resolved.system_only else session.cluster
-        cluster = await self._cluster(cluster_name)
-        if cluster is None:
-            raise LoupeError(SqlState.UNDEFINED_OBJECT, f"unknown cluster '{cluster_name}'")
+    async def _peek_target_replica(self, session: Session, cluster: ClusterInfo) -> tuple[str, str]:
+        """(cluster_id, replica_id): ``SET cluster_replica`` picks one replica of ``cluster``."""
+        cluster_name = cluster.name
         replica_id = ""
         if session.cluster_replica:
             replica = self.state.replica(cluster.id, session.cluster_replica)
@@ -517,48 +715,11 @@ class Coordinator:
             replica_id = replica.id
         return cluster.id, replica_id
 
-    async def _sources(self, resolved: ResolvedQuery) -> list[compute_pb2.PeekSource]:
-        builtins = [s for s in resolved.sources if not isinstance(s, Table)]
-        if any(source.id not in self.collections for source in builtins):
-            await self.refresh_collections()
-        sources = []
-        for source in resolved.sources:
-            if isinstance(source, Table):
-                if not self.tables.is_open:
-                    raise LoupeError(
-                        "FAILED_PRECONDITION", "table storage is not known yet; try again"
-                    )
-                metadata = self.tables.metadata(source)
-                sources.append(
-                    compute_pb2.PeekSource(name=source_name(source), collection=metadata)
-                )
-                continue
-            metadata = self.collections.get(source.id)
-            if metadata is None:
-                raise LoupeError(
-                    SqlState.INTERNAL_ERROR,
-                    f"storage collection of {source.qualified_name} ({source.id}) is unknown",
-                )
-            sources.append(compute_pb2.PeekSource(name=source_name(source), collection=metadata))
-        return sources
-
-    async def _peek(
-        self, session: Session, resolved: ResolvedQuery, sql: str, timestamp: int
+    async def _send_peek(
+        self, request: controller_pb2.PeekRequest
     ) -> tuple[tuple[tuple[str, str], ...], list[tuple[Any, ...]]]:
-        cluster_id, replica_id = await self._peek_target(session, resolved)
-        peek_id = str(uuid.uuid4())
-        request = controller_pb2.PeekRequest(
-            cluster_id=cluster_id,
-            replica_id=replica_id,
-            peek=compute_pb2.Peek(
-                uuid=peek_id,
-                timestamp=timestamp,
-                sources=await self._sources(resolved),
-                sql=sql,
-            ),
-            timeout_ms=int(self.config.peek_timeout * 1000),
-        )
-        log.debug("peek", uuid=peek_id, cluster_id=cluster_id, sql=sql, as_of=timestamp)
+        """Send a peek to the controller: (columns, rows); canceled with the statement."""
+        peek_id = request.peek.uuid
         try:
             response = await self.controller.call(
                 "Peek", request, timeout=self.config.peek_timeout + 5
@@ -787,19 +948,116 @@ class Coordinator:
     async def _drop_table(self, session: Session, statement: DropTable) -> StatementResult:
         self._require_superuser(session, statement)
         notices: list[Notice] = []
-        ids: list[str] = []
+        tables: dict[str, Table] = {}
         for name in statement.names:
             table = await self._table_named(session, name, missing_ok=statement.if_exists)
             if table is None:
                 notices.append(Notice("NOTICE", f'table "{name}" does not exist, skipping'))
-            elif table.id not in ids:
-                ids.append(table.id)
-        if not ids:
+            else:
+                tables.setdefault(table.id, table)
+        if not tables:
             return StatementResult(tag=statement.tag, notices=notices)
-        ops = [catalog_pb2.CatalogOp(drop_item=catalog_pb2.DropItem(id=i)) for i in ids]
-        _, result = await self._transact(session, statement, ops)
+        result = await self.compute.drop_items(
+            session, statement, list(tables.values()), cascade=statement.cascade
+        )
         result.notices[:0] = notices
         return result
+
+    async def _create_source(self, session: Session, statement: CreateSource) -> Streaming:
+        """``CREATE SOURCE s FROM LOAD GENERATOR TPCH``: the source item and one table per TPC-H table.
+
+        The TPC-H tables are ordinary tables (readable, indexable, writable)
+        in the source's schema, committed first and then filled at one
+        timestamp (``loupe.loadgen.tpch``) while the statement reports
+        ``Progress`` per part written.
+        """
+        from loupe.loadgen import tpch
+
+        self._require_superuser(session, statement)
+        database, schema = self._target_schema(session, statement.name)
+        taken = [
+            n
+            for n in (statement.name.name, *tpch.TPCH_TABLES)
+            if self.state.item_named(schema.id, n)
+        ]
+        if taken:
+            raise LoupeError(
+                SqlState.DUPLICATE_OBJECT,
+                f'"{taken[0]}" already exists',
+                position=statement.position,
+            )
+        owner = self._owner_id(session)
+        source_sql = (
+            f"CREATE SOURCE {quote_name(database, schema.name, statement.name.name)} "
+            f"FROM LOAD GENERATOR TPCH (SCALE FACTOR {statement.scale_factor!r})"
+        )
+        items = [
+            catalog_pb2.Item(
+                schema_id=schema.id,
+                name=statement.name.name,
+                type="source",
+                owner_id=owner,
+                create_sql=source_sql,
+            )
+        ]
+        for name, columns in tpch.TPCH_TABLES.items():
+            definitions = [ColumnDef(name=c, type=TPCH_TYPE_NAMES[t]) for c, t in columns]
+            items.append(
+                catalog_pb2.Item(
+                    schema_id=schema.id,
+                    name=name,
+                    type="table",
+                    owner_id=owner,
+                    create_sql=create_table_sql(database, schema.name, name, definitions),
+                )
+            )
+        ops = [catalog_pb2.CatalogOp(create_item=catalog_pb2.CreateItem(item=i)) for i in items]
+        _, result = await self._transact(session, statement, ops, advance=False)
+        ids = {name: self.state.item_named(schema.id, name) for name in tpch.TPCH_TABLES}
+        shard_ids = {name: item.id for name, item in ids.items() if item is not None}
+        source = quote_name(database, schema.name, statement.name.name).replace('"', "")
+        return Streaming(self._load_tpch(source, statement.scale_factor, shard_ids, result))
+
+    async def _load_tpch(
+        self, source: str, scale: float, shard_ids: dict[str, str], result: StatementResult
+    ) -> AsyncIterator[Event]:
+        """Generate the TPC-H tables and load them at one timestamp, reporting each part."""
+        from loupe.loadgen import tpch
+
+        loop = asyncio.get_running_loop()
+        reports: asyncio.Queue[tuple[str, int, int]] = asyncio.Queue()
+        loaded: dict[str, tuple[int, int]] = {}
+
+        def progress(table: str, written: int, total: int) -> None:
+            loop.call_soon_threadsafe(reports.put_nowait, (table, written, total))
+
+        def report() -> Progress:
+            done = sum(1 for written, total in loaded.values() if written == total)
+            rows = sum(written for written, _ in loaded.values())
+            return Progress(source, done, len(shard_ids), rows, done == len(shard_ids), "tables")
+
+        with tempfile.TemporaryDirectory(prefix="loupe-tpch-") as workdir:
+            files = await asyncio.to_thread(tpch.generate_files, scale, workdir)
+
+            def write(shard_of: Callable[[str], Any], timestamp: int) -> None:
+                shards = {name: shard_of(shard_id) for name, shard_id in shard_ids.items()}
+                tpch.load_files(files, shards, timestamp, progress=progress)
+
+            loading = asyncio.ensure_future(self.tables.load(write))
+            while not loading.done() or not reports.empty():
+                getter = asyncio.ensure_future(reports.get())
+                await asyncio.wait({loading, getter}, return_when=asyncio.FIRST_COMPLETED)
+                if not getter.done():
+                    getter.cancel()
+                    continue
+                table, written, total = getter.result()
+                loaded[table] = (written, total)
+                yield report()
+            await loading
+        await self._after_ddl()
+        for notice in result.notices:
+            yield notice
+        yield Complete(result.tag)
 
     async def _insert(self, session: Session, statement: Insert) -> StatementResult:
         table = await self._table_named(session, statement.table)
@@ -834,6 +1092,20 @@ class Coordinator:
         written = await self.tables.write(table, plan, read=True)
         metrics.TABLE_WRITES.labels("delete").inc()
         return StatementResult(tag=f"DELETE {written.count}")
+
+
+# Storage types of the TPC-H tables -> the column types their CREATE TABLE spells.
+TPCH_TYPE_NAMES = {
+    "int4": "integer",
+    "int8": "bigint",
+    "numeric": "numeric",
+    "text": "text",
+    "date": "date",
+}
+
+
+def quote_name(*parts: str) -> str:
+    return ".".join('"' + p.replace('"', '""') + '"' for p in parts)
 
 
 def plan_source(relation: Relation) -> tuple[str, list[tuple[str, str]]]:

@@ -18,7 +18,15 @@ from loupe.common.logging import get_logger
 from loupe.common.values import to_row
 from loupe.coordinator import metrics
 from loupe.coordinator.coordinator import Coordinator
-from loupe.coordinator.results import Complete, Description, Event, Failure, Notice, RowBatch
+from loupe.coordinator.results import (
+    Complete,
+    Description,
+    Event,
+    Failure,
+    Notice,
+    Progress,
+    RowBatch,
+)
 from loupe.proto.common.v1 import common_pb2
 from loupe.proto.sql.v1 import sql_pb2, sql_pb2_grpc
 
@@ -35,8 +43,10 @@ def event_to_proto(event: Event) -> sql_pb2.ExecuteResponse:
                     columns=[common_pb2.Column(name=n, type=t, nullable=True) for n, t in columns]
                 )
             )
-        case RowBatch(rows):
-            return sql_pb2.ExecuteResponse(rows=sql_pb2.RowBatch(rows=[to_row(r) for r in rows]))
+        case RowBatch(rows, streaming):
+            return sql_pb2.ExecuteResponse(
+                rows=sql_pb2.RowBatch(rows=[to_row(r) for r in rows], streaming=streaming)
+            )
         case Complete(tag):
             return sql_pb2.ExecuteResponse(complete=sql_pb2.CommandComplete(tag=tag))
         case Notice(severity, message):
@@ -45,6 +55,17 @@ def event_to_proto(event: Event) -> sql_pb2.ExecuteResponse:
             )
         case Failure(error):
             return sql_pb2.ExecuteResponse(error=error.to_proto())
+        case Progress(name, hydrated_nodes, total, records, hydrated, unit):
+            return sql_pb2.ExecuteResponse(
+                progress=sql_pb2.Progress(
+                    object=name,
+                    nodes_hydrated=hydrated_nodes,
+                    nodes_total=total,
+                    records_read=records,
+                    hydrated=hydrated,
+                    unit=unit,
+                )
+            )
     raise TypeError(f"not an event: {event!r}")
 
 
@@ -63,6 +84,7 @@ class SqlServicer(sql_pb2_grpc.SqlServicer):
                 request.user,
                 application_name=request.application_name,
                 options=dict(request.options),
+                defaults=self.coordinator.session_defaults(),
             )
         except LoupeError as error:
             await context.abort(
@@ -107,6 +129,7 @@ class SqlServicer(sql_pb2_grpc.SqlServicer):
         session = self.sessions.close(request.session_id)
         if session is not None:
             self.coordinator.cancel(session)
+            self.coordinator.statement_log.session_closed(session.id)
             log.info("session closed", session_id=session.id)
         metrics.SESSIONS.set(len(self.sessions))
         return common_pb2.Empty()

@@ -7,6 +7,7 @@ statements only), ``RowBatch``es and a ``Complete`` with the command tag;
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,6 +24,8 @@ class Description:
 @dataclass(frozen=True)
 class RowBatch:
     rows: list[tuple[Any, ...]]
+    # Rows of a statement that streams until canceled (SUBSCRIBE).
+    streaming: bool = False
 
 
 @dataclass(frozen=True)
@@ -41,7 +44,31 @@ class Failure:
     error: LoupeError
 
 
-Event = Description | RowBatch | Complete | Notice | Failure
+@dataclass(frozen=True)
+class Progress:
+    """How far a statement's work on ``object`` is: a dataflow hydrating (``unit`` nodes,
+    records read) or a load generator filling its tables (``unit`` tables, rows written)."""
+
+    object: str
+    nodes_hydrated: int
+    nodes_total: int
+    records_read: int
+    hydrated: bool
+    unit: str = "nodes"
+
+
+Event = Description | RowBatch | Complete | Notice | Failure | Progress
+
+
+@dataclass
+class Streaming:
+    """A statement whose events come as they happen (SUBSCRIBE, DDL that reports progress).
+
+    The stream ends with a ``Complete`` or a ``Failure``; closing it early
+    (the client went away) runs its clean-up.
+    """
+
+    stream: AsyncIterator[Event]
 
 
 @dataclass

@@ -38,7 +38,7 @@ class CoordinatorSettings(BaseSettings):
     # Seconds a peek may run before it is canceled.
     peek_timeout: float = 60.0
     # Seconds to wait for the controller and catalog at start.
-    startup_timeout: float = 30.0
+    startup_timeout: float = 180.0
     # Seconds to wait at start for the storage writer's next flush before
     # reading the catalog relations from storage.
     storage_settle_timeout: float = 3.0
@@ -52,6 +52,12 @@ class CoordinatorSettings(BaseSettings):
     table_retention: float = 3600.0
     # Ticks between compactions of the tables' parts.
     table_compaction_ticks: int = 10
+    # This coordinator's name; each coordinator of a deployment needs its own
+    # (the statement log finds the executions it left open by it).
+    instance_name: str = "coordinator"
+    # The storage writer's input subject (the controller's storage_subject):
+    # the statement log is published there.
+    storage_subject: str = "loupe.storage.v1.updates"
 
 
 class CoordinatorService(Service):
@@ -84,6 +90,8 @@ class CoordinatorService(Service):
                     table_tick_interval=settings.table_tick_interval,
                     table_retention=settings.table_retention,
                     table_compaction_ticks=settings.table_compaction_ticks,
+                    instance_name=settings.instance_name,
+                    storage_subject=settings.storage_subject,
                 ),
             )
             self.coordinator = coordinator

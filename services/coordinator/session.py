@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
 from loupe.builtins import DEFAULT_CLUSTER_NAME
+from loupe.catalog.system_vars import check_rate
 from loupe.common.errors import LoupeError, SqlState
 
 DEFAULT_USER = "materialize"
@@ -57,6 +58,12 @@ VARIABLES: dict[str, Variable] = {
             "The isolation level of queries.",
             check=_transaction_isolation,
         ),
+        Variable(
+            "statement_logging_sample_rate",
+            "0.99",
+            "The share of this session's statements logged (capped by the system's maximum).",
+            check=check_rate,
+        ),
         Variable("client_encoding", "UTF8", "The client's character set.", read_only=True),
         Variable("datestyle", "ISO, MDY", "How dates are displayed.", read_only=True),
         Variable("timezone", "UTC", "The time zone of displayed timestamps.", read_only=True),
@@ -97,6 +104,8 @@ class Session:
     id: str = field(default_factory=lambda: uuid.uuid4().hex)
     connected_at: dt.datetime = field(default_factory=lambda: dt.datetime.now(dt.UTC))
     values: dict[str, str] = field(default_factory=dict)
+    # Defaults fixed when the session opened (from system variables), over VARIABLES'.
+    defaults: dict[str, str] = field(default_factory=dict)
     # One statement runs at a time; Cancel cancels it.
     lock: asyncio.Lock = field(default_factory=asyncio.Lock, repr=False)
     running: asyncio.Task | None = field(default=None, repr=False)
@@ -115,7 +124,7 @@ class Session:
         variable = VARIABLES.get(name)
         if variable is None:
             raise _unknown(name, position)
-        return self.values.get(name, variable.default)
+        return self.values.get(name, self.defaults.get(name, variable.default))
 
     def set(self, name: str, value: str | None, *, position: int = 0) -> None:
         """Set ``name``; ``None`` means its default."""
@@ -189,10 +198,15 @@ class SessionManager:
         *,
         application_name: str = "",
         options: dict[str, str] | None = None,
+        defaults: dict[str, str] | None = None,
     ) -> Session:
-        """A new session; bad ``options`` are refused (nothing is opened)."""
+        """A new session; bad ``options`` are refused (nothing is opened).
+
+        ``defaults``: what RESET goes back to for some variables (e.g.
+        ``statement_logging_sample_rate`` from the system's default rate).
+        """
         user = user or DEFAULT_USER
-        session = Session(user=user, is_superuser=user in self.superusers)
+        session = Session(user=user, is_superuser=user in self.superusers, defaults=defaults or {})
         if application_name:
             session.set("application_name", application_name)
         for name, value in (options or {}).items():

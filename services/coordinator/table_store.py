@@ -36,7 +36,7 @@ from loupe.coordinator import metrics
 from loupe.coordinator.tables import Table, updates_table
 from loupe.persist import Shard, UpperMismatch, expand, open_location, parts_to_merge
 from loupe.persist.location import Blob, Consensus
-from loupe.persist.shard import arrow_schema
+from loupe.persist.shard import UpperNotify, arrow_schema
 from loupe.proto.common.v1 import common_pb2
 
 log = get_logger(__name__)
@@ -112,6 +112,9 @@ class TableStore:
         self.blob_uri = ""
         self.consensus_uri = ""
         self._location: tuple[Blob, Consensus] | None = None
+        # Called with (shard_id, upper) after every write: replicas listening
+        # to a table wake at once instead of at their next poll.
+        self.notify: UpperNotify | None = None
         # Writes and ticks one at a time: each builds on the uppers the last one left.
         self._lock = asyncio.Lock()
 
@@ -135,7 +138,7 @@ class TableStore:
     def shard(self, table_id: str) -> Shard:
         if self._location is None:
             raise LoupeError("FAILED_PRECONDITION", "table storage is not open yet")
-        return Shard(table_id, *self._location)
+        return Shard(table_id, *self._location, notify=self.notify)
 
     # -- writes --------------------------------------------------------------------------
 
@@ -184,6 +187,18 @@ class TableStore:
         if upper == 0:
             return arrow_schema(table.storage_columns, updates=False).empty_table()
         return expand(shard.snapshot(upper - 1)).select(table.column_names)
+
+    async def load(self, write: Callable[[Callable[[str], Shard], int], None]) -> int:
+        """Run ``write(shard_of, ts)`` at a fresh write timestamp, then move every upper past it.
+
+        For bulk loads (a load generator's tables): under the write lock, so
+        no tick moves an upper past ``ts`` meanwhile. Returns ``ts``.
+        """
+        async with self._lock:
+            timestamp = await self.oracle.write_timestamp()
+            await asyncio.to_thread(write, self.shard, timestamp)
+            await asyncio.to_thread(self._advance, timestamp)
+            return timestamp
 
     async def advance_all(self, at_least: int = 0) -> int:
         """Move every table's upper to a fresh timestamp (>= ``at_least``) + 1; returns it."""

@@ -104,18 +104,13 @@ def _split_type(spelled: str) -> tuple[str, tuple[int, ...]]:
     return match.group(1), modifiers
 
 
-@dataclass(frozen=True)
-class Table:
-    """A user table as the catalog describes it."""
+class CatalogNamed:
+    """Names of a catalog object with ``id``, ``database``, ``schema`` and ``name`` fields."""
 
     id: str
     database: str
     schema: str
-    schema_id: str
     name: str
-    owner_id: str
-    columns: tuple[TableColumn, ...]
-    create_sql: str
 
     @property
     def qualified_name(self) -> str:
@@ -128,7 +123,22 @@ class Table:
 
     @property
     def shard_id(self) -> str:
+        """Tables and materialized views: the shard holding their contents, named by the id."""
         return self.id
+
+
+@dataclass(frozen=True)
+class Table(CatalogNamed):
+    """A user table as the catalog describes it."""
+
+    id: str
+    database: str
+    schema: str
+    schema_id: str
+    name: str
+    owner_id: str
+    columns: tuple[TableColumn, ...]
+    create_sql: str
 
     @property
     def column_names(self) -> list[str]:

@@ -6,6 +6,11 @@ per row-returning statement for scripts. Errors go to stderr as
 ``ERROR:  message``, the statement line with a caret under the error's
 position, and ``CODE: <sqlstate>``. Exit status: 0 ok, 1 SQL error, 2 the
 server cannot be reached.
+
+SUBSCRIBE's rows are printed as they arrive (tab-separated after a header
+line, or one JSON object / CSV line per row) until Ctrl-C. While CREATE INDEX
+or CREATE MATERIALIZED VIEW hydrates its dataflow, progress goes to stderr:
+one line per change, plain text, rewritten in place only on a terminal.
 """
 
 from __future__ import annotations
@@ -26,9 +31,11 @@ from loupe.client import (
     DEFAULT_HOST,
     DEFAULT_PORT,
     ConnectionFailed,
+    HydrationProgress,
     ServerNotice,
     SqlClient,
     StatementResult,
+    StreamedRows,
 )
 from loupe.common.errors import LoupeError
 from loupe.common.values import format_interval
@@ -107,11 +114,23 @@ class Output:
         self.format = format
         self.out = out
         self.errors = errors
+        # Whether the header of the streaming statement running now was printed.
+        self._streaming_header = False
+        # Whether a progress line waits for its end (terminals only).
+        self._progress_open = False
 
-    def show(self, item: StatementResult | ServerNotice) -> None:
+    def show(self, item: StatementResult | ServerNotice | StreamedRows | HydrationProgress) -> None:
+        if isinstance(item, HydrationProgress):
+            self.progress(item)
+            return
+        self._end_progress()
         if isinstance(item, ServerNotice):
             print(f"{item.severity}:  {item.message}", file=self.errors)
             return
+        if isinstance(item, StreamedRows):
+            self.streamed(item)
+            return
+        self._streaming_header = False
         if self.format == "json":
             if item.columns is not None:
                 self.out.write(render_json(item) + "\n")
@@ -123,7 +142,54 @@ class Output:
         self.out.flush()
 
     def flush(self) -> None:
+        self._end_progress()
         self.out.flush()
+
+    def streamed(self, item: StreamedRows) -> None:
+        """Rows of a SUBSCRIBE, printed at once: a header first (table and csv formats)."""
+        names = [name for name, _ in item.columns]
+        if self.format == "json":
+            for row in item.rows:
+                values = {n: _json_value(v) for n, v in zip(names, row, strict=True)}
+                self.out.write(json.dumps(values, ensure_ascii=False) + "\n")
+        elif self.format == "csv":
+            writer = csv.writer(self.out, lineterminator="\n")
+            if not self._streaming_header:
+                writer.writerow(names)
+            writer.writerows([format_value(v) for v in row] for row in item.rows)
+        else:
+            if not self._streaming_header:
+                self.out.write("\t".join(names) + "\n")
+            for row in item.rows:
+                self.out.write("\t".join(format_value(v) for v in row) + "\n")
+        self._streaming_header = True
+        self.out.flush()
+
+    def progress(self, item: HydrationProgress) -> None:
+        """``hydrating <object>: n/m nodes, k records read`` (or ``loading … rows written``)."""
+        if item.unit == "tables":
+            state = "loaded" if item.hydrated else "loading"
+            done = f"{item.records_read:,} rows written"
+        else:
+            state = "hydrated" if item.hydrated else "hydrating"
+            done = f"{item.records_read:,} records read"
+        text = (
+            f"{state} {item.object}: {item.nodes_hydrated}/{item.nodes_total} {item.unit}, {done}"
+        )
+        if self.errors.isatty():
+            self.errors.write("\r\x1b[K" + text)
+            self._progress_open = True
+            if item.hydrated:
+                self._end_progress()
+        else:
+            self.errors.write(text + "\n")
+        self.errors.flush()
+
+    def _end_progress(self) -> None:
+        if self._progress_open:
+            self.errors.write("\n")
+            self.errors.flush()
+            self._progress_open = False
 
 
 # -- rendering -----------------------------------------------------------------------------

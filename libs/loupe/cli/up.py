@@ -283,7 +283,8 @@ class Supervisor:
                         f"{name} exited ({describe_exit(code)}); restarting it (see {child.log_path})"
                     )
                     next_restart[name] = now + RESTART_BACKOFF * min(2**child.restarts, 30)
-                elif now >= next_restart.pop(name):
+                elif now >= next_restart[name]:
+                    del next_restart[name]
                     child.restarts += 1
                     if child.log:
                         child.log.close()

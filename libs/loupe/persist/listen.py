@@ -168,17 +168,20 @@ class Listener:
             batch = self.poll()
             if batch is not None:
                 return batch
-            wait = self.poll_interval
-            if deadline is not None:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    raise TimeoutError(
-                        f"shard {self.shard.shard_id}: upper did not pass {self.frontier} "
-                        f"in {timeout}s"
-                    )
-                wait = min(wait, remaining)
+            wait = self._wait(deadline, timeout)
             self._wakeup.wait(wait)
         return None
+
+    def _wait(self, deadline: float | None, timeout: float | None) -> float:
+        """How long to sleep before polling again; TimeoutError once ``deadline`` passed."""
+        if deadline is None:
+            return self.poll_interval
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise TimeoutError(
+                f"shard {self.shard.shard_id}: upper did not pass {self.frontier} in {timeout}s"
+            )
+        return min(self.poll_interval, remaining)
 
     # -- async iteration --------------------------------------------------------
 
@@ -201,15 +204,7 @@ class Listener:
             batch = await asyncio.to_thread(self.poll)
             if batch is not None:
                 return batch
-            wait = self.poll_interval
-            if deadline is not None:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    raise TimeoutError(
-                        f"shard {self.shard.shard_id}: upper did not pass {self.frontier} "
-                        f"in {timeout}s"
-                    )
-                wait = min(wait, remaining)
+            wait = self._wait(deadline, timeout)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._async_wakeup.wait(), wait)
         return None

@@ -18,6 +18,9 @@ from loupe.compute_replica.protocol import command_subject, response_subject
 from loupe.persist import DIFF_COLUMN, TIMESTAMP_COLUMN, Shard, open_location
 from loupe.persist.location import default_uris
 from loupe.persist.shard import arrow_schema
+from loupe.plan import lir
+from loupe.plan.codec import dataflow_to_proto
+from loupe.plan.dataflow import BuildDesc, DataflowDescription, IndexExport, SourceImport
 from loupe.proto.common.v1 import common_pb2
 from loupe.proto.compute.v1 import compute_pb2
 from loupe.testing import assert_eventually
@@ -43,22 +46,6 @@ class Storage:
         updates = [{**row, TIMESTAMP_COLUMN: timestamp, DIFF_COLUMN: 1} for row in rows]
         table = pa.Table.from_pylist(updates, schema=arrow_schema(collection.columns))
         shard.compare_and_append(table, shard.upper, timestamp + 1)
-
-    def source(
-        self, name: str, collection: BuiltinCollection, *, with_location: bool = True
-    ) -> compute_pb2.PeekSource:
-        return compute_pb2.PeekSource(
-            name=name,
-            collection=common_pb2.CollectionMetadata(
-                collection_id=collection.id,
-                shard_id=collection.shard_id,
-                blob_uri=self.blob_uri if with_location else "",
-                consensus_uri=self.consensus_uri if with_location else "",
-                relation_desc=common_pb2.RelationDesc(
-                    columns=[common_pb2.Column(name=n, type=t) for n, t in collection.columns]
-                ),
-            ),
-        )
 
 
 class ControllerPeer:
@@ -116,24 +103,46 @@ class ControllerPeer:
             ),
         )
 
+    async def create_index(
+        self, collection: BuiltinCollection, *, as_of: int = 0, index: str = "i"
+    ) -> None:
+        """A dataflow that arranges ``collection`` as it is, exported as index ``index``."""
+        types = tuple(t for _, t in collection.columns)
+        plan = lir.Get(0, collection.id, types=types)
+        columns = tuple((f"c{i}", t) for i, t in enumerate(types))
+        desc = DataflowDescription(
+            id=f"{index}_view",
+            debug_name=f"{index}_view",
+            source_imports=(SourceImport(collection.id, collection.shard_id, collection.columns),),
+            objects_to_build=(BuildDesc(f"{index}_view", plan, columns, f"{index}_view"),),
+            index_exports=(IndexExport(index, f"{index}_view", (0,)),),
+            as_of=as_of,
+        )
+        await self.send(
+            create_dataflow=compute_pb2.CreateDataflow(dataflow=dataflow_to_proto(desc))
+        )
+
     async def peek(
         self,
-        sql: str,
-        sources: Sequence[compute_pb2.PeekSource],
+        target_id: str = "i",
         *,
+        columns: Sequence[tuple[str, str]] = (),
         timestamp: int = 0,
         max_result_rows: int = 0,
         incarnation: int | None = None,
     ) -> str:
+        """Peek index ``target_id``, naming the result ``columns``; returns the peek's uuid."""
         peek_id = str(uuid.uuid4())
         await self.send(
             incarnation=incarnation,
             peek=compute_pb2.Peek(
                 uuid=peek_id,
                 timestamp=timestamp,
-                sources=sources,
-                sql=sql,
+                target_id=target_id,
                 max_result_rows=max_result_rows,
+                result_desc=common_pb2.RelationDesc(
+                    columns=[common_pb2.Column(name=n, type=t) for n, t in columns]
+                ),
             ),
         )
         return peek_id

@@ -49,7 +49,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import pyarrow as pa
@@ -372,6 +372,14 @@ class StorageWriter:
         if self._retention_due:
             await self._flush_now()
         return await asyncio.to_thread(self._compact_all)
+
+    def set_retention(self, collection_ids: Iterable[str], retention_ms: int) -> None:
+        """Keep ``collection_ids`` for ``retention_ms`` from now on (both the rows that
+        expire and the readable history), as a system variable such as
+        ``statement_logging_retention`` says; the next compaction applies it."""
+        for collection_id in collection_ids:
+            collection = self._collection(collection_id)
+            self._collections[collection_id] = replace(collection, retention_ms=retention_ms)
 
     def snapshot(self, collection_id: str) -> list[tuple[Any, ...]]:
         """The collection's current contents, one tuple per row (repeated by multiplicity)."""

@@ -25,6 +25,7 @@ import pytest
 
 from loupe.builtins import BUILTIN_COLLECTIONS, BuiltinCollection
 from loupe.common.errors import LoupeError
+from loupe.compute_replica import ComputeReplica, ComputeReplicaSettings
 from loupe.controller.compute import ComputeController
 from loupe.controller.orchestrators.base import Orchestrator, ReplicaEvent, ReplicaSpec
 from loupe.controller.storage.wire import BadBatch, UnknownCollection, decode_collections
@@ -165,6 +166,34 @@ class ArrowStorageWriter:
         self._upper = ts + 1
 
 
+class RealReplica:
+    """The real ``ComputeReplica`` service run in this process, as the orchestrator runs fakes."""
+
+    def __init__(self, nats_url: str, replica_id: str, incarnation: int, _behaviour: Any) -> None:
+        self.replica_id = replica_id
+        self.incarnation = incarnation
+        self.service = ComputeReplica(
+            ComputeReplicaSettings(
+                replica_id=replica_id,
+                incarnation=incarnation,
+                nats_url=nats_url,
+                heartbeat_interval=0.2,
+                hello_interval=0.1,
+                peek_wait_timeout=10.0,
+                metrics_port=-1,
+            )
+        )
+        self._task: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        self._task = asyncio.create_task(self.service.run())
+
+    async def stop(self) -> None:
+        self.service.shutdown()
+        if self._task is not None:
+            await asyncio.wait_for(self._task, timeout=10)
+
+
 class InProcessOrchestrator(Orchestrator):
     """Runs replicas as ``FakeReplica``s in this process; ``kill`` plays a crash."""
 
@@ -174,10 +203,13 @@ class InProcessOrchestrator(Orchestrator):
         behaviour: Callable[[str, int], Any] | None = None,
         *,
         restart_backoff: float = 0.05,
+        replica_class: Any = None,
     ) -> None:
         super().__init__()
         self.nats_url = nats_url
         self.behaviour = behaviour or (lambda _replica_id, _incarnation: Behaviour())
+        # FakeReplica, or RealReplica for the real compute replica.
+        self.replica_class = replica_class or FakeReplica
         self.restart_backoff = restart_backoff
         self.replicas: dict[str, Any] = {}
         self.specs: dict[str, ReplicaSpec] = {}
@@ -193,7 +225,7 @@ class InProcessOrchestrator(Orchestrator):
     async def _start(self, spec: ReplicaSpec) -> None:
         incarnation = self.incarnations.get(spec.replica_id, 0) + 1
         self.incarnations[spec.replica_id] = incarnation
-        replica = FakeReplica(
+        replica = self.replica_class(
             self.nats_url,
             spec.replica_id,
             incarnation,
@@ -283,6 +315,7 @@ def kit() -> SimpleNamespace:
     return SimpleNamespace(
         ArrowStorageWriter=ArrowStorageWriter,
         Behaviour=Behaviour,
+        RealReplica=RealReplica,
         FakeReplica=FakeReplica,
         InProcessOrchestrator=InProcessOrchestrator,
         FAKE_REPLICA_PROGRAM=FAKE_REPLICA_PROGRAM,

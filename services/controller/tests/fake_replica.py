@@ -33,6 +33,8 @@ class Behaviour:
     silent: bool = False
     # Seconds before answering a peek; None never answers.
     peek_delay: float | None = 0.0
+    # Answer peeks with an error naming the replica instead of rows.
+    peek_error: bool = False
 
 
 @dataclass
@@ -121,6 +123,10 @@ class FakeReplica:
         await asyncio.sleep(self.behaviour.peek_delay or 0.0)
         if uuid in self.canceled:
             await self._publish(peek_response=compute_pb2.PeekResponse(uuid=uuid, canceled=True))
+            return
+        if self.behaviour.peek_error:
+            error = common_pb2.Error(code="XX000", message=f"{self.replica_id} cannot")
+            await self._publish(peek_response=compute_pb2.PeekResponse(uuid=uuid, error=error))
             return
         rows = compute_pb2.PeekRows(
             desc=common_pb2.RelationDesc(columns=[common_pb2.Column(name="replica", type="text")]),

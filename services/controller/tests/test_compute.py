@@ -196,7 +196,7 @@ async def test_zombie_responses_change_nothing(make_compute, nats_connection, ki
     orchestrator.replicas[replica_id].behaviour.silent = False
     await become(compute, replica_id, ("online", None, 2))
     peek = asyncio.create_task(
-        compute.peek(info.id, compute_pb2.Peek(uuid=f"p{unique}", sql="SELECT 1"), timeout=5)
+        compute.peek(info.id, compute_pb2.Peek(uuid=f"p{unique}"), timeout=5)
     )
     await assert_eventually(lambda: _has_peek(commands, f"p{unique}"))
     bogus = compute_pb2.ComputeResponse(
@@ -237,13 +237,33 @@ async def test_first_peek_answer_wins_and_the_others_are_cancelled(make_compute,
     """Every online replica gets the peek; the first answer is returned, the rest cancelled."""
     compute, orchestrator, info = await two_replicas(make_compute, kit, unique, 0.0, 0.5)
     fast, slow = orchestrator.replicas[f"fast{unique}"], orchestrator.replicas[f"slow{unique}"]
-    answer = await compute.peek(info.id, compute_pb2.Peek(uuid=f"p{unique}", sql="SELECT 1"))
+    answer = await compute.peek(info.id, compute_pb2.Peek(uuid=f"p{unique}"))
     assert answer.uuid == f"p{unique}"
     assert answer.rows.rows[0].values[0].text_value == f"fast{unique}"
     assert "peek" in fast.kinds()
     assert "peek" in slow.kinds()
     await assert_eventually(lambda: _cancelled(slow, f"p{unique}"))
     assert "cancel_peek" not in fast.kinds()
+
+
+async def test_an_error_answer_waits_for_the_other_replicas(make_compute, kit, unique):
+    """Rows from a slower replica beat a faster one's error; errors alone give the first."""
+    failing, slow = f"fail{unique}", f"slow{unique}"
+    behaviours = {
+        failing: kit.Behaviour(peek_error=True),
+        slow: kit.Behaviour(peek_delay=0.3),
+    }
+    compute, _ = await make_compute(lambda rid, _incarnation: behaviours[rid])
+    info = cluster(unique)
+    await compute.apply([info], [ReplicaSpec(rid, info.id) for rid in behaviours])
+    for rid in behaviours:
+        await become(compute, rid, ("online", None, 1))
+    answer = await compute.peek(info.id, compute_pb2.Peek())
+    assert answer.rows.rows[0].values[0].text_value == slow
+
+    behaviours[slow].peek_error = True
+    answer = await compute.peek(info.id, compute_pb2.Peek())
+    assert answer.error.message == f"{failing} cannot"
 
 
 def _cancelled(replica: Any, uuid: str) -> None:
@@ -253,13 +273,11 @@ def _cancelled(replica: Any, uuid: str) -> None:
 async def test_peek_for_one_replica_goes_only_there(make_compute, kit, unique):
     """With a target replica, only that replica is asked, even when another is faster."""
     compute, orchestrator, info = await two_replicas(make_compute, kit, unique, 0.0, 0.2)
-    answer = await compute.peek(
-        info.id, compute_pb2.Peek(sql="SELECT 1"), replica_id=f"slow{unique}"
-    )
+    answer = await compute.peek(info.id, compute_pb2.Peek(), replica_id=f"slow{unique}")
     assert answer.rows.rows[0].values[0].text_value == f"slow{unique}"
     assert "peek" not in orchestrator.replicas[f"fast{unique}"].kinds()
     with pytest.raises(LoupeError) as error:
-        await compute.peek(info.id, compute_pb2.Peek(sql="SELECT 1"), replica_id="nope")
+        await compute.peek(info.id, compute_pb2.Peek(), replica_id="nope")
     assert error.value.code == "NOT_FOUND"
 
 
@@ -297,7 +315,7 @@ async def test_peek_without_online_replicas_is_unavailable(make_compute, kit, un
     info = cluster(unique, "quickstart")
     await compute.apply([info], [ReplicaSpec(f"u{unique}", info.id)])
     with pytest.raises(LoupeError) as error:
-        await compute.peek(info.id, compute_pb2.Peek(sql="SELECT 1"))
+        await compute.peek(info.id, compute_pb2.Peek())
     assert error.value.code == "UNAVAILABLE"
     assert error.value.message == "cluster 'quickstart' has no online replicas"
 
@@ -309,7 +327,7 @@ async def test_peek_fails_fast_when_its_replica_dies(make_compute, kit, unique):
     replica_id = f"u{unique}"
     await compute.apply([info], [ReplicaSpec(replica_id, info.id)])
     await become(compute, replica_id, ("online", None, 1))
-    running = asyncio.create_task(compute.peek(info.id, compute_pb2.Peek(sql="x"), timeout=30))
+    running = asyncio.create_task(compute.peek(info.id, compute_pb2.Peek(), timeout=30))
     await assert_eventually(lambda: _asked(orchestrator.replicas[replica_id]))
     await orchestrator.kill(replica_id)
     with pytest.raises(LoupeError) as error:
@@ -320,8 +338,11 @@ async def test_peek_fails_fast_when_its_replica_dies(make_compute, kit, unique):
 # -- a controller restart ------------------------------------------------------------------
 
 
-async def test_rows_of_a_previous_run_are_replaced(make_compute, kit, storage, unique):
+async def test_rows_of_a_previous_run_are_replaced(
+    make_compute, kit, storage, arrow_writer, unique
+):
     """A new controller replaces the statuses it finds and retracts those of dropped replicas."""
+    await arrow_writer.stop()  # the two runs' writers below are the only ones
     first_writer = kit.ArrowStorageWriter(*storage)
     await first_writer.start()
     compute, _ = await make_compute(writer=first_writer)

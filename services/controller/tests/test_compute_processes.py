@@ -15,9 +15,10 @@ from loupe.builtins import MZ_CLUSTER_REPLICA_STATUSES
 from loupe.controller.compute import ClusterInfo, ComputeController
 from loupe.controller.orchestrators import ReplicaSpec
 from loupe.controller.orchestrators.process import DEFAULT_PROGRAM, ProcessOrchestrator
-from loupe.controller.service import collection_metadata
-from loupe.persist.location import default_uris
-from loupe.proto.compute.v1 import compute_pb2
+from loupe.plan import lir
+from loupe.plan.codec import dataflow_to_proto
+from loupe.plan.dataflow import BuildDesc, DataflowDescription, IndexExport, SourceImport
+from loupe.proto.compute.v1 import compute_pb2, plan_pb2
 from loupe.testing import assert_eventually
 
 REAL_REPLICA = importlib.util.find_spec("loupe.compute_replica.cli") is not None
@@ -56,6 +57,11 @@ async def test_replica_process_online_killed_back_and_its_zombie_fenced(
     await compute.apply([info], [ReplicaSpec(replica_id, info.id)])
     await become(compute, replica_id, ("online", None, 1))
 
+    if REAL_REPLICA:
+        # A dataflow over the statuses the controller writes, replayed after the crash.
+        await arrow_writer.flush()
+        await compute.create_dataflow(info.id, statuses_dataflow(arrow_writer.upper - 1))
+
     first = orchestrator.pid(replica_id)
     assert first is not None
     os.kill(first, signal.SIGKILL)
@@ -87,21 +93,37 @@ async def test_replica_process_online_killed_back_and_its_zombie_fenced(
     assert (status.status, status.incarnation) == ("online", 2)
 
     if REAL_REPLICA:
-        # The real replica reads the statuses collection the controller writes.
+        # The new incarnation rebuilt the dataflow from the replayed history and
+        # reads the statuses collection the controller writes.
         await arrow_writer.flush()
-        blob_uri, consensus_uri = default_uris(data_dir)
-        peek = compute_pb2.Peek(
-            sql="SELECT replica_id, status FROM statuses",
-            sources=[
-                compute_pb2.PeekSource(
-                    name="statuses",
-                    collection=collection_metadata(
-                        MZ_CLUSTER_REPLICA_STATUSES, blob_uri, consensus_uri
-                    ),
-                )
-            ],
+
+        async def indexed_online() -> None:
+            answer = await compute.peek(info.id, compute_pb2.Peek(target_id="statuses_idx"))
+            assert answer.WhichOneof("result") == "rows", answer
+            found = {tuple(v.text_value for v in row.values) for row in answer.rows.rows}
+            assert (replica_id, "online") in found
+
+        await assert_eventually(indexed_online, timeout=20)
+
+
+def statuses_dataflow(as_of: int) -> plan_pb2.DataflowDescription:
+    """(replica_id, status) of the statuses collection, indexed as ``statuses_idx``."""
+    statuses = MZ_CLUSTER_REPLICA_STATUSES
+    types = tuple(t for _, t in statuses.columns)
+    plan = lir.Mfp(
+        1,
+        lir.Get(0, statuses.id, types=types),
+        lir.MapFilterProject(6, projection=(0, 2)),
+        types=("text", "text"),
+    )
+    return dataflow_to_proto(
+        DataflowDescription(
+            id="statuses_view",
+            source_imports=(SourceImport(statuses.id, statuses.shard_id, statuses.columns),),
+            objects_to_build=(
+                BuildDesc("statuses_view", plan, (("replica_id", "text"), ("status", "text"))),
+            ),
+            index_exports=(IndexExport("statuses_idx", "statuses_view", (0,)),),
+            as_of=as_of,
         )
-        answer = await compute.peek(info.id, peek, timeout=20)
-        assert answer.WhichOneof("result") == "rows", answer
-        found = {tuple(v.text_value for v in row.values) for row in answer.rows.rows}
-        assert (replica_id, "online") in found
+    )

@@ -28,7 +28,7 @@ from loupe.controller.service import (
 )
 from loupe.proto.catalog.v1 import catalog_pb2
 from loupe.proto.common.v1 import common_pb2
-from loupe.proto.compute.v1 import compute_pb2
+from loupe.proto.compute.v1 import compute_pb2, plan_pb2
 from loupe.proto.controller.v1 import controller_pb2
 from loupe.proto.storage.v1 import storage_pb2
 from loupe.testing import assert_eventually
@@ -146,7 +146,7 @@ async def test_serves_the_controller_api_and_follows_the_catalog(
 
     answer = await client.Peek(
         controller_pb2.PeekRequest(
-            cluster_id=f"c{unique}", peek=compute_pb2.Peek(sql="SELECT 1"), timeout_ms=5000
+            cluster_id=f"c{unique}", peek=compute_pb2.Peek(), timeout_ms=5000
         )
     )
     assert answer.rows.rows[0].values[0].text_value == first
@@ -262,3 +262,76 @@ async def test_shutdown_stops_replicas_and_flushes(
     assert [(r[0], r[2], r[3]) for r in statuses] == [
         (f"u{unique}", "offline", "controller-stopped")
     ]
+
+
+async def test_dataflow_rpcs_install_report_and_drop(controller, nats_connection, unique):
+    """CreateDataflow reaches the replicas; ListFrontiers and CollectionStatus show their reports."""
+    service, _writer = controller
+    client = NatsServiceClient(nats_connection, CONTROLLER_SERVICE)
+    replica_id, cluster_id = f"u{unique}", f"c{unique}"
+    await assert_eventually(lambda: _online(service.compute, replica_id))
+    dataflow = plan_pb2.DataflowDescription(
+        id="d1", as_of=4, index_exports=[plan_pb2.IndexExport(index_id="i1", on_id="d1")]
+    )
+    for _ in range(2):  # idempotent by id
+        await client.CreateDataflow(
+            controller_pb2.CreateDataflowRequest(cluster_id=cluster_id, dataflow=dataflow)
+        )
+    replica = service.compute._orchestrator.replicas[replica_id]
+
+    def installed() -> None:
+        assert replica.kinds().count("create_dataflow") == 1
+
+    await assert_eventually(installed)
+    reports = [
+        compute_pb2.ComputeResponse(
+            replica_id=replica_id,
+            incarnation=1,
+            frontiers=compute_pb2.Frontiers(collection_id="i1", write_frontier=9),
+        ),
+        compute_pb2.ComputeResponse(
+            replica_id=replica_id,
+            incarnation=1,
+            hydration=compute_pb2.Hydration(dataflow_id="d1", nodes_total=3, nodes_hydrated=1),
+        ),
+        compute_pb2.ComputeResponse(
+            replica_id=replica_id,
+            incarnation=1,
+            collection_error=compute_pb2.CollectionError(
+                collection_id="i1", error=common_pb2.Error(code="22012", message="division by zero")
+            ),
+        ),
+    ]
+    for report in reports:
+        await nats_connection.publish(
+            f"loupe.compute.v1.{replica_id}.response", report.SerializeToString()
+        )
+    request = controller_pb2.ListFrontiersRequest(cluster_id=cluster_id)
+
+    async def reported() -> None:
+        status = await client.CollectionStatus(request)
+        assert [c.error.code for c in status.collections] == ["22012"]
+        assert [(h.nodes_total, h.nodes_hydrated) for h in status.collections[0].hydration] == [
+            (3, 1)
+        ]
+
+    await assert_eventually(reported)
+    frontiers = await client.ListFrontiers(request)
+    (collection,) = frontiers.collections
+    assert (collection.collection_id, collection.write_frontier, collection.since) == ("i1", 9, 4)
+    assert [(r.replica_id, r.write_frontier) for r in collection.replicas] == [(replica_id, 9)]
+
+    await client.AllowCompaction(
+        controller_pb2.AllowCompactionRequest(
+            cluster_id=cluster_id, collection_ids=["i1"], empty=True
+        )
+    )
+    assert not (await client.ListFrontiers(request)).collections
+    await assert_eventually(lambda: _assert("allow_compaction" in replica.kinds()))
+    with pytest.raises(LoupeError) as error:
+        await client.ListFrontiers(controller_pb2.ListFrontiersRequest())
+    assert error.value.code == "INVALID_ARGUMENT"
+
+
+def _assert(condition: object) -> None:
+    assert condition

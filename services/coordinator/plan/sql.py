@@ -1,271 +1,1072 @@
 """Lower a parsed SELECT (sqlglot, postgres dialect) to MIR.
 
-Supported: FROM with tables, subqueries, inner and comma joins; WHERE; the
-SELECT list with expressions, aliases and ``*``; GROUP BY and HAVING with
-count, sum, min, max, avg and count(DISTINCT); DISTINCT; ORDER BY with LIMIT
-or OFFSET (a TopK); UNION [ALL], EXCEPT [ALL], INTERSECT [ALL]. Anything else
-is a 0A000 error naming the construct.
+Supported: WITH (non-recursive CTEs, inlined); FROM with tables, CTEs,
+subqueries and VALUES (with column aliases); inner, comma, LEFT, RIGHT and
+FULL joins, JOIN … USING and NATURAL JOIN (not FULL); WHERE, including
+EXISTS, NOT EXISTS, IN and NOT IN over subqueries (as semijoins and
+antijoins when they are conjuncts, as boolean columns elsewhere); scalar
+subqueries that return at most one row (in WHERE, the SELECT list and
+HAVING); the SELECT
+list; GROUP BY and HAVING with count, sum, min, max, avg, count(DISTINCT),
+bool_and, bool_or and FILTER; DISTINCT and DISTINCT ON; ORDER BY with LIMIT
+or OFFSET (a TopK); UNION [ALL], EXCEPT [ALL], INTERSECT [ALL]. Anything
+else is a 0A000 error naming the construct.
 
-An ORDER BY without LIMIT or OFFSET orders only the result sent to the
-client, not a collection, so it is left to the caller (a finishing step).
+Subqueries may be correlated when they are plain SELECTs (no grouping,
+DISTINCT or LIMIT) or aggregates without GROUP BY: equalities with the
+outer query become join keys; other predicates read the distinct outer
+values joined into the subquery (Materialize's decorrelation).
+
+Two entry points. ``plan_query`` plans a query whose result is a
+maintained collection (a view, or a subquery): its ORDER BY matters only
+with LIMIT or OFFSET (a TopK). ``plan_select`` plans a one-off SELECT: the
+outermost ORDER BY, LIMIT and OFFSET order the rows sent to the client, so
+they come back separately as a ``mir.Finishing`` a peek applies. Both
+return the plan after projection pushdown (``optimize``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, replace
 
 from sqlglot import exp
 
+import loupe.plan.mir as mir
 from loupe.common.errors import LoupeError, SqlState
-from loupe.coordinator.plan import mir
-from loupe.coordinator.plan.scalar import Call, Case, Cast, Column, Literal, Scalar
+from loupe.coordinator.plan import relational
+from loupe.coordinator.plan.joins import (
+    factor_or,
+    inner_join,
+    join_scopes,
+    outer_join,
+    simplified_side,
+    using_equalities,
+)
+from loupe.coordinator.plan.optimize import optimize
+from loupe.coordinator.plan.scalars import (
+    Context,
+    CorrelatedReference,
+    Grouping,
+    Scalars,
+    TemporalError,
+    cast_type,
+    describe,
+    unsupported,
+)
+from loupe.coordinator.plan.scope import Scope
+from loupe.coordinator.plan.values import fold_cast
+from loupe.plan import functions
+from loupe.plan.scalar import (
+    NUMERIC_RANK,
+    Call,
+    Cast,
+    Column,
+    Literal,
+    Scalar,
+    columns_of,
+)
 
 # resolve(name) -> (qualified_name, [(column, pg_type)]); raises or returns None if unknown.
 Resolver = Callable[[str], "tuple[str, Sequence[tuple[str, str]]] | None"]
 
 GROUPING_ERROR = SqlState.GROUPING_ERROR
-AMBIGUOUS_COLUMN = SqlState.AMBIGUOUS_COLUMN
-
-_BINARY: dict[type[exp.Expression], str] = {
-    exp.EQ: "eq",
-    exp.NEQ: "neq",
-    exp.LT: "lt",
-    exp.LTE: "lte",
-    exp.GT: "gt",
-    exp.GTE: "gte",
-    exp.And: "and",
-    exp.Or: "or",
-    exp.Add: "add",
-    exp.Sub: "sub",
-    exp.Mul: "mul",
-    exp.Div: "div",
-    exp.Mod: "mod",
-    exp.Like: "like",
-    exp.ILike: "ilike",
-    exp.DPipe: "concat",
-}
-_AGGREGATES: dict[type, str] = {
-    exp.Count: "count",
-    exp.Sum: "sum",
-    exp.Min: "min",
-    exp.Max: "max",
-    exp.Avg: "avg",
-}
-_TYPE_NAMES = {
-    "int": "int4",
-    "integer": "int4",
-    "bigint": "int8",
-    "smallint": "int2",
-    "decimal": "numeric",
-    "double precision": "float8",
-    "real": "float4",
-    "varchar": "text",
-    "boolean": "bool",
-    "timestamp": "timestamp",
-}
-
-
-def plan_query(query: exp.Expression, resolve: Resolver) -> mir.Relation:
-    """The MIR of a SELECT or set operation; raises ``LoupeError`` on unknown names or unsupported SQL."""
-    return _Planner(resolve).query(query)
-
-
-def unsupported(what: str) -> LoupeError:
-    """The 0A000 error for a construct the planner does not support."""
-    return LoupeError(SqlState.FEATURE_NOT_SUPPORTED, f"{what} not yet supported")
+INVALID_COLUMN_REFERENCE = "42P10"
+DATATYPE_MISMATCH = "42804"
+OUTER_SIDES = ("LEFT", "RIGHT", "FULL")
 
 
 @dataclass(frozen=True)
-class _ScopeColumn:
-    table: str | None
-    name: str
+class PlannedQuery:
+    """A one-off SELECT: the collection to compute and what to do with its rows."""
+
+    relation: mir.Relation
+    finishing: mir.Finishing
+    # now()/mz_now() were folded into literals of the query time.
+    temporal: bool = False
+
+    @property
+    def columns(self) -> tuple[mir.ColumnSpec, ...]:
+        """The result's columns as the client sees them."""
+        return tuple(self.relation.columns[i] for i in self.finishing.project)
 
 
-@dataclass(frozen=True)
-class Scope:
-    """The columns visible to expressions: position in the relation, table alias and name."""
+def plan_query(
+    query: exp.Expression,
+    resolve: Resolver,
+    *,
+    query_time: int | None = None,
+    optimized: bool = True,
+) -> mir.Relation:
+    """The MIR of a SELECT or set operation whose result is maintained (a view, an index).
 
-    columns: tuple[_ScopeColumn, ...]
-
-    @classmethod
-    def of(cls, table: str | None, relation: mir.Relation) -> Scope:
-        return cls(tuple(_ScopeColumn(table, name) for name, _ in relation.columns))
-
-    def __add__(self, other: Scope) -> Scope:
-        return Scope(self.columns + other.columns)
-
-    def lookup(self, table: str | None, name: str) -> int:
-        """The position of column ``name`` (of ``table`` if given); 42703 or 42702."""
-        hits = [
-            i
-            for i, c in enumerate(self.columns)
-            if c.name == name and (table is None or c.table == table)
-        ]
-        qualified = f"{table}.{name}" if table else name
-        if not hits:
-            if table is not None and all(c.table != table for c in self.columns):
-                raise LoupeError(
-                    SqlState.UNDEFINED_TABLE, f'missing FROM-clause entry for table "{table}"'
-                )
-            raise LoupeError(SqlState.UNDEFINED_COLUMN, f'column "{qualified}" does not exist')
-        if len(hits) > 1:
-            raise LoupeError(AMBIGUOUS_COLUMN, f'column reference "{qualified}" is ambiguous')
-        return hits[0]
-
-    def of_table(self, table: str) -> list[int]:
-        """The positions of all columns of ``table`` (for ``t.*``)."""
-        positions = [i for i, c in enumerate(self.columns) if c.table == table]
-        if not positions:
-            raise LoupeError(
-                SqlState.UNDEFINED_TABLE, f'missing FROM-clause entry for table "{table}"'
-            )
-        return positions
+    Raises ``LoupeError`` on unknown names or unsupported SQL, and
+    ``TemporalError`` for now()/mz_now() unless ``query_time`` (ms) is given.
+    ``optimized=False`` returns the plan as translated, before projection
+    pushdown (``optimize``).
+    """
+    relation = _text_for_unknown(_Planner(resolve, Context(query_time=query_time)).query(query))
+    return optimize(relation) if optimized else relation
 
 
-class _Grouping:
-    """Lowers expressions above a Reduce: group keys and aggregates become its output columns."""
+def plan_select(
+    query: exp.Expression,
+    resolve: Resolver,
+    *,
+    query_time: int | None = None,
+    optimized: bool = True,
+) -> PlannedQuery:
+    """A one-off SELECT: MIR plus the finishing (outermost ORDER BY/LIMIT/OFFSET) a peek applies.
 
-    def __init__(self, keys: tuple[Scalar, ...], below: _Scalars) -> None:
-        self.keys = keys
-        self.below = below
-        self.aggregates: list[mir.Aggregate] = []
-
-    def aggregate(self, node: exp.AggFunc) -> Column:
-        """The output column of the aggregate call ``node``, adding it if new."""
-        aggregate = self._lower_aggregate(node)
-        if aggregate not in self.aggregates:
-            self.aggregates.append(aggregate)
-        return Column(len(self.keys) + self.aggregates.index(aggregate))
-
-    def _lower_aggregate(self, node: exp.AggFunc) -> mir.Aggregate:
-        func = _AGGREGATES.get(type(node))
-        if func is None:
-            raise unsupported(f"aggregate function {node.sql_name().lower()}")
-        arg = node.this
-        if any(isinstance(n, exp.AggFunc) for n in arg.walk()):
-            raise LoupeError(GROUPING_ERROR, "aggregate function calls cannot be nested")
-        if isinstance(arg, exp.Star):
-            return mir.Aggregate("count", None)
-        if isinstance(arg, exp.Distinct):
-            return mir.Aggregate(func, self.below.lower(arg.expressions[0]), distinct=True)
-        return mir.Aggregate(func, self.below.lower(arg))
-
-
-class _Scalars:
-    """Lowers sqlglot expressions to MIR scalars over a scope (above a Reduce if ``grouping``)."""
-
-    def __init__(self, scope: Scope, grouping: _Grouping | None = None) -> None:
-        self.scope = scope
-        self.grouping = grouping
-
-    def lower(self, node: exp.Expression) -> Scalar:
-        if self.grouping is not None:
-            grouped = self._grouped(node, self.grouping)
-            if grouped is not None:
-                return grouped
-        elif isinstance(node, exp.AggFunc):
-            raise LoupeError(GROUPING_ERROR, "aggregate functions are not allowed here")
-        return self._structural(node)
-
-    def _grouped(self, node: exp.Expression, grouping: _Grouping) -> Scalar | None:
-        if isinstance(node, exp.AggFunc):
-            return grouping.aggregate(node)
-        if node.find(exp.AggFunc) is None:
-            below = grouping.below.lower(node)
-            if below in grouping.keys:
-                return Column(grouping.keys.index(below))
-            if isinstance(node, exp.Column):
-                raise LoupeError(
-                    GROUPING_ERROR,
-                    f'column "{node.sql(dialect="postgres")}" must appear in the GROUP BY '
-                    "clause or be used in an aggregate function",
-                )
-        return None
-
-    def _structural(self, node: exp.Expression) -> Scalar:
-        if isinstance(node, exp.Paren):
-            return self.lower(node.this)
-        if isinstance(node, exp.Column):
-            return Column(self.scope.lookup(node.table or None, node.name))
-        if isinstance(node, exp.Literal | exp.Boolean | exp.Null):
-            return _literal(node)
-        if type(node) in _BINARY:
-            return Call(_BINARY[type(node)], (self.lower(node.this), self.lower(node.expression)))
-        if isinstance(node, exp.Not):
-            return self._not(node.this)
-        if isinstance(node, exp.Neg):
-            return Call("neg", (self.lower(node.this),))
-        if isinstance(node, exp.Is) and isinstance(node.expression, exp.Null):
-            func = "is_not_null" if node.args.get("negate") else "is_null"
-            return Call(func, (self.lower(node.this),))
-        if isinstance(node, exp.Cast):
-            return Cast(self.lower(node.this), _type_name(node.to))
-        if isinstance(node, exp.Case):
-            return self._case(node)
-        if isinstance(node, exp.Coalesce):
-            return Call("coalesce", tuple(self.lower(a) for a in [node.this, *node.expressions]))
-        if isinstance(node, exp.Anonymous):
-            return Call(node.name.lower(), tuple(self.lower(a) for a in node.expressions))
-        if isinstance(node, exp.Func) and not isinstance(node, exp.AggFunc):
-            return self._function(node)
-        raise unsupported(_describe(node))
-
-    def _not(self, operand: exp.Expression) -> Scalar:
-        if isinstance(operand, exp.Is) and isinstance(operand.expression, exp.Null):
-            return Call("is_not_null", (self.lower(operand.this),))
-        return Call("not", (self.lower(operand),))
-
-    def _case(self, node: exp.Case) -> Scalar:
-        subject = node.this
-        whens = []
-        for when in node.args.get("ifs") or []:
-            condition = when.this if subject is None else exp.EQ(this=subject, expression=when.this)
-            whens.append((self.lower(condition), self.lower(when.args["true"])))
-        default = node.args.get("default")
-        otherwise = self.lower(default) if default is not None else Literal(None, "unknown")
-        return Case(tuple(whens), otherwise)
-
-    def _function(self, node: exp.Func) -> Scalar:
-        args: list[exp.Expression] = []
-        for key in node.arg_types:
-            value = node.args.get(key)
-            args.extend(value if isinstance(value, list) else [value] if value is not None else [])
-        if any(not isinstance(a, exp.Expression) for a in args):
-            raise unsupported(f"function {node.sql_name().lower()}")
-        return Call(node.sql_name().lower(), tuple(self.lower(a) for a in args))
-
-
-def _literal(node: exp.Expression) -> Literal:
-    if isinstance(node, exp.Null):
-        return Literal(None, "unknown")
-    if isinstance(node, exp.Boolean):
-        return Literal(bool(node.this), "bool")
-    assert isinstance(node, exp.Literal)
-    if node.is_string:
-        return Literal(node.this, "text")
-    text = node.this
-    if text.isdigit():
-        value = int(text)
-        return Literal(value, "int4" if value < 2**31 else "int8")
-    return Literal(text, "numeric")
-
-
-def _type_name(to: exp.DataType) -> str:
-    name = to.sql(dialect="postgres").lower().split("(")[0]
-    return _TYPE_NAMES.get(name, name)
-
-
-def _describe(node: exp.Expression) -> str:
-    names = {
-        exp.Subquery: "subqueries in expressions",
-        exp.In: "IN",
-        exp.Exists: "EXISTS",
-        exp.Window: "window functions",
-    }
-    return names.get(
-        type(node), node.sql_name().upper() if isinstance(node, exp.Func) else node.key.upper()
+    ``query_time`` (ms since the epoch) is what now() and mz_now() fold to;
+    without it they raise ``TemporalError``.
+    """
+    planner = _Planner(resolve, Context(query_time=query_time))
+    ordered = planner.ordered(query, finishing=True)
+    finishing = mir.Finishing(
+        ordered.order, ordered.limit, ordered.offset, tuple(range(ordered.visible))
     )
+    relation = _text_for_unknown(ordered.relation)
+    relation = optimize(relation) if optimized else relation
+    return PlannedQuery(relation, finishing, planner.context.temporal)
+
+
+@dataclass(frozen=True)
+class _Ordered:
+    """A query's relation with its ORDER BY, LIMIT and OFFSET not yet applied.
+
+    ``relation`` may end in hidden columns (ORDER BY expressions outside the
+    SELECT list); the first ``visible`` columns are the query's.
+    """
+
+    relation: mir.Relation
+    visible: int
+    order: tuple[mir.OrderKey, ...] = ()
+    limit: int | None = None
+    offset: int = 0
+
+    def maintained(self) -> mir.Relation:
+        """The collection: a TopK when there is a LIMIT or OFFSET, without hidden columns."""
+        relation = self.relation
+        if self.limit is not None or self.offset:
+            relation = mir.TopK(relation, self.order, self.limit, self.offset)
+        if relation.arity != self.visible:
+            relation = mir.Project(relation, tuple(range(self.visible)))
+        return relation
+
+
+@dataclass(frozen=True)
+class _Item:
+    """One entry of a SELECT list after ``*`` expansion: a scope column or an expression."""
+
+    name: str
+    position: int | None = None
+    node: exp.Expression | None = None
+
+
+class _Planner:
+    """SQL to MIR for one query level (a new planner per subquery)."""
+
+    def __init__(
+        self,
+        resolve: Resolver,
+        context: Context,
+        ctes: dict[str, mir.Relation] | None = None,
+        parent: _Planner | None = None,
+    ) -> None:
+        self.resolve = resolve
+        self.context = context
+        self.ctes = dict(ctes or {})
+        self.parent = parent
+
+    def child(self, outer: Scope | None) -> _Planner:
+        """A planner for a subquery; ``outer`` is the scope a correlated subquery may refer to."""
+        context = self.context.child(outer)
+        return _Planner(self.resolve, context, self.ctes, self)
+
+    # Queries
+
+    def query(self, node: exp.Expression) -> mir.Relation:
+        return self.ordered(node, finishing=False).maintained()
+
+    def ordered(self, node: exp.Expression, *, finishing: bool) -> _Ordered:
+        """Plan ``node``; keeps its ORDER BY when ``finishing`` or when it has LIMIT/OFFSET."""
+        if isinstance(node, exp.Subquery):
+            if node.args.get("order") or _has_limit(node):  # (SELECT …) ORDER BY … LIMIT …
+                ordering = finishing or _has_limit(node)
+                return _ordered_by_output(self.query(node.this), node, ordering)
+            return self.ordered(node.this, finishing=finishing)
+        with_ = node.args.get("with_") or node.args.get("with")
+        if with_ is not None:
+            return self._with(with_).ordered(_without_with(node), finishing=finishing)
+        ordering = finishing or _has_limit(node)
+        if isinstance(node, exp.SetOperation):
+            return self._set_operation_ordered(node, ordering)
+        if isinstance(node, exp.Select):
+            return self._select(node, ordering)
+        if isinstance(node, exp.Values):
+            relation = self._values(node)
+            return _Ordered(relation, relation.arity)
+        raise unsupported(describe(node))
+
+    def _values(self, node: exp.Values) -> mir.Constant:
+        """``VALUES (…), (…)``: a constant collection; each column takes its rows' common type."""
+        scalars = Scalars(self.context, Scope(()))
+        rows = [[scalars.lower(cell) for cell in row.expressions] for row in node.expressions]
+        if any(len(row) != len(rows[0]) for row in rows):
+            raise LoupeError(SqlState.SYNTAX_ERROR, "VALUES lists must all be the same length")
+        if any(not isinstance(cell, Literal) for row in rows for cell in row):
+            raise unsupported("non-constant expressions in VALUES")
+        literals = [[cell for cell in row if isinstance(cell, Literal)] for row in rows]
+        types = [
+            functions.expr_type(Call("coalesce", tuple(column)), ())
+            for column in zip(*literals, strict=True)
+        ]
+        values = tuple(
+            tuple(
+                fold_cast(cell.value, cell.type, type_)
+                for cell, type_ in zip(row, types, strict=True)
+            )
+            for row in literals
+        )
+        names = tuple(f"column{i + 1}" for i in range(len(types)))
+        return mir.Constant(values, tuple(zip(names, types, strict=True)))
+
+    def _with(self, with_: exp.With) -> _Planner:
+        """A planner that sees the CTEs of ``with_`` (each may use the ones before it)."""
+        if with_.args.get("recursive"):
+            raise unsupported("WITH RECURSIVE")
+        planner = _Planner(self.resolve, self.context, self.ctes, self.parent)
+        for cte in with_.expressions:
+            relation = planner.query(cte.this)
+            planner.ctes[cte.alias_or_name] = _renamed(
+                relation, _alias_columns(cte.args.get("alias"))
+            )
+        return planner
+
+    # FROM and WHERE
+
+    def _from_where(
+        self,
+        select: exp.Select,
+        correlations: list[tuple[Scalar, Scalar]] | None = None,
+        extra: tuple[mir.Relation, Scope] | None = None,
+    ) -> tuple[mir.Relation, Scope]:
+        """The FROM relation filtered by WHERE, and its scope.
+
+        With ``correlations``, WHERE equalities between this query and the
+        enclosing one are not applied but collected there as ``(inner,
+        outer)`` pairs, for the caller to join on. ``extra`` is one more
+        relation joined after the FROM items (a decorrelated subquery's
+        outer values).
+        """
+        tables = self._tables(select)
+        scopes = join_scopes(select, [s for _, s in tables])
+        if extra is not None:
+            scopes.append(scopes[-1] + extra[1])
+        scope = scopes[-1]
+        plain, scalar_subqueries, predicates = [], [], []
+        for conjunct in _conjuncts(select.args.get("where")):
+            if _is_subquery_predicate(conjunct):
+                predicates.append(conjunct)
+            elif _scalar_subqueries(conjunct):
+                scalar_subqueries.append(conjunct)
+            else:
+                try:
+                    plain.extend(factor_or(Scalars(self.context, scope).lower(conjunct)))
+                except CorrelatedReference:
+                    if correlations is None:
+                        raise
+                    correlations.append(self._correlation(conjunct, scope))
+        relations = [r for r, _ in tables]
+        relation = self._joins(select, relations, scopes, plain, extra and extra[0])
+        if scalar_subqueries:
+            relation, scope = self._attach_scalar_subqueries(relation, scope, scalar_subqueries)
+            lowered = tuple(Scalars(self.context, scope).lower(c) for c in scalar_subqueries)
+            relation = mir.Filter(relation, lowered)
+        for predicate in predicates:
+            relation = self._subquery_predicate(relation, scope, predicate)
+        return relation, scope
+
+    def _tables(self, select: exp.Select) -> list[tuple[mir.Relation, Scope]]:
+        from_ = select.args.get("from_")
+        if from_ is None:
+            if select.args.get("joins"):
+                raise unsupported("JOIN without FROM")
+            return [(mir.Constant(((),), ()), Scope(()))]
+        nodes = [from_.this] + [j.this for j in select.args.get("joins") or []]
+        return [self._table(node) for node in nodes]
+
+    def _table(self, node: exp.Expression) -> tuple[mir.Relation, Scope]:
+        alias = node.args.get("alias")
+        if isinstance(node, exp.Values):
+            relation = _renamed(self._values(node), _alias_columns(alias))
+            return relation, Scope.of(node.alias or None, relation)
+        if isinstance(node, exp.Subquery):
+            relation = self.child(self.context.outer).query(node.this)
+            relation = _renamed(relation, _alias_columns(alias))
+            return relation, Scope.of(node.alias or None, relation)
+        if not isinstance(node, exp.Table) or not isinstance(node.this, exp.Identifier):
+            raise unsupported(f"{describe(node)} in FROM")
+        name = ".".join(p.name for p in node.parts)
+        if name in self.ctes:
+            relation = self.ctes[name]
+        else:
+            resolved = self.resolve(name)
+            if resolved is None:
+                raise LoupeError(SqlState.UNDEFINED_TABLE, f'relation "{name}" does not exist')
+            qualified, columns = resolved
+            relation = mir.Get(qualified, tuple((c, t) for c, t in columns))
+        relation = _renamed(relation, _alias_columns(alias))
+        return relation, Scope.of(node.alias_or_name, relation)
+
+    def _joins(
+        self,
+        select: exp.Select,
+        relations: list[mir.Relation],
+        scopes: list[Scope],
+        where: list[Scalar],
+        extra: mir.Relation | None = None,
+    ) -> mir.Relation:
+        """Join the FROM items left to right, applying ON conditions and WHERE.
+
+        Runs of inner joins become one n-ary Join whose column equalities
+        (from ON or WHERE) are its equivalences. An outer join ends the run
+        before it; WHERE predicates over its preserved left side alone are
+        applied to that side first (they would filter the same rows after),
+        unless a later RIGHT or FULL join matches against that side.
+        ``scopes[i]`` is the scope of the first ``i + 1`` FROM items.
+        """
+        run, run_predicates = [relations[0]], []
+        pending = list(where)
+        joins = select.args.get("joins") or []
+        for index, (join, right) in enumerate(zip(joins, relations[1:], strict=True), start=1):
+            side = (join.side or "").upper()
+            left_arity = len(scopes[index - 1].columns)
+            scope = scopes[index]
+            on = [
+                factored
+                for c in _conjuncts(join.args.get("on"))
+                for factored in factor_or(Scalars(self.context, scope).lower(c))
+            ]
+            on += using_equalities(join, scopes[index - 1], scope)
+            side = simplified_side(side, pending, left_arity, len(scope.columns))
+            if side not in OUTER_SIDES:
+                run.append(right)
+                run_predicates.extend(on)
+                continue
+            # A later RIGHT or FULL join matches against these rows: filtering them
+            # first would leave rows it should have matched padded instead.
+            later = {(j.side or "").upper() for j in joins[index:]}
+            if side == "LEFT" and not later & {"RIGHT", "FULL"}:
+                pushed = [p for p in pending if all(c < left_arity for c in columns_of(p))]
+                pending = [p for p in pending if p not in pushed]
+                run_predicates.extend(pushed)
+            left = inner_join(run, run_predicates)
+            run, run_predicates = [outer_join(left, right, on, side)], []
+        if extra is not None:
+            run.append(extra)
+        return inner_join(run, run_predicates + pending)
+
+    def _correlation(self, conjunct: exp.Expression, scope: Scope) -> tuple[Scalar, Scalar]:
+        """``inner = outer`` split into its two sides, or the CorrelatedReference it is not."""
+        assert self.parent is not None
+        assert self.context.outer is not None
+        inner_scalars = Scalars(self.context, scope)
+        outer_scalars = Scalars(self.parent.context, self.context.outer)
+        node = conjunct.this if isinstance(conjunct, exp.Paren) else conjunct
+        if isinstance(node, exp.EQ):
+            for inner, outer in ((node.this, node.expression), (node.expression, node.this)):
+                try:
+                    return inner_scalars.lower(inner), outer_scalars.lower(outer)
+                except LoupeError:
+                    continue
+        inner_scalars.lower(conjunct)  # raises the CorrelatedReference naming the outer column
+        raise AssertionError(f"{conjunct} lowered after failing to")
+
+    # Subqueries
+
+    def _subquery_predicate(
+        self, relation: mir.Relation, scope: Scope, predicate: exp.Expression
+    ) -> mir.Relation:
+        """Keep the rows of ``relation`` for which [NOT] EXISTS / [NOT] IN holds."""
+        negated, node = _strip_not(predicate)
+        exists, subquery, inner, outer = self._membership(relation, scope, node)
+        if negated:
+            anti = relational.antijoin if exists else relational.not_in
+            return anti(relation, outer, subquery, inner)
+        return relational.semijoin(relation, outer, subquery, inner)
+
+    def _membership(
+        self, relation: mir.Relation, scope: Scope, node: exp.Expression
+    ) -> tuple[bool, mir.Relation, list[Scalar], list[Scalar]]:
+        """``EXISTS (…)`` or ``x IN (…)`` decorrelated against ``relation``: whether it is
+        EXISTS, and the subquery with its inner keys and the outer keys they must equal
+        (for IN, the outer keys end with ``x``)."""
+        if isinstance(node, exp.Exists):
+            subquery, inner, outer = self._decorrelated(node.this, relation, scope, value=False)
+            return True, subquery, inner, outer
+        assert isinstance(node, exp.In)
+        if isinstance(node.this, exp.Tuple):
+            raise unsupported("row constructors in IN")
+        query = node.args["query"]
+        subquery, inner, outer = self._decorrelated(query, relation, scope, value=True)
+        return False, subquery, inner, [*outer, Scalars(self.context, scope).lower(node.this)]
+
+    def _decorrelated(
+        self, node: exp.Expression, outer_relation: mir.Relation, scope: Scope, *, value: bool
+    ) -> tuple[mir.Relation, list[Scalar], list[Scalar]]:
+        """A subquery as ``(relation, inner keys, outer keys)``: a row of the enclosing query
+        (``outer_relation`` over ``scope``) matches the rows of ``relation`` whose inner keys
+        equal its outer keys.
+
+        With ``value``, the last inner key is the subquery's one output column.
+        Only a plain SELECT (no grouping, DISTINCT, LIMIT or set operation)
+        may be correlated: by equalities in its WHERE (joined on directly), or
+        by any WHERE predicates (``_decorrelated_generally``).
+        """
+        node = node.this if isinstance(node, exp.Subquery) else node
+        planner = self.child(scope)
+        if not _is_plain(node):
+            relation = planner.query(node)
+            if not value:
+                return relation, [], []
+            _one_column(relation.arity)
+            return relation, [Column(0)], []
+        assert isinstance(node, exp.Select)
+        correlations: list[tuple[Scalar, Scalar]] = []
+        try:
+            relation, inner_scope = planner._from_where(node, correlations)
+        except CorrelatedReference:
+            return self._decorrelated_generally(node, outer_relation, scope, value=value)
+        inner = [pair[0] for pair in correlations]
+        outer = [pair[1] for pair in correlations]
+        if value:
+            inner.append(planner._value(node, inner_scope))
+        return relation, inner, outer
+
+    def _decorrelated_generally(
+        self, node: exp.Select, outer_relation: mir.Relation, scope: Scope, *, value: bool
+    ) -> tuple[mir.Relation, list[Scalar], list[Scalar]]:
+        """A subquery correlated by any predicates, as Materialize decorrelates it.
+
+        The distinct values of the outer columns it reads are joined into the
+        subquery's FROM, where its predicates read them as columns; the
+        result is keyed by those values (NULL-safely: a predicate such as
+        ``IS NULL`` may hold for a NULL).
+        """
+        planner = self.child(None)
+        relation, subquery_scope, read, start = planner._with_outer_values(
+            node, outer_relation, scope
+        )
+        value_types = outer_relation.types
+        inner = relational.null_safe(
+            [Column(start + i) for i in range(len(read))], [value_types[p] for p in read]
+        )
+        outer = relational.null_safe([Column(p) for p in read], [value_types[p] for p in read])
+        if value:
+            inner.append(planner._value(node, subquery_scope))
+        return relation, inner, outer
+
+    def _value(self, select: exp.Select, scope: Scope) -> Scalar:
+        """The one SELECT-list expression of an IN subquery."""
+        items = self._items(select, scope)
+        _one_column(len(items))
+        item = items[0]
+        if item.position is not None:
+            return Column(item.position)
+        assert item.node is not None
+        return Scalars(self.context, scope).lower(_unalias(item.node))
+
+    def _attach_scalar_subqueries(
+        self, relation: mir.Relation, scope: Scope, nodes: Sequence[exp.Expression]
+    ) -> tuple[mir.Relation, Scope]:
+        """Append to ``relation`` one column per scalar subquery in ``nodes``: its value or NULL."""
+        for node in nodes:
+            for subquery in _scalar_subqueries(node):
+                if id(subquery) in self.context.subquery_columns:
+                    continue
+                if not isinstance(subquery, exp.Subquery):  # EXISTS or IN as a value
+                    relation = self._marked(relation, scope, subquery)
+                    scope = scope.with_hidden("bool")
+                    self.context.subquery_columns[id(subquery)] = len(scope.columns) - 1
+                    continue
+                try:
+                    value = self.child(scope).query(subquery.this)
+                except CorrelatedReference:
+                    if not _is_global_aggregate(subquery.this) or not _is_plain_from(subquery.this):
+                        raise
+                    relation, type_ = self._correlated_aggregate(relation, scope, subquery.this)
+                else:
+                    relation, type_ = _join_scalar(relation, value, subquery.this)
+                scope = scope.with_hidden(type_)
+                self.context.subquery_columns[id(subquery)] = len(scope.columns) - 1
+        return relation, scope
+
+    def _marked(self, relation: mir.Relation, scope: Scope, node: exp.Expression) -> mir.Relation:
+        """``relation`` with the value of ``EXISTS (…)`` or ``x IN (…)`` as one more column,
+        for a predicate inside other logic (``a IN (…) OR b``) or in the SELECT list."""
+        exists, subquery, inner, outer = self._membership(relation, scope, node)
+        marked = relational.marked_exists if exists else relational.marked_in
+        return marked(relation, outer, subquery, inner)
+
+    def _correlated_aggregate(
+        self, relation: mir.Relation, scope: Scope, select: exp.Select
+    ) -> tuple[mir.Relation, str]:
+        """``relation`` with the value of a correlated aggregate subquery.
+
+        The subquery is grouped by its inner correlation keys (or, when it is
+        correlated by other predicates than equalities, by the distinct outer
+        values it reads); each row of ``relation`` takes its group's value,
+        or, when no group matches, the value over no rows (count 0, others
+        NULL).
+        """
+        planner = self.child(scope)
+        correlations: list[tuple[Scalar, Scalar]] = []
+        try:
+            inner_relation, inner_scope = planner._from_where(select, correlations)
+            keys = tuple(pair[0] for pair in correlations)
+            outer_keys = [pair[1] for pair in correlations]
+            null_safe = False
+        except CorrelatedReference:
+            planner = self.child(None)
+            inner_relation, inner_scope, read, start = planner._with_outer_values(
+                select, relation, scope
+            )
+            keys = tuple(Column(start + i) for i in range(len(read)))
+            outer_keys = [Column(p) for p in read]
+            null_safe = True
+        items = planner._items(select, inner_scope)
+        _one_column(len(items))
+        assert items[0].node is not None
+        grouping = Grouping(keys, Scalars(planner.context, inner_scope))
+        value = Scalars(planner.context, Scope(()), grouping).lower(_unalias(items[0].node))
+        names = tuple(f"k{i}" for i in range(len(keys)))
+        names += tuple(f"{a.func}{i}" for i, a in enumerate(grouping.aggregates))
+        reduced = mir.Reduce(inner_relation, keys, tuple(grouping.aggregates), names)
+        width = len(keys)
+        if isinstance(value, Column):
+            groups = mir.Project(reduced, (*range(width), value.index))
+        else:
+            mapped = mir.Map(reduced, (value,), ("value",))
+            groups = mir.Project(mapped, (*range(width), reduced.arity))
+        group_keys: list[Scalar] = [Column(i) for i in range(width)]
+        if null_safe:  # a predicate like IS NULL may hold for NULL outer values
+            group_keys = relational.null_safe(group_keys, groups.types[:width])
+            outer_keys = relational.null_safe(outer_keys, groups.types[:width])
+        matched = mir.Project(
+            relational.keyed_join(relation, outer_keys, groups, group_keys),
+            (*range(relation.arity), relation.arity + width),
+        )
+        empty = {
+            width + i: Literal(0, "int8") if a.func == "count" else Literal(None, t)
+            for i, (a, t) in enumerate(zip(grouping.aggregates, reduced.types[width:], strict=True))
+        }
+        default = relational.substitute(value, empty)
+        unmatched = relational.antijoin(relation, outer_keys, groups, group_keys)
+        padded = mir.Map(unmatched, (default,), ("value",))
+        return mir.Union((matched, padded)), groups.types[-1]
+
+    def _with_outer_values(
+        self, select: exp.Select, outer_relation: mir.Relation, scope: Scope
+    ) -> tuple[mir.Relation, Scope, list[int], int]:
+        """``select``'s FROM and WHERE joined with the distinct values of the outer columns
+        it reads (positions ``read`` in ``scope``), which are its columns from ``start`` on."""
+        tables = self._tables(select)
+        inner_scope = join_scopes(select, [s for _, s in tables])[-1]
+        read = sorted(_outer_positions(select, inner_scope, scope))
+        columns = tuple(
+            replace(scope.columns[p], qualified_only=inner_scope.has(None, scope.columns[p].name))
+            for p in read
+        )
+        values = mir.Distinct(mir.Project(outer_relation, tuple(read)))
+        relation, joined_scope = self._from_where(select, extra=(values, Scope(columns)))
+        return relation, joined_scope, read, len(inner_scope.columns)
+
+    # SELECT
+
+    def _items(self, select: exp.Select, scope: Scope) -> list[_Item]:
+        """The SELECT list with ``*`` and ``t.*`` expanded to scope columns."""
+        items: list[_Item] = []
+        for node in select.expressions:
+            if isinstance(node, exp.Star):
+                positions = scope.visible()
+            elif isinstance(node, exp.Column) and isinstance(node.this, exp.Star):
+                positions = scope.of_table(node.table)
+            else:
+                items.append(_Item(_output_name(node), node=node))
+                continue
+            items.extend(_Item(scope.columns[p].name, position=p) for p in positions)
+        return items
+
+    def _select(self, select: exp.Select, ordering: bool) -> _Ordered:
+        relation, scope = self._from_where(select)
+        items = self._items(select, scope)
+        distinct = select.args.get("distinct")
+        distinct_on = distinct.args.get("on") if distinct else None
+        # DISTINCT ON keeps each group's first row in ORDER BY order, even in a view.
+        order = _order_nodes(select) if ordering or distinct_on else []
+        targets = [_order_target(o, items) for o in order]
+        on_targets = [
+            _order_target(exp.Ordered(this=e), items)
+            for e in (distinct_on.expressions if distinct_on else [])
+        ]
+        extra: list[exp.Expression] = []
+        for target in [*targets, *on_targets]:
+            if isinstance(target, exp.Expression) and target not in extra:
+                extra.append(target)
+        if _is_grouped(select, items, extra):
+            scalars = Scalars(self.context, scope)
+            relation, scalars = self._reduce(select, relation, scalars, items, extra)
+        else:
+            expressions = [i.node for i in items if i.node is not None] + extra
+            relation, scope = self._attach_scalar_subqueries(relation, scope, expressions)
+            scalars = Scalars(self.context, scope)
+        relation = _project(relation, scalars, items, extra)
+
+        def position(target: int | exp.Expression) -> int:
+            return target if isinstance(target, int) else len(items) + extra.index(target)
+
+        keys = tuple(_order_key(o, position(t)) for o, t in zip(order, targets, strict=True))
+        if distinct_on:
+            group = tuple(dict.fromkeys(position(t) for t in on_targets))
+            relation = mir.TopK(relation, keys, 1, 0, group)
+        elif distinct:
+            if extra:
+                raise LoupeError(
+                    INVALID_COLUMN_REFERENCE,
+                    "for SELECT DISTINCT, ORDER BY expressions must appear in select list",
+                )
+            relation = mir.Distinct(relation)
+        limit, offset = _limit_offset(select)
+        return _Ordered(relation, len(items), keys if ordering else (), limit, offset)
+
+    def _reduce(
+        self,
+        select: exp.Select,
+        relation: mir.Relation,
+        below: Scalars,
+        items: list[_Item],
+        extra: list[exp.Expression],
+    ) -> tuple[mir.Relation, Scalars]:
+        """A Reduce for GROUP BY and aggregates, then HAVING; returns the scalars above it.
+
+        Without GROUP BY the Reduce has no rows for empty input, where SQL
+        has one (count 0, other aggregates NULL): that row is added when the
+        Reduce is empty.
+        """
+        if any(i.position is not None for i in items):
+            raise LoupeError(GROUPING_ERROR, "SELECT * is not allowed with GROUP BY")
+        group = select.args.get("group")
+        keys_sql = group.expressions if group else []
+        key_nodes = [_group_key(k, items, below.scope) for k in keys_sql]
+        keys = tuple(dict.fromkeys(below.lower(k) for k in key_nodes))
+        grouping = Grouping(keys, below)
+        having_nodes = _conjuncts(select.args.get("having"))
+        above_nodes = [*(_unalias(i.node) for i in items if i.node is not None), *extra]
+        for node in [*above_nodes, *having_nodes]:  # the aggregates, in SELECT-list order
+            for call in _aggregate_calls(node):
+                grouping.aggregate(call)
+        names = tuple(f"k{i}" for i in range(len(keys)))
+        names += tuple(f"{a.func}{i}" for i, a in enumerate(grouping.aggregates))
+        reduced: mir.Relation = mir.Reduce(relation, keys, tuple(grouping.aggregates), names)
+        if not keys:
+            defaults = [
+                Literal(0, "int8") if a.func == "count" else Literal(None, t)
+                for a, t in zip(grouping.aggregates, reduced.types, strict=True)
+            ]
+            reduced = relational.with_default_row(reduced, defaults)
+        # Scalar subqueries above the Reduce (HAVING x > (SELECT …)) join onto its output.
+        width = reduced.arity
+        reduced, scope = self._attach_scalar_subqueries(
+            reduced, Scope.of(None, reduced), [*above_nodes, *having_nodes]
+        )
+        grouping.hidden = scope.types[width:]
+        above = Scalars(self.context, Scope(()), grouping)
+        having = [above.lower(c) for c in having_nodes]
+        if having:
+            reduced = mir.Filter(reduced, tuple(having))
+        return reduced, above
+
+    # Set operations
+
+    def _set_operation_ordered(self, node: exp.SetOperation, ordering: bool) -> _Ordered:
+        return _ordered_by_output(self._set_operation(node), node, ordering)
+
+    def _set_operation(self, node: exp.SetOperation) -> mir.Relation:
+        left, right = self.query(node.this), self.query(node.expression)
+        kind = node.key.upper()
+        if left.arity != right.arity:
+            raise LoupeError(
+                SqlState.SYNTAX_ERROR, f"each {kind} query must have the same number of columns"
+            )
+        left, right = _conform(left, right, kind)
+        distinct = bool(node.args.get("distinct"))
+        if isinstance(node, exp.Union):
+            union = mir.Union((left, right))
+            return mir.Distinct(union) if distinct else union
+        if distinct:
+            left, right = mir.Distinct(left), mir.Distinct(right)
+        except_ = mir.Threshold(mir.Union((left, mir.Negate(right))))
+        if isinstance(node, exp.Except):
+            return except_
+        # INTERSECT: left minus (left minus right).
+        return mir.Threshold(mir.Union((left, mir.Negate(except_))))
+
+
+# SELECT list and ORDER BY
+
+
+def _project(
+    relation: mir.Relation,
+    scalars: Scalars,
+    items: list[_Item],
+    extra: list[exp.Expression],
+) -> mir.Relation:
+    """Map the SELECT list's expressions (then the hidden ORDER BY ones) and project onto them."""
+    arity = relation.arity
+    outputs: list[int] = []
+    maps: list[Scalar] = []
+    nodes: list[int | exp.Expression] = [_item_source(i) for i in items]
+    nodes.extend(extra)
+    for node in nodes:
+        if isinstance(node, int):
+            outputs.append(node)
+            continue
+        scalar = scalars.lower(_unalias(node))
+        if isinstance(scalar, Column):
+            outputs.append(scalar.index)
+        else:
+            outputs.append(arity + len(maps))
+            maps.append(scalar)
+    names = tuple(i.name for i in items) + tuple("?order?" for _ in extra)
+    if maps:
+        relation = mir.Map(relation, tuple(maps), tuple(f"map{i}" for i in range(len(maps))))
+    identity = outputs == list(range(relation.arity))
+    if identity and names == tuple(name for name, _ in relation.columns):
+        return relation
+    return mir.Project(relation, tuple(outputs), names)
+
+
+def _ordered_by_output(relation: mir.Relation, node: exp.Expression, ordering: bool) -> _Ordered:
+    """``relation`` with ``node``'s ORDER BY (output columns only), LIMIT and OFFSET."""
+    names = [name for name, _ in relation.columns]
+    keys = []
+    for ordered in _order_nodes(node) if ordering else []:
+        position = _output_position(ordered.this, names)
+        if position is None:
+            raise unsupported("ORDER BY an expression that is not in the select list")
+        keys.append(_order_key(ordered, position))
+    limit, offset = _limit_offset(node)
+    return _Ordered(relation, relation.arity, tuple(keys), limit, offset)
+
+
+def _item_source(item: _Item) -> int | exp.Expression:
+    if item.position is not None:
+        return item.position
+    assert item.node is not None
+    return item.node
+
+
+def _order_target(ordered: exp.Ordered, items: list[_Item]) -> int | exp.Expression:
+    """What an ORDER BY key sorts by: a SELECT item's position, or an expression to compute."""
+    key = ordered.this
+    position = _output_position(key, [i.name for i in items])
+    if position is not None:
+        if position >= len(items):
+            raise LoupeError(
+                SqlState.UNDEFINED_COLUMN, f"ORDER BY position {key.this} is not in select list"
+            )
+        return position
+    for index, item in enumerate(items):
+        if item.node is not None and _unalias(item.node) == key:
+            return index
+    return key
+
+
+def _output_position(key: exp.Expression, names: list[str]) -> int | None:
+    """The output column ``key`` names by position (``ORDER BY 2``) or unique output name."""
+    if isinstance(key, exp.Literal) and not key.is_string and str(key.this).isdigit():
+        position = int(key.this) - 1
+        if not 0 <= position < len(names):
+            raise LoupeError(
+                SqlState.UNDEFINED_COLUMN, f"ORDER BY position {key.this} is not in select list"
+            )
+        return position
+    if isinstance(key, exp.Column) and not key.table and names.count(key.name) == 1:
+        return names.index(key.name)
+    return None
+
+
+def _order_key(ordered: exp.Ordered, position: int) -> mir.OrderKey:
+    desc = bool(ordered.args.get("desc"))
+    return mir.OrderKey(position, desc, nulls_last=not ordered.args.get("nulls_first"))
+
+
+def _order_nodes(node: exp.Expression) -> list[exp.Ordered]:
+    order = node.args.get("order")
+    return list(order.expressions) if order else []
+
+
+def _limit_offset(node: exp.Expression) -> tuple[int | None, int]:
+    limit = _constant_int(node.args.get("limit"), "LIMIT")
+    offset = _constant_int(node.args.get("offset"), "OFFSET") or 0
+    return limit, offset
+
+
+def _has_limit(node: exp.Expression) -> bool:
+    return node.args.get("limit") is not None or node.args.get("offset") is not None
+
+
+def _group_key(key: exp.Expression, items: list[_Item], scope: Scope) -> exp.Expression:
+    """A GROUP BY key, with positions (``GROUP BY 1``) and output names replaced by the item.
+
+    As in PostgreSQL, a name is an input column first and an output column
+    name only when no input column has it.
+    """
+    if isinstance(key, exp.Column) and not key.table and not scope.has(None, key.name):
+        named = [i.node for i in items if i.node is not None and i.name == key.name]
+        if len(named) == 1:
+            return _unalias(named[0])
+    position = key.this if isinstance(key, exp.Literal) and not key.is_string else None
+    if position is None:
+        return key
+    index = int(position) - 1
+    item = items[index] if 0 <= index < len(items) else None
+    if item is None or item.node is None:
+        raise LoupeError(
+            SqlState.UNDEFINED_COLUMN, f"GROUP BY position {position} is not in select list"
+        )
+    return _unalias(item.node)
+
+
+def _aggregate_calls(node: exp.Expression) -> list[exp.Expression]:
+    """The aggregate calls of this query level in ``node`` (``agg(x) FILTER (…)`` whole)."""
+    calls: list[exp.Expression] = []
+    for child in _walk_level(node):
+        if (isinstance(child, exp.Filter) and isinstance(child.this, exp.AggFunc)) or (
+            isinstance(child, exp.AggFunc) and not isinstance(child.parent, exp.Filter)
+        ):
+            calls.append(child)
+    return calls
+
+
+def _is_grouped(select: exp.Select, items: list[_Item], extra: list[exp.Expression]) -> bool:
+    nodes = [i.node for i in items if i.node is not None] + extra
+    return bool(
+        select.args.get("group")
+        or select.args.get("having")
+        or any(_has_aggregate(n) for n in nodes)
+    )
+
+
+def _has_aggregate(node: exp.Expression) -> bool:
+    """Whether ``node`` calls an aggregate of this query level (not inside a subquery)."""
+    return any(isinstance(n, exp.AggFunc) for n in _walk_level(node))
+
+
+def _walk_level(node: exp.Expression) -> Iterator[exp.Expression]:
+    """``node`` and its descendants, not entering subqueries."""
+    yield node
+    for child in node.iter_expressions():
+        # A window function's aggregate is not this level's (and is refused later).
+        if not isinstance(child, exp.Subquery | exp.Select | exp.SetOperation | exp.Window):
+            yield from _walk_level(child)
+
+
+# Subquery shapes
+
+
+def _strip_not(node: exp.Expression) -> tuple[bool, exp.Expression]:
+    negated = False
+    while isinstance(node, exp.Not | exp.Paren):
+        if isinstance(node, exp.Not):
+            negated = not negated
+        node = node.this
+    return negated, node
+
+
+def _is_subquery_predicate(node: exp.Expression) -> bool:
+    """EXISTS, NOT EXISTS, IN (subquery) or NOT IN (subquery) as a whole WHERE conjunct."""
+    _, inner = _strip_not(node)
+    return isinstance(inner, exp.Exists) or (
+        isinstance(inner, exp.In) and inner.args.get("query") is not None
+    )
+
+
+def _scalar_subqueries(node: exp.Expression) -> list[exp.Expression]:
+    """The subqueries used as values in ``node``: scalar subqueries, EXISTS and
+    IN (subquery) (not nested ones)."""
+    found: list[exp.Expression] = []
+
+    def visit(current: exp.Expression) -> None:
+        if isinstance(current, exp.Subquery | exp.Exists) or _is_in_subquery(current):
+            found.append(current)
+            return
+        for child in current.iter_expressions():
+            if not isinstance(child, exp.Select | exp.SetOperation):
+                visit(child)
+
+    visit(node)
+    return found
+
+
+def _is_in_subquery(node: exp.Expression) -> bool:
+    return isinstance(node, exp.In) and node.args.get("query") is not None
+
+
+def _is_plain(node: exp.Expression) -> bool:
+    """A SELECT whose rows are its FROM's rows filtered: may be correlated by its WHERE."""
+    if not isinstance(node, exp.Select):
+        return False
+    shaped = any(
+        node.args.get(k)
+        for k in ("group", "having", "distinct", "limit", "offset", "with_", "with")
+    )
+    return not shaped and not any(_has_aggregate(e) for e in node.expressions)
+
+
+def _is_global_aggregate(node: exp.Expression) -> bool:
+    """Aggregates without GROUP BY: exactly one row."""
+    return (
+        isinstance(node, exp.Select)
+        and not node.args.get("group")
+        and not node.args.get("having")
+        and not _has_limit(node)
+        and any(_has_aggregate(e) for e in node.expressions)
+    )
+
+
+def _at_most_one_row(node: exp.Expression) -> bool:
+    if _is_global_aggregate(node):
+        return True
+    if isinstance(node, exp.Select) and node.args.get("from_") is None:
+        return not node.args.get("group")  # SELECT without FROM: one row, or none
+    limit = node.args.get("limit")
+    if limit is None:
+        return False
+    return (_constant_int(limit, "LIMIT") or 0) <= 1
+
+
+def _outer_positions(select: exp.Select, inner: Scope, outer: Scope) -> set[int]:
+    """The positions in ``outer`` of the enclosing query's columns ``select`` reads,
+    its own subqueries included (they reach them through ``select``'s scope)."""
+    positions = set()
+    nodes = [*select.expressions, select.args.get("where")]
+    for node in nodes:
+        for column in node.walk() if node is not None else []:
+            if not isinstance(column, exp.Column) or isinstance(column.this, exp.Star):
+                continue
+            table = column.table or None
+            if not inner.has(table, column.name) and outer.has(table, column.name):
+                positions.add(outer.lookup(table, column.name))
+    return positions
+
+
+def _is_plain_from(node: exp.Select) -> bool:
+    """No GROUP BY, HAVING, DISTINCT or LIMIT: the rows aggregated are the FROM's, filtered."""
+    shaped = ("group", "having", "distinct", "limit", "offset", "with_", "with")
+    return not any(node.args.get(k) for k in shaped)
+
+
+def _join_scalar(
+    relation: mir.Relation, value: mir.Relation, select: exp.Expression
+) -> tuple[mir.Relation, str]:
+    """``relation`` with the value of an uncorrelated scalar subquery (NULL when it is empty)."""
+    _one_column(value.arity)
+    if not _at_most_one_row(select):
+        raise unsupported("scalar subqueries that may return more than one row")
+    if not _is_global_aggregate(select):
+        value = relational.with_default_row(value, relational.null_row(value.types))
+    return mir.Join((relation, value)), value.types[0]
+
+
+def _one_column(arity: int) -> None:
+    if arity != 1:
+        raise LoupeError(SqlState.SYNTAX_ERROR, "subquery has too many columns")
+
+
+# Small helpers
+
+
+def _without_with(node: exp.Expression) -> exp.Expression:
+    copy = node.copy()
+    copy.set("with_", None)
+    copy.set("with", None)
+    return copy
+
+
+def _alias_columns(alias: exp.Expression | None) -> list[str]:
+    if not isinstance(alias, exp.TableAlias):
+        return []
+    return [c.name for c in alias.args.get("columns") or []]
+
+
+def _renamed(relation: mir.Relation, names: list[str]) -> mir.Relation:
+    """``relation`` with its first columns renamed to ``names`` (``AS s(a, b)``)."""
+    if not names:
+        return relation
+    if len(names) > relation.arity:
+        raise LoupeError(
+            SqlState.SYNTAX_ERROR,
+            f"table has {relation.arity} columns available but {len(names)} columns specified",
+        )
+    current = [name for name, _ in relation.columns]
+    new_names = tuple(names) + tuple(current[len(names) :])
+    if isinstance(relation, mir.Project):  # rename in place rather than stack projections
+        return mir.Project(relation.input, relation.outputs, new_names)
+    return mir.Project(relation, tuple(range(relation.arity)), new_names)
+
+
+def _conform(
+    left: mir.Relation, right: mir.Relation, kind: str
+) -> tuple[mir.Relation, mir.Relation]:
+    """Both inputs of a set operation cast to common column types (int4 with int8 is int8)."""
+    targets = []
+    for left_type, right_type in zip(left.types, right.types, strict=True):
+        if left_type == right_type or "unknown" in (left_type, right_type):
+            targets.append(right_type if left_type == "unknown" else left_type)
+        elif left_type in NUMERIC_RANK and right_type in NUMERIC_RANK:
+            targets.append(max(left_type, right_type, key=NUMERIC_RANK.__getitem__))
+        else:
+            raise LoupeError(
+                DATATYPE_MISMATCH, f"{kind} types {left_type} and {right_type} cannot be matched"
+            )
+    return _cast_columns(left, targets), _cast_columns(right, targets)
+
+
+def _text_for_unknown(relation: mir.Relation) -> mir.Relation:
+    """A result column still untyped (``SELECT NULL``) is text, as in PostgreSQL."""
+    if "unknown" not in relation.types:
+        return relation
+    return _cast_columns(relation, ["text" if t == "unknown" else t for t in relation.types])
+
+
+def _cast_columns(relation: mir.Relation, types: list[str]) -> mir.Relation:
+    casts = [
+        (i, Cast(Column(i), t))
+        for i, (t, own) in enumerate(zip(types, relation.types, strict=True))
+        if t != own
+    ]
+    if not casts:
+        return relation
+    arity = relation.arity
+    names = tuple(name for name, _ in relation.columns)
+    mapped = mir.Map(relation, tuple(c for _, c in casts), tuple(names[i] for i, _ in casts))
+    replaced = {i: arity + n for n, (i, _) in enumerate(casts)}
+    return mir.Project(mapped, tuple(replaced.get(i, i) for i in range(arity)), names)
+
+
+# Output column names PostgreSQL gives calls sqlglot parses into differently named nodes.
+_CALL_NAMES: dict[type[exp.Expression], str] = {
+    exp.TimestampTrunc: "date_trunc",
+    exp.DateTrunc: "date_trunc",
+    exp.Substring: "substring",
+    exp.StrPosition: "position",
+    exp.CurrentTimestamp: "now",
+    exp.Concat: "concat",
+    exp.Pow: "power",
+}
 
 
 def _output_name(node: exp.Expression) -> str:
@@ -273,8 +1074,24 @@ def _output_name(node: exp.Expression) -> str:
         return node.alias
     if isinstance(node, exp.Column):
         return node.name
+    if isinstance(node, exp.Cast):  # PostgreSQL names x::t after x, or after t for a constant
+        inner: exp.Expression = node.this
+        if isinstance(inner, exp.Column | exp.Func):
+            return _output_name(inner)
+        return cast_type(node.to) if isinstance(inner, exp.Literal) else "?column?"
+    if isinstance(node, exp.Trim):
+        position = str(node.args.get("position") or "").upper()
+        return {"LEADING": "ltrim", "TRAILING": "rtrim"}.get(position, "btrim")
+    if isinstance(node, exp.Subquery) and isinstance(node.this, exp.Select):
+        return _output_name(node.this.expressions[0]) if node.this.expressions else "?column?"
+    if isinstance(node, exp.Pad):
+        return "lpad" if node.args.get("is_left") else "rpad"
+    if type(node) in _CALL_NAMES:
+        return _CALL_NAMES[type(node)]
+    if isinstance(node, exp.Anonymous):
+        return str(node.name).lower()
     if isinstance(node, exp.Func):
-        return node.sql_name().lower() if not isinstance(node, exp.Anonymous) else node.name.lower()
+        return node.sql_name().lower()
     return "?column?"
 
 
@@ -296,247 +1113,17 @@ def _constant_int(node: exp.Expression | None, what: str) -> int | None:
     if node is None:
         return None
     value = node.expression if isinstance(node, exp.Limit | exp.Offset) else node
-    if isinstance(value, exp.Literal) and not value.is_string and value.this.isdigit():
+    if isinstance(value, exp.Literal) and not value.is_string and str(value.this).isdigit():
         return int(value.this)
     raise unsupported(f"non-constant {what}")
 
 
-class _Planner:
-    """SQL to MIR for one query (recursive for subqueries and set operations)."""
-
-    def __init__(self, resolve: Resolver) -> None:
-        self.resolve = resolve
-
-    def query(self, node: exp.Expression) -> mir.Relation:
-        if isinstance(node, exp.Subquery):
-            return self.query(node.this)
-        if node.args.get("with_") or node.args.get("with"):
-            raise unsupported("WITH")
-        if isinstance(node, exp.SetOperation):
-            return self._top_k(node, self._set_operation(node), None)
-        if isinstance(node, exp.Select):
-            return self._select(node)
-        raise unsupported(_describe(node))
-
-    # FROM
-
-    def _from(self, select: exp.Select) -> tuple[mir.Relation, Scope, list[exp.Expression]]:
-        """The joined FROM relation, its scope and the ON conditions still to apply."""
-        from_ = select.args.get("from_")
-        if from_ is None:
-            one_row = mir.Constant(((),), ())
-            return one_row, Scope(()), []
-        relation, scope = self._table(from_.this)
-        inputs, conditions = [relation], []
-        for join in select.args.get("joins") or []:
-            if join.side or join.kind not in ("", "INNER", "CROSS") or join.args.get("using"):
-                raise unsupported(" ".join(p for p in (join.side, join.kind, "JOIN") if p))
-            joined, joined_scope = self._table(join.this)
-            inputs.append(joined)
-            scope = scope + joined_scope
-            conditions.extend(_conjuncts(join.args.get("on")))
-        if len(inputs) == 1:
-            return relation, scope, conditions
-        return mir.Join(tuple(inputs)), scope, conditions
-
-    def _table(self, node: exp.Expression) -> tuple[mir.Relation, Scope]:
-        if isinstance(node, exp.Subquery):
-            relation = self.query(node.this)
-            return relation, Scope.of(node.alias or None, relation)
-        if not isinstance(node, exp.Table) or not isinstance(node.this, exp.Identifier):
-            raise unsupported(f"{_describe(node)} in FROM")
-        name = ".".join(p.name for p in node.parts)
-        resolved = self.resolve(name)
-        if resolved is None:
-            raise LoupeError(SqlState.UNDEFINED_TABLE, f'relation "{name}" does not exist')
-        qualified, columns = resolved
-        relation = mir.Get(qualified, tuple((c, t) for c, t in columns))
-        return relation, Scope.of(node.alias_or_name, relation)
-
-    # SELECT
-
-    def _select(self, select: exp.Select) -> mir.Relation:
-        relation, scope, conditions = self._from(select)
-        relation = self._where(relation, scope, conditions + _conjuncts(select.args.get("where")))
-        scalars = _Scalars(scope)
-        items = self._expand_star(select.expressions, scope)
-        if (
-            select.args.get("group")
-            or select.args.get("having")
-            or any(not isinstance(i, int) and i.find(exp.AggFunc) for i in items)
-        ):
-            relation, scalars = self._reduce(select, relation, scalars, items)
-        relation = self._project(relation, scalars, items)
-        if select.args.get("distinct"):
-            if select.args["distinct"].args.get("on"):
-                raise unsupported("DISTINCT ON")
-            relation = mir.Distinct(relation)
-        return self._top_k(select, relation, items)
-
-    def _where(
-        self, relation: mir.Relation, scope: Scope, conditions: list[exp.Expression]
-    ) -> mir.Relation:
-        """Filter by ``conditions``; column equalities across join inputs become equivalences."""
-        predicates = [_Scalars(scope).lower(c) for c in conditions]
-        if isinstance(relation, mir.Join):
-            equivalences = tuple(p.args for p in predicates if _is_equijoin(p, relation))
-            predicates = [p for p in predicates if not _is_equijoin(p, relation)]
-            relation = mir.Join(relation.inputs, equivalences)
-        return mir.Filter(relation, tuple(predicates)) if predicates else relation
-
-    def _expand_star(self, items: list[exp.Expression], scope: Scope) -> list[exp.Expression | int]:
-        """The SELECT list with ``*`` and ``t.*`` replaced by column positions."""
-        expanded: list[exp.Expression | int] = []
-        for item in items:
-            if isinstance(item, exp.Star):
-                expanded.extend(range(len(scope.columns)))
-            elif isinstance(item, exp.Column) and isinstance(item.this, exp.Star):
-                expanded.extend(scope.of_table(item.table))
-            else:
-                expanded.append(item)
-        return expanded
-
-    def _reduce(
-        self,
-        select: exp.Select,
-        relation: mir.Relation,
-        below: _Scalars,
-        items: list[exp.Expression | int],
-    ) -> tuple[mir.Relation, _Scalars]:
-        """A Reduce for GROUP BY and aggregates, then HAVING; returns the scalars above it."""
-        if any(isinstance(i, int) for i in items):
-            raise LoupeError(GROUPING_ERROR, "SELECT * is not allowed with GROUP BY")
-        group = select.args.get("group")
-        key_nodes = [self._group_key(k, items) for k in (group.expressions if group else [])]
-        keys = tuple(dict.fromkeys(below.lower(k) for k in key_nodes))
-        grouping = _Grouping(keys, below)
-        above = _Scalars(Scope(()), grouping)
-        for item in items:
-            if isinstance(item, exp.Expression):  # collect the aggregates in SELECT-list order
-                above.lower(_unalias(item))
-        having = [above.lower(c) for c in _conjuncts(select.args.get("having"))]
-        names = tuple(f"k{i}" for i in range(len(keys)))
-        names += tuple(f"{a.func}{i}" for i, a in enumerate(grouping.aggregates))
-        reduced: mir.Relation = mir.Reduce(relation, keys, tuple(grouping.aggregates), names)
-        if having:
-            reduced = mir.Filter(reduced, tuple(having))
-        return reduced, above
-
-    @staticmethod
-    def _group_key(key: exp.Expression, items: list[exp.Expression | int]) -> exp.Expression:
-        """A GROUP BY key, with positions (``GROUP BY 1``) replaced by the SELECT item."""
-        position = key.this if isinstance(key, exp.Literal) and not key.is_string else None
-        if position is None:
-            return key
-        item = items[int(position) - 1] if 0 < int(position) <= len(items) else None
-        if not isinstance(item, exp.Expression):
-            raise LoupeError(
-                SqlState.UNDEFINED_COLUMN, f"GROUP BY position {position} is not in select list"
-            )
-        return _unalias(item)
-
-    @staticmethod
-    def _project(
-        relation: mir.Relation, scalars: _Scalars, items: list[exp.Expression | int]
-    ) -> mir.Relation:
-        """Map the SELECT list's expressions and project onto them, named."""
-        arity = relation.arity
-        outputs: list[int] = []
-        maps: list[Scalar] = []
-        for item in items:
-            if isinstance(item, int):
-                outputs.append(item)
-                continue
-            scalar = scalars.lower(_unalias(item))
-            if isinstance(scalar, Column):
-                outputs.append(scalar.index)
-            else:
-                outputs.append(arity + len(maps))
-                maps.append(scalar)
-        names = tuple(
-            relation.columns[item][0] if isinstance(item, int) else _output_name(item)
-            for item in items
-        )
-        if maps:
-            relation = mir.Map(relation, tuple(maps), tuple(f"map{i}" for i in range(len(maps))))
-        identity = outputs == list(range(relation.arity))
-        if identity and names == tuple(name for name, _ in relation.columns):
-            return relation
-        return mir.Project(relation, tuple(outputs), names)
-
-    # ORDER BY / LIMIT / OFFSET and set operations
-
-    def _top_k(
-        self, node: exp.Expression, relation: mir.Relation, items: list[exp.Expression | int] | None
-    ) -> mir.Relation:
-        limit = _constant_int(node.args.get("limit"), "LIMIT")
-        offset = _constant_int(node.args.get("offset"), "OFFSET") or 0
-        if limit is None and not offset:
-            return relation
-        order = node.args.get("order")
-        keys = tuple(
-            self._order_key(o, relation, items) for o in (order.expressions if order else [])
-        )
-        return mir.TopK(relation, keys, limit, offset)
-
-    @staticmethod
-    def _order_key(
-        ordered: exp.Ordered, relation: mir.Relation, items: list[exp.Expression | int] | None
-    ) -> mir.OrderKey:
-        """An ORDER BY key, which must name an output column by name, position or expression."""
-        key = ordered.this
-        desc = bool(ordered.args.get("desc"))
-        nulls_last = not ordered.args.get("nulls_first")
-        if isinstance(key, exp.Literal) and not key.is_string and key.this.isdigit():
-            position = int(key.this) - 1
-            if not 0 <= position < relation.arity:
-                raise LoupeError(
-                    SqlState.UNDEFINED_COLUMN, f"ORDER BY position {key.this} is not in select list"
-                )
-            return mir.OrderKey(position, desc, nulls_last)
-        names = [name for name, _ in relation.columns]
-        if isinstance(key, exp.Column) and not key.table and names.count(key.name) == 1:
-            return mir.OrderKey(names.index(key.name), desc, nulls_last)
-        for i, item in enumerate(items or []):
-            if isinstance(item, exp.Expression) and _unalias(item) == key:
-                return mir.OrderKey(i, desc, nulls_last)
-        raise unsupported("ORDER BY an expression that is not in the select list")
-
-    def _set_operation(self, node: exp.SetOperation) -> mir.Relation:
-        left, right = self.query(node.this), self.query(node.expression)
-        kind = node.key.upper()
-        if left.arity != right.arity:
-            raise LoupeError(
-                SqlState.SYNTAX_ERROR, f"each {kind} query must have the same number of columns"
-            )
-        distinct = bool(node.args.get("distinct"))
-        if isinstance(node, exp.Union):
-            union = mir.Union((left, right))
-            return mir.Distinct(union) if distinct else union
-        if distinct:
-            left, right = mir.Distinct(left), mir.Distinct(right)
-        except_ = mir.Threshold(mir.Union((left, mir.Negate(right))))
-        if isinstance(node, exp.Except):
-            return except_
-        # INTERSECT: left minus (left minus right).
-        return mir.Threshold(mir.Union((left, mir.Negate(except_))))
-
-
-def _is_equijoin(predicate: Scalar, join: mir.Join) -> bool:
-    """Whether ``predicate`` equates columns of two different join inputs."""
-    if not (isinstance(predicate, Call) and predicate.func == "eq"):
-        return False
-    if not all(isinstance(a, Column) for a in predicate.args):
-        return False
-    starts = [0]
-    for relation in join.inputs:
-        starts.append(starts[-1] + relation.arity)
-
-    def owner(index: int) -> int:
-        return next(i for i in range(len(join.inputs)) if starts[i] <= index < starts[i + 1])
-
-    left, right = (owner(a.index) for a in predicate.args if isinstance(a, Column))
-    return left != right
-
-
-__all__ = ["Resolver", "Scope", "plan_query", "unsupported"]
+__all__ = [
+    "PlannedQuery",
+    "Resolver",
+    "Scope",
+    "TemporalError",
+    "plan_query",
+    "plan_select",
+    "unsupported",
+]

@@ -36,13 +36,19 @@ from sqlglot.tokens import Token, TokenType
 
 from loupe.common.errors import LoupeError, SqlState
 from loupe.coordinator.sql.statements import (
+    DROP_KINDS,
+    AlterSystem,
     ColumnDef,
     CreateCluster,
     CreateClusterReplica,
+    CreateIndex,
+    CreateSource,
     CreateTable,
+    CreateView,
     Delete,
     DropCluster,
     DropClusterReplica,
+    DropObjects,
     DropTable,
     Explain,
     Insert,
@@ -55,6 +61,7 @@ from loupe.coordinator.sql.statements import (
     ShowClusters,
     ShowVariable,
     Statement,
+    Subscribe,
     Update,
 )
 
@@ -121,8 +128,14 @@ EXPLAIN_STAGES = {"OPTIMIZED": "optimized", "PHYSICAL": "physical"}
 UNSUPPORTED_EXPLAIN_STAGES = frozenset(
     {"RAW", "DECORRELATED", "LOCALLY", "OPTIMIZER", "TIMESTAMP", "FILTER", "KEY", "ANALYZE"}
 )
-# What an EXPLAIN could explain besides a query: there are no such objects yet.
-EXPLAIN_OBJECT_KINDS = (("MATERIALIZED", "VIEW"), ("VIEW",), ("INDEX",))
+# What an EXPLAIN explains besides a query: the keywords and the item type.
+EXPLAIN_OBJECT_KINDS = (
+    (("MATERIALIZED", "VIEW"), "materialized-view"),
+    (("VIEW",), "view"),
+    (("INDEX",), "index"),
+)
+# The object kinds CREATE and DROP handle here, by the keyword after CREATE/DROP.
+OBJECT_KEYWORDS = frozenset({"VIEW", "MATERIALIZED", "INDEX", "DEFAULT", "SOURCE"})
 
 # `SHOW <objects>` forms of Materialize that Loupe does not have yet: refused
 # as unsupported rather than mistaken for a variable.
@@ -250,13 +263,24 @@ def _split(tokens: Sequence[Token]) -> list[list[Token]]:
 def _parse_statement(sql: str, tokens: list[Token]) -> Statement:
     first = tokens[0].text.upper()
     second = tokens[1].text.upper() if len(tokens) > 1 else ""
-    own = (first in ("CREATE", "DROP") and second in ("CLUSTER", "TABLE")) or first in (
+    own = (
+        (first in ("CREATE", "DROP") and second in ("CLUSTER", "TABLE"))
+        or (first, second) == ("ALTER", "SYSTEM")
+    ) or first in (
         "SHOW",
         "SET",
         "RESET",
     )
     if own:
         return _LoupeParser(sql, tokens).statement()
+    if first == "CREATE" and second == "OR":
+        raise _unsupported("CREATE OR REPLACE", tokens[0])
+    if first == "CREATE" and second in OBJECT_KEYWORDS:
+        return _LoupeParser(sql, tokens).create_object()
+    if first == "DROP" and second in OBJECT_KEYWORDS - {"DEFAULT"}:
+        return _LoupeParser(sql, tokens).drop_objects()
+    if first == "SUBSCRIBE" and tokens[0].token_type != TokenType.IDENTIFIER:
+        return _LoupeParser(sql, tokens).subscribe()
     if first in ("INSERT", "UPDATE", "DELETE"):
         return _parse_dml(sql, tokens)
     if first == "EXPLAIN" and tokens[0].token_type != TokenType.IDENTIFIER:
@@ -616,6 +640,8 @@ class _LoupeParser:
             return self.show()
         if first == "SET":
             return self.set_variable()
+        if first == "ALTER":
+            return self.alter_system()
         return self.reset_variable()
 
     def common(self) -> dict[str, object]:
@@ -663,13 +689,16 @@ class _LoupeParser:
                         position=position,
                     )
             self.expect("FOR")
-        for kind in EXPLAIN_OBJECT_KINDS:
-            if self.at(*kind):
-                raise LoupeError(
-                    SqlState.FEATURE_NOT_SUPPORTED,
-                    f"EXPLAIN … FOR {' '.join(kind)} is not supported: "
-                    "Loupe has no views or indexes yet",
-                    position=self.position(),
+        for keywords, object_kind in EXPLAIN_OBJECT_KINDS:
+            if self.accept(*keywords):
+                object_name = self.object_name(f"{object_kind.replace('-', ' ')} name")
+                self.end()
+                return Explain(
+                    **self.common(),  # type: ignore[arg-type]
+                    stage=stage,
+                    node_ids=node_ids,
+                    object_kind=object_kind,
+                    object_name=object_name,
                 )
         if self.peek() is None:
             raise self.error("a query")
@@ -686,6 +715,214 @@ class _LoupeParser:
             node_ids=node_ids,
             query=query,
         )
+
+    def create_object(self) -> Statement:
+        """``CREATE`` of a view, materialized view, index or source (after ``CREATE``)."""
+        self.expect("CREATE")
+        if self.accept("VIEW"):
+            return self.create_view(materialized=False)
+        if self.accept("MATERIALIZED", "VIEW"):
+            return self.create_view(materialized=True)
+        if self.accept("DEFAULT", "INDEX"):
+            return self.create_index(default=True)
+        if self.accept("INDEX"):
+            return self.create_index(default=False)
+        if self.accept("SOURCE"):
+            return self.create_source()
+        raise self.error("VIEW, MATERIALIZED VIEW, INDEX or SOURCE")
+
+    def in_cluster(self) -> str:
+        """An optional ``IN CLUSTER name``; empty when absent."""
+        if self.accept("IN", "CLUSTER"):
+            return self.identifier("cluster name")
+        return ""
+
+    def rest_as_query(self) -> Query:
+        """The remaining tokens, a query (sqlglot); AS OF is refused."""
+        if self.peek() is None:
+            raise self.error("a query")
+        query = _parse_with_sqlglot(self.sql, self.tokens[self.index :])
+        if query.as_of is not None:
+            raise LoupeError(
+                SqlState.FEATURE_NOT_SUPPORTED,
+                "AS OF in a view definition is not supported",
+                position=query.as_of_position,
+            )
+        self.index = len(self.tokens)
+        return query
+
+    def create_view(self, *, materialized: bool) -> CreateView:
+        if_not_exists = self.accept("IF", "NOT", "EXISTS")
+        name = self.object_name("view name")
+        if self.at("("):
+            raise _unsupported("a column list in CREATE VIEW", self.tokens[self.index])
+        cluster = self.in_cluster() if materialized else ""
+        self.expect("AS")
+        query = self.rest_as_query()
+        return CreateView(
+            **self.common(),  # type: ignore[arg-type]
+            name=name,
+            query=query,
+            materialized=materialized,
+            cluster=cluster,
+            if_not_exists=if_not_exists,
+        )
+
+    def create_index(self, *, default: bool) -> CreateIndex:
+        if_not_exists = self.accept("IF", "NOT", "EXISTS")
+        name = ""
+        if not default and not self.at("IN", "CLUSTER") and not self.at("ON"):
+            name = self.identifier("index name")
+        cluster = self.in_cluster()
+        self.expect("ON")
+        on = self.object_name("object name")
+        columns: list[tuple[str, int]] = []
+        if not default:
+            self.expect("(")
+            while True:
+                position = self.position()
+                columns.append((self.identifier("column name"), position))
+                if self.accept(")"):
+                    break
+                if not self.accept(","):
+                    raise self.error(", or )")
+        self.end()
+        return CreateIndex(
+            **self.common(),  # type: ignore[arg-type]
+            name=name,
+            on=on,
+            columns=tuple(columns),
+            cluster=cluster,
+            if_not_exists=if_not_exists,
+        )
+
+    def create_source(self) -> CreateSource:
+        name = self.object_name("source name")
+        if not self.accept("FROM", "LOAD", "GENERATOR"):
+            raise _unsupported("CREATE SOURCE other than FROM LOAD GENERATOR", self.tokens[0])
+        token = self.peek()
+        generator = self.identifier("a load generator")
+        if generator != "tpch":
+            assert token is not None
+            raise _unsupported(f"LOAD GENERATOR {generator.upper()}", token)
+        scale = 0.01
+        if self.accept("("):
+            self.expect("SCALE", "FACTOR")
+            self.optional_equals()
+            position = self.position()
+            raw = self.value("a scale factor")
+            try:
+                scale = float(raw)
+            except ValueError:
+                raise self.value_error(f"invalid SCALE FACTOR {raw!r}", position) from None
+            if not scale > 0:
+                raise self.value_error("SCALE FACTOR must be positive", position)
+            self.expect(")")
+        # Materialize's spelling; every table is what Loupe creates either way.
+        self.accept("FOR", "ALL", "TABLES")
+        self.end()
+        return CreateSource(
+            **self.common(),  # type: ignore[arg-type]
+            name=name,
+            generator=generator,
+            scale_factor=scale,
+        )
+
+    def drop_objects(self) -> DropObjects:
+        self.expect("DROP")
+        kind = "MATERIALIZED VIEW" if self.accept("MATERIALIZED", "VIEW") else self.advance().text
+        kind = kind.upper()
+        if_exists = self.accept("IF", "EXISTS")
+        names = [self.object_name("name")]
+        while self.accept(","):
+            names.append(self.object_name("name"))
+        cascade = self.accept("CASCADE")
+        if not cascade:
+            self.accept("RESTRICT")
+        self.end()
+        return DropObjects(
+            **self.common(),  # type: ignore[arg-type]
+            kind=DROP_KINDS[kind],
+            names=tuple(names),
+            if_exists=if_exists,
+            cascade=cascade,
+        )
+
+    def subscribe(self) -> Subscribe:
+        """``SUBSCRIBE [TO] <object | (query)> [WITH (SNAPSHOT [= bool])] [AS OF t]``."""
+        self.expect("SUBSCRIBE")
+        self.accept("TO")
+        start = self.index
+        if self.at("("):
+            close = self.matching_paren()
+            query = _parse_with_sqlglot(self.sql, self.tokens[start + 1 : close])
+            self.index = close + 1
+        else:
+            name = self.object_name("an object name or (query)")
+            quoted = ".".join('"' + part.replace('"', '""') + '"' for part in name.parts)
+            query = Query(
+                text=self.sql[self.tokens[start].start : self.tokens[self.index - 1].end + 1],
+                offset=self.tokens[start].start,
+                expression=exp.select("*").from_(exp.to_table(quoted, dialect=_DIALECT)),
+            )
+        snapshot = True
+        if self.accept("WITH"):
+            self.expect("(")
+            while True:
+                position = self.position()
+                option = self.identifier("SNAPSHOT")
+                if option != "snapshot":
+                    raise LoupeError(
+                        SqlState.FEATURE_NOT_SUPPORTED,
+                        f"SUBSCRIBE option {option.upper()} is not supported",
+                        position=position,
+                    )
+                snapshot = self.boolean_option()
+                if self.accept(")"):
+                    break
+                self.expect(",")
+        as_of, as_of_position = None, 0
+        if self.at("AS", "OF"):
+            as_of_position = self.position()
+            self.index += 2
+            as_of = self.rest_as_expression()
+        self.end()
+        return Subscribe(
+            **self.common(),  # type: ignore[arg-type]
+            query=query,
+            snapshot=snapshot,
+            as_of=as_of,
+            as_of_position=as_of_position,
+        )
+
+    def matching_paren(self) -> int:
+        """The index of the ``)`` closing the ``(`` at the cursor."""
+        depth = 0
+        for index in range(self.index, len(self.tokens)):
+            kind = self.tokens[index].token_type
+            if kind == TokenType.L_PAREN:
+                depth += 1
+            elif kind == TokenType.R_PAREN:
+                depth -= 1
+                if depth == 0:
+                    return index
+        self.index = len(self.tokens)
+        raise self.error(")")
+
+    def rest_as_expression(self) -> exp.Expression:
+        """The remaining tokens as one scalar expression (sqlglot)."""
+        rest = self.tokens[self.index :]
+        if not rest:
+            raise self.error("a timestamp")
+        try:
+            parsed = _DIALECT.parser(error_level=ErrorLevel.IMMEDIATE).parse(rest, self.sql)
+        except ParseError as error:
+            raise _from_parse_error(self.sql, rest, error) from None
+        self.index = len(self.tokens)
+        expression = parsed[0] if len(parsed) == 1 else None
+        if not isinstance(expression, exp.Expression):
+            raise self.error("a timestamp")
+        return expression
 
     def explain_options(self) -> bool:
         """``( option [= value] [, …] )`` after ``EXPLAIN … PLAN WITH``: whether node_ids is on."""
@@ -1056,6 +1293,28 @@ class _LoupeParser:
             value = ", ".join(values)
         self.end()
         return SetVariable(
+            **self.common(),  # type: ignore[arg-type]
+            name=name,
+            value=value,
+            name_position=position,
+        )
+
+    def alter_system(self) -> AlterSystem:
+        """``ALTER SYSTEM SET name { = | TO } value | DEFAULT`` or ``ALTER SYSTEM RESET name``."""
+        self.expect("SYSTEM")
+        reset = self.accept("RESET")
+        if not reset:
+            self.expect("SET")
+        position = self.position()
+        name = self.identifier("a variable name")
+        value: str | None = None
+        if not reset:
+            if not (self.accept("=") or self.accept("TO")):
+                raise self.error("= or TO")
+            if not self.accept("DEFAULT"):
+                value = self.value()
+        self.end()
+        return AlterSystem(
             **self.common(),  # type: ignore[arg-type]
             name=name,
             value=value,

@@ -58,11 +58,6 @@ class ResolvedQuery:
         return not self.sources
 
     @property
-    def system_only(self) -> bool:
-        """Reads only builtin (system) relations, so the system cluster can answer it."""
-        return all(source.id.startswith("s") for source in self.sources)
-
-    @property
     def uses_mz_now(self) -> bool:
         return self.expression is not None and any(_is_mz_now(f) for f in self.expression.walk())
 

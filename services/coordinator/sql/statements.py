@@ -117,6 +117,19 @@ class SetVariable(Statement):
 
 
 @dataclass(frozen=True, kw_only=True)
+class AlterSystem(Statement):
+    """``ALTER SYSTEM SET name = value`` or ``ALTER SYSTEM RESET name`` (value None)."""
+
+    name: str
+    value: str | None
+    name_position: int = 0
+
+    @property
+    def tag(self) -> str:
+        return "ALTER SYSTEM"
+
+
+@dataclass(frozen=True, kw_only=True)
 class ShowVariable(Statement):
     # "all" shows every variable.
     name: str
@@ -245,16 +258,105 @@ class Delete(Statement):
 
 @dataclass(frozen=True, kw_only=True)
 class Explain(Statement):
-    """``EXPLAIN [OPTIMIZED | PHYSICAL] PLAN [WITH (node_ids)] FOR <query>``.
+    """``EXPLAIN [OPTIMIZED | PHYSICAL] PLAN [WITH (node_ids)] FOR <query> | <kind> <name>``.
 
     ``stage`` is ``"optimized"`` (MIR) or ``"physical"`` (LIR); a bare
-    ``EXPLAIN <query>`` is the optimized plan.
+    ``EXPLAIN <query>`` is the optimized plan. Either ``query`` is set, or
+    ``object_kind`` (view, materialized-view, index) and ``object_name``: the
+    plan of that object's stored definition.
     """
 
     stage: str = "optimized"
     node_ids: bool = False
-    query: Query = field(compare=False)
+    query: Query | None = field(default=None, compare=False)
+    object_kind: str = ""
+    object_name: ObjectName | None = None
 
     @property
     def tag(self) -> str:
         return "EXPLAIN"
+
+
+@dataclass(frozen=True, kw_only=True)
+class CreateView(Statement):
+    """``CREATE [MATERIALIZED] VIEW [IF NOT EXISTS] name [IN CLUSTER c] AS <query>``."""
+
+    name: ObjectName
+    query: Query = field(compare=False)
+    materialized: bool = False
+    # Materialized views only; empty means the session's cluster.
+    cluster: str = ""
+    if_not_exists: bool = False
+
+    @property
+    def tag(self) -> str:
+        return "CREATE MATERIALIZED VIEW" if self.materialized else "CREATE VIEW"
+
+
+@dataclass(frozen=True, kw_only=True)
+class CreateIndex(Statement):
+    """``CREATE [DEFAULT] INDEX [name] [IN CLUSTER c] ON obj [(cols)]``.
+
+    ``columns`` empty means a default index: keyed by all columns.
+    """
+
+    name: str = ""
+    on: ObjectName
+    columns: tuple[tuple[str, int], ...] = ()
+    cluster: str = ""
+    if_not_exists: bool = False
+
+    @property
+    def tag(self) -> str:
+        return "CREATE INDEX"
+
+
+@dataclass(frozen=True, kw_only=True)
+class CreateSource(Statement):
+    """``CREATE SOURCE name FROM LOAD GENERATOR TPCH (SCALE FACTOR x)``."""
+
+    name: ObjectName
+    generator: str
+    scale_factor: float = 0.01
+
+    @property
+    def tag(self) -> str:
+        return "CREATE SOURCE"
+
+
+# DROP <kind> -> the catalog item type it drops.
+DROP_KINDS = {
+    "VIEW": "view",
+    "MATERIALIZED VIEW": "materialized-view",
+    "INDEX": "index",
+    "SOURCE": "source",
+}
+
+
+@dataclass(frozen=True, kw_only=True)
+class DropObjects(Statement):
+    """``DROP VIEW | MATERIALIZED VIEW | INDEX | SOURCE [IF EXISTS] names [CASCADE]``."""
+
+    kind: str  # a value of DROP_KINDS
+    names: tuple[ObjectName, ...]
+    if_exists: bool = False
+    cascade: bool = False
+
+    @property
+    def tag(self) -> str:
+        words = {v: k for k, v in DROP_KINDS.items()}
+        return f"DROP {words[self.kind]}"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Subscribe(Statement):
+    """``SUBSCRIBE [TO] <object | (query)> [WITH (SNAPSHOT [=] bool)] [AS OF t]``."""
+
+    query: Query = field(compare=False)
+    snapshot: bool = True
+    as_of: exp.Expression | None = field(default=None, compare=False)
+    as_of_position: int = 0
+
+    @property
+    def tag(self) -> str:
+        return "SUBSCRIBE"

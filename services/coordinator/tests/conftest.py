@@ -3,9 +3,10 @@
 The real catalog and controller are separate services; these stand-ins keep
 just enough state (catalog objects and audit log, collection contents) to
 answer the coordinator the way the protos promise, and record what they were
-asked. The controller evaluates peeks with polars over what was appended, like
-the skeleton replica does. ``fleet`` runs several coordinators on one pair of
-stand-ins.
+asked. The controller keeps the dataflows it is sent and answers their peeks
+on the real compute engine over what was appended (``FakeController``), or
+runs an in-process replica over storage (``EngineController``). ``fleet``
+runs several coordinators on one pair of stand-ins.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import asyncio
 import contextlib
 import itertools
 import json
+import threading
 import time
 from collections import Counter
 from collections.abc import AsyncIterator
@@ -21,7 +23,6 @@ from pathlib import Path
 from typing import Any
 
 import grpc
-import polars as pl
 import pyarrow as pa
 import pytest
 
@@ -29,9 +30,8 @@ from loupe.builtins import BUILTIN_COLLECTIONS, BY_ID, SYSTEM_CLUSTER_NAME
 from loupe.catalog.service import CatalogService, CatalogSettings
 from loupe.common.errors import LoupeError, SqlState
 from loupe.common.transport import NatsServiceEndpoint, connect, publish
-from loupe.common.values import from_row, to_row
-from loupe.compute_replica.peek import PeekEngine
-from loupe.compute_replica.protocol import PeekRequest, StorageLocation
+from loupe.common.values import from_row
+from loupe.compute_replica.protocol import PeekRequest, PeekResult, ResultColumn, StorageLocation
 from loupe.coordinator.coordinator import (
     CATALOG_CHANGES_SUBJECT,
     CATALOG_SERVICE,
@@ -46,17 +46,6 @@ from loupe.proto.common.v1 import common_pb2
 from loupe.proto.compute.v1 import compute_pb2
 from loupe.proto.controller.v1 import controller_pb2
 from loupe.proto.sql.v1 import sql_pb2, sql_pb2_grpc
-
-POLARS_TYPES: dict[str, Any] = {
-    "text": pl.String,
-    "bool": pl.Boolean,
-    "uint8": pl.UInt64,
-    "int8": pl.Int64,
-    "timestamptz": pl.Datetime("us", "UTC"),
-    # Intervals travel as text (``to_row`` of a timedelta).
-    "interval": pl.Duration("us"),
-    "jsonb": pl.String,
-}
 
 
 class FakeCatalog:
@@ -339,11 +328,17 @@ class FakeCatalog:
 
 
 class FakeController:
-    """Collections in memory; peeks evaluated with polars over them.
+    """Collections in memory; dataflows kept and their peeks answered on the real engine.
 
     With ``persist = True`` appended batches are also written to the
     collections' shards (every shard's upper advanced together, as the real
     storage writer does), so a coordinator reading storage sees them.
+
+    A peek of a dataflow's index export is answered by ``answers[target_id]``
+    (rows, or a ``LoupeError``) when the test chose one, else by rendering the
+    dataflow on a fresh engine fed with the builtin collections' contents as
+    of now (``evaluate``): the contents are in memory, so time travel is not
+    modelled here (``EngineController`` reads storage).
     """
 
     def __init__(self, data_dir: Path) -> None:
@@ -356,6 +351,12 @@ class FakeController:
         self.batch_ids: set[str] = set()
         self.peeks: list[controller_pb2.PeekRequest] = []
         self.canceled: list[str] = []
+        self.dataflows: dict[str, tuple[str, Any]] = {}
+        self.created: list[controller_pb2.CreateDataflowRequest] = []
+        self.compactions: list[controller_pb2.AllowCompactionRequest] = []
+        self.dropped: set[str] = set()
+        self.answers: dict[str, Any] = {}
+        self._compacted = asyncio.Event()
         self.block_peeks = False
         self._blocked: dict[str, asyncio.Event] = {}
         self.unavailable_for = 0  # ListCollections calls to refuse first
@@ -422,6 +423,38 @@ class FakeController:
         """Row -> multiplicity, without rows whose updates cancelled out."""
         return Counter({row: n for row, n in self.contents[collection_id].items() if n != 0})
 
+    async def wait_dropped(self, collection_id: str, timeout: float = 5.0) -> None:
+        """Return once ``collection_id`` was dropped (``AllowCompaction(empty)``)."""
+        async with asyncio.timeout(timeout):
+            while collection_id not in self.dropped:
+                self._compacted.clear()
+                await self._compacted.wait()
+
+    def exports(self) -> dict[str, str]:
+        """Export id -> dataflow id of every dataflow not dropped."""
+        found = {}
+        for dataflow_id, (_, dataflow) in self.dataflows.items():
+            for export in [*dataflow.index_exports, *dataflow.sink_exports]:
+                export_id = export.index_id if hasattr(export, "index_id") else export.sink_id
+                if export_id not in self.dropped:
+                    found[export_id] = dataflow_id
+        return found
+
+    async def CreateDataflow(self, request: Any, context: Any) -> common_pb2.Empty:
+        from loupe.plan.codec import dataflow_from_proto
+
+        self.created.append(request)
+        dataflow = dataflow_from_proto(request.dataflow)
+        self.dataflows.setdefault(dataflow.id, (request.cluster_id, dataflow))
+        return common_pb2.Empty()
+
+    async def AllowCompaction(self, request: Any, context: Any) -> common_pb2.Empty:
+        self.compactions.append(request)
+        if request.empty:
+            self.dropped.update(request.collection_ids)
+        self._compacted.set()
+        return common_pb2.Empty()
+
     async def Peek(self, request: Any, context: Any) -> compute_pb2.PeekResponse:
         self.peeks.append(request)
         peek = request.peek
@@ -429,40 +462,52 @@ class FakeController:
             event = self._blocked.setdefault(peek.uuid, asyncio.Event())
             await event.wait()
             return compute_pb2.PeekResponse(uuid=peek.uuid, canceled=True)
-        frames = {}
-        for source in peek.sources:
-            builtin = BY_ID[source.collection.collection_id]
-            rows = [
-                row
-                for row, count in self.contents[builtin.id].items()
-                for _ in range(max(count, 0))
-            ]
-            frames[source.name] = pl.DataFrame(
-                rows,
-                schema=[(n, POLARS_TYPES[t]) for n, t in builtin.columns],
-                orient="row",
-            )
+        dataflow_id = self.exports().get(peek.target_id)
+        if dataflow_id is None:
+            error = LoupeError(SqlState.INTERNAL_ERROR, f"no collection {peek.target_id!r}")
+            return compute_pb2.PeekResponse(uuid=peek.uuid, error=error.to_proto())
+        answer = self.answers.get(peek.target_id)
         try:
-            frame = pl.SQLContext(frames).execute(peek.sql, eager=True)
-        except Exception as error:
-            return compute_pb2.PeekResponse(
-                uuid=peek.uuid, error=common_pb2.Error(code="XX000", message=str(error))
-            )
-        types: dict[Any, str] = {
-            pl.String: "text",
-            pl.Boolean: "bool",
-            pl.UInt64: "uint8",
-            pl.Int64: "int8",
-        }
-        desc = common_pb2.RelationDesc(
-            columns=[
-                common_pb2.Column(name=name, type=types.get(dtype, "text"))
-                for name, dtype in frame.schema.items()
-            ]
+            if isinstance(answer, LoupeError):
+                raise answer
+            if answer is not None:
+                result = PeekResult(_result_columns(peek), answer)
+            else:
+                result = await asyncio.to_thread(
+                    self.evaluate, self.dataflows[dataflow_id][1], PeekRequest.from_proto(peek)
+                )
+        except LoupeError as error:
+            return compute_pb2.PeekResponse(uuid=peek.uuid, error=error.to_proto())
+        return compute_pb2.PeekResponse(uuid=peek.uuid, rows=result.to_proto())
+
+    def evaluate(self, dataflow: Any, peek: PeekRequest) -> PeekResult:
+        """Render ``dataflow`` on a fresh engine over the collections' contents and peek it."""
+        from loupe.dataflow import ComputeInstance
+
+        instance = ComputeInstance()
+        instance.create_dataflow(dataflow)
+        timestamp = max(peek.timestamp, dataflow.as_of)
+        for source in dataflow.source_imports:
+            instance.push(source.id, self.snapshot(source.id, dataflow.as_of), timestamp + 1)
+        instance.step()
+        result = instance.peek(peek.target_id, timestamp, peek.mfp, peek.finishing)
+        columns = peek.result_columns or tuple(
+            ResultColumn(f"column{i + 1}", t) for i, t in enumerate(result.types)
         )
-        return compute_pb2.PeekResponse(
-            uuid=peek.uuid,
-            rows=compute_pb2.PeekRows(desc=desc, rows=[to_row(r) for r in frame.rows()]),
+        return PeekResult(columns, result.rows())
+
+    def snapshot(self, collection_id: str, timestamp: int) -> pa.Table:
+        """A builtin collection's contents in persist's format, all at ``timestamp``."""
+        builtin = BY_ID.get(collection_id)
+        if builtin is None:
+            raise LoupeError(SqlState.INTERNAL_ERROR, f"no contents for {collection_id}")
+        names = [*builtin.column_names, "mz_timestamp", "mz_diff"]
+        return pa.Table.from_pylist(
+            [
+                dict(zip(names, [*row, timestamp, count], strict=True))
+                for row, count in self.counts(collection_id).items()
+            ],
+            schema=arrow_schema(builtin.columns),
         )
 
     async def CancelPeek(self, request: Any, context: Any) -> common_pb2.Empty:
@@ -626,7 +671,7 @@ def start_coordinator() -> Any:
     return _start_coordinator
 
 
-# -- tables: the real catalog service, shards at wall-clock times, the replica's peek engine --
+# -- tables: the real catalog service, shards at wall-clock times, an in-process replica --
 
 
 class StorageController(FakeController):
@@ -634,17 +679,18 @@ class StorageController(FakeController):
 
     Appends are written at ``ts = max(now_ms, upper)`` and every builtin
     collection's upper moves to ``ts + 1`` at each append and every
-    ``flush_interval`` (the storage writer's flushes); peeks run on the
-    compute replica's ``PeekEngine`` over the shards, so timestamps, AS OF and
-    sinces behave as they do on a replica.
+    ``flush_interval`` (the storage writer's flushes), so a replica reading
+    the shards sees timestamps, AS OF and sinces as it does under the real
+    controller (``EngineController`` runs one).
     """
 
     def __init__(self, data_dir: Path, flush_interval: float = 0.05) -> None:
         super().__init__(data_dir)
         self.persist = True
         self.flush_interval = flush_interval
-        self.engine = PeekEngine(wait_timeout=5.0, poll_interval=0.01)
         self._lock = asyncio.Lock()
+        # Held by the thread writing the shards: a canceled flush's thread still runs.
+        self._writing = threading.Lock()
         self._flusher: asyncio.Task | None = None
 
     async def start(self) -> None:
@@ -656,6 +702,9 @@ class StorageController(FakeController):
             self._flusher.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._flusher
+        # A write still running in its thread ends before the next controller starts.
+        await asyncio.to_thread(self._writing.acquire)
+        self._writing.release()
 
     async def _flush_forever(self) -> None:
         while True:
@@ -667,6 +716,10 @@ class StorageController(FakeController):
             return await asyncio.to_thread(self._write_now, updates)
 
     def _write_now(self, updates: dict[str, list[tuple[tuple, int]]]) -> int:
+        with self._writing:
+            return self._write_locked(updates)
+
+    def _write_locked(self, updates: dict[str, list[tuple[tuple, int]]]) -> int:
         blob, consensus = open_location(self.blob_uri, self.consensus_uri)
         uppers = [
             Shard(b.shard_id, blob, consensus).ensure(b.columns).upper for b in BUILTIN_COLLECTIONS
@@ -689,20 +742,9 @@ class StorageController(FakeController):
         upper = await self._flush(updates)
         return controller_pb2.AppendUpdatesResponse(upper=upper)
 
-    async def Peek(self, request: Any, context: Any) -> compute_pb2.PeekResponse:
-        self.peeks.append(request)
-        peek = request.peek
-        try:
-            result = await self.engine.execute(
-                PeekRequest.from_proto(peek), StorageLocation(self.blob_uri, self.consensus_uri)
-            )
-        except LoupeError as error:
-            return compute_pb2.PeekResponse(uuid=peek.uuid, error=error.to_proto())
-        return compute_pb2.PeekResponse(uuid=peek.uuid, rows=result.to_proto())
-
 
 class TableHarness(Harness):
-    """A coordinator on the real catalog service and a ``StorageController``."""
+    """A coordinator on the real catalog service and a ``StorageController`` (or subclass)."""
 
     catalog_service: CatalogService
     controller: StorageController
@@ -726,7 +768,10 @@ class TableHarness(Harness):
 
 @contextlib.asynccontextmanager
 async def table_system(
-    nats_url: str, data_dir: Path, **settings: Any
+    nats_url: str,
+    data_dir: Path,
+    controller_class: type[StorageController] | None = None,
+    **settings: Any,
 ) -> AsyncIterator[TableHarness]:
     """Catalog service, storage stand-in and a coordinator with ``settings``."""
     async with contextlib.AsyncExitStack() as stack:
@@ -752,7 +797,9 @@ async def table_system(
             await asyncio.sleep(0.05)
         connection = await connect(nats_url, name="coordinator-table-tests")
         stack.push_async_callback(connection.close)
-        controller = StorageController(data_dir)
+        controller = (controller_class or EngineController)(data_dir)
+        if isinstance(controller, EngineController):
+            controller.connection = connection  # relays subscribe batches
         await controller.start()
         stack.push_async_callback(controller.stop)
         endpoint = NatsServiceEndpoint(connection, CONTROLLER_SERVICE, controller)
@@ -779,3 +826,114 @@ async def tables(nats_url: str, data_dir: Path) -> AsyncIterator[TableHarness]:
 def start_table_system() -> Any:
     """``async with start_table_system(nats_url, data_dir, **coordinator_settings) as h``."""
     return table_system
+
+
+# -- compute: the coordinator on an in-process replica --
+
+
+class EngineController(StorageController):
+    """A ``StorageController`` with one replica in process, as the real controller has.
+
+    The replica's ``DataflowRunner`` on the real engine renders the dataflows
+    it is sent (``dataflows``, ``created``, ``dropped`` record them), answers
+    index peeks (unless the test chose ``answers[target_id]``), writes
+    materialized views and streams subscribes, relayed as the controller
+    relays them (``publish_subscribe`` sends a batch the test makes up).
+    """
+
+    def __init__(self, data_dir: Path) -> None:
+        super().__init__(data_dir)
+        self.connection: Any = None
+        self.runner: Any = None
+        self.hydration: dict[str, compute_pb2.Hydration] = {}
+        self.errors: dict[str, compute_pb2.CollectionError] = {}
+
+    async def start(self) -> None:
+        from loupe.compute_replica.dataflows import DataflowRunner
+        from loupe.compute_replica.protocol import Responses
+        from loupe.dataflow import ComputeInstance
+
+        await super().start()
+        self.runner = DataflowRunner(
+            ComputeInstance(workers=2),
+            responses=Responses("u1", 1),
+            publish=self._on_response,
+            storage=StorageLocation(self.blob_uri, self.consensus_uri),
+            wait_timeout=20.0,
+            poll_interval=0.02,
+        )
+        self.runner.start()
+
+    async def publish_subscribe(self, sink_id: str, batch: compute_pb2.SubscribeBatch) -> None:
+        batch.sink_id = sink_id
+        await publish(self.connection, f"loupe.controller.v1.subscribe.{sink_id}", batch)
+
+    async def stop(self) -> None:
+        if self.runner is not None:
+            await self.runner.close()
+        await super().stop()
+
+    async def _on_response(self, response: compute_pb2.ComputeResponse) -> None:
+        kind = response.WhichOneof("kind")
+        if kind == "subscribe_batch":
+            batch = response.subscribe_batch
+            await self.publish_subscribe(batch.sink_id, batch)
+        elif kind == "hydration":
+            self.hydration[response.hydration.dataflow_id] = response.hydration
+        elif kind == "collection_error":
+            self.errors[response.collection_error.collection_id] = response.collection_error
+
+    async def CreateDataflow(self, request: Any, context: Any) -> common_pb2.Empty:
+        await super().CreateDataflow(request, context)
+        await self.runner.create_dataflow(compute_pb2.CreateDataflow(dataflow=request.dataflow))
+        return common_pb2.Empty()
+
+    async def AllowCompaction(self, request: Any, context: Any) -> common_pb2.Empty:
+        for collection_id in request.collection_ids:
+            await self.runner.allow_compaction(
+                compute_pb2.AllowCompaction(
+                    collection_id=collection_id, since=request.since, empty=request.empty
+                )
+            )
+        return await super().AllowCompaction(request, context)
+
+    async def CollectionStatus(self, request: Any, context: Any) -> Any:
+        statuses = []
+        for collection_id in request.collection_ids:
+            status = controller_pb2.CollectionStatus(collection_id=collection_id)
+            if collection_id in self.hydration:
+                status.hydration.append(self.hydration[collection_id])
+            error = self.errors.get(collection_id)
+            if error is not None and not error.cleared:
+                status.error.CopyFrom(error.error)
+            statuses.append(status)
+        return controller_pb2.CollectionStatusResponse(collections=statuses)
+
+    async def Peek(self, request: Any, context: Any) -> compute_pb2.PeekResponse:
+        peek = request.peek
+        if peek.target_id in self.answers:
+            return await super().Peek(request, context)
+        self.peeks.append(request)
+        try:
+            result = await self.runner.peek(PeekRequest.from_proto(peek))
+        except LoupeError as error:
+            return compute_pb2.PeekResponse(uuid=peek.uuid, error=error.to_proto())
+        return compute_pb2.PeekResponse(uuid=peek.uuid, rows=result.to_proto())
+
+
+@pytest.fixture
+async def engine(nats_url: str, data_dir: Path) -> AsyncIterator[TableHarness]:
+    """A coordinator on the real catalog service and the real engine (``EngineController``)."""
+    async with table_system(nats_url, data_dir, controller_class=EngineController) as harness:
+        yield harness
+
+
+@pytest.fixture
+async def compute(nats_url: str, data_dir: Path) -> AsyncIterator[TableHarness]:
+    """The same as ``engine``, for the compute statements' tests (``test_compute.py``)."""
+    async with table_system(nats_url, data_dir, controller_class=EngineController) as harness:
+        yield harness
+
+
+def _result_columns(peek: compute_pb2.Peek) -> tuple[ResultColumn, ...]:
+    return tuple(ResultColumn(c.name, c.type, c.nullable) for c in peek.result_desc.columns)

@@ -4,19 +4,21 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import io
 import json
 import os
 import sys
 from typing import Any
 
 from loupe.cli.sql import (
+    Output,
     render_csv,
     render_error,
     render_json,
     render_table,
     statement_complete,
 )
-from loupe.client import StatementResult
+from loupe.client import HydrationProgress, StatementResult, StreamedRows
 from loupe.common.errors import LoupeError
 from loupe.common.nats_server import free_port
 
@@ -158,3 +160,52 @@ async def test_loupe_sql_without_a_server_says_so_and_exits_2() -> None:
     assert out == ""
     assert len(err.strip().splitlines()) == 1
     assert "cannot connect to the coordinator" in err
+
+
+def test_progress_is_plain_lines_when_not_a_terminal() -> None:
+    """Hydration progress goes to stderr one line per report, without control characters."""
+    out, errors = io.StringIO(), io.StringIO()
+    output = Output("table", out, errors)
+    output.show(HydrationProgress("materialize.public.i", 1, 4, 1500, False))
+    output.show(HydrationProgress("materialize.public.i", 4, 4, 3000, True))
+    output.show(StatementResult(tag="CREATE INDEX"))
+    assert errors.getvalue() == (
+        "hydrating materialize.public.i: 1/4 nodes, 1,500 records read\n"
+        "hydrated materialize.public.i: 4/4 nodes, 3,000 records read\n"
+    )
+    assert out.getvalue() == "CREATE INDEX\n"
+
+
+def test_load_progress_counts_tables_and_rows() -> None:
+    errors = io.StringIO()
+    Output("table", io.StringIO(), errors).show(
+        HydrationProgress("materialize.public.tpch", 3, 8, 61_234, False, "tables")
+    )
+    assert errors.getvalue() == "loading materialize.public.tpch: 3/8 tables, 61,234 rows written\n"
+
+
+def test_streamed_rows_print_as_they_arrive_with_one_header() -> None:
+    columns = [("mz_timestamp", "numeric"), ("mz_diff", "int8"), ("a", "int4")]
+    out = io.StringIO()
+    output = Output("table", out, io.StringIO())
+    output.show(StreamedRows(columns, [(5, 1, 2)]))
+    assert out.getvalue() == "mz_timestamp\tmz_diff\ta\n5\t1\t2\n"
+    output.show(StreamedRows(columns, [(7, -1, 2), (7, 1, None)]))
+    assert out.getvalue().splitlines()[2:] == ["7\t-1\t2", "7\t1\t"]
+    as_csv = io.StringIO()
+    Output("csv", as_csv, io.StringIO()).show(StreamedRows(columns, [(5, 1, 2)]))
+    assert as_csv.getvalue() == "mz_timestamp,mz_diff,a\n5,1,2\n"
+
+
+async def test_loupe_sql_shows_hydration_of_a_new_index(compute: Any) -> None:
+    """CREATE INDEX through the real command: the tag on stdout, progress on stderr."""
+    port = str(compute.service.sql_port)
+    code, out, err = await run_cli(
+        "--port", port, "-c", "CREATE TABLE t (a int); CREATE DEFAULT INDEX ON t"
+    )
+    assert (code, out) == (0, "CREATE TABLE\nCREATE INDEX\n")
+    progress = err.splitlines()
+    assert progress
+    assert all(line.startswith("hydrat") for line in progress), err
+    assert progress[-1].startswith("hydrated materialize.public.t_primary_idx: "), err
+    assert progress[-1].endswith(" nodes, 0 records read"), err

@@ -10,10 +10,14 @@ from loupe.coordinator.sql import parse, parse_interval_ns, parse_one
 from loupe.coordinator.sql.statements import (
     CreateCluster,
     CreateClusterReplica,
+    CreateIndex,
+    CreateSource,
     CreateTable,
+    CreateView,
     Delete,
     DropCluster,
     DropClusterReplica,
+    DropObjects,
     Explain,
     Insert,
     Query,
@@ -23,6 +27,7 @@ from loupe.coordinator.sql.statements import (
     ShowClusterReplicas,
     ShowClusters,
     ShowVariable,
+    Subscribe,
     Update,
 )
 
@@ -192,14 +197,17 @@ def test_empty_request_has_no_statements() -> None:
     ("sql", "message"),
     [
         ("ALTER CLUSTER c SET (SIZE '2')", "ALTER CLUSTER is not supported"),
-        ("CREATE VIEW v AS SELECT 1", "CREATE VIEW is not supported"),
+        ("CREATE SINK k FROM t INTO x", "CREATE SINK is not supported"),
         ("TRUNCATE t", "TRUNCATE is not supported"),
         ("SHOW TABLES", "SHOW TABLES is not supported"),
-        ("CREATE SOURCE s FROM x", "CREATE SOURCE is not supported"),
+        (
+            "CREATE SOURCE s FROM x",
+            "CREATE SOURCE other than FROM LOAD GENERATOR is not supported",
+        ),
         ("VALUES (1)", "VALUES is not supported"),
         (
             "CREATE OR REPLACE MATERIALIZED VIEW v AS SELECT 1",
-            "CREATE MATERIALIZED VIEW is not supported",
+            "CREATE OR REPLACE is not supported",
         ),
         ("BEGIN", "BEGIN is not supported"),
     ],
@@ -246,24 +254,6 @@ def test_explain_after_another_statement_keeps_its_offset() -> None:
 @pytest.mark.parametrize(
     ("sql", "code", "message", "position"),
     [
-        (
-            "EXPLAIN PLAN FOR VIEW v",
-            "0A000",
-            "EXPLAIN … FOR VIEW is not supported: Loupe has no views or indexes yet",
-            18,
-        ),
-        (
-            "EXPLAIN OPTIMIZED PLAN FOR MATERIALIZED VIEW mv",
-            "0A000",
-            "EXPLAIN … FOR MATERIALIZED VIEW is not supported: Loupe has no views or indexes yet",
-            28,
-        ),
-        (
-            "EXPLAIN PHYSICAL PLAN FOR INDEX i",
-            "0A000",
-            "EXPLAIN … FOR INDEX is not supported: Loupe has no views or indexes yet",
-            27,
-        ),
         ("EXPLAIN RAW PLAN FOR SELECT 1", "0A000", "EXPLAIN RAW PLAN is not supported", 9),
         (
             "EXPLAIN PLAN WITH (arity) FOR SELECT 1",
@@ -419,3 +409,111 @@ def test_as_of_is_split_off_a_query() -> None:
     aliased = parse_one("SELECT a AS of FROM t")
     assert isinstance(aliased, Query)
     assert aliased.as_of is None
+
+
+# -- views, indexes, sources, SUBSCRIBE -------------------------------------------------
+
+
+def test_create_view_keeps_its_query() -> None:
+    statement = parse_one("CREATE VIEW public.v AS SELECT a FROM t WHERE a > 1")
+    assert isinstance(statement, CreateView)
+    assert (statement.name.parts, statement.materialized, statement.tag) == (
+        ("public", "v"),
+        False,
+        "CREATE VIEW",
+    )
+    assert statement.query.expression.sql() == "SELECT a FROM t WHERE a > 1"
+
+
+def test_create_materialized_view_in_cluster() -> None:
+    statement = parse_one("CREATE MATERIALIZED VIEW IF NOT EXISTS mv IN CLUSTER c AS SELECT 1")
+    assert isinstance(statement, CreateView)
+    assert (statement.materialized, statement.cluster, statement.if_not_exists) == (True, "c", True)
+    assert statement.tag == "CREATE MATERIALIZED VIEW"
+
+
+@pytest.mark.parametrize(
+    ("sql", "name", "on", "columns", "cluster"),
+    [
+        ("CREATE INDEX i ON t (a, b)", "i", ("t",), ("a", "b"), ""),
+        ("CREATE INDEX IN CLUSTER c ON s.t (a)", "", ("s", "t"), ("a",), "c"),
+        ("CREATE DEFAULT INDEX ON t", "", ("t",), (), ""),
+        ("CREATE DEFAULT INDEX IN CLUSTER c ON t", "", ("t",), (), "c"),
+    ],
+)
+def test_create_index_forms(
+    sql: str, name: str, on: tuple[str, ...], columns: tuple[str, ...], cluster: str
+) -> None:
+    statement = parse_one(sql)
+    assert isinstance(statement, CreateIndex)
+    assert (statement.name, statement.on.parts, statement.cluster) == (name, on, cluster)
+    assert tuple(c for c, _ in statement.columns) == columns
+
+
+@pytest.mark.parametrize(
+    ("sql", "kind", "names", "cascade"),
+    [
+        ("DROP VIEW v", "view", (("v",),), False),
+        (
+            "DROP MATERIALIZED VIEW IF EXISTS a, s.b CASCADE",
+            "materialized-view",
+            (("a",), ("s", "b")),
+            True,
+        ),
+        ("DROP INDEX i RESTRICT", "index", (("i",),), False),
+    ],
+)
+def test_drop_object_forms(
+    sql: str, kind: str, names: tuple[tuple[str, ...], ...], cascade: bool
+) -> None:
+    statement = parse_one(sql)
+    assert isinstance(statement, DropObjects)
+    assert (statement.kind, tuple(n.parts for n in statement.names), statement.cascade) == (
+        kind,
+        names,
+        cascade,
+    )
+
+
+def test_subscribe_to_an_object_reads_all_of_it() -> None:
+    statement = parse_one("SUBSCRIBE TO s.t")
+    assert isinstance(statement, Subscribe)
+    assert statement.query.expression.sql() == 'SELECT * FROM "s"."t"'
+    assert (statement.snapshot, statement.as_of) == (True, None)
+
+
+def test_subscribe_to_a_query_with_options_and_as_of() -> None:
+    statement = parse_one("SUBSCRIBE (SELECT a FROM t) WITH (SNAPSHOT = false) AS OF 42")
+    assert isinstance(statement, Subscribe)
+    assert statement.query.expression.sql() == "SELECT a FROM t"
+    assert statement.snapshot is False
+    assert statement.as_of is not None
+    assert statement.as_of.sql() == "42"
+
+
+def test_create_source_load_generator() -> None:
+    statement = parse_one(
+        "CREATE SOURCE s FROM LOAD GENERATOR TPCH (SCALE FACTOR 0.5) FOR ALL TABLES"
+    )
+    assert isinstance(statement, CreateSource)
+    assert (statement.name.parts, statement.generator, statement.scale_factor) == (
+        ("s",),
+        "tpch",
+        0.5,
+    )
+
+
+@pytest.mark.parametrize(
+    ("sql", "kind", "name"),
+    [
+        ("EXPLAIN PLAN FOR VIEW v", "view", ("v",)),
+        ("EXPLAIN OPTIMIZED PLAN FOR MATERIALIZED VIEW s.mv", "materialized-view", ("s", "mv")),
+        ("EXPLAIN PHYSICAL PLAN WITH (node_ids) FOR INDEX i", "index", ("i",)),
+    ],
+)
+def test_explain_for_objects(sql: str, kind: str, name: tuple[str, ...]) -> None:
+    statement = parse_one(sql)
+    assert isinstance(statement, Explain)
+    assert statement.query is None
+    assert statement.object_name is not None
+    assert (statement.object_kind, statement.object_name.parts) == (kind, name)

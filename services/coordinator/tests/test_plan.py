@@ -8,9 +8,11 @@ import pytest
 import sqlglot
 
 from loupe.common.errors import LoupeError, SqlState
-from loupe.coordinator.plan import explain, lir, lower_to_lir, mir, plan_query
-from loupe.coordinator.plan.lir import JoinKind, ReduceKind, walk
-from loupe.coordinator.plan.scalar import Call, Column, Literal
+from loupe.coordinator.plan import PlannedQuery, plan_query, plan_select
+from loupe.plan import lir, mir
+from loupe.plan.explain import explain
+from loupe.plan.lir import JoinKind, ReduceKind, lower_to_lir, walk
+from loupe.plan.scalar import Call, Cast, Column, Literal
 
 CATALOG: dict[str, tuple[str, Sequence[tuple[str, str]]]] = {
     "t": ("materialize.public.t", [("a", "int4"), ("b", "text")]),
@@ -26,7 +28,7 @@ def resolve(name: str) -> tuple[str, Sequence[tuple[str, str]]]:
 
 
 def plan(sql: str) -> mir.Relation:
-    return plan_query(sqlglot.parse_one(sql, dialect="postgres"), resolve)
+    return plan_query(sqlglot.parse_one(sql, dialect="postgres"), resolve, optimized=False)
 
 
 def physical(sql: str) -> lir.Node:
@@ -58,19 +60,23 @@ def test_star_over_a_table_is_the_get_itself() -> None:
 
 
 def test_inner_and_comma_joins_turn_column_equalities_into_equivalences() -> None:
-    relation = plan("SELECT a FROM t JOIN u ON t.a = u.x, v WHERE x = k AND b <> 'z'")
+    relation = plan("SELECT a FROM t JOIN u ON t.a = u.x, v WHERE x = k AND b <> 'z' AND a < y")
     assert isinstance(relation, mir.Project)
     filtered = relation.input
     assert isinstance(filtered, mir.Filter)
-    assert filtered.predicates == (Call("neq", (Column(1), Literal("z", "text"))),)
+    assert filtered.predicates == (Call("lt", (Column(0), Column(3))),)
     join = filtered.input
     assert isinstance(join, mir.Join)
-    assert [i.name for i in join.inputs if isinstance(i, mir.Get)] == [
-        "materialize.public.t",
+    assert join.equivalences == ((Column(0), Column(2)), (Column(2), Column(4)))
+    first, *others = join.inputs
+    assert first == mir.Filter(
+        mir.Get("materialize.public.t", (("a", "int4"), ("b", "text"))),
+        (Call("neq", (Column(1), Literal("z", "text"))),),
+    )
+    assert [i.name for i in others if isinstance(i, mir.Get)] == [
         "materialize.public.u",
         "materialize.public.v",
     ]
-    assert join.equivalences == ((Column(0), Column(2)), (Column(2), Column(4)))
 
 
 def test_group_by_having_builds_a_reduce_with_deduplicated_aggregates() -> None:
@@ -145,12 +151,8 @@ def test_subquery_in_from_is_scoped_by_its_alias() -> None:
         ("SELECT w.a FROM t", SqlState.UNDEFINED_TABLE, '"w"'),
         ("SELECT a FROM t, t AS t2", "42702", "ambiguous"),
         ("SELECT a, count(*) FROM t", "42803", "GROUP BY"),
-        ("SELECT * FROM t LEFT JOIN u ON a = x", SqlState.FEATURE_NOT_SUPPORTED, "LEFT JOIN"),
-        ("SELECT a FROM t WHERE a IN (SELECT x FROM u)", SqlState.FEATURE_NOT_SUPPORTED, "IN"),
         ("SELECT string_agg(b, ',') FROM t", SqlState.FEATURE_NOT_SUPPORTED, "aggregate"),
         ("SELECT a FROM t UNION SELECT x, y FROM u", SqlState.SYNTAX_ERROR, "same number"),
-        ("SELECT a FROM t ORDER BY b LIMIT 1", SqlState.FEATURE_NOT_SUPPORTED, "ORDER BY"),
-        ("WITH w AS (SELECT 1) SELECT * FROM w", SqlState.FEATURE_NOT_SUPPORTED, "WITH"),
     ],
 )
 def test_errors_carry_sqlstates(sql: str, code: str, words: str) -> None:
@@ -236,50 +238,6 @@ def test_explain_physical_without_node_ids() -> None:
     assert text.splitlines()[1] == "  TopK::Basic limit=10"
 
 
-SQL_JOIN_GROUP = (
-    "SELECT t.a, count(*) AS n, sum(u.y) FROM t JOIN u ON t.a = u.x "
-    "WHERE t.b LIKE 'x%' GROUP BY t.a HAVING count(*) > 1"
-)
-
-
-def test_explain_optimized_join_group_by() -> None:
-    assert explain(plan(SQL_JOIN_GROUP), name="q") == (
-        "q:\n"
-        "  Project (#0, #1, #2)\n"
-        "    Filter (#1 > 1)\n"
-        "      Reduce group_by=(#0) aggregates=[count(*), sum(#3)]\n"
-        "        Filter (#1 LIKE 'x%')\n"
-        "          Join on=((#0, #2))\n"
-        "            Get materialize.public.t\n"
-        "            Get materialize.public.u\n"
-    )
-
-
-def test_explain_physical_join_group_by() -> None:
-    assert explain(lower_to_lir(plan(SQL_JOIN_GROUP)), node_ids=True, name="q") == (
-        "q:\n"
-        "  Mfp // { node_id: 7 }\n"
-        "    filter=((#1 > 1))\n"
-        "    project=(#0, #1, #2)\n"
-        "    Reduce::Accumulable // { node_id: 6 }\n"
-        "      group_by=(#0)\n"
-        "      aggregates=[count(*), sum(#3)]\n"
-        "      Mfp // { node_id: 5 }\n"
-        "        filter=((#1 LIKE 'x%'))\n"
-        "        project=(#0, #1, #2, #3)\n"
-        "        Join::Linear // { node_id: 4 }\n"
-        "          equivalences=((#0, #2))\n"
-        "          ArrangeBy // { node_id: 1 }\n"
-        "            keys=[(#0)]\n"
-        "            Get::PassArrangements materialize.public.t // { node_id: 0 }\n"
-        "              raw=true\n"
-        "          ArrangeBy // { node_id: 3 }\n"
-        "            keys=[(#0)]\n"
-        "            Get::PassArrangements materialize.public.u // { node_id: 2 }\n"
-        "              raw=true\n"
-    )
-
-
 def test_explain_except_and_top_k() -> None:
     sql = (
         "SELECT b, max(a) FROM t WHERE a IS NOT NULL GROUP BY b "
@@ -319,3 +277,222 @@ def test_explain_except_and_top_k() -> None:
         "            Get::PassArrangements materialize.public.u // { node_id: 3 }\n"
         "              raw=true\n"
     )
+
+
+# Finishing (one-off SELECTs)
+
+
+def planned(sql: str) -> PlannedQuery:
+    return plan_select(sqlglot.parse_one(sql, dialect="postgres"), resolve, optimized=False)
+
+
+def test_the_outer_order_by_and_limit_are_a_finishing_not_a_top_k() -> None:
+    result = planned("SELECT a, b FROM t ORDER BY b DESC, 1 LIMIT 10 OFFSET 2")
+    assert result.relation == plan("SELECT a, b FROM t")
+    assert result.finishing == mir.Finishing(
+        (mir.OrderKey(1, desc=True, nulls_last=False), mir.OrderKey(0)), 10, 2, (0, 1)
+    )
+
+
+def test_order_by_an_expression_outside_the_select_list_is_a_hidden_column() -> None:
+    result = planned("SELECT b FROM t ORDER BY a + 1 DESC")
+    assert result.relation.columns[1][1] == "int4"
+    assert result.finishing.order == (mir.OrderKey(1, desc=True, nulls_last=False),)
+    assert result.finishing.project == (0,)
+    assert result.columns == (("b", "text"),)
+    grouped = planned("SELECT b FROM t GROUP BY b ORDER BY count(*)")
+    assert grouped.relation.arity == 2
+    assert grouped.finishing.project == (0,)
+
+
+def test_limits_inside_subqueries_and_views_stay_top_ks() -> None:
+    inner = planned("SELECT * FROM (SELECT a FROM t ORDER BY a LIMIT 3) s")
+    assert isinstance(inner.relation, mir.TopK)
+    assert inner.finishing == mir.Finishing(project=(0,))
+    view = plan("SELECT b FROM t ORDER BY a LIMIT 3")
+    assert isinstance(view, mir.Project)
+    assert isinstance(view.input, mir.TopK)
+    assert view.input.order == (mir.OrderKey(1),)
+
+
+def test_set_operations_order_by_output_columns() -> None:
+    result = planned("SELECT a FROM t UNION SELECT k FROM v ORDER BY a DESC LIMIT 1")
+    assert isinstance(result.relation, mir.Distinct)
+    assert result.finishing.order == (mir.OrderKey(0, desc=True, nulls_last=False),)
+
+
+# CTEs, subqueries, outer joins
+
+
+def test_ctes_are_inlined_with_their_column_aliases_and_shadow_catalog_names() -> None:
+    relation = plan("WITH t(z) AS (SELECT x FROM u), w AS (SELECT z FROM t) SELECT * FROM w, t")
+    assert relation.columns == (("z", "int4"), ("z", "int4"))
+    assert isinstance(relation, mir.Join)
+    gets = [n for n in walk_mir(relation) if isinstance(n, mir.Get)]
+    assert [g.name for g in gets] == ["materialize.public.u", "materialize.public.u"]
+
+
+def test_aggregates_without_group_by_get_a_default_row() -> None:
+    """The Reduce's row ranked first, the defaults second: a TopK keeps one, reading it once."""
+    relation = plan("SELECT count(*) AS n, max(a) FROM t")
+    top = next(n for n in walk_mir(relation) if isinstance(n, mir.TopK))
+    assert (top.limit, top.order) == (1, (mir.OrderKey(2),))
+    ranked, defaults = top.input.children()
+    assert isinstance(ranked, mir.Map)
+    assert isinstance(ranked.input, mir.Reduce)
+    assert defaults == mir.Constant(
+        ((0, None, 1),), (("count0", "int8"), ("max1", "int4"), ("rank", "int4"))
+    )
+    assert sum(isinstance(n, mir.Reduce) for n in walk_mir(relation)) == 1
+    grouped = plan("SELECT b, count(*) FROM t GROUP BY b")
+    assert not any(isinstance(n, mir.TopK) for n in walk_mir(grouped))
+
+
+def test_join_equivalences_cast_to_one_type() -> None:
+    relation = plan("SELECT * FROM t JOIN u ON a = y")
+    assert isinstance(relation, mir.Join)
+    assert relation.equivalences == ((Cast(Column(0), "int8"), Column(3)),)
+    union = plan("SELECT a FROM t UNION ALL SELECT y FROM u")
+    assert union.types == ("int8",)
+    assert isinstance(union, mir.Union)
+    assert all(i.types == ("int8",) for i in union.inputs)
+
+
+def test_outer_joins_lower_to_inner_joins_only() -> None:
+    root = physical("SELECT * FROM t FULL JOIN u ON a = x AND b < 'q'")
+    kinds = {type(n) for n in walk(root)}
+    assert lir.Join in kinds
+    assert {lir.Negate, lir.Union} <= kinds
+    assert plan("SELECT * FROM t LEFT JOIN u ON a = x").columns == (
+        ("a", "int4"),
+        ("b", "text"),
+        ("x", "int4"),
+        ("y", "int8"),
+    )
+
+
+def test_where_predicates_on_the_preserved_side_apply_before_a_left_join() -> None:
+    relation = plan("SELECT * FROM t, v LEFT JOIN u ON k = x WHERE a = k AND y IS NULL")
+    assert isinstance(relation, mir.Filter)
+    assert relation.predicates == (Call("is_null", (Column(4),)),)
+    joins = [n for n in walk_mir(relation) if isinstance(n, mir.Join)]
+    assert all(j.equivalences for j in joins), "t and v became a cross join"
+
+
+@pytest.mark.parametrize(
+    ("sql", "code", "words"),
+    [
+        (
+            "SELECT a FROM t WHERE EXISTS (SELECT 1 FROM u WHERE x > a GROUP BY y)",
+            "0A000",
+            "correlated",
+        ),
+        ("SELECT a FROM t WHERE a IN (SELECT x, y FROM u)", "42601", "too many columns"),
+        ("SELECT (SELECT x FROM u) FROM t", "0A000", "more than one row"),
+        ("SELECT * FROM t FULL JOIN (SELECT x AS a FROM u) s USING (a)", "0A000", "USING"),
+        ("SELECT * FROM t JOIN u USING (a)", "42703", '"a"'),
+        ("SELECT DISTINCT b FROM t ORDER BY a LIMIT 1", "42P10", "ORDER BY"),
+        ("SELECT b FROM t UNION SELECT k FROM v", "42804", "text and int4"),
+        ("WITH RECURSIVE r AS (SELECT 1) SELECT * FROM r", "0A000", "RECURSIVE"),
+        ("SELECT * FROM (SELECT 1) AS s(p, q)", "42601", "columns"),
+    ],
+)
+def test_refusals_carry_sqlstates(sql: str, code: str, words: str) -> None:
+    raised = error(sql)
+    assert raised.code == code
+    assert words in raised.message
+
+
+def walk_mir(relation: mir.Relation) -> list[mir.Relation]:
+    nodes = [relation]
+    for child in relation.children():
+        nodes.extend(walk_mir(child))
+    return nodes
+
+
+def test_using_and_natural_joins_merge_their_columns_first_in_star() -> None:
+    """As PostgreSQL: ``*`` is the merged columns, then the left's others, then the right's."""
+    natural = plan(
+        "SELECT * FROM (SELECT y AS b, x FROM u) s NATURAL JOIN (SELECT x, y AS c FROM u) r"
+    )
+    assert [name for name, _ in natural.columns] == ["x", "b", "c"]
+    right = plan("SELECT * FROM t RIGHT JOIN (SELECT y, x AS a FROM u) s USING (a)")
+    assert right.columns == (("a", "int4"), ("b", "text"), ("y", "int8"))
+    assert isinstance(right, mir.Project)
+    assert right.outputs[0] == 3  # the right side's a: the left's is NULL where unmatched
+
+
+def test_a_condition_shared_by_every_branch_of_an_or_becomes_a_join_equivalence() -> None:
+    relation = plan("SELECT * FROM t, u WHERE (a = x AND y > 1) OR (b = 'q' AND t.a = u.x)")
+    assert isinstance(relation, mir.Filter)
+    assert isinstance(relation.input, mir.Join)
+    assert relation.input.equivalences == ((Column(0), Column(2)),)
+    (rest,) = relation.predicates
+    assert rest == Call(
+        "or",
+        (
+            Call("gt", (Column(3), Literal(1, "int4"))),
+            Call("eq", (Column(1), Literal("q", "text"))),
+        ),
+    )
+
+
+def test_output_columns_are_named_as_postgresql_names_them() -> None:
+    relation = planned(
+        "SELECT a, a + 1, b::text, 1::int8, CASE WHEN a > 1 THEN 1 END, trim(b), ltrim(b), "
+        "substring(b, 1, 2), (SELECT max(x) FROM u) FROM t"
+    ).relation
+    assert [name for name, _ in relation.columns] == [
+        "a",
+        "?column?",
+        "b",
+        "int8",
+        "case",
+        "btrim",
+        "ltrim",
+        "substring",
+        "max",
+    ]
+
+
+def test_window_functions_are_refused_not_mistaken_for_aggregates() -> None:
+    raised = error("SELECT count(*) OVER () FROM t")
+    assert raised.code == SqlState.FEATURE_NOT_SUPPORTED
+    assert "window" in raised.message
+
+
+def test_outer_joins_whose_padded_rows_where_rejects_are_inner_or_one_sided() -> None:
+    def unions(sql: str) -> int:
+        return sum(isinstance(n, mir.Union) for n in walk_mir(plan(sql)))
+
+    assert unions("SELECT * FROM t LEFT JOIN u ON a = x") == 2
+    assert unions("SELECT * FROM t LEFT JOIN u ON a = x WHERE y > 0") == 0
+    assert unions("SELECT * FROM t LEFT JOIN u ON a = x WHERE y IS NULL") == 2
+    full = unions("SELECT * FROM t FULL JOIN u ON a = x")
+    assert unions("SELECT * FROM t FULL JOIN u ON a = x WHERE a > 0") == full - 1
+
+
+def test_untyped_null_results_are_text() -> None:
+    assert planned("SELECT NULL AS n, a FROM t").columns == (("n", "text"), ("a", "int4"))
+    assert plan("SELECT NULL UNION SELECT 1").types == ("int4",)
+
+
+def test_filters_on_a_derived_table_move_into_its_join_and_below_its_group_keys() -> None:
+    def optimized(sql: str) -> mir.Relation:
+        return plan_query(sqlglot.parse_one(sql, dialect="postgres"), resolve)
+
+    joined = optimized("SELECT * FROM (SELECT * FROM t JOIN u ON a = x) s WHERE s.b = 'q'")
+    assert isinstance(joined, mir.Join)
+    assert joined.inputs[0] == mir.Filter(
+        mir.Get("materialize.public.t", (("a", "int4"), ("b", "text"))),
+        (Call("eq", (Column(1), Literal("q", "text"))),),
+    )
+    grouped = optimized("SELECT * FROM (SELECT b, count(*) AS n FROM t GROUP BY b) s WHERE b = 'x'")
+    reduce = next(n for n in walk_mir(grouped) if isinstance(n, mir.Reduce))
+    filters = [n for n in walk_mir(grouped) if isinstance(n, mir.Filter)]
+    assert filters
+    assert all(reduce not in walk_mir(f) for f in filters), "a filter stayed above the Reduce"
+    counted = optimized("SELECT * FROM (SELECT b, count(*) AS n FROM t GROUP BY b) s WHERE n > 1")
+    reduce = next(n for n in walk_mir(counted) if isinstance(n, mir.Reduce))
+    filters = [n for n in walk_mir(counted) if isinstance(n, mir.Filter)]
+    assert [reduce in walk_mir(f) for f in filters] == [True]  # an aggregate's test stays above

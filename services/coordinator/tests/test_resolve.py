@@ -34,7 +34,6 @@ def test_user_aliases_are_kept_and_joins_resolve_each_table() -> None:
     assert [s.id for s in resolved.sources] == ["s201", "s102"]
     assert 'FROM s201 AS "s" JOIN s102 AS "r"' in resolved.sql
     assert 'SELECT id FROM s102 AS "mz_cluster_replicas"' in resolved.sql
-    assert resolved.system_only
 
 
 def test_unqualified_names_resolve_through_mz_catalog_then_the_search_path() -> None:

@@ -88,8 +88,11 @@ async def test_select_right_after_ddl_sees_it_through_the_system_cluster(harness
     assert peek.replica_id == ""
     # Strict serializable: read at the oracle's read timestamp, at or after the DDL's commit.
     assert peek.peek.timestamp >= harness.catalog.timestamp
-    assert sorted(s.name for s in peek.peek.sources) == ["s101", "s102"]
-    assert all(s.collection.blob_uri.startswith("file://") for s in peek.peek.sources)
+    # A transient dataflow on that cluster read both collections from storage.
+    _, dataflow = harness.controller.dataflows[peek.peek.target_id.removesuffix("_idx")]
+    assert sorted(s.id for s in dataflow.source_imports) == ["s101", "s102"]
+    assert all(s.blob_uri.startswith("file://") for s in dataflow.source_imports)
+    assert dataflow.as_of == peek.peek.timestamp
 
 
 async def test_select_streams_description_rows_and_tag(harness: Harness) -> None:
@@ -171,7 +174,7 @@ async def test_parse_and_name_errors_carry_positions(harness: Harness) -> None:
         "unknown catalog item 'mz_catalog.nope'",
         15,
     )
-    refused = error_of(await harness.execute(session, "CREATE VIEW v AS SELECT 1"))
+    refused = error_of(await harness.execute(session, "CREATE SINK k FROM t INTO x"))
     assert refused.code == "0A000"
 
 
@@ -215,7 +218,7 @@ async def test_explain_errors_are_sql_errors(harness: Harness) -> None:
         23,
     )
     refused = error_of(
-        await harness.execute(session, "EXPLAIN SELECT * FROM mz_clusters LEFT JOIN mz_clusters")
+        await harness.execute(session, "EXPLAIN SELECT rank() OVER () FROM mz_clusters")
     )
     assert refused.code == "0A000"
 
@@ -271,10 +274,20 @@ async def test_set_cluster_to_a_missing_cluster_warns(harness: Harness) -> None:
 
 
 async def test_cluster_replica_variable_targets_one_replica(harness: Harness) -> None:
-    """SET cluster_replica sends peeks to that replica's id; unknown names are 42704."""
+    """SET cluster_replica sends peeks to that replica of the session's cluster; unknown is 42704.
+
+    A named replica also keeps system-only queries on the session's cluster
+    (Materialize routes catalog queries to mz_catalog_server only without one).
+    """
     session = await harness.session()
     await harness.rows(session, "SET cluster_replica = r1; SELECT id FROM mz_clusters")
+    assert (harness.controller.peeks[-1].cluster_id, harness.controller.peeks[-1].replica_id) == (
+        "u1",
+        "u1",
+    )
+    await harness.rows(session, "SET cluster = mz_catalog_server; SELECT id FROM mz_clusters")
     assert harness.controller.peeks[-1].replica_id == "s1"
+    await harness.rows(session, "RESET cluster")
     error = error_of(
         await harness.execute(session, "SET cluster_replica = r9; SELECT id FROM mz_clusters")
     )

@@ -1,4 +1,5 @@
 from loupe.proto.common.v1 import common_pb2 as _common_pb2
+from loupe.proto.compute.v1 import plan_pb2 as _plan_pb2
 from google.protobuf.internal import containers as _containers
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
@@ -8,7 +9,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class ComputeCommand(_message.Message):
-    __slots__ = ("incarnation", "create_instance", "initialization_complete", "peek", "cancel_peek", "update_configuration", "allow_compaction")
+    __slots__ = ("incarnation", "create_instance", "initialization_complete", "peek", "cancel_peek", "update_configuration", "allow_compaction", "create_dataflow", "schedule")
     INCARNATION_FIELD_NUMBER: _ClassVar[int]
     CREATE_INSTANCE_FIELD_NUMBER: _ClassVar[int]
     INITIALIZATION_COMPLETE_FIELD_NUMBER: _ClassVar[int]
@@ -16,6 +17,8 @@ class ComputeCommand(_message.Message):
     CANCEL_PEEK_FIELD_NUMBER: _ClassVar[int]
     UPDATE_CONFIGURATION_FIELD_NUMBER: _ClassVar[int]
     ALLOW_COMPACTION_FIELD_NUMBER: _ClassVar[int]
+    CREATE_DATAFLOW_FIELD_NUMBER: _ClassVar[int]
+    SCHEDULE_FIELD_NUMBER: _ClassVar[int]
     incarnation: int
     create_instance: CreateInstance
     initialization_complete: InitializationComplete
@@ -23,7 +26,9 @@ class ComputeCommand(_message.Message):
     cancel_peek: CancelPeek
     update_configuration: UpdateConfiguration
     allow_compaction: AllowCompaction
-    def __init__(self, incarnation: _Optional[int] = ..., create_instance: _Optional[_Union[CreateInstance, _Mapping]] = ..., initialization_complete: _Optional[_Union[InitializationComplete, _Mapping]] = ..., peek: _Optional[_Union[Peek, _Mapping]] = ..., cancel_peek: _Optional[_Union[CancelPeek, _Mapping]] = ..., update_configuration: _Optional[_Union[UpdateConfiguration, _Mapping]] = ..., allow_compaction: _Optional[_Union[AllowCompaction, _Mapping]] = ...) -> None: ...
+    create_dataflow: CreateDataflow
+    schedule: Schedule
+    def __init__(self, incarnation: _Optional[int] = ..., create_instance: _Optional[_Union[CreateInstance, _Mapping]] = ..., initialization_complete: _Optional[_Union[InitializationComplete, _Mapping]] = ..., peek: _Optional[_Union[Peek, _Mapping]] = ..., cancel_peek: _Optional[_Union[CancelPeek, _Mapping]] = ..., update_configuration: _Optional[_Union[UpdateConfiguration, _Mapping]] = ..., allow_compaction: _Optional[_Union[AllowCompaction, _Mapping]] = ..., create_dataflow: _Optional[_Union[CreateDataflow, _Mapping]] = ..., schedule: _Optional[_Union[Schedule, _Mapping]] = ...) -> None: ...
 
 class LoggingConfig(_message.Message):
     __slots__ = ("interval_ns", "enable_logging", "log_logging", "index_logs", "sink_logs")
@@ -75,6 +80,30 @@ class InitializationComplete(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
 
+class CreateDataflow(_message.Message):
+    __slots__ = ("dataflow",)
+    DATAFLOW_FIELD_NUMBER: _ClassVar[int]
+    dataflow: _plan_pb2.DataflowDescription
+    def __init__(self, dataflow: _Optional[_Union[_plan_pb2.DataflowDescription, _Mapping]] = ...) -> None: ...
+
+class Schedule(_message.Message):
+    __slots__ = ("id",)
+    ID_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    def __init__(self, id: _Optional[str] = ...) -> None: ...
+
+class RowSetFinishing(_message.Message):
+    __slots__ = ("order", "limit", "offset", "project")
+    ORDER_FIELD_NUMBER: _ClassVar[int]
+    LIMIT_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    PROJECT_FIELD_NUMBER: _ClassVar[int]
+    order: _containers.RepeatedCompositeFieldContainer[_plan_pb2.OrderKey]
+    limit: int
+    offset: int
+    project: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, order: _Optional[_Iterable[_Union[_plan_pb2.OrderKey, _Mapping]]] = ..., limit: _Optional[int] = ..., offset: _Optional[int] = ..., project: _Optional[_Iterable[int]] = ...) -> None: ...
+
 class PeekSource(_message.Message):
     __slots__ = ("name", "collection")
     NAME_FIELD_NUMBER: _ClassVar[int]
@@ -84,18 +113,26 @@ class PeekSource(_message.Message):
     def __init__(self, name: _Optional[str] = ..., collection: _Optional[_Union[_common_pb2.CollectionMetadata, _Mapping]] = ...) -> None: ...
 
 class Peek(_message.Message):
-    __slots__ = ("uuid", "timestamp", "sources", "sql", "max_result_rows")
+    __slots__ = ("uuid", "timestamp", "sources", "sql", "max_result_rows", "target_id", "map_filter_project", "finishing", "result_desc")
     UUID_FIELD_NUMBER: _ClassVar[int]
     TIMESTAMP_FIELD_NUMBER: _ClassVar[int]
     SOURCES_FIELD_NUMBER: _ClassVar[int]
     SQL_FIELD_NUMBER: _ClassVar[int]
     MAX_RESULT_ROWS_FIELD_NUMBER: _ClassVar[int]
+    TARGET_ID_FIELD_NUMBER: _ClassVar[int]
+    MAP_FILTER_PROJECT_FIELD_NUMBER: _ClassVar[int]
+    FINISHING_FIELD_NUMBER: _ClassVar[int]
+    RESULT_DESC_FIELD_NUMBER: _ClassVar[int]
     uuid: str
     timestamp: int
     sources: _containers.RepeatedCompositeFieldContainer[PeekSource]
     sql: str
     max_result_rows: int
-    def __init__(self, uuid: _Optional[str] = ..., timestamp: _Optional[int] = ..., sources: _Optional[_Iterable[_Union[PeekSource, _Mapping]]] = ..., sql: _Optional[str] = ..., max_result_rows: _Optional[int] = ...) -> None: ...
+    target_id: str
+    map_filter_project: _plan_pb2.MapFilterProject
+    finishing: RowSetFinishing
+    result_desc: _common_pb2.RelationDesc
+    def __init__(self, uuid: _Optional[str] = ..., timestamp: _Optional[int] = ..., sources: _Optional[_Iterable[_Union[PeekSource, _Mapping]]] = ..., sql: _Optional[str] = ..., max_result_rows: _Optional[int] = ..., target_id: _Optional[str] = ..., map_filter_project: _Optional[_Union[_plan_pb2.MapFilterProject, _Mapping]] = ..., finishing: _Optional[_Union[RowSetFinishing, _Mapping]] = ..., result_desc: _Optional[_Union[_common_pb2.RelationDesc, _Mapping]] = ...) -> None: ...
 
 class CancelPeek(_message.Message):
     __slots__ = ("uuid",)
@@ -117,15 +154,17 @@ class UpdateConfiguration(_message.Message):
     def __init__(self, parameters: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class AllowCompaction(_message.Message):
-    __slots__ = ("collection_id", "since")
+    __slots__ = ("collection_id", "since", "empty")
     COLLECTION_ID_FIELD_NUMBER: _ClassVar[int]
     SINCE_FIELD_NUMBER: _ClassVar[int]
+    EMPTY_FIELD_NUMBER: _ClassVar[int]
     collection_id: str
     since: int
-    def __init__(self, collection_id: _Optional[str] = ..., since: _Optional[int] = ...) -> None: ...
+    empty: bool
+    def __init__(self, collection_id: _Optional[str] = ..., since: _Optional[int] = ..., empty: _Optional[bool] = ...) -> None: ...
 
 class ComputeResponse(_message.Message):
-    __slots__ = ("replica_id", "incarnation", "hello", "heartbeat", "peek_response", "frontiers", "status")
+    __slots__ = ("replica_id", "incarnation", "hello", "heartbeat", "peek_response", "frontiers", "status", "subscribe_batch", "hydration", "collection_error")
     REPLICA_ID_FIELD_NUMBER: _ClassVar[int]
     INCARNATION_FIELD_NUMBER: _ClassVar[int]
     HELLO_FIELD_NUMBER: _ClassVar[int]
@@ -133,6 +172,9 @@ class ComputeResponse(_message.Message):
     PEEK_RESPONSE_FIELD_NUMBER: _ClassVar[int]
     FRONTIERS_FIELD_NUMBER: _ClassVar[int]
     STATUS_FIELD_NUMBER: _ClassVar[int]
+    SUBSCRIBE_BATCH_FIELD_NUMBER: _ClassVar[int]
+    HYDRATION_FIELD_NUMBER: _ClassVar[int]
+    COLLECTION_ERROR_FIELD_NUMBER: _ClassVar[int]
     replica_id: str
     incarnation: int
     hello: Hello
@@ -140,7 +182,10 @@ class ComputeResponse(_message.Message):
     peek_response: PeekResponse
     frontiers: Frontiers
     status: Status
-    def __init__(self, replica_id: _Optional[str] = ..., incarnation: _Optional[int] = ..., hello: _Optional[_Union[Hello, _Mapping]] = ..., heartbeat: _Optional[_Union[Heartbeat, _Mapping]] = ..., peek_response: _Optional[_Union[PeekResponse, _Mapping]] = ..., frontiers: _Optional[_Union[Frontiers, _Mapping]] = ..., status: _Optional[_Union[Status, _Mapping]] = ...) -> None: ...
+    subscribe_batch: SubscribeBatch
+    hydration: Hydration
+    collection_error: CollectionError
+    def __init__(self, replica_id: _Optional[str] = ..., incarnation: _Optional[int] = ..., hello: _Optional[_Union[Hello, _Mapping]] = ..., heartbeat: _Optional[_Union[Heartbeat, _Mapping]] = ..., peek_response: _Optional[_Union[PeekResponse, _Mapping]] = ..., frontiers: _Optional[_Union[Frontiers, _Mapping]] = ..., status: _Optional[_Union[Status, _Mapping]] = ..., subscribe_batch: _Optional[_Union[SubscribeBatch, _Mapping]] = ..., hydration: _Optional[_Union[Hydration, _Mapping]] = ..., collection_error: _Optional[_Union[CollectionError, _Mapping]] = ...) -> None: ...
 
 class Hello(_message.Message):
     __slots__ = ("pid", "hostname")
@@ -189,12 +234,66 @@ class PeekRows(_message.Message):
     def __init__(self, desc: _Optional[_Union[_common_pb2.RelationDesc, _Mapping]] = ..., rows: _Optional[_Iterable[_Union[_common_pb2.Row, _Mapping]]] = ...) -> None: ...
 
 class Frontiers(_message.Message):
-    __slots__ = ("collection_id", "write_frontier")
+    __slots__ = ("collection_id", "write_frontier", "input_frontier", "empty")
     COLLECTION_ID_FIELD_NUMBER: _ClassVar[int]
     WRITE_FRONTIER_FIELD_NUMBER: _ClassVar[int]
+    INPUT_FRONTIER_FIELD_NUMBER: _ClassVar[int]
+    EMPTY_FIELD_NUMBER: _ClassVar[int]
     collection_id: str
     write_frontier: int
-    def __init__(self, collection_id: _Optional[str] = ..., write_frontier: _Optional[int] = ...) -> None: ...
+    input_frontier: int
+    empty: bool
+    def __init__(self, collection_id: _Optional[str] = ..., write_frontier: _Optional[int] = ..., input_frontier: _Optional[int] = ..., empty: _Optional[bool] = ...) -> None: ...
+
+class UpdateRow(_message.Message):
+    __slots__ = ("row", "time", "diff")
+    ROW_FIELD_NUMBER: _ClassVar[int]
+    TIME_FIELD_NUMBER: _ClassVar[int]
+    DIFF_FIELD_NUMBER: _ClassVar[int]
+    row: _common_pb2.Row
+    time: int
+    diff: int
+    def __init__(self, row: _Optional[_Union[_common_pb2.Row, _Mapping]] = ..., time: _Optional[int] = ..., diff: _Optional[int] = ...) -> None: ...
+
+class SubscribeBatch(_message.Message):
+    __slots__ = ("sink_id", "lower", "upper", "updates", "error")
+    SINK_ID_FIELD_NUMBER: _ClassVar[int]
+    LOWER_FIELD_NUMBER: _ClassVar[int]
+    UPPER_FIELD_NUMBER: _ClassVar[int]
+    UPDATES_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    sink_id: str
+    lower: int
+    upper: int
+    updates: _containers.RepeatedCompositeFieldContainer[UpdateRow]
+    error: _common_pb2.Error
+    def __init__(self, sink_id: _Optional[str] = ..., lower: _Optional[int] = ..., upper: _Optional[int] = ..., updates: _Optional[_Iterable[_Union[UpdateRow, _Mapping]]] = ..., error: _Optional[_Union[_common_pb2.Error, _Mapping]] = ...) -> None: ...
+
+class Hydration(_message.Message):
+    __slots__ = ("dataflow_id", "hydrated", "nodes_total", "nodes_hydrated", "records_read")
+    DATAFLOW_ID_FIELD_NUMBER: _ClassVar[int]
+    HYDRATED_FIELD_NUMBER: _ClassVar[int]
+    NODES_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    NODES_HYDRATED_FIELD_NUMBER: _ClassVar[int]
+    RECORDS_READ_FIELD_NUMBER: _ClassVar[int]
+    dataflow_id: str
+    hydrated: bool
+    nodes_total: int
+    nodes_hydrated: int
+    records_read: int
+    def __init__(self, dataflow_id: _Optional[str] = ..., hydrated: _Optional[bool] = ..., nodes_total: _Optional[int] = ..., nodes_hydrated: _Optional[int] = ..., records_read: _Optional[int] = ...) -> None: ...
+
+class CollectionError(_message.Message):
+    __slots__ = ("collection_id", "error", "since", "cleared")
+    COLLECTION_ID_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    SINCE_FIELD_NUMBER: _ClassVar[int]
+    CLEARED_FIELD_NUMBER: _ClassVar[int]
+    collection_id: str
+    error: _common_pb2.Error
+    since: int
+    cleared: bool
+    def __init__(self, collection_id: _Optional[str] = ..., error: _Optional[_Union[_common_pb2.Error, _Mapping]] = ..., since: _Optional[int] = ..., cleared: _Optional[bool] = ...) -> None: ...
 
 class Status(_message.Message):
     __slots__ = ("message",)

@@ -25,28 +25,45 @@ _sym_db = _symbol_database.Default()
 from loupe.proto.catalog.v1 import catalog_pb2 as loupe_dot_proto_dot_catalog_dot_v1_dot_catalog__pb2
 from loupe.proto.common.v1 import common_pb2 as loupe_dot_proto_dot_common_dot_v1_dot_common__pb2
 from loupe.proto.compute.v1 import compute_pb2 as loupe_dot_proto_dot_compute_dot_v1_dot_compute__pb2
+from loupe.proto.compute.v1 import plan_pb2 as loupe_dot_proto_dot_compute_dot_v1_dot_plan__pb2
 from loupe.proto.storage.v1 import storage_pb2 as loupe_dot_proto_dot_storage_dot_v1_dot_storage__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n*loupe/proto/controller/v1/controller.proto\x12\x19loupe.proto.controller.v1\x1a$loupe/proto/catalog/v1/catalog.proto\x1a\"loupe/proto/common/v1/common.proto\x1a$loupe/proto/compute/v1/compute.proto\x1a$loupe/proto/storage/v1/storage.proto\"P\n\x13\x41pplyCatalogRequest\x12\x39\n\x08snapshot\x18\x01 \x01(\x0b\x32\'.loupe.proto.catalog.v1.CatalogSnapshot\"J\n\x14\x41pplyCatalogResponse\x12\x18\n\x10replicas_started\x18\x01 \x03(\t\x12\x18\n\x10replicas_stopped\x18\x02 \x03(\t\"u\n\x0bPeekRequest\x12\x12\n\ncluster_id\x18\x01 \x01(\t\x12\x12\n\nreplica_id\x18\x02 \x01(\t\x12*\n\x04peek\x18\x03 \x01(\x0b\x32\x1c.loupe.proto.compute.v1.Peek\x12\x12\n\ntimeout_ms\x18\x04 \x01(\x04\"h\n\x14\x41ppendUpdatesRequest\x12\x10\n\x08\x62\x61tch_id\x18\x01 \x01(\t\x12>\n\x0b\x63ollections\x18\x02 \x03(\x0b\x32).loupe.proto.storage.v1.CollectionUpdates\"&\n\x15\x41ppendUpdatesResponse\x12\r\n\x05upper\x18\x01 \x01(\x04\"Y\n\x17ListCollectionsResponse\x12>\n\x0b\x63ollections\x18\x01 \x03(\x0b\x32).loupe.proto.common.v1.CollectionMetadata2\xfc\x03\n\nController\x12o\n\x0c\x41pplyCatalog\x12..loupe.proto.controller.v1.ApplyCatalogRequest\x1a/.loupe.proto.controller.v1.ApplyCatalogResponse\x12T\n\x04Peek\x12&.loupe.proto.controller.v1.PeekRequest\x1a$.loupe.proto.compute.v1.PeekResponse\x12N\n\nCancelPeek\x12\".loupe.proto.compute.v1.CancelPeek\x1a\x1c.loupe.proto.common.v1.Empty\x12r\n\rAppendUpdates\x12/.loupe.proto.controller.v1.AppendUpdatesRequest\x1a\x30.loupe.proto.controller.v1.AppendUpdatesResponse\x12\x63\n\x0fListCollections\x12\x1c.loupe.proto.common.v1.Empty\x1a\x32.loupe.proto.controller.v1.ListCollectionsResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n*loupe/proto/controller/v1/controller.proto\x12\x19loupe.proto.controller.v1\x1a$loupe/proto/catalog/v1/catalog.proto\x1a\"loupe/proto/common/v1/common.proto\x1a$loupe/proto/compute/v1/compute.proto\x1a!loupe/proto/compute/v1/plan.proto\x1a$loupe/proto/storage/v1/storage.proto\"j\n\x15\x43reateDataflowRequest\x12\x12\n\ncluster_id\x18\x01 \x01(\t\x12=\n\x08\x64\x61taflow\x18\x02 \x01(\x0b\x32+.loupe.proto.compute.v1.DataflowDescription\"b\n\x16\x41llowCompactionRequest\x12\x12\n\ncluster_id\x18\x01 \x01(\t\x12\x16\n\x0e\x63ollection_ids\x18\x02 \x03(\t\x12\r\n\x05since\x18\x03 \x01(\x04\x12\r\n\x05\x65mpty\x18\x04 \x01(\x08\"B\n\x14ListFrontiersRequest\x12\x12\n\ncluster_id\x18\x01 \x01(\t\x12\x16\n\x0e\x63ollection_ids\x18\x02 \x03(\t\"=\n\x0fReplicaFrontier\x12\x12\n\nreplica_id\x18\x01 \x01(\t\x12\x16\n\x0ewrite_frontier\x18\x02 \x01(\x04\"\x91\x01\n\x13\x43ollectionFrontiers\x12\x15\n\rcollection_id\x18\x01 \x01(\t\x12\x16\n\x0ewrite_frontier\x18\x02 \x01(\x04\x12\r\n\x05since\x18\x03 \x01(\x04\x12<\n\x08replicas\x18\x04 \x03(\x0b\x32*.loupe.proto.controller.v1.ReplicaFrontier\"\\\n\x15ListFrontiersResponse\x12\x43\n\x0b\x63ollections\x18\x01 \x03(\x0b\x32..loupe.proto.controller.v1.CollectionFrontiers\"\x8c\x01\n\x10\x43ollectionStatus\x12\x15\n\rcollection_id\x18\x01 \x01(\t\x12+\n\x05\x65rror\x18\x02 \x01(\x0b\x32\x1c.loupe.proto.common.v1.Error\x12\x34\n\thydration\x18\x03 \x03(\x0b\x32!.loupe.proto.compute.v1.Hydration\"\\\n\x18\x43ollectionStatusResponse\x12@\n\x0b\x63ollections\x18\x01 \x03(\x0b\x32+.loupe.proto.controller.v1.CollectionStatus\"P\n\x13\x41pplyCatalogRequest\x12\x39\n\x08snapshot\x18\x01 \x01(\x0b\x32\'.loupe.proto.catalog.v1.CatalogSnapshot\"J\n\x14\x41pplyCatalogResponse\x12\x18\n\x10replicas_started\x18\x01 \x03(\t\x12\x18\n\x10replicas_stopped\x18\x02 \x03(\t\"u\n\x0bPeekRequest\x12\x12\n\ncluster_id\x18\x01 \x01(\t\x12\x12\n\nreplica_id\x18\x02 \x01(\t\x12*\n\x04peek\x18\x03 \x01(\x0b\x32\x1c.loupe.proto.compute.v1.Peek\x12\x12\n\ntimeout_ms\x18\x04 \x01(\x04\"h\n\x14\x41ppendUpdatesRequest\x12\x10\n\x08\x62\x61tch_id\x18\x01 \x01(\t\x12>\n\x0b\x63ollections\x18\x02 \x03(\x0b\x32).loupe.proto.storage.v1.CollectionUpdates\"&\n\x15\x41ppendUpdatesResponse\x12\r\n\x05upper\x18\x01 \x01(\x04\"Y\n\x17ListCollectionsResponse\x12>\n\x0b\x63ollections\x18\x01 \x03(\x0b\x32).loupe.proto.common.v1.CollectionMetadata2\xb0\x07\n\nController\x12o\n\x0c\x41pplyCatalog\x12..loupe.proto.controller.v1.ApplyCatalogRequest\x1a/.loupe.proto.controller.v1.ApplyCatalogResponse\x12T\n\x04Peek\x12&.loupe.proto.controller.v1.PeekRequest\x1a$.loupe.proto.compute.v1.PeekResponse\x12N\n\nCancelPeek\x12\".loupe.proto.compute.v1.CancelPeek\x1a\x1c.loupe.proto.common.v1.Empty\x12r\n\rAppendUpdates\x12/.loupe.proto.controller.v1.AppendUpdatesRequest\x1a\x30.loupe.proto.controller.v1.AppendUpdatesResponse\x12\x63\n\x0fListCollections\x12\x1c.loupe.proto.common.v1.Empty\x1a\x32.loupe.proto.controller.v1.ListCollectionsResponse\x12`\n\x0e\x43reateDataflow\x12\x30.loupe.proto.controller.v1.CreateDataflowRequest\x1a\x1c.loupe.proto.common.v1.Empty\x12\x62\n\x0f\x41llowCompaction\x12\x31.loupe.proto.controller.v1.AllowCompactionRequest\x1a\x1c.loupe.proto.common.v1.Empty\x12r\n\rListFrontiers\x12/.loupe.proto.controller.v1.ListFrontiersRequest\x1a\x30.loupe.proto.controller.v1.ListFrontiersResponse\x12x\n\x10\x43ollectionStatus\x12/.loupe.proto.controller.v1.ListFrontiersRequest\x1a\x33.loupe.proto.controller.v1.CollectionStatusResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'loupe.proto.controller.v1.controller_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_APPLYCATALOGREQUEST']._serialized_start=223
-  _globals['_APPLYCATALOGREQUEST']._serialized_end=303
-  _globals['_APPLYCATALOGRESPONSE']._serialized_start=305
-  _globals['_APPLYCATALOGRESPONSE']._serialized_end=379
-  _globals['_PEEKREQUEST']._serialized_start=381
-  _globals['_PEEKREQUEST']._serialized_end=498
-  _globals['_APPENDUPDATESREQUEST']._serialized_start=500
-  _globals['_APPENDUPDATESREQUEST']._serialized_end=604
-  _globals['_APPENDUPDATESRESPONSE']._serialized_start=606
-  _globals['_APPENDUPDATESRESPONSE']._serialized_end=644
-  _globals['_LISTCOLLECTIONSRESPONSE']._serialized_start=646
-  _globals['_LISTCOLLECTIONSRESPONSE']._serialized_end=735
-  _globals['_CONTROLLER']._serialized_start=738
-  _globals['_CONTROLLER']._serialized_end=1246
+  _globals['_CREATEDATAFLOWREQUEST']._serialized_start=258
+  _globals['_CREATEDATAFLOWREQUEST']._serialized_end=364
+  _globals['_ALLOWCOMPACTIONREQUEST']._serialized_start=366
+  _globals['_ALLOWCOMPACTIONREQUEST']._serialized_end=464
+  _globals['_LISTFRONTIERSREQUEST']._serialized_start=466
+  _globals['_LISTFRONTIERSREQUEST']._serialized_end=532
+  _globals['_REPLICAFRONTIER']._serialized_start=534
+  _globals['_REPLICAFRONTIER']._serialized_end=595
+  _globals['_COLLECTIONFRONTIERS']._serialized_start=598
+  _globals['_COLLECTIONFRONTIERS']._serialized_end=743
+  _globals['_LISTFRONTIERSRESPONSE']._serialized_start=745
+  _globals['_LISTFRONTIERSRESPONSE']._serialized_end=837
+  _globals['_COLLECTIONSTATUS']._serialized_start=840
+  _globals['_COLLECTIONSTATUS']._serialized_end=980
+  _globals['_COLLECTIONSTATUSRESPONSE']._serialized_start=982
+  _globals['_COLLECTIONSTATUSRESPONSE']._serialized_end=1074
+  _globals['_APPLYCATALOGREQUEST']._serialized_start=1076
+  _globals['_APPLYCATALOGREQUEST']._serialized_end=1156
+  _globals['_APPLYCATALOGRESPONSE']._serialized_start=1158
+  _globals['_APPLYCATALOGRESPONSE']._serialized_end=1232
+  _globals['_PEEKREQUEST']._serialized_start=1234
+  _globals['_PEEKREQUEST']._serialized_end=1351
+  _globals['_APPENDUPDATESREQUEST']._serialized_start=1353
+  _globals['_APPENDUPDATESREQUEST']._serialized_end=1457
+  _globals['_APPENDUPDATESRESPONSE']._serialized_start=1459
+  _globals['_APPENDUPDATESRESPONSE']._serialized_end=1497
+  _globals['_LISTCOLLECTIONSRESPONSE']._serialized_start=1499
+  _globals['_LISTCOLLECTIONSRESPONSE']._serialized_end=1588
+  _globals['_CONTROLLER']._serialized_start=1591
+  _globals['_CONTROLLER']._serialized_end=2535
 # @@protoc_insertion_point(module_scope)

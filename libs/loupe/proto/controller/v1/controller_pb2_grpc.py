@@ -61,6 +61,26 @@ class ControllerStub:
                 request_serializer=loupe_dot_proto_dot_common_dot_v1_dot_common__pb2.Empty.SerializeToString,
                 response_deserializer=loupe_dot_proto_dot_controller_dot_v1_dot_controller__pb2.ListCollectionsResponse.FromString,
                 _registered_method=True)
+        self.CreateDataflow = channel.unary_unary(
+                '/loupe.proto.controller.v1.Controller/CreateDataflow',
+                request_serializer=loupe_dot_proto_dot_controller_dot_v1_dot_controller__pb2.CreateDataflowRequest.SerializeToString,
+                response_deserializer=loupe_dot_proto_dot_common_dot_v1_dot_common__pb2.Empty.FromString,
+                _registered_method=True)
+        self.AllowCompaction = channel.unary_unary(
+                '/loupe.proto.controller.v1.Controller/AllowCompaction',
+                request_serializer=loupe_dot_proto_dot_controller_dot_v1_dot_controller__pb2.AllowCompactionRequest.SerializeToString,
+                response_deserializer=loupe_dot_proto_dot_common_dot_v1_dot_common__pb2.Empty.FromString,
+                _registered_method=True)
+        self.ListFrontiers = channel.unary_unary(
+                '/loupe.proto.controller.v1.Controller/ListFrontiers',
+                request_serializer=loupe_dot_proto_dot_controller_dot_v1_dot_controller__pb2.ListFrontiersRequest.SerializeToString,
+                response_deserializer=loupe_dot_proto_dot_controller_dot_v1_dot_controller__pb2.ListFrontiersResponse.FromString,
+                _registered_method=True)
+        self.CollectionStatus = channel.unary_unary(
+                '/loupe.proto.controller.v1.Controller/CollectionStatus',
+                request_serializer=loupe_dot_proto_dot_controller_dot_v1_dot_controller__pb2.ListFrontiersRequest.SerializeToString,
+                response_deserializer=loupe_dot_proto_dot_controller_dot_v1_dot_controller__pb2.CollectionStatusResponse.FromString,
+                _registered_method=True)
 
 
 class ControllerServicer:
@@ -100,6 +120,35 @@ class ControllerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def CreateDataflow(self, request, context):
+        """Install a dataflow on every replica of a cluster (kept in the cluster's
+        command history and replayed to replicas that start later).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def AllowCompaction(self, request, context):
+        """Allow compaction of (or, with `empty`, drop) compute collections.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListFrontiers(self, request, context):
+        """Frontiers of compute collections, per replica and overall.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def CollectionStatus(self, request, context):
+        """Errors of compute collections, and their hydration status.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ControllerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -127,6 +176,26 @@ def add_ControllerServicer_to_server(servicer, server):
                     servicer.ListCollections,
                     request_deserializer=loupe_dot_proto_dot_common_dot_v1_dot_common__pb2.Empty.FromString,
                     response_serializer=loupe_dot_proto_dot_controller_dot_v1_dot_controller__pb2.ListCollectionsResponse.SerializeToString,
+            ),
+            'CreateDataflow': grpc.unary_unary_rpc_method_handler(
+                    servicer.CreateDataflow,
+                    request_deserializer=loupe_dot_proto_dot_controller_dot_v1_dot_controller__pb2.CreateDataflowRequest.FromString,
+                    response_serializer=loupe_dot_proto_dot_common_dot_v1_dot_common__pb2.Empty.SerializeToString,
+            ),
+            'AllowCompaction': grpc.unary_unary_rpc_method_handler(
+                    servicer.AllowCompaction,
+                    request_deserializer=loupe_dot_proto_dot_controller_dot_v1_dot_controller__pb2.AllowCompactionRequest.FromString,
+                    response_serializer=loupe_dot_proto_dot_common_dot_v1_dot_common__pb2.Empty.SerializeToString,
+            ),
+            'ListFrontiers': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListFrontiers,
+                    request_deserializer=loupe_dot_proto_dot_controller_dot_v1_dot_controller__pb2.ListFrontiersRequest.FromString,
+                    response_serializer=loupe_dot_proto_dot_controller_dot_v1_dot_controller__pb2.ListFrontiersResponse.SerializeToString,
+            ),
+            'CollectionStatus': grpc.unary_unary_rpc_method_handler(
+                    servicer.CollectionStatus,
+                    request_deserializer=loupe_dot_proto_dot_controller_dot_v1_dot_controller__pb2.ListFrontiersRequest.FromString,
+                    response_serializer=loupe_dot_proto_dot_controller_dot_v1_dot_controller__pb2.CollectionStatusResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -264,6 +333,114 @@ class Controller:
             '/loupe.proto.controller.v1.Controller/ListCollections',
             loupe_dot_proto_dot_common_dot_v1_dot_common__pb2.Empty.SerializeToString,
             loupe_dot_proto_dot_controller_dot_v1_dot_controller__pb2.ListCollectionsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CreateDataflow(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/loupe.proto.controller.v1.Controller/CreateDataflow',
+            loupe_dot_proto_dot_controller_dot_v1_dot_controller__pb2.CreateDataflowRequest.SerializeToString,
+            loupe_dot_proto_dot_common_dot_v1_dot_common__pb2.Empty.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AllowCompaction(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/loupe.proto.controller.v1.Controller/AllowCompaction',
+            loupe_dot_proto_dot_controller_dot_v1_dot_controller__pb2.AllowCompactionRequest.SerializeToString,
+            loupe_dot_proto_dot_common_dot_v1_dot_common__pb2.Empty.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListFrontiers(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/loupe.proto.controller.v1.Controller/ListFrontiers',
+            loupe_dot_proto_dot_controller_dot_v1_dot_controller__pb2.ListFrontiersRequest.SerializeToString,
+            loupe_dot_proto_dot_controller_dot_v1_dot_controller__pb2.ListFrontiersResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CollectionStatus(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/loupe.proto.controller.v1.Controller/CollectionStatus',
+            loupe_dot_proto_dot_controller_dot_v1_dot_controller__pb2.ListFrontiersRequest.SerializeToString,
+            loupe_dot_proto_dot_controller_dot_v1_dot_controller__pb2.CollectionStatusResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -52,24 +52,44 @@ class ExecuteRequest(_message.Message):
     def __init__(self, session_id: _Optional[str] = ..., sql: _Optional[str] = ..., params: _Optional[_Iterable[_Union[_common_pb2.Value, _Mapping]]] = ...) -> None: ...
 
 class ExecuteResponse(_message.Message):
-    __slots__ = ("description", "rows", "complete", "error", "notice")
+    __slots__ = ("description", "rows", "complete", "error", "notice", "progress")
     DESCRIPTION_FIELD_NUMBER: _ClassVar[int]
     ROWS_FIELD_NUMBER: _ClassVar[int]
     COMPLETE_FIELD_NUMBER: _ClassVar[int]
     ERROR_FIELD_NUMBER: _ClassVar[int]
     NOTICE_FIELD_NUMBER: _ClassVar[int]
+    PROGRESS_FIELD_NUMBER: _ClassVar[int]
     description: _common_pb2.RelationDesc
     rows: RowBatch
     complete: CommandComplete
     error: _common_pb2.Error
     notice: Notice
-    def __init__(self, description: _Optional[_Union[_common_pb2.RelationDesc, _Mapping]] = ..., rows: _Optional[_Union[RowBatch, _Mapping]] = ..., complete: _Optional[_Union[CommandComplete, _Mapping]] = ..., error: _Optional[_Union[_common_pb2.Error, _Mapping]] = ..., notice: _Optional[_Union[Notice, _Mapping]] = ...) -> None: ...
+    progress: Progress
+    def __init__(self, description: _Optional[_Union[_common_pb2.RelationDesc, _Mapping]] = ..., rows: _Optional[_Union[RowBatch, _Mapping]] = ..., complete: _Optional[_Union[CommandComplete, _Mapping]] = ..., error: _Optional[_Union[_common_pb2.Error, _Mapping]] = ..., notice: _Optional[_Union[Notice, _Mapping]] = ..., progress: _Optional[_Union[Progress, _Mapping]] = ...) -> None: ...
+
+class Progress(_message.Message):
+    __slots__ = ("object", "nodes_hydrated", "nodes_total", "records_read", "hydrated", "unit")
+    OBJECT_FIELD_NUMBER: _ClassVar[int]
+    NODES_HYDRATED_FIELD_NUMBER: _ClassVar[int]
+    NODES_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    RECORDS_READ_FIELD_NUMBER: _ClassVar[int]
+    HYDRATED_FIELD_NUMBER: _ClassVar[int]
+    UNIT_FIELD_NUMBER: _ClassVar[int]
+    object: str
+    nodes_hydrated: int
+    nodes_total: int
+    records_read: int
+    hydrated: bool
+    unit: str
+    def __init__(self, object: _Optional[str] = ..., nodes_hydrated: _Optional[int] = ..., nodes_total: _Optional[int] = ..., records_read: _Optional[int] = ..., hydrated: _Optional[bool] = ..., unit: _Optional[str] = ...) -> None: ...
 
 class RowBatch(_message.Message):
-    __slots__ = ("rows",)
+    __slots__ = ("rows", "streaming")
     ROWS_FIELD_NUMBER: _ClassVar[int]
+    STREAMING_FIELD_NUMBER: _ClassVar[int]
     rows: _containers.RepeatedCompositeFieldContainer[_common_pb2.Row]
-    def __init__(self, rows: _Optional[_Iterable[_Union[_common_pb2.Row, _Mapping]]] = ...) -> None: ...
+    streaming: bool
+    def __init__(self, rows: _Optional[_Iterable[_Union[_common_pb2.Row, _Mapping]]] = ..., streaming: _Optional[bool] = ...) -> None: ...
 
 class CommandComplete(_message.Message):
     __slots__ = ("tag",)

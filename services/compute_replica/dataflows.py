@@ -1,0 +1,716 @@
+"""Dataflows on a replica: the compute engine fed from storage, its outputs shipped.
+
+One ``DataflowRunner`` per instance (made on ``CreateInstance``) owns a
+``loupe.dataflow.ComputeInstance``. The engine is not thread-safe, so every
+call into it runs on one dedicated thread, in the order made; the event loop
+stays free for commands and heartbeats while it works.
+
+Data in
+    For every storage collection some dataflow reads (``source_ids()``), a
+    feeder task waits until the shard is readable at the as_of, pushes its
+    snapshot there, then listens (woken by the writers' NATS upper
+    notifications, and polling consensus every ``poll_interval`` for writers
+    that do not notify) and pushes every batch with its new upper.
+
+Work
+    A stepping task runs ``step()`` whenever something was pushed, created,
+    compacted or dropped, and then reads what it produced: write frontiers,
+    hydration, errors and sink batches.
+
+Data out
+    - Persist sinks (materialized views): each batch is written with
+      compare-and-append by every replica; exactly one wins and the others
+      find the upper moved (``write_sink_batch``).
+    - Subscribes: one ``SubscribeBatch`` response per batch.
+    - ``Frontiers``, ``Hydration`` and ``CollectionError`` responses for what
+      changed, coalesced to one of each per collection every
+      ``report_interval``.
+
+Peeks of an index export wait (bounded) until its write frontier passes the
+peek's timestamp, then read it on the engine thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import functools
+import time
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from prometheus_client import Counter
+
+from loupe.common import values
+from loupe.common.errors import LoupeError, SqlState
+from loupe.common.logging import get_logger
+from loupe.compute_replica.protocol import (
+    PeekRequest,
+    PeekResult,
+    Responses,
+    ResultColumn,
+    StorageLocation,
+)
+from loupe.compute_replica.shards import NEVER_WRITTEN, ShardCache
+from loupe.dataflow import DataflowProgress, SinkBatch
+from loupe.dataflow import PeekResult as EnginePeekResult
+from loupe.persist import (
+    DIFF_COLUMN,
+    TIMESTAMP_COLUMN,
+    Shard,
+    SinceError,
+    UpperMismatch,
+    consolidate,
+    nats_upper_notifier,
+)
+from loupe.persist.shard import arrow_schema
+from loupe.plan.codec import dataflow_from_proto
+from loupe.plan.dataflow import ColumnDesc, DataflowDescription, PersistSink, SourceImport
+from loupe.proto.compute.v1 import compute_pb2
+
+log = get_logger(__name__)
+
+SINK_BATCHES = Counter(
+    "loupe_compute_replica_sink_batches",
+    "Persist sink batches by outcome: written, corrected, or skipped (another replica won)",
+    ["replica_id", "outcome"],
+)
+
+Publish = Callable[[compute_pb2.ComputeResponse], Awaitable[None]]
+
+
+class Engine(Protocol):
+    """What the runner uses of ``loupe.dataflow.ComputeInstance``."""
+
+    def create_dataflow(self, desc: DataflowDescription) -> None: ...
+    def source_ids(self) -> dict[str, int]: ...
+    def push(self, source_id: str, updates: pa.Table, upper: int) -> None: ...
+    def step(self) -> bool: ...
+    def write_frontier(self, collection_id: str) -> int: ...
+    def peek(
+        self, target_id: str, timestamp: int, mfp: Any = None, finishing: Any = None
+    ) -> Any: ...
+    def allow_compaction(self, collection_id: str, since: int) -> None: ...
+    def drop(self, collection_id: str) -> None: ...
+    def take_sink_batches(self) -> list[Any]: ...
+    def progress(self) -> list[DataflowProgress]: ...
+    def errors(self) -> dict[str, LoupeError]: ...
+
+
+@dataclass
+class _Outputs:
+    """What the engine said after a step."""
+
+    frontiers: dict[str, int] = field(default_factory=dict)
+    progress: dict[str, DataflowProgress] = field(default_factory=dict)
+    errors: dict[str, LoupeError] = field(default_factory=dict)
+    sink_batches: list[SinkBatch] = field(default_factory=list)
+
+
+@dataclass
+class _Dataflow:
+    desc: DataflowDescription
+    exports: set[str]
+
+
+class DataflowRunner:
+    """The replica's dataflows: engine calls, source feeding, sinks, reports and peeks."""
+
+    def __init__(
+        self,
+        engine: Engine,
+        *,
+        responses: Responses,
+        publish: Publish,
+        storage: StorageLocation,
+        nats: Any = None,
+        shards: ShardCache | None = None,
+        wait_timeout: float = 10.0,
+        report_interval: float = 0.05,
+        poll_interval: float = 0.05,
+    ) -> None:
+        self._engine = engine
+        self._responses = responses
+        self._publish = publish
+        self._storage = storage
+        self._nats = nats
+        self._shards = shards or ShardCache()
+        self.wait_timeout = wait_timeout
+        self.report_interval = report_interval
+        self.poll_interval = poll_interval
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="compute-engine")
+        self._notify = nats_upper_notifier(nats) if nats is not None else None
+        self._dataflows: dict[str, _Dataflow] = {}
+        # Export id (index or sink) -> the dataflow exporting it.
+        self._exports: dict[str, str] = {}
+        # Exports of dataflows the engine refused: peeks get this error.
+        self._failed: dict[str, LoupeError] = {}
+        self._sources: dict[str, SourceImport] = {}
+        self._feeders: dict[str, asyncio.Task[None]] = {}
+        # Source id -> the upper pushed last.
+        self._fed: dict[str, int] = {}
+        self._feed_errors: dict[str, LoupeError] = {}
+        self._sink_errors: dict[str, LoupeError] = {}
+        self._sink_queues: dict[str, asyncio.Queue[SinkBatch]] = {}
+        self._sink_tasks: dict[str, asyncio.Task[None]] = {}
+        self._outputs = _Outputs()
+        self._reported_frontiers: dict[str, tuple[int, int]] = {}
+        self._reported_hydration: dict[str, tuple[Any, ...]] = {}
+        self._reported_errors: dict[str, LoupeError] = {}
+        self._work = asyncio.Event()
+        self._stepped = asyncio.Event()
+        self._loops: list[asyncio.Task[None]] = []
+
+    # -- lifecycle ------------------------------------------------------------------
+
+    def start(self) -> None:
+        self._loops = [
+            asyncio.create_task(self._step_loop(), name="engine-steps"),
+            asyncio.create_task(self._report_loop(), name="engine-reports"),
+        ]
+
+    async def close(self) -> None:
+        """Stop feeding, stepping and writing; the engine thread finishes its call."""
+        tasks = [*self._loops, *self._feeders.values(), *self._sink_tasks.values()]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        self._executor.shutdown(wait=False, cancel_futures=True)
+
+    async def _call(self, function: Callable[..., Any], *args: Any) -> Any:
+        """Run ``function(*args)`` on the engine thread, after every call made before it."""
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._executor, functools.partial(function, *args))
+
+    # -- state, for the curious ------------------------------------------------------------
+
+    def dataflow_ids(self) -> list[str]:
+        return sorted(self._dataflows)
+
+    def fed_sources(self) -> list[str]:
+        return sorted(self._feeders)
+
+    def write_frontier(self, collection_id: str) -> int:
+        """The write frontier of an export as of the last step (0 if unknown)."""
+        return self._outputs.frontiers.get(collection_id, 0)
+
+    # -- commands ---------------------------------------------------------------------
+
+    async def create_dataflow(self, message: compute_pb2.CreateDataflow) -> None:
+        """Build a dataflow; a replayed one (same id) is ignored."""
+        desc = dataflow_from_proto(message.dataflow)
+        if desc.id in self._dataflows:
+            log.info("dataflow exists already (replay)", dataflow_id=desc.id)
+            return
+        exports = set(desc.export_ids())
+        try:
+            desc = await asyncio.to_thread(self._readable_from, desc)
+            await self._call(self._engine.create_dataflow, desc)
+        except LoupeError as error:
+            await self._refuse(desc, exports, error)
+        except Exception as error:
+            # Not a plan the engine declined: a bug, logged with its traceback.
+            log.exception("dataflow could not be built", dataflow_id=desc.id)
+            await self._refuse(desc, exports, internal_error(error))
+        else:
+            await self._install(desc, exports)
+
+    async def _refuse(
+        self, desc: DataflowDescription, exports: set[str], failure: LoupeError
+    ) -> None:
+        log.warning("dataflow refused", dataflow_id=desc.id, error=failure.message)
+        for export_id in exports:
+            self._failed[export_id] = failure
+            await self._publish(self._collection_error(export_id, failure, desc.as_of))
+
+    async def _install(self, desc: DataflowDescription, exports: set[str]) -> None:
+        self._dataflows[desc.id] = _Dataflow(desc, exports)
+        for export_id in exports:
+            self._exports[export_id] = desc.id
+        for source in desc.source_imports:
+            self._sources.setdefault(source.id, source)
+        for sink in desc.sink_exports:
+            if isinstance(sink, PersistSink):
+                self._start_sink_writer(sink)
+        log.info(
+            "dataflow created",
+            dataflow_id=desc.id,
+            name=desc.debug_name,
+            as_of=desc.as_of,
+            exports=sorted(exports),
+        )
+        await self._sync_feeders()
+        self._work.set()
+
+    def _readable_from(self, desc: DataflowDescription) -> DataflowDescription:
+        """``desc`` starting where its inputs are readable, if that is after its as_of.
+
+        Storage compacts tables to a retention window and nothing holds it
+        back for a replica, so a dataflow replayed long after its creation may
+        find history before its as_of gone: it then starts at the least time
+        its inputs can all be read at (sources' sinces, imported indexes'
+        as_ofs on this replica), and reads before that are refused as
+        compacted.
+        """
+        readable = [desc.as_of]
+        for source in desc.source_imports:
+            state = self._open(source.shard_id, source).state(missing_ok=True)
+            readable.append(state.since if state is not None else 0)
+        for index in desc.index_imports:
+            exporter = self._dataflows.get(self._exports.get(index.index_id, ""))
+            if exporter is not None:
+                readable.append(exporter.desc.as_of)
+        as_of = max(readable)
+        if as_of == desc.as_of:
+            return desc
+        log.info("dataflow starts at its inputs' since", dataflow_id=desc.id, as_of=as_of)
+        return dataclasses.replace(desc, as_of=as_of)
+
+    async def allow_compaction(self, message: compute_pb2.AllowCompaction) -> None:
+        """Compact an export to ``since``; ``empty`` drops it (and its dataflow with the last one)."""
+        collection_id = message.collection_id
+        if collection_id not in self._exports:
+            if message.empty:
+                self._failed.pop(collection_id, None)  # a refused dataflow, dropped
+            log.debug("compaction of an unknown collection", collection_id=collection_id)
+            return
+        if message.empty:
+            await self._drop(collection_id)
+        else:
+            await self._call(self._engine.allow_compaction, collection_id, message.since)
+        self._work.set()
+
+    async def _drop(self, collection_id: str) -> None:
+        dataflow_id = self._exports.pop(collection_id)
+        await self._call(self._engine.drop, collection_id)
+        task = self._sink_tasks.pop(collection_id, None)
+        if task is not None:
+            task.cancel()
+        self._sink_queues.pop(collection_id, None)
+        self._sink_errors.pop(collection_id, None)
+        dataflow = self._dataflows[dataflow_id]
+        dataflow.exports.discard(collection_id)
+        if not dataflow.exports:
+            del self._dataflows[dataflow_id]
+            log.info("dataflow dropped", dataflow_id=dataflow_id)
+        self._outputs.frontiers.pop(collection_id, None)
+        self._reported_frontiers.pop(collection_id, None)
+        self._reported_errors.pop(collection_id, None)
+        await self._publish(
+            self._response(frontiers=compute_pb2.Frontiers(collection_id=collection_id, empty=True))
+        )
+        await self._sync_feeders()
+
+    # -- peeks ------------------------------------------------------------------------------
+
+    async def peek(self, request: PeekRequest) -> PeekResult:
+        """Read index ``request.target_id`` once its write frontier passes the timestamp.
+
+        Timestamp 0 means the latest complete time, which exists only once
+        the dataflow has passed its as_of: before that, ``frontier - 1`` is
+        a time before the index's since, compacted away.
+        """
+        target = request.target_id
+        deadline = time.monotonic() + self.wait_timeout
+        while True:
+            self._check_peekable(target)
+            stepped = self._stepped
+            frontier = self.write_frontier(target)
+            timestamp = request.timestamp or frontier - 1
+            earliest = 0 if request.timestamp else self._dataflows[self._exports[target]].desc.as_of
+            if frontier > timestamp >= earliest:
+                break
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise LoupeError(
+                    SqlState.INTERNAL_ERROR,
+                    f"timed out after {self.wait_timeout:g}s waiting for {target} to be readable"
+                    f" at {request.timestamp or 'any time'}: its write frontier is {frontier}",
+                )
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stepped.wait(), remaining)
+        result: EnginePeekResult = await self._call(
+            self._engine.peek, target, timestamp, request.mfp, request.finishing
+        )
+        rows = result.rows()
+        if request.max_result_rows:
+            rows = rows[: request.max_result_rows]
+        return PeekResult(_result_columns(request, result), rows)
+
+    def _check_peekable(self, target: str) -> None:
+        failure = self._failed.get(target)
+        if failure is not None:
+            raise failure
+        if target not in self._exports:
+            raise LoupeError(
+                SqlState.UNDEFINED_OBJECT, f"no index {target} on this replica (dropped?)"
+            )
+        # Errors inside the dataflow are the engine's to raise, at the times they hold.
+        storage_error = self._storage_errors().get(target)
+        if storage_error is not None:
+            raise storage_error
+
+    # -- feeding sources ------------------------------------------------------------------------
+
+    async def _sync_feeders(self) -> None:
+        """Feed exactly the sources the engine reads."""
+        wanted: dict[str, int] = await self._call(self._engine.source_ids)
+        for source_id in [s for s in self._feeders if s not in wanted]:
+            self._feeders.pop(source_id).cancel()
+            self._fed.pop(source_id, None)
+            self._feed_errors.pop(source_id, None)
+            log.info("stopped feeding", source_id=source_id)
+        for source_id, as_of in wanted.items():
+            if source_id in self._feeders:
+                continue
+            source = self._sources.get(source_id)
+            if source is None:
+                log.warning("engine reads a source no dataflow imports", source_id=source_id)
+                continue
+            self._feeders[source_id] = asyncio.create_task(
+                self._feed(source, as_of), name=f"feed-{source_id}"
+            )
+
+    async def _feed(self, source: SourceImport, as_of: int) -> None:
+        try:
+            shard = await asyncio.to_thread(self._open, source.shard_id, source)
+            await self._wait_readable(shard, as_of)
+            snapshot = await asyncio.to_thread(snapshot_updates, shard, as_of)
+            await self._push(source.id, snapshot, as_of + 1)
+            listener = await asyncio.to_thread(
+                shard.listen, as_of, nats=self._nats, poll_interval=self.poll_interval
+            )
+            async with listener:
+                async for batch in listener:
+                    await self._push(source.id, batch.updates, batch.upper)
+        except asyncio.CancelledError:
+            raise
+        except Exception as error:
+            # A since past the as_of, or storage gone: the readers' exports hold the error.
+            failure = error if isinstance(error, LoupeError) else _feed_error(source, error)
+            log.warning("feeding a source failed", source_id=source.id, error=failure.message)
+            self._feed_errors[source.id] = failure
+            self._work.set()
+
+    def _open(self, shard_id: str, where: SourceImport | PersistSink) -> Shard:
+        location = StorageLocation(where.blob_uri, where.consensus_uri)
+        if not (location.blob_uri and location.consensus_uri):
+            location = self._storage
+        return self._shards.shard(shard_id, location)
+
+    async def _wait_readable(self, shard: Shard, as_of: int) -> None:
+        while True:
+            state = await asyncio.to_thread(shard.state, missing_ok=True)
+            upper = NEVER_WRITTEN if state is None else state.upper
+            if upper > as_of:
+                return
+            await asyncio.sleep(self.poll_interval)
+
+    async def _push(self, source_id: str, updates: pa.Table, upper: int) -> None:
+        await self._call(self._engine.push, source_id, updates, upper)
+        self._fed[source_id] = upper
+        self._work.set()
+
+    # -- stepping -------------------------------------------------------------------------------
+
+    async def _step_loop(self) -> None:
+        while True:
+            await self._work.wait()
+            self._work.clear()
+            exports = tuple(self._exports)
+            try:
+                outputs = await self._call(self._step_and_read, exports)
+            except Exception:
+                log.exception("engine step failed")
+                continue
+            self._outputs = outputs
+            self._add_feed_errors(outputs)
+            batches, outputs.sink_batches = outputs.sink_batches, []
+            await self._ship_sink_batches(batches)
+            self._stepped.set()
+            self._stepped = asyncio.Event()
+
+    def _step_and_read(self, exports: Sequence[str]) -> _Outputs:
+        """On the engine thread: one step, then everything the replica reports."""
+        self._engine.step()
+        return _Outputs(
+            frontiers={e: self._engine.write_frontier(e) for e in exports},
+            progress={p.dataflow_id: p for p in self._engine.progress()},
+            errors=self._engine.errors(),
+            sink_batches=self._engine.take_sink_batches(),
+        )
+
+    def _storage_errors(self) -> dict[str, LoupeError]:
+        """Exports that cannot be right: a source could not be read, or a sink not written."""
+        found = dict(self._sink_errors)
+        for dataflow in self._dataflows.values():
+            for source in dataflow.desc.source_imports:
+                error = self._feed_errors.get(source.id)
+                if error is not None:
+                    found.update(dict.fromkeys(dataflow.exports, error))
+        return found
+
+    def _add_feed_errors(self, outputs: _Outputs) -> None:
+        for export_id, error in self._storage_errors().items():
+            outputs.errors.setdefault(export_id, error)
+
+    # -- shipping -------------------------------------------------------------------------------
+
+    async def _ship_sink_batches(self, batches: Iterable[SinkBatch]) -> None:
+        for batch in batches:
+            queue = self._sink_queues.get(batch.sink_id)
+            if queue is not None:
+                queue.put_nowait(batch)
+            elif batch.sink_id in self._exports:
+                await self._publish(self._subscribe_batch(batch))
+
+    def _subscribe_batch(self, batch: SinkBatch) -> compute_pb2.ComputeResponse:
+        if batch.error is not None:
+            return self._response(
+                subscribe_batch=compute_pb2.SubscribeBatch(
+                    sink_id=batch.sink_id,
+                    lower=batch.lower,
+                    upper=batch.upper,
+                    error=batch.error.to_proto(),
+                )
+            )
+        table: pa.Table = batch.updates
+        data = [n for n in table.column_names if n not in (TIMESTAMP_COLUMN, DIFF_COLUMN)]
+        columns = [table.column(n).to_pylist() for n in data]
+        times = table.column(TIMESTAMP_COLUMN).to_pylist()
+        diffs = table.column(DIFF_COLUMN).to_pylist()
+        updates = [
+            compute_pb2.UpdateRow(row=values.to_row(row), time=t, diff=d)
+            for row, t, d in zip(zip(*columns, strict=True), times, diffs, strict=True)
+        ]
+        return self._response(
+            subscribe_batch=compute_pb2.SubscribeBatch(
+                sink_id=batch.sink_id, lower=batch.lower, upper=batch.upper, updates=updates
+            )
+        )
+
+    def _start_sink_writer(self, sink: PersistSink) -> None:
+        queue: asyncio.Queue[SinkBatch] = asyncio.Queue()
+        self._sink_queues[sink.sink_id] = queue
+        self._sink_tasks[sink.sink_id] = asyncio.create_task(
+            self._write_sink(sink, queue), name=f"sink-{sink.sink_id}"
+        )
+
+    async def _write_sink(self, sink: PersistSink, queue: asyncio.Queue[SinkBatch]) -> None:
+        shard = await asyncio.to_thread(self._open, sink.shard_id, sink)
+        shard.notify = self._notify
+        while True:
+            batch = await queue.get()
+            if batch.error is not None:
+                # The view holds an error there: nothing right can be written.
+                self._sink_errors[sink.sink_id] = batch.error
+                self._work.set()
+                continue
+            try:
+                outcome = await asyncio.to_thread(
+                    write_sink_batch, shard, sink.columns, batch.lower, batch.upper, batch.updates
+                )
+            except Exception as error:
+                log.exception("sink batch not written", sink_id=sink.sink_id)
+                self._sink_errors[sink.sink_id] = internal_error(error)
+                self._work.set()
+                continue
+            self._sink_errors.pop(sink.sink_id, None)
+            SINK_BATCHES.labels(replica_id=self._responses.replica_id, outcome=outcome).inc()
+            log.debug(
+                "sink batch",
+                sink_id=sink.sink_id,
+                lower=batch.lower,
+                upper=batch.upper,
+                outcome=outcome,
+            )
+
+    async def _report_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.report_interval)
+            for response in self._changes():
+                await self._publish(response)
+
+    def _changes(self) -> list[compute_pb2.ComputeResponse]:
+        """Responses for every frontier, hydration and error that changed since last reported."""
+        return [*self._frontier_changes(), *self._hydration_changes(), *self._error_changes()]
+
+    def _frontier_changes(self) -> list[compute_pb2.ComputeResponse]:
+        changes = []
+        for collection_id, frontier in self._outputs.frontiers.items():
+            dataflow_id = self._exports.get(collection_id)
+            if dataflow_id is None:
+                continue
+            reported = (frontier, self._input_frontier(dataflow_id))
+            if self._reported_frontiers.get(collection_id) == reported:
+                continue
+            self._reported_frontiers[collection_id] = reported
+            message = compute_pb2.Frontiers(
+                collection_id=collection_id, write_frontier=reported[0], input_frontier=reported[1]
+            )
+            changes.append(self._response(frontiers=message))
+        return changes
+
+    def _hydration_changes(self) -> list[compute_pb2.ComputeResponse]:
+        changes = []
+        for dataflow_id in self._dataflows:
+            message = self._hydration(dataflow_id)
+            # Records read only count while hydrating: afterwards they change with every write.
+            key = (
+                message.hydrated,
+                message.nodes_hydrated,
+                message.nodes_total,
+                None if message.hydrated else message.records_read,
+            )
+            if self._reported_hydration.get(dataflow_id) != key:
+                self._reported_hydration[dataflow_id] = key
+                changes.append(self._response(hydration=message))
+        return changes
+
+    def _error_changes(self) -> list[compute_pb2.ComputeResponse]:
+        changes = []
+        current = {e: err for e, err in self._outputs.errors.items() if e in self._exports}
+        for collection_id, error in current.items():
+            if self._reported_errors.get(collection_id) != error:
+                self._reported_errors[collection_id] = error
+                # The engine reports the errors it holds at its latest complete time.
+                latest = max(self._outputs.frontiers.get(collection_id, 0), 1) - 1
+                changes.append(self._collection_error(collection_id, error, latest))
+        for collection_id in [c for c in self._reported_errors if c not in current]:
+            del self._reported_errors[collection_id]
+            cleared = compute_pb2.CollectionError(collection_id=collection_id, cleared=True)
+            changes.append(self._response(collection_error=cleared))
+        return changes
+
+    def _input_frontier(self, dataflow_id: str) -> int:
+        sources = [s.id for s in self._dataflows[dataflow_id].desc.source_imports]
+        return min((self._fed.get(s, 0) for s in sources), default=0)
+
+    def _hydration(self, dataflow_id: str) -> compute_pb2.Hydration:
+        progress = self._outputs.progress.get(dataflow_id)
+        if progress is None:  # created after the last step
+            return compute_pb2.Hydration(dataflow_id=dataflow_id)
+        return compute_pb2.Hydration(
+            dataflow_id=dataflow_id,
+            hydrated=progress.hydrated,
+            nodes_total=progress.nodes_total,
+            nodes_hydrated=progress.nodes_hydrated,
+            records_read=progress.records_read,
+        )
+
+    def _collection_error(
+        self, collection_id: str, error: LoupeError, since: int
+    ) -> compute_pb2.ComputeResponse:
+        return self._response(
+            collection_error=compute_pb2.CollectionError(
+                collection_id=collection_id, error=error.to_proto(), since=since
+            )
+        )
+
+    def _response(self, **kind: Any) -> compute_pb2.ComputeResponse:
+        return compute_pb2.ComputeResponse(
+            replica_id=self._responses.replica_id, incarnation=self._responses.incarnation, **kind
+        )
+
+
+# -- storage edges (run in worker threads) ---------------------------------------------------
+
+
+def snapshot_updates(shard: Shard, as_of: int) -> pa.Table:
+    """The shard's contents at ``as_of`` as updates at ``as_of``, typed as its parts are."""
+    snapshot, state = shard.snapshot_with_state(as_of)
+    times = pa.repeat(pa.scalar(as_of, pa.uint64()), snapshot.num_rows)
+    updates = snapshot.add_column(
+        snapshot.schema.get_field_index(DIFF_COLUMN), TIMESTAMP_COLUMN, times
+    )
+    return _as_persisted(updates, state.columns)
+
+
+def write_sink_batch(
+    shard: Shard, columns: Sequence[ColumnDesc], lower: int, upper: int, updates: pa.Table
+) -> str:
+    """Write a sink batch ``[lower, upper)`` so the shard holds every time exactly once.
+
+    Every replica calls this with the same batches; compare-and-append lets
+    one win per upper. Against the shard's upper ``u``:
+
+    - ``u >= upper``: someone wrote it already (``"skipped"``);
+    - ``lower <= u < upper``: the updates at ``u`` and later are appended,
+      ``u -> upper`` (a replica behind another resumes where it stopped);
+    - ``u < lower``: the shard is behind the dataflow's as_of (a new shard,
+      or a dataflow re-created later): the first batch holds the snapshot at
+      ``lower``, so what the shard holds is retracted at ``lower`` in the
+      same append, and the shard equals the view from ``lower`` on.
+
+    A lost race (``UpperMismatch``) re-reads the upper and decides again.
+    """
+    while True:
+        state = shard.ensure(columns)
+        current = state.upper
+        if current >= upper:
+            return "skipped"
+        if current >= lower:
+            times = updates.column(TIMESTAMP_COLUMN)
+            chunk = updates.filter(pc.greater_equal(times, pa.scalar(current, pa.uint64())))
+            outcome = "written"
+        elif current == 0:
+            chunk, outcome = updates, "written"  # a new shard: nothing to correct
+        else:
+            chunk = _correct_to(shard, columns, current, lower, updates)
+            outcome = "corrected"
+        try:
+            shard.compare_and_append(_as_persisted(chunk, columns), current, upper)
+            return outcome
+        except UpperMismatch:
+            continue
+
+
+def _correct_to(
+    shard: Shard, columns: Sequence[ColumnDesc], current: int, at: int, updates: pa.Table
+) -> pa.Table:
+    """``updates`` plus the retraction, at ``at``, of what the shard holds before ``current``."""
+    held = shard.snapshot(current - 1)
+    negated = pc.negate(held.column(DIFF_COLUMN))
+    retraction = held.set_column(held.schema.get_field_index(DIFF_COLUMN), DIFF_COLUMN, negated)
+    retraction = retraction.add_column(
+        retraction.schema.get_field_index(DIFF_COLUMN),
+        TIMESTAMP_COLUMN,
+        pa.repeat(pa.scalar(at, pa.uint64()), held.num_rows),
+    )
+    both = pa.concat_tables(
+        [_as_persisted(updates, columns), _as_persisted(retraction, columns)],
+        promote_options="none",
+    )
+    return consolidate(both, [*(name for name, _ in columns), TIMESTAMP_COLUMN])
+
+
+def _as_persisted(table: pa.Table, columns: Sequence[ColumnDesc]) -> pa.Table:
+    """``table`` in the shard's schema (column order and types)."""
+    schema = arrow_schema(columns)
+    return table.select(schema.names).cast(schema)
+
+
+# -- engine edges -----------------------------------------------------------------------------
+
+
+def _result_columns(request: PeekRequest, result: EnginePeekResult) -> tuple[ResultColumn, ...]:
+    """The peek's result description, or PostgreSQL's ``columnN`` names when it sent none."""
+    if request.result_columns:
+        return request.result_columns
+    return tuple(ResultColumn(f"column{i + 1}", t) for i, t in enumerate(result.types))
+
+
+def _feed_error(source: SourceImport, error: Exception) -> LoupeError:
+    if isinstance(error, SinceError):
+        return LoupeError(SqlState.INTERNAL_ERROR, f"cannot read {source.id}: {error}")
+    return internal_error(error)
+
+
+def internal_error(error: BaseException) -> LoupeError:
+    """An unexpected failure as an error a client can be shown."""
+    return LoupeError(SqlState.INTERNAL_ERROR, f"{type(error).__name__}: {error}")

@@ -1,0 +1,379 @@
+"""Dataflows on a replica: fed from real shards, driven by a controller played over NATS."""
+
+from __future__ import annotations
+
+import itertools
+import uuid
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+from loupe.common import values
+from loupe.compute_replica.dataflows import write_sink_batch
+from loupe.persist import DIFF_COLUMN, TIMESTAMP_COLUMN, Shard, expand
+from loupe.persist.shard import arrow_schema
+from loupe.plan import lir
+from loupe.plan.codec import dataflow_to_proto
+from loupe.plan.dataflow import (
+    BuildDesc,
+    DataflowDescription,
+    IndexExport,
+    PersistSink,
+    SourceImport,
+    SubscribeSink,
+)
+from loupe.plan.scalar import Call, Column, Literal
+from loupe.proto.common.v1 import common_pb2
+from loupe.proto.compute.v1 import compute_pb2
+from loupe.testing import assert_eventually
+
+COLUMNS = (("id", "int4"), ("name", "text"))
+
+
+class Table:
+    """A table's shard in the test's storage, written at chosen timestamps."""
+
+    def __init__(self, storage: Any) -> None:
+        self.shard_id = f"s{uuid.uuid4().hex[:8]}"
+        self.storage = storage
+        self.shard = Shard(self.shard_id, storage._blob, storage._consensus)
+        self.shard.ensure(COLUMNS)
+
+    def write(self, rows: list[tuple[int, str]], timestamp: int, diff: int = 1) -> None:
+        """Rows at ``timestamp``; the upper moves to ``timestamp + 1``."""
+        updates = [
+            {"id": i, "name": n, TIMESTAMP_COLUMN: timestamp, DIFF_COLUMN: diff} for i, n in rows
+        ]
+        table = pa.Table.from_pylist(updates, schema=arrow_schema(COLUMNS))
+        self.shard.compare_and_append(table, self.shard.upper, timestamp + 1)
+
+
+TABLE = lir.Get(0, "t", types=tuple(t for _, t in COLUMNS))
+# v = SELECT id, name, 10 / (id - 1) FROM t: division by zero where id = 1.
+QUOTIENT = lir.Mfp(
+    1,
+    TABLE,
+    lir.MapFilterProject(
+        2,
+        expressions=(
+            Call("div", (Literal(10, "int4"), Call("sub", (Column(0), Literal(1, "int4"))))),
+        ),
+        projection=(0, 1, 2),
+    ),
+    types=(*TABLE.types, "int4"),
+)
+
+
+def dataflow(
+    table: Table,
+    as_of: int,
+    *,
+    sinks: tuple[Any, ...] = (),
+    plan: lir.Node = TABLE,
+    name: str = "v",
+    index: str = "i",
+) -> compute_pb2.ComputeCommand:
+    """A dataflow building ``name`` from the table by ``plan``, indexed as ``index``."""
+    columns = tuple(zip((f"c{i}" for i in range(plan.arity)), plan.types, strict=True))
+    desc = DataflowDescription(
+        id=name,
+        debug_name=name,
+        source_imports=(SourceImport("t", table.shard_id, COLUMNS),),
+        objects_to_build=(BuildDesc(name, plan, columns, name),),
+        index_exports=(IndexExport(index, name, (0,)),),
+        sink_exports=sinks,
+        as_of=as_of,
+    )
+    return compute_pb2.CreateDataflow(dataflow=dataflow_to_proto(desc))
+
+
+def target_peek(timestamp: int, index: str = "i") -> compute_pb2.Peek:
+    return compute_pb2.Peek(
+        uuid=str(uuid.uuid4()),
+        timestamp=timestamp,
+        target_id=index,
+        result_desc=common_pb2.RelationDesc(
+            columns=[common_pb2.Column(name=n, type=t) for n, t in COLUMNS]
+        ),
+    )
+
+
+async def peek_rows(controller: Any, timestamp: int, index: str = "i") -> list[tuple[Any, ...]]:
+    peek = target_peek(timestamp, index)
+    await controller.send(peek=peek)
+    response = await controller.peek_response(peek.uuid)
+    assert response.WhichOneof("result") == "rows", response
+    return sorted(tuple(values.from_row(row)) for row in response.rows.rows)
+
+
+@pytest.fixture
+async def running(start_replica, controller, storage):
+    """A created, initialized replica with two workers."""
+    replica = await start_replica(workers=2)
+    await controller.wait_for("hello")
+    await controller.create_instance(storage, workers=2)
+    await controller.send(initialization_complete=compute_pb2.InitializationComplete())
+    await controller.wait_for("heartbeat")
+    return replica
+
+
+def frontiers_of(controller: Any, collection_id: str) -> list[Any]:
+    return [f for f in controller.of_kind("frontiers") if f.collection_id == collection_id]
+
+
+async def test_dataflow_follows_its_table_and_answers_peeks_by_target(running, controller, storage):
+    """Frontiers advance with the table's upper; a peek waits for its time, then reads it."""
+    table = Table(storage)
+    table.write([(1, "a"), (2, "b")], timestamp=5)
+    await controller.send(create_dataflow=dataflow(table, as_of=5))
+
+    def frontier_at_least(upper: int) -> None:
+        assert any(f.write_frontier >= upper for f in frontiers_of(controller, "i"))
+
+    await assert_eventually(lambda: frontier_at_least(6))
+    assert await peek_rows(controller, 5) == [(1, "a"), (2, "b")]
+
+    future = target_peek(20)
+    await controller.send(peek=future)
+    table.write([(3, "c")], timestamp=8)
+    table.write([(1, "a")], timestamp=20, diff=-1)
+    response = await controller.peek_response(future.uuid)
+    assert sorted(tuple(values.from_row(r)) for r in response.rows.rows) == [(2, "b"), (3, "c")]
+    assert await peek_rows(controller, 8) == [(1, "a"), (2, "b"), (3, "c")]
+    await assert_eventually(lambda: frontier_at_least(21))
+    assert frontiers_of(controller, "i")[-1].input_frontier == 21
+
+
+async def test_hydration_is_reported_with_the_records_read(running, controller, storage):
+    """Hydration goes to hydrated once the snapshot is through, counting what was read."""
+    table = Table(storage)
+    table.write([(1, "a"), (2, "b"), (3, "c")], timestamp=4)
+    await controller.send(create_dataflow=dataflow(table, as_of=4, plan=QUOTIENT))
+
+    def hydrated() -> Any:
+        done = [h for h in controller.of_kind("hydration") if h.hydrated]
+        assert done
+        return done[0]
+
+    report = await assert_eventually(hydrated)
+    assert report.dataflow_id == "v"
+    assert report.records_read == 3
+    assert report.nodes_total == report.nodes_hydrated >= 2
+
+
+async def test_errors_inside_a_dataflow_are_reported_and_fail_its_peeks(
+    running, controller, storage
+):
+    """A division by zero is a CollectionError and a peek error, until its row is retracted."""
+    table = Table(storage)
+    table.write([(1, "a"), (2, "b")], timestamp=4)
+    await controller.send(create_dataflow=dataflow(table, as_of=4, plan=QUOTIENT))
+    (error,) = await controller.wait_for("collection_error")
+    assert (error.collection_id, error.error.code, error.since) == ("i", "22012", 4)
+    peek = target_peek(4)
+    await controller.send(peek=peek)
+    assert (await controller.peek_response(peek.uuid)).error.code == "22012"
+
+    table.write([(1, "a")], timestamp=6, diff=-1)
+    cleared = await controller.wait_for("collection_error", count=2)
+    assert cleared[1].cleared
+    assert await peek_rows(controller, 6) == [(2, "b", 10)]
+
+
+async def test_a_dataflow_the_engine_refuses_is_an_error_not_a_crash(running, controller, storage):
+    """A dataflow importing an index nobody exports: its export errs, the replica serves on."""
+    table = Table(storage)
+    table.write([(1, "a")], timestamp=1)
+    refused = dataflow(table, as_of=1)
+    refused.dataflow.index_imports.add(index_id="missing", on_id="t")
+    await controller.send(create_dataflow=refused)
+    (error,) = await controller.wait_for("collection_error")
+    assert error.collection_id == "i"
+    assert "missing" in error.error.message
+    peek = target_peek(1)
+    await controller.send(peek=peek)
+    assert "missing" in (await controller.peek_response(peek.uuid)).error.message
+
+    await controller.send(
+        allow_compaction=compute_pb2.AllowCompaction(collection_id="i", empty=True)
+    )
+    await controller.send(create_dataflow=dataflow(table, as_of=1))
+    assert await peek_rows(controller, 1) == [(1, "a")]
+
+
+async def test_dataflows_sharing_a_table_read_one_feed(running, controller, storage):
+    """Two dataflows over one table, created back to back as a replay does, see the same data."""
+    table = Table(storage)
+    await controller.send(create_dataflow=dataflow(table, as_of=3))
+    await controller.send(create_dataflow=dataflow(table, as_of=3, name="w", index="j"))
+    table.write([(1, "a")], timestamp=3)
+    table.write([(2, "b")], timestamp=5)
+    assert await peek_rows(controller, 5) == [(1, "a"), (2, "b")]
+    assert await peek_rows(controller, 5, "j") == [(1, "a"), (2, "b")]
+    assert running.dataflows.fed_sources() == ["t"]
+
+
+async def test_peek_of_an_unknown_index_is_an_error(running, controller):
+    """A peek naming no export of this replica is answered with an error, not a hang."""
+    peek = target_peek(1)
+    await controller.send(peek=peek)
+    response = await controller.peek_response(peek.uuid)
+    assert response.error.code == "42704"
+
+
+async def test_replayed_create_dataflow_builds_once(running, controller, storage):
+    """The same CreateDataflow twice (a replayed history) leaves one dataflow."""
+    table = Table(storage)
+    table.write([(1, "a")], timestamp=1)
+    await controller.send(create_dataflow=dataflow(table, as_of=1))
+    await controller.send(create_dataflow=dataflow(table, as_of=1))
+    await assert_eventually(lambda: _assert(frontiers_of(controller, "i")))
+    assert running.dataflows.dataflow_ids() == ["v"]
+    assert await peek_rows(controller, 1) == [(1, "a")]
+
+
+async def test_drop_frees_the_dataflow_and_stops_feeding(running, controller, storage):
+    """AllowCompaction(empty) drops the export, its dataflow, and the source's feeder."""
+    table = Table(storage)
+    table.write([(1, "a")], timestamp=1)
+    await controller.send(create_dataflow=dataflow(table, as_of=1))
+    await assert_eventually(lambda: _assert(frontiers_of(controller, "i")))
+    assert running.dataflows.fed_sources() == ["t"]
+
+    await controller.send(
+        allow_compaction=compute_pb2.AllowCompaction(collection_id="i", empty=True)
+    )
+    await assert_eventually(lambda: _assert(any(f.empty for f in frontiers_of(controller, "i"))))
+    assert running.dataflows.dataflow_ids() == []
+    assert running.dataflows.fed_sources() == []
+    peek = target_peek(1)
+    await controller.send(peek=peek)
+    assert (await controller.peek_response(peek.uuid)).error.code == "42704"
+
+
+async def test_a_dataflow_whose_sources_are_compacted_starts_at_their_since(
+    running, controller, storage
+):
+    """History before the since is gone: the dataflow starts there; earlier reads are refused."""
+    table = Table(storage)
+    table.write([(1, "a")], timestamp=1)
+    table.write([(2, "b")], timestamp=9)
+    table.shard.downgrade_since(5)
+    await controller.send(create_dataflow=dataflow(table, as_of=2))
+    assert await peek_rows(controller, 5) == [(1, "a")]
+    early = target_peek(4)
+    await controller.send(peek=early)
+    assert "since 5" in (await controller.peek_response(early.uuid)).error.message
+
+
+async def test_a_source_compacted_past_what_was_read_is_a_collection_error(
+    running, controller, storage
+):
+    """A feed that fell behind the source's since cannot go on: its exports hold an error."""
+    table = Table(storage)
+    table.write([(1, "a")], timestamp=5)
+    await controller.send(create_dataflow=dataflow(table, as_of=5))
+    assert await peek_rows(controller, 5) == [(1, "a")]
+    table.shard.downgrade_since(10)
+    table.write([(2, "b")], timestamp=10)
+    errors = await controller.wait_for("collection_error")
+    assert errors[0].collection_id == "i"
+    assert "compaction" in errors[0].error.message
+    peek = target_peek(5)
+    await controller.send(peek=peek)
+    assert "compaction" in (await controller.peek_response(peek.uuid)).error.message
+
+
+async def test_persist_sink_writes_the_view_into_its_shard(running, controller, storage):
+    """A materialized view's shard holds the view's contents, time by time."""
+    table = Table(storage)
+    table.write([(1, "a"), (2, "b")], timestamp=3)
+    view = Shard(f"mv{uuid.uuid4().hex[:6]}", storage._blob, storage._consensus)
+    sink = PersistSink("mv", "v", view.shard_id, COLUMNS)
+    await controller.send(create_dataflow=dataflow(table, as_of=3, sinks=(sink,)))
+    table.write([(1, "a")], timestamp=6, diff=-1)
+
+    def written() -> None:
+        assert view.state(missing_ok=True) is not None
+        assert view.upper == 7
+
+    await assert_eventually(written)
+    assert _contents(view, 3) == [(1, "a"), (2, "b")]
+    assert _contents(view, 6) == [(2, "b")]
+
+
+async def test_subscribe_sends_its_batches(running, controller, storage):
+    """A subscribe sink's changes arrive as SubscribeBatch responses, gap-free."""
+    table = Table(storage)
+    table.write([(1, "a")], timestamp=3)
+    await controller.send(
+        create_dataflow=dataflow(table, as_of=3, sinks=(SubscribeSink("sub", "v"),))
+    )
+    table.write([(2, "b")], timestamp=4)
+
+    def through(upper: int) -> list[Any]:
+        batches = [b for b in controller.of_kind("subscribe_batch") if b.sink_id == "sub"]
+        assert batches
+        assert batches[-1].upper >= upper
+        return batches
+
+    batches = await assert_eventually(lambda: through(5))
+    assert batches[0].lower == 3
+    assert all(a.upper == b.lower for a, b in itertools.pairwise(batches))
+    updates = [(tuple(values.from_row(u.row)), u.time, u.diff) for b in batches for u in b.updates]
+    assert sorted(updates) == [((1, "a"), 3, 1), ((2, "b"), 4, 1)]
+
+
+def _contents(shard: Shard, as_of: int) -> list[tuple[Any, ...]]:
+    table = expand(shard.snapshot(as_of))
+    return sorted(zip(*(table.column(n).to_pylist() for n, _ in COLUMNS), strict=True))
+
+
+def _assert(condition: object) -> None:
+    assert condition
+
+
+# -- persist sinks: exactly once across replicas ---------------------------------------------
+
+
+def sink_batch(rows: list[tuple[int, str, int, int]]) -> pa.Table:
+    """(id, name, time, diff) rows as a sink batch's updates."""
+    updates = [{"id": i, "name": n, TIMESTAMP_COLUMN: t, DIFF_COLUMN: d} for i, n, t, d in rows]
+    return pa.Table.from_pylist(updates, schema=arrow_schema(COLUMNS))
+
+
+def test_every_replica_writes_each_sink_batch_and_exactly_one_wins(storage):
+    """Two replicas writing the same batches leave each time in the shard once."""
+    view = Shard("mv-race", storage._blob, storage._consensus)
+    first = sink_batch([(1, "a", 3, 1), (2, "b", 3, 1)])
+    second = sink_batch([(1, "a", 5, -1)])
+    assert write_sink_batch(view, COLUMNS, 3, 5, first) == "written"
+    assert write_sink_batch(view, COLUMNS, 3, 5, first) == "skipped"
+    assert write_sink_batch(view, COLUMNS, 5, 6, second) == "written"
+    assert write_sink_batch(view, COLUMNS, 5, 6, second) == "skipped"
+    assert view.upper == 6
+    assert _contents(view, 4) == [(1, "a"), (2, "b")]
+    assert _contents(view, 5) == [(2, "b")]
+
+
+def test_a_replica_behind_resumes_at_the_shards_upper(storage):
+    """A batch the shard is partly past contributes only its later times."""
+    view = Shard("mv-behind", storage._blob, storage._consensus)
+    write_sink_batch(view, COLUMNS, 3, 5, sink_batch([(1, "a", 3, 1)]))
+    # A restarted replica batches differently: [3, 8) covers the written [3, 5).
+    late = sink_batch([(1, "a", 3, 1), (2, "b", 4, 1), (3, "c", 6, 1)])
+    assert write_sink_batch(view, COLUMNS, 3, 8, late) == "written"
+    assert view.upper == 8
+    assert _contents(view, 7) == [(1, "a"), (3, "c")]
+
+
+def test_a_sink_starting_after_the_shards_upper_corrects_what_it_holds(storage):
+    """A dataflow re-created later replaces the shard's old contents, without doubles."""
+    view = Shard("mv-ahead", storage._blob, storage._consensus)
+    write_sink_batch(view, COLUMNS, 0, 4, sink_batch([(1, "a", 1, 1), (2, "b", 2, 1)]))
+    # The view at 10 is {2, 3}: its snapshot is the first batch of the new dataflow.
+    snapshot = sink_batch([(2, "b", 10, 1), (3, "c", 10, 1)])
+    assert write_sink_batch(view, COLUMNS, 10, 11, snapshot) == "corrected"
+    assert _contents(view, 3) == [(1, "a"), (2, "b")]
+    assert _contents(view, 10) == [(2, "b"), (3, "c")]

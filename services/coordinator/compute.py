@@ -1,0 +1,894 @@
+"""The coordinator's compute surface: views, materialized views, indexes, SUBSCRIBE, reads.
+
+- ``CREATE VIEW`` stores the definition (names fully qualified) and builds
+  nothing; ``CREATE MATERIALIZED VIEW`` also creates the view's shard and
+  installs a dataflow sinking into it; ``CREATE [DEFAULT] INDEX`` installs a
+  dataflow exporting the index. Both wait (bounded) for the dataflow to
+  hydrate, streaming ``Progress`` events from the controller's
+  ``CollectionStatus``.
+- ``DROP`` refuses (2BP01) when other objects depend on what it drops,
+  unless ``CASCADE``; dropped indexes and materialized views free their
+  dataflows (``AllowCompaction(empty)``).
+- Every SELECT that reads a relation runs here, on the session's cluster, or
+  on ``mz_catalog_server`` when it reads only system relations: the fast
+  path peeks an index when the query only filters and projects one object
+  indexed on that cluster; otherwise a transient dataflow reading storage
+  (and the cluster's indexes) is built, its result index peeked, and the
+  dataflow dropped.
+- ``SUBSCRIBE`` builds a transient dataflow with a subscribe sink and streams
+  the controller's ``loupe.controller.v1.subscribe.<sink>`` batches until the
+  client goes away.
+- At start every index and materialized view of the catalog is installed
+  again (the controller de-duplicates by id).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import itertools
+import time
+import uuid
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from sqlglot import exp
+
+from loupe.builtins import BY_QUALIFIED_NAME, SYSTEM_CLUSTER_NAME
+from loupe.common.errors import LoupeError, SqlState
+from loupe.common.logging import get_logger
+from loupe.common.transport import subscribe as nats_subscribe
+from loupe.common.values import from_row
+from loupe.coordinator import statement_logging
+from loupe.coordinator.catalog_state import CatalogState, ClusterInfo
+from loupe.coordinator.dataflows import (
+    Inputs,
+    fast_path,
+    index_dataflow,
+    materialized_view_dataflow,
+    peek_index_id,
+    transient_dataflow,
+)
+from loupe.coordinator.objects import (
+    ComputeObject,
+    dependents,
+    full_name,
+    id_order,
+    index_key,
+    index_sql,
+    qualify,
+    quote,
+    relation_columns,
+    view_sql,
+)
+from loupe.coordinator.plan import PlannedQuery, explain, lower_to_lir, plan_query, plan_select
+from loupe.coordinator.results import (
+    Complete,
+    Description,
+    Event,
+    Notice,
+    Progress,
+    RowBatch,
+    StatementResult,
+    Streaming,
+)
+from loupe.coordinator.session import Session
+from loupe.coordinator.sql.resolve import resolve_relations, search_path_schemas
+from loupe.coordinator.sql.statements import (
+    CreateIndex,
+    CreateSource,
+    CreateView,
+    DropCluster,
+    DropObjects,
+    Explain,
+    ObjectName,
+    Query,
+    Statement,
+    Subscribe,
+)
+from loupe.coordinator.tables import Table
+from loupe.coordinator.timestamps import as_of_timestamp
+from loupe.persist import Shard, open_location
+from loupe.plan import codec, mir
+from loupe.plan.dataflow import DataflowDescription, SourceImport
+from loupe.proto.catalog.v1 import catalog_pb2
+from loupe.proto.common.v1 import common_pb2
+from loupe.proto.compute.v1 import compute_pb2
+from loupe.proto.controller.v1 import controller_pb2
+
+if TYPE_CHECKING:
+    from loupe.coordinator.coordinator import Coordinator
+
+log = get_logger(__name__)
+
+DEPENDENT_OBJECTS_STILL_EXIST = "2BP01"
+WRONG_OBJECT_TYPE = "42809"
+SUBSCRIBE_SUBJECT = "loupe.controller.v1.subscribe.{sink_id}"
+SUBSCRIBE_COLUMNS = (("mz_timestamp", "numeric"), ("mz_diff", "int8"))
+
+
+def finishing_proto(finishing: mir.Finishing) -> compute_pb2.RowSetFinishing:
+    return codec.finishing_to_proto(
+        finishing.order, finishing.limit, finishing.offset, finishing.project
+    )
+
+
+class Compute:
+    """Compute objects and reads for one coordinator (``coordinator`` does the catalog work)."""
+
+    def __init__(self, coordinator: Coordinator) -> None:
+        self.c = coordinator
+        # Transient dataflow ids: unique across restarts (the controller keys dataflows by id).
+        self._transient = itertools.count(time.time_ns() // 1000)
+
+    @property
+    def config(self) -> Any:
+        return self.c.config
+
+    @property
+    def state(self) -> CatalogState:
+        return self.c.state
+
+    # -- reading ------------------------------------------------------------------------
+
+    def resolve(
+        self, session: Session, expression: exp.Expression, state: CatalogState
+    ) -> tuple[exp.Expression, dict[str, Any]]:
+        """Bind the names of a session's query: (normalized query, written name -> relation)."""
+        return resolve_relations(
+            expression,
+            search_path=search_path_schemas(session.search_path),
+            database=session.database,
+            collections={**BY_QUALIFIED_NAME, **state.relations_in(session.database)},
+        )
+
+    async def resolved(
+        self, session: Session, expression: exp.Expression
+    ) -> tuple[exp.Expression, dict[str, Any]]:
+        return await self.c._resolving(lambda state: self.resolve(session, expression, state))
+
+    @staticmethod
+    def plan(
+        expression: exp.Expression, relations: Mapping[str, Any], *, query_time: int | None = None
+    ) -> PlannedQuery:
+        """Plan a resolved one-off query (``Get``s name relations by id) with its finishing.
+
+        ``query_time``: what now() and mz_now() are; without it they are refused.
+        """
+        return plan_select(expression, Compute._by_id(relations), query_time=query_time)
+
+    @staticmethod
+    def _by_id(relations: Mapping[str, Any]) -> Any:
+        """A planner resolver naming each relation by its id."""
+
+        def resolve(name: str) -> tuple[str, list[tuple[str, str]]] | None:
+            relation = relations.get(name)
+            return (relation.id, relation_columns(relation)) if relation is not None else None
+
+        return resolve
+
+    async def select(
+        self, session: Session, query: Query, expression: exp.Expression, relations: dict[str, Any]
+    ) -> tuple[tuple[tuple[str, str], ...], list[tuple[Any, ...]]]:
+        """Read a query on its cluster (``query_cluster``): fast path or a transient dataflow."""
+        cluster = await self.query_cluster(session, relations)
+        inputs = self.inputs(cluster.id)
+        serializable = query.as_of is None and _is_serializable(session, expression)
+        timestamp = (
+            0
+            if serializable
+            else await self.read_timestamp(session, query.as_of, query.as_of_position)
+        )
+        planned = self.plan(expression, relations, query_time=timestamp or None)
+        statement_logging.note_event(statement_logging.OPTIMIZATION_FINISHED)
+        plan, finishing = planned.relation, planned.finishing
+        columns = tuple(planned.columns)
+        fast = fast_path(plan, inputs.indexes)
+        if fast is not None:
+            # A serializable fast path peeks at 0: the index's latest complete time.
+            index_id, mfp = fast
+            statement_logging.note_strategy(statement_logging.FAST_PATH, timestamp=timestamp)
+            statement_logging.note_event(statement_logging.DEPENDENCIES_FINISHED)
+            rows = await self.peek(session, cluster, index_id, timestamp, finishing, columns, mfp)
+            return columns, rows
+        dataflow_id = self.transient_id()
+        dataflow = transient_dataflow(dataflow_id, plan, inputs, timestamp)
+        if serializable:
+            timestamp = await self.latest_complete(dataflow)
+            dataflow = dataclasses.replace(dataflow, as_of=timestamp)
+        if query.as_of is not None:
+            await self.check_readable(dataflow)
+        await self.create_dataflow(cluster.id, dataflow)
+        statement_logging.note_strategy(statement_logging.STANDARD, timestamp=timestamp)
+        statement_logging.note_event(statement_logging.DEPENDENCIES_FINISHED)
+        try:
+            rows = await self.peek(
+                session, cluster, peek_index_id(dataflow_id), timestamp, finishing, columns
+            )
+        except LoupeError as error:
+            if query.as_of is None or not _is_since_error(error):
+                raise
+            raise _fed_later(error, dataflow, inputs, cluster) from None
+        finally:
+            # Dropped before the next statement of the session creates another:
+            # a replica feeding one input to a dataflow being dropped and a new
+            # one at once may answer the new one from the compacted feed.
+            await asyncio.shield(self.drop_dataflows(cluster.id, [peek_index_id(dataflow_id)]))
+        return columns, rows
+
+    async def query_cluster(self, session: Session, relations: Mapping[str, Any]) -> ClusterInfo:
+        """Where a SELECT runs: ``mz_catalog_server`` when it reads only system relations.
+
+        As Materialize routes catalog queries: unless the session names a
+        replica (``SET cluster_replica``), which belongs to its own cluster.
+        Anything reading a user relation runs on the session's cluster.
+        """
+        system_only = not any(isinstance(r, Table | ComputeObject) for r in relations.values())
+        if system_only and not session.cluster_replica:
+            return await self._named_cluster(SYSTEM_CLUSTER_NAME)
+        return await self.session_cluster(session)
+
+    async def latest_complete(self, dataflow: DataflowDescription) -> int:
+        """The latest time every storage input of ``dataflow`` is complete and readable.
+
+        What a serializable read may use instead of the oracle: the least
+        upper - 1 of its inputs, not before any input's since.
+        """
+        frontiers = await asyncio.gather(
+            *(asyncio.to_thread(_shard_frontiers, s) for s in dataflow.source_imports)
+        )
+        if not frontiers:
+            return await self.c.oracle.read_timestamp()
+        since = max(s for s, _ in frontiers)
+        return max(since, min(u for _, u in frontiers) - 1)
+
+    async def check_readable(self, dataflow: DataflowDescription) -> None:
+        """Refuse an as_of before the since of a storage collection the dataflow reads."""
+        for source in dataflow.source_imports:
+            since = await asyncio.to_thread(_shard_since, source)
+            if since > dataflow.as_of:
+                raise LoupeError(
+                    SqlState.INTERNAL_ERROR,
+                    f"Timestamp ({dataflow.as_of}) is not valid for all inputs: "
+                    f"{source.id} since {since}",
+                    hint=f"Read AS OF {since} or later.",
+                )
+
+    async def read_timestamp(
+        self, session: Session, as_of: exp.Expression | None, position: int
+    ) -> int:
+        """``AS OF`` if given, else the oracle's read timestamp (strict serializable)."""
+        if as_of is not None:
+            return as_of_timestamp(as_of, position)
+        return await self.c.oracle.read_timestamp()
+
+    async def session_cluster(self, session: Session) -> ClusterInfo:
+        cluster = await self.c._cluster(session.cluster)
+        if cluster is None:
+            raise LoupeError(SqlState.UNDEFINED_OBJECT, f"unknown cluster '{session.cluster}'")
+        return cluster
+
+    async def peek(
+        self,
+        session: Session,
+        cluster: ClusterInfo,
+        target_id: str,
+        timestamp: int,
+        finishing: mir.Finishing,
+        columns: tuple[tuple[str, str], ...],
+        mfp: Any = None,
+    ) -> list[tuple[Any, ...]]:
+        """Peek index ``target_id`` at ``timestamp`` on the session's cluster (or replica)."""
+        _, replica_id = await self.c._peek_target_replica(session, cluster)
+        peek = compute_pb2.Peek(
+            uuid=str(uuid.uuid4()),
+            timestamp=timestamp,
+            target_id=target_id,
+            finishing=finishing_proto(finishing),
+            result_desc=codec.desc_to_proto(columns),
+        )
+        if mfp is not None:
+            peek.map_filter_project.CopyFrom(codec.mfp_to_proto(mfp))
+        request = controller_pb2.PeekRequest(
+            cluster_id=cluster.id,
+            replica_id=replica_id,
+            peek=peek,
+            timeout_ms=int(self.config.peek_timeout * 1000),
+        )
+        _, rows = await self.c._send_peek(request)
+        return rows
+
+    def transient_id(self) -> str:
+        return f"t{next(self._transient)}"
+
+    # -- dataflows ----------------------------------------------------------------------
+
+    def inputs(self, cluster_id: str, state: CatalogState | None = None) -> Inputs:
+        state = state or self.state
+        relations: dict[str, Any] = {b.id: b for b in BY_QUALIFIED_NAME.values()}
+        relations.update(state.tables)
+        relations.update({o.id: o for o in state.objects.values() if o.type != "index"})
+        indexes: dict[str, ComputeObject] = {}
+        for obj in state.objects.values():
+            if obj.type == "index" and obj.cluster_id == cluster_id:
+                indexes.setdefault(obj.on_id, obj)
+        return Inputs(cluster_id, state.objects, relations, indexes, self.metadata)
+
+    def metadata(self, relation: Any) -> common_pb2.CollectionMetadata:
+        """Where a table, materialized view or builtin collection lives."""
+        if isinstance(relation, Table):
+            self._require_storage()
+            return self.c.tables.metadata(relation)
+        if isinstance(relation, ComputeObject):
+            self._require_storage()
+            return common_pb2.CollectionMetadata(
+                collection_id=relation.id,
+                shard_id=relation.shard_id,
+                blob_uri=self.c.tables.blob_uri,
+                consensus_uri=self.c.tables.consensus_uri,
+                relation_desc=codec.desc_to_proto(relation.storage_columns),
+            )
+        metadata = self.c.collections.get(relation.id)
+        if metadata is None:
+            raise LoupeError(
+                SqlState.INTERNAL_ERROR,
+                f"storage collection of {relation.qualified_name} ({relation.id}) is unknown",
+            )
+        return metadata
+
+    def _require_storage(self) -> None:
+        if not self.c.tables.is_open:
+            raise LoupeError("FAILED_PRECONDITION", "storage is not known yet; try again")
+
+    async def create_dataflow(self, cluster_id: str, dataflow: DataflowDescription) -> None:
+        log.debug("create dataflow", id=dataflow.id, cluster_id=cluster_id, as_of=dataflow.as_of)
+        await self.c.controller.CreateDataflow(
+            controller_pb2.CreateDataflowRequest(
+                cluster_id=cluster_id, dataflow=codec.dataflow_to_proto(dataflow)
+            )
+        )
+
+    async def drop_dataflows(self, cluster_id: str, collection_ids: list[str]) -> None:
+        """Tell the controller nothing will read ``collection_ids`` again."""
+        try:
+            await self.c.controller.AllowCompaction(
+                controller_pb2.AllowCompactionRequest(
+                    cluster_id=cluster_id, collection_ids=collection_ids, empty=True
+                )
+            )
+        except LoupeError as error:
+            log.warning("could not drop dataflows", ids=collection_ids, error=error.message)
+
+    def object_dataflow(
+        self, obj: ComputeObject, as_of: int, state: CatalogState | None = None
+    ) -> DataflowDescription:
+        """The dataflow maintaining an index or a materialized view."""
+        inputs = self.inputs(obj.cluster_id, state)
+        if obj.type == "index":
+            return index_dataflow(obj, inputs, as_of)
+        return materialized_view_dataflow(obj, inputs, as_of, self.metadata(obj))
+
+    async def install_all(self) -> None:
+        """Send every index's and materialized view's dataflow again (at start)."""
+        state = self.state
+        maintained = [o for o in state.objects.values() if o.type != "view"]
+        if not maintained:
+            return
+        as_of = await self.c.oracle.read_timestamp()
+        for obj in maintained:
+            try:
+                if obj.type == "materialized-view":
+                    await self.ensure_shard(obj)
+                await self.create_dataflow(obj.cluster_id, self.object_dataflow(obj, as_of, state))
+            except LoupeError as error:
+                log.warning("could not install a dataflow", id=obj.id, error=error.message)
+
+    async def ensure_shard(self, view: ComputeObject) -> None:
+        """Create a materialized view's shard (empty) if it does not exist yet."""
+        self._require_storage()
+        shard = self.c.tables.shard(view.shard_id)
+        await asyncio.to_thread(shard.ensure, view.storage_columns)
+
+    # -- CREATE -------------------------------------------------------------------------
+
+    async def create(self, session: Session, statement: Statement) -> StatementResult | Streaming:
+        match statement:
+            case CreateView():
+                return await self.create_view(session, statement)
+            case CreateIndex():
+                return await self.create_index(session, statement)
+            case CreateSource():
+                return await self.c._create_source(session, statement)
+        raise TypeError(f"not a CREATE: {statement!r}")
+
+    async def create_view(
+        self, session: Session, statement: CreateView
+    ) -> StatementResult | Streaming:
+        self.c._require_superuser(session, statement)
+        database, schema = self.c._target_schema(session, statement.name)
+        existing = self.state.item_named(schema.id, statement.name.name)
+        if existing is not None and statement.if_not_exists:
+            return _skipped(statement, statement.name.name)
+        expression, relations = await self.resolved(session, statement.query.expression)
+        plan_query(expression, self._by_id(relations))  # refuse what does not plan
+        kind = "materialized-view" if statement.materialized else "view"
+        qualified, _ = qualify(expression, relations)
+        name = ".".join(quote(p) for p in (database, schema.name, statement.name.name))
+        cluster_id = ""
+        if statement.materialized:
+            cluster_id = (await self._named_cluster(statement.cluster or session.cluster)).id
+        item = catalog_pb2.Item(
+            schema_id=schema.id,
+            name=statement.name.name,
+            type=kind,
+            owner_id=self.c._owner_id(session),
+            create_sql=view_sql(kind, name, qualified),
+            cluster_id=cluster_id,
+        )
+        created = await self._create_item(session, statement, item)
+        if created is None:
+            return _skipped(statement, statement.name.name)
+        result, obj = created
+        if obj.type == "view":
+            return result
+        await self.ensure_shard(obj)
+        as_of = await self.c.oracle.read_timestamp()
+        await self.create_dataflow(obj.cluster_id, self.object_dataflow(obj, as_of))
+        return Streaming(self._hydrating(obj, result))
+
+    async def create_index(
+        self, session: Session, statement: CreateIndex
+    ) -> StatementResult | Streaming:
+        self.c._require_superuser(session, statement)
+        target = await self._relation(session, statement.on)
+        columns = relation_columns(target)
+        names = [name for name, _ in statement.columns]
+        for name, position in statement.columns:
+            if name not in {c for c, _ in columns}:
+                raise LoupeError(
+                    SqlState.UNDEFINED_COLUMN, f'column "{name}" does not exist', position=position
+                )
+        index_key(columns, names)
+        cluster = await self._named_cluster(statement.cluster or session.cluster)
+        index_name = statement.name or _default_index_name(target.qualified_name, names)
+        schema = self.state.schemas.get(getattr(target, "schema_id", ""))
+        if schema is None:
+            raise LoupeError(WRONG_OBJECT_TYPE, f"cannot create an index on '{statement.on}'")
+        if statement.if_not_exists and self.state.item_named(schema.id, index_name):
+            return _skipped(statement, index_name)
+        item = catalog_pb2.Item(
+            schema_id=schema.id,
+            name=index_name,
+            type="index",
+            owner_id=self.c._owner_id(session),
+            create_sql=index_sql(index_name, full_name(target), names or [c for c, _ in columns]),
+            cluster_id=cluster.id,
+        )
+        created = await self._create_item(session, statement, item)
+        if created is None:
+            return _skipped(statement, index_name)
+        result, obj = created
+        as_of = await self.c.oracle.read_timestamp()
+        await self.create_dataflow(obj.cluster_id, self.object_dataflow(obj, as_of))
+        return Streaming(self._hydrating(obj, result))
+
+    async def _create_item(
+        self, session: Session, statement: Statement, item: catalog_pb2.Item
+    ) -> tuple[StatementResult, ComputeObject] | None:
+        """Commit ``item``; (result, its planned object), or None if it existed (IF NOT EXISTS)."""
+        op = catalog_pb2.CatalogOp(create_item=catalog_pb2.CreateItem(item=item))
+        try:
+            response, result = await self.c._transact(session, statement, [op])
+        except LoupeError as error:
+            if error.code == SqlState.DUPLICATE_OBJECT and getattr(
+                statement, "if_not_exists", False
+            ):
+                return None
+            raise
+        created = next(
+            (c.item_created for c in response.changes if c.WhichOneof("kind") == "item_created"),
+            None,
+        ) or self.state.item_named(item.schema_id, item.name)
+        obj = self.state.objects.get(created.id) if created is not None else None
+        if obj is None:
+            raise LoupeError(
+                SqlState.INTERNAL_ERROR, f"{statement.tag} committed, but its definition is unknown"
+            )
+        return result, obj
+
+    async def _hydrating(self, obj: ComputeObject, result: StatementResult) -> AsyncIterator[Event]:
+        """The statement's notices, hydration progress until hydrated (bounded), then its tag."""
+        for notice in result.notices:
+            yield notice
+        deadline = time.monotonic() + self.config.hydration_wait
+        last: Progress | None = None
+        while time.monotonic() < deadline:
+            try:
+                progress = await self._hydration(obj)
+            except LoupeError as error:
+                # Committed and maintained: reads of it fail until the data changes.
+                yield Notice("WARNING", f"{obj.full_name} holds an error: {error.message}")
+                break
+            if progress is None:
+                break
+            if progress != last:
+                yield progress
+                last = progress
+            if progress.hydrated:
+                break
+            await asyncio.sleep(self.config.hydration_poll_interval)
+        yield Complete(result.tag)
+
+    async def _hydration(self, obj: ComputeObject) -> Progress | None:
+        """The dataflow's hydration as the controller reports it; None when it reports nothing."""
+        try:
+            response = await self.c.controller.CollectionStatus(
+                controller_pb2.ListFrontiersRequest(
+                    cluster_id=obj.cluster_id, collection_ids=[obj.id]
+                ),
+                timeout=5,
+            )
+        except LoupeError as error:
+            log.debug("no hydration status", id=obj.id, error=error.message)
+            return None
+        status = next((s for s in response.collections if s.collection_id == obj.id), None)
+        if status is None:
+            return None
+        if status.HasField("error") and status.error.code:
+            raise LoupeError.from_proto(status.error)
+        if not status.hydration:
+            return Progress(obj.full_name, 0, 0, 0, False)
+        # The most advanced replica: the object is usable once one replica has it.
+        best = max(status.hydration, key=lambda h: (h.hydrated, h.nodes_hydrated, h.records_read))
+        return Progress(
+            obj.full_name, best.nodes_hydrated, best.nodes_total, best.records_read, best.hydrated
+        )
+
+    async def _named_cluster(self, name: str) -> ClusterInfo:
+        cluster = await self.c._cluster(name)
+        if cluster is None:
+            raise LoupeError(SqlState.UNDEFINED_OBJECT, f"unknown cluster '{name}'")
+        return cluster
+
+    async def _relation(self, session: Session, name: ObjectName) -> Any:
+        """The table, view or materialized view ``name`` refers to (42P01 if none)."""
+        table = exp.to_table(".".join(quote(p) for p in name.parts), dialect="postgres")
+        for part in table.parts:
+            part.meta["start"] = name.position - 1
+        _, relations = await self.resolved(session, exp.select("*").from_(table))
+        relation = next(iter(relations.values()))
+        if not isinstance(relation, Table | ComputeObject):
+            raise LoupeError(
+                SqlState.INSUFFICIENT_PRIVILEGE,
+                f"system relation '{relation.qualified_name}' cannot be indexed",
+                position=name.position,
+            )
+        return relation
+
+    # -- DROP ---------------------------------------------------------------------------
+
+    async def drop(self, session: Session, statement: DropObjects) -> StatementResult:
+        self.c._require_superuser(session, statement)
+        notices: list[Notice] = []
+        targets: list[Any] = []
+        word = statement.kind.replace("-", " ")
+        for name in statement.names:
+            found: Any = await self._object_named(session, name)
+            if found is None or statement.kind == "source":
+                found = await self._source_named(session, name) or found
+            if found is None:
+                if not statement.if_exists:
+                    raise LoupeError(
+                        SqlState.UNDEFINED_OBJECT
+                        if statement.kind == "index"
+                        else SqlState.UNDEFINED_TABLE,
+                        f"unknown catalog item '{name}'",
+                        position=name.position,
+                    )
+                notices.append(Notice("NOTICE", f'{word} "{name}" does not exist, skipping'))
+                continue
+            if found.type != statement.kind:
+                raise LoupeError(
+                    WRONG_OBJECT_TYPE,
+                    f"'{name}' is a {found.type.replace('-', ' ')}, not a {word}",
+                    position=name.position,
+                )
+            targets.append(found)
+            if isinstance(found, SourceItem):
+                targets.extend(self._source_tables(found))
+        if not targets:
+            return StatementResult(tag=statement.tag, notices=notices)
+        result = await self.drop_items(session, statement, targets, cascade=statement.cascade)
+        result.notices[:0] = notices
+        return result
+
+    async def drop_items(
+        self, session: Session, statement: Statement, targets: list[Any], *, cascade: bool
+    ) -> StatementResult:
+        """Drop ``targets`` (and, with ``cascade``, what depends on them); 2BP01 otherwise."""
+        state = self.state
+        ids = list(dict.fromkeys(t.id for t in targets))
+        dependent = [d for d in dependents(ids, state.objects) if d.id not in ids]
+        if dependent and not cascade:
+            target = targets[0]
+            names = ", ".join(f"{d.type.replace('-', ' ')} {d.full_name}" for d in dependent)
+            raise LoupeError(
+                DEPENDENT_OBJECTS_STILL_EXIST,
+                f"cannot drop {getattr(target, 'full_name', target.id)}: "
+                f"still depended upon by {names}",
+                detail="Use DROP … CASCADE to drop the dependent objects too.",
+                position=statement.position,
+            )
+        # Dependents first: nothing is ever left reading a dropped object.
+        doomed = [*reversed(dependent), *targets]
+        ops = [
+            catalog_pb2.CatalogOp(drop_item=catalog_pb2.DropItem(id=item_id))
+            for item_id in dict.fromkeys(t.id for t in doomed)
+        ]
+        _, result = await self.c._transact(session, statement, ops)
+        await self._free(doomed)
+        return result
+
+    async def _free(self, dropped: list[Any]) -> None:
+        """Drop the dataflows of the dropped indexes and materialized views, per cluster."""
+        by_cluster: dict[str, list[str]] = {}
+        for obj in dropped:
+            if isinstance(obj, ComputeObject) and obj.type in ("index", "materialized-view"):
+                by_cluster.setdefault(obj.cluster_id, []).append(obj.id)
+        for cluster_id, collection_ids in by_cluster.items():
+            await self.drop_dataflows(cluster_id, collection_ids)
+
+    async def drop_cluster(self, session: Session, statement: DropCluster) -> StatementResult:
+        """``DROP CLUSTER``: its indexes and materialized views (and their dependents) need CASCADE."""
+        from loupe.coordinator.coordinator import catalog_op
+
+        self.c._require_superuser(session, statement)
+        cluster = await self.c._cluster(statement.name)
+        state = self.state
+        maintained = [
+            o for o in state.objects.values() if cluster is not None and o.cluster_id == cluster.id
+        ]
+        doomed = [*maintained, *dependents([o.id for o in maintained], state.objects)]
+        doomed = list({o.id: o for o in doomed}.values())
+        if doomed and not statement.cascade:
+            names = ", ".join(f"{o.type.replace('-', ' ')} {o.full_name}" for o in doomed)
+            raise LoupeError(
+                DEPENDENT_OBJECTS_STILL_EXIST,
+                f"cannot drop cluster {statement.name!r}: still depended upon by {names}",
+                detail="Use DROP CLUSTER … CASCADE to drop the dependent objects too.",
+                position=statement.position,
+            )
+        ordered = sorted(doomed, key=lambda o: id_order(o.id), reverse=True)
+        ops = [catalog_pb2.CatalogOp(drop_item=catalog_pb2.DropItem(id=o.id)) for o in ordered]
+        ops.append(catalog_op(statement, owner_id=self.c._owner_id(session)))
+        _, result = await self.c._transact(session, statement, ops)
+        await self._free(doomed)
+        return result
+
+    async def _source_named(self, session: Session, name: ObjectName) -> SourceItem | None:
+        """The source item ``name`` refers to, if there is one."""
+        for state in (self.state, await self.c._refreshed_state()):
+            parts = name.parts
+            database = parts[0] if len(parts) == 3 else session.database
+            schemas = [parts[-2]] if len(parts) > 1 else search_path_schemas(session.search_path)
+            for schema_name in schemas:
+                schema = state.schema_named(database, schema_name)
+                item = state.item_named(schema.id, name.name) if schema is not None else None
+                if item is not None and item.type == "source":
+                    return SourceItem(
+                        item.id, f"{database}.{schema_name}.{item.name}", item.schema_id
+                    )
+        return None
+
+    def _source_tables(self, source: SourceItem) -> list[Table]:
+        """The tables a load generator source created: the TPC-H tables of its schema."""
+        from loupe.loadgen.tpch import TPCH_TABLES
+
+        return [
+            t
+            for t in self.state.tables.values()
+            if t.schema_id == source.schema_id and t.name in TPCH_TABLES
+        ]
+
+    async def _object_named(self, session: Session, name: ObjectName) -> ComputeObject | None:
+        found = self._find_object(session, name, self.state)
+        if found is None:
+            found = self._find_object(session, name, await self.c._refreshed_state())
+        return found
+
+    @staticmethod
+    def _find_object(
+        session: Session, name: ObjectName, state: CatalogState
+    ) -> ComputeObject | None:
+        parts = name.parts
+        database = parts[0] if len(parts) == 3 else session.database
+        schemas = [parts[-2]] if len(parts) > 1 else search_path_schemas(session.search_path)
+        for obj in state.objects.values():
+            if obj.database == database and obj.schema in schemas and obj.name == name.name:
+                return obj
+        return None
+
+    # -- SUBSCRIBE ----------------------------------------------------------------------
+
+    async def subscribe(self, session: Session, statement: Subscribe) -> Streaming:
+        expression, relations = await self.resolved(session, statement.query.expression)
+        plan = plan_query(expression, self._by_id(relations))
+        cluster = await self.session_cluster(session)
+        timestamp = await self.read_timestamp(session, statement.as_of, statement.as_of_position)
+        dataflow_id = self.transient_id()
+        dataflow = transient_dataflow(
+            dataflow_id,
+            plan,
+            self.inputs(cluster.id),
+            timestamp,
+            subscribe=True,
+            snapshot=statement.snapshot,
+        )
+        return Streaming(self._subscription(cluster, dataflow, plan))
+
+    async def _subscription(
+        self, cluster: ClusterInfo, dataflow: DataflowDescription, plan: mir.Relation
+    ) -> AsyncIterator[Event]:
+        """Rows ``(mz_timestamp, mz_diff, columns…)`` as the dataflow's batches arrive."""
+        batches: asyncio.Queue[compute_pb2.SubscribeBatch] = asyncio.Queue()
+
+        async def received(batch: compute_pb2.SubscribeBatch, _: Any) -> None:
+            batches.put_nowait(batch)
+
+        subscription = await nats_subscribe(
+            self.c._nc,
+            SUBSCRIBE_SUBJECT.format(sink_id=dataflow.id),
+            compute_pb2.SubscribeBatch,
+            received,
+        )
+        try:
+            await self.create_dataflow(cluster.id, dataflow)
+            yield Description((*SUBSCRIBE_COLUMNS, *plan.columns))
+            upper = 0
+            while True:
+                batch = await batches.get()
+                if batch.HasField("error") and batch.error.code:
+                    raise LoupeError.from_proto(batch.error)
+                if batch.upper <= upper:
+                    continue  # a duplicate
+                upper = batch.upper
+                updates = sorted(batch.updates, key=lambda u: u.time)
+                rows = [(u.time, u.diff, *from_row(u.row)) for u in updates]
+                if rows:
+                    yield RowBatch(rows, streaming=True)
+        finally:
+            with contextlib.suppress(Exception):
+                await subscription.unsubscribe()
+            # Shielded: the stream is usually closed because its task was canceled.
+            await asyncio.shield(self.drop_dataflows(cluster.id, [dataflow.id]))
+
+    # -- EXPLAIN ------------------------------------------------------------------------
+
+    async def explain_object(
+        self, session: Session, statement: Explain
+    ) -> tuple[str, mir.Relation]:
+        """(name, plan) of the stored definition ``EXPLAIN … FOR <kind> <name>`` names."""
+        assert statement.object_name is not None
+        obj = await self._object_named(session, statement.object_name)
+        word = statement.object_kind.replace("-", " ")
+        if obj is None:
+            raise LoupeError(
+                SqlState.UNDEFINED_TABLE,
+                f"unknown catalog item '{statement.object_name}'",
+                position=statement.object_name.position,
+            )
+        if obj.type != statement.object_kind:
+            raise LoupeError(
+                WRONG_OBJECT_TYPE,
+                f"'{statement.object_name}' is a {obj.type.replace('-', ' ')}, not a {word}",
+                position=statement.object_name.position,
+            )
+        if obj.type == "index":
+            target = self.state.objects.get(obj.on_id) or self.state.tables.get(obj.on_id)
+            columns = tuple(relation_columns(target)) if target is not None else obj.columns
+            name = getattr(target, "full_name", obj.on_id)
+            if isinstance(target, ComputeObject) and target.query is not None:
+                return obj.full_name, self._plan_by_name(target.query)
+            return obj.full_name, mir.Get(name, columns)
+        assert obj.query is not None
+        return obj.full_name, self._plan_by_name(obj.query)
+
+    def _plan_by_name(self, query: exp.Expression) -> mir.Relation:
+        """A stored definition's plan with relations named as EXPLAIN shows them."""
+        state = self.state
+
+        def resolve(name: str) -> tuple[str, list[tuple[str, str]]] | None:
+            relation = state.relation_named(name)
+            if relation is None:
+                return None
+            return plan_name(relation), relation_columns(relation)
+
+        return plan_query(query, resolve)
+
+
+@dataclass(frozen=True)
+class SourceItem:
+    """A source as DROP sees it: it takes its load generator's tables with it."""
+
+    id: str
+    full_name: str
+    schema_id: str
+    type: str = "source"
+
+
+def _shard_since(source: SourceImport) -> int:
+    return _shard_frontiers(source)[0]
+
+
+def _shard_frontiers(source: SourceImport) -> tuple[int, int]:
+    """(since, upper) of a storage input's shard; (0, 0) before it exists."""
+    shard = Shard(source.shard_id, *open_location(source.blob_uri, source.consensus_uri))
+    state = shard.state(missing_ok=True)
+    return (state.since, state.upper) if state is not None else (0, 0)
+
+
+def _is_since_error(error: LoupeError) -> bool:
+    return error.code == SqlState.INTERNAL_ERROR and "is not valid for all inputs" in error.message
+
+
+def _fed_later(
+    error: LoupeError, dataflow: DataflowDescription, inputs: Inputs, cluster: ClusterInfo
+) -> LoupeError:
+    """A replica's since error for an ``AS OF`` read whose inputs storage still has.
+
+    ``check_readable`` found every input readable at the as_of in storage, so
+    the replica refused it: a replica feeds each input once to all its
+    dataflows and keeps its history only from the earliest time they read
+    (the engine's shared source logs). Say which inputs, not the transient
+    index the replica names.
+    """
+    names = ", ".join(
+        plan_name(inputs.relations[s.id]) if s.id in inputs.relations else s.id
+        for s in dataflow.source_imports
+    )
+    return LoupeError(
+        error.code,
+        f"Timestamp ({dataflow.as_of}) is not valid for all inputs: cluster '{cluster.name}' "
+        f"reads {names or 'its inputs'} only from a later time on, for the dataflows it maintains",
+        detail=error.message,
+        hint=f"{error.hint} Or read on a cluster that maintains nothing over them (SET cluster).",
+    )
+
+
+def _is_serializable(session: Session, expression: exp.Expression) -> bool:
+    """Whether a read may use its inputs' latest complete time instead of the oracle's.
+
+    ``transaction_isolation = serializable``, unless the query asks what time
+    it is (``mz_now()``, ``now()``): that needs a timestamp before planning.
+    """
+    if session.get("transaction_isolation") != "serializable":
+        return False
+    return not any(
+        isinstance(node, exp.CurrentTimestamp)
+        or (isinstance(node, exp.Anonymous) and str(node.name).lower() == "mz_now")
+        for node in expression.walk()
+    )
+
+
+def plan_name(relation: Any) -> str:
+    """How EXPLAIN names a relation: ``database.schema.name``, builtins ``schema.name``."""
+    return getattr(relation, "full_name", None) or relation.qualified_name
+
+
+def explain_text(plan: mir.Relation, stage: str, node_ids: bool, name: str) -> str:
+    lowered = lower_to_lir(plan) if stage == "physical" else plan
+    return explain(lowered, node_ids=node_ids, name=name)
+
+
+def _default_index_name(qualified_name: str, columns: list[str]) -> str:
+    """Materialize's names: ``t_primary_idx`` for a default index, ``t_a_b_idx`` otherwise."""
+    base = qualified_name.split(".")[-1]
+    return f"{base}_{'_'.join(columns)}_idx" if columns else f"{base}_primary_idx"
+
+
+def _skipped(statement: Statement, name: str) -> StatementResult:
+    result = StatementResult(tag=statement.tag)
+    result.notices.append(Notice("NOTICE", f'relation "{name}" already exists, skipping'))
+    return result

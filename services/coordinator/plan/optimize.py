@@ -1,0 +1,161 @@
+"""Cheap MIR optimisations: predicate pushdown, then reading only the columns a plan uses.
+
+SQL reads whole tables and a planned query carries every column of every
+join input up to its SELECT list; arrangements (joins, reduces) then store
+columns nothing reads. ``prune`` walks the plan top-down with the set of
+columns each node's parent needs and narrows every node to those, as
+Materialize's projection pushdown does: a TPC-H join keeps the four
+lineitem columns it uses, not sixteen.
+
+Nodes whose meaning depends on whole rows (Distinct, Threshold, Reduce
+keys and aggregates) still read all of their inputs' columns they use.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import loupe.plan.mir as mir
+from loupe.coordinator.plan.pushdown import push_predicates
+from loupe.plan.scalar import Scalar, columns_of, remap
+
+
+def optimize(relation: mir.Relation) -> mir.Relation:
+    """``relation`` with its filters pushed down (``pushdown``) and narrowed to the columns it
+    uses; the same output columns, names included."""
+    pruned = prune(push_predicates(relation), range(relation.arity))
+    if pruned.columns == relation.columns:
+        return pruned
+    names = tuple(name for name, _ in relation.columns)
+    if isinstance(pruned, mir.Project):
+        return mir.Project(pruned.input, pruned.outputs, names)
+    return mir.Project(pruned, tuple(range(pruned.arity)), names)
+
+
+def prune(relation: mir.Relation, demand: Sequence[int] | set[int] | range) -> mir.Relation:
+    """A relation whose columns are exactly ``relation``'s columns ``sorted(demand)``."""
+    wanted = sorted(set(demand))
+    narrowed, kept = _prune(relation, set(wanted))
+    return _select(narrowed, kept, wanted)
+
+
+def _select(relation: mir.Relation, kept: list[int], wanted: list[int]) -> mir.Relation:
+    """``relation`` (holding the original columns ``kept``) projected onto ``wanted``."""
+    if kept == wanted:
+        return relation
+    position = {column: index for index, column in enumerate(kept)}
+    return _project(relation, tuple(position[c] for c in wanted))
+
+
+def _project(
+    relation: mir.Relation, outputs: tuple[int, ...], names: tuple[str, ...] | None = None
+) -> mir.Relation:
+    """``Project(relation, outputs)``, fused with a Project below, dropped when it is the identity.
+
+    Names matter only at the root (``optimize`` keeps those), so inner
+    renames go.
+    """
+    while isinstance(relation, mir.Project):
+        outputs = tuple(relation.outputs[i] for i in outputs)
+        relation = relation.input
+    if outputs == tuple(range(relation.arity)):
+        return relation
+    return mir.Project(relation, outputs, names)
+
+
+def _remapped(exprs: Sequence[Scalar], kept: list[int]) -> tuple[Scalar, ...]:
+    position = {column: index for index, column in enumerate(kept)}
+    return tuple(remap(e, position.__getitem__) for e in exprs)
+
+
+def _columns(exprs: Sequence[Scalar]) -> set[int]:
+    return set().union(*(columns_of(e) for e in exprs)) if exprs else set()
+
+
+def _prune(relation: mir.Relation, demand: set[int]) -> tuple[mir.Relation, list[int]]:
+    """``(narrowed, kept)``: the narrowed relation holds the original columns ``kept`` ⊇ demand."""
+    everything = list(range(relation.arity))
+    if isinstance(relation, mir.Get | mir.Constant):
+        return relation, everything
+    if isinstance(relation, mir.Project):
+        wanted = sorted(demand)
+        inner = prune(relation.input, {relation.outputs[i] for i in wanted})
+        below = sorted({relation.outputs[i] for i in wanted})
+        position = {column: index for index, column in enumerate(below)}
+        picked = tuple(position[relation.outputs[i]] for i in wanted)
+        return _project(inner, picked), wanted
+    if isinstance(relation, mir.Map):
+        return _prune_map(relation, demand)
+    if isinstance(relation, mir.Filter):
+        need = demand | _columns(relation.predicates)
+        inner, kept = _prune(relation.input, need)
+        return mir.Filter(inner, _remapped(relation.predicates, kept)), kept
+    if isinstance(relation, mir.Join):
+        return _prune_join(relation, demand)
+    if isinstance(relation, mir.Reduce):
+        need = _columns(relation.group_key) | _columns(
+            [a.expr for a in relation.aggregates if a.expr is not None]
+        )
+        inner = prune(relation.input, need)
+        kept = sorted(need)
+        aggregates = tuple(
+            mir.Aggregate(
+                a.func, None if a.expr is None else _remapped([a.expr], kept)[0], a.distinct
+            )
+            for a in relation.aggregates
+        )
+        group_key = _remapped(relation.group_key, kept)
+        return mir.Reduce(inner, group_key, aggregates, relation.names), everything
+    if isinstance(relation, mir.TopK):
+        need = demand | {k.column for k in relation.order} | set(relation.group_key)
+        inner, kept = _prune(relation.input, need)
+        position = {column: index for index, column in enumerate(kept)}
+        order = tuple(
+            mir.OrderKey(position[k.column], k.desc, k.nulls_last) for k in relation.order
+        )
+        top_group = tuple(position[c] for c in relation.group_key)
+        return mir.TopK(inner, order, relation.limit, relation.offset, top_group), kept
+    if isinstance(relation, mir.Negate):
+        inner, kept = _prune(relation.input, demand)
+        return mir.Negate(inner), kept
+    if isinstance(relation, mir.Union):
+        wanted = sorted(demand)
+        return mir.Union(tuple(prune(i, wanted) for i in relation.inputs)), wanted
+    if isinstance(relation, mir.Distinct | mir.Threshold):  # whole rows matter
+        inner = prune(relation.input, everything)
+        return type(relation)(inner), everything
+    raise TypeError(f"unknown MIR node {type(relation).__name__}")
+
+
+def _prune_map(relation: mir.Map, demand: set[int]) -> tuple[mir.Relation, list[int]]:
+    """Drop unused map expressions (keeping those later ones read) and unused input columns."""
+    arity = relation.input.arity
+    needed = {c - arity for c in demand if c >= arity}
+    for index in sorted(needed, reverse=True):  # an expression may read earlier ones
+        needed |= {c - arity for c in columns_of(relation.scalars[index]) if c >= arity}
+    kept_scalars = sorted(needed)
+    need = {c for c in demand if c < arity}
+    need |= {c for j in kept_scalars for c in columns_of(relation.scalars[j]) if c < arity}
+    inner, kept = _prune(relation.input, need)
+    layout = kept + [arity + j for j in kept_scalars]
+    position = {column: index for index, column in enumerate(layout)}
+    scalars = tuple(remap(relation.scalars[j], position.__getitem__) for j in kept_scalars)
+    names = tuple(relation.names[j] for j in kept_scalars)
+    if not scalars:
+        return inner, kept
+    return mir.Map(inner, scalars, names), layout
+
+
+def _prune_join(relation: mir.Join, demand: set[int]) -> tuple[mir.Relation, list[int]]:
+    """Each input narrowed to what the parent and the equivalences read."""
+    need = demand | _columns([e for cls in relation.equivalences for e in cls])
+    inputs: list[mir.Relation] = []
+    kept: list[int] = []
+    start = 0
+    for child in relation.inputs:
+        local = {c - start for c in need if start <= c < start + child.arity}
+        inputs.append(prune(child, local))
+        kept.extend(start + c for c in sorted(local))
+        start += child.arity
+    equivalences = tuple(_remapped(cls, kept) for cls in relation.equivalences)
+    return mir.Join(tuple(inputs), equivalences), kept

@@ -1,0 +1,631 @@
+"""SQL expressions (sqlglot) to MIR scalars over a scope, typed and checked against the registry.
+
+Every function call must be in ``loupe.plan.functions`` (the engine
+implements exactly those); literals are typed as PostgreSQL types them
+(quoted literals by their context) and constant casts and date arithmetic
+are folded while planning (``values``). ``now()``, ``current_timestamp``
+and ``mz_now()`` fold to the query's time in one-off SELECTs and are
+refused (``TemporalError``) where no such time exists, as in views.
+"""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from decimal import Decimal
+from typing import Any
+
+from sqlglot import exp
+
+import loupe.plan.mir as mir
+from loupe.common.errors import LoupeError, SqlState
+from loupe.coordinator.plan.scope import Scope
+from loupe.coordinator.plan.values import MonthInterval, add_interval, fold_cast, parse_interval
+from loupe.plan import functions
+from loupe.plan.scalar import Call, Case, Cast, Column, Literal, Scalar, scalar_type
+
+GROUPING_ERROR = SqlState.GROUPING_ERROR
+UNDEFINED_FUNCTION = "42883"
+COMPARISONS = {"eq", "neq", "lt", "lte", "gt", "gte", "between"}
+
+_BINARY: dict[type[exp.Expression], str] = {
+    exp.EQ: "eq",
+    exp.NEQ: "neq",
+    exp.LT: "lt",
+    exp.LTE: "lte",
+    exp.GT: "gt",
+    exp.GTE: "gte",
+    exp.And: "and",
+    exp.Or: "or",
+    exp.Add: "add",
+    exp.Sub: "sub",
+    exp.Mul: "mul",
+    exp.Div: "div",
+    exp.Mod: "mod",
+    exp.Like: "like",
+    exp.ILike: "ilike",
+    exp.DPipe: "concat",
+}
+AGGREGATES: dict[type, str] = {
+    exp.Count: "count",
+    exp.Sum: "sum",
+    exp.Min: "min",
+    exp.Max: "max",
+    exp.Avg: "avg",
+    # bool_and and bool_or are min and max over booleans (false < true; NULLs skipped).
+    exp.LogicalAnd: "min",
+    exp.LogicalOr: "max",
+}
+# sqlglot node -> (registry name, the node's argument keys in PostgreSQL's order).
+_FUNCTION_ARGS: dict[type[exp.Expression], tuple[str, tuple[str, ...]]] = {
+    exp.Substring: ("substr", ("this", "start", "length")),
+    exp.StrPosition: ("strpos", ("this", "substr")),
+    exp.Left: ("left", ("this", "expression")),
+    exp.Right: ("right", ("this", "expression")),
+    exp.SplitPart: ("split_part", ("this", "delimiter", "part_index")),
+    exp.Replace: ("replace", ("this", "expression", "replacement")),
+    exp.StartsWith: ("starts_with", ("this", "expression")),
+    exp.Round: ("round", ("this", "decimals")),
+    exp.Pow: ("power", ("this", "expression")),
+    exp.Length: ("length", ("this",)),
+    exp.Nullif: ("nullif", ("this", "expression")),
+    exp.Coalesce: ("coalesce", ("this", "expressions")),
+    exp.Greatest: ("greatest", ("this", "expressions")),
+    exp.Least: ("least", ("this", "expressions")),
+    exp.Concat: ("concat_variadic", ("expressions",)),
+    exp.ConcatWs: ("concat_ws", ("expressions",)),
+}
+_TYPES: dict[Any, str] = {  # sqlglot DataType.Type -> PostgreSQL type
+    exp.DataType.Type.SMALLINT: "int2",
+    exp.DataType.Type.INT: "int4",
+    exp.DataType.Type.BIGINT: "int8",
+    exp.DataType.Type.DECIMAL: "numeric",
+    exp.DataType.Type.FLOAT: "float4",
+    exp.DataType.Type.DOUBLE: "float8",
+    exp.DataType.Type.TEXT: "text",
+    exp.DataType.Type.VARCHAR: "text",
+    exp.DataType.Type.CHAR: "text",
+    exp.DataType.Type.BOOLEAN: "bool",
+    exp.DataType.Type.DATE: "date",
+    exp.DataType.Type.TIMESTAMP: "timestamp",
+    exp.DataType.Type.TIMESTAMPTZ: "timestamptz",
+    exp.DataType.Type.INTERVAL: "interval",
+    exp.DataType.Type.JSONB: "jsonb",
+    exp.DataType.Type.UBIGINT: "uint8",
+}
+_USER_TYPES = {"uint8": "uint8"}
+TEMPORAL_FUNCTIONS = ("now", "current_timestamp", "mz_now", "current_date")
+
+
+def unsupported(what: str) -> LoupeError:
+    """The 0A000 error for a construct the planner does not support."""
+    return LoupeError(SqlState.FEATURE_NOT_SUPPORTED, f"{what} not yet supported")
+
+
+class TemporalError(LoupeError):
+    """``now()``/``mz_now()`` where the plan must hold at every time (views, indexes)."""
+
+    def __init__(self, function: str) -> None:
+        super().__init__(
+            SqlState.FEATURE_NOT_SUPPORTED,
+            f"{function}() is not allowed in a view, index or materialized view: "
+            "its value changes with time",
+        )
+        self.function = function
+
+
+class CorrelatedReference(LoupeError):
+    """A subquery refers to a column of the enclosing query where Loupe cannot decorrelate it."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(
+            SqlState.FEATURE_NOT_SUPPORTED,
+            f'correlated reference to "{name}" not yet supported '
+            "(only equalities in the subquery's WHERE)",
+        )
+
+
+@dataclass
+class Context:
+    """What expression lowering needs from the query being planned."""
+
+    # The enclosing query's scope, when planning a subquery.
+    outer: Scope | None = None
+    # Milliseconds since the epoch for now()/mz_now(); None where they are refused.
+    query_time: int | None = None
+    # id() of a scalar subquery node -> the hidden column holding its value.
+    subquery_columns: dict[int, int] = field(default_factory=dict)
+    # The temporal functions folded into literals; one list shared with subqueries' contexts.
+    folded: list[str] = field(default_factory=list)
+
+    @property
+    def temporal(self) -> bool:
+        """Whether the plan holds the query time (now() or mz_now() was folded)."""
+        return bool(self.folded)
+
+    # Scopes further out than ``outer`` (a subquery's subquery may name them).
+    farther: tuple[Scope, ...] = ()
+
+    def child(self, outer: Scope | None) -> Context:
+        """The context of a subquery whose enclosing query's scope is ``outer``."""
+        farther = tuple(s for s in (self.outer, *self.farther) if s is not None)
+        return Context(outer=outer, query_time=self.query_time, folded=self.folded, farther=farther)
+
+    def encloses(self, table: str | None, name: str) -> bool:
+        """Whether an enclosing query (however far out) has the column."""
+        scopes = [s for s in (self.outer, *self.farther) if s is not None]
+        return any(scope.has(table, name) for scope in scopes)
+
+    def temporal_literal(self, function: str) -> Literal:
+        """The value of ``function`` at the query time."""
+        if self.query_time is None:
+            raise TemporalError(function)
+        self.folded.append(function)
+        if function == "mz_now":
+            return Literal(self.query_time, "uint8")
+        moment = datetime.datetime.fromtimestamp(self.query_time / 1000, tz=datetime.UTC)
+        if function == "current_date":
+            return Literal(moment.date(), "date")
+        return Literal(moment, "timestamptz")
+
+
+class Grouping:
+    """Lowers expressions above a Reduce: group keys and aggregates become its output columns."""
+
+    def __init__(self, keys: tuple[Scalar, ...], below: Scalars) -> None:
+        self.keys = keys
+        self.below = below
+        self.aggregates: list[mir.Aggregate] = []
+        # Types of the columns joined after the Reduce's (scalar subqueries in HAVING).
+        self.hidden: tuple[str, ...] = ()
+
+    @property
+    def types(self) -> tuple[str, ...]:
+        """The Reduce's output types so far, then the hidden columns'."""
+        below = self.below.types
+        keys = tuple(scalar_type(k, below) for k in self.keys)
+        return keys + tuple(a.result_type(below) for a in self.aggregates) + self.hidden
+
+    def aggregate(self, node: exp.Expression) -> Column:
+        """The output column of the aggregate call ``node``, adding it if new."""
+        aggregate = self._lower_aggregate(node)
+        if aggregate not in self.aggregates:
+            # Columns after the aggregates would move: all must be known first.
+            assert not self.hidden, "aggregate found after the Reduce was built"
+            self.aggregates.append(aggregate)
+        return Column(len(self.keys) + self.aggregates.index(aggregate))
+
+    def _lower_aggregate(self, node: exp.Expression) -> mir.Aggregate:
+        condition = None
+        if isinstance(node, exp.Filter):  # agg(x) FILTER (WHERE c) is agg(CASE WHEN c THEN x END)
+            condition = self.below.lower(node.expression.this)
+            node = node.this
+        func = AGGREGATES.get(type(node))
+        if func is None:
+            name = node.sql_name() if isinstance(node, exp.Func) else node.key
+            raise unsupported(f"aggregate function {name.lower()}")
+        arg = node.this
+        if any(isinstance(n, exp.AggFunc) for n in arg.walk()):
+            raise LoupeError(GROUPING_ERROR, "aggregate function calls cannot be nested")
+        distinct = isinstance(arg, exp.Distinct)
+        if distinct:
+            arg = arg.expressions[0]
+        if isinstance(arg, exp.Star):
+            if condition is None:
+                return mir.Aggregate("count", None)
+            return mir.Aggregate(
+                "count", Case(((condition, Literal(True, "bool")),), _null("bool"))
+            )
+        expr = self.below.lower(arg)
+        if condition is not None:
+            expr = Case(((condition, expr),), _null(self.below.type_of(expr)))
+        return mir.Aggregate(func, expr, distinct=distinct)
+
+
+class Scalars:
+    """Lowers sqlglot expressions to MIR scalars over a scope (above a Reduce if ``grouping``)."""
+
+    def __init__(self, context: Context, scope: Scope, grouping: Grouping | None = None) -> None:
+        self.context = context
+        self.scope = scope
+        self.grouping = grouping
+
+    @property
+    def types(self) -> tuple[str, ...]:
+        return self.grouping.types if self.grouping is not None else self.scope.types
+
+    def type_of(self, scalar: Scalar) -> str:
+        return scalar_type(scalar, self.types)
+
+    def lower(self, node: exp.Expression) -> Scalar:
+        """The scalar of ``node``; refuses month intervals left unfolded."""
+        scalar = self._lower(node)
+        if _has_month_interval(scalar):
+            raise unsupported("intervals with months or years outside date/time constants")
+        return scalar
+
+    def _lower(self, node: exp.Expression) -> Scalar:
+        if self.grouping is not None:
+            grouped = self._grouped(node, self.grouping)
+            if grouped is not None:
+                return grouped
+        elif isinstance(node, exp.AggFunc | exp.Filter):
+            raise LoupeError(GROUPING_ERROR, "aggregate functions are not allowed here")
+        return self._structural(node)
+
+    def _grouped(self, node: exp.Expression, grouping: Grouping) -> Scalar | None:
+        if isinstance(node, exp.AggFunc) or (
+            isinstance(node, exp.Filter) and isinstance(node.this, exp.AggFunc)
+        ):
+            return grouping.aggregate(node)
+        if node.find(exp.AggFunc) is None and node.find(exp.Subquery, exp.Exists) is None:
+            below = grouping.below.lower(node)
+            if below in grouping.keys:
+                return Column(grouping.keys.index(below))
+            if isinstance(node, exp.Column):
+                raise LoupeError(
+                    GROUPING_ERROR,
+                    f'column "{node.sql(dialect="postgres")}" must appear in the GROUP BY '
+                    "clause or be used in an aggregate function",
+                )
+            if not any(isinstance(n, exp.Column) for n in node.walk()):
+                return below  # a constant
+        return None
+
+    def _structural(self, node: exp.Expression) -> Scalar:
+        if isinstance(node, exp.Paren):
+            return self._lower(node.this)
+        if isinstance(node, exp.Column):
+            return self._column(node)
+        if isinstance(node, exp.Literal | exp.Boolean | exp.Null):
+            return literal(node)
+        if isinstance(node, exp.Interval):
+            return self._interval(node)
+        if isinstance(node, exp.Escape) and isinstance(node.this, exp.Like | exp.ILike):
+            like = node.this
+            args = self._args(like.this, like.expression, node.expression)
+            matched = self.call(_BINARY[type(like)], args)
+            return self.call("not", [matched]) if like.args.get("negate") else matched
+        if isinstance(node, exp.Like | exp.ILike) and node.args.get("negate"):
+            return self.call(
+                "not", [self.call(_BINARY[type(node)], self._args(node.this, node.expression))]
+            )
+        if type(node) in _BINARY:
+            return self.call(_BINARY[type(node)], self._args(node.this, node.expression))
+        if isinstance(node, exp.Not):
+            return self._not(node.this)
+        if isinstance(node, exp.Neg):
+            return self._negate(self._lower(node.this))
+        if isinstance(node, exp.Is):
+            return self._is(node)
+        if isinstance(node, exp.NullSafeEQ | exp.NullSafeNEQ):
+            return self._not_distinct(node)
+        if isinstance(node, exp.Between):
+            return self.call("between", self._args(node.this, node.args["low"], node.args["high"]))
+        if isinstance(node, exp.In):
+            return self._in_list(node)
+        if isinstance(node, exp.Cast):
+            return self._cast(node)
+        if isinstance(node, exp.Case):
+            return self._case(node)
+        if isinstance(node, exp.Subquery):
+            return self._subquery(node)
+        return self._function(node)
+
+    def _args(self, *nodes: exp.Expression) -> list[Scalar]:
+        return [self._lower(n) for n in nodes]
+
+    def _column(self, node: exp.Column) -> Scalar:
+        table = node.table or None
+        try:
+            return Column(self.scope.lookup(table, node.name))
+        except LoupeError as error:
+            missing = error.code in (SqlState.UNDEFINED_COLUMN, SqlState.UNDEFINED_TABLE)
+            if missing and self.context.encloses(table, node.name):
+                raise CorrelatedReference(node.sql(dialect="postgres")) from error
+            raise
+
+    def _interval(self, node: exp.Interval) -> Literal:
+        text = node.this
+        unit = node.args.get("unit")
+        if not isinstance(text, exp.Literal):
+            raise unsupported("non-constant INTERVAL")
+        unit_name = None
+        if unit is not None:
+            unit_name = unit.name if isinstance(unit, exp.Var) else unit.key
+        return Literal(parse_interval(str(text.this), unit_name), "interval")
+
+    def _not(self, operand: exp.Expression) -> Scalar:
+        if isinstance(operand, exp.Is) and isinstance(operand.expression, exp.Null):
+            return self.call("is_not_null", [self._lower(operand.this)])
+        if isinstance(operand, exp.Paren):
+            return self._not(operand.this)
+        return self.call("not", [self._lower(operand)])
+
+    def _negate(self, operand: Scalar) -> Scalar:
+        if isinstance(operand, Literal) and isinstance(operand.value, int | float | Decimal):
+            return Literal(-operand.value, operand.type)
+        return self.call("neg", [operand])
+
+    def _is(self, node: exp.Is) -> Scalar:
+        operand = self._lower(node.this)
+        target = node.expression
+        negated = bool(node.args.get("negate"))
+        if isinstance(target, exp.Null):
+            return self.call("is_not_null" if negated else "is_null", [operand])
+        if not isinstance(target, exp.Boolean):
+            raise unsupported(f"IS {target.sql(dialect='postgres')}")
+        # IS TRUE / IS FALSE are never NULL.
+        value = operand if target.this else self.call("not", [operand])
+        holds = self.call("coalesce", [value, Literal(False, "bool")])
+        return self.call("not", [holds]) if negated else holds
+
+    def _not_distinct(self, node: exp.Expression) -> Scalar:
+        """``a IS NOT DISTINCT FROM b``: equal, or both NULL; never NULL itself."""
+        left, right = self._args(node.this, node.expression)
+        equal = self.call("coalesce", [self.call("eq", [left, right]), Literal(False, "bool")])
+        both_null = self.call("and", [self.call("is_null", [left]), self.call("is_null", [right])])
+        same = self.call("or", [equal, both_null])
+        return same if isinstance(node, exp.NullSafeEQ) else self.call("not", [same])
+
+    def _in_list(self, node: exp.In) -> Scalar:
+        if node.args.get("query") is not None:
+            return self._subquery(node)
+        if node.args.get("unnest") or node.args.get("field"):
+            raise unsupported("IN over this kind of list")
+        subject = self._lower(node.this)
+        tests = [self.call("eq", [subject, self._lower(item)]) for item in node.expressions]
+        return tests[0] if len(tests) == 1 else self.call("or", tests)
+
+    def _cast(self, node: exp.Cast) -> Scalar:
+        to = cast_type(node.to)
+        operand = self._lower(node.this)
+        if isinstance(operand, Literal):
+            try:
+                return Literal(fold_cast(operand.value, operand.type, to), to)
+            except ValueError:
+                pass
+        if self.type_of(operand) == to:
+            return operand
+        return Cast(operand, to)
+
+    def _case(self, node: exp.Case) -> Scalar:
+        subject = node.this
+        whens = []
+        for when in node.args.get("ifs") or []:
+            condition = when.this if subject is None else exp.EQ(this=subject, expression=when.this)
+            whens.append((self._lower(condition), self._lower(when.args["true"])))
+        default = node.args.get("default")
+        if default is not None:
+            return Case(tuple(whens), self._lower(default))
+        result_type = next(
+            (t for t in (self.type_of(r) for _, r in whens) if t != "unknown"), "unknown"
+        )
+        return Case(tuple(whens), _null(result_type))
+
+    def _subquery(self, node: exp.Expression) -> Scalar:
+        """The hidden column the planner joined a subquery's value into."""
+        position = self.context.subquery_columns.get(id(node))
+        if position is None:
+            raise unsupported("a subquery in this position")
+        return Column(position)
+
+    def _function(self, node: exp.Expression) -> Scalar:
+        if isinstance(node, exp.AggFunc):
+            raise LoupeError(GROUPING_ERROR, "aggregate functions are not allowed here")
+        if isinstance(node, exp.Exists):
+            return self._subquery(node)
+        if isinstance(node, exp.Window):
+            raise unsupported("window functions")
+        if isinstance(node, exp.CurrentTimestamp):
+            return self.context.temporal_literal("now")
+        if isinstance(node, exp.CurrentDate):
+            return self.context.temporal_literal("current_date")
+        if isinstance(node, exp.Anonymous):
+            name = str(node.name).lower()
+            if name in TEMPORAL_FUNCTIONS and not node.expressions:
+                return self.context.temporal_literal(name)
+            return self.call(name, self._args(*node.expressions))
+        if isinstance(node, exp.Trim):
+            position = str(node.args.get("position") or "").upper()
+            name = {"LEADING": "ltrim", "TRAILING": "rtrim"}.get(position, "trim")
+            return self.call(name, self._args(*_present(node, ("this", "expression"))))
+        if isinstance(node, exp.Pad):
+            name = "lpad" if node.args.get("is_left") else "rpad"
+            return self.call(
+                name, self._args(*_present(node, ("this", "expression", "fill_pattern")))
+            )
+        if isinstance(node, exp.TimestampTrunc | exp.DateTrunc):
+            unit = Literal(_unit_name(node.args["unit"]), "text")
+            return self.call("date_trunc", [unit, self._lower(node.this)])
+        if isinstance(node, exp.Extract):
+            field_name = Literal(_unit_name(node.this), "text")
+            return self.call("extract", [field_name, self._lower(node.expression)])
+        if type(node) in _FUNCTION_ARGS:
+            name, keys = _FUNCTION_ARGS[type(node)]
+            return self.call(name, self._args(*_present(node, keys)))
+        if isinstance(node, exp.Func):
+            keys = tuple(node.arg_types)
+            args = _present(node, keys)
+            if any(not isinstance(a, exp.Expression) for a in args):
+                raise unsupported(f"function {node.sql_name().lower()}")
+            return self.call(node.sql_name().lower(), self._args(*args))
+        raise unsupported(describe(node))
+
+    # Calls
+
+    def call(self, name: str, args: Sequence[Scalar]) -> Scalar:
+        """``name(args)`` checked against the registry, its literals typed, constants folded."""
+        function = functions.lookup(name)
+        if function is None or name in TEMPORAL_FUNCTIONS:
+            raise LoupeError(UNDEFINED_FUNCTION, f"function {name} does not exist")
+        if not function.accepts(len(args)):
+            raise LoupeError(
+                UNDEFINED_FUNCTION, f"function {name} does not take {len(args)} arguments"
+            )
+        args = self._coerce(function.name, list(args))
+        return _fold_date_arithmetic(function.name, args) or Call(function.name, tuple(args))
+
+    def _coerce(self, name: str, args: list[Scalar]) -> list[Scalar]:
+        """Quoted literals and NULLs take the type of the call's other arguments, as in PostgreSQL."""
+        if name not in functions.COERCING:
+            return args
+        types = [self.type_of(a) for a in args]
+        context = next((t for t in types if t not in ("text", "unknown")), None)
+        if context is None:
+            return args
+        coerced = [_typed_like(a, t, context) for a, t in zip(args, types, strict=True)]
+        if name in COMPARISONS:
+            return self._compare_dates(coerced)
+        return coerced
+
+    def _compare_dates(self, args: list[Scalar]) -> list[Scalar]:
+        """Dates and times compared with one another, as PostgreSQL promotes them.
+
+        date < timestamp < timestamptz (UTC here): the others are cast to the
+        widest, except constants that convert exactly (a midnight timestamp
+        compared with a date column becomes a date, so the column is not cast
+        on every row).
+        """
+        types = [self.type_of(a) for a in args]
+        present = [t for t in _TIME_RANK if t in types]
+        if len(present) < 2:
+            return args
+        narrowest = present[0]
+        exact = [_narrowed(a, t, narrowest) for a, t in zip(args, types, strict=True)]
+        if all(a is not None for a in exact):
+            return [a for a in exact if a is not None]
+        widest = present[-1]
+        return [Cast(a, widest) if t != widest else a for a, t in zip(args, types, strict=True)]
+
+
+_TIME_RANK = ("date", "timestamp", "timestamptz")
+
+
+def _narrowed(arg: Scalar, type_: str, target: str) -> Scalar | None:
+    """``arg`` as a ``target`` value when that is exact: the column itself, or a constant."""
+    if type_ == target:
+        return arg
+    if not isinstance(arg, Literal) or not isinstance(arg.value, datetime.datetime):
+        return None
+    value = arg.value
+    if type_ == "timestamptz":
+        value = value.astimezone(datetime.UTC).replace(tzinfo=None)
+    if target == "timestamp":
+        return Literal(value, "timestamp")
+    if target == "date" and value.time() == datetime.time():
+        return Literal(value.date(), "date")
+    return None
+
+
+def _typed_like(arg: Scalar, type_: str, context: str) -> Scalar:
+    if not isinstance(arg, Literal):
+        return arg
+    if arg.value is None:
+        return Literal(None, context)
+    if type_ != "text" or not isinstance(arg.value, str):
+        return arg
+    try:
+        return Literal(fold_cast(arg.value, "text", context), context)
+    except ValueError:
+        return arg
+
+
+def _fold_date_arithmetic(name: str, args: Sequence[Scalar]) -> Literal | None:
+    """``DATE '…' ± INTERVAL '…'`` (and ``± n`` days) as one constant, as PostgreSQL types it."""
+    if name not in ("add", "sub") or not all(isinstance(a, Literal) for a in args):
+        return None
+    left, right = args
+    assert isinstance(left, Literal)
+    assert isinstance(right, Literal)
+    if name == "add" and isinstance(left.value, datetime.timedelta | MonthInterval):
+        left, right = right, left
+    sign = 1 if name == "add" else -1
+    start, amount = left.value, right.value
+    if not isinstance(start, datetime.date) or start is None or amount is None:
+        return None
+    if isinstance(amount, datetime.timedelta | MonthInterval):
+        moment = add_interval(start, amount, sign)
+        return Literal(moment, "timestamp" if left.type == "date" else left.type)
+    if left.type == "date" and isinstance(amount, int) and not isinstance(amount, bool):
+        return Literal(start + datetime.timedelta(days=sign * amount), "date")
+    return None
+
+
+def _has_month_interval(scalar: Scalar) -> bool:
+    if isinstance(scalar, Literal):
+        return isinstance(scalar.value, MonthInterval)
+    if isinstance(scalar, Call):
+        return any(_has_month_interval(a) for a in scalar.args)
+    if isinstance(scalar, Cast):
+        return _has_month_interval(scalar.expr)
+    if isinstance(scalar, Case):
+        parts = [e for pair in scalar.whens for e in pair] + [scalar.otherwise]
+        return any(_has_month_interval(p) for p in parts)
+    return False
+
+
+def _present(node: exp.Expression, keys: Sequence[str]) -> list[exp.Expression]:
+    """The node's arguments under ``keys``, in order, lists flattened, absent ones skipped."""
+    args: list[exp.Expression] = []
+    for key in keys:
+        value = node.args.get(key)
+        if isinstance(value, list):
+            args.extend(value)
+        elif value is not None:
+            args.append(value)
+    return args
+
+
+def _unit_name(unit: exp.Expression) -> str:
+    if isinstance(unit, exp.Literal | exp.Var):
+        return str(unit.name).lower()
+    return unit.key.lower()
+
+
+def _null(type_: str) -> Literal:
+    return Literal(None, type_)
+
+
+def literal(node: exp.Expression) -> Literal:
+    """A SQL literal: integers as int4 (int8, numeric when larger), decimals as numeric."""
+    if isinstance(node, exp.Null):
+        return Literal(None, "unknown")
+    if isinstance(node, exp.Boolean):
+        return Literal(bool(node.this), "bool")
+    assert isinstance(node, exp.Literal)
+    if node.is_string:
+        return Literal(node.this, "text")
+    text = str(node.this)
+    if text.isdigit():
+        value = int(text)
+        if value < 2**31:
+            return Literal(value, "int4")
+        if value < 2**63:
+            return Literal(value, "int8")
+    return Literal(Decimal(text), "numeric")
+
+
+def cast_type(to: exp.DataType) -> str:
+    """The PostgreSQL type name a cast targets; 0A000 for types Loupe does not have."""
+    if to.this == exp.DataType.Type.USERDEFINED:
+        name = to.sql(dialect="postgres").lower()
+        if name in _USER_TYPES:
+            return _USER_TYPES[name]
+    elif to.this in _TYPES:
+        return _TYPES[to.this]
+    raise unsupported(f"type {to.sql(dialect='postgres').lower()}")
+
+
+def describe(node: exp.Expression) -> str:
+    """How an error message names a construct."""
+    names = {
+        exp.Subquery: "subqueries in expressions",
+        exp.In: "IN",
+        exp.Exists: "EXISTS",
+        exp.Window: "window functions",
+    }
+    return names.get(
+        type(node), node.sql_name().upper() if isinstance(node, exp.Func) else node.key.upper()
+    )
