@@ -11,7 +11,6 @@ import uuid
 from collections import Counter
 from typing import Any
 
-import nats.js.errors
 import pytest
 from prometheus_client import REGISTRY
 
@@ -100,9 +99,14 @@ async def stream(nats_connection):
     await nats_connection.jetstream().delete_stream(stream.name)
 
 
-def _logger(nc: Any, stream: Stream, config: dict[str, str], owner: str) -> Any:
+def _logger(nc: Any, stream: Stream, config: dict[str, str], owner: str, **kwargs: Any) -> Any:
     return stmtlog.StatementLogger(
-        nc, lambda: config, owner=owner, subject=stream.subject, cluster_id=lambda _: "u1"
+        nc,
+        lambda: config,
+        owner=owner,
+        subject=stream.subject,
+        cluster_id=lambda _: "u1",
+        **kwargs,
     )
 
 
@@ -233,3 +237,117 @@ async def test_only_executions_still_running_are_remembered(nats_connection, str
 
 async def _open_keys(nc: Any, owner: str) -> list[str]:
     return await stmtlog.open_execution_keys(nc, owner)
+
+
+def test_the_token_bucket_starts_full_refills_at_its_rate_and_caps_at_its_credit():
+    now = [0.0]
+    bucket = stmtlog.TokenBucket(lambda: now[0])
+    assert bucket.take(100, rate=10, credit=100)
+    assert not bucket.take(1, rate=10, credit=100)  # spent
+    now[0] = 5.0
+    assert bucket.take(50, rate=10, credit=100)  # 5 s at 10 B/s
+    assert not bucket.take(1, rate=10, credit=100)
+    now[0] = 1000.0
+    assert not bucket.take(101, rate=10, credit=100)  # never more than the credit
+    assert bucket.take(100, rate=10, credit=100)
+
+
+async def test_throttled_executions_are_counted_into_the_next_logged_statement(
+    nats_connection, stream
+):
+    owner = f"c-{uuid.uuid4().hex[:6]}"
+    # The credit holds one execution of this text and nothing refills it.
+    sql = "SELECT 1"
+    one = stmtlog.estimated_size(sql, new_session=True)[1]
+    config = {
+        "statement_logging_max_sample_rate": "1",
+        "statement_logging_target_data_rate": "0",
+        "statement_logging_max_data_credit": str(one),
+    }
+    now = [0.0]
+    logger = _logger(nats_connection, stream, config, owner, clock=lambda: now[0])
+    await logger.start()
+    try:
+        session = _session("1")
+        before = (
+            REGISTRY.get_sample_value("loupe_statement_logging_throttled_executions_total") or 0.0
+        )
+        first = logger.begin(session, sql, "select")
+        assert first is not None
+        assert [logger.begin(session, sql, "select") for _ in range(3)] == [None] * 3
+        after = REGISTRY.get_sample_value("loupe_statement_logging_throttled_executions_total")
+        assert after == before + 3
+        # Credit again: the next logged prepared statement carries the three dropped.
+        config["statement_logging_max_data_credit"] = str(100 * one)
+        config["statement_logging_target_data_rate"] = str(one)
+        now[0] = 1.0
+        second = logger.begin(session, sql, "select")
+        assert second is not None
+        await logger.drain()
+        prepared = [
+            row
+            for collection, row, diff in await stream.updates()
+            if collection == MZ_PREPARED_STATEMENT_HISTORY.id and diff > 0
+        ]
+        assert [(row[0], row[-1]) for row in prepared] == [
+            (first.prepared_statement_id, 0),
+            (second.prepared_statement_id, 3),
+        ]
+    finally:
+        await logger.stop()
+
+
+async def test_a_throttled_first_execution_does_not_hide_its_session(nats_connection, stream):
+    owner = f"c-{uuid.uuid4().hex[:6]}"
+    config = {
+        "statement_logging_max_sample_rate": "1",
+        "statement_logging_target_data_rate": "0",
+        "statement_logging_max_data_credit": "0",
+    }
+    now = [0.0]
+    logger = _logger(nats_connection, stream, config, owner, clock=lambda: now[0])
+    await logger.start()
+    try:
+        session = _session("1")
+        assert logger.begin(session, "SELECT 1", "select") is None  # throttled
+        config["statement_logging_max_data_credit"] = str(2**20)
+        config["statement_logging_target_data_rate"] = str(2**20)
+        now[0] = 1.0
+        execution = logger.begin(session, "SELECT 1", "select")
+        assert execution is not None
+        await logger.drain()
+        updates = await stream.updates()
+        sessions = [row for c, row, _ in updates if c == MZ_SESSION_HISTORY.id]
+        assert [row[0] for row in sessions] == [session.id]
+        prepared = [row for c, row, _ in updates if c == MZ_PREPARED_STATEMENT_HISTORY.id]
+        assert [row[-1] for row in prepared] == [1]
+    finally:
+        await logger.stop()
+
+
+async def test_the_dry_run_counts_what_every_rate_would_log(nats_connection, stream):
+    owner = f"c-{uuid.uuid4().hex[:6]}"
+    config = {"statement_logging_max_sample_rate": "1"}
+    logger = _logger(nats_connection, stream, config, owner)
+    await logger.start()
+
+    def sample(name: str, label: str) -> float:
+        return REGISTRY.get_sample_value(f"{name}_total", {"sample": label}) or 0.0
+
+    try:
+        names = ("loupe_statement_logging_records", "loupe_statement_logging_bytes")
+        before = {(n, s): sample(n, s) for n in names for s in ("sampled", "unsampled")}
+        sql = "SELECT 'some text'"
+        records, size = stmtlog.estimated_size(sql, new_session=True)
+        again = stmtlog.estimated_size(sql, new_session=False)
+        assert logger.begin(_session("0"), sql, "select") is None  # not sampled: counted
+        logged = logger.begin(_session("1"), sql, "select")
+        assert logged is not None
+        assert logger.begin(_session("0"), sql, "select") is None
+        assert sample(names[0], "unsampled") - before[(names[0], "unsampled")] == 2 * records
+        assert sample(names[1], "unsampled") - before[(names[1], "unsampled")] == 2 * size
+        assert sample(names[0], "sampled") - before[(names[0], "sampled")] == records
+        assert sample(names[1], "sampled") - before[(names[1], "sampled")] == size
+        assert again[0] == records - 1  # the session row only once per session
+    finally:
+        await logger.stop()
