@@ -34,6 +34,13 @@ Materialize's design (seed 000) with what it learned shipping it (DESIGN §7):
   (key ``<coordinator>.<execution id>``) until it finishes. A coordinator
   that starts again finds its previous incarnation's open executions there
   and replaces each by an ``aborted`` row.
+- A logged session is remembered in another bucket (``LIVE_SESSIONS_BUCKET``,
+  key ``<coordinator>.<session id>``) until it closes, or until its
+  coordinator starts again (a dead coordinator's sessions are dead): the
+  storage writer's retention collects a session's rows and prepared
+  statements only once it is not there (``compaction``). Its key is purged
+  after the session's last batch is published, so the writer, waiting for
+  the stream's backlog after listing the bucket, never misses a reference.
 
 The coordinator calls ``begin`` and ``end`` around each statement; the
 compute path says which strategy it took and when it planned with
@@ -70,6 +77,7 @@ from loupe.builtins import (
 )
 from loupe.catalog.system_vars import system_value
 from loupe.common.logging import get_logger
+from loupe.controller.storage.compaction import LIVE_SESSIONS_BUCKET, LIVE_SESSIONS_STREAM
 from loupe.controller.storage.wire import Update, encode_batch
 from loupe.coordinator.session import Session
 from loupe.coordinator.sql.parser import LoupeDialect
@@ -268,15 +276,18 @@ class StatementLogger:
         self._boot = uuid.uuid4().hex[:12]
         self._sequence = itertools.count(1)
         self._sessions: dict[str, _SessionLog] = {}
+        # The (day, sql hash) texts logged, of the latest day only (``_first_text_of_day``).
         self._sql_texts: set[tuple[dt.datetime, str]] = set()
+        self._sql_text_day: dt.datetime | None = None
         self._rng: random.Random = random.Random()
         self._reproducible = False
-        self._queue: list[tuple[list[Update], list[tuple[str, bytes | None]]]] = []
+        self._queue: list[_Queued] = []
         self._wakeup = asyncio.Event()
         self._idle = asyncio.Event()
         self._idle.set()
         self._publisher: asyncio.Task[None] | None = None
         self._kv: Any = None
+        self._sessions_kv: Any = None
         self._bucket = TokenBucket(clock)
         # Sampled executions dropped since the last prepared statement logged.
         self._throttled = 0
@@ -284,12 +295,11 @@ class StatementLogger:
     # -- lifecycle ----------------------------------------------------------------------
 
     async def start(self) -> None:
-        """Open the bucket of open executions, abort the previous incarnation's, start publishing."""
+        """Open the buckets of open executions and live sessions, abort the previous
+        incarnation's executions and forget its sessions, start publishing."""
         js = self._nc.jetstream()
-        try:
-            self._kv = await js.key_value(OPEN_EXECUTIONS_BUCKET)
-        except nats.js.errors.BucketNotFoundError:
-            self._kv = await js.create_key_value(bucket=OPEN_EXECUTIONS_BUCKET)
+        self._kv = await _key_value(js, OPEN_EXECUTIONS_BUCKET)
+        self._sessions_kv = await _key_value(js, LIVE_SESSIONS_BUCKET)
         await self._abort_previous()
         self._publisher = asyncio.create_task(self._publish_loop())
 
@@ -327,6 +337,10 @@ class StatementLogger:
             await self._forget(key)
         if keys:
             log.info("statement executions of a previous run marked aborted", count=len(keys))
+        # Its sessions died with it: their rows may go once nothing refers to them.
+        await self._nc.jetstream().purge_stream(
+            LIVE_SESSIONS_STREAM, subject=f"$KV.{LIVE_SESSIONS_BUCKET}.{self._owner}.>"
+        )
 
     # -- sampling -----------------------------------------------------------------------
 
@@ -382,8 +396,10 @@ class StatementLogger:
         now = _now()
         updates: list[Update] = []
         session_log = self._sessions.setdefault(session.id, _SessionLog())
+        opened: dict[str, bool] = {}
         if not session_log.logged:
             session_log.logged = True
+            opened[session.id] = True
             row = (session.id, session.connected_at, session.get("application_name"), session.user)
             updates.append((MZ_SESSION_HISTORY.id, row, 1))
         digest = sql_hash(sql)
@@ -397,8 +413,7 @@ class StatementLogger:
             )
         )
         day = now.replace(hour=0, minute=0, second=0, microsecond=0)
-        if (day, digest) not in self._sql_texts:
-            self._sql_texts.add((day, digest))
+        if self._first_text_of_day(day, digest):
             updates.append((MZ_SQL_TEXT.id, (day, digest, sql, redact_sql(sql)), 1))
         execution_id = str(uuid.uuid4())
         cluster = session.cluster
@@ -424,7 +439,7 @@ class StatementLogger:
         )
         updates.append((MZ_STATEMENT_EXECUTION_HISTORY.id, began, 1))
         updates.append((MZ_STATEMENT_LIFECYCLE_HISTORY.id, (execution_id, EXECUTION_BEGAN, now), 1))
-        self._enqueue(updates, [(self._key(execution_id), _encode_row(began))])
+        self._enqueue(updates, [(self._key(execution_id), _encode_row(began))], opened)
         return Execution(execution_id, prepared_id, began)
 
     def end(
@@ -457,15 +472,45 @@ class StatementLogger:
         self._enqueue(updates, [(self._key(execution.id), None)])
 
     def session_closed(self, session_id: str) -> None:
-        self._sessions.pop(session_id, None)
+        """The session closed: once its records are published, it is no longer live."""
+        session_log = self._sessions.pop(session_id, None)
+        if session_log is not None and session_log.logged:
+            self._enqueue([], [], {session_id: False})
+
+    def _first_text_of_day(self, day: dt.datetime, digest: str) -> bool:
+        """Whether ``digest``'s text is to be logged for ``day``: not yet logged today.
+
+        Texts are deduplicated within the current day only, so the set holds
+        one day of statements: at a new day the past day's entries go, and a
+        text of a past day (a clock going back) is always logged. The storage
+        writer may collect a past day's text once no prepared statement of
+        that day refers to it; logging it again then is what keeps it there
+        for a new one (a duplicate is harmless: the views read DISTINCT text).
+        """
+        if self._sql_text_day is None or day > self._sql_text_day:
+            self._sql_texts.clear()
+            self._sql_text_day = day
+        elif day < self._sql_text_day:
+            return True
+        if (day, digest) in self._sql_texts:
+            return False
+        self._sql_texts.add((day, digest))
+        return True
 
     def _key(self, execution_id: str) -> str:
         return f"{self._owner}.{execution_id}"
 
     # -- publishing ---------------------------------------------------------------------
 
-    def _enqueue(self, updates: list[Update], kv_ops: list[tuple[str, bytes | None]]) -> None:
-        self._queue.append((updates, kv_ops))
+    def _enqueue(
+        self,
+        updates: list[Update],
+        kv_ops: list[tuple[str, bytes | None]],
+        sessions: Mapping[str, bool] | None = None,
+    ) -> None:
+        """Queue ``updates``, then the bucket writes of open executions and of live
+        sessions (session id -> live), made once the updates are published."""
+        self._queue.append((updates, kv_ops, dict(sessions or {})))
         self._idle.clear()
         self._wakeup.set()
 
@@ -476,12 +521,15 @@ class StatementLogger:
             self._wakeup.clear()
             while self._queue:
                 taken, self._queue = self._queue, []
-                updates = [u for batch, _ in taken for u in batch]
-                batch_id = f"stmtlog-{self._owner}-{self._boot}-{next(self._sequence)}"
+                updates = [u for batch, _, _ in taken for u in batch]
                 try:
-                    await self._publish(updates, batch_id)
-                    for key, value in _net_kv_ops(ops for _, ops in taken).items():
+                    if updates:
+                        batch_id = f"stmtlog-{self._owner}-{self._boot}-{next(self._sequence)}"
+                        await self._publish(updates, batch_id)
+                    for key, value in _net_kv_ops(ops for _, ops, _ in taken).items():
                         await self._remember(key, value)
+                    for session_id, live in _net_session_ops(s for _, _, s in taken).items():
+                        await self._remember_session(session_id, live)
                 except Exception as error:
                     # Statement logging may lose records under adverse conditions (seed 000).
                     log.warning(
@@ -494,6 +542,16 @@ class StatementLogger:
             await self._forget(key)
         else:
             await self._kv.put(key, value)
+
+    async def _remember_session(self, session_id: str, live: bool) -> None:
+        key = f"{self._owner}.{session_id}"
+        if live:
+            await self._sessions_kv.put(key, b"live")
+        else:
+            # Purged like an execution's key: the bucket's subjects are the live sessions.
+            await self._nc.jetstream().purge_stream(
+                LIVE_SESSIONS_STREAM, subject=f"$KV.{LIVE_SESSIONS_BUCKET}.{key}"
+            )
 
     async def _forget(self, key: str) -> None:
         # A purge of the key's subject leaves no delete marker behind, so the bucket's
@@ -521,6 +579,29 @@ async def open_execution_keys(nc: Any, owner: str) -> list[str]:
     )
     subjects = info.state.subjects or {}
     return sorted(subject[len(prefix) :] for subject in subjects)
+
+
+# What the publisher does with one ``_enqueue``: updates, then bucket writes.
+_Queued = tuple[list[Update], list[tuple[str, bytes | None]], dict[str, bool]]
+
+
+async def _key_value(js: Any, bucket: str) -> Any:
+    try:
+        return await js.key_value(bucket)
+    except nats.js.errors.BucketNotFoundError:
+        return await js.create_key_value(bucket=bucket)
+
+
+def _net_session_ops(batches: Iterable[dict[str, bool]]) -> dict[str, bool]:
+    """The live-session writes a message needs: a session opened and closed in it needs none."""
+    net: dict[str, bool] = {}
+    for ops in batches:
+        for session_id, live in ops.items():
+            if not live and net.get(session_id):
+                del net[session_id]
+            else:
+                net[session_id] = live
+    return net
 
 
 def _net_kv_ops(batches: Iterable[list[tuple[str, bytes | None]]]) -> dict[str, bytes | None]:

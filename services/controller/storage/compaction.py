@@ -23,6 +23,27 @@ relations) loses rows whose ``expire_by`` time is older than its retention.
 ``expired_rows`` finds them; the writer appends their retraction in its next
 flush (same CAS as the rest of the flush, so never twice), and a later merge
 consolidates the pair away once both are below the since.
+
+Garbage of the statement log (seed 000: "prepared statements, SQL text and
+sessions no longer referenced are collected"), in the same retention pass and
+the same flush, so one pass converges (``unreferenced_statement_log_rows``):
+
+- a prepared statement goes once no execution left references it and its
+  session is not live;
+- a session goes once no prepared statement left references it and it is not
+  live;
+- an SQL text ``(prepared_day, sql_hash)`` goes once no prepared statement left
+  has that hash and was prepared that day, and the day is before yesterday
+  (UTC): the coordinator dedupes text within the current day only, so a
+  reference to a day that is over comes with a text row of its own.
+
+"Left" means after this flush: the shard's contents, the updates the flush
+brings and the expired rows it retracts. Live sessions are the keys
+``<coordinator>.<session id>`` of the JetStream KV bucket
+``LIVE_SESSIONS_BUCKET``, which the coordinator puts when it first logs a
+session and purges when the session closes (or when it starts again: a dead
+coordinator's sessions are dead); ``live_statement_log_sessions`` lists them
+on the server.
 """
 
 from __future__ import annotations
@@ -33,21 +54,46 @@ import datetime as dt
 import os
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
+import nats.js.errors
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from loupe.builtins import BuiltinCollection
+from loupe.builtins import (
+    MZ_PREPARED_STATEMENT_HISTORY,
+    MZ_SESSION_HISTORY,
+    MZ_SQL_TEXT,
+    MZ_STATEMENT_EXECUTION_HISTORY,
+    BuiltinCollection,
+)
 from loupe.common.logging import get_logger
 from loupe.controller.storage.metrics import METRICS, StorageWriterMetrics
-from loupe.controller.storage.parts import PartStore, ingest_updates, part_size
-from loupe.persist import DIFF_COLUMN, Blob, Part, Shard, ShardState, parts_to_merge
+from loupe.controller.storage.parts import PartStore, ingest_schema, ingest_updates, part_size
+from loupe.persist import (
+    DIFF_COLUMN,
+    Blob,
+    Part,
+    Shard,
+    ShardState,
+    consolidate,
+    parts_to_merge,
+)
 
 log = get_logger(__name__)
 
 COMPACTION_PREFIX = "_compactions"
+
+# Sessions the statement log may not collect yet: key ``<coordinator>.<session id>``
+# while the session is open (put and purged by the coordinator's statement logger).
+LIVE_SESSIONS_BUCKET = "loupe_statement_log_sessions"
+LIVE_SESSIONS_STREAM = f"KV_{LIVE_SESSIONS_BUCKET}"
+# The statement log collections whose rows go once nothing references them, and
+# the one whose rows reference them first.
+STATEMENT_LOG_COLLECTED = (MZ_SESSION_HISTORY, MZ_PREPARED_STATEMENT_HISTORY, MZ_SQL_TEXT)
+STATEMENT_LOG_REFERENCES = (*STATEMENT_LOG_COLLECTED, MZ_STATEMENT_EXECUTION_HISTORY)
 
 
 @dataclass(frozen=True)
@@ -182,19 +228,22 @@ def target_since(state: ShardState, retention_ms: int) -> int:
     return max(state.since, min(state.upper - 1, state.upper - retention_ms))
 
 
-def expired_rows(shard: Shard, collection: BuiltinCollection, now_ms: int) -> pa.Table | None:
+def expired_rows(
+    shard: Shard, collection: BuiltinCollection, now_ms: int, snapshot: pa.Table | None = None
+) -> pa.Table | None:
     """Retractions of the rows of ``collection`` older than its retention, or None.
 
-    The rows are the shard's current contents whose ``expire_by`` time is
-    before ``now - retention_ms``; the table has the collection's columns in
-    ingest types and ``mz_diff`` = minus their multiplicity.
+    The rows are the shard's current contents (``snapshot``, if already read)
+    whose ``expire_by`` time is before ``now - retention_ms``; the table has
+    the collection's columns in ingest types and ``mz_diff`` = minus their
+    multiplicity.
     """
     if collection.expire_by is None:
         return None
-    state = shard.state()
-    if state.upper == 0:
-        return None
-    snapshot = shard.snapshot()
+    if snapshot is None:
+        if shard.state().upper == 0:
+            return None
+        snapshot = shard.snapshot()
     cutoff = dt.datetime.fromtimestamp((now_ms - collection.retention_ms) / 1000, dt.UTC)
     times = snapshot.column(collection.expire_by)
     old = pc.and_(
@@ -209,6 +258,121 @@ def expired_rows(shard: Shard, collection: BuiltinCollection, now_ms: int) -> pa
         pc.negate(expired.column(DIFF_COLUMN)),
     )
     return ingest_updates(collection.columns, retractions, timestamp=False)
+
+
+async def live_statement_log_sessions(nc: Any) -> set[str]:
+    """Ids of the sessions a coordinator has logged and not closed, as the server lists them.
+
+    The KV stream's subject list is read on the server (``KeyValue.keys()``
+    is racy: its watcher may report an empty bucket while messages are still
+    on their way). No bucket yet: no coordinator has logged a session.
+    """
+    prefix = f"$KV.{LIVE_SESSIONS_BUCKET}."
+    try:
+        info = await nc.jetstream().stream_info(LIVE_SESSIONS_STREAM, subjects_filter=f"{prefix}>")
+    except nats.js.errors.NotFoundError:
+        return set()
+    # Session ids are uuid hex; the coordinator's name before them may hold dots.
+    return {subject.rsplit(".", 1)[1] for subject in info.state.subjects or {}}
+
+
+def statement_log_contents(
+    shard: Shard,
+    collection: BuiltinCollection,
+    pending: pa.Table | None,
+    snapshot: pa.Table | None = None,
+    columns: Sequence[str] | None = None,
+) -> pa.Table:
+    """What ``collection`` holds once ``pending`` (updates with ``mz_diff``) is applied.
+
+    Consolidated, in ingest types, only rows with a positive multiplicity;
+    ``columns`` narrows it to those (their multiplicities summed).
+    """
+    kinds = dict(collection.columns)
+    names = list(columns) if columns is not None else collection.column_names
+    typed = [(name, kinds[name]) for name in names]
+    schema = ingest_schema(typed, timestamp=False)
+    parts = []
+    if snapshot is None and shard.state().upper != 0:
+        snapshot = shard.snapshot()
+    if snapshot is not None:
+        parts.append(ingest_updates(typed, snapshot, timestamp=False))
+    if pending is not None and pending.num_rows:
+        parts.append(ingest_updates(typed, pending, timestamp=False))
+    if not parts:
+        return schema.empty_table()
+    # Consolidated by polars, whose text comes back as large_string: cast back.
+    contents = consolidate(pa.concat_tables(parts), names).cast(schema)
+    return contents.filter(pc.greater(contents.column(DIFF_COLUMN), 0))
+
+
+def unreferenced_statement_log_rows(
+    contents: Mapping[str, pa.Table],
+    referenced_prepared_statements: pa.Array | pa.ChunkedArray,
+    live_sessions: Collection[str] | None,
+    now_ms: int,
+) -> dict[str, pa.Table]:
+    """Retractions of the statement log rows nothing references any more (module docstring).
+
+    ``contents`` holds, by collection id, what ``statement_log_contents`` says
+    the session, prepared statement and SQL text collections hold after this
+    flush; ``referenced_prepared_statements`` the prepared statement ids the
+    executions left after it reference. With ``live_sessions`` None (they could
+    not be listed) no prepared statement or session is collected, only SQL text
+    no prepared statement refers to. Empty retractions are left out.
+    """
+    prepared = contents[MZ_PREPARED_STATEMENT_HISTORY.id]
+    garbage: dict[str, pa.Table] = {}
+    if live_sessions is not None:
+        live = pa.array(sorted(live_sessions), pa.string())
+        unused = pc.and_(
+            pc.invert(_in(prepared.column("id"), referenced_prepared_statements)),
+            pc.invert(_in(prepared.column("session_id"), live)),
+        )
+        garbage[MZ_PREPARED_STATEMENT_HISTORY.id] = prepared.filter(unused)
+        prepared = prepared.filter(pc.invert(unused))
+        sessions = contents[MZ_SESSION_HISTORY.id]
+        unused = pc.and_(
+            pc.invert(_in(sessions.column("session_id"), prepared.column("session_id"))),
+            pc.invert(_in(sessions.column("session_id"), live)),
+        )
+        garbage[MZ_SESSION_HISTORY.id] = sessions.filter(unused)
+    texts = contents[MZ_SQL_TEXT.id]
+    day_type = texts.schema.field("prepared_day").type
+    prepared_days = pc.floor_temporal(prepared.column("prepared_at"), unit="day").cast(day_type)
+    used = _text_key(prepared_days, prepared.column("sql_hash"))
+    today = dt.datetime.fromtimestamp(now_ms / 1000, dt.UTC).replace(
+        hour=0, minute=0, second=0, microsecond=0
+    )
+    over = pc.less(texts.column("prepared_day"), pa.scalar(today - dt.timedelta(days=1), day_type))
+    unused = pc.and_(
+        pc.fill_null(over, False),
+        pc.invert(_in(_text_key(texts.column("prepared_day"), texts.column("sql_hash")), used)),
+    )
+    garbage[MZ_SQL_TEXT.id] = texts.filter(unused)
+    return {
+        cid: rows.set_column(
+            rows.schema.get_field_index(DIFF_COLUMN),
+            DIFF_COLUMN,
+            pc.negate(rows.column(DIFF_COLUMN)),
+        )
+        for cid, rows in garbage.items()
+        if rows.num_rows
+    }
+
+
+def _in(values: pa.ChunkedArray | pa.Array, among: pa.ChunkedArray | pa.Array) -> pa.Array:
+    """Whether each of ``values`` is one of ``among``; a null is in nothing."""
+    if isinstance(among, pa.ChunkedArray):
+        among = among.combine_chunks()
+    return pc.fill_null(pc.is_in(values, value_set=among, skip_nulls=True), False)
+
+
+def _text_key(
+    days: pa.ChunkedArray | pa.Array, hashes: pa.ChunkedArray | pa.Array
+) -> pa.ChunkedArray | pa.Array:
+    """``(prepared_day, sql_hash)`` as one text value, to look pairs up with ``is_in``."""
+    return pc.binary_join_element_wise(pc.cast(pc.cast(days, pa.int64()), pa.string()), hashes, "/")
 
 
 def delete_part(blob: Blob, key: str) -> None:

@@ -86,7 +86,8 @@ METRICS = StorageWriterMetrics(
     ),
     retracted_rows=Counter(
         "loupe_storage_retention_retractions",
-        "History rows retracted for being older than their collection's retention.",
+        "Rows retracted by retention: history older than its collection's retention, and"
+        " statement log sessions, prepared statements and SQL text nothing refers to any more.",
         ["collection"],
     ),
 )

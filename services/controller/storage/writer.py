@@ -36,7 +36,10 @@ simply retried at the next interval with everything still unacknowledged.
 are applied, so what the controller reads back at start (replica statuses)
 includes them. Compaction and retention (``compaction``) run every
 ``compaction_interval`` seconds in a thread of their own, concurrently with
-flushes: both change shards only by compare-and-set.
+flushes: both change shards only by compare-and-set. The retractions of
+retention (expired history rows, then the statement log rows nothing
+references any more) go into the next flush, computed in its thread against
+the updates it brings.
 """
 
 from __future__ import annotations
@@ -54,15 +57,20 @@ from typing import Any
 
 import pyarrow as pa
 
-from loupe.builtins import BUILTIN_COLLECTIONS, BuiltinCollection
+from loupe.builtins import BUILTIN_COLLECTIONS, MZ_STATEMENT_EXECUTION_HISTORY, BuiltinCollection
 from loupe.common.errors import LoupeError
 from loupe.common.logging import get_logger
 from loupe.controller.storage.compaction import (
+    STATEMENT_LOG_COLLECTED,
+    STATEMENT_LOG_REFERENCES,
     CompactionPolicy,
     CompactionResult,
     Compactor,
     delete_part,
     expired_rows,
+    live_statement_log_sessions,
+    statement_log_contents,
+    unreferenced_statement_log_rows,
 )
 from loupe.controller.storage.inbox import Inbox, Received
 from loupe.controller.storage.metrics import METRICS, StorageWriterMetrics
@@ -94,6 +102,9 @@ OUTBOX_BATCH = 5_000
 OUTBOX_TIMEOUT_S = 10.0
 # How long start-up waits for the backlog of an earlier run to be applied.
 CATCH_UP_TIMEOUT_S = 120.0
+# How long a statement log collection waits for the stream's backlog to be
+# received; past it, no prepared statement or session is collected this time.
+BACKLOG_WAIT_S = 5.0
 
 
 def _now_ms() -> int:
@@ -165,8 +176,15 @@ class StorageWriter:
         notify: Callable[[str, int], None] | None = None,
     ) -> None:
         self.metrics: StorageWriterMetrics = METRICS
+        self._nc = nc
         self._blob = blob
         self._collections = {c.id: c for c in collections}
+        # The statement log is collected only when the writer holds it and what refers to it.
+        self._collected: frozenset[str] = (
+            frozenset(c.id for c in STATEMENT_LOG_COLLECTED)
+            if all(c.id in self._collections for c in STATEMENT_LOG_REFERENCES)
+            else frozenset()
+        )
         extra = {"notify": notify} if notify is not None else {}
         self._shards = {c.id: Shard(c.shard_id, blob, consensus, **extra) for c in collections}
         self._groups: list[WriteGroup] = plan_write_groups(collections)
@@ -367,8 +385,10 @@ class StorageWriter:
         return self._upper
 
     async def compact(self) -> list[CompactionResult]:
-        """Retract expired history rows (one flush), then compact every collection now."""
+        """Retract expired history rows and unreferenced statement log rows (one flush),
+        then compact every collection now."""
         self._retention_due |= {c.id for c in self._collections.values() if c.expire_by}
+        self._retention_due |= self._collected
         if self._retention_due:
             await self._flush_now()
         return await asyncio.to_thread(self._compact_all)
@@ -496,7 +516,10 @@ class StorageWriter:
                 retries = 0
 
     async def _flush_now(self) -> _FlushReport:
-        report = await asyncio.to_thread(self._flush)
+        live = None
+        if self._retention_due & self._collected:
+            live = await self._live_sessions()
+        report = await asyncio.to_thread(self._flush, live)
         acknowledged = await self._inbox.acknowledge(report.applied_through)
         if acknowledged:
             log.debug("storage_batches_acknowledged", count=acknowledged)
@@ -520,6 +543,25 @@ class StorageWriter:
                     shards=len(merged),
                     seconds=round(sum(r.seconds for r in results), 3),
                 )
+
+    async def _live_sessions(self) -> set[str] | None:
+        """The statement log's live sessions, once every batch they published is received.
+
+        A coordinator purges a session's key only after the session's last
+        batch is in the stream, so once the stream's backlog at the listing is
+        received, no reference from a session listed as dead is still on its
+        way. None (collect no session, no prepared statement) if that fails.
+        """
+        try:
+            live = await live_statement_log_sessions(self._nc)
+            backlog = await self._inbox.last_seq()
+        except Exception as error:
+            log.warning("storage_live_sessions_not_listed", error=str(error) or repr(error))
+            return None
+        if not await self._inbox.wait_received(backlog, BACKLOG_WAIT_S):
+            log.warning("storage_live_sessions_backlog_not_received", backlog=backlog)
+            return None
+        return live
 
     def _compact_all(self) -> list[CompactionResult]:
         return [
@@ -569,7 +611,7 @@ class StorageWriter:
             return 0
         return state.progress.get(PROGRESS_KEY, 0)
 
-    def _flush(self) -> _FlushReport:
+    def _flush(self, live_sessions: set[str] | None = None) -> _FlushReport:
         with self._flush_mutex:
             started = time.monotonic()
             report = _FlushReport(applied_through=self._applied_through)
@@ -586,7 +628,7 @@ class StorageWriter:
             timestamp = max([_now_ms(), *(state.upper for state in states.values())])
             report.timestamp = timestamp
             tables = self._take(received, progress)
-            retracting = self._add_retractions(tables, states)
+            retracting = self._add_retractions(tables, states, live_sessions)
             parts = self._write_parts(tables, timestamp, report)
             for cid, shard in self._shards.items():
                 if cid in tables and cid not in parts:
@@ -620,27 +662,79 @@ class StorageWriter:
         return {cid: pa.concat_tables(tables) for cid, tables in chunks.items()}
 
     def _add_retractions(
-        self, tables: dict[str, pa.Table], states: Mapping[str, ShardState]
+        self,
+        tables: dict[str, pa.Table],
+        states: Mapping[str, ShardState],
+        live_sessions: set[str] | None,
     ) -> set[str]:
-        """Add retractions of expired history rows to ``tables``; the collections due."""
+        """Add the retractions retention wants to ``tables``; the collections due.
+
+        Expired history rows first, then the statement log rows nothing left
+        after those (and after ``tables``) references, so one pass converges.
+        """
         due = set(self._retention_due)
         now = _now_ms()
+        snapshots: dict[str, pa.Table] = {}
         for cid in due:
+            collection = self._collections[cid]
+            if collection.expire_by is None or states[cid].upper == 0:
+                continue
             try:
-                retractions = expired_rows(self._shards[cid], self._collections[cid], now)
+                snapshots[cid] = self._shards[cid].snapshot()
+                retractions = expired_rows(self._shards[cid], collection, now, snapshots[cid])
             except Exception:
                 log.exception("storage_retention_failed", shard=cid)
                 continue
             if retractions is None:
                 continue
-            self.metrics.retracted_rows.labels(cid).inc(retractions.num_rows)
             log.info("storage_retracting_expired_rows", shard=cid, rows=retractions.num_rows)
-            if cid in tables:
-                retractions = retractions.cast(tables[cid].schema)
-                tables[cid] = pa.concat_tables([tables[cid], retractions])
-            else:
-                tables[cid] = retractions
+            self._add_retraction(tables, cid, retractions)
+        if due & self._collected:
+            try:
+                garbage = self._statement_log_garbage(tables, snapshots, live_sessions, now)
+            except Exception:
+                log.exception("storage_statement_log_collection_failed")
+                garbage = {}
+            for cid, retractions in garbage.items():
+                log.info(
+                    "storage_collecting_unreferenced_rows",
+                    shard=cid,
+                    rows=retractions.num_rows,
+                    live_sessions=None if live_sessions is None else len(live_sessions),
+                )
+                self._add_retraction(tables, cid, retractions)
         return due
+
+    def _statement_log_garbage(
+        self,
+        tables: Mapping[str, pa.Table],
+        snapshots: Mapping[str, pa.Table],
+        live_sessions: set[str] | None,
+        now: int,
+    ) -> dict[str, pa.Table]:
+        executions = MZ_STATEMENT_EXECUTION_HISTORY
+        references = statement_log_contents(
+            self._shards[executions.id],
+            executions,
+            tables.get(executions.id),
+            snapshots.get(executions.id),
+            columns=["prepared_statement_id"],
+        )
+        contents = {
+            c.id: statement_log_contents(self._shards[c.id], c, tables.get(c.id))
+            for c in STATEMENT_LOG_COLLECTED
+        }
+        return unreferenced_statement_log_rows(
+            contents, references.column("prepared_statement_id"), live_sessions, now
+        )
+
+    def _add_retraction(self, tables: dict[str, pa.Table], cid: str, retractions: pa.Table) -> None:
+        self.metrics.retracted_rows.labels(cid).inc(retractions.num_rows)
+        if cid in tables:
+            retractions = retractions.cast(tables[cid].schema)
+            tables[cid] = pa.concat_tables([tables[cid], retractions])
+        else:
+            tables[cid] = retractions
 
     def _write_parts(
         self, tables: dict[str, pa.Table], timestamp: int, report: _FlushReport
