@@ -9,9 +9,10 @@ measured in the same run.
 Then the benchmarks of the parts, each its own script: the storage writer
 (``bench/storage_writer.py``), catalog commits and opens per backend
 (``bench/catalog_commit.py``), shard snapshots (``bench/persist_snapshot.py``),
-the compute engine on TPC-H against DuckDB (``bench/compute.py``) and the
+the compute engine on TPC-H against DuckDB (``bench/compute.py``), the
 whole system's fast-path peeks and inserts to visible changes through gRPC
-(``bench/compute_system.py``).
+(``bench/compute_system.py``) and statement logging's overhead and delay to
+visible (``bench/statement_logging.py``).
 """
 
 from __future__ import annotations
@@ -111,6 +112,7 @@ def main() -> int:
         "persist_snapshot.py",
         "compute.py",
         "compute_system.py",
+        "statement_logging.py",
     )
     for script in scripts:
         print(f"\n== {script}", flush=True)
