@@ -162,6 +162,35 @@ def test_rate_zero_logs_nothing(system):
     assert set(logged) == {"SELECT 'logged'"}
 
 
+def test_a_prepared_statement_is_logged_once_with_each_executions_params(system):
+    """PREPARE/EXECUTE and a request's parameters: one named row, the values of each run."""
+    with client(system, application_name="story-params") as session:
+        session.execute("PREPARE find AS SELECT $1::int + 1, $2")
+        session.execute("EXECUTE find (1, NULL)")
+        assert session.query("EXECUTE find (41, 'x')") == [(42, "x")]
+        assert session.query("SELECT $1 || '!'", params=["hi"]) == [("hi!",)]
+        session.execute("SELECT 'params done'")
+        session_id = session.session_id
+        history(system, session_id, last="SELECT 'params done'")
+    rows = system.sql(
+        "SELECT p.name, t.sql, e.params FROM mz_internal.mz_statement_execution_history AS e"
+        " JOIN mz_internal.mz_prepared_statement_history AS p ON p.id = e.prepared_statement_id"
+        " JOIN mz_internal.mz_sql_text AS t ON t.sql_hash = p.sql_hash"
+        f" WHERE p.session_id = '{session_id}' AND p.statement_type = 'select'"
+    )
+    assert sorted(rows) == [
+        ("", "SELECT $1 || '!'", "{hi}"),
+        ("", "SELECT 'params done'", "{}"),
+        ("find", "SELECT $1::int + 1, $2", "{1,NULL}"),
+        ("find", "SELECT $1::int + 1, $2", "{41,x}"),
+    ]
+    named = system.sql(
+        "SELECT count(*) FROM mz_internal.mz_prepared_statement_history"
+        f" WHERE session_id = '{session_id}' AND name = 'find'"
+    )
+    assert named == [(1,)]
+
+
 def test_a_fixed_seed_gives_a_fixed_sample(system):
     samples = []
     for run in range(2):

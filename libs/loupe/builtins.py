@@ -282,8 +282,9 @@ MZ_CLUSTER_REPLICA_HISTORY = BuiltinCollection(
 # Executions and their lifecycle events expire after the default retention
 # (30 days, the default of ``statement_logging_retention``; the storage writer
 # does not read system variables, so a changed value is not applied yet).
-# Ids are text (Materialize's are uuid); ``params`` is a JSON array of text and
-# nulls (Materialize's ``text list``; storage has no list of text yet).
+# Ids are text (Materialize's are uuid); ``params`` is a PostgreSQL array literal
+# of text with NULLs kept, ``{1,NULL,"a b"}``: what Materialize's ``text list``
+# prints (storage has no list of text yet).
 MZ_SESSION_HISTORY = BuiltinCollection(
     "s301",
     "mz_internal",
@@ -338,7 +339,7 @@ MZ_STATEMENT_EXECUTION_HISTORY = BuiltinCollection(
         ("search_path", "text"),
         ("transaction_isolation", "text"),
         ("execution_timestamp", "uint8"),
-        ("params", "jsonb"),
+        ("params", "text"),
         ("began_at", "timestamptz"),
         ("finished_at", "timestamptz"),
         ("finished_status", "text"),

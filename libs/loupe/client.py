@@ -2,6 +2,7 @@
 
     with SqlClient("127.0.0.1", 6875) as client:
         rows = client.query("SELECT name FROM mz_catalog.mz_clusters")
+        rows = client.query("SELECT $1::int + 1", params=[41])
 
 ``stream()`` yields each statement's ``StatementResult`` (and ``ServerNotice``s)
 as it completes and raises ``LoupeError`` for the failing statement; a
@@ -15,14 +16,14 @@ CREATE MATERIALIZED VIEW) as ``HydrationProgress``.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import grpc
 
 from loupe.common.errors import LoupeError
-from loupe.common.values import from_row
+from loupe.common.values import from_row, to_value
 from loupe.proto.sql.v1 import sql_pb2, sql_pb2_grpc
 
 DEFAULT_HOST = "127.0.0.1"
@@ -154,13 +155,24 @@ class SqlClient:
         return bool(response.canceled)
 
     def stream(
-        self, sql: str, *, cancel_on_interrupt: bool = True
+        self,
+        sql: str,
+        *,
+        params: Sequence[Any] | None = None,
+        cancel_on_interrupt: bool = True,
     ) -> Iterator[StatementResult | ServerNotice | StreamedRows | HydrationProgress]:
-        """Run ``sql``; yields per statement, raises ``LoupeError`` for the one that fails."""
+        """Run ``sql``; yields per statement, raises ``LoupeError`` for the one that fails.
+
+        ``params``: the values of ``$1, $2, …`` (None is NULL; ``sql`` must then
+        be one statement).
+        """
         if self._stub is None:
             self.open()
         assert self._stub is not None
-        responses = self._stub.Execute(sql_pb2.ExecuteRequest(session_id=self.session_id, sql=sql))
+        request = sql_pb2.ExecuteRequest(
+            session_id=self.session_id, sql=sql, params=[to_value(p) for p in params or ()]
+        )
+        responses = self._stub.Execute(request)
         current: StatementResult | None = None
         interrupted = False
         while True:
@@ -212,13 +224,14 @@ class SqlClient:
             elif kind == "error":
                 raise LoupeError.from_proto(response.error)
 
-    def execute(self, sql: str) -> list[StatementResult]:
+    def execute(self, sql: str, params: Sequence[Any] | None = None) -> list[StatementResult]:
         """Run ``sql`` and return every statement's result (notices are dropped)."""
-        return [item for item in self.stream(sql) if isinstance(item, StatementResult)]
+        items = self.stream(sql, params=params)
+        return [item for item in items if isinstance(item, StatementResult)]
 
-    def query(self, sql: str) -> list[tuple[Any, ...]]:
+    def query(self, sql: str, params: Sequence[Any] | None = None) -> list[tuple[Any, ...]]:
         """The rows of the last statement of ``sql``."""
-        results = self.execute(sql)
+        results = self.execute(sql, params)
         return results[-1].rows if results else []
 
 

@@ -24,7 +24,11 @@
 - ``EXPLAIN [OPTIMIZED | PHYSICAL] PLAN … FOR <query>`` resolves the
   query's names as a SELECT does, plans it (``loupe.coordinator.plan``) and
   returns the plan's text as one row, without reading anything.
-- ``SET``/``SHOW``/``RESET`` work on the session.
+- ``SET``/``SHOW``/``RESET`` work on the session, and so do ``PREPARE``,
+  ``EXECUTE`` and ``DEALLOCATE`` (``loupe.coordinator.prepared``). A
+  statement's ``$1, $2, …`` are bound as literals of their values (the
+  request's parameters, or EXECUTE's arguments) before it is planned
+  (``loupe.coordinator.sql.params``).
 
 At start the coordinator learns where collections live (``ListCollections``),
 reads the catalog (snapshot and audit log), reconciles storage with it, and
@@ -41,7 +45,7 @@ import contextvars
 import dataclasses
 import tempfile
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -55,7 +59,7 @@ from loupe.common.errors import LoupeError, SqlState
 from loupe.common.logging import get_logger
 from loupe.common.transport import NatsServiceClient, subscribe
 from loupe.common.values import from_row
-from loupe.coordinator import dml, metrics
+from loupe.coordinator import dml, metrics, prepared
 from loupe.coordinator import statement_logging as stmtlog
 from loupe.coordinator.catalog_relations import CatalogRelationsWriter
 from loupe.coordinator.catalog_state import CatalogState, ClusterInfo
@@ -75,6 +79,8 @@ from loupe.coordinator.results import (
     Streaming,
 )
 from loupe.coordinator.session import Session, SessionManager
+from loupe.coordinator.sql.params import Parameter
+from loupe.coordinator.sql.params import bind as bind_params
 from loupe.coordinator.sql.parser import parse, parse_one
 from loupe.coordinator.sql.resolve import (
     Relation,
@@ -92,14 +98,17 @@ from loupe.coordinator.sql.statements import (
     CreateSource,
     CreateTable,
     CreateView,
+    Deallocate,
     Delete,
     DropCluster,
     DropClusterReplica,
     DropObjects,
     DropTable,
+    Execute,
     Explain,
     Insert,
     ObjectName,
+    Prepare,
     Query,
     ResetVariable,
     SetVariable,
@@ -348,8 +357,14 @@ class Coordinator:
 
     # -- execution ----------------------------------------------------------------------
 
-    async def execute(self, session: Session, sql: str) -> AsyncIterator[Event]:
-        """Run the statements of ``sql`` in order; a failure ends the stream."""
+    async def execute(
+        self, session: Session, sql: str, params: Sequence[Parameter] = ()
+    ) -> AsyncIterator[Event]:
+        """Run the statements of ``sql`` in order; a failure ends the stream.
+
+        ``params`` are the values of its ``$1, $2, …`` (``loupe.coordinator.sql.params``);
+        with them, ``sql`` is one statement, as in PostgreSQL's extended protocol.
+        """
         async with session.lock:
             session.cancel_requested = False
             try:
@@ -361,26 +376,61 @@ class Coordinator:
             if not statements:
                 yield Complete("EMPTY")
                 return
+            if params and len(statements) > 1:
+                yield Failure(
+                    LoupeError(
+                        SqlState.SYNTAX_ERROR,
+                        "cannot insert multiple commands into a prepared statement",
+                    )
+                )
+                return
             for statement in statements:
-                kind = stmtlog.statement_type(statement)
-                execution = self.statement_log.begin(session, statement.text, kind)
+                bound, failure = await self._bound(session, statement, params)
+                execution = self.statement_log.begin(
+                    session,
+                    bound.sql,
+                    bound.kind,
+                    params=bound.params_text,
+                    prepared=bound.prepared,
+                )
                 failed = False
-                async for event in self._logged(session, statement, execution):
+                async for event in self._logged(session, bound.statement, execution, failure):
                     failed = isinstance(event, Failure)
                     yield event
                 if failed:
                     return
 
+    async def _bound(
+        self, session: Session, statement: Statement, params: Sequence[Parameter]
+    ) -> tuple[prepared.Bound, LoupeError | None]:
+        """``statement`` with its parameters bound; EXECUTE becomes the statement it names.
+
+        A statement that cannot be bound (a missing parameter, an unknown
+        prepared statement) is logged as itself with how it failed.
+        """
+        try:
+            statement = bind_params(statement, params)
+            if isinstance(statement, Execute):
+                return await prepared.bound_execution(session, statement, self._query), None
+            return prepared.Bound.unnamed(statement, params), None
+        except LoupeError as error:
+            return prepared.Bound.unnamed(statement, params), error
+
     async def _logged(
-        self, session: Session, statement: Statement, execution: stmtlog.Execution | None
+        self,
+        session: Session,
+        statement: Statement,
+        execution: stmtlog.Execution | None,
+        failure: LoupeError | None = None,
     ) -> AsyncIterator[Event]:
         """The events of one statement; a sampled execution is logged with how it ended.
 
         A stream closed before its end (the client went away) is logged canceled.
+        ``failure``: the statement failed before it could run.
         """
         status, message = stmtlog.CANCELED, None
         try:
-            async for event in self._execute_one(session, statement, execution):
+            async for event in self._execute_one(session, statement, execution, failure):
                 if isinstance(event, Failure):
                     canceled = event.error.code == SqlState.QUERY_CANCELED
                     status = stmtlog.CANCELED if canceled else stmtlog.ERROR
@@ -398,11 +448,17 @@ class Coordinator:
                 self.statement_log.end(execution, status, error_message=message)
 
     async def _execute_one(
-        self, session: Session, statement: Statement, execution: stmtlog.Execution | None
+        self,
+        session: Session,
+        statement: Statement,
+        execution: stmtlog.Execution | None,
+        failure: LoupeError | None = None,
     ) -> AsyncIterator[Event]:
         kind = type(statement).__name__
         started = time.monotonic()
         try:
+            if failure is not None:
+                raise failure
             result = await self._run_cancelable(session, statement, execution)
         except LoupeError as error:
             outcome = "canceled" if error.code == SqlState.QUERY_CANCELED else "error"
@@ -520,6 +576,10 @@ class Coordinator:
             case ResetVariable():
                 session.reset(statement.name, position=statement.name_position)
                 return StatementResult(tag="RESET")
+            case Prepare():
+                return prepared.prepare(session, statement)
+            case Deallocate():
+                return prepared.deallocate(session, statement)
             case AlterSystem():
                 return await self._alter_system(session, statement)
             case DropCluster():

@@ -3,19 +3,21 @@
 Only this module turns coordinator results into ``sql_pb2`` messages. SQL
 errors travel inside the ``Execute`` stream (``ExecuteResponse.error``, which
 ends it); ``OpenSession`` refuses bad options with INVALID_ARGUMENT and the
-SQLSTATE in the ``loupe-sqlstate`` trailer.
+SQLSTATE in the ``loupe-sqlstate`` trailer. ``ExecuteRequest.params`` are the
+values of the statement's ``$1, $2, …``, typed by their ``Value`` kind.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator
 from typing import Any
 
 import grpc
 
-from loupe.common.errors import LoupeError, SqlState
+from loupe.common.errors import LoupeError
 from loupe.common.logging import get_logger
-from loupe.common.values import to_row
+from loupe.common.values import from_value, to_row
 from loupe.coordinator import metrics
 from loupe.coordinator.coordinator import Coordinator
 from loupe.coordinator.results import (
@@ -27,6 +29,7 @@ from loupe.coordinator.results import (
     Progress,
     RowBatch,
 )
+from loupe.coordinator.sql.params import Parameter, inline_type
 from loupe.proto.common.v1 import common_pb2
 from loupe.proto.sql.v1 import sql_pb2, sql_pb2_grpc
 
@@ -69,6 +72,14 @@ def event_to_proto(event: Event) -> sql_pb2.ExecuteResponse:
     raise TypeError(f"not an event: {event!r}")
 
 
+def parameter_from_proto(value: common_pb2.Value) -> Parameter:
+    """A ``$n`` value as the client sent it, typed by its kind (an int as an inline literal is)."""
+    if value.WhichOneof("kind") == "jsonb_value":
+        return Parameter(json.loads(value.jsonb_value), "jsonb")
+    python = from_value(value)
+    return Parameter(python, inline_type(python))
+
+
 class SqlServicer(sql_pb2_grpc.SqlServicer):
     """Sessions and statements over gRPC."""
 
@@ -105,13 +116,8 @@ class SqlServicer(sql_pb2_grpc.SqlServicer):
         except LoupeError as error:
             yield sql_pb2.ExecuteResponse(error=error.to_proto())
             return
-        if request.params:
-            refusal = LoupeError(
-                SqlState.FEATURE_NOT_SUPPORTED, "statement parameters ($1, …) are not supported"
-            )
-            yield sql_pb2.ExecuteResponse(error=refusal.to_proto())
-            return
-        async for event in self.coordinator.execute(session, request.sql):
+        params = [parameter_from_proto(value) for value in request.params]
+        async for event in self.coordinator.execute(session, request.sql, params):
             yield event_to_proto(event)
 
     async def Cancel(self, request: sql_pb2.CancelRequest, context: Any) -> sql_pb2.CancelResponse:

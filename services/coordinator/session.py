@@ -13,10 +13,14 @@ import datetime as dt
 import uuid
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from loupe.builtins import DEFAULT_CLUSTER_NAME
 from loupe.catalog.system_vars import check_rate
 from loupe.common.errors import LoupeError, SqlState
+
+if TYPE_CHECKING:
+    from loupe.coordinator.prepared import PreparedStatement
 
 DEFAULT_USER = "materialize"
 DEFAULT_SUPERUSERS = ("materialize", "mz_system")
@@ -110,6 +114,8 @@ class Session:
     lock: asyncio.Lock = field(default_factory=asyncio.Lock, repr=False)
     running: asyncio.Task | None = field(default=None, repr=False)
     cancel_requested: bool = False
+    # PREPAREd statements by name (``loupe.coordinator.prepared``); they end with the session.
+    prepared: dict[str, PreparedStatement] = field(default_factory=dict, repr=False)
 
     @property
     def role_id(self) -> str:

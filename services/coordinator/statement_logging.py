@@ -13,6 +13,29 @@ Materialize's design (seed 000) with what it learned shipping it (DESIGN §7):
   ``(prepared_day, sql_hash)`` that this coordinator wrote, the execution
   (a row at its start, replaced by the finished row at its end) and its
   lifecycle events. Every execution row keeps the rate it was sampled at.
+- Parameters (issue 6 item 3): an execution's ``params`` are its parameter
+  values as text in a PostgreSQL array literal with NULLs kept,
+  ``{1,NULL,"a b"}`` (``{}`` without parameters): what Materialize's
+  ``text list`` column prints, stored as that text (Loupe's storage has no
+  list of text). Values are printed as PostgreSQL prints them (``t``/``f``,
+  ``2024-01-02 03:04:05+00``); see ``loupe.coordinator.sql.params``.
+- Named prepared statements (``PREPARE``): one row in
+  ``mz_prepared_statement_history`` with ``name`` set, written at the first
+  logged execution of it (``PreparedLog``); every later logged ``EXECUTE``
+  refers to that row, with its own parameters. ``DEALLOCATE`` (or the end of
+  the session) forgets the statement: prepared again, it is a new row. An
+  ``EXECUTE`` is logged as an execution *of the prepared statement*: its SQL
+  text (with ``$n``), statement type and the arguments as ``params``, not the
+  text ``EXECUTE p (1)``. Materialize logs a SQL ``EXECUTE`` as its own
+  unnamed statement and names rows only for the extended protocol's named
+  statements (Parse with a name, then Bind and Execute), where the row holds
+  the statement's text and each execution its bound parameters. Loupe's API
+  has no Parse/Bind: ``PREPARE``/``EXECUTE`` is how a client names a statement
+  and binds its parameters, so it is logged the way Materialize logs a named
+  statement — one text for all executions, found by one ``sql_hash``, with
+  the values per execution. ``PREPARE`` and ``DEALLOCATE`` themselves are
+  logged as ordinary statements; an ``EXECUTE`` that fails before its
+  statement runs (unknown name, wrong arguments) is logged as itself.
 - Throttling (issue 6 item 4): a token bucket in bytes refilled at
   ``statement_logging_target_data_rate`` bytes/s up to
   ``statement_logging_max_data_credit``. A sampled execution whose records
@@ -179,6 +202,25 @@ class Execution:
     events: list[tuple[str, dt.datetime]] = field(default_factory=list)
 
 
+@dataclass
+class PreparedLog:
+    """What the log holds of a named prepared statement (``PREPARE``): one row, once.
+
+    Its row is written with its first logged execution (``logged_id`` is
+    then its id); every later logged execution refers to it. The session
+    drops it with the statement (DEALLOCATE, the session's end), so a
+    statement prepared again under the same name is a new row.
+    """
+
+    name: str
+    prepared_at: dt.datetime = field(default_factory=lambda: _now())
+    logged_id: str | None = None
+
+    @property
+    def name_and_time(self) -> tuple[str, dt.datetime]:
+        return self.name, self.prepared_at
+
+
 # The execution the running statement belongs to (None: not sampled).
 CURRENT: ContextVar[Execution | None] = ContextVar("statement_logging_execution", default=None)
 
@@ -208,16 +250,18 @@ def result_size(rows: Iterable[Sequence[Any]]) -> tuple[int, int]:
     return count, size
 
 
-def estimated_size(sql: str, *, new_session: bool) -> tuple[int, int]:
+def estimated_size(sql: str, *, new_session: bool, params: str = "{}") -> tuple[int, int]:
     """(records, bytes) an execution of ``sql`` writes, estimated without building them.
 
     Counts the session row if new, the prepared statement, its SQL text (and
     its redacted copy) as if new (an upper bound: the text is written once a
-    day), the began and finished execution rows and the two lifecycle events
-    every execution has.
+    day, a named prepared statement once), the began and finished execution
+    rows (each with the ``params`` text beyond an empty ``{}``) and the two
+    lifecycle events every execution has.
     """
     records = 6 + (1 if new_session else 0)
-    return records, records * RECORD_OVERHEAD_BYTES + 2 * len(sql.encode())
+    size = 2 * len(sql.encode()) + 2 * (len(params.encode()) - 2)
+    return records, records * RECORD_OVERHEAD_BYTES + size
 
 
 class TokenBucket:
@@ -362,15 +406,15 @@ class StatementLogger:
 
     # -- records ------------------------------------------------------------------------
 
-    def _admitted(self, session: Session, sql: str) -> float | None:
+    def _admitted(self, session: Session, sql: str, params: str = "{}") -> float | None:
         """Sample, count the dry-run metrics, throttle: the rate of a logged execution."""
         rate = self._sample_rate(session)
         sampled = rate > 0.0 and self._sampled(rate)
         session_log = self._sessions.setdefault(session.id, _SessionLog())
-        self._count_dry_run(sql, session_log, sampled)
+        self._count_dry_run(sql, session_log, sampled, params)
         if not sampled:
             return None
-        size = estimated_size(sql, new_session=not session_log.logged)[1]
+        size = estimated_size(sql, new_session=not session_log.logged, params=params)[1]
         target = float(self.system("statement_logging_target_data_rate"))
         credit = float(self.system("statement_logging_max_data_credit"))
         if not self._bucket.take(size, target, credit):
@@ -380,17 +424,34 @@ class StatementLogger:
         return rate
 
     @staticmethod
-    def _count_dry_run(sql: str, session_log: _SessionLog, sampled: bool) -> None:
+    def _count_dry_run(
+        sql: str, session_log: _SessionLog, sampled: bool, params: str = "{}"
+    ) -> None:
         """Add the execution's estimate to the metrics, as rate 1 would log it."""
-        records, size = estimated_size(sql, new_session=not session_log.counted)
+        records, size = estimated_size(sql, new_session=not session_log.counted, params=params)
         session_log.counted = True
         label = "sampled" if sampled else "unsampled"
         RECORDS.labels(label).inc(records)
         BYTES.labels(label).inc(size)
 
-    def begin(self, session: Session, sql: str, kind: str) -> Execution | None:
-        """Sample one execution of ``sql``; its records if sampled and not throttled."""
-        rate = self._admitted(session, sql)
+    def begin(
+        self,
+        session: Session,
+        sql: str,
+        kind: str,
+        *,
+        params: str = "{}",
+        prepared: PreparedLog | None = None,
+    ) -> Execution | None:
+        """Sample one execution of ``sql``; its records if sampled and not throttled.
+
+        ``params``: the execution's parameters as a text array (``{1,NULL}``).
+        ``prepared``: the named prepared statement executed (``sql`` and
+        ``kind`` are its own); None for an unnamed statement, prepared anew.
+        A named statement's row and text are written with its first logged
+        execution; later ones refer to that row.
+        """
+        rate = self._admitted(session, sql, params)
         if rate is None:
             return None
         now = _now()
@@ -402,19 +463,27 @@ class StatementLogger:
             opened[session.id] = True
             row = (session.id, session.connected_at, session.get("application_name"), session.user)
             updates.append((MZ_SESSION_HISTORY.id, row, 1))
-        digest = sql_hash(sql)
-        prepared_id = str(uuid.uuid4())
-        throttled, self._throttled = self._throttled, 0
-        updates.append(
-            (
-                MZ_PREPARED_STATEMENT_HISTORY.id,
-                (prepared_id, session.id, "", digest, now, kind, throttled),
-                1,
+        if prepared is not None and prepared.logged_id is not None:
+            prepared_id = prepared.logged_id
+        else:
+            prepared_id = str(uuid.uuid4())
+            name, prepared_at = ("", now) if prepared is None else prepared.name_and_time
+            digest = sql_hash(sql)
+            throttled, self._throttled = self._throttled, 0
+            updates.append(
+                (
+                    MZ_PREPARED_STATEMENT_HISTORY.id,
+                    (prepared_id, session.id, name, digest, prepared_at, kind, throttled),
+                    1,
+                )
             )
-        )
-        day = now.replace(hour=0, minute=0, second=0, microsecond=0)
-        if self._first_text_of_day(day, digest):
-            updates.append((MZ_SQL_TEXT.id, (day, digest, sql, redact_sql(sql)), 1))
+            # Filed under the day it was prepared, as Materialize does: retention keeps
+            # a day's text while a prepared statement of that day refers to it.
+            day = prepared_at.replace(hour=0, minute=0, second=0, microsecond=0)
+            if self._first_text_of_day(day, digest):
+                updates.append((MZ_SQL_TEXT.id, (day, digest, sql, redact_sql(sql)), 1))
+            if prepared is not None:
+                prepared.logged_id = prepared_id
         execution_id = str(uuid.uuid4())
         cluster = session.cluster
         began = (
@@ -428,7 +497,7 @@ class StatementLogger:
             session.search_path,
             session.get("transaction_isolation"),
             None,
-            "[]",
+            params,
             now,
             None,
             None,

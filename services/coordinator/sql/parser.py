@@ -10,6 +10,9 @@ into statements at ``;``, and:
   parsed here, token by token;
 - ``EXPLAIN [OPTIMIZED | PHYSICAL] PLAN [WITH (node_ids)] FOR <query>`` is
   parsed here up to the query, which goes to sqlglot;
+- ``PREPARE name [(types)] AS <statement>``, ``EXECUTE name [(args)]`` and
+  ``DEALLOCATE [PREPARE] name | ALL`` are parsed here (the prepared statement
+  and the arguments by the rules for them);
 - ``INSERT``, ``UPDATE`` and ``DELETE`` are parsed by sqlglot and checked here
   (no ``RETURNING``, ``ON CONFLICT``, ``UPDATE … FROM`` or ``DELETE … USING``);
 - a query's trailing ``AS OF <timestamp>`` (Materialize's time travel, which
@@ -45,14 +48,17 @@ from loupe.coordinator.sql.statements import (
     CreateSource,
     CreateTable,
     CreateView,
+    Deallocate,
     Delete,
     DropCluster,
     DropClusterReplica,
     DropObjects,
     DropTable,
+    Execute,
     Explain,
     Insert,
     ObjectName,
+    Prepare,
     Query,
     ReplicaSpec,
     ResetVariable,
@@ -122,6 +128,10 @@ OTHER_STATEMENT_KEYWORDS = frozenset(
         "VALIDATE",
     }
 )
+
+# PREPARE, EXECUTE and DEALLOCATE, and the statements PREPARE takes (PostgreSQL's).
+PREPARED_STATEMENT_KEYWORDS = frozenset({"PREPARE", "EXECUTE", "DEALLOCATE"})
+PREPARABLE = (Query, Insert, Update, Delete)
 
 # EXPLAIN stages: the ones Loupe explains, and Materialize's others (0A000).
 EXPLAIN_STAGES = {"OPTIMIZED": "optimized", "PHYSICAL": "physical"}
@@ -283,6 +293,8 @@ def _parse_statement(sql: str, tokens: list[Token]) -> Statement:
         return _LoupeParser(sql, tokens).subscribe()
     if first in ("INSERT", "UPDATE", "DELETE"):
         return _parse_dml(sql, tokens)
+    if first in PREPARED_STATEMENT_KEYWORDS and tokens[0].token_type != TokenType.IDENTIFIER:
+        return _LoupeParser(sql, tokens).prepared_statement_command()
     if first == "EXPLAIN" and tokens[0].token_type != TokenType.IDENTIFIER:
         return _LoupeParser(sql, tokens).explain()
     if first in OTHER_STATEMENT_KEYWORDS or tokens[0].token_type in LoupeDialect.COMMAND_TOKENS:
@@ -894,6 +906,80 @@ class _LoupeParser:
             as_of=as_of,
             as_of_position=as_of_position,
         )
+
+    def prepared_statement_command(self) -> Statement:
+        """``PREPARE``, ``EXECUTE`` or ``DEALLOCATE`` (PostgreSQL's forms)."""
+        first = self.advance().text.upper()
+        if first == "PREPARE":
+            return self.prepare()
+        if first == "EXECUTE":
+            return self.execute_prepared()
+        return self.deallocate()
+
+    def prepare(self) -> Prepare:
+        """``PREPARE name [(type, …)] AS <SELECT | INSERT | UPDATE | DELETE>`` (after PREPARE)."""
+        name = self.identifier("a prepared statement name")
+        param_types: list[str] = []
+        if self.accept("("):
+            while True:
+                param_types.append(self.column_type())
+                if self.accept(")"):
+                    break
+                if not self.accept(","):
+                    raise self.error(", or )")
+        self.expect("AS")
+        rest = self.tokens[self.index :]
+        if not rest:
+            raise self.error("SELECT, INSERT, UPDATE or DELETE")
+        inner = _parse_statement(self.sql, rest)
+        if not isinstance(inner, PREPARABLE):
+            raise self.error("SELECT, INSERT, UPDATE or DELETE")
+        # Parsed again from its own text: what runs at EXECUTE, and what is logged.
+        statement = _parse_statement(inner.text, _tokenize(inner.text))
+        return Prepare(
+            **self.common(),  # type: ignore[arg-type]
+            name=name,
+            param_types=tuple(param_types),
+            statement=statement,
+        )
+
+    def execute_prepared(self) -> Execute:
+        """``EXECUTE name [(expression, …)]`` (after EXECUTE)."""
+        name = self.identifier("a prepared statement name")
+        args: tuple[exp.Expression, ...] = ()
+        if self.at("("):
+            start = self.index
+            close = self.matching_paren()
+            if close == start + 1:
+                self.index = close
+                raise self.error("a parameter value")
+            group = self.tokens[start : close + 1]
+            try:
+                parsed = _DIALECT.parser(error_level=ErrorLevel.IMMEDIATE).parse(group, self.sql)
+            except ParseError as error:
+                raise _from_parse_error(self.sql, group, error) from None
+            expression = parsed[0] if len(parsed) == 1 else None
+            if isinstance(expression, exp.Tuple):
+                args = tuple(expression.expressions)
+            elif isinstance(expression, exp.Paren):
+                args = (expression.this,)
+            elif isinstance(expression, exp.Expression):
+                args = (expression,)  # a parenthesized subquery: refused when it runs
+            else:
+                raise self.error("parameter values")
+            self.index = close + 1
+        self.end()
+        return Execute(**self.common(), name=name, args=args)  # type: ignore[arg-type]
+
+    def deallocate(self) -> Deallocate:
+        """``DEALLOCATE [PREPARE] name | ALL`` (after DEALLOCATE)."""
+        if self.at("PREPARE") and self.peek(1) is not None:
+            self.index += 1
+        name: str | None = None
+        if not self.accept("ALL"):
+            name = self.identifier("a prepared statement name or ALL")
+        self.end()
+        return Deallocate(**self.common(), name=name)  # type: ignore[arg-type]
 
     def matching_paren(self) -> int:
         """The index of the ``)`` closing the ``(`` at the cursor."""

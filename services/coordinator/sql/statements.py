@@ -257,6 +257,47 @@ class Delete(Statement):
 
 
 @dataclass(frozen=True, kw_only=True)
+class Prepare(Statement):
+    """``PREPARE name [(types)] AS <SELECT | INSERT | UPDATE | DELETE>``.
+
+    ``statement`` is parsed from its own text (``statement.text``), so errors
+    when it runs point into that text; ``param_types`` are PostgreSQL's names
+    (``integer``, ``text``, …) of the first parameters, as declared.
+    """
+
+    name: str
+    param_types: tuple[str, ...] = ()
+    statement: Statement = field(compare=False)
+
+    @property
+    def tag(self) -> str:
+        return "PREPARE"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Execute(Statement):
+    """``EXECUTE name [(args)]``: runs the prepared statement with ``args`` as its parameters."""
+
+    name: str
+    args: tuple[exp.Expression, ...] = field(default=(), compare=False)
+
+    @property
+    def tag(self) -> str:
+        return "EXECUTE"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Deallocate(Statement):
+    """``DEALLOCATE [PREPARE] name | ALL`` (``name`` None: all of the session's)."""
+
+    name: str | None
+
+    @property
+    def tag(self) -> str:
+        return "DEALLOCATE" if self.name is not None else "DEALLOCATE ALL"
+
+
+@dataclass(frozen=True, kw_only=True)
 class Explain(Statement):
     """``EXPLAIN [OPTIMIZED | PHYSICAL] PLAN [WITH (node_ids)] FOR <query> | <kind> <name>``.
 

@@ -1,0 +1,386 @@
+"""Positional parameters (``$1``, ``$2``, …): found in a statement and bound as typed literals.
+
+A statement run with parameters (``ExecuteRequest.params``, or ``EXECUTE
+name (args)`` of a prepared statement) has each ``$n`` replaced by a literal
+of its value before it is resolved and planned, so a bound statement plans
+and runs as if the value had been written inline:
+
+=============  ================================================
+value type     literal
+=============  ================================================
+(NULL)         ``NULL`` (``CAST(NULL AS t)`` when typed)
+``bool``       ``TRUE`` / ``FALSE``
+``int4``       the number, as written inline
+``int8`` …     ``CAST(n AS bigint)`` (numbers of other types too)
+``float8``     ``CAST('1.5' AS double precision)``
+``numeric``    ``CAST('12.50' AS numeric)``
+``text``       a string literal (typed like one written inline)
+``date``, …    ``CAST('2024-01-02' AS date)``, also timestamptz, timestamp
+``interval``   ``INTERVAL 'n microseconds'``
+``jsonb``      ``CAST('{…}' AS jsonb)``
+=============  ================================================
+
+``bytea`` and list values are refused (0A000): Loupe has no literal for them.
+
+Where a statement's parameters live: the query of a SELECT (and its ``AS
+OF``), the rows and query of INSERT, the assignments and WHERE of UPDATE,
+the WHERE of DELETE, the query of EXPLAIN and SUBSCRIBE, and the arguments
+of EXECUTE. A ``$n`` anywhere else (a view's definition) has no value, as
+in PostgreSQL, whose utility statements take no parameters; the statement
+inside ``PREPARE`` keeps its own until it is executed.
+
+Errors are PostgreSQL's: a ``$n`` without a value is 42P02 ``there is no
+parameter $n`` at its position; more values than the statement uses is
+08P01 ``bind message supplies 3 parameters, but prepared statement ""
+requires 2``.
+
+The statement log keeps parameters as text (``text_form``) in a PostgreSQL
+array literal (``array_text``): ``{1,NULL,"a b"}``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import json
+import math
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import Any
+
+from sqlglot import exp
+
+from loupe.common.errors import LoupeError, SqlState
+from loupe.common.values import format_interval
+from loupe.coordinator.sql.statements import (
+    CreateView,
+    Delete,
+    Execute,
+    Explain,
+    Insert,
+    Query,
+    Statement,
+    Subscribe,
+    Update,
+)
+
+UNDEFINED_PARAMETER = "42P02"
+PROTOCOL_VIOLATION = "08P01"
+
+# Types of parameter values -> the sqlglot type of the cast that types their literal.
+_CAST_TYPES = {
+    "int2": "smallint",
+    "int8": "bigint",
+    "uint8": "uint8",
+    "float4": "real",
+    "float8": "double precision",
+    "numeric": "numeric",
+    "text": "text",
+    "date": "date",
+    "timestamptz": "timestamptz",
+    "timestamp": "timestamp",
+    "jsonb": "jsonb",
+    "bool": "boolean",
+    "int4": "integer",
+}
+
+
+@dataclass(frozen=True)
+class Parameter:
+    """One parameter's value and its PostgreSQL type (``unknown`` for an untyped NULL)."""
+
+    value: Any
+    type: str = "unknown"
+
+
+def inline_type(value: Any) -> str:
+    """The type a literal of ``value`` has when written inline (how a client's value is typed)."""
+    if value is None:
+        return "unknown"
+    if isinstance(value, bool):
+        return "bool"
+    if isinstance(value, int):
+        return "int4" if -(2**31) <= value < 2**31 else "int8"
+    if isinstance(value, float):
+        return "float8"
+    if isinstance(value, Decimal):
+        return "numeric"
+    if isinstance(value, str):
+        return "text"
+    if isinstance(value, dt.datetime):
+        return "timestamptz" if value.tzinfo is not None else "timestamp"
+    if isinstance(value, dt.date):
+        return "date"
+    if isinstance(value, dt.timedelta):
+        return "interval"
+    if isinstance(value, bytes):
+        return "bytea"
+    return "jsonb" if isinstance(value, dict) else "list"
+
+
+# -- finding parameters -------------------------------------------------------------------
+
+
+def parameter_number(node: object) -> int | None:
+    """``n`` of a ``$n`` node; None for any other node."""
+    if not isinstance(node, exp.Parameter):
+        return None
+    inner = node.this
+    if isinstance(inner, exp.Literal) and not inner.is_string and str(inner.this).isdigit():
+        return int(inner.this)
+    return None
+
+
+def _position(node: exp.Expression) -> int:
+    """1-based position of a ``$n`` in the text its statement was parsed from (0: unknown)."""
+    start = node.this.meta.get("start") if isinstance(node.this, exp.Expression) else None
+    # The number's token starts one character after the ``$``.
+    return int(start) if start is not None else 0
+
+
+def _trees(statement: Statement) -> Iterator[exp.Expression]:
+    """The expression trees of ``statement`` that may hold bindable parameters."""
+    match statement:
+        case Query():
+            yield statement.expression
+            if statement.as_of is not None:
+                yield statement.as_of
+        case Insert():
+            for row in statement.rows:
+                yield from row
+            if statement.query is not None:
+                yield from _trees(statement.query)
+        case Update():
+            for _, _, value in statement.assignments:
+                yield value
+            if statement.where is not None:
+                yield statement.where
+        case Delete():
+            if statement.where is not None:
+                yield statement.where
+        case Explain():
+            if statement.query is not None:
+                yield from _trees(statement.query)
+        case Subscribe():
+            yield from _trees(statement.query)
+            if statement.as_of is not None:
+                yield statement.as_of
+        case Execute():
+            yield from statement.args
+
+
+def _unbindable_trees(statement: Statement) -> Iterator[exp.Expression]:
+    """Trees whose ``$n`` never have a value (a view's definition is stored, not run)."""
+    if isinstance(statement, CreateView):
+        yield from _trees(statement.query)
+
+
+def _parameters(trees: Iterator[exp.Expression]) -> Iterator[tuple[int, exp.Parameter]]:
+    for tree in trees:
+        for node in tree.walk():
+            number = parameter_number(node)
+            if number is not None:
+                assert isinstance(node, exp.Parameter)
+                yield number, node
+
+
+def highest_parameter(statement: Statement) -> int:
+    """The highest ``n`` of the ``$n`` the statement uses (0: none): how many it needs."""
+    return max((number for number, _ in _parameters(_trees(statement))), default=0)
+
+
+def no_such_parameter(number: int, position: int = 0) -> LoupeError:
+    return LoupeError(UNDEFINED_PARAMETER, f"there is no parameter ${number}", position=position)
+
+
+# -- binding ------------------------------------------------------------------------------
+
+
+def bind(
+    statement: Statement,
+    params: Sequence[Parameter],
+    *,
+    check_count: bool = True,
+    statement_name: str = "",
+) -> Statement:
+    """``statement`` with its ``$n`` replaced by literals of ``params`` (a new statement).
+
+    ``check_count``: more values than the statement uses is an error (the
+    protocol's check; EXECUTE checks its own count first).
+    """
+    for number, node in _parameters(_unbindable_trees(statement)):
+        raise no_such_parameter(number, _position(node))
+    found = list(_parameters(_trees(statement)))
+    required = max((number for number, _ in found), default=0)
+    if check_count and len(params) > required:
+        raise LoupeError(
+            PROTOCOL_VIOLATION,
+            f"bind message supplies {len(params)} parameters, but prepared statement "
+            f'"{statement_name}" requires {required}',
+        )
+    for number, node in found:
+        if not 1 <= number <= len(params):
+            raise no_such_parameter(number, _position(node))
+    if not found:
+        return statement
+    literals = [literal(parameter) for parameter in params]
+
+    def substitute(tree: exp.Expression) -> exp.Expression:
+        def replace(node: exp.Expression) -> exp.Expression:
+            number = parameter_number(node)
+            return node if number is None else literals[number - 1].copy()
+
+        return tree.transform(replace)  # copies: the prepared statement keeps its $n
+
+    return _rebuild(statement, substitute)
+
+
+def _rebuild(statement: Statement, substitute: Callable[[exp.Expression], exp.Expression]) -> Any:
+    def optional(tree: exp.Expression | None) -> exp.Expression | None:
+        return None if tree is None else substitute(tree)
+
+    match statement:
+        case Query():
+            return dataclasses.replace(
+                statement,
+                expression=substitute(statement.expression),
+                as_of=optional(statement.as_of),
+            )
+        case Insert():
+            return dataclasses.replace(
+                statement,
+                rows=tuple(tuple(substitute(value) for value in row) for row in statement.rows),
+                query=None if statement.query is None else _rebuild(statement.query, substitute),
+            )
+        case Update():
+            return dataclasses.replace(
+                statement,
+                assignments=tuple(
+                    (column, position, substitute(value))
+                    for column, position, value in statement.assignments
+                ),
+                where=optional(statement.where),
+            )
+        case Delete():
+            return dataclasses.replace(statement, where=optional(statement.where))
+        case Explain():
+            query = statement.query
+            return dataclasses.replace(
+                statement, query=None if query is None else _rebuild(query, substitute)
+            )
+        case Subscribe():
+            return dataclasses.replace(
+                statement,
+                query=_rebuild(statement.query, substitute),
+                as_of=optional(statement.as_of),
+            )
+        case Execute():
+            return dataclasses.replace(
+                statement, args=tuple(substitute(arg) for arg in statement.args)
+            )
+    return statement
+
+
+def literal(parameter: Parameter) -> exp.Expression:
+    """The typed literal a parameter is bound as (see the module's table)."""
+    value, kind = parameter.value, parameter.type
+    if kind in ("bytea", "list"):
+        raise LoupeError(
+            SqlState.FEATURE_NOT_SUPPORTED, f"parameters of type {kind} are not supported"
+        )
+    if value is None:
+        if kind in _CAST_TYPES:
+            return exp.cast(exp.null(), exp.DataType.build(_CAST_TYPES[kind], dialect="postgres"))
+        return exp.null()
+    if kind == "interval":
+        micros = value // dt.timedelta(microseconds=1)
+        return exp.Interval(this=exp.Literal.string(f"{micros} microseconds"))
+    if kind == "bool":
+        return exp.Boolean(this=bool(value))
+    if kind == "text":
+        return exp.Literal.string(str(value))
+    if kind == "int4":
+        number = exp.Literal.number(abs(int(value)))
+        return exp.Neg(this=number) if value < 0 else number
+    if kind not in _CAST_TYPES:
+        raise LoupeError(
+            SqlState.FEATURE_NOT_SUPPORTED, f"parameters of type {kind} are not supported"
+        )
+    text = json.dumps(value, sort_keys=True) if kind == "jsonb" else _cast_text(value)
+    return exp.cast(
+        exp.Literal.string(text), exp.DataType.build(_CAST_TYPES[kind], dialect="postgres")
+    )
+
+
+def _cast_text(value: Any) -> str:
+    """A value as the text a cast reads back into the same value."""
+    if isinstance(value, float):
+        return repr(value) if math.isfinite(value) else text_form(value) or ""
+    if isinstance(value, dt.datetime):
+        return value.isoformat(sep=" ")
+    if isinstance(value, dt.date):
+        return value.isoformat()
+    return str(value)
+
+
+# -- the statement log's text form ------------------------------------------------------
+
+
+def text_form(value: Any, type_: str = "") -> str | None:
+    """A parameter's value as PostgreSQL prints it (``t``/``f``, ``Infinity``, ``… +00``); None for NULL."""
+    if value is None:
+        return None
+    if type_ == "jsonb":
+        return json.dumps(value, sort_keys=True)
+    if isinstance(value, bool):
+        return "t" if value else "f"
+    if isinstance(value, float):
+        if math.isnan(value):
+            return "NaN"
+        if math.isinf(value):
+            return "Infinity" if value > 0 else "-Infinity"
+        return repr(value)
+    if isinstance(value, dt.datetime):
+        text = value.isoformat(sep=" ")
+        # PostgreSQL prints a whole-hour offset as ``+00``, not ``+00:00``.
+        return text[:-3] if text.endswith(":00") and text[-6] in "+-" else text
+    if isinstance(value, dt.date):
+        return value.isoformat()
+    if isinstance(value, dt.timedelta):
+        return format_interval(value)
+    if isinstance(value, dict | list):
+        return json.dumps(value, sort_keys=True)
+    if isinstance(value, bytes):
+        return "\\x" + value.hex()
+    return str(value)
+
+
+_SPECIAL = frozenset('{},"\\')
+
+
+def array_text(values: Sequence[str | None]) -> str:
+    """A PostgreSQL array literal of text: ``{1,NULL,"a b"}`` (what ``text[]`` prints).
+
+    An element is quoted when it is empty, is ``NULL`` in any case, or holds a
+    brace, comma, quote, backslash or white space; inside quotes ``"`` and
+    ``\\`` are escaped with a backslash. A NULL element is a bare ``NULL``.
+    """
+    parts = []
+    for value in values:
+        if value is None:
+            parts.append("NULL")
+        elif (
+            value == ""
+            or value.upper() == "NULL"
+            or any(c in _SPECIAL or c.isspace() for c in value)
+        ):
+            parts.append('"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"')
+        else:
+            parts.append(value)
+    return "{" + ",".join(parts) + "}"
+
+
+def params_text(params: Sequence[Parameter]) -> str:
+    """The statement log's ``params`` of an execution."""
+    return array_text([text_form(parameter.value, parameter.type) for parameter in params])
