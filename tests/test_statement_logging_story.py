@@ -1,10 +1,11 @@
 """Issue 6's story (statement logging), every service a real process (``loupe up``).
 
 An administrator turns logging up with ``ALTER SYSTEM`` (a non-superuser may
-not); at rate 1 every statement of a session is logged with how it ended
-(success, error, canceled by ``Cancel``); a session at rate 0 logs nothing; a
-fixed seed gives the same sample twice; a coordinator killed while a
-statement runs marks it ``aborted`` when it comes back.
+not); only superusers and members of ``mz_monitor`` read the log; at rate 1
+every statement of a session is logged with how it ended (success, error,
+canceled by ``Cancel``); a session at rate 0 logs nothing; a fixed seed gives
+the same sample twice; a coordinator killed while a statement runs marks it
+``aborted`` when it comes back.
 """
 
 from __future__ import annotations
@@ -151,6 +152,24 @@ def _subscribe_and_cancel(session: SqlClient) -> str:
     thread.join(30)
     assert [error.code for error in errors] == ["57014"]
     return sql
+
+
+def test_only_monitors_read_the_history(system):
+    """alice may not read the statement log until she is granted mz_monitor; a member of
+    mz_monitor_redacted reads only the redacted view."""
+    system.sql("CREATE ROLE alice LOGIN")
+    system.sql("CREATE ROLE bob LOGIN")
+    system.sql("GRANT mz_monitor_redacted TO bob")
+    full = "SELECT count(*) FROM mz_internal.mz_recent_activity_log"
+    redacted = "SELECT count(*) FROM mz_internal.mz_recent_activity_log_redacted"
+    with client(system, user="alice") as alice, client(system, user="bob") as bob:
+        for session, sql in ((alice, full), (alice, redacted), (bob, full)):
+            with pytest.raises(LoupeError) as refused:
+                session.query(sql)
+            assert refused.value.code == "42501", sql
+        assert bob.query(redacted)[0][0] >= 0
+        system.sql("GRANT mz_monitor TO alice")
+        assert alice.query(full)[0][0] >= 1
 
 
 def test_rate_zero_logs_nothing(system):

@@ -103,6 +103,14 @@ MZ_ROLES = BuiltinCollection(
     (("id", "text"), ("name", "text"), ("inherit", "bool")),
     "catalog",
 )
+# Who is a member of which role (GRANT role TO member), as Materialize's.
+MZ_ROLE_MEMBERS = BuiltinCollection(
+    "s114",
+    "mz_catalog",
+    "mz_role_members",
+    (("role_id", "text"), ("member", "text"), ("grantor", "text")),
+    "catalog",
+)
 # The catalog's audit log. ``id`` is uint8 (Materialize's type) where every other
 # collection's ``id`` is text, so the storage writer puts it in a write group of its own.
 MZ_AUDIT_EVENTS = BuiltinCollection(
@@ -375,6 +383,7 @@ BUILTIN_COLLECTIONS: tuple[BuiltinCollection, ...] = (
     MZ_DATABASES,
     MZ_SCHEMAS,
     MZ_ROLES,
+    MZ_ROLE_MEMBERS,
     MZ_AUDIT_EVENTS,
     MZ_TABLES,
     MZ_VIEWS,

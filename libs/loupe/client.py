@@ -84,12 +84,14 @@ class SqlClient:
         port: int = DEFAULT_PORT,
         *,
         user: str = "",
+        password: str = "",
         application_name: str = "loupe-sql",
         options: dict[str, str] | None = None,
         connect_timeout: float = 5.0,
     ) -> None:
         self.address = f"{host}:{port}"
         self.user = user
+        self._password = password
         self.application_name = application_name
         self.options = dict(options or {})
         self.connect_timeout = connect_timeout
@@ -113,6 +115,7 @@ class SqlClient:
             response = self._stub.OpenSession(
                 sql_pb2.OpenSessionRequest(
                     user=self.user,
+                    password=self._password,
                     application_name=self.application_name,
                     options=self.options,
                 ),

@@ -49,9 +49,10 @@ def bootstrap_state(timestamp: int) -> CatalogState:
     """The state of a new catalog; its audit events occurred at ``timestamp``."""
     tx = Transaction(CatalogState())
     tx.create_role("mz_system", superuser=True, system=True)
-    tx.create_role("mz_monitor", system=True)
-    tx.create_role("mz_monitor_redacted", system=True)
-    tx.create_role(DEFAULT_DATABASE_NAME, superuser=True)
+    tx.create_role("mz_monitor", login=False, system=True)
+    tx.create_role("mz_monitor_redacted", login=False, system=True)
+    # The default superuser exists before anyone could have created it: no event.
+    tx.create_role(DEFAULT_DATABASE_NAME, superuser=True, audited=False)
     for name in AMBIENT_SCHEMAS:
         tx.create_schema(name, "", system=True)
     tx.create_database(DEFAULT_DATABASE_NAME, owner_id=DEFAULT_USER_ROLE_ID)

@@ -22,6 +22,9 @@ Versions:
    cluster); databases, schemas, roles, items, introspection source indexes,
    system configuration, settings, the audit log, storage usage, system object
    mappings and privileges exist, with the objects a new catalog has.
+3. Roles say whether they may log in (``login``) and carry a password hash
+   (``password_hash``, empty for none): every role could log in before, except
+   the two monitoring roles, which are for membership only.
 """
 
 from __future__ import annotations
@@ -148,8 +151,24 @@ def upgrade_1_to_2(rows: list[Row]) -> list[Write]:
     return writes
 
 
+_MEMBERSHIP_ONLY_ROLES = ("mz_monitor", "mz_monitor_redacted")
+
+
+def upgrade_2_to_3(rows: list[Row]) -> list[Write]:
+    """Version 2 -> 3: roles gain ``login`` and ``password_hash``."""
+    writes: list[Write] = []
+    for kind, key, value in rows:
+        if kind != "role":
+            continue
+        role = json.loads(value)
+        role["login"] = role["name"] not in _MEMBERSHIP_ONLY_ROLES
+        role["password_hash"] = ""
+        writes.append((kind, key, _json(role)))
+    return writes
+
+
 # UPGRADES[n] turns version n + 1 into version n + 2.
-UPGRADES: list[Upgrade] = [upgrade_1_to_2]
+UPGRADES: list[Upgrade] = [upgrade_1_to_2, upgrade_2_to_3]
 CATALOG_VERSION = 1 + len(UPGRADES)
 
 

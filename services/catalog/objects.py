@@ -281,9 +281,21 @@ class Role(_Json):
     superuser: bool
     # Role id -> id of the role that granted the membership.
     membership: Mapping[str, str] = field(default_factory=dict)
+    # May open sessions; the monitoring roles are for membership only.
+    login: bool = True
+    # ``loupe.common.passwords`` hash; empty: the role has no password.
+    password_hash: str = ""
 
     def to_proto(self) -> catalog_pb2.Role:
-        return catalog_pb2.Role(id=self.id, name=self.name, inherit=self.inherit)
+        return catalog_pb2.Role(
+            id=self.id,
+            name=self.name,
+            inherit=self.inherit,
+            superuser=self.superuser,
+            login=self.login,
+            password_hash=self.password_hash,
+            member_of=dict(self.membership),
+        )
 
 
 @dataclass(frozen=True)

@@ -55,6 +55,32 @@ def apply_op(tx: Transaction, op: catalog_pb2.CatalogOp) -> None:
         tx.set_system_configuration(
             name, None if change.reset else checked_value(name, change.value)
         )
+    elif kind == "create_role":
+        create = op.create_role
+        tx.create_role(
+            create.name,
+            superuser=create.superuser,
+            login=create.login,
+            inherit=create.inherit,
+            password_hash=create.password_hash,
+        )
+    elif kind == "alter_role":
+        alter = op.alter_role
+        tx.alter_role(
+            alter.name,
+            superuser=alter.superuser if alter.HasField("superuser") else None,
+            login=alter.login if alter.HasField("login") else None,
+            inherit=alter.inherit if alter.HasField("inherit") else None,
+            password_hash=alter.password_hash if alter.HasField("password_hash") else None,
+        )
+    elif kind == "drop_role":
+        tx.drop_role(op.drop_role.name, if_exists=op.drop_role.if_exists)
+    elif kind == "grant_role":
+        grant = op.grant_role
+        if grant.revoke:
+            tx.revoke_role(grant.role, grant.member)
+        else:
+            tx.grant_role(grant.role, grant.member, grant.grantor)
     else:
         raise LoupeError("INVALID_ARGUMENT", "catalog operation has no kind")
 

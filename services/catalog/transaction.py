@@ -268,16 +268,165 @@ class Transaction:
         return schema
 
     def create_role(
-        self, name: str, *, superuser: bool = False, inherit: bool = True, system: bool = False
+        self,
+        name: str,
+        *,
+        superuser: bool = False,
+        inherit: bool = True,
+        login: bool = True,
+        password_hash: str = "",
+        system: bool = False,
+        audited: bool = True,
     ) -> Role:
         if not name:
             raise LoupeError(INVALID_NAME, "role name must not be empty")
         if name.upper() == "PUBLIC" or any(r.name == name for r in self.table("role").values()):
             raise LoupeError(SqlState.DUPLICATE_OBJECT, f'role "{name}" already exists')
+        if not system and (name.startswith(("mz_", "pg_")) or name.upper() == "NONE"):
+            raise LoupeError(SqlState.RESERVED_NAME, f'role name "{name}" is reserved')
         prefix = "system" if system else "user"
-        role = Role(self.allocate_id(f"{prefix}_role"), name, inherit, superuser)
+        role = Role(
+            self.allocate_id(f"{prefix}_role"),
+            name,
+            inherit,
+            superuser,
+            login=login,
+            password_hash=password_hash,
+        )
         self.table("role").set(role)
+        if audited and not system:
+            self._record("create", "role", _role_details(role))
         return role
+
+    def role_by_name(self, name: str) -> Role | None:
+        return next((r for r in self.table("role").values() if r.name == name), None)
+
+    def _role_named(self, name: str) -> Role:
+        role = self.role_by_name(name)
+        if role is None:
+            raise LoupeError(SqlState.UNDEFINED_OBJECT, f'role "{name}" does not exist')
+        return role
+
+    @staticmethod
+    def _check_user_role(role: Role, action: str) -> None:
+        if role.id.startswith("s"):
+            raise LoupeError(
+                SqlState.INSUFFICIENT_PRIVILEGE, f'cannot {action} system role "{role.name}"'
+            )
+
+    def alter_role(
+        self,
+        name: str,
+        *,
+        superuser: bool | None = None,
+        login: bool | None = None,
+        inherit: bool | None = None,
+        password_hash: str | None = None,
+    ) -> Role:
+        """ALTER ROLE name WITH …: the attributes given (not None) change."""
+        role = self._role_named(name)
+        self._check_user_role(role, "alter")
+        changes: dict[str, Any] = {
+            key: value
+            for key, value in (
+                ("superuser", superuser),
+                ("login", login),
+                ("inherit", inherit),
+                ("password_hash", password_hash),
+            )
+            if value is not None
+        }
+        altered = dataclasses.replace(role, **changes)
+        self.table("role").set(altered)
+        details = _role_details(altered) | {
+            key: (value if key != "password_hash" else bool(value))
+            for key, value in changes.items()
+        }
+        self._record("alter", "role", details)
+        return altered
+
+    def drop_role(self, name: str, *, if_exists: bool = False) -> Role | None:
+        """DROP ROLE: refused while it owns objects; its memberships go with it."""
+        role = self.role_by_name(name)
+        if role is None:
+            if if_exists:
+                return None
+            raise LoupeError(SqlState.UNDEFINED_OBJECT, f'role "{name}" does not exist')
+        self._check_user_role(role, "drop")
+        owned = sorted(
+            f"{kind} {obj.name}"
+            for kind in ("cluster", "cluster_replica", "database", "schema", "item")
+            for obj in self.table(kind).values()
+            if getattr(obj, "owner_id", None) == role.id
+        )
+        if owned:
+            raise LoupeError(
+                SqlState.DEPENDENT_OBJECTS_STILL_EXIST,
+                f'role "{name}" cannot be dropped because some objects depend on it',
+                detail="owner of " + ", ".join(owned),
+            )
+        roles = self.table("role")
+        roles.delete(_key("role", role.id))
+        for other in list(roles.values()):
+            if role.id in other.membership:
+                membership = {k: v for k, v in other.membership.items() if k != role.id}
+                roles.set(dataclasses.replace(other, membership=membership))
+        self._record("drop", "role", _role_details(role))
+        return role
+
+    def grant_role(self, role_name: str, member_name: str, grantor_name: str) -> Role:
+        """GRANT role TO member; granting a membership that exists changes nothing."""
+        role = self._role_named(role_name)
+        member = self._role_named(member_name)
+        grantor = self.role_by_name(grantor_name)
+        if role.id == member.id or self._is_member(role, member.id):
+            raise LoupeError(
+                SqlState.INVALID_GRANT_OPERATION,
+                f'role "{member.name}" is a member of role "{role.name}"'
+                if role.id != member.id
+                else f'role "{role.name}" cannot be granted to itself',
+            )
+        if role.id in member.membership:
+            return member
+        membership = {**member.membership, role.id: grantor.id if grantor else role.id}
+        granted = dataclasses.replace(member, membership=membership)
+        self.table("role").set(granted)
+        self._record(
+            "grant",
+            "role",
+            {"role_id": role.id, "member_id": member.id, "grantor_id": membership[role.id]},
+        )
+        return granted
+
+    def revoke_role(self, role_name: str, member_name: str) -> Role:
+        """REVOKE role FROM member; revoking a membership that does not exist changes nothing."""
+        role = self._role_named(role_name)
+        member = self._role_named(member_name)
+        if role.id not in member.membership:
+            return member
+        grantor = member.membership[role.id]
+        membership = {k: v for k, v in member.membership.items() if k != role.id}
+        revoked = dataclasses.replace(member, membership=membership)
+        self.table("role").set(revoked)
+        self._record(
+            "revoke", "role", {"role_id": role.id, "member_id": member.id, "grantor_id": grantor}
+        )
+        return revoked
+
+    def _is_member(self, role: Role, of: str) -> bool:
+        """Whether ``role`` is, directly or through other roles, a member of role id ``of``."""
+        by_id = {r.id: r for r in self.table("role").values()}
+        seen: set[str] = set()
+        pending = list(role.membership)
+        while pending:
+            current = pending.pop()
+            if current == of:
+                return True
+            if current in seen or current not in by_id:
+                continue
+            seen.add(current)
+            pending.extend(by_id[current].membership)
+        return False
 
     def create_item(self, item: Item, *, system: bool = False) -> Item:
         """Create a table, view, index, … in ``item.schema_id``; the id is allocated here."""
@@ -510,3 +659,7 @@ def _replica_details(cluster: Cluster, replica: ClusterReplica) -> dict[str, Any
         "replica_id": replica.id,
         "replica_name": replica.name,
     }
+
+
+def _role_details(role: Role) -> dict[str, Any]:
+    return {"id": role.id, "name": role.name}

@@ -30,6 +30,7 @@ from loupe.builtins import (
     MZ_INDEXES,
     MZ_MATERIALIZED_VIEWS,
     MZ_OBJECTS,
+    MZ_ROLE_MEMBERS,
     MZ_ROLES,
     MZ_SCHEMAS,
     MZ_SOURCES,
@@ -61,6 +62,7 @@ SNAPSHOT_COLLECTIONS = (
     MZ_DATABASES,
     MZ_SCHEMAS,
     MZ_ROLES,
+    MZ_ROLE_MEMBERS,
     *ITEM_COLLECTIONS,
 )
 # The builtin collections whose contents come from the catalog.
@@ -91,6 +93,7 @@ class CatalogState:
         }
         self.replicas = [ReplicaInfo(r.id, r.name, r.cluster_id) for r in self.snapshot.replicas]
         self.roles = {r.name: r.id for r in self.snapshot.roles}
+        self.role_objects = {r.name: r for r in self.snapshot.roles}
         self.databases = {d.id: d for d in self.snapshot.databases}
         self.schemas = {s.id: s for s in self.snapshot.schemas}
         self.items = {i.id: i for i in self.snapshot.items}
@@ -346,6 +349,11 @@ def catalog_rows(
         MZ_DATABASES.id: Counter(database_row(d) for d in snapshot.databases),
         MZ_SCHEMAS.id: Counter(schema_row(s) for s in snapshot.schemas),
         MZ_ROLES.id: Counter(role_row(r) for r in snapshot.roles),
+        MZ_ROLE_MEMBERS.id: Counter(
+            (role_id, r.id, grantor)
+            for r in snapshot.roles
+            for role_id, grantor in r.member_of.items()
+        ),
         **item_rows(snapshot),
     }
     if audit is not None:

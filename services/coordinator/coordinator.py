@@ -59,7 +59,7 @@ from loupe.common.errors import LoupeError, SqlState
 from loupe.common.logging import get_logger
 from loupe.common.transport import NatsServiceClient, subscribe
 from loupe.common.values import from_row
-from loupe.coordinator import dml, metrics, prepared
+from loupe.coordinator import access, dml, metrics, prepared
 from loupe.coordinator import statement_logging as stmtlog
 from loupe.coordinator.catalog_relations import CatalogRelationsWriter
 from loupe.coordinator.catalog_state import CatalogState, ClusterInfo
@@ -90,11 +90,13 @@ from loupe.coordinator.sql.resolve import (
     search_path_schemas,
 )
 from loupe.coordinator.sql.statements import (
+    AlterRole,
     AlterSystem,
     ColumnDef,
     CreateCluster,
     CreateClusterReplica,
     CreateIndex,
+    CreateRole,
     CreateSource,
     CreateTable,
     CreateView,
@@ -103,9 +105,11 @@ from loupe.coordinator.sql.statements import (
     DropCluster,
     DropClusterReplica,
     DropObjects,
+    DropRole,
     DropTable,
     Execute,
     Explain,
+    GrantRole,
     Insert,
     ObjectName,
     Prepare,
@@ -184,9 +188,15 @@ class CoordinatorConfig:
     instance_name: str = "coordinator"
     # The storage writer's input subject (the controller's storage_subject).
     storage_subject: str = stmtlog.DEFAULT_SUBJECT
+    # How sessions authenticate: "trust" or "password" (loupe.coordinator.access).
+    authenticator: str = "trust"
+    # In "password" mode, the password of the configured superusers whose role
+    # has none of its own.
+    superuser_password: str = dataclasses.field(default="", repr=False)
 
 
 WRONG_OBJECT_TYPE = "42809"
+OBJECT_IN_USE = "55006"
 INVALID_SCHEMA_NAME = "3F000"
 INVALID_CATALOG_NAME = "3D000"
 
@@ -201,6 +211,11 @@ class Coordinator:
         config: CoordinatorConfig | None = None,
     ) -> None:
         self.config = config or CoordinatorConfig()
+        if self.config.authenticator not in access.AUTHENTICATORS:
+            raise ValueError(
+                f"authenticator must be one of {', '.join(access.AUTHENTICATORS)}, "
+                f"not {self.config.authenticator!r}"
+            )
         self.sessions = sessions
         self._nc = connection
         self.catalog = NatsServiceClient(
@@ -386,12 +401,12 @@ class Coordinator:
                 return
             for statement in statements:
                 bound, failure = await self._bound(session, statement, params)
+                kind = bound.kind
+                text = bound.sql
+                if access.hides_password(statement):
+                    text = stmtlog.redact_sql(text)
                 execution = self.statement_log.begin(
-                    session,
-                    bound.sql,
-                    bound.kind,
-                    params=bound.params_text,
-                    prepared=bound.prepared,
+                    session, text, kind, params=bound.params_text, prepared=bound.prepared
                 )
                 failed = False
                 async for event in self._logged(session, bound.statement, execution, failure):
@@ -554,7 +569,16 @@ class Coordinator:
         self, session: Session, statement: Statement
     ) -> StatementResult | Streaming:
         """Plan and run one statement."""
+        access.check_statement_log_access(
+            statement,
+            user=session.user,
+            superuser=session.is_superuser,
+            search_path=session.search_path,
+            roles=self.state.role_objects,
+        )
         match statement:
+            case CreateRole() | AlterRole() | DropRole() | GrantRole():
+                return await self._role_ddl(session, statement)
             case CreateView() | CreateIndex() | CreateSource():
                 return await self.compute.create(session, statement)
             case DropObjects():
@@ -628,6 +652,42 @@ class Coordinator:
         except LoupeError as error:
             log.warning("could not read the catalog", error=error.message)
             return self.state
+
+    async def authenticate(self, user: str, password: str) -> bool:
+        """Check ``user``'s credentials (28000 / 28P01 if refused); whether it is a superuser.
+
+        A role this coordinator does not know yet is looked up in a fresh
+        catalog snapshot: another coordinator may have created it a moment ago.
+        """
+        state = self.state
+        if user not in state.role_objects:
+            state = await self._refreshed_state()
+        try:
+            await access.authenticate(
+                state.role_objects,
+                user,
+                password,
+                authenticator=self.config.authenticator,
+                superusers=self.sessions.superusers,
+                superuser_password=self.config.superuser_password,
+            )
+        except LoupeError:
+            metrics.AUTHENTICATION_FAILURES.inc()
+            raise
+        return access.is_superuser(state.role_objects, user, self.sessions.superusers)
+
+    async def _role_ddl(
+        self, session: Session, statement: CreateRole | AlterRole | DropRole | GrantRole
+    ) -> StatementResult:
+        """CREATE/ALTER/DROP ROLE, GRANT/REVOKE role: superusers only."""
+        self._require_superuser(session, statement)
+        if isinstance(statement, DropRole) and session.user in statement.names:
+            raise LoupeError(
+                OBJECT_IN_USE, "current user cannot be dropped", position=statement.position
+            )
+        ops = await access.role_ops(statement, grantor=session.user)
+        _, result = await self._transact(session, statement, ops)
+        return result
 
     async def _alter_system(self, session: Session, statement: AlterSystem) -> StatementResult:
         """Store (or remove) a system variable's value in the catalog; superusers only."""

@@ -29,6 +29,7 @@ from loupe.coordinator.results import (
     Progress,
     RowBatch,
 )
+from loupe.coordinator.session import DEFAULT_USER
 from loupe.coordinator.sql.params import Parameter, inline_type
 from loupe.proto.common.v1 import common_pb2
 from loupe.proto.sql.v1 import sql_pb2, sql_pb2_grpc
@@ -90,12 +91,24 @@ class SqlServicer(sql_pb2_grpc.SqlServicer):
     async def OpenSession(
         self, request: sql_pb2.OpenSessionRequest, context: Any
     ) -> sql_pb2.OpenSessionResponse:
+        user = request.user or DEFAULT_USER
+        try:
+            superuser = await self.coordinator.authenticate(user, request.password)
+        except LoupeError as error:
+            log.info("session refused", user=user, code=error.code)
+            await context.abort(
+                grpc.StatusCode.UNAUTHENTICATED,
+                error.message,
+                trailing_metadata=((SQLSTATE_TRAILER, error.code),),
+            )
+            raise  # abort raises; this keeps type checkers honest
         try:
             session = self.sessions.open(
-                request.user,
+                user,
                 application_name=request.application_name,
                 options=dict(request.options),
                 defaults=self.coordinator.session_defaults(),
+                is_superuser=superuser,
             )
         except LoupeError as error:
             await context.abort(

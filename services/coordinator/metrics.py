@@ -35,3 +35,7 @@ TABLE_TICKS = Counter(
     "Ticks moving the timestamp oracle and every table's upper, by outcome",
     ["outcome"],
 )
+AUTHENTICATION_FAILURES = Counter(
+    "loupe_coordinator_authentication_failures",
+    "Sessions refused: unknown role, wrong password or a role that may not log in",
+)

@@ -35,6 +35,12 @@ class CoordinatorSettings(BaseSettings):
     sql_port: int = 6875
     # Comma-separated users that are superusers.
     superusers: str = "materialize,mz_system"
+    # How sessions authenticate: "trust" believes the user name a client gives
+    # (for a laptop); "password" checks it against the role's password.
+    authenticator: str = "trust"
+    # With "password": the password of the superusers above whose role has no
+    # password of its own (set it from a secret: LOUPE_SUPERUSER_PASSWORD).
+    superuser_password: str = ""
     # Seconds a peek may run before it is canceled.
     peek_timeout: float = 60.0
     # Seconds to wait for the controller and catalog at start.
@@ -92,6 +98,8 @@ class CoordinatorService(Service):
                     table_compaction_ticks=settings.table_compaction_ticks,
                     instance_name=settings.instance_name,
                     storage_subject=settings.storage_subject,
+                    authenticator=settings.authenticator,
+                    superuser_password=settings.superuser_password,
                 ),
             )
             self.coordinator = coordinator

@@ -205,14 +205,19 @@ class SessionManager:
         application_name: str = "",
         options: dict[str, str] | None = None,
         defaults: dict[str, str] | None = None,
+        is_superuser: bool | None = None,
     ) -> Session:
         """A new session; bad ``options`` are refused (nothing is opened).
 
         ``defaults``: what RESET goes back to for some variables (e.g.
         ``statement_logging_sample_rate`` from the system's default rate).
+        ``is_superuser``: as authentication found (a role may be a superuser
+        in the catalog); by default, whether ``user`` is a configured superuser.
         """
         user = user or DEFAULT_USER
-        session = Session(user=user, is_superuser=user in self.superusers, defaults=defaults or {})
+        if is_superuser is None:
+            is_superuser = user in self.superusers
+        session = Session(user=user, is_superuser=is_superuser, defaults=defaults or {})
         if application_name:
             session.set("application_name", application_name)
         for name, value in (options or {}).items():

@@ -19,6 +19,7 @@ import argparse
 import contextlib
 import csv
 import datetime as dt
+import getpass
 import io
 import json
 import os
@@ -61,6 +62,12 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "-U", "--user", default=os.environ.get("LOUPE_USER", ""), help="user (default materialize)"
     )
+    parser.add_argument(
+        "-W",
+        "--password-prompt",
+        action="store_true",
+        help="ask for the password (else LOUPE_PASSWORD, else none)",
+    )
     # dest is not "command": the `loupe` parser keeps the subcommand there.
     parser.add_argument("-c", "--command", dest="statements", help="run these statements and exit")
     parser.add_argument(
@@ -69,7 +76,10 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    client = SqlClient(args.host, args.port, user=args.user)
+    password = os.environ.get("LOUPE_PASSWORD", "")
+    if args.password_prompt:
+        password = getpass.getpass(f"Password for user {args.user or 'materialize'}: ")
+    client = SqlClient(args.host, args.port, user=args.user, password=password)
     try:
         client.open()
     except ConnectionFailed as error:

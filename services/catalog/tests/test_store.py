@@ -834,7 +834,11 @@ def test_version_1_catalog_is_upgraded_by_the_open_that_bumps_the_epoch(
     catalog = open_catalog()
     assert catalog.fence == FenceToken(0, old_fence.epoch + 1)
     stored = json.loads(catalog.dump_stored())
-    assert stored["config"] == {"version": 2, "epoch": old_fence.epoch + 1, "deploy_generation": 0}
+    assert stored["config"] == {
+        "version": CATALOG_VERSION,
+        "epoch": old_fence.epoch + 1,
+        "deploy_generation": 0,
+    }
     assert _as_sets(stored) == _as_sets(json.loads(catalog.dump()))
     # Keys became JSON objects, the values lost their ids, replicas gained their cluster's config.
     replicas = {r.id: r for r in catalog.get_cluster_replicas()}
@@ -901,7 +905,11 @@ def test_check_open_on_a_version_1_catalog_passes_and_writes_nothing(
     probe = open_catalog(unopened=True)
     before = probe.dump_stored()
     result = probe.check_open()
-    assert (result.stored_version, result.version, result.upgrades) == (1, 2, 1)
+    assert (result.stored_version, result.version, result.upgrades) == (
+        1,
+        CATALOG_VERSION,
+        CATALOG_VERSION - 1,
+    )
     assert result.fence == fence
     reader = open_catalog(unopened=True)
     reader.open_read_only()

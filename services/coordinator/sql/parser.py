@@ -40,11 +40,13 @@ from sqlglot.tokens import Token, TokenType
 from loupe.common.errors import LoupeError, SqlState
 from loupe.coordinator.sql.statements import (
     DROP_KINDS,
+    AlterRole,
     AlterSystem,
     ColumnDef,
     CreateCluster,
     CreateClusterReplica,
     CreateIndex,
+    CreateRole,
     CreateSource,
     CreateTable,
     CreateView,
@@ -53,15 +55,18 @@ from loupe.coordinator.sql.statements import (
     DropCluster,
     DropClusterReplica,
     DropObjects,
+    DropRole,
     DropTable,
     Execute,
     Explain,
+    GrantRole,
     Insert,
     ObjectName,
     Prepare,
     Query,
     ReplicaSpec,
     ResetVariable,
+    RoleOptions,
     SetVariable,
     ShowClusterReplicas,
     ShowClusters,
@@ -283,6 +288,13 @@ def _parse_statement(sql: str, tokens: list[Token]) -> Statement:
     )
     if own:
         return _LoupeParser(sql, tokens).statement()
+    if (first in ("CREATE", "DROP") and second in ("ROLE", "USER")) or (first, second) == (
+        "ALTER",
+        "ROLE",
+    ):
+        return _LoupeParser(sql, tokens).role_statement()
+    if first in ("GRANT", "REVOKE") and tokens[0].token_type != TokenType.IDENTIFIER:
+        return _LoupeParser(sql, tokens).grant_role()
     if first == "CREATE" and second == "OR":
         raise _unsupported("CREATE OR REPLACE", tokens[0])
     if first == "CREATE" and second in OBJECT_KEYWORDS:
@@ -1383,6 +1395,92 @@ class _LoupeParser:
             name=name,
             value=value,
             name_position=position,
+        )
+
+    def role_statement(self) -> Statement:
+        """``CREATE ROLE | USER``, ``ALTER ROLE``, ``DROP ROLE | USER``."""
+        first = self.advance().text.upper()
+        user = self.advance().text.upper() == "USER"
+        if first == "DROP":
+            if_exists = self.accept("IF", "EXISTS")
+            names = [self.identifier("a role name")]
+            while self.accept(","):
+                names.append(self.identifier("a role name"))
+            self.end()
+            return DropRole(
+                **self.common(),  # type: ignore[arg-type]
+                names=tuple(names),
+                if_exists=if_exists,
+            )
+        name = self.identifier("a role name")
+        options = self.role_options()
+        if first == "CREATE":
+            return CreateRole(
+                **self.common(),  # type: ignore[arg-type]
+                name=name,
+                options=options,
+                user=user,
+            )
+        if options == RoleOptions():
+            raise self.error("a role option (SUPERUSER, LOGIN, INHERIT, PASSWORD, …)")
+        return AlterRole(**self.common(), name=name, options=options)  # type: ignore[arg-type]
+
+    def role_options(self) -> RoleOptions:
+        self.accept("WITH")
+        flags: dict[str, bool] = {}
+        password: str | None = None
+        password_null = False
+        words = {
+            "SUPERUSER": ("superuser", True),
+            "NOSUPERUSER": ("superuser", False),
+            "LOGIN": ("login", True),
+            "NOLOGIN": ("login", False),
+            "INHERIT": ("inherit", True),
+            "NOINHERIT": ("inherit", False),
+        }
+        while (token := self.peek()) is not None:
+            position = self.position()
+            word = token.text.upper()
+            if word == "PASSWORD":
+                self.index += 1
+                value = self.peek()
+                if value is not None and value.token_type == TokenType.NULL:
+                    self.index += 1
+                    password_null = True
+                elif value is not None and value.token_type == TokenType.STRING:
+                    self.index += 1
+                    password = value.text
+                else:
+                    raise self.error("a password string or NULL")
+                continue
+            if word not in words:
+                raise self.error("SUPERUSER, LOGIN, INHERIT, PASSWORD or their NO… forms")
+            attribute, value_flag = words[word]
+            if attribute in flags:
+                raise self.value_error(f"conflicting or redundant options: {word}", position)
+            flags[attribute] = value_flag
+            self.index += 1
+        return RoleOptions(**flags, password=password, password_null=password_null)
+
+    def grant_role(self) -> GrantRole:
+        """``GRANT role [, …] TO member [, …]`` or ``REVOKE role [, …] FROM member [, …]``."""
+        revoke = self.advance().text.upper() == "REVOKE"
+        roles = [self.identifier("a role name")]
+        while self.accept(","):
+            roles.append(self.identifier("a role name"))
+        if self.at("ON") or self.at("(") or self.at(","):
+            token = self.tokens[self.index]
+            raise _unsupported("privileges on objects (GRANT … ON …)", token)
+        self.expect("FROM" if revoke else "TO")
+        members = [self.identifier("a role name")]
+        while self.accept(","):
+            members.append(self.identifier("a role name"))
+        self.end()
+        return GrantRole(
+            **self.common(),  # type: ignore[arg-type]
+            roles=tuple(roles),
+            members=tuple(members),
+            revoke=revoke,
         )
 
     def alter_system(self) -> AlterSystem:

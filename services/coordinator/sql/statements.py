@@ -401,3 +401,64 @@ class Subscribe(Statement):
     @property
     def tag(self) -> str:
         return "SUBSCRIBE"
+
+
+@dataclass(frozen=True, kw_only=True)
+class RoleOptions:
+    """``[WITH] SUPERUSER | NOSUPERUSER | LOGIN | NOLOGIN | INHERIT | NOINHERIT | PASSWORD …``.
+
+    None: not given. ``password`` is the text as given; ``password_null`` is
+    ``PASSWORD NULL`` (no password).
+    """
+
+    superuser: bool | None = None
+    login: bool | None = None
+    inherit: bool | None = None
+    password: str | None = field(default=None, repr=False)
+    password_null: bool = False
+
+
+@dataclass(frozen=True, kw_only=True)
+class CreateRole(Statement):
+    """``CREATE ROLE name [options]``; ``CREATE USER`` is the same with LOGIN by default."""
+
+    name: str
+    options: RoleOptions
+    user: bool = False
+
+    @property
+    def tag(self) -> str:
+        return "CREATE ROLE"
+
+
+@dataclass(frozen=True, kw_only=True)
+class AlterRole(Statement):
+    name: str
+    options: RoleOptions
+
+    @property
+    def tag(self) -> str:
+        return "ALTER ROLE"
+
+
+@dataclass(frozen=True, kw_only=True)
+class DropRole(Statement):
+    names: tuple[str, ...]
+    if_exists: bool = False
+
+    @property
+    def tag(self) -> str:
+        return "DROP ROLE"
+
+
+@dataclass(frozen=True, kw_only=True)
+class GrantRole(Statement):
+    """``GRANT roles TO members`` or ``REVOKE roles FROM members``."""
+
+    roles: tuple[str, ...]
+    members: tuple[str, ...]
+    revoke: bool = False
+
+    @property
+    def tag(self) -> str:
+        return "REVOKE ROLE" if self.revoke else "GRANT ROLE"

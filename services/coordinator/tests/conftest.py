@@ -78,8 +78,8 @@ class FakeCatalog:
             catalog_pb2.Schema(id="u1", name="public", database_id="u1", owner_id="s1"),
         ]
         self.roles = [
-            catalog_pb2.Role(id="s1", name="mz_system", inherit=True),
-            catalog_pb2.Role(id="u1", name="materialize", inherit=True),
+            catalog_pb2.Role(id="s1", name="mz_system", inherit=True, superuser=True, login=True),
+            catalog_pb2.Role(id="u1", name="materialize", inherit=True, superuser=True, login=True),
         ]
         self.audit_events: list[catalog_pb2.AuditEvent] = []
         self._new_events: list[catalog_pb2.AuditEvent] = []

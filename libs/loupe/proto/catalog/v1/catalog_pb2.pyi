@@ -77,14 +77,29 @@ class Schema(_message.Message):
     def __init__(self, id: _Optional[str] = ..., name: _Optional[str] = ..., database_id: _Optional[str] = ..., owner_id: _Optional[str] = ...) -> None: ...
 
 class Role(_message.Message):
-    __slots__ = ("id", "name", "inherit")
+    __slots__ = ("id", "name", "inherit", "superuser", "login", "password_hash", "member_of")
+    class MemberOfEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
     ID_FIELD_NUMBER: _ClassVar[int]
     NAME_FIELD_NUMBER: _ClassVar[int]
     INHERIT_FIELD_NUMBER: _ClassVar[int]
+    SUPERUSER_FIELD_NUMBER: _ClassVar[int]
+    LOGIN_FIELD_NUMBER: _ClassVar[int]
+    PASSWORD_HASH_FIELD_NUMBER: _ClassVar[int]
+    MEMBER_OF_FIELD_NUMBER: _ClassVar[int]
     id: str
     name: str
     inherit: bool
-    def __init__(self, id: _Optional[str] = ..., name: _Optional[str] = ..., inherit: _Optional[bool] = ...) -> None: ...
+    superuser: bool
+    login: bool
+    password_hash: str
+    member_of: _containers.ScalarMap[str, str]
+    def __init__(self, id: _Optional[str] = ..., name: _Optional[str] = ..., inherit: _Optional[bool] = ..., superuser: _Optional[bool] = ..., login: _Optional[bool] = ..., password_hash: _Optional[str] = ..., member_of: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class AuditEvent(_message.Message):
     __slots__ = ("id", "event_type", "object_type", "details_json", "user", "occurred_at")
@@ -202,7 +217,7 @@ class DropItem(_message.Message):
     def __init__(self, id: _Optional[str] = ...) -> None: ...
 
 class CatalogOp(_message.Message):
-    __slots__ = ("create_cluster", "create_cluster_replica", "drop_cluster", "drop_cluster_replica", "create_item", "drop_item", "set_system_variable")
+    __slots__ = ("create_cluster", "create_cluster_replica", "drop_cluster", "drop_cluster_replica", "create_item", "drop_item", "set_system_variable", "create_role", "alter_role", "drop_role", "grant_role")
     CREATE_CLUSTER_FIELD_NUMBER: _ClassVar[int]
     CREATE_CLUSTER_REPLICA_FIELD_NUMBER: _ClassVar[int]
     DROP_CLUSTER_FIELD_NUMBER: _ClassVar[int]
@@ -210,6 +225,10 @@ class CatalogOp(_message.Message):
     CREATE_ITEM_FIELD_NUMBER: _ClassVar[int]
     DROP_ITEM_FIELD_NUMBER: _ClassVar[int]
     SET_SYSTEM_VARIABLE_FIELD_NUMBER: _ClassVar[int]
+    CREATE_ROLE_FIELD_NUMBER: _ClassVar[int]
+    ALTER_ROLE_FIELD_NUMBER: _ClassVar[int]
+    DROP_ROLE_FIELD_NUMBER: _ClassVar[int]
+    GRANT_ROLE_FIELD_NUMBER: _ClassVar[int]
     create_cluster: CreateCluster
     create_cluster_replica: CreateClusterReplica
     drop_cluster: DropCluster
@@ -217,7 +236,59 @@ class CatalogOp(_message.Message):
     create_item: CreateItem
     drop_item: DropItem
     set_system_variable: SetSystemVariable
-    def __init__(self, create_cluster: _Optional[_Union[CreateCluster, _Mapping]] = ..., create_cluster_replica: _Optional[_Union[CreateClusterReplica, _Mapping]] = ..., drop_cluster: _Optional[_Union[DropCluster, _Mapping]] = ..., drop_cluster_replica: _Optional[_Union[DropClusterReplica, _Mapping]] = ..., create_item: _Optional[_Union[CreateItem, _Mapping]] = ..., drop_item: _Optional[_Union[DropItem, _Mapping]] = ..., set_system_variable: _Optional[_Union[SetSystemVariable, _Mapping]] = ...) -> None: ...
+    create_role: CreateRole
+    alter_role: AlterRole
+    drop_role: DropRole
+    grant_role: GrantRole
+    def __init__(self, create_cluster: _Optional[_Union[CreateCluster, _Mapping]] = ..., create_cluster_replica: _Optional[_Union[CreateClusterReplica, _Mapping]] = ..., drop_cluster: _Optional[_Union[DropCluster, _Mapping]] = ..., drop_cluster_replica: _Optional[_Union[DropClusterReplica, _Mapping]] = ..., create_item: _Optional[_Union[CreateItem, _Mapping]] = ..., drop_item: _Optional[_Union[DropItem, _Mapping]] = ..., set_system_variable: _Optional[_Union[SetSystemVariable, _Mapping]] = ..., create_role: _Optional[_Union[CreateRole, _Mapping]] = ..., alter_role: _Optional[_Union[AlterRole, _Mapping]] = ..., drop_role: _Optional[_Union[DropRole, _Mapping]] = ..., grant_role: _Optional[_Union[GrantRole, _Mapping]] = ...) -> None: ...
+
+class CreateRole(_message.Message):
+    __slots__ = ("name", "superuser", "login", "inherit", "password_hash")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    SUPERUSER_FIELD_NUMBER: _ClassVar[int]
+    LOGIN_FIELD_NUMBER: _ClassVar[int]
+    INHERIT_FIELD_NUMBER: _ClassVar[int]
+    PASSWORD_HASH_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    superuser: bool
+    login: bool
+    inherit: bool
+    password_hash: str
+    def __init__(self, name: _Optional[str] = ..., superuser: _Optional[bool] = ..., login: _Optional[bool] = ..., inherit: _Optional[bool] = ..., password_hash: _Optional[str] = ...) -> None: ...
+
+class AlterRole(_message.Message):
+    __slots__ = ("name", "superuser", "login", "inherit", "password_hash")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    SUPERUSER_FIELD_NUMBER: _ClassVar[int]
+    LOGIN_FIELD_NUMBER: _ClassVar[int]
+    INHERIT_FIELD_NUMBER: _ClassVar[int]
+    PASSWORD_HASH_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    superuser: bool
+    login: bool
+    inherit: bool
+    password_hash: str
+    def __init__(self, name: _Optional[str] = ..., superuser: _Optional[bool] = ..., login: _Optional[bool] = ..., inherit: _Optional[bool] = ..., password_hash: _Optional[str] = ...) -> None: ...
+
+class DropRole(_message.Message):
+    __slots__ = ("name", "if_exists")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    IF_EXISTS_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    if_exists: bool
+    def __init__(self, name: _Optional[str] = ..., if_exists: _Optional[bool] = ...) -> None: ...
+
+class GrantRole(_message.Message):
+    __slots__ = ("role", "member", "grantor", "revoke")
+    ROLE_FIELD_NUMBER: _ClassVar[int]
+    MEMBER_FIELD_NUMBER: _ClassVar[int]
+    GRANTOR_FIELD_NUMBER: _ClassVar[int]
+    REVOKE_FIELD_NUMBER: _ClassVar[int]
+    role: str
+    member: str
+    grantor: str
+    revoke: bool
+    def __init__(self, role: _Optional[str] = ..., member: _Optional[str] = ..., grantor: _Optional[str] = ..., revoke: _Optional[bool] = ...) -> None: ...
 
 class SetSystemVariable(_message.Message):
     __slots__ = ("name", "value", "reset")
