@@ -590,7 +590,7 @@ class StatementLogger:
             self._wakeup.clear()
             while self._queue:
                 taken, self._queue = self._queue, []
-                updates = [u for batch, _, _ in taken for u in batch]
+                updates = _consolidated([u for batch, _, _ in taken for u in batch])
                 try:
                     if updates:
                         batch_id = f"stmtlog-{self._owner}-{self._boot}-{next(self._sequence)}"
@@ -671,6 +671,37 @@ def _net_session_ops(batches: Iterable[dict[str, bool]]) -> dict[str, bool]:
             else:
                 net[session_id] = live
     return net
+
+
+def _consolidated(updates: list[Update]) -> list[Update]:
+    """``updates`` with the diffs of each retracted row summed, and rows that sum to 0 left out.
+
+    An execution that began and ended while the previous message was in flight
+    has its began row added and retracted in the same message: neither is
+    sent (the writer would sum them to nothing), which spares encoding,
+    publishing and writing a wide row twice per short statement.
+    """
+    try:
+        net: dict[tuple[str, tuple[Any, ...]], int] = {
+            (collection_id, row): 0 for collection_id, row, diff in updates if diff < 0
+        }
+    except TypeError:  # an unhashable value: send the updates as they are
+        return updates
+    if not net:
+        return updates
+    for collection_id, row, diff in updates:
+        key = (collection_id, row)
+        if key in net:
+            net[key] += diff
+    consolidated: list[Update] = []
+    for collection_id, row, diff in updates:
+        key = (collection_id, row)
+        if key not in net:
+            consolidated.append((collection_id, row, diff))
+        elif net[key]:
+            consolidated.append((collection_id, row, net[key]))
+            net[key] = 0  # sent once, with the sum of its diffs
+    return consolidated
 
 
 def _net_kv_ops(batches: Iterable[list[tuple[str, bytes | None]]]) -> dict[str, bytes | None]:

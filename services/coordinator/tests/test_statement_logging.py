@@ -138,7 +138,8 @@ async def test_records_are_published_once_each(nats_connection, stream):
         MZ_SESSION_HISTORY.id: 1,  # once per session
         MZ_PREPARED_STATEMENT_HISTORY.id: 2,  # every simple-protocol execution prepares anew
         MZ_SQL_TEXT.id: 1,  # the same text the same day: once
-        MZ_STATEMENT_EXECUTION_HISTORY.id: 4,  # began, then finished, twice
+        # Began and finished in one message: the began rows cancel out, unsent.
+        MZ_STATEMENT_EXECUTION_HISTORY.id: 2,
         MZ_STATEMENT_LIFECYCLE_HISTORY.id: 4,
     }
     executions = [u for u in updates if u[0] == MZ_STATEMENT_EXECUTION_HISTORY.id]
@@ -233,6 +234,49 @@ async def test_only_executions_still_running_are_remembered(nats_connection, str
         assert await _open_keys(nats_connection, owner) == []
     finally:
         await logger.stop()
+
+
+async def test_a_began_row_is_sent_only_if_its_execution_was_open_at_a_message(
+    nats_connection, stream
+):
+    """An execution begun and ended within one message sends its finished row alone."""
+    config = {"statement_logging_max_sample_rate": "1"}
+    logger = _logger(nats_connection, stream, config, f"c-{uuid.uuid4().hex[:6]}")
+    await logger.start()
+    try:
+        session = _session("1")
+        quick = logger.begin(session, "SELECT 1", "select")
+        running = logger.begin(session, "SUBSCRIBE t", "subscribe")
+        assert quick is not None
+        assert running is not None
+        logger.end(quick, stmtlog.SUCCESS)  # before the publisher ran: one message for both
+        await logger.drain()
+        first = await stream.updates()
+        logger.end(running, stmtlog.CANCELED)
+        await logger.drain()
+        second = await stream.updates()
+    finally:
+        await logger.stop()
+
+    def executions(updates: list[Any]) -> list[tuple[str, str | None, int]]:
+        history = MZ_STATEMENT_EXECUTION_HISTORY.id
+        return [(row[0], row[STATUS], diff) for c, row, diff in updates if c == history]
+
+    assert executions(first) == [(running.id, None, 1), (quick.id, "success", 1)]
+    assert executions(second) == [(running.id, None, -1), (running.id, "canceled", 1)]
+
+
+def test_consolidation_sums_the_diffs_of_retracted_rows_only():
+    """Rows never retracted pass as they are; unhashable rows leave the message unchanged."""
+    a, b = ("a", 1.0), ("b", None)
+    assert stmtlog._consolidated([("e", a, 1), ("l", b, 1), ("e", a, -1), ("e", b, 1)]) == [
+        ("l", b, 1),
+        ("e", b, 1),
+    ]
+    assert stmtlog._consolidated([("e", a, 1), ("e", a, 1), ("e", a, -1)]) == [("e", a, 1)]
+    assert stmtlog._consolidated([("e", a, -1), ("e", b, 1)]) == [("e", a, -1), ("e", b, 1)]
+    unhashable = [("e", a, 1), ("e", (["x"],), -1)]
+    assert stmtlog._consolidated(unhashable) == unhashable
 
 
 async def _open_keys(nc: Any, owner: str) -> list[str]:
