@@ -157,7 +157,7 @@ def _subscribe_and_cancel(session: SqlClient) -> str:
 def test_only_monitors_read_the_history(system):
     """alice may not read the statement log until she is granted mz_monitor; a member of
     mz_monitor_redacted reads only the redacted view."""
-    system.sql("CREATE ROLE alice LOGIN")
+    system.sql("CREATE ROLE alice LOGIN PASSWORD 'hunter2'")
     system.sql("CREATE ROLE bob LOGIN")
     system.sql("GRANT mz_monitor_redacted TO bob")
     full = "SELECT count(*) FROM mz_internal.mz_recent_activity_log"
@@ -170,6 +170,10 @@ def test_only_monitors_read_the_history(system):
         assert bob.query(redacted)[0][0] >= 0
         system.sql("GRANT mz_monitor TO alice")
         assert alice.query(full)[0][0] >= 1
+    # The password never reaches the log: the statement is logged redacted.
+    texts = "SELECT sql FROM mz_internal.mz_sql_text WHERE sql LIKE 'CREATE ROLE alice%'"
+    _eventually(lambda: _answers(system, texts), "CREATE ROLE alice to be logged")
+    assert _answers(system, texts) == [("CREATE ROLE alice LOGIN PASSWORD '<REDACTED>'",)]
 
 
 def test_rate_zero_logs_nothing(system):
