@@ -395,3 +395,69 @@ async def test_the_dry_run_counts_what_every_rate_would_log(nats_connection, str
         assert again[0] == records - 1  # the session row only once per session
     finally:
         await logger.stop()
+
+
+async def test_open_executions_are_one_value_written_once_per_message(nats_connection, stream):
+    """All of a coordinator's open executions live under one key; a quick one writes nothing."""
+    owner = f"c-{uuid.uuid4().hex[:6]}"
+    config = {"statement_logging_max_sample_rate": "1"}
+    logger = _logger(nats_connection, stream, config, owner)
+    await logger.start()
+    kv_stream = f"KV_{stmtlog.OPEN_EXECUTIONS_BUCKET}"
+    prefix = f"$KV.{stmtlog.OPEN_EXECUTIONS_BUCKET}."
+
+    async def writes() -> dict[str, int]:
+        info = await nats_connection.jetstream().stream_info(
+            kv_stream, subjects_filter=f"{prefix}{owner}.>"
+        )
+        mine = await nats_connection.jetstream().stream_info(
+            kv_stream, subjects_filter=f"{prefix}{owner}"
+        )
+        return {**(info.state.subjects or {}), **(mine.state.subjects or {})}
+
+    try:
+        session = _session("1")
+        first = logger.begin(session, "SUBSCRIBE a", "subscribe")
+        second = logger.begin(session, "SUBSCRIBE b", "subscribe")
+        assert first is not None
+        assert second is not None
+        await logger.drain()
+        assert await writes() == {f"{prefix}{owner}": 1}  # two executions, one value
+        sequence = (await nats_connection.jetstream().stream_info(kv_stream)).state.last_seq
+        quick = logger.begin(session, "SELECT 1", "select")
+        assert quick is not None
+        logger.end(quick, stmtlog.SUCCESS)
+        await logger.drain()
+        # Began and ended in one message: the bucket is not written.
+        assert (await nats_connection.jetstream().stream_info(kv_stream)).state.last_seq == sequence
+        assert await _open_keys(nats_connection, owner) == sorted(
+            f"{owner}.{e.id}" for e in (first, second)
+        )
+        logger.end(first, stmtlog.CANCELED)
+        await logger.drain()
+        assert await _open_keys(nats_connection, owner) == [f"{owner}.{second.id}"]
+    finally:
+        await logger.stop()
+
+
+async def test_a_refused_message_leaves_the_open_executions_as_they_were(nats_connection, stream):
+    """If the stream refuses a message, its began executions are not remembered as open,
+    and one it ended stays open (its finished row was lost: a restart aborts it)."""
+    owner = f"c-{uuid.uuid4().hex[:6]}"
+    config = {"statement_logging_max_sample_rate": "1"}
+    logger = _logger(nats_connection, stream, config, owner)
+    await logger.start()
+    try:
+        session = _session("1")
+        running = logger.begin(session, "SUBSCRIBE a", "subscribe")
+        assert running is not None
+        await logger.drain()
+        await nats_connection.jetstream().delete_stream(stream.name)  # refuses what follows
+        lost = logger.begin(session, "SUBSCRIBE b", "subscribe")
+        assert lost is not None
+        logger.end(running, stmtlog.SUCCESS)
+        await logger.drain()
+        assert await _open_keys(nats_connection, owner) == [f"{owner}.{running.id}"]
+    finally:
+        await logger.stop()
+        await ensure_stream(nats_connection, stream.name, [stream.subject])  # for the fixture

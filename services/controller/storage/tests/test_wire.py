@@ -112,3 +112,21 @@ def test_bytes_that_are_no_batch_are_refused() -> None:
     """Garbage on the stream is a BadBatch, not a crash."""
     with pytest.raises(BadBatch, match="not an UpdateBatch"):
         decode_batch(b"\xff\xff\xff", BY_ID)
+
+
+def test_batch_bytes_are_what_protobuf_serializes_for_every_kind_of_value() -> None:
+    """``encode_batch_bytes`` writes the same bytes as ``encode_batch`` (the fast path)."""
+    from decimal import Decimal
+
+    from loupe.controller.storage.wire import encode_batch_bytes
+
+    odd = (
+        *("", "é" * 200, "x" * 125, "x" * 126),
+        *(0, -1, 2**40, -(2**62), 2**63 - 1, True, False, 0.0, -2.5),
+        *(dt.datetime(1960, 1, 1), AT, dt.date(2020, 1, 2), [1, None], Decimal("1.5")),
+        *({"a": 1}, dt.timedelta(seconds=3), b"xy", None),
+    )
+    updates = [("c", CLUSTER, 1), ("s", STATUS, -3), ("o", odd, 0), ("c", CLUSTER, 2), ("e", (), 1)]
+    for batch_id in ("b-1", ""):
+        expected = encode_batch(batch_id, updates).SerializeToString()
+        assert encode_batch_bytes(batch_id, updates) == expected
