@@ -338,7 +338,7 @@ class StatementLogger:
         self._idle = asyncio.Event()
         self._idle.set()
         self._publisher: asyncio.Task[None] | None = None
-        self._js = connection.jetstream()
+        self._js: Any = None
         self._kv: Any = None
         self._sessions_kv: Any = None
         self._bucket = TokenBucket(clock)
@@ -358,7 +358,7 @@ class StatementLogger:
     async def start(self) -> None:
         """Open the buckets of open executions and live sessions, abort the previous
         incarnation's executions and forget its sessions, start publishing."""
-        js = self._nc.jetstream()
+        js = self._js = self._nc.jetstream()
         self._kv = await _key_value(js, OPEN_EXECUTIONS_BUCKET)
         self._sessions_kv = await _key_value(js, LIVE_SESSIONS_BUCKET)
         await self._abort_previous()
