@@ -18,8 +18,10 @@ One flush (in a worker thread, one at a time):
 4. writes them in ONE Spark job per write group (``schema.WriteGroup``), a
    part directory per shard, fsynced;
 5. compare-and-appends each shard's part (or nothing) from its upper to
-   ``ts + 1`` with ``progress`` = the last sequence received, in the same
-   CAS, so all builtin collections share one upper;
+   ``max(ts, now_ms) + 1`` (now: after the write, so a reader at a fresh
+   oracle timestamp need not wait for the next upper tick) with
+   ``progress`` = the last sequence received, in the same CAS, so all
+   builtin collections share one upper;
 6. acknowledges the batches every shard now holds and answers their waiters.
 
 So whatever happens — a ``kill -9`` between any two steps, a Spark write
@@ -45,7 +47,6 @@ the updates it brings.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import errno
 import itertools
 import threading
@@ -100,6 +101,11 @@ IMMEDIATE_RETRIES = 3
 OUTBOX_BATCH = 5_000
 # How long ``flush``/``stop`` wait for staged updates to reach the stream.
 OUTBOX_TIMEOUT_S = 10.0
+# A data flush after a quiet interval waits for the stream to be quiet this
+# long (at most GATHER_MAX_S, and a quarter of the interval), so batches
+# published right after the first (an execution's end) go into it too.
+GATHER_QUIET_S = 0.02
+GATHER_MAX_S = 0.1
 # How long start-up waits for the backlog of an earlier run to be applied.
 CATCH_UP_TIMEOUT_S = 120.0
 # How long a statement log collection waits for the stream's backlog to be
@@ -485,41 +491,85 @@ class StorageWriter:
     # -- the loops -------------------------------------------------------------------
 
     async def _run(self) -> None:
+        """Flush data at most once per interval, at once when it comes after a quiet one;
+        between data flushes, move the uppers every ``upper_interval`` (data stays pending)."""
         retries = 0
-        last_flush = time.monotonic()
-        tick = min(self._flush_interval, self._upper_interval or self._flush_interval)
+        last_data_flush = time.monotonic()
+        last_upper = last_data_flush
+        upper_every = self._upper_interval or self._flush_interval
         while not self._closing:
-            woken = False
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), tick)
-                woken = True
+            now = time.monotonic()
+            pending = bool(self._inbox.pending() or self._retention_due)
+            data_due = last_data_flush + self._flush_interval
+            upper_due = last_upper + upper_every
+            if pending:
+                woken = await self._wait_woken(min(data_due, upper_due) - now)
+            else:
+                # Idle: the first data to arrive after a quiet interval is flushed
+                # at once (not at the next tick); within one, at the interval.
+                woken = await self._wait_woken(upper_due - now, data=True)
             if self._closing:
                 return
-            due = woken or time.monotonic() - last_flush >= self._flush_interval
-            if not due and (self._inbox.pending() or self._retention_due):
-                continue  # data waits for the interval: flushes stay batched for Spark
-            if due:
-                last_flush = time.monotonic()
-            self._wake.clear()
-            if self._flush_wanted > self._inbox.received_through:
-                # An append is in the stream: let the consumer bring it first.
-                await self._inbox.wait_received(self._flush_wanted, self._flush_interval)
+            now = time.monotonic()
+            was_idle, pending = not pending, bool(self._inbox.pending() or self._retention_due)
+            if woken or (pending and now >= data_due):
+                if was_idle and not woken:
+                    await self._gather()
+                self._wake.clear()
+                last_data_flush = time.monotonic()
+                if self._flush_wanted > self._inbox.received_through:
+                    # An append is in the stream: let the consumer bring it first.
+                    await self._inbox.wait_received(self._flush_wanted, self._flush_interval)
+                upper_only = False
+            elif now >= upper_due:
+                upper_only = True
+            else:
+                continue
             try:
-                report = await self._flush_now()
+                report = await self._flush_now(upper_only=upper_only)
             except Exception:
                 log.exception("storage_flush_crashed")
                 continue
+            finally:
+                last_upper = time.monotonic()
             if report.retry_soon and retries < IMMEDIATE_RETRIES:
                 retries += 1
                 self._wake.set()
-            else:
+            elif not upper_only:
                 retries = 0
 
-    async def _flush_now(self) -> _FlushReport:
+    async def _wait_woken(self, timeout: float, *, data: bool = False) -> bool:
+        """Sleep ``timeout`` seconds at most; True if woken (an append, urgent updates,
+        a retry). With ``data``, new batches received end the sleep too (returns False)."""
+        if self._wake.is_set():
+            return True
+        if timeout <= 0:
+            return False
+        waiting = {asyncio.ensure_future(self._wake.wait())}
+        if data:
+            received = self._inbox.wait_received(self._inbox.received_through + 1, timeout)
+            waiting.add(asyncio.ensure_future(received))
+        try:
+            await asyncio.wait(waiting, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for task in waiting:
+                task.cancel()
+        return self._wake.is_set()
+
+    async def _gather(self) -> None:
+        """Let the batches that closely follow the first one (an execution's end after its
+        beginning) into the same flush: wait until the stream is quiet for a moment."""
+        deadline = time.monotonic() + min(GATHER_MAX_S, self._flush_interval / 4)
+        while (left := deadline - time.monotonic()) > 0:
+            seen = self._inbox.received_through
+            if not await self._inbox.wait_received(seen + 1, min(GATHER_QUIET_S, left)):
+                return
+
+    async def _flush_now(self, *, upper_only: bool = False) -> _FlushReport:
         live = None
-        if self._retention_due & self._collected:
+        if not upper_only and self._retention_due & self._collected:
             live = await self._live_sessions()
-        report = await asyncio.to_thread(self._flush, live)
+        report = await asyncio.to_thread(self._flush, live, upper_only=upper_only)
         acknowledged = await self._inbox.acknowledge(report.applied_through)
         if acknowledged:
             log.debug("storage_batches_acknowledged", count=acknowledged)
@@ -611,11 +661,14 @@ class StorageWriter:
             return 0
         return state.progress.get(PROGRESS_KEY, 0)
 
-    def _flush(self, live_sessions: set[str] | None = None) -> _FlushReport:
+    def _flush(
+        self, live_sessions: set[str] | None = None, *, upper_only: bool = False
+    ) -> _FlushReport:
+        """One flush; ``upper_only`` moves the uppers and leaves data (and retention) pending."""
         with self._flush_mutex:
             started = time.monotonic()
             report = _FlushReport(applied_through=self._applied_through)
-            received = self._inbox.pending()
+            received = [] if upper_only else self._inbox.pending()
             try:
                 states = {cid: shard.state() for cid, shard in self._shards.items()}
                 self._settle_in_doubt(states)
@@ -628,13 +681,19 @@ class StorageWriter:
             timestamp = max([_now_ms(), *(state.upper for state in states.values())])
             report.timestamp = timestamp
             tables = self._take(received, progress)
-            retracting = self._add_retractions(tables, states, live_sessions)
+            retracting = (
+                set() if upper_only else self._add_retractions(tables, states, live_sessions)
+            )
             parts = self._write_parts(tables, timestamp, report)
+            # The upper moves to the wall clock of now, not to timestamp + 1: the
+            # Spark write took a while, and a reader at the oracle's timestamp
+            # (about now) would otherwise wait for the next upper tick.
+            upper = max(timestamp, _now_ms()) + 1
             for cid, shard in self._shards.items():
                 if cid in tables and cid not in parts:
                     continue  # its write failed: hold its upper (and progress) back
                 applied = max(progress[cid], cut)
-                if self._append(shard, states[cid], parts.get(cid), timestamp, applied, report):
+                if self._append(shard, states[cid], parts.get(cid), upper, applied, report):
                     progress[cid] = applied
                     if cid in retracting:
                         self._retention_due.discard(cid)
@@ -776,7 +835,7 @@ class StorageWriter:
         shard: Shard,
         state: ShardState,
         part: Part | None,
-        timestamp: int,
+        upper: int,
         applied: int,
         report: _FlushReport,
     ) -> bool:
@@ -786,7 +845,7 @@ class StorageWriter:
             new_state = shard.compare_and_append(
                 [part] if part else [],
                 expected_upper=state.upper,
-                new_upper=timestamp + 1,
+                new_upper=upper,
                 progress=progress,
             )
         except UpperMismatch as mismatch:

@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import datetime as dt
 import os
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -367,3 +368,46 @@ async def test_an_idle_writer_moves_uppers_between_flushes_but_holds_data_back(
     writer.stage(MZ_CLUSTERS.id, CLUSTER, 1)
     await asyncio.sleep(1.0)
     assert writer.snapshot(MZ_CLUSTERS.id) == [], "ticks must not flush data early"
+
+
+async def test_uppers_keep_moving_while_data_waits_for_the_interval(make_writer: Any) -> None:
+    """A reader at a fresh time does not wait for the interval's data flush: only the data does."""
+    writer = await make_writer(upper_interval=0.1)
+    writer.stage(MZ_CLUSTERS.id, CLUSTER, 1)
+    await writer._drain_outbox()
+    first = writer.upper
+
+    def moved() -> None:
+        assert writer.upper > first + 300
+
+    await assert_eventually(moved, timeout=10)
+    assert writer.snapshot(MZ_CLUSTERS.id) == [], "upper ticks must not flush data early"
+
+
+async def test_a_flush_moves_the_upper_to_when_it_ended(
+    writer: StorageWriter, blob: LocalBlob, consensus: Consensus
+) -> None:
+    """The upper after a data flush is the wall clock after the Spark write, not its start."""
+    await writer.flush()
+    writer.stage(MZ_CLUSTERS.id, CLUSTER, 1)
+    await writer.flush()
+    ended = time.time_ns() // 1_000_000
+    (part,) = Shard(MZ_CLUSTERS.shard_id, blob, consensus).state().parts
+    assert part.lower < writer.upper - 1 <= ended
+    assert uppers(blob, consensus) == {writer.upper}
+
+
+async def test_data_after_a_quiet_interval_is_flushed_at_once(
+    make_writer: Any, blob: LocalBlob, consensus: Consensus
+) -> None:
+    """The first updates after an interval without a flush do not wait for the next tick."""
+    writer = await make_writer(flush_interval=3.0)
+    await asyncio.sleep(3.2)
+    writer.stage(MZ_CLUSTERS.id, CLUSTER, 1)
+    staged = time.monotonic()
+
+    def landed() -> None:
+        assert writer.snapshot(MZ_CLUSTERS.id) == [CLUSTER]
+
+    await assert_eventually(landed, timeout=10)
+    assert time.monotonic() - staged < 2.0, "flushed at once, not at the next interval"
