@@ -116,6 +116,10 @@ DEFAULT_SUBJECT = "loupe.storage.v1.updates"
 # Open executions, per coordinator: key ``<coordinator>``, all in one value
 # (earlier versions: key ``<coordinator>.<execution id>``, one per execution).
 OPEN_EXECUTIONS_BUCKET = "loupe_statement_log_open"
+# The least time between two statement log messages while records keep coming
+# (the first after a quiet spell is published at once): bounds both what a
+# coordinator crash can lose and the delay it adds to a record's visibility.
+PUBLISH_COALESCE_S = 0.02
 _OPEN_EXECUTIONS_STREAM = f"KV_{OPEN_EXECUTIONS_BUCKET}"
 # The seed of the reproducible generator.
 REPRODUCIBLE_SEED = 0
@@ -600,10 +604,19 @@ class StatementLogger:
 
     async def _publish_loop(self) -> None:
         """Publish queued records in order; what arrives meanwhile goes in the next message."""
+        loop = asyncio.get_running_loop()
+        last_publish = -PUBLISH_COALESCE_S
         while True:
             await self._wakeup.wait()
             self._wakeup.clear()
             while self._queue:
+                # Under load, what arrives within PUBLISH_COALESCE_S of the last message
+                # waits for it to fill: a JetStream request costs the coordinator more
+                # than logging an execution does. After a quiet spell, it goes at once.
+                wait = last_publish + PUBLISH_COALESCE_S - loop.time()
+                if wait > 0:
+                    await asyncio.sleep(wait)
+                last_publish = loop.time()
                 taken, self._queue = self._queue, []
                 updates = _consolidated([u for batch, _, _ in taken for u in batch])
                 try:
