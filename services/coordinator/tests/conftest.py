@@ -17,6 +17,7 @@ import itertools
 import json
 import threading
 import time
+import uuid
 from collections import Counter
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -29,7 +30,7 @@ import pytest
 from loupe.builtins import BUILTIN_COLLECTIONS, BY_ID, SYSTEM_CLUSTER_NAME
 from loupe.catalog.service import CatalogService, CatalogSettings
 from loupe.common.errors import LoupeError, SqlState
-from loupe.common.transport import NatsServiceEndpoint, connect, publish
+from loupe.common.transport import NatsServiceEndpoint, connect, ensure_stream, publish
 from loupe.common.values import from_row
 from loupe.compute_replica.protocol import PeekRequest, PeekResult, ResultColumn, StorageLocation
 from loupe.coordinator.coordinator import (
@@ -46,6 +47,7 @@ from loupe.proto.common.v1 import common_pb2
 from loupe.proto.compute.v1 import compute_pb2
 from loupe.proto.controller.v1 import controller_pb2
 from loupe.proto.sql.v1 import sql_pb2, sql_pb2_grpc
+from loupe.proto.storage.v1 import storage_pb2
 
 
 class FakeCatalog:
@@ -937,3 +939,36 @@ async def compute(nats_url: str, data_dir: Path) -> AsyncIterator[TableHarness]:
 
 def _result_columns(peek: compute_pb2.Peek) -> tuple[ResultColumn, ...]:
     return tuple(ResultColumn(c.name, c.type, c.nullable) for c in peek.result_desc.columns)
+
+
+class StatementLogStream:
+    """A scoped stream standing in for the storage writer's, read back in order."""
+
+    def __init__(self, nc: Any) -> None:
+        tag = uuid.uuid4().hex[:8]
+        self.name, self.subject = f"STMTLOG_{tag}", f"test.{tag}.updates"
+        self.nc = nc
+        self.seen = 0
+
+    async def updates(self) -> list[tuple[str, tuple[Any, ...], int]]:
+        """The updates published since the last call."""
+        js = self.nc.jetstream()
+        info = await js.stream_info(self.name)
+        found = []
+        for seq in range(self.seen + 1, info.state.last_seq + 1):
+            message = await js.get_msg(self.name, seq)
+            batch = storage_pb2.UpdateBatch.FromString(message.data)
+            for collection in batch.collections:
+                for update in collection.updates:
+                    found.append((collection.collection_id, from_row(update.row), update.diff))
+        self.seen = info.state.last_seq
+        return found
+
+
+@pytest.fixture
+async def stream(nats_connection):
+    """A scoped stream the statement logger publishes to, read back as the writer would."""
+    stream = StatementLogStream(nats_connection)
+    await ensure_stream(nats_connection, stream.name, [stream.subject])
+    yield stream
+    await nats_connection.jetstream().delete_stream(stream.name)

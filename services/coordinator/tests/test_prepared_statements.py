@@ -4,23 +4,18 @@ engine and real NATS; the statement log read back from its JetStream stream."""
 from __future__ import annotations
 
 import hashlib
-import uuid
 from collections import Counter
 from pathlib import Path
 from typing import Any
-
-import pytest
 
 from loupe.builtins import (
     MZ_PREPARED_STATEMENT_HISTORY,
     MZ_SQL_TEXT,
     MZ_STATEMENT_EXECUTION_HISTORY,
 )
-from loupe.common.transport import ensure_stream
 from loupe.common.values import from_row, to_value
 from loupe.coordinator.tests.conftest import TableHarness
 from loupe.proto.sql.v1 import sql_pb2
-from loupe.proto.storage.v1 import storage_pb2
 
 PREPARED_COLUMNS = [name for name, _ in MZ_PREPARED_STATEMENT_HISTORY.columns]
 EXECUTION_COLUMNS = [name for name, _ in MZ_STATEMENT_EXECUTION_HISTORY.columns]
@@ -120,34 +115,6 @@ async def test_prepare_execute_and_deallocate_follow_postgresql(engine: TableHar
     assert (await run(engine, session, "EXECUTE sel"))[0] == [(2,)]
 
 
-class Stream:
-    """A scoped stream standing in for the storage writer's input, read back in order."""
-
-    def __init__(self, nc: Any) -> None:
-        tag = uuid.uuid4().hex[:8]
-        self.name, self.subject = f"STMTLOG_{tag}", f"test.{tag}.updates"
-        self.nc = nc
-
-    async def updates(self) -> list[tuple[str, tuple[Any, ...], int]]:
-        js = self.nc.jetstream()
-        info = await js.stream_info(self.name)
-        found = []
-        for seq in range(1, info.state.last_seq + 1):
-            batch = storage_pb2.UpdateBatch.FromString((await js.get_msg(self.name, seq)).data)
-            for collection in batch.collections:
-                for update in collection.updates:
-                    found.append((collection.collection_id, from_row(update.row), update.diff))
-        return found
-
-
-@pytest.fixture
-async def stream(nats_connection):
-    stream = Stream(nats_connection)
-    await ensure_stream(nats_connection, stream.name, [stream.subject])
-    yield stream
-    await nats_connection.jetstream().delete_stream(stream.name)
-
-
 def _rows(updates: list[Any], collection: str, columns: list[str]) -> list[dict[str, Any]]:
     """The rows of ``collection`` that remain once every retraction is applied."""
     counts: Counter[tuple] = Counter()
@@ -158,7 +125,7 @@ def _rows(updates: list[Any], collection: str, columns: list[str]) -> list[dict[
 
 
 async def test_a_prepared_statement_is_logged_once_and_each_execution_with_its_params(
-    nats_url: str, data_dir: Path, stream: Stream, start_table_system: Any
+    nats_url: str, data_dir: Path, stream: Any, start_table_system: Any
 ):
     """Two sampled EXECUTEs of one PREPARE: one named row, two executions referring to it."""
     async with start_table_system(

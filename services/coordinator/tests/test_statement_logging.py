@@ -24,12 +24,10 @@ from loupe.builtins import (
 from loupe.catalog.system_vars import checked_value, system_value
 from loupe.common.errors import LoupeError
 from loupe.common.transport import ensure_stream
-from loupe.common.values import from_row
 from loupe.coordinator import statement_logging as stmtlog
 from loupe.coordinator.session import SessionManager
 from loupe.coordinator.sql.parser import parse_one
 from loupe.coordinator.statement_logging_views import inline_builtin_views
-from loupe.proto.storage.v1 import storage_pb2
 
 STATUS = [c for c, _ in MZ_STATEMENT_EXECUTION_HISTORY.columns].index("finished_status")
 
@@ -67,39 +65,7 @@ def test_builtin_views_are_inlined_as_subqueries():
     assert inline_builtin_views(untouched) is untouched
 
 
-class Stream:
-    """A scoped stream standing in for the storage writer's, read back in order."""
-
-    def __init__(self, nc: Any) -> None:
-        tag = uuid.uuid4().hex[:8]
-        self.name, self.subject = f"STMTLOG_{tag}", f"test.{tag}.updates"
-        self.nc = nc
-        self.seen = 0
-
-    async def updates(self) -> list[tuple[str, tuple[Any, ...], int]]:
-        """The updates published since the last call."""
-        js = self.nc.jetstream()
-        info = await js.stream_info(self.name)
-        found = []
-        for seq in range(self.seen + 1, info.state.last_seq + 1):
-            message = await js.get_msg(self.name, seq)
-            batch = storage_pb2.UpdateBatch.FromString(message.data)
-            for collection in batch.collections:
-                for update in collection.updates:
-                    found.append((collection.collection_id, from_row(update.row), update.diff))
-        self.seen = info.state.last_seq
-        return found
-
-
-@pytest.fixture
-async def stream(nats_connection):
-    stream = Stream(nats_connection)
-    await ensure_stream(nats_connection, stream.name, [stream.subject])
-    yield stream
-    await nats_connection.jetstream().delete_stream(stream.name)
-
-
-def _logger(nc: Any, stream: Stream, config: dict[str, str], owner: str, **kwargs: Any) -> Any:
+def _logger(nc: Any, stream: Any, config: dict[str, str], owner: str, **kwargs: Any) -> Any:
     return stmtlog.StatementLogger(
         nc,
         lambda: config,
