@@ -147,10 +147,14 @@ async def test_only_monitors_read_the_statement_log(secured):
         "SELECT sql FROM mz_sql_text",
         "CREATE VIEW leak AS SELECT * FROM mz_internal.mz_recent_activity_log",
         "SUBSCRIBE mz_internal.mz_session_history",
+        "PREPARE p AS SELECT sql FROM mz_internal.mz_sql_text",
     ):
         assert (await secured.error(redactor, sql)).code == "42501", sql
+    # A statement prepared while allowed is checked again when it runs.
+    await secured.tag(watcher, f"PREPARE later AS {READ_FULL}")
     await secured.tag(admin, "REVOKE mz_monitor FROM auditors")
     assert (await secured.error(watcher, READ_FULL)).code == "42501"
+    assert (await secured.error(watcher, "EXECUTE later")).code == "42501"
 
 
 def test_membership_follows_only_roles_that_inherit():
