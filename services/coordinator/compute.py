@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 from sqlglot import exp
 
+from loupe.builtins import BY_ID as BUILTIN_BY_ID
 from loupe.builtins import BY_QUALIFIED_NAME, SYSTEM_CLUSTER_NAME
 from loupe.common.errors import LoupeError, SqlState
 from loupe.common.logging import get_logger
@@ -198,6 +199,13 @@ class Compute:
         if serializable:
             timestamp = await self.latest_complete(dataflow)
             dataflow = dataclasses.replace(dataflow, as_of=timestamp)
+        elif query.as_of is None:
+            fresh = await self.fresh_builtin_timestamp(dataflow, timestamp)
+            if fresh > timestamp:
+                timestamp = fresh
+                planned = self.plan(expression, relations, query_time=timestamp)
+                plan, finishing = planned.relation, planned.finishing
+                dataflow = transient_dataflow(dataflow_id, plan, inputs, timestamp)
         if query.as_of is not None:
             await self.check_readable(dataflow)
         await self.create_dataflow(cluster.id, dataflow)
@@ -243,6 +251,29 @@ class Compute:
             return await self.c.oracle.read_timestamp()
         since = max(s for s, _ in frontiers)
         return max(since, min(u for _, u in frontiers) - 1)
+
+    async def fresh_builtin_timestamp(self, dataflow: DataflowDescription, read_ts: int) -> int:
+        """Where a strict serializable read of builtin collections only reads: ``read_ts``,
+        unless the storage writer has written past it (it picks its flushes' times from
+        the wall clock, ahead of the oracle's once-a-second ticks); then the inputs' latest
+        complete time, with the oracle moved there first so every later read sees what
+        this one does. Without it a statement log row waits up to a tick to show."""
+        sources = dataflow.source_imports
+        if not sources or any(s.id not in BUILTIN_BY_ID for s in sources):
+            return read_ts
+        if any(i.on_id not in BUILTIN_BY_ID for i in dataflow.index_imports):
+            return read_ts
+        frontiers = await asyncio.gather(*(asyncio.to_thread(_shard_newest, s) for s in sources))
+        newest = max(n for _, n in frontiers)
+        complete = min(u for u, _ in frontiers) - 1
+        if newest <= read_ts or complete <= read_ts:
+            return read_ts
+        try:
+            await self.c.tables.advance_all(at_least=complete)
+        except LoupeError as error:
+            log.warning("could not advance the timestamp oracle", error=error.message)
+            return read_ts
+        return complete
 
     async def check_readable(self, dataflow: DataflowDescription) -> None:
         """Refuse an as_of before the since of a storage collection the dataflow reads."""
@@ -827,6 +858,15 @@ def _shard_frontiers(source: SourceImport) -> tuple[int, int]:
     shard = Shard(source.shard_id, *open_location(source.blob_uri, source.consensus_uri))
     state = shard.state(missing_ok=True)
     return (state.since, state.upper) if state is not None else (0, 0)
+
+
+def _shard_newest(source: SourceImport) -> tuple[int, int]:
+    """(upper, the latest time an update of it may have) of a storage input's shard."""
+    shard = Shard(source.shard_id, *open_location(source.blob_uri, source.consensus_uri))
+    state = shard.state(missing_ok=True)
+    if state is None:
+        return 0, 0
+    return state.upper, max((p.upper - 1 for p in state.parts if p.rows), default=0)
 
 
 def _is_since_error(error: LoupeError) -> bool:
