@@ -9,10 +9,13 @@ their latest complete time and moves the oracle there.
 
 from __future__ import annotations
 
+import datetime as dt
 import os
 import time
 import uuid
 
+import pyarrow as pa
+import pyarrow.compute as pc
 import pytest
 
 from loupe.builtins import MZ_STATEMENT_EXECUTION_HISTORY
@@ -57,11 +60,24 @@ def test_a_read_right_after_the_flush_sees_the_statement(system: LoupeUp) -> Non
     ):
         reader.query("SET statement_logging_sample_rate = 0.0")
         marked.query("SET statement_logging_sample_rate = 1.0")
+        began = dt.datetime.now(dt.UTC)
         marked.query(sql)
-        finished = time.time_ns() // 1_000_000
-        deadline = time.monotonic() + 30
-        while not any(p.lower >= finished - 5 for p in shard.state().parts):
-            assert time.monotonic() < deadline, "no flush of the execution"
+        deadline = time.monotonic() + 60
+        # Wait until the flush carrying the execution's end has landed (its beginning may
+        # have come in an earlier one), then read once.
+        while not _finished_since(shard, began):
+            assert time.monotonic() < deadline, "no flush of the finished execution"
             time.sleep(0.02)
-        time.sleep(0.2)  # the flush that carries the end may follow the beginning's
         assert reader.query(poll) == [("success",)]
+
+
+def _finished_since(shard: Shard, began: dt.datetime) -> bool:
+    """Whether the shard holds an execution that began at ``began`` or later and succeeded."""
+    if shard.state().upper == 0:
+        return False
+    rows = shard.snapshot()
+    mask = pc.and_(
+        pc.equal(rows.column("finished_status"), "success"),
+        pc.greater_equal(rows.column("began_at"), pa.scalar(began, rows.column("began_at").type)),
+    )
+    return bool(pc.any(pc.fill_null(mask, False)).as_py())
