@@ -43,3 +43,19 @@ def test_bench_reports_overhead_and_visibility_and_logs_at_rate_one():
     logged = re.search(r"logged (\d+) executions for (\d+) statements run at 1.0", run.stdout)
     assert logged, output
     assert int(logged[1]) >= int(logged[2]) > 0, output
+
+
+def test_micro_bench_reports_the_loggers_cost_per_execution():
+    """The logger alone against a real nats-server: it prints its cost per execution."""
+    micro = BENCH.with_name("statement_logging_micro.py")
+    run = subprocess.run(
+        [sys.executable, str(micro), "--executions", "300", "--rounds", "1"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    output = run.stdout + run.stderr
+    assert run.returncode == 0, output
+    match = re.search(r"logging costs (-?[0-9.]+) us/execution", output)
+    assert match is not None, output
