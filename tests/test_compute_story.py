@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import os
 import queue
+import signal
 import subprocess
 import sys
 import threading
+import time
 
 import pytest
 
@@ -109,3 +111,27 @@ async def test_division_by_zero_in_a_dataflow_is_a_query_error(system):
     assert error.code == "22012"
     system.sql("DROP TABLE t CASCADE")
     assert system.sql("SELECT name FROM mz_catalog.mz_objects WHERE id LIKE 'u%'") == []
+
+
+def test_a_restarted_controller_gets_the_dataflows_again(system):
+    """kill -9 of the controller (its replicas go with it): once `loupe up` has started a
+    new one, the coordinator sends the index's dataflow again and the fast path answers."""
+    system.sql("CREATE TABLE r (a int); INSERT INTO r VALUES (1), (2)")
+    system.sql("CREATE DEFAULT INDEX ON r")
+    assert system.sql("SELECT a FROM r WHERE a = 1") == [(1,)]
+    (pid,) = [pid for pid, cmd in system.processes() if " controller " in cmd]
+    os.kill(pid, signal.SIGKILL)
+    deadline = time.monotonic() + 180
+    while True:
+        try:
+            if system.sql("SELECT a FROM r WHERE a = 2", timeout=10) == [(2,)]:
+                break
+        except Exception:  # a LoupeError or a timeout: the controller is still starting
+            pass
+        assert time.monotonic() < deadline, "the index never answered again"
+        time.sleep(1)
+    assert [p for p, cmd in system.processes() if " controller " in cmd] != [pid]
+    system.sql("INSERT INTO r VALUES (3)")
+    assert system.sql("SELECT a FROM r WHERE a = 3") == [(3,)]
+    indexes = system.sql("SELECT count(*) FROM mz_catalog.mz_indexes WHERE name = 'r_primary_idx'")
+    assert indexes == [(1,)]

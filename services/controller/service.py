@@ -18,6 +18,7 @@ import asyncio
 import contextlib
 import dataclasses
 import time
+import uuid
 from collections.abc import Callable
 from typing import Any
 
@@ -36,7 +37,13 @@ from loupe.common.logging import get_logger
 from loupe.common.metrics import serve_metrics
 from loupe.common.service import Service, remove_ready_file, write_ready_file
 from loupe.common.settings import BaseSettings
-from loupe.common.transport import NatsServiceClient, NatsServiceEndpoint, connect, subscribe
+from loupe.common.transport import (
+    NatsServiceClient,
+    NatsServiceEndpoint,
+    connect,
+    publish,
+    subscribe,
+)
 from loupe.controller.compute import ClusterInfo, ComputeController
 from loupe.controller.orchestrators.base import Orchestrator, ReplicaSpec, load_orchestrator
 from loupe.persist.location import Blob, Consensus, default_uris, open_location
@@ -53,6 +60,7 @@ STATEMENT_LOG_RETAINED = (MZ_STATEMENT_EXECUTION_HISTORY.id, MZ_STATEMENT_LIFECY
 CONTROLLER_SERVICE = controller_pb2.DESCRIPTOR.services_by_name["Controller"]
 CATALOG_SERVICE = catalog_pb2.DESCRIPTOR.services_by_name["Catalog"]
 CATALOG_CHANGES_SUBJECT = "loupe.catalog.v1.changes"
+CONTROLLER_STARTED_SUBJECT = "loupe.controller.v1.started"
 CATALOG_RETRY_CODES = ("UNAVAILABLE", "DEADLINE_EXCEEDED")
 
 
@@ -164,6 +172,14 @@ class ControllerService(Service):
 
             write_ready_file(settings.data_dir, "controller", metrics_port=self.metrics_port)
             stack.callback(remove_ready_file, settings.data_dir, "controller")
+            # Coordinators send their dataflows again: this process has none yet.
+            await publish(
+                nc,
+                CONTROLLER_STARTED_SUBJECT,
+                controller_pb2.ControllerStarted(
+                    boot_id=uuid.uuid4().hex, started_at=time.time_ns() // 1_000_000
+                ),
+            )
             log.info(
                 "controller ready",
                 replicas=self.compute.replica_ids(),

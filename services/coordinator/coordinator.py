@@ -138,6 +138,7 @@ log = get_logger(__name__)
 CATALOG_SERVICE = catalog_pb2.DESCRIPTOR.services_by_name["Catalog"]
 CONTROLLER_SERVICE = controller_pb2.DESCRIPTOR.services_by_name["Controller"]
 CATALOG_CHANGES_SUBJECT = "loupe.catalog.v1.changes"
+CONTROLLER_STARTED_SUBJECT = "loupe.controller.v1.started"
 
 SHOW_CLUSTERS_SQL = "SELECT name FROM mz_catalog.mz_clusters ORDER BY name"
 SHOW_CLUSTER_REPLICAS_SQL = """
@@ -246,6 +247,7 @@ class Coordinator:
         # This coordinator's DDL runs one statement at a time.
         self._ddl_lock = asyncio.Lock()
         self._subscription: Subscription | None = None
+        self._controller_started: Subscription | None = None
         self._background: set[asyncio.Task[Any]] = set()
         self._ticker: asyncio.Task[None] | None = None
         self.statement_log = stmtlog.StatementLogger(
@@ -280,11 +282,29 @@ class Coordinator:
             log.warning("could not advance the tables at start", error=error.message)
         if self.config.table_tick_interval > 0:
             self._ticker = asyncio.create_task(self._tick_tables())
+        # A controller that (re)starts has no dataflows: send ours again then too.
+        self._controller_started = await subscribe(
+            self._nc,
+            CONTROLLER_STARTED_SUBJECT,
+            controller_pb2.ControllerStarted,
+            self._on_controller_started,
+        )
+        await self._install_dataflows()
+        await self.statement_log.start()
+
+    async def _install_dataflows(self) -> None:
         try:
             await self.compute.install_all()
         except LoupeError as error:
             log.warning("could not install the catalog's dataflows", error=error.message)
-        await self.statement_log.start()
+
+    async def _on_controller_started(
+        self, started: controller_pb2.ControllerStarted, _msg: Any
+    ) -> None:
+        log.info(
+            "a controller started: installing the catalog's dataflows", boot_id=started.boot_id
+        )
+        await self._install_dataflows()
 
     async def _start_following(self) -> None:
         """Reconcile with the catalog; a timed-out storage append is tried again.
@@ -335,10 +355,11 @@ class Coordinator:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._ticker
             self._ticker = None
-        if self._subscription is not None:
-            with contextlib.suppress(Exception):
-                await self._subscription.unsubscribe()
-            self._subscription = None
+        for subscription in (self._subscription, self._controller_started):
+            if subscription is not None:
+                with contextlib.suppress(Exception):
+                    await subscription.unsubscribe()
+        self._subscription = self._controller_started = None
         for task in list(self._background):
             task.cancel()
         if self._background:

@@ -81,6 +81,14 @@ class CollectionStatusResponse(_message.Message):
     collections: _containers.RepeatedCompositeFieldContainer[CollectionStatus]
     def __init__(self, collections: _Optional[_Iterable[_Union[CollectionStatus, _Mapping]]] = ...) -> None: ...
 
+class ControllerStarted(_message.Message):
+    __slots__ = ("boot_id", "started_at")
+    BOOT_ID_FIELD_NUMBER: _ClassVar[int]
+    STARTED_AT_FIELD_NUMBER: _ClassVar[int]
+    boot_id: str
+    started_at: int
+    def __init__(self, boot_id: _Optional[str] = ..., started_at: _Optional[int] = ...) -> None: ...
+
 class ApplyCatalogRequest(_message.Message):
     __slots__ = ("snapshot",)
     SNAPSHOT_FIELD_NUMBER: _ClassVar[int]
