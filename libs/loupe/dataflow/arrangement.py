@@ -205,7 +205,7 @@ class Trace:
         return self._as_of(self.batches, time)
 
     def _as_of(self, batches: Sequence[pl.DataFrame], time: int) -> pl.DataFrame:
-        frames = [b.filter(pl.col(TIME) <= time) for b in batches]
+        frames = [b.filter(pl.col(TIME) <= time) for b in batches if b.height]
         present = [f for f in frames if f.height]
         if not present:
             return self.empty

@@ -219,6 +219,8 @@ def _time_bound(value: object) -> int:
 
 def _first_error(errors: pl.DataFrame) -> LoupeError | None:
     """The error to report for an error collection (the least message, for determinism)."""
+    if errors.height == 0:  # the usual case: not even a filter
+        return None
     present = errors.filter(pl.col(DIFF) != 0)
     if present.height == 0:
         return None
@@ -582,9 +584,10 @@ class ComputeInstance:
                 f"Timestamp ({timestamp}) is not valid for all inputs: {target_id} since {export.ok.since}",
                 hint=f"Read AS OF {export.ok.since} or later.",
             )
-        error = _first_error(export.err.at(timestamp))
-        if error is not None:
-            raise error
+        if export.err.records:
+            error = _first_error(export.err.at(timestamp))
+            if error is not None:
+                raise error
         probe = _point(mfp, export.key, export.operator.empty) if mfp is not None else None
         rows = export.ok.at(timestamp) if probe is None else export.ok.lookup_at(probe, timestamp)
         result_types = export.operator.types
