@@ -189,6 +189,9 @@ class CoordinatorConfig:
     instance_name: str = "coordinator"
     # The storage writer's input subject (the controller's storage_subject).
     storage_subject: str = stmtlog.DEFAULT_SUBJECT
+    # Seconds a session may go unnamed by any request (and run nothing) before it
+    # is closed; 0 keeps sessions until CloseSession.
+    idle_session_timeout: float = 86400.0
     # How sessions authenticate: "trust" or "password" (loupe.coordinator.access).
     authenticator: str = "trust"
     # In "password" mode, the password of the configured superusers whose role
@@ -282,6 +285,8 @@ class Coordinator:
             log.warning("could not advance the tables at start", error=error.message)
         if self.config.table_tick_interval > 0:
             self._ticker = asyncio.create_task(self._tick_tables())
+        if self.config.idle_session_timeout > 0:
+            self._spawn(self._reap_idle_sessions())
         # A controller that (re)starts has no dataflows: send ours again then too.
         self._controller_started = await subscribe(
             self._nc,
@@ -576,6 +581,26 @@ class Coordinator:
             raise canceled_error() from None
         finally:
             session.running = None
+
+    def close_session(self, session_id: str, *, why: str = "closed by the client") -> bool:
+        """Close a session: what it runs is canceled, its prepared statements end."""
+        session = self.sessions.close(session_id)
+        if session is not None:
+            self.cancel(session)
+            self.statement_log.session_closed(session.id)
+            log.info("session closed", session_id=session.id, why=why)
+        metrics.SESSIONS.set(len(self.sessions))
+        return session is not None
+
+    async def _reap_idle_sessions(self) -> None:
+        """Close sessions idle longer than ``idle_session_timeout`` (a client that went away
+        without CloseSession: the gRPC API has no connection to notice it by)."""
+        timeout = self.config.idle_session_timeout
+        while True:
+            await asyncio.sleep(min(60.0, timeout / 4))
+            for session in self.sessions.idle(timeout):
+                if self.close_session(session.id, why=f"idle for more than {timeout:g}s"):
+                    metrics.SESSIONS_REAPED.inc()
 
     def cancel(self, session: Session) -> bool:
         """Cancel what ``session`` runs; True if a statement was canceled."""

@@ -130,8 +130,11 @@ class SqlServicer(sql_pb2_grpc.SqlServicer):
             yield sql_pb2.ExecuteResponse(error=error.to_proto())
             return
         params = [parameter_from_proto(value) for value in request.params]
-        async for event in self.coordinator.execute(session, request.sql, params):
-            yield event_to_proto(event)
+        try:
+            async for event in self.coordinator.execute(session, request.sql, params):
+                yield event_to_proto(event)
+        finally:
+            session.touch()  # idle from when its last statement ended
 
     async def Cancel(self, request: sql_pb2.CancelRequest, context: Any) -> sql_pb2.CancelResponse:
         try:
@@ -145,10 +148,5 @@ class SqlServicer(sql_pb2_grpc.SqlServicer):
     async def CloseSession(
         self, request: sql_pb2.CloseSessionRequest, context: Any
     ) -> common_pb2.Empty:
-        session = self.sessions.close(request.session_id)
-        if session is not None:
-            self.coordinator.cancel(session)
-            self.coordinator.statement_log.session_closed(session.id)
-            log.info("session closed", session_id=session.id)
-        metrics.SESSIONS.set(len(self.sessions))
+        self.coordinator.close_session(request.session_id)
         return common_pb2.Empty()

@@ -39,3 +39,7 @@ AUTHENTICATION_FAILURES = Counter(
     "loupe_coordinator_authentication_failures",
     "Sessions refused: unknown role, wrong password or a role that may not log in",
 )
+SESSIONS_REAPED = Counter(
+    "loupe_coordinator_sessions_reaped",
+    "Sessions closed for being idle longer than idle_session_timeout",
+)

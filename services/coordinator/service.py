@@ -35,6 +35,9 @@ class CoordinatorSettings(BaseSettings):
     sql_port: int = 6875
     # Comma-separated users that are superusers.
     superusers: str = "materialize,mz_system"
+    # Seconds a session may go unused (running nothing) before it is closed, for
+    # clients that vanish without CloseSession; 0 keeps sessions forever.
+    idle_session_timeout: float = 86400.0
     # How sessions authenticate: "trust" believes the user name a client gives
     # (for a laptop); "password" checks it against the role's password.
     authenticator: str = "trust"
@@ -98,6 +101,7 @@ class CoordinatorService(Service):
                     table_compaction_ticks=settings.table_compaction_ticks,
                     instance_name=settings.instance_name,
                     storage_subject=settings.storage_subject,
+                    idle_session_timeout=settings.idle_session_timeout,
                     authenticator=settings.authenticator,
                     superuser_password=settings.superuser_password,
                 ),

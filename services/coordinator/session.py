@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -116,6 +117,16 @@ class Session:
     cancel_requested: bool = False
     # PREPAREd statements by name (``loupe.coordinator.prepared``); they end with the session.
     prepared: dict[str, PreparedStatement] = field(default_factory=dict, repr=False)
+    # time.monotonic() of the last request that named the session.
+    last_active: float = field(default_factory=time.monotonic, repr=False)
+
+    def touch(self) -> None:
+        self.last_active = time.monotonic()
+
+    @property
+    def busy(self) -> bool:
+        """Whether a statement is running (a SUBSCRIBE may run for days: not idle)."""
+        return self.lock.locked()
 
     @property
     def role_id(self) -> str:
@@ -226,10 +237,17 @@ class SessionManager:
         return session
 
     def get(self, session_id: str) -> Session:
+        """The session ``session_id`` (08003 if there is none), marked active now."""
         session = self._sessions.get(session_id)
         if session is None:
             raise LoupeError(SqlState.INVALID_SESSION, f"session {session_id!r} does not exist")
+        session.touch()
         return session
+
+    def idle(self, timeout: float) -> list[Session]:
+        """Sessions no request named for ``timeout`` seconds and running nothing."""
+        now = time.monotonic()
+        return [s for s in self._sessions.values() if not s.busy and now - s.last_active > timeout]
 
     def close(self, session_id: str) -> Session | None:
         return self._sessions.pop(session_id, None)
