@@ -42,6 +42,8 @@ from loupe.common.errors import LoupeError
 from loupe.common.values import format_interval
 
 EXIT_OK, EXIT_SQL_ERROR, EXIT_UNREACHABLE = 0, 1, 2
+# SQLSTATE of a request naming a session the coordinator does not have.
+SESSION_GONE = "08003"
 NUMERIC_TYPES = frozenset(
     {"int2", "int4", "int8", "uint2", "uint4", "uint8", "float4", "float8", "numeric"}
 )
@@ -99,8 +101,13 @@ def run(args: argparse.Namespace) -> int:
         client.close()
 
 
-def run_statements(client: SqlClient, sql: str, output: Output) -> int:
-    """Run ``sql``, print results as they complete; returns the exit status."""
+def run_statements(client: SqlClient, sql: str, output: Output, *, reopen: bool = False) -> int:
+    """Run ``sql``, print results as they complete; returns the exit status.
+
+    ``reopen`` (the REPL): a session the coordinator closed (idle too long, or a
+    restarted coordinator) is opened again, and the statement, which never ran,
+    is run in the new session, after saying that its settings are the defaults.
+    """
     try:
         for item in client.stream(sql):
             output.show(item)
@@ -109,6 +116,19 @@ def run_statements(client: SqlClient, sql: str, output: Output) -> int:
         return EXIT_UNREACHABLE
     except LoupeError as error:
         output.flush()
+        if reopen and error.code == SESSION_GONE:
+            client.close()
+            try:
+                client.open()
+            except (ConnectionFailed, LoupeError) as failure:
+                print(f"loupe sql: could not open a new session: {failure}", file=output.errors)
+                return EXIT_UNREACHABLE
+            print(
+                "loupe sql: the session was closed by the server (idle too long?); "
+                "a new one was opened, with default settings",
+                file=output.errors,
+            )
+            return run_statements(client, sql, output)
         print_error(error, sql, output.errors)
         return EXIT_SQL_ERROR
     except KeyboardInterrupt:
@@ -413,7 +433,7 @@ class Repl:
                     buffer = ""
                     continue
                 if statement_complete(buffer):
-                    result = run_statements(self.client, buffer, self.output)
+                    result = run_statements(self.client, buffer, self.output, reopen=True)
                     if result == EXIT_UNREACHABLE:
                         status = result
                     buffer = ""

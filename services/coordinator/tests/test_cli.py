@@ -16,9 +16,10 @@ from loupe.cli.sql import (
     render_error,
     render_json,
     render_table,
+    run_statements,
     statement_complete,
 )
-from loupe.client import HydrationProgress, StatementResult, StreamedRows
+from loupe.client import HydrationProgress, SqlClient, StatementResult, StreamedRows
 from loupe.common.errors import LoupeError
 from loupe.common.nats_server import free_port
 
@@ -209,3 +210,28 @@ async def test_loupe_sql_shows_hydration_of_a_new_index(compute: Any) -> None:
     assert all(line.startswith("hydrat") for line in progress), err
     assert progress[-1].startswith("hydrated materialize.public.t_primary_idx: "), err
     assert progress[-1].endswith(" nodes, 0 records read"), err
+
+
+async def test_the_repl_opens_a_new_session_when_the_server_closed_its_own(harness: Any) -> None:
+    """A session the coordinator closed (idle): the REPL opens another and runs the statement,
+    which never ran; -c scripts just fail (08003)."""
+    client = SqlClient("127.0.0.1", harness.service.sql_port)
+    await asyncio.to_thread(client.open)
+    try:
+        first = client.session_id
+        assert harness.service.coordinator.close_session(first, why="test")
+        out, err = io.StringIO(), io.StringIO()
+        output = Output("csv", out, err)
+        assert await asyncio.to_thread(run_statements, client, "SELECT 1 AS a", output) == 1
+        assert "08003" in err.getvalue()
+        harness.service.coordinator.close_session(client.session_id, why="test")
+        out, err = io.StringIO(), io.StringIO()
+        output = Output("csv", out, err)
+        status = await asyncio.to_thread(
+            run_statements, client, "SELECT 1 AS a", output, reopen=True
+        )
+        assert (status, out.getvalue()) == (0, "a\n1\n")
+        assert "a new one was opened" in err.getvalue()
+        assert client.session_id != first
+    finally:
+        await asyncio.to_thread(client.close)
