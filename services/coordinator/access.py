@@ -243,6 +243,19 @@ async def role_ops(
     raise TypeError(statement)
 
 
+def changes_only_own_password(statement: Statement, user: str) -> bool:
+    """``ALTER ROLE <user> PASSWORD …`` by ``user`` itself: allowed to anyone who logged in."""
+    if not isinstance(statement, AlterRole) or statement.name != user:
+        return False
+    options = statement.options
+    return (
+        (options.password is not None or options.password_null)
+        and options.superuser is None
+        and options.login is None
+        and options.inherit is None
+    )
+
+
 def hides_password(statement: Statement) -> bool:
     """Whether ``statement``'s text holds a password (the statement log keeps it redacted)."""
     return isinstance(statement, CreateRole | AlterRole) and statement.options.password is not None

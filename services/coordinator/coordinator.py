@@ -725,14 +725,17 @@ class Coordinator:
     async def _role_ddl(
         self, session: Session, statement: CreateRole | AlterRole | DropRole | GrantRole
     ) -> StatementResult:
-        """CREATE/ALTER/DROP ROLE, GRANT/REVOKE role: superusers only."""
-        self._require_superuser(session, statement)
+        """CREATE/ALTER/DROP ROLE, GRANT/REVOKE role: superusers only, except that a role
+        may change its own password (PostgreSQL's rule)."""
+        own_password = access.changes_only_own_password(statement, session.user)
+        if not own_password:
+            self._require_superuser(session, statement)
         if isinstance(statement, DropRole) and session.user in statement.names:
             raise LoupeError(
                 OBJECT_IN_USE, "current user cannot be dropped", position=statement.position
             )
         ops = await access.role_ops(statement, grantor=session.user)
-        _, result = await self._transact(session, statement, ops)
+        _, result = await self._transact(session, statement, ops, superuser_only=not own_password)
         return result
 
     async def _alter_system(self, session: Session, statement: AlterSystem) -> StatementResult:
@@ -945,13 +948,16 @@ class Coordinator:
         ops: list[catalog_pb2.CatalogOp],
         *,
         advance: bool = True,
+        superuser_only: bool = True,
     ) -> tuple[catalog_pb2.TransactResponse, StatementResult]:
         """Commit ``ops`` and follow the commit into the controller and storage.
 
         ``advance``: then move the oracle (and the tables) past the append of
-        the commit's catalog relations (``_after_ddl``).
+        the commit's catalog relations (``_after_ddl``). ``superuser_only``: False
+        for what the caller has authorised itself (a role's own password).
         """
-        self._require_superuser(session, statement)
+        if superuser_only:
+            self._require_superuser(session, statement)
         result = StatementResult(tag=statement.tag)
         async with self._ddl_lock:
             response = await self.catalog.Transact(

@@ -67,8 +67,14 @@ async def test_password_mode_authenticates_every_session(secured):
     await secured.tag(admin, "ALTER ROLE alice PASSWORD 'new-pw'")
     assert (await _refused(secured, "alice", "alice-pw"))[1] == "28P01"
     await _open(secured, "alice", "new-pw")
+    # A role changes its own password, nothing else and no one else's.
+    alice = await _open(secured, "alice", "new-pw")
+    assert await secured.tag(alice, "ALTER ROLE alice PASSWORD 'her-own'") == "ALTER ROLE"
+    for sql in ("ALTER ROLE alice SUPERUSER PASSWORD 'x'", "ALTER ROLE auditors PASSWORD 'x'"):
+        assert (await secured.error(alice, sql)).code == "42501", sql
+    await _open(secured, "alice", "her-own")
     await secured.tag(admin, "ALTER ROLE alice PASSWORD NULL")
-    assert (await _refused(secured, "alice", "new-pw"))[1] == "28P01"
+    assert (await _refused(secured, "alice", "her-own"))[1] == "28P01"
     roles = await secured.rows(
         admin, "SELECT name, inherit FROM mz_catalog.mz_roles WHERE name IN ('alice', 'auditors')"
     )
