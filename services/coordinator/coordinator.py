@@ -118,6 +118,7 @@ from loupe.coordinator.sql.statements import (
     SetVariable,
     ShowClusterReplicas,
     ShowClusters,
+    ShowRoles,
     ShowVariable,
     Statement,
     Subscribe,
@@ -141,6 +142,8 @@ CATALOG_CHANGES_SUBJECT = "loupe.catalog.v1.changes"
 CONTROLLER_STARTED_SUBJECT = "loupe.controller.v1.started"
 
 SHOW_CLUSTERS_SQL = "SELECT name FROM mz_catalog.mz_clusters ORDER BY name"
+# Materialize's SHOW ROLES: the roles users create (not the system ones).
+SHOW_ROLES_SQL = "SELECT name FROM mz_catalog.mz_roles WHERE id LIKE 'u%' ORDER BY name"
 SHOW_CLUSTER_REPLICAS_SQL = """
 SELECT c.name AS "cluster", r.name AS replica, r.size AS size,
        COALESCE(s.status = 'online', FALSE) AS ready
@@ -570,7 +573,9 @@ class Coordinator:
         context = contextvars.copy_context()
         context.run(stmtlog.CURRENT.set, execution)
         task = asyncio.create_task(self.run_statement(session, statement), context=context)
-        cancelable = isinstance(statement, Query | ShowClusters | ShowClusterReplicas | Explain)
+        cancelable = isinstance(
+            statement, Query | ShowClusters | ShowClusterReplicas | ShowRoles | Explain
+        )
         session.running = task if cancelable else None
         try:
             return await task
@@ -639,6 +644,8 @@ class Coordinator:
                 return await self._select(session, parse_one(SHOW_CLUSTERS_SQL))
             case ShowClusterReplicas():
                 return await self._select(session, parse_one(SHOW_CLUSTER_REPLICAS_SQL))
+            case ShowRoles():
+                return await self._select(session, parse_one(SHOW_ROLES_SQL))
             case SetVariable():
                 return await self._set(session, statement)
             case ShowVariable():

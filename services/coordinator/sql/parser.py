@@ -70,6 +70,7 @@ from loupe.coordinator.sql.statements import (
     SetVariable,
     ShowClusterReplicas,
     ShowClusters,
+    ShowRoles,
     ShowVariable,
     Statement,
     Subscribe,
@@ -164,7 +165,6 @@ SHOW_OBJECT_KINDS = frozenset(
         "SCHEMAS",
         "DATABASES",
         "OBJECTS",
-        "ROLES",
         "SECRETS",
         "CONNECTIONS",
         "TYPES",
@@ -1355,6 +1355,9 @@ class _LoupeParser:
         if self.accept("CLUSTER", "REPLICAS"):
             self.end()
             return ShowClusterReplicas(**self.common())  # type: ignore[arg-type]
+        if self.accept("ROLES"):
+            self.end()
+            return ShowRoles(**self.common())  # type: ignore[arg-type]
         token = self.peek()
         if token is not None and token.token_type != TokenType.IDENTIFIER:
             word = token.text.upper()

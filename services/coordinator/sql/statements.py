@@ -98,6 +98,13 @@ class ShowClusters(Statement):
 
 
 @dataclass(frozen=True, kw_only=True)
+class ShowRoles(Statement):
+    @property
+    def tag(self) -> str:
+        return "SELECT"
+
+
+@dataclass(frozen=True, kw_only=True)
 class ShowClusterReplicas(Statement):
     @property
     def tag(self) -> str:

@@ -79,6 +79,8 @@ async def test_password_mode_authenticates_every_session(secured):
         admin, "SELECT name, inherit FROM mz_catalog.mz_roles WHERE name IN ('alice', 'auditors')"
     )
     assert sorted(roles) == [("alice", True), ("auditors", True)]
+    shown = await secured.rows(admin, "SHOW ROLES")
+    assert shown == [("alice",), ("auditors",), ("materialize",)]
 
 
 async def test_role_management_is_for_superusers(secured):
