@@ -29,8 +29,8 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Sequence
-from typing import Any, ClassVar
+from collections.abc import Callable, Sequence
+from typing import Any, ClassVar, TypeVar
 
 from sqlglot import exp
 from sqlglot.dialects.postgres import Postgres
@@ -76,6 +76,8 @@ from loupe.coordinator.sql.statements import (
     Subscribe,
     Update,
 )
+
+T = TypeVar("T")
 
 # sqlglot warns when it falls back to a Command; Loupe refuses those itself.
 logging.getLogger("sqlglot").setLevel(logging.ERROR)
@@ -642,6 +644,13 @@ class _LoupeParser:
     def optional_equals(self) -> None:
         self.accept("=")
 
+    def comma_list(self, item: Callable[[], T]) -> list[T]:
+        """``item [, item …]``: one or more, separated by commas."""
+        items = [item()]
+        while self.accept(","):
+            items.append(item())
+        return items
+
     # statements --------------------------------------------------------------------
 
     def statement(self) -> Statement:
@@ -857,9 +866,7 @@ class _LoupeParser:
         kind = "MATERIALIZED VIEW" if self.accept("MATERIALIZED", "VIEW") else self.advance().text
         kind = kind.upper()
         if_exists = self.accept("IF", "EXISTS")
-        names = [self.object_name("name")]
-        while self.accept(","):
-            names.append(self.object_name("name"))
+        names = self.comma_list(lambda: self.object_name("name"))
         cascade = self.accept("CASCADE")
         if not cascade:
             self.accept("RESTRICT")
@@ -1332,9 +1339,7 @@ class _LoupeParser:
 
     def drop_table(self) -> DropTable:
         if_exists = self.accept("IF", "EXISTS")
-        names = [self.object_name("table name")]
-        while self.accept(","):
-            names.append(self.object_name("table name"))
+        names = self.comma_list(lambda: self.object_name("table name"))
         cascade = False
         if self.accept("CASCADE"):
             cascade = True
@@ -1384,14 +1389,7 @@ class _LoupeParser:
         name = self.identifier("a variable name")
         if not (self.accept("=") or self.accept("TO")):
             raise self.error("= or TO")
-        value: str | None
-        if self.accept("DEFAULT"):
-            value = None
-        else:
-            values = [self.value()]
-            while self.accept(","):
-                values.append(self.value())
-            value = ", ".join(values)
+        value = None if self.accept("DEFAULT") else ", ".join(self.comma_list(self.value))
         self.end()
         return SetVariable(
             **self.common(),  # type: ignore[arg-type]
@@ -1406,16 +1404,14 @@ class _LoupeParser:
         user = self.advance().text.upper() == "USER"
         if first == "DROP":
             if_exists = self.accept("IF", "EXISTS")
-            names = [self.identifier("a role name")]
-            while self.accept(","):
-                names.append(self.identifier("a role name"))
+            names = self.comma_list(self.role_name)
             self.end()
             return DropRole(
                 **self.common(),  # type: ignore[arg-type]
                 names=tuple(names),
                 if_exists=if_exists,
             )
-        name = self.identifier("a role name")
+        name = self.role_name()
         options = self.role_options()
         if first == "CREATE":
             return CreateRole(
@@ -1427,6 +1423,9 @@ class _LoupeParser:
         if options == RoleOptions():
             raise self.error("a role option (SUPERUSER, LOGIN, INHERIT, PASSWORD, …)")
         return AlterRole(**self.common(), name=name, options=options)  # type: ignore[arg-type]
+
+    def role_name(self) -> str:
+        return self.identifier("a role name")
 
     def role_options(self) -> RoleOptions:
         self.accept("WITH")
@@ -1468,16 +1467,12 @@ class _LoupeParser:
     def grant_role(self) -> GrantRole:
         """``GRANT role [, …] TO member [, …]`` or ``REVOKE role [, …] FROM member [, …]``."""
         revoke = self.advance().text.upper() == "REVOKE"
-        roles = [self.identifier("a role name")]
-        while self.accept(","):
-            roles.append(self.identifier("a role name"))
-        if self.at("ON") or self.at("(") or self.at(","):
+        roles = self.comma_list(self.role_name)
+        if self.at("ON") or self.at("("):
             token = self.tokens[self.index]
             raise _unsupported("privileges on objects (GRANT … ON …)", token)
         self.expect("FROM" if revoke else "TO")
-        members = [self.identifier("a role name")]
-        while self.accept(","):
-            members.append(self.identifier("a role name"))
+        members = self.comma_list(self.role_name)
         self.end()
         return GrantRole(
             **self.common(),  # type: ignore[arg-type]
