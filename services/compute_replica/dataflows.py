@@ -56,7 +56,7 @@ from loupe.compute_replica.protocol import (
     ResultColumn,
     StorageLocation,
 )
-from loupe.compute_replica.shards import NEVER_WRITTEN, ShardCache
+from loupe.compute_replica.shards import NEVER_WRITTEN
 from loupe.dataflow import DataflowProgress, SinkBatch
 from loupe.dataflow import PeekResult as EnginePeekResult
 from loupe.persist import (
@@ -68,6 +68,7 @@ from loupe.persist import (
     consolidate,
     nats_upper_notifier,
 )
+from loupe.persist.cache import ShardCache
 from loupe.persist.shard import arrow_schema
 from loupe.plan.codec import dataflow_from_proto
 from loupe.plan.dataflow import ColumnDesc, DataflowDescription, PersistSink, SourceImport

@@ -39,8 +39,8 @@ from loupe.compute_replica.protocol import (
     response_subject,
 )
 from loupe.compute_replica.settings import ComputeReplicaSettings
-from loupe.compute_replica.shards import ShardCache
 from loupe.dataflow import ComputeInstance
+from loupe.persist.cache import ShardCache
 from loupe.proto.compute.v1 import compute_pb2
 
 log = get_logger(__name__)

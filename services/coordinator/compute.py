@@ -91,7 +91,8 @@ from loupe.coordinator.sql.statements import (
 )
 from loupe.coordinator.tables import Table
 from loupe.coordinator.timestamps import as_of_timestamp
-from loupe.persist import Shard, open_location
+from loupe.persist import ShardState
+from loupe.persist.cache import ShardCache
 from loupe.plan import codec, mir
 from loupe.plan.dataflow import DataflowDescription, SourceImport
 from loupe.proto.catalog.v1 import catalog_pb2
@@ -853,17 +854,24 @@ def _shard_since(source: SourceImport) -> int:
     return _shard_frontiers(source)[0]
 
 
+# Every read of an input's frontiers (strict serializable reads of system relations
+# among them) goes through one opened location, not a new SQLite connection each.
+_SHARDS = ShardCache()
+
+
+def _shard_state(source: SourceImport) -> ShardState | None:
+    return _SHARDS.shard(source.shard_id, source).state(missing_ok=True)
+
+
 def _shard_frontiers(source: SourceImport) -> tuple[int, int]:
     """(since, upper) of a storage input's shard; (0, 0) before it exists."""
-    shard = Shard(source.shard_id, *open_location(source.blob_uri, source.consensus_uri))
-    state = shard.state(missing_ok=True)
+    state = _shard_state(source)
     return (state.since, state.upper) if state is not None else (0, 0)
 
 
 def _shard_newest(source: SourceImport) -> tuple[int, int]:
     """(upper, the latest time an update of it may have) of a storage input's shard."""
-    shard = Shard(source.shard_id, *open_location(source.blob_uri, source.consensus_uri))
-    state = shard.state(missing_ok=True)
+    state = _shard_state(source)
     if state is None:
         return 0, 0
     return state.upper, max((p.upper - 1 for p in state.parts if p.rows), default=0)
