@@ -64,10 +64,6 @@ STATEMENT_LOG_REDACTED = frozenset(
 _SCHEMA = "mz_internal"
 
 
-def authentication_error(code: str, message: str) -> LoupeError:
-    return LoupeError(code, message)
-
-
 async def authenticate(
     roles: Mapping[str, catalog_pb2.Role],
     user: str,
@@ -80,12 +76,12 @@ async def authenticate(
     """Raise 28000 / 28P01 unless ``user`` may open a session with ``password``."""
     role = roles.get(user)
     if role is not None and not role.login:
-        raise authentication_error(
+        raise LoupeError(
             SqlState.INVALID_AUTHORIZATION, f'role "{user}" is not permitted to log in'
         )
     if authenticator == "trust":
         return
-    failed = authentication_error(
+    failed = LoupeError(
         SqlState.INVALID_PASSWORD, f'password authentication failed for user "{user}"'
     )
     if role is None:
