@@ -9,6 +9,9 @@ STAMP  := $(VENV)/.installed
 DATA_DIR ?= data
 SQL_PORT ?= 6875
 PYTEST_ARGS ?=
+# The sqllogictest corpus `make slt` runs, and the runner's arguments.
+SLT_DIR  ?= $(abspath ../shared/sqllogictest)
+SLT_ARGS ?= --postgres --max-records 1000
 
 export SPARK_LOCAL_IP ?= 127.0.0.1
 export PYSPARK_PYTHON := $(abspath $(PY))
@@ -16,12 +19,13 @@ export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
 .DEFAULT_GOAL := help
 
-.PHONY: help install run test test-fast lint format typecheck protos check-protos bench clean
+.PHONY: help install run test test-fast lint format typecheck protos check-protos bench slt clean
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  make %-14s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 	@echo ""
 	@echo "  Variables: DATA_DIR=$(DATA_DIR) SQL_PORT=$(SQL_PORT) PYTEST_ARGS='...'"
+	@echo "             SLT_DIR=$(SLT_DIR) SLT_ARGS='$(SLT_ARGS)' (see python -m loupe.slt --help)"
 
 install: $(STAMP) ## create .venv and install Loupe with its dev tools (idempotent)
 
@@ -61,6 +65,9 @@ check-protos: install ## fail when the generated code is stale
 
 bench: install ## run the benchmarks and print their numbers
 	$(PY) bench/run.py
+
+slt: install ## run sqllogictest scripts on a fresh Loupe (and PostgreSQL): pass rate per file
+	$(PY) -m loupe.slt --dir $(SLT_DIR) $(SLT_ARGS)
 
 clean: ## remove caches and the default data directory (not .venv)
 	rm -rf $(DATA_DIR) .pytest_cache .ruff_cache .mypy_cache build

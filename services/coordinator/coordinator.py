@@ -66,7 +66,7 @@ from loupe.coordinator.catalog_state import CatalogState, ClusterInfo
 from loupe.coordinator.compute import Compute, explain_text
 from loupe.coordinator.constant import evaluate_constant
 from loupe.coordinator.follower import CatalogFollower
-from loupe.coordinator.plan import plan_query
+from loupe.coordinator.plan import TemporalError, plan_query
 from loupe.coordinator.results import (
     Column,
     Complete,
@@ -84,8 +84,6 @@ from loupe.coordinator.sql.params import bind as bind_params
 from loupe.coordinator.sql.parser import parse, parse_one
 from loupe.coordinator.sql.resolve import (
     Relation,
-    ResolvedQuery,
-    resolve_query,
     resolve_relations,
     search_path_schemas,
 )
@@ -806,29 +804,27 @@ class Coordinator:
             # The planner names the columns as PostgreSQL does.
             columns, rows = await self.compute.select(session, query, expression, relations)
             return tuple(columns), rows
-        resolved = await self._resolve(session, query)
-        timestamp = await self._constant_timestamp(query, resolved)
+        return await self._constant(query, expression)
+
+    async def _constant(
+        self, query: Query, expression: exp.Expression
+    ) -> tuple[tuple[Column, ...], list[tuple[Any, ...]]]:
+        """A query that reads no relation, evaluated here (``evaluate_constant``).
+
+        Its time is ``AS OF`` if given; else the oracle's, read only when
+        ``now()``/``mz_now()`` need one.
+        """
+        timestamp = (
+            None if query.as_of is None else as_of_timestamp(query.as_of, query.as_of_position)
+        )
+        try:
+            columns, rows = evaluate_constant(expression, query_time=timestamp)
+        except TemporalError:
+            timestamp = await self.oracle.read_timestamp()
+            columns, rows = evaluate_constant(expression, query_time=timestamp)
         stmtlog.note_event(stmtlog.OPTIMIZATION_FINISHED)
         stmtlog.note_strategy(stmtlog.CONSTANT)
-        columns, rows = evaluate_constant(resolved.sql_at(timestamp))
-        if resolved.output_names is not None and len(resolved.output_names) == len(columns):
-            columns = tuple(
-                (name, kind) for name, (_, kind) in zip(resolved.output_names, columns, strict=True)
-            )
-        return tuple(columns), rows
-
-    async def _resolve(self, session: Session, query: Query) -> ResolvedQuery:
-        """Bind the query's names; a name unknown here is looked up in the catalog once."""
-
-        def attempt(state: CatalogState) -> ResolvedQuery:
-            return resolve_query(
-                query.expression,
-                search_path=search_path_schemas(session.search_path),
-                database=session.database,
-                collections={**BY_QUALIFIED_NAME, **state.relations_in(session.database)},
-            )
-
-        return await self._resolving(attempt)
+        return columns, rows
 
     async def _resolving(self, attempt: Callable[[CatalogState], T]) -> T:
         """``attempt`` with the known catalog, then once more with a fresh one on 42P01."""
@@ -864,14 +860,6 @@ class Coordinator:
             columns=((EXPLAIN_COLUMNS[statement.stage], "text"),),
             rows=[(text,)],
         )
-
-    async def _constant_timestamp(self, query: Query, resolved: ResolvedQuery) -> int:
-        """What ``mz_now()`` is in a query without relations: ``AS OF``, else the oracle's."""
-        if query.as_of is not None:
-            return as_of_timestamp(query.as_of, query.as_of_position)
-        if not resolved.uses_mz_now:
-            return 0
-        return await self.oracle.read_timestamp()
 
     async def _peek_target_replica(self, session: Session, cluster: ClusterInfo) -> tuple[str, str]:
         """(cluster_id, replica_id): ``SET cluster_replica`` picks one replica of ``cluster``."""

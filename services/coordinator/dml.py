@@ -2,12 +2,15 @@
 
 - ``INSERT … VALUES``: literals are converted directly (a quoted literal is
   parsed as its column's type, as in PostgreSQL); any other expression is
-  evaluated with polars, one row at a time. ``INSERT … SELECT`` gets its rows
-  from a peek (the coordinator runs it) and converts them the same way.
-- ``UPDATE`` and ``DELETE`` are evaluated with polars over the table's
-  contents at the time of the write (``TableStore.write(read=True)``): the
-  matching rows are retracted and, for UPDATE, their new versions inserted,
-  in one part.
+  planned and evaluated by the engine (``loupe.dataflow.oneshot``), one row
+  at a time. ``INSERT … SELECT`` gets its rows from a peek (the coordinator
+  runs it) and converts them the same way.
+- ``UPDATE`` and ``DELETE`` are planned as a SELECT of the matching rows
+  (and their new values) over the table and evaluated by the engine on the
+  table's consolidated contents at the time of the write
+  (``TableStore.write(read=True)``): the matching rows are retracted and,
+  for UPDATE, their new versions inserted, in one part. Only matching rows
+  ever become Python values.
 
 Expressions may refer to the table's columns only (no subqueries); an
 unknown column is 42703, another table's name 42P01.
@@ -18,13 +21,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-import polars as pl
 import pyarrow as pa
 from sqlglot import exp
 from sqlglot.optimizer.normalize_identifiers import normalize_identifiers
 
 from loupe.common.errors import LoupeError, SqlState
 from loupe.coordinator.constant import evaluate_constant
+from loupe.coordinator.plan import plan_query
 from loupe.coordinator.sql.resolve import GENERATE_DIALECT, MZ_NOW
 from loupe.coordinator.table_store import Plan, Update
 from loupe.coordinator.tables import (
@@ -34,9 +37,12 @@ from loupe.coordinator.tables import (
     TableColumn,
     UntypedString,
 )
+from loupe.dataflow.oneshot import OneShotInput, evaluate_plan
+from loupe.dataflow.types import PERSIST_DIFF, PERSIST_TIME
+from loupe.plan import lir
 
 _NOT_LITERAL = object()
-# The names the contents and the row index have in the polars query.
+# The names the table's contents and their row numbers have in the plan of an UPDATE or DELETE.
 _FRAME = "__loupe_table"
 _ROW = "__loupe_row"
 
@@ -109,10 +115,7 @@ def _row_values(row: Sequence[exp.Expression]) -> list[Any]:
     values = [literal_value(e) for e in row]
     computed = [i for i, value in enumerate(values) if value is _NOT_LITERAL]
     if computed:
-        projections = ", ".join(
-            f'{row[i].sql(dialect=GENERATE_DIALECT)} AS "c{i}"' for i in computed
-        )
-        _, results = evaluate_constant(f"SELECT {projections}")
+        _, results = evaluate_constant(exp.select(*(row[i].copy() for i in computed)))
         for index, value in zip(computed, results[0], strict=True):
             values[index] = value
     return values
@@ -181,14 +184,10 @@ def update_plan(
 
     def plan(contents: pa.Table | None) -> tuple[list[Update], int]:
         assert contents is not None
-        projections = [f'"{_ROW}"'] + [
-            f'{e.sql(dialect=GENERATE_DIALECT)} AS "__set_{i}"' for i, (_, e) in enumerate(computed)
-        ]
-        matched = _evaluate(contents, table, name, projections, condition)
-        old_rows = _rows(contents)
+        matched = _evaluate(contents, table, name, [e for _, e in computed], condition)
+        old_rows = _stored_rows(contents, [match[0] for match in matched])
         updates: list[Update] = []
-        for match in matched:
-            old = old_rows[match[0]]
+        for match, old in zip(matched, old_rows, strict=True):
             new = list(old)
             for column, value in literal.items():
                 if value is not _NOT_LITERAL:
@@ -209,59 +208,48 @@ def delete_plan(table: Table, alias: str | None, where: exp.Expression | None) -
 
     def plan(contents: pa.Table | None) -> tuple[list[Update], int]:
         assert contents is not None
-        matched = _evaluate(contents, table, name, [f'"{_ROW}"'], condition)
-        old_rows = _rows(contents)
-        return [(old_rows[match[0]], -1) for match in matched], len(matched)
+        matched = _evaluate(contents, table, name, [], condition)
+        old_rows = _stored_rows(contents, [match[0] for match in matched])
+        return [(old, -1) for old in old_rows], len(matched)
 
     return plan
-
-
-def _rows(contents: pa.Table) -> list[tuple[Any, ...]]:
-    columns = [contents.column(i).to_pylist() for i in range(contents.num_columns)]
-    return list(zip(*columns, strict=True)) if columns else [() for _ in range(contents.num_rows)]
 
 
 def _evaluate(
     contents: pa.Table,
     table: Table,
     name: str,
-    projections: list[str],
+    projections: Sequence[exp.Expression],
     condition: exp.Expression | None,
 ) -> list[tuple[Any, ...]]:
-    """``SELECT projections FROM contents AS name WHERE condition``, with row numbers."""
-    frame = pl.from_arrow(contents)
-    assert isinstance(frame, pl.DataFrame)
-    # numeric is stored as text: compare and compute with it as a number.
-    numeric = [
-        pl.col(c.name).cast(pl.Float64) for c in table.columns if c.storage_type == "numeric"
-    ]
-    if numeric:
-        frame = frame.with_columns(numeric)
-    frame = frame.with_row_index(_ROW)
-    sql = f'SELECT {", ".join(projections)} FROM "{_FRAME}" AS "{name}"'
+    """``SELECT <row number>, projections FROM contents AS name WHERE condition``.
+
+    Planned like any query and evaluated by the engine (``evaluate_plan``)
+    over the table's consolidated contents (``mz_diff`` is each row's count):
+    one result per occurrence of a matching row, its row number in
+    ``contents`` first (the stored row is taken from there, so a retraction
+    is exactly what was written).
+    """
+    select = exp.select(
+        exp.column(_ROW, table=name, quoted=True),
+        *(e.as_(f"__set_{i}", quoted=True) for i, e in enumerate(projections)),
+    ).from_(exp.to_table(_FRAME).as_(name, quoted=True))
     if condition is not None:
-        sql += f" WHERE {condition.sql(dialect=GENERATE_DIALECT)}"
-    try:
-        result = pl.SQLContext(frames={_FRAME: frame}).execute(sql, eager=True)
-    except pl.exceptions.PolarsError as error:
-        raise polars_error(error) from None
-    return result.rows()
+        select = select.where(condition)
+    columns = (*table.storage_columns, (_ROW, "int8"))
+
+    def resolve(written: str) -> tuple[str, Sequence[tuple[str, str]]] | None:
+        return (_FRAME, columns) if written == _FRAME else None
+
+    relation = plan_query(select, resolve)
+    numbered = contents.append_column(_ROW, pa.array(range(contents.num_rows), pa.int64()))
+    inputs = {_FRAME: OneShotInput(columns, numbered)}
+    return evaluate_plan(lir.lower_to_lir(relation), relation.columns, inputs).rows()
 
 
-def polars_error(error: Exception) -> LoupeError:
-    """A SQLSTATE error for a polars failure evaluating a statement's expressions."""
-    message = (str(error).strip().splitlines() or [type(error).__name__])[0]
-    if isinstance(error, pl.exceptions.ColumnNotFoundError):
-        return LoupeError(SqlState.UNDEFINED_COLUMN, message)
-    if isinstance(error, pl.exceptions.SQLSyntaxError):
-        return LoupeError(SqlState.SYNTAX_ERROR, message)
-    if isinstance(error, pl.exceptions.SQLInterfaceError):
-        code = "42883" if "function" in message.lower() else SqlState.FEATURE_NOT_SUPPORTED
-        return LoupeError(code, message)
-    if isinstance(error, pl.exceptions.InvalidOperationError) and "conversion" in message:
-        return LoupeError("22P02", message)
-    if isinstance(error, pl.exceptions.SchemaError | pl.exceptions.InvalidOperationError):
-        return LoupeError("42804", message)
-    if "division by zero" in message.lower():
-        return LoupeError(SqlState.DIVISION_BY_ZERO, message)
-    return LoupeError(SqlState.DATA_EXCEPTION, message)
+def _stored_rows(contents: pa.Table, positions: Sequence[int]) -> list[tuple[Any, ...]]:
+    """The rows at ``positions`` of ``contents`` as stored (data columns only)."""
+    names = [n for n in contents.column_names if n not in (PERSIST_TIME, PERSIST_DIFF)]
+    taken = contents.select(names).take(pa.array(positions, pa.int64()))
+    columns = [taken.column(i).to_pylist() for i in range(taken.num_columns)]
+    return list(zip(*columns, strict=True)) if columns else [() for _ in positions]

@@ -34,7 +34,7 @@ from loupe.common.logging import get_logger
 from loupe.common.transport import NatsServiceClient
 from loupe.coordinator import metrics
 from loupe.coordinator.tables import Table, updates_table
-from loupe.persist import Shard, UpperMismatch, expand, open_location, parts_to_merge
+from loupe.persist import Shard, UpperMismatch, open_location, parts_to_merge
 from loupe.persist.location import Blob, Consensus
 from loupe.persist.shard import UpperNotify, arrow_schema
 from loupe.proto.common.v1 import common_pb2
@@ -186,7 +186,8 @@ class TableStore:
     def _contents(shard: Shard, table: Table, upper: int) -> pa.Table:
         if upper == 0:
             return arrow_schema(table.storage_columns, updates=False).empty_table()
-        return expand(shard.snapshot(upper - 1)).select(table.column_names)
+        # Consolidated, one row per distinct row with its count in mz_diff.
+        return shard.snapshot(upper - 1)
 
     async def load(self, write: Callable[[Callable[[str], Shard], int], None]) -> int:
         """Run ``write(shard_of, ts)`` at a fresh write timestamp, then move every upper past it.

@@ -3,12 +3,14 @@
 ``AS OF 1712345678901`` reads at that many milliseconds; a timestamp
 (``AS OF '2024-04-05 19:34:38+00'``, ``AS OF now() - INTERVAL '1 minute'``)
 reads at its instant (UTC when it has no time zone). Any constant expression
-works; it is evaluated with polars.
+works; it is evaluated by the engine (``constant.evaluate_constant``),
+with ``now()`` the wall clock's time.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import time
 from decimal import Decimal
 from typing import Any
 
@@ -17,7 +19,7 @@ from sqlglot import exp
 from loupe.common.errors import LoupeError, SqlState
 from loupe.common.values import EPOCH
 from loupe.coordinator.constant import evaluate_constant
-from loupe.coordinator.sql.resolve import GENERATE_DIALECT, MZ_NOW
+from loupe.coordinator.sql.resolve import MZ_NOW
 
 MAX_TIMESTAMP = 2**64 - 1
 
@@ -33,7 +35,9 @@ def as_of_timestamp(expression: exp.Expression, position: int = 0) -> int:
         value: Any = expression.this if expression.is_string else Decimal(str(expression.this))
     else:
         try:
-            _, rows = evaluate_constant(f"SELECT {expression.sql(dialect=GENERATE_DIALECT)} AS t")
+            _, rows = evaluate_constant(
+                exp.select(expression.copy()), query_time=int(time.time() * 1000)
+            )
         except LoupeError as error:
             raise _invalid(f"invalid AS OF expression: {error.message}", position) from None
         value = rows[0][0] if rows else None

@@ -299,6 +299,7 @@ def test_expression_fails_on_exactly_the_rows_postgres_would(
     assert len(plan.mfp.expressions) == 1
     compiled = compile_scalar(plan.mfp.expressions[0], [t for _, t in COLUMNS])
     assert compiled.error is not None
+    frame = compiled.with_lets(frame.lazy()).collect()
     errors = frame.select(pl.col("c0"), compiled.error.alias("error"))
     failing = dict(errors.filter(pl.col("error").is_not_null()).rows())
     expected = {r for (r,) in connection.execute(f"SELECT r FROM g WHERE {fails_when}").fetchall()}

@@ -21,9 +21,11 @@ expression's error only counts for rows that passed the predicates before it.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import decimal
 import functools
+import itertools
 import math
 import re
 from collections.abc import Callable, Sequence
@@ -51,6 +53,7 @@ DIVISION_BY_ZERO = SqlState.DIVISION_BY_ZERO
 OUT_OF_RANGE = "22003"
 INVALID_TEXT = "22P02"
 INVALID_DATETIME = "22007"
+DATETIME_OUT_OF_RANGE = "22008"
 INVALID_ARGUMENT = "22023"
 NEGATIVE_SUBSTRING = "22011"
 INVALID_POWER = "2201F"
@@ -84,11 +87,29 @@ _TYPE_NAMES = {
 
 @dataclass(frozen=True)
 class CompiledScalar:
-    """A scalar as polars: its value, its per-row error (or None if it cannot fail), its type."""
+    """A scalar as polars: its value, its per-row error (or None if it cannot fail), its type.
+
+    ``lets`` are intermediate columns ``value`` and ``error`` read: each
+    argument of a call that is itself computed is evaluated once into a
+    column of its own (``with_lets`` adds them, in order). Without them an
+    expression's polars tree grows exponentially with its depth: a call's
+    value, its error and its NULL check each repeat its arguments.
+    """
 
     value: pl.Expr
     error: pl.Expr | None
     type: str
+    lets: tuple[tuple[str, pl.Expr], ...] = ()
+
+    def with_lets(self, frame: pl.LazyFrame) -> pl.LazyFrame:
+        """``frame`` with the intermediate columns ``value`` and ``error`` read."""
+        for name, expression in self.lets:
+            frame = frame.with_columns(expression.alias(name))
+        return frame
+
+    @property
+    def let_names(self) -> list[str]:
+        return [name for name, _ in self.lets]
 
 
 def compile_scalar(expr: Scalar, input_types: Sequence[str]) -> CompiledScalar:
@@ -103,12 +124,22 @@ def compile_scalar(expr: Scalar, input_types: Sequence[str]) -> CompiledScalar:
     try:
         return _compile_cached(expr, types)
     except TypeError:  # an unhashable literal value: compile without the cache
-        return _Compiler(types).compile(expr)
+        return _Compiler(types).compile_top(expr)
+
+
+def compile_inline(expr: Scalar, input_types: Sequence[str]) -> CompiledScalar:
+    """``compile_scalar`` without intermediate columns, for shallow expressions (join keys)."""
+    return _Compiler(tuple(input_types), bind=False).compile(expr)
 
 
 @functools.lru_cache(maxsize=4096)
 def _compile_cached(expr: Scalar, input_types: tuple[str, ...]) -> CompiledScalar:
-    return _Compiler(input_types).compile(expr)
+    return _Compiler(input_types).compile_top(expr)
+
+
+# Names of intermediate columns: unique across compilations, so that the lets of several
+# compiled scalars can live in one frame.
+_LET_NAMES = itertools.count()
 
 
 def split_error(error: str) -> tuple[str, str]:
@@ -153,13 +184,18 @@ def eval_keys(
     returned as error rows (``error``, ``time``, ``diff``).
     """
     compiled = [compile_scalar(e, input_types) for e in exprs]
-    keyed = frame.with_columns(
+    lazy = frame.lazy()
+    for c in compiled:
+        lazy = c.with_lets(lazy)
+    lazy = lazy.with_columns(
         [c.value.cast(polars_dtype(c.type)).alias(f"k{i}") for i, c in enumerate(compiled)]
     )
     error = _first_error([c.error for c in compiled])
+    if error is not None:
+        lazy = lazy.with_columns(error.alias(ERROR))
+    keyed = lazy.drop([name for c in compiled for name in c.let_names]).collect()
     if error is None:
         return keyed, empty_errors()
-    keyed = keyed.with_columns(error.alias(ERROR))
     errors = keyed.filter(pl.col(ERROR).is_not_null()).select(ERROR, TIME, DIFF)
     ok = keyed.filter(pl.col(ERROR).is_null()).drop(ERROR)
     return ok, errors
@@ -195,9 +231,11 @@ class _MfpPlan:
         arity = self.mfp.input_arity
         lazy = frame.lazy()
         for j, compiled in enumerate(self.expressions):
-            lazy = lazy.with_columns(
+            lazy = compiled.with_lets(lazy).with_columns(
                 compiled.value.cast(polars_dtype(compiled.type)).alias(f"c{arity + j}")
             )
+        for predicate in self.predicates:
+            lazy = predicate.with_lets(lazy)
         output = [pl.col(f"c{i}").alias(f"c{k}") for k, i in enumerate(self.mfp.projection)]
         output += [pl.col(TIME), pl.col(DIFF)]
         if not self.can_fail:
@@ -293,8 +331,27 @@ class _Args:
 
 
 class _Compiler:
-    def __init__(self, input_types: tuple[str, ...]) -> None:
+    def __init__(self, input_types: tuple[str, ...], *, bind: bool = True) -> None:
         self.input_types = input_types
+        self.bind_arguments = bind
+        self.lets: list[tuple[str, pl.Expr]] = []
+
+    def compile_top(self, expr: Scalar) -> CompiledScalar:
+        """``expr`` compiled, with the intermediate columns it needs."""
+        compiled = self.compile(expr)
+        return dataclasses.replace(compiled, lets=tuple(self.lets))
+
+    def bind(self, piece: CompiledScalar) -> CompiledScalar:
+        """``piece`` evaluated once into intermediate columns, read by reference."""
+        if not self.bind_arguments:
+            return piece
+        name = f"_let{next(_LET_NAMES)}"
+        self.lets.append((name, piece.value))
+        error = None
+        if piece.error is not None:
+            self.lets.append((f"{name}_error", piece.error))
+            error = pl.col(f"{name}_error")
+        return CompiledScalar(pl.col(name), error, piece.type)
 
     def compile(self, expr: Scalar) -> CompiledScalar:
         if isinstance(expr, Column):
@@ -341,6 +398,8 @@ class _Compiler:
                 piece = cast(piece, wanted)
             if target is not None and piece.type != target and piece.type != "unknown":
                 piece = cast(piece, target)
+            if not isinstance(arg, Column | Literal):
+                piece = self.bind(piece)
             compiled.append(piece)
         return _Args(
             [c.value for c in compiled],
@@ -584,7 +643,16 @@ def _from_text(text: pl.Expr, to: str) -> tuple[pl.Expr, pl.Expr | None]:
         return parsed, _bad_input(text, parsed, INVALID_TEXT, "boolean")
     if to == "date":
         parsed = stripped.str.strptime(pl.Date, "%Y-%m-%d", strict=False)
-        return parsed, _bad_input(text, parsed, INVALID_DATETIME, "date")
+        # A well-formed date that does not exist (February 30) is 22008, not 22007.
+        well_formed = stripped.str.contains(r"^\d{1,4}-\d{1,2}-\d{1,2}$").fill_null(False)
+        out_of_range = _error_when(
+            text.is_not_null() & parsed.is_null() & well_formed,
+            DATETIME_OUT_OF_RANGE,
+            pl.concat_str([pl.lit('date/time field value out of range: "'), text, pl.lit('"')]),
+        )
+        return parsed, _first_error(
+            [out_of_range, _bad_input(text, parsed, INVALID_DATETIME, "date")]
+        )
     if to in TIME_TYPES:
         return _parse_timestamp(text, stripped, to)
     if to == "interval":

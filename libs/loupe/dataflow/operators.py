@@ -190,11 +190,15 @@ def evaluate(
     values = [c.value.cast(polars_dtype(c.type)) for c in compiled]
     if dtypes is not None:
         values = [v.cast(d) for v, d in zip(values, dtypes, strict=True)]
-    valued = frame.with_columns(v.alias(n) for v, n in zip(values, names, strict=True))
+    lets = [name for c in compiled for name in c.let_names]
+    lazy = frame.lazy()
+    for c in compiled:
+        lazy = c.with_lets(lazy)
+    lazy = lazy.with_columns(v.alias(n) for v, n in zip(values, names, strict=True))
     errors = [c.error for c in compiled if c.error is not None]
     if not errors or frame.height == 0:
-        return valued, empty_errors()
-    flagged = valued.with_columns(pl.coalesce(errors).alias(ERROR))
+        return lazy.drop(lets).collect(), empty_errors()
+    flagged = lazy.with_columns(pl.coalesce(errors).alias(ERROR)).drop(lets).collect()
     failed = flagged.filter(pl.col(ERROR).is_not_null()).select(ERROR, TIME, DIFF)
     return flagged.filter(pl.col(ERROR).is_null()).drop(ERROR), failed
 
@@ -412,7 +416,10 @@ class Reduce(Operator):
                 continue
             present = pl.col(name).is_not_null()
             kind = pl.Float64 if self._is_float(i) else pl.Int64
-            value = pl.when(present).then(pl.col(name).cast(kind) * pl.col(DIFF)).otherwise(0)
+            if agg.func == "count":  # only the non-NULL count: the values may be any type
+                value = pl.lit(0, pl.Int64)
+            else:
+                value = pl.when(present).then(pl.col(name).cast(kind) * pl.col(DIFF)).otherwise(0)
             columns += [
                 value.cast(kind).alias(f"s{i}"),
                 (present.cast(pl.Int64) * pl.col(DIFF)).alias(f"n{i}"),
@@ -761,7 +768,7 @@ class Join(Operator):
         ]
         self.all_types = tuple(t for s in sources for t in s.types)
         self.classes = _merge_classes(node.equivalences)
-        compiled = [[expr.compile_scalar(e, self.all_types).value for e in c] for c in self.classes]
+        compiled = [[expr.compile_inline(e, self.all_types).value for e in c] for c in self.classes]
         self.conditions = [
             (members[0] == other).fill_null(False) for members in compiled for other in members[1:]
         ]
@@ -812,7 +819,7 @@ class Join(Operator):
         conditions = []
         for cls in self.classes:
             members = [e for e in cls if {self._input_of(c) for c in columns_of(e)} <= joined]
-            compiled = [expr.compile_scalar(e, self.all_types).value for e in members]
+            compiled = [expr.compile_inline(e, self.all_types).value for e in members]
             conditions += [(compiled[0] == other).fill_null(False) for other in compiled[1:]]
         return conditions
 

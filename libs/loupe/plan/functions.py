@@ -193,7 +193,7 @@ _FUNCTIONS = (
     Function("repeat", 2, 2, _fixed("text"), "repeat(s, n)"),
     # Numbers.
     Function("abs", 1, 1, _first, "absolute value"),
-    Function("sign", 1, 1, _first, "-1, 0 or 1"),
+    Function("sign", 1, 1, _float_unless_numeric, "-1, 0 or 1 (float8, or numeric for numeric)"),
     Function(
         "round",
         1,

@@ -53,6 +53,7 @@ def evaluate(
         )
     )
     compiled = compile_scalar(expr, types)
+    frame = compiled.with_lets(frame.lazy()).collect()
     values = frame.select(compiled.value.alias("v"))["v"]
     if len(values) != frame.height:
         values = pl.Series([values[0]] * frame.height)

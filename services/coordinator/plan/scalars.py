@@ -296,7 +296,7 @@ class Scalars:
         if isinstance(node, exp.Not):
             return self._not(node.this)
         if isinstance(node, exp.Neg):
-            return self._negate(self._lower(node.this))
+            return self._negate(self._lower(node.this), constant=isinstance(node.this, exp.Literal))
         if isinstance(node, exp.Is):
             return self._is(node)
         if isinstance(node, exp.NullSafeEQ | exp.NullSafeNEQ):
@@ -337,15 +337,32 @@ class Scalars:
         return Literal(parse_interval(str(text.this), unit_name), "interval")
 
     def _not(self, operand: exp.Expression) -> Scalar:
-        if isinstance(operand, exp.Is) and isinstance(operand.expression, exp.Null):
+        # NOT binds looser than IS: NOT x IS NOT NULL is NOT (x IS NOT NULL).
+        if (
+            isinstance(operand, exp.Is)
+            and isinstance(operand.expression, exp.Null)
+            and not operand.args.get("negate")
+        ):
             return self.call("is_not_null", [self._lower(operand.this)])
         if isinstance(operand, exp.Paren):
             return self._not(operand.this)
         return self.call("not", [self._lower(operand)])
 
-    def _negate(self, operand: Scalar) -> Scalar:
+    def _negate(self, operand: Scalar, *, constant: bool = False) -> Scalar:
         if isinstance(operand, Literal) and isinstance(operand.value, int | float | Decimal):
-            return Literal(-operand.value, operand.type)
+            value = -operand.value
+            # A negative constant is typed by its value, as PostgreSQL's parser does:
+            # -2147483648 is an integer, -9223372036854775808 a bigint.
+            if (
+                constant
+                and operand.type in ("int8", "numeric")
+                and isinstance(value, int | Decimal)
+            ):
+                if value == int(value) and -(2**31) <= value < 2**31:
+                    return Literal(int(value), "int4")
+                if value == int(value) and -(2**63) <= value < 2**63:
+                    return Literal(int(value), "int8")
+            return Literal(value, operand.type)
         return self.call("neg", [operand])
 
     def _is(self, node: exp.Is) -> Scalar:

@@ -1088,6 +1088,8 @@ def _output_name(node: exp.Expression) -> str:
         return "lpad" if node.args.get("is_left") else "rpad"
     if type(node) in _CALL_NAMES:
         return _CALL_NAMES[type(node)]
+    if isinstance(node, exp.Binary | exp.Unary | exp.In | exp.Between):
+        return "?column?"  # operators are not named, even those sqlglot calls functions
     if isinstance(node, exp.Anonymous):
         return str(node.name).lower()
     if isinstance(node, exp.Func):

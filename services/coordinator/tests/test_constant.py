@@ -1,11 +1,17 @@
-"""Queries without FROM, answered by the coordinator itself."""
+"""Queries without FROM, planned and evaluated by the engine in the coordinator."""
 
 from __future__ import annotations
 
 import pytest
+import sqlglot
 
 from loupe.common.errors import LoupeError
 from loupe.coordinator.constant import evaluate_constant
+from loupe.coordinator.plan import TemporalError
+
+
+def constant(sql: str, **kwargs):
+    return evaluate_constant(sqlglot.parse_one(sql, read="postgres"), **kwargs)
 
 
 @pytest.mark.parametrize(
@@ -20,12 +26,37 @@ from loupe.coordinator.constant import evaluate_constant
 )
 def test_a_select_without_from_reads_one_row(sql, rows):
     """Like PostgreSQL, a FROM-less SELECT reads one row, so WHERE can empty it."""
-    _columns, result = evaluate_constant(sql)
+    _columns, result = constant(sql)
     assert result == rows
 
 
-def test_constant_errors_carry_a_sqlstate():
-    """A bad constant query is a SQL error, not a crash."""
+def test_constants_are_typed_as_the_engine_types_them():
+    """Integer division truncates and stays int4, as in PostgreSQL (polars said 3.5)."""
+    columns, rows = constant("SELECT 7 / 2 AS q, -7 / 2 AS n, 7 % 3 AS m")
+    assert columns == (("q", "int4"), ("n", "int4"), ("m", "int4"))
+    assert rows == [(3, -3, 1)]
+
+
+@pytest.mark.parametrize(
+    ("sql", "code"),
+    [
+        ("SELECT nope", "42703"),
+        ("SELECT 1 / 0", "22012"),
+        ("SELECT 2147483647 + 1", "22003"),
+        ("SELECT 9223372036854775807 + 1", "22003"),
+        ("SELECT CAST('abc' AS int)", "22P02"),
+    ],
+)
+def test_constant_errors_carry_postgres_sqlstate(sql, code):
+    """A failing constant query is PostgreSQL's error, not a library's."""
     with pytest.raises(LoupeError) as raised:
-        evaluate_constant("SELECT nope")
-    assert raised.value.code in {"42703", "0A000", "42601", "22000"}
+        constant(sql)
+    assert raised.value.code == code
+
+
+def test_now_needs_a_query_time():
+    """now() is folded to the query's time; without one the planner says it needs one."""
+    with pytest.raises(TemporalError):
+        constant("SELECT now()")
+    _, rows = constant("SELECT now() = now()", query_time=5)
+    assert rows == [(True,)]

@@ -1,0 +1,191 @@
+"""Constant expressions: Loupe's one evaluator against a real PostgreSQL.
+
+Each expression is evaluated by Loupe (planner and engine, in process, as a
+constant SELECT is) and by PostgreSQL; the value, the type and, for failing
+expressions, the SQLSTATE must be PostgreSQL's. Known gaps are listed with
+their reason and run as strict xfails, so the list shrinks as they are fixed.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+from decimal import Decimal
+
+import psycopg
+import pytest
+import sqlglot
+
+from loupe.common.errors import LoupeError
+from loupe.coordinator.constant import evaluate_constant
+
+# pg_typeof's names -> Loupe's type names.
+PG_TYPES = {
+    "integer": "int4",
+    "bigint": "int8",
+    "smallint": "int2",
+    "numeric": "numeric",
+    "double precision": "float8",
+    "real": "float4",
+    "text": "text",
+    "boolean": "bool",
+    "date": "date",
+    "timestamp without time zone": "timestamp",
+    "timestamp with time zone": "timestamptz",
+    "interval": "interval",
+}
+
+EXPRESSIONS = [
+    # Integer arithmetic: truncating division, the sign of %, overflow, division by zero.
+    "7 / 2",
+    "-7 / 2",
+    "7 / -2",
+    "-7 % 3",
+    "7 % -3",
+    "1 / 0",
+    "1 % 0",
+    "2147483647 + 1",
+    "-2147483648 - 1",
+    "2147483647 * 2",
+    "9223372036854775807 + 1",
+    "2147483647::int8 + 1",
+    "(-2147483648) / -1",
+    "abs(-2147483648)",
+    "- (-2147483648)",
+    # Casts: rounding, overflow, bad input.
+    "3.5::int",
+    "2.5::int",
+    "-2.5::int",
+    "CAST('abc' AS int)",
+    "CAST(' 42 ' AS int)",
+    "CAST('2147483648' AS int)",
+    "CAST(NULL AS boolean)::text",
+    "true::text",
+    "CAST(1.5e10 AS int)",
+    "'t'::boolean",
+    "CAST('maybe' AS boolean)",
+    "'2024-02-30'::date",
+    "'2024-02-29'::date + 1",
+    "date '2024-03-01' - date '2024-02-01'",
+    # Mixed-type arithmetic and promotion.
+    "1 + 1.5",
+    "1 + 1.5::float8",
+    "7 / 2.0",
+    "2 ^ 10",
+    "sqrt(16)",
+    "sqrt(-1)",
+    "ln(0)",
+    "log(100)",
+    "power(2, 3)",
+    "round(2.5)",
+    "round(-2.5)",
+    "round(2.5::float8)",
+    "round(1.2345, 2)",
+    "trunc(-1.7)",
+    "ceil(1.2)",
+    "floor(-1.2)",
+    "sign(-3)",
+    # Strings.
+    "'a_c' LIKE 'a\\_c'",
+    "'abc' LIKE 'a%'",
+    "'ABC' ILIKE 'a%'",
+    "'abc' || 'def'",
+    "'abc' || NULL",
+    "concat('a', NULL, 'b')",
+    "length('héllo')",
+    "upper('abc')",
+    "substr('hello', 2, 3)",
+    "substr('hello', 0)",
+    "position('l' in 'hello')",
+    "replace('hello', 'l', 'L')",
+    "lpad('7', 3, '0')",
+    "split_part('a,b,c', ',', 2)",
+    "trim('  x  ')",
+    "repeat('ab', 3)",
+    # Logic and NULLs.
+    "NOT 1 IS NOT NULL",
+    "NOT NULL IS NULL",
+    "NULL AND false",
+    "NULL OR true",
+    "NULL = NULL",
+    "1 IS DISTINCT FROM NULL",
+    "coalesce(NULL, 2, 3)",
+    "nullif(1, 1)",
+    "greatest(1, 5, 3)",
+    "least(1, NULL, 3)",
+    "CASE WHEN 1 > 2 THEN 'a' ELSE 'b' END",
+    "CASE WHEN true THEN 1 ELSE 1 / 0 END",
+    "1 IN (1, 2, NULL)",
+    "3 IN (1, 2, NULL)",
+    "3 NOT IN (1, 2)",
+    "2 BETWEEN 1 AND 3",
+    # Aggregates over a constant row.
+    "(SELECT count(*))",
+    "(SELECT sum(x) FROM (VALUES (2147483647), (2147483647)) t(x))",
+    "(SELECT count(x) FROM (VALUES ('a'), (NULL)) t(x))",
+    "(SELECT avg(x) FROM (VALUES (1), (2)) t(x))",
+    "(SELECT max(x) FROM (VALUES ('b'), ('a')) t(x))",
+]
+
+# Gaps that remain, each with why; a strict xfail, so a fix must remove it here.
+KNOWN_GAPS: dict[str, str] = {}
+
+
+@pytest.fixture(scope="module")
+def postgres(postgres_url):
+    with psycopg.connect(postgres_url, autocommit=True) as connection:
+        yield connection
+
+
+def postgres_answer(connection, expression: str):
+    """(value, type) or ("error", SQLSTATE) from PostgreSQL."""
+    try:
+        row = connection.execute(f"SELECT {expression}, pg_typeof({expression})::text").fetchone()
+    except psycopg.Error as error:
+        return "error", error.sqlstate
+    assert row is not None
+    return row[0], PG_TYPES.get(row[1], row[1])
+
+
+def loupe_answer(expression: str):
+    try:
+        columns, rows = evaluate_constant(
+            sqlglot.parse_one(f"SELECT {expression}", read="postgres")
+        )
+    except LoupeError as error:
+        return "error", error.code
+    return rows[0][0], columns[0][1]
+
+
+def same_value(ours, theirs) -> bool:
+    if ours is None or theirs is None:
+        return ours is theirs
+    if isinstance(theirs, bool) or isinstance(ours, bool):
+        return ours is theirs
+    if isinstance(theirs, Decimal):
+        return Decimal(str(ours)) == theirs
+    if isinstance(theirs, float):
+        return isinstance(ours, float) and (ours == theirs or math.isclose(ours, theirs))
+    if isinstance(theirs, dt.timedelta) and isinstance(ours, int):
+        return False
+    return type(ours) is type(theirs) and ours == theirs
+
+
+@pytest.mark.parametrize(
+    "expression",
+    [
+        pytest.param(e, marks=pytest.mark.xfail(reason=KNOWN_GAPS[e], strict=True))
+        if e in KNOWN_GAPS
+        else e
+        for e in EXPRESSIONS
+    ],
+)
+def test_constant_matches_postgres(postgres, expression):
+    """The value and type PostgreSQL gives, or its SQLSTATE when it fails."""
+    theirs = postgres_answer(postgres, expression)
+    ours = loupe_answer(expression)
+    if theirs[0] == "error" or ours[0] == "error":
+        assert ours == theirs
+        return
+    assert ours[1] == theirs[1], f"type {ours[1]} where PostgreSQL says {theirs[1]}"
+    assert same_value(ours[0], theirs[0]), f"{ours[0]!r} where PostgreSQL says {theirs[0]!r}"
