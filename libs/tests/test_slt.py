@@ -58,7 +58,7 @@ statement error
 SELECT * FROM no_such_table
 
 query I nosort
-SELECT a FROM t1 ORDER BY a
+SELECT a FROM t1 ORDER BY 1
 ----
 3 values hashing to HASH
 

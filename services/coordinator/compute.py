@@ -52,6 +52,7 @@ from loupe.coordinator.dataflows import (
     peek_index_id,
     transient_dataflow,
 )
+from loupe.coordinator.dml import check_unique_contents
 from loupe.coordinator.objects import (
     ComputeObject,
     dependents,
@@ -483,6 +484,13 @@ class Compute:
                     SqlState.UNDEFINED_COLUMN, f'column "{name}" does not exist', position=position
                 )
         index_key(columns, names)
+        if statement.unique and not isinstance(target, Table):
+            raise LoupeError(
+                WRONG_OBJECT_TYPE, f"cannot create a unique index on '{statement.on}': not a table"
+            )
+        if statement.unique:
+            contents = await self.c.tables.contents(target)
+            check_unique_contents(contents, statement.name or "index", names)
         cluster = await self._named_cluster(statement.cluster or session.cluster)
         index_name = statement.name or _default_index_name(target.qualified_name, names)
         schema = self.state.schemas.get(getattr(target, "schema_id", ""))
@@ -495,7 +503,12 @@ class Compute:
             name=index_name,
             type="index",
             owner_id=self.c._owner_id(session),
-            create_sql=index_sql(index_name, full_name(target), names or [c for c, _ in columns]),
+            create_sql=index_sql(
+                index_name,
+                full_name(target),
+                names or [c for c, _ in columns],
+                unique=statement.unique,
+            ),
             cluster_id=cluster.id,
         )
         created = await self._create_item(session, statement, item)
@@ -643,7 +656,11 @@ class Compute:
         state = self.state
         ids = list(dict.fromkeys(t.id for t in targets))
         dependent = [d for d in dependents(ids, state.objects) if d.id not in ids]
-        if dependent and not cascade:
+        # A table's indexes go with it, as in PostgreSQL; other dependents need CASCADE.
+        tables = {t.id for t in targets if isinstance(t, Table)}
+        blocking = [d for d in dependent if not (d.type == "index" and d.on_id in tables)]
+        if blocking and not cascade:
+            dependent = blocking
             target = targets[0]
             names = ", ".join(f"{d.type.replace('-', ' ')} {d.full_name}" for d in dependent)
             raise LoupeError(

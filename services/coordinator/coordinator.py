@@ -66,6 +66,7 @@ from loupe.coordinator.catalog_state import CatalogState, ClusterInfo
 from loupe.coordinator.compute import Compute, explain_text
 from loupe.coordinator.constant import evaluate_constant
 from loupe.coordinator.follower import CatalogFollower
+from loupe.coordinator.objects import is_unique_index
 from loupe.coordinator.plan import TemporalError, plan_query
 from loupe.coordinator.results import (
     Column,
@@ -120,6 +121,7 @@ from loupe.coordinator.sql.statements import (
     ShowVariable,
     Statement,
     Subscribe,
+    UniqueKey,
     Update,
 )
 from loupe.coordinator.statement_logging_views import inline_builtin_views
@@ -1071,7 +1073,9 @@ class Coordinator:
                 Notice("NOTICE", f'relation "{statement.name.name}" already exists, skipping')
             )
             return result
-        create_sql = create_table_sql(database, schema.name, statement.name.name, statement.columns)
+        create_sql = create_table_sql(
+            database, schema.name, statement.name.name, statement.columns, statement.keys
+        )
         item = catalog_pb2.Item(
             schema_id=schema.id,
             name=statement.name.name,
@@ -1235,7 +1239,10 @@ class Coordinator:
             rows = dml.query_rows(table, columns, query_rows, len(query_columns))
         else:
             rows = dml.values_rows(table, columns, statement.rows)
-        written = await self.tables.write(table, dml.insert_plan(rows))
+        keys = self._unique_keys(table)
+        written = await self.tables.write(
+            table, dml.insert_plan(table, rows, keys), read=bool(keys)
+        )
         metrics.TABLE_WRITES.labels("insert").inc()
         return StatementResult(tag=f"INSERT 0 {written.count}")
 
@@ -1247,10 +1254,21 @@ class Coordinator:
             (column, value)
             for column, (_, _, value) in zip(targets, statement.assignments, strict=True)
         ]
-        plan = dml.update_plan(table, statement.alias, assignments, statement.where)
+        plan = dml.update_plan(
+            table, statement.alias, assignments, statement.where, self._unique_keys(table)
+        )
         written = await self.tables.write(table, plan, read=True)
         metrics.TABLE_WRITES.labels("update").inc()
         return StatementResult(tag=f"UPDATE {written.count}")
+
+    def _unique_keys(self, table: Table) -> list[UniqueKey]:
+        """The table's PRIMARY KEY and UNIQUE constraints, and its unique indexes."""
+        keys = list(table.keys)
+        for index in self.state.objects.values():
+            if index.on_id == table.id and is_unique_index(index):
+                columns = tuple(table.columns[i].name for i in index.key)
+                keys.append(UniqueKey(index.name, columns))
+        return keys
 
     async def _delete(self, session: Session, statement: Delete) -> StatementResult:
         table = await self._table_named(session, statement.table)

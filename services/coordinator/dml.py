@@ -18,10 +18,13 @@ unknown column is 42703, another table's name 42P01.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from typing import Any
 
+import polars as pl
 import pyarrow as pa
+import sqlglot
 from sqlglot import exp
 from sqlglot.optimizer.normalize_identifiers import normalize_identifiers
 
@@ -29,6 +32,7 @@ from loupe.common.errors import LoupeError, SqlState
 from loupe.coordinator.constant import evaluate_constant
 from loupe.coordinator.plan import plan_query
 from loupe.coordinator.sql.resolve import GENERATE_DIALECT, MZ_NOW
+from loupe.coordinator.sql.statements import UniqueKey
 from loupe.coordinator.table_store import Plan, Update
 from loupe.coordinator.tables import (
     Coercer,
@@ -42,6 +46,9 @@ from loupe.dataflow.types import PERSIST_DIFF, PERSIST_TIME
 from loupe.plan import lir
 
 _NOT_LITERAL = object()
+# ``DEFAULT`` in a VALUES list: the column's default.
+_DEFAULT = object()
+UNIQUE_VIOLATION = "23505"
 # The names the table's contents and their row numbers have in the plan of an UPDATE or DELETE.
 _FRAME = "__loupe_table"
 _ROW = "__loupe_row"
@@ -51,6 +58,8 @@ def literal_value(expression: exp.Expression) -> Any:
     """The value of a literal (``_NOT_LITERAL`` when ``expression`` is not one)."""
     if isinstance(expression, exp.Paren):
         return literal_value(expression.this)
+    if isinstance(expression, exp.Var) and expression.name.upper() == "DEFAULT":
+        return _DEFAULT
     if isinstance(expression, exp.Null):
         return None
     if isinstance(expression, exp.Boolean):
@@ -108,7 +117,35 @@ def values_rows(
     width = widths.pop() if widths else 0
     targets = target_columns(table, columns, width)
     coercer = Coercer(table)
-    return [coercer.row(_row_values(row), targets) for row in rows]
+    defaults = Defaults(table)
+    return [
+        coercer.row(defaults.complete(_row_values(row), targets), table.columns) for row in rows
+    ]
+
+
+class Defaults:
+    """The values of a table's DEFAULT expressions, evaluated once per statement, as needed."""
+
+    def __init__(self, table: Table) -> None:
+        self.table = table
+        self._values: dict[str, Any] = {}
+
+    def value(self, column: TableColumn) -> Any:
+        if column.default is None:
+            return None
+        if column.name not in self._values:
+            expression = sqlglot.parse_one(column.default, read=GENERATE_DIALECT)
+            _, rows = evaluate_constant(exp.select(expression), query_time=int(time.time() * 1000))
+            self._values[column.name] = rows[0][0]
+        return self._values[column.name]
+
+    def complete(self, values: Sequence[Any], targets: Sequence[TableColumn]) -> list[Any]:
+        """A value for every column of the table: those given, the others' defaults."""
+        given = {c.name: v for c, v in zip(targets, values, strict=True)}
+        return [
+            self.value(c) if given.get(c.name, _DEFAULT) is _DEFAULT else given[c.name]
+            for c in self.table.columns
+        ]
 
 
 def _row_values(row: Sequence[exp.Expression]) -> list[Any]:
@@ -127,14 +164,92 @@ def query_rows(
     """The rows of ``INSERT … SELECT`` (typed values), converted to the table's columns."""
     targets = target_columns(table, columns, width)
     coercer = Coercer(table)
-    return [coercer.row(row, targets) for row in rows]
+    defaults = Defaults(table)
+    return [coercer.row(defaults.complete(row, targets), table.columns) for row in rows]
 
 
-def insert_plan(rows: list[tuple[Any, ...]]) -> Plan:
-    def plan(_contents: pa.Table | None) -> tuple[list[Update], int]:
-        return [(row, 1) for row in rows], len(rows)
+def insert_plan(table: Table, rows: list[tuple[Any, ...]], keys: Sequence[UniqueKey] = ()) -> Plan:
+    """Insert ``rows``; with ``keys``, check them against the contents first (23505)."""
+
+    def plan(contents: pa.Table | None) -> tuple[list[Update], int]:
+        updates: list[Update] = [(row, 1) for row in rows]
+        check_unique(table, keys, contents, updates)
+        return updates, len(rows)
 
     return plan
+
+
+def check_unique(
+    table: Table, keys: Sequence[UniqueKey], contents: pa.Table | None, updates: Sequence[Update]
+) -> None:
+    """23505 when ``updates`` applied to ``contents`` leave two rows with equal values of a key.
+
+    As in PostgreSQL, rows with a NULL in a key's columns never collide.
+    """
+    if not keys or not updates:
+        return
+    assert contents is not None, "a table with keys is written with its contents read"
+    positions = {c.name: i for i, c in enumerate(table.columns)}
+    for key in keys:
+        indexes = [positions[c] for c in key.columns]
+        counts: dict[tuple[Any, ...], int] = {}
+        changed = []
+        for row, diff in updates:
+            value = tuple(row[i] for i in indexes)
+            if any(v is None for v in value):
+                continue
+            counts[value] = counts.get(value, 0) + diff
+            if diff > 0:
+                changed.append(value)
+        if not changed:
+            continue
+        existing = _key_counts(contents, list(key.columns), set(changed))
+        for value in changed:
+            if counts[value] + existing.get(value, 0) > 1:
+                shown = ", ".join(key.columns)
+                raise LoupeError(
+                    UNIQUE_VIOLATION,
+                    f'duplicate key value violates unique constraint "{key.name}"',
+                    detail=f"Key ({shown})=({', '.join(_key_text(v) for v in value)}) already exists.",
+                )
+
+
+def check_unique_contents(contents: pa.Table, index: str, columns: Sequence[str]) -> None:
+    """23505 when ``contents`` already holds two rows with equal non-NULL ``columns``."""
+    frame = pl.from_arrow(contents.select([*columns, PERSIST_DIFF]))
+    assert isinstance(frame, pl.DataFrame)
+    present = frame.drop_nulls(list(columns))
+    counted = present.group_by(list(columns)).agg(pl.col(PERSIST_DIFF).sum().alias("_n"))
+    duplicated = counted.filter(pl.col("_n") > 1).head(1).rows()
+    if duplicated:
+        value = ", ".join(_key_text(v) for v in duplicated[0][:-1])
+        raise LoupeError(
+            UNIQUE_VIOLATION,
+            f'could not create unique index "{index}"',
+            detail=f"Key ({', '.join(columns)})=({value}) is duplicated.",
+        )
+
+
+def _key_counts(
+    contents: pa.Table, columns: list[str], wanted: set[tuple[Any, ...]]
+) -> dict[tuple[Any, ...], int]:
+    """How many rows of ``contents`` hold each of the ``wanted`` key values."""
+    if contents.num_rows == 0:
+        return {}
+    frame = pl.from_arrow(contents.select([*columns, PERSIST_DIFF]))
+    assert isinstance(frame, pl.DataFrame)
+    candidates = pl.DataFrame(
+        [list(values) for values in zip(*wanted, strict=True)],
+        schema={c: frame.schema[c] for c in columns},
+        orient="col",
+    )
+    matched = frame.join(candidates, on=columns, how="semi")
+    counted = matched.group_by(columns).agg(pl.col(PERSIST_DIFF).sum())
+    return {tuple(row[:-1]): row[-1] for row in counted.rows()}
+
+
+def _key_text(value: Any) -> str:
+    return "true" if value is True else "false" if value is False else str(value)
 
 
 # -- UPDATE and DELETE ----------------------------------------------------------------------
@@ -169,6 +284,7 @@ def update_plan(
     alias: str | None,
     assignments: Sequence[tuple[TableColumn, exp.Expression]],
     where: exp.Expression | None,
+    keys: Sequence[UniqueKey] = (),
 ) -> Plan:
     refuse_mz_now([e for _, e in assignments] + [where], "UPDATE")
     name = alias or table.name
@@ -196,6 +312,7 @@ def update_plan(
                 new[positions[column.name]] = coercer.value(value, column)
             updates.append((old, -1))
             updates.append((tuple(new), 1))
+        check_unique(table, keys, contents, updates)
         return updates, len(matched)
 
     return plan

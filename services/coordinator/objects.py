@@ -124,9 +124,15 @@ def view_sql(kind: str, name: str, query: exp.Expression) -> str:
     return f"CREATE {words} {name} AS {query.sql(dialect='postgres')}"
 
 
-def index_sql(name: str, on: str, columns: Sequence[str]) -> str:
+def index_sql(name: str, on: str, columns: Sequence[str], *, unique: bool = False) -> str:
     """The stored ``create_sql`` of an index (``on`` already quoted and qualified)."""
-    return f"CREATE INDEX {quote(name)} ON {on} ({', '.join(quote(c) for c in columns)})"
+    kind = "UNIQUE INDEX" if unique else "INDEX"
+    return f"CREATE {kind} {quote(name)} ON {on} ({', '.join(quote(c) for c in columns)})"
+
+
+def is_unique_index(obj: ComputeObject) -> bool:
+    """Whether ``obj`` is a ``CREATE UNIQUE INDEX`` (on a table: its values must be unique)."""
+    return obj.type == "index" and obj.create_sql.startswith("CREATE UNIQUE INDEX")
 
 
 # Plans a query whose relation names are fully qualified: (MIR reading ids, relations read).

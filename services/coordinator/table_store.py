@@ -182,6 +182,12 @@ class TableStore:
         self._advance(timestamp, skip=table.id)
         return count
 
+    async def contents(self, table: Table) -> pa.Table:
+        """The table's consolidated contents at its latest complete time (``mz_diff`` counts)."""
+        shard = self.shard(table.id)
+        state = await asyncio.to_thread(shard.ensure, table.storage_columns)
+        return await asyncio.to_thread(self._contents, shard, table, state.upper)
+
     @staticmethod
     def _contents(shard: Shard, table: Table, upper: int) -> pa.Table:
         if upper == 0:

@@ -27,7 +27,7 @@ from typing import Any
 import pyarrow as pa
 
 from loupe.common.errors import LoupeError, SqlState
-from loupe.coordinator.sql.statements import ColumnDef, CreateTable
+from loupe.coordinator.sql.statements import ColumnDef, CreateTable, UniqueKey
 from loupe.persist import DIFF_COLUMN, TIMESTAMP_COLUMN
 from loupe.persist.shard import arrow_schema
 from loupe.proto.common.v1 import common_pb2
@@ -80,6 +80,8 @@ class TableColumn:
     # As PostgreSQL spells it, with modifiers: ``integer``, ``numeric(10,2)``.
     type: str
     nullable: bool = True
+    # The DEFAULT expression's SQL; None: NULL.
+    default: str | None = None
 
     @property
     def base_type(self) -> str:
@@ -152,6 +154,11 @@ class Table(CatalogNamed):
     def column(self, name: str) -> TableColumn | None:
         return next((column for column in self.columns if column.name == name), None)
 
+    @property
+    def keys(self) -> tuple[UniqueKey, ...]:
+        """PRIMARY KEY and UNIQUE constraints, from the table's ``create_sql``."""
+        return keys_of(self.create_sql)
+
     def metadata(self, blob_uri: str, consensus_uri: str) -> common_pb2.CollectionMetadata:
         """Where a peek finds the table."""
         return common_pb2.CollectionMetadata(
@@ -172,23 +179,50 @@ def _quote(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
 
 
-def create_table_sql(database: str, schema: str, name: str, columns: Sequence[ColumnDef]) -> str:
+def create_table_sql(
+    database: str,
+    schema: str,
+    name: str,
+    columns: Sequence[ColumnDef],
+    keys: Sequence[UniqueKey] = (),
+) -> str:
     """The canonical ``CREATE TABLE`` stored as the item's ``create_sql``."""
-    definitions = ", ".join(
-        f"{_quote(c.name)} {c.type}" + ("" if c.nullable else " NOT NULL") for c in columns
-    )
-    return f"CREATE TABLE {_quote(database)}.{_quote(schema)}.{_quote(name)} ({definitions})"
+    definitions = [
+        f"{_quote(c.name)} {c.type}"
+        + ("" if c.nullable else " NOT NULL")
+        + (f" DEFAULT {c.default}" if c.default is not None else "")
+        for c in columns
+    ]
+    for key in keys:
+        kind = "PRIMARY KEY" if key.primary else "UNIQUE"
+        listed = ", ".join(_quote(c) for c in key.columns)
+        definitions.append(f"CONSTRAINT {_quote(key.name)} {kind} ({listed})")
+    table = f"{_quote(database)}.{_quote(schema)}.{_quote(name)}"
+    return f"CREATE TABLE {table} ({', '.join(definitions)})"
 
 
 @functools.lru_cache(maxsize=4096)
 def columns_of(create_sql: str) -> tuple[TableColumn, ...]:
     """The columns of a table, read from its ``create_sql``."""
+
+    statement = _create_table(create_sql)
+    return tuple(TableColumn(c.name, c.type, c.nullable, c.default) for c in statement.columns)
+
+
+@functools.lru_cache(maxsize=4096)
+def keys_of(create_sql: str) -> tuple[UniqueKey, ...]:
+    """The PRIMARY KEY and UNIQUE constraints of a table, read from its ``create_sql``."""
+    return _create_table(create_sql).keys
+
+
+@functools.lru_cache(maxsize=4096)
+def _create_table(create_sql: str) -> CreateTable:
     from loupe.coordinator.sql.parser import parse_one
 
     statement = parse_one(create_sql)
     if not isinstance(statement, CreateTable):
         raise ValueError(f"not a CREATE TABLE statement: {create_sql[:80]!r}")
-    return tuple(TableColumn(c.name, c.type, c.nullable) for c in statement.columns)
+    return statement
 
 
 # -- values ------------------------------------------------------------------------------

@@ -142,6 +142,23 @@ def _compile_cached(expr: Scalar, input_types: tuple[str, ...]) -> CompiledScala
 _LET_NAMES = itertools.count()
 
 
+def evaluate_closed(expr: Scalar) -> object:
+    """The value of an expression that reads no column; raises its error as ``LoupeError``.
+
+    The planner folds constants with it, so a constant means what it means in a dataflow.
+    """
+    compiled = compile_scalar(expr, ())
+    frame = compiled.with_lets(pl.LazyFrame({"_row": [0]})).select(
+        compiled.value.alias("value"),
+        (compiled.error if compiled.error is not None else pl.lit(None, pl.Utf8)).alias("error"),
+    )
+    value, error = frame.collect().row(0)
+    if error is not None:
+        code, message = split_error(error)
+        raise LoupeError(code, message)
+    return value
+
+
 def split_error(error: str) -> tuple[str, str]:
     """The SQLSTATE and message of an error row's ``"code|message"``."""
     code, _, message = error.partition("|")

@@ -30,6 +30,10 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any, Protocol
 
+import sqlglot
+import sqlglot.errors
+from sqlglot import exp
+
 from loupe.slt.records import HashThreshold, Query, Record, Script, Statement, parse_script
 
 _DDL = re.compile(r"^\s*(CREATE|DROP|ALTER)\b", re.IGNORECASE)
@@ -240,7 +244,7 @@ def _run_statement(
 
 
 def _run_query(target: Target, record: Query, result: FileResult, view: str | None) -> None:
-    sql = record.sql if view is None else f"SELECT * FROM {view}"
+    sql = record.sql if view is None else f"SELECT * FROM {view}{_positional_order(record.sql)}"
     try:
         rows = target.query(sql)
     except TargetError as error:
@@ -254,9 +258,35 @@ def _run_query(target: Target, record: Query, result: FileResult, view: str | No
         result.failures.append(Failure(record.line, record.sql, reason))
 
 
+def _positional_order(sql: str) -> str:
+    """`` ORDER BY 1, 2 DESC`` when the query orders its output by position only, else ``""``."""
+    try:
+        tree = sqlglot.parse_one(sql, read="postgres")
+    except sqlglot.errors.ParseError:
+        return ""
+    order = tree.args.get("order")
+    if order is None:
+        return ""
+    keys = []
+    for ordered in order.expressions:
+        position = ordered.this
+        if not (isinstance(position, exp.Literal) and position.is_int):
+            return ""
+        keys.append(f"{position.this}{' DESC' if ordered.args.get('desc') else ''}")
+    return " ORDER BY " + ", ".join(keys)
+
+
+def _can_be_view(query: Query) -> bool:
+    """Whether a view's rows can be compared: any order will do, or the order is by position."""
+    return query.sort != "nosort" or query.values is not None or bool(_positional_order(query.sql))
+
+
 def _as_multiset(query: Query) -> Query:
-    """A view's rows come in no order: compare a nosort query's rows sorted on both sides."""
-    if query.sort != "nosort" or query.values is None:
+    """A view's rows come in no order: compare a nosort query's rows sorted on both sides.
+
+    A nosort query ordered by position keeps its order (the view is read with it).
+    """
+    if query.sort != "nosort" or query.values is None or _positional_order(query.sql):
         return query
     width = max(len(query.types), 1)
     rows = [query.values[i : i + width] for i in range(0, len(query.values), width)]
@@ -285,6 +315,8 @@ class _ViewPlan:
         for query_position in self.anchor.get(position, []):
             record = self.records[query_position]
             assert isinstance(record, Query)
+            if not _can_be_view(record):
+                continue
             name = f"slt_view_{query_position}"
             try:
                 target.execute(f"CREATE VIEW {name} AS {record.sql}")

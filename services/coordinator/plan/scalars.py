@@ -266,7 +266,7 @@ class Scalars:
             if isinstance(node, exp.Column):
                 raise LoupeError(
                     GROUPING_ERROR,
-                    f'column "{node.sql(dialect="postgres")}" must appear in the GROUP BY '
+                    f'column "{".".join(p.name for p in node.parts)}" must appear in the GROUP BY '
                     "clause or be used in an aggregate function",
                 )
             if not any(isinstance(n, exp.Column) for n in node.walk()):
@@ -296,7 +296,7 @@ class Scalars:
         if isinstance(node, exp.Not):
             return self._not(node.this)
         if isinstance(node, exp.Neg):
-            return self._negate(self._lower(node.this), constant=isinstance(node.this, exp.Literal))
+            return self._negate(self._lower(node.this), constant=_is_constant(node.this))
         if isinstance(node, exp.Is):
             return self._is(node)
         if isinstance(node, exp.NullSafeEQ | exp.NullSafeNEQ):
@@ -353,15 +353,16 @@ class Scalars:
             value = -operand.value
             # A negative constant is typed by its value, as PostgreSQL's parser does:
             # -2147483648 is an integer, -9223372036854775808 a bigint.
-            if (
-                constant
-                and operand.type in ("int8", "numeric")
-                and isinstance(value, int | Decimal)
-            ):
-                if value == int(value) and -(2**31) <= value < 2**31:
+            # Written without a decimal point (2147483648 is numeric text, 2.0 is not integral).
+            integral = isinstance(value, int) or (
+                isinstance(value, Decimal) and value.as_tuple().exponent == 0
+            )
+            if constant and operand.type in ("int4", "int8", "numeric") and integral:
+                if -(2**31) <= value < 2**31:
                     return Literal(int(value), "int4")
-                if value == int(value) and -(2**63) <= value < 2**63:
+                if -(2**63) <= value < 2**63:
                     return Literal(int(value), "int8")
+                return Literal(Decimal(value), "numeric")
             return Literal(value, operand.type)
         return self.call("neg", [operand])
 
@@ -581,6 +582,13 @@ def _has_month_interval(scalar: Scalar) -> bool:
         parts = [e for pair in scalar.whens for e in pair] + [scalar.otherwise]
         return any(_has_month_interval(p) for p in parts)
     return False
+
+
+def _is_constant(node: exp.Expression) -> bool:
+    """A number literal, perhaps negated or in parentheses: PostgreSQL folds its sign."""
+    while isinstance(node, exp.Paren | exp.Neg):
+        node = node.this
+    return isinstance(node, exp.Literal) and not node.is_string
 
 
 def _present(node: exp.Expression, keys: Sequence[str]) -> list[exp.Expression]:

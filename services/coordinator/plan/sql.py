@@ -105,6 +105,7 @@ def plan_query(
     ``optimized=False`` returns the plan as translated, before projection
     pushdown (``optimize``).
     """
+    query = _flatten_parenthesized_joins(query)
     relation = _text_for_unknown(_Planner(resolve, Context(query_time=query_time)).query(query))
     return optimize(relation) if optimized else relation
 
@@ -121,6 +122,7 @@ def plan_select(
     ``query_time`` (ms since the epoch) is what now() and mz_now() fold to;
     without it they raise ``TemporalError``.
     """
+    query = _flatten_parenthesized_joins(query)
     planner = _Planner(resolve, Context(query_time=query_time))
     ordered = planner.ordered(query, finishing=True)
     finishing = mir.Finishing(
@@ -129,6 +131,35 @@ def plan_select(
     relation = _text_for_unknown(ordered.relation)
     relation = optimize(relation) if optimized else relation
     return PlannedQuery(relation, finishing, planner.context.temporal)
+
+
+def _flatten_parenthesized_joins(query: exp.Expression) -> exp.Expression:
+    """``FROM (a JOIN b …) JOIN c`` as ``FROM a JOIN b … JOIN c``.
+
+    A parenthesized join first in FROM means the same without parentheses
+    (joins associate to the left) and keeps its tables' names in scope.
+    Elsewhere, parentheses can change the meaning: those stay unsupported.
+    """
+    if not any(_parenthesized_join(s) for s in query.find_all(exp.Select)):
+        return query
+    query = query.copy()
+    for select in query.find_all(exp.Select):
+        while (inner := _parenthesized_join(select)) is not None:
+            joins = [*inner.args.get("joins", []), *(select.args.get("joins") or [])]
+            inner.set("joins", None)
+            select.set("from_", exp.From(this=inner))
+            select.set("joins", joins)
+    return query
+
+
+def _parenthesized_join(select: exp.Select) -> exp.Table | None:
+    from_ = select.args.get("from_")
+    node = from_.this if from_ is not None else None
+    if isinstance(node, exp.Subquery) and not node.alias:
+        inner = node.this
+        if isinstance(inner, exp.Table) and inner.args.get("joins"):
+            return inner
+    return None
 
 
 @dataclass(frozen=True)
@@ -656,7 +687,8 @@ class _Planner:
         Reduce is empty.
         """
         if any(i.position is not None for i in items):
-            raise LoupeError(GROUPING_ERROR, "SELECT * is not allowed with GROUP BY")
+            # SELECT * with every column grouped is fine: each becomes a column reference.
+            items[:] = [_star_as_reference(i, below.scope) for i in items]
         group = select.args.get("group")
         keys_sql = group.expressions if group else []
         key_nodes = [_group_key(k, items, below.scope) for k in keys_sql]
@@ -712,6 +744,21 @@ class _Planner:
             return except_
         # INTERSECT: left minus (left minus right).
         return mir.Threshold(mir.Union((left, mir.Negate(except_))))
+
+
+def _star_as_reference(item: _Item, scope: Scope) -> _Item:
+    """A ``*`` column as the column reference it stands for (42803 when it is ambiguous)."""
+    if item.position is None:
+        return item
+    column = scope.columns[item.position]
+    node = exp.column(column.name, table=column.table, quoted=True)
+    try:
+        found = scope.lookup(column.table, column.name)
+    except LoupeError:
+        found = None
+    if found != item.position:
+        raise LoupeError(GROUPING_ERROR, "SELECT * is not allowed with GROUP BY")
+    return _Item(item.name, None, node)
 
 
 # SELECT list and ORDER BY

@@ -21,12 +21,25 @@ from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from loupe.common.errors import LoupeError
+from loupe.dataflow.expr import evaluate_closed
+from loupe.plan.scalar import Cast, Literal
 
 INVALID_TEXT_REPRESENTATION = "22P02"
 INVALID_DATETIME_FORMAT = "22007"
 INTERVAL_FIELD_OVERFLOW = "22015"
 
 INTEGER_BOUNDS = {"int2": 2**15, "int4": 2**31, "int8": 2**63}
+# Types whose text input the engine parses exactly (numeric is a float there: parsed here).
+ENGINE_PARSED = (
+    *INTEGER_BOUNDS,
+    "uint8",
+    "float4",
+    "float8",
+    "bool",
+    "date",
+    "timestamp",
+    "timestamptz",
+)
 FLOATS = ("float4", "float8")
 
 _UNITS_MICROS = {
@@ -152,26 +165,12 @@ def parse_text(text: str, type_: str) -> Any:
     Raises ``ValueError`` for types not folded here (the engine casts those).
     """
     stripped = text.strip()
+    if type_ in ENGINE_PARSED:
+        # The engine's own text input, so a constant reads as a column's text would.
+        return evaluate_closed(Cast(Literal(text, "text"), type_))
     try:
-        if type_ in INTEGER_BOUNDS or type_ == "uint8":
-            return _integer(int(stripped), type_)
         if type_ == "numeric":
             return Decimal(stripped)
-        if type_ in FLOATS:
-            return float(stripped)
-        if type_ == "bool":
-            return _boolean(stripped)
-        if type_ == "date":
-            return datetime.date.fromisoformat(stripped)
-        if type_ == "timestamp":
-            return datetime.datetime.fromisoformat(stripped).replace(tzinfo=None)
-        if type_ == "timestamptz":
-            value = datetime.datetime.fromisoformat(stripped)
-            return (
-                value.replace(tzinfo=datetime.UTC)
-                if value.tzinfo is None
-                else value.astimezone(datetime.UTC)
-            )
     except (ValueError, InvalidOperation) as error:
         raise _bad(type_, text) from error
     if type_ == "interval":

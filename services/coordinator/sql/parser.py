@@ -27,6 +27,7 @@ what is not supported, 22023 for bad option values.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import re
 from collections.abc import Callable, Sequence
@@ -74,6 +75,7 @@ from loupe.coordinator.sql.statements import (
     ShowVariable,
     Statement,
     Subscribe,
+    UniqueKey,
     Update,
 )
 
@@ -299,7 +301,7 @@ def _parse_statement(sql: str, tokens: list[Token]) -> Statement:
         return _LoupeParser(sql, tokens).grant_role()
     if first == "CREATE" and second == "OR":
         raise _unsupported("CREATE OR REPLACE", tokens[0])
-    if first == "CREATE" and second in OBJECT_KEYWORDS:
+    if first == "CREATE" and (second in OBJECT_KEYWORDS or second == "UNIQUE"):
         return _LoupeParser(sql, tokens).create_object()
     if first == "DROP" and second in OBJECT_KEYWORDS - {"DEFAULT"}:
         return _LoupeParser(sql, tokens).drop_objects()
@@ -532,6 +534,44 @@ def _describe_words(tokens: Sequence[Token]) -> str:
 # -- Loupe's own statements ---------------------------------------------------------------
 
 
+def _unique_keys(
+    table: str,
+    columns: Sequence[ColumnDef],
+    keys: Sequence[tuple[str, tuple[tuple[str, int], ...], bool, int]],
+) -> tuple[UniqueKey, ...]:
+    """The table's keys, checked and named as PostgreSQL names them (``t_pkey``, ``t_a_key``)."""
+    names = {c.name for c in columns}
+    found: list[UniqueKey] = []
+    for name, key_columns, primary, position in keys:
+        for column, _ in key_columns:
+            if column not in names:
+                raise LoupeError(
+                    SqlState.UNDEFINED_COLUMN,
+                    f'column "{column}" named in key does not exist',
+                    position=position,
+                )
+        if primary and any(k.primary for k in found):
+            raise LoupeError(
+                "42P16",
+                f'multiple primary keys for table "{table}" are not allowed',
+                position=position,
+            )
+        listed = tuple(c for c, _ in key_columns)
+        default_name = f"{table}_pkey" if primary else f"{table}_{'_'.join(listed)}_key"
+        found.append(UniqueKey(name or default_name, listed, primary))
+    return tuple(sorted(found, key=lambda k: not k.primary))
+
+
+def _key_columns_not_null(
+    columns: Sequence[ColumnDef], keys: Sequence[tuple[str, tuple[tuple[str, int], ...], bool, int]]
+) -> tuple[ColumnDef, ...]:
+    """PRIMARY KEY columns are NOT NULL."""
+    primary = {c for _, key_columns, is_primary, _ in keys if is_primary for c, _ in key_columns}
+    return tuple(
+        dataclasses.replace(c, nullable=False) if c.name in primary else c for c in columns
+    )
+
+
 class _LoupeParser:
     """A recursive-descent parser over one statement's tokens."""
 
@@ -559,9 +599,13 @@ class _LoupeParser:
             token = self.peek(ahead)
             if token is None or token.token_type in (TokenType.STRING, TokenType.IDENTIFIER):
                 return False
-            if token.text.upper() != word:
+            if " ".join(token.text.upper().split()) != word:
                 return False
         return True
+
+    def accept_primary_key(self) -> bool:
+        """``PRIMARY KEY`` (sqlglot reads it as one token or two)."""
+        return self.accept("PRIMARY KEY") or self.accept("PRIMARY", "KEY")
 
     def accept(self, *words: str) -> bool:
         if self.at(*words):
@@ -760,6 +804,8 @@ class _LoupeParser:
             return self.create_index(default=True)
         if self.accept("INDEX"):
             return self.create_index(default=False)
+        if self.accept("UNIQUE", "INDEX"):
+            return self.create_index(default=False, unique=True)
         if self.accept("SOURCE"):
             return self.create_source()
         raise self.error("VIEW, MATERIALIZED VIEW, INDEX or SOURCE")
@@ -801,7 +847,7 @@ class _LoupeParser:
             if_not_exists=if_not_exists,
         )
 
-    def create_index(self, *, default: bool) -> CreateIndex:
+    def create_index(self, *, default: bool, unique: bool = False) -> CreateIndex:
         if_not_exists = self.accept("IF", "NOT", "EXISTS")
         name = ""
         if not default and not self.at("IN", "CLUSTER") and not self.at("ON"):
@@ -815,6 +861,9 @@ class _LoupeParser:
             while True:
                 position = self.position()
                 columns.append((self.identifier("column name"), position))
+                # An arrangement has no order: ASC, DESC and NULLS FIRST/LAST change nothing.
+                _ = self.accept("ASC") or self.accept("DESC")
+                _ = self.accept("NULLS", "FIRST") or self.accept("NULLS", "LAST")
                 if self.accept(")"):
                     break
                 if not self.accept(","):
@@ -827,6 +876,7 @@ class _LoupeParser:
             columns=tuple(columns),
             cluster=cluster,
             if_not_exists=if_not_exists,
+            unique=unique,
         )
 
     def create_source(self) -> CreateSource:
@@ -1221,9 +1271,13 @@ class _LoupeParser:
         name = self.object_name("table name")
         self.expect("(")
         columns: list[ColumnDef] = []
+        keys: list[tuple[str, tuple[tuple[str, int], ...], bool, int]] = []
         if not self.accept(")"):
             while True:
-                columns.append(self.column_definition(columns))
+                if self.at_table_constraint():
+                    keys.append(self.table_constraint())
+                else:
+                    columns.append(self.column_definition(columns, keys))
                 if self.accept(")"):
                     break
                 if not self.accept(","):
@@ -1232,22 +1286,56 @@ class _LoupeParser:
         return CreateTable(
             **self.common(),  # type: ignore[arg-type]
             name=name,
-            columns=tuple(columns),
+            columns=_key_columns_not_null(columns, keys),
             if_not_exists=if_not_exists,
+            keys=_unique_keys(name.parts[-1], columns, keys),
         )
 
-    def column_definition(self, earlier: Sequence[ColumnDef]) -> ColumnDef:
-        position = self.position()
+    def at_table_constraint(self) -> bool:
         token = self.peek()
-        first_word = token.text.upper().split()[0] if token is not None and token.text else ""
-        constraints = ("PRIMARY", "UNIQUE", "CONSTRAINT", "FOREIGN", "CHECK", "EXCLUDE")
-        quoted = token is not None and token.token_type == TokenType.IDENTIFIER
-        if not quoted and first_word in constraints:
+        if token is None or token.token_type == TokenType.IDENTIFIER:
+            return False
+        return token.text.upper().split()[0] in (
+            "PRIMARY",
+            "UNIQUE",
+            "CONSTRAINT",
+            "FOREIGN",
+            "CHECK",
+            "EXCLUDE",
+        )
+
+    def table_constraint(self) -> tuple[str, tuple[tuple[str, int], ...], bool, int]:
+        """``[CONSTRAINT name] PRIMARY KEY (cols) | UNIQUE (cols)``: (name, columns, primary, position)."""
+        position = self.position()
+        name = self.identifier("constraint name") if self.accept("CONSTRAINT") else ""
+        if self.accept_primary_key():
+            primary = True
+        elif self.accept("UNIQUE"):
+            primary = False
+        else:
+            token = self.peek()
+            word = token.text.upper() if token is not None else "this"
             raise LoupeError(
                 SqlState.FEATURE_NOT_SUPPORTED,
-                "table constraints are not supported",
-                position=position,
+                f"{word} constraints are not supported",
+                position=self.position(),
             )
+        self.expect("(")
+        columns = []
+        while True:
+            columns.append((self.identifier("column name"), self.position()))
+            if self.accept(")"):
+                break
+            if not self.accept(","):
+                raise self.error(", or )")
+        return name, tuple(columns), primary, position
+
+    def column_definition(
+        self,
+        earlier: Sequence[ColumnDef],
+        keys: list[tuple[str, tuple[tuple[str, int], ...], bool, int]],
+    ) -> ColumnDef:
+        position = self.position()
         name = self.identifier("column name")
         if any(column.name == name for column in earlier):
             raise LoupeError(
@@ -1255,33 +1343,63 @@ class _LoupeParser:
             )
         column_type = self.column_type()
         nullable = True
+        default: str | None = None
         while True:
+            option = self.position()
+            constraint = self.identifier("constraint name") if self.accept("CONSTRAINT") else ""
             if self.accept("NOT", "NULL"):
                 nullable = False
             elif self.accept("NULL"):
                 nullable = True
+            elif self.accept_primary_key():
+                keys.append((constraint, ((name, position),), True, option))
+            elif self.accept("UNIQUE"):
+                keys.append((constraint, ((name, position),), False, option))
+            elif self.accept("DEFAULT"):
+                default = self.default_expression()
             elif self.peek() is not None and not self.at(",") and not self.at(")"):
                 token = self.peek()
                 assert token is not None
                 word = token.text.upper()
-                if word.split()[0] in (
-                    "DEFAULT",
-                    "PRIMARY",
-                    "UNIQUE",
-                    "REFERENCES",
-                    "CHECK",
-                    "GENERATED",
-                    "COLLATE",
-                ):
+                if word.split()[0] in ("REFERENCES", "CHECK", "GENERATED", "COLLATE"):
                     raise LoupeError(
                         SqlState.FEATURE_NOT_SUPPORTED,
                         f"column option {word} is not supported",
                         position=self.position(),
                     )
-                raise self.error("NOT NULL, NULL, , or )")
+                raise self.error("NOT NULL, NULL, PRIMARY KEY, UNIQUE, DEFAULT, , or )")
             else:
                 break
-        return ColumnDef(name=name, type=column_type, nullable=nullable, position=position)
+        return ColumnDef(
+            name=name, type=column_type, nullable=nullable, position=position, default=default
+        )
+
+    def default_expression(self) -> str:
+        """The text of a DEFAULT expression: up to the next option, ``,`` or ``)`` outside parentheses."""
+        start = self.index
+        depth = 0
+        while (token := self.peek()) is not None:
+            word = token.text.upper() if token.token_type != TokenType.STRING else ""
+            if depth == 0 and (
+                word.split()[:1]
+                in (
+                    [","],
+                    [")"],
+                    ["NOT"],
+                    ["NULL"],
+                    ["PRIMARY"],
+                    ["UNIQUE"],
+                    ["CONSTRAINT"],
+                    ["DEFAULT"],
+                )
+            ):
+                break
+            depth += word == "("
+            depth -= word == ")"
+            self.index += 1
+        if self.index == start:
+            raise self.error("a default expression")
+        return self.sql[self.tokens[start].start : self.tokens[self.index - 1].end + 1]
 
     def column_type(self) -> str:
         """A column type, as PostgreSQL spells it (``integer``, ``numeric(10,2)``, …)."""

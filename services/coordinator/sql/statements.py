@@ -200,6 +200,17 @@ class ColumnDef:
     type: str
     nullable: bool = True
     position: int = 0
+    # The DEFAULT expression's SQL text; None: NULL.
+    default: str | None = None
+
+
+@dataclass(frozen=True)
+class UniqueKey:
+    """A ``PRIMARY KEY`` or ``UNIQUE`` constraint of a table: its name and columns."""
+
+    name: str
+    columns: tuple[str, ...]
+    primary: bool = False
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -207,6 +218,8 @@ class CreateTable(Statement):
     name: ObjectName
     columns: tuple[ColumnDef, ...]
     if_not_exists: bool = False
+    # PRIMARY KEY first, then UNIQUE constraints, in the order written.
+    keys: tuple[UniqueKey, ...] = ()
 
     @property
     def tag(self) -> str:
@@ -353,6 +366,8 @@ class CreateIndex(Statement):
     columns: tuple[tuple[str, int], ...] = ()
     cluster: str = ""
     if_not_exists: bool = False
+    # CREATE UNIQUE INDEX on a table: its columns' values must be unique (23505).
+    unique: bool = False
 
     @property
     def tag(self) -> str:

@@ -370,8 +370,10 @@ def test_create_table_reads_types_as_postgresql_spells_them() -> None:
     [
         ("CREATE TABLE t (a pizza)", "42704", 19),
         ("CREATE TABLE t (a int, a text)", "42701", 24),
-        ("CREATE TABLE t (a int PRIMARY KEY)", "0A000", 23),
-        ("CREATE TABLE t (a int DEFAULT 1)", "0A000", 23),
+        ("CREATE TABLE t (a int REFERENCES u)", "0A000", 23),
+        ("CREATE TABLE t (a int, CHECK (a > 0))", "0A000", 24),
+        ("CREATE TABLE t (a int PRIMARY KEY, b int PRIMARY KEY)", "42P16", 42),
+        ("CREATE TABLE t (a int, PRIMARY KEY (b))", "42703", 24),
         ("CREATE TABLE t (a numeric(50))", "22023", 19),
         ("INSERT INTO t VALUES (1) RETURNING a", "0A000", 1),
         ("UPDATE t SET a = 1 FROM u", "0A000", 1),
@@ -382,6 +384,25 @@ def test_table_statement_errors(sql: str, code: str, position: int) -> None:
     """What Loupe cannot store or run is refused with a code and a position."""
     error = error_of(sql)
     assert (error.code, error.position) == (code, position)
+
+
+def test_keys_and_defaults_are_parsed_and_named_as_postgresql_names_them() -> None:
+    """PRIMARY KEY columns become NOT NULL; unnamed keys are t_pkey and t_<cols>_key."""
+    statement = parse_one(
+        "CREATE TABLE t (a int PRIMARY KEY, b text UNIQUE DEFAULT ('x' || 'y'),"
+        " c int DEFAULT -1 NOT NULL, CONSTRAINT bc UNIQUE (b, c))"
+    )
+    assert isinstance(statement, CreateTable)
+    assert [(c.name, c.nullable, c.default) for c in statement.columns] == [
+        ("a", False, None),
+        ("b", True, "('x' || 'y')"),
+        ("c", False, "-1"),
+    ]
+    assert [(k.name, k.columns, k.primary) for k in statement.keys] == [
+        ("t_pkey", ("a",), True),
+        ("t_b_key", ("b",), False),
+        ("bc", ("b", "c"), False),
+    ]
 
 
 def test_dml_statements_keep_targets_and_expressions() -> None:

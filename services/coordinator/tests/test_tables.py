@@ -141,6 +141,58 @@ async def test_errors_name_the_table_column_and_type(tables: Any) -> None:
     assert await tables.rows(session, "SELECT count(*) FROM t") == [(0,)]
 
 
+async def test_primary_keys_unique_constraints_and_unique_indexes_are_enforced(
+    tables: Any,
+) -> None:
+    """23505 on a duplicate key, by INSERT or UPDATE, as PostgreSQL; NULLs never collide."""
+    session = await tables.session()
+    await tables.tag(
+        session, "CREATE TABLE k (id int PRIMARY KEY, code text UNIQUE, n int DEFAULT 7, m int)"
+    )
+    assert await tables.tag(session, "INSERT INTO k VALUES (1, 'a'), (2, NULL), (3, NULL)") == (
+        "INSERT 0 3"
+    )
+    duplicate = await tables.error(session, "INSERT INTO k VALUES (1, 'z')")
+    assert (duplicate.code, duplicate.message, duplicate.detail) == (
+        "23505",
+        'duplicate key value violates unique constraint "k_pkey"',
+        "Key (id)=(1) already exists.",
+    )
+    within = await tables.error(session, "INSERT INTO k VALUES (4, 'b'), (5, 'b')")
+    assert (within.code, within.message) == (
+        "23505",
+        'duplicate key value violates unique constraint "k_code_key"',
+    )
+    primary_null = await tables.error(session, "INSERT INTO k (code) VALUES ('c')")
+    assert primary_null.code == "23502"
+    collides = await tables.error(session, "UPDATE k SET id = 1 WHERE id = 2")
+    assert collides.code == "23505"
+    # Moving every key at once leaves them unique: allowed, as in PostgreSQL.
+    assert await tables.tag(session, "UPDATE k SET id = id + 10") == "UPDATE 3"
+    assert await tables.rows(session, "SELECT id, code, n FROM k ORDER BY id") == [
+        (11, "a", 7),
+        (12, None, 7),
+        (13, None, 7),
+    ]
+    await tables.tag(session, "CREATE UNIQUE INDEX k_m ON k (m)")
+    assert await tables.tag(session, "UPDATE k SET m = id") == "UPDATE 3"
+    by_index = await tables.error(session, "INSERT INTO k VALUES (20, 'x', DEFAULT, 11)")
+    assert (by_index.code, by_index.message) == (
+        "23505",
+        'duplicate key value violates unique constraint "k_m"',
+    )
+    await tables.tag(session, "INSERT INTO k VALUES (20, 'x', DEFAULT, 1), (21, 'y', 0, 2)")
+    not_unique = await tables.error(session, "CREATE UNIQUE INDEX k_n ON k (n)")
+    assert (not_unique.code, not_unique.detail) == ("23505", "Key (n)=(7) is duplicated.")
+    assert await tables.rows(session, "SELECT id, n FROM k WHERE id >= 20 ORDER BY id") == [
+        (20, 7),
+        (21, 0),
+    ]
+    # Dropping the table drops its indexes with it, as in PostgreSQL.
+    assert await tables.tag(session, "DROP TABLE k") == "DROP TABLE"
+    assert (await tables.error(session, "DROP INDEX k_m")).code == "42704"
+
+
 async def test_reads_right_after_writes_see_them(tables: Any) -> None:
     """Each SELECT after an INSERT sees it (the read timestamp follows the write's)."""
     session = await tables.session()
