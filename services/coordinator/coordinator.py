@@ -45,6 +45,7 @@ import contextvars
 import dataclasses
 import tempfile
 import time
+import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -55,7 +56,7 @@ from sqlglot import exp
 
 from loupe.builtins import BY_QUALIFIED_NAME, IMPLICIT_SCHEMAS
 from loupe.catalog.system_vars import checked_value, is_system_variable, system_value
-from loupe.common.errors import LoupeError, SqlState
+from loupe.common.errors import LoupeError, SqlState, client_error, internal_error
 from loupe.common.logging import get_logger
 from loupe.common.transport import NatsServiceClient, subscribe
 from loupe.common.values import from_row
@@ -415,7 +416,13 @@ class Coordinator:
                 statements = parse(sql)
             except LoupeError as error:
                 metrics.STATEMENTS.labels("parse", "error").inc()
-                yield Failure(error)
+                yield Failure(client_error(error))
+                return
+            except Exception:
+                incident = uuid.uuid4().hex[:12]
+                log.exception("parsing failed unexpectedly", incident=incident)
+                metrics.STATEMENTS.labels("parse", "error").inc()
+                yield Failure(internal_error(incident, "coordinator"))
                 return
             if not statements:
                 yield Complete("EMPTY")
@@ -507,7 +514,14 @@ class Coordinator:
         except LoupeError as error:
             outcome = "canceled" if error.code == SqlState.QUERY_CANCELED else "error"
             metrics.STATEMENTS.labels(kind, outcome).inc()
-            yield Failure(error)
+            yield Failure(client_error(error))
+            return
+        except Exception:
+            # A bug, not the user's error: its text and traceback go to the log only.
+            incident = uuid.uuid4().hex[:12]
+            log.exception("statement failed unexpectedly", incident=incident, statement=kind)
+            metrics.STATEMENTS.labels(kind, "error").inc()
+            yield Failure(internal_error(incident, "coordinator"))
             return
         if isinstance(result, Streaming):
             failed = False
@@ -546,7 +560,12 @@ class Coordinator:
                     yield Failure(canceled_error())
                     return
                 except LoupeError as error:
-                    yield Failure(error)
+                    yield Failure(client_error(error))
+                    return
+                except Exception:
+                    incident = uuid.uuid4().hex[:12]
+                    log.exception("statement failed unexpectedly", incident=incident)
+                    yield Failure(internal_error(incident, "coordinator"))
                     return
                 finally:
                     session.running = None

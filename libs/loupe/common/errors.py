@@ -60,3 +60,35 @@ class SqlState:
     DATA_EXCEPTION = "22000"
     DIVISION_BY_ZERO = "22012"
     CONNECTION_FAILURE = "08006"
+
+
+# Codes services use among themselves (gRPC status names) and what a SQL client sees instead.
+_CLIENT_CODES = {
+    "UNAVAILABLE": "58000",  # system_error: another Loupe service did not answer
+    "DEADLINE_EXCEEDED": "58000",
+    "FAILED_PRECONDITION": "55000",  # object_not_in_prerequisite_state
+    "INVALID_ARGUMENT": "22023",
+    "NOT_FOUND": "42704",
+}
+
+
+def is_sqlstate(code: str) -> bool:
+    """Whether ``code`` is a SQLSTATE: five digits or upper-case letters."""
+    return len(code) == 5 and all(c.isdigit() or "A" <= c <= "Z" for c in code)
+
+
+def client_error(error: LoupeError) -> LoupeError:
+    """``error`` as a SQL client may see it: with a SQLSTATE, never a service status name."""
+    if is_sqlstate(error.code):
+        return error
+    code = _CLIENT_CODES.get(error.code, SqlState.INTERNAL_ERROR)
+    return LoupeError(code, error.message, error.detail, error.hint, error.position)
+
+
+def internal_error(incident: str, service: str) -> LoupeError:
+    """The XX000 a client sees for an unexpected failure; the service log has ``incident``."""
+    return LoupeError(
+        SqlState.INTERNAL_ERROR,
+        f"internal error (incident {incident})",
+        detail=f"The {service} log has the details under incident={incident}.",
+    )

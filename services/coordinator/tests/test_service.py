@@ -10,8 +10,10 @@ from typing import Any
 import grpc
 import pyarrow as pa
 import pytest
+import structlog
 
 from loupe.builtins import MZ_CLUSTERS
+from loupe.common.errors import LoupeError, client_error
 from loupe.common.transport import connect, publish
 from loupe.common.values import from_row
 from loupe.coordinator.coordinator import CATALOG_CHANGES_SUBJECT
@@ -247,6 +249,40 @@ async def test_constant_select_is_evaluated_locally(harness: Harness) -> None:
     assert from_row(responses[1].rows.rows[0]) == (1, "a", 3)
     assert responses[-1].complete.tag == "SELECT 1"
     assert len(harness.controller.peeks) == peeks
+
+
+async def test_an_unexpected_failure_is_xx000_with_an_incident_the_log_explains(
+    harness: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No Python or library text reaches the client; the log has it, under the same incident."""
+
+    def broken(*_args: Any, **_kwargs: Any) -> Any:
+        raise RuntimeError("secret internals of a library")
+
+    monkeypatch.setattr("loupe.coordinator.coordinator.evaluate_constant", broken)
+    session = await harness.session()
+    with structlog.testing.capture_logs() as logs:
+        error = error_of(await harness.execute(session, "SELECT 1"))
+    assert error.code == "XX000"
+    assert "secret" not in error.message + error.detail
+    incident = error.message.removeprefix("internal error (incident ").removesuffix(")")
+    logged = [e for e in logs if e.get("incident") == incident]
+    assert logged and logged[0]["log_level"] == "error"
+    # The session goes on.
+    monkeypatch.undo()
+    assert await harness.rows(session, "SELECT 2") == [(2,)]
+
+
+async def test_service_status_codes_never_reach_a_client() -> None:
+    """UNAVAILABLE, INTERNAL and the like become SQLSTATEs at the client edge."""
+    for code, expected in [
+        ("UNAVAILABLE", "58000"),
+        ("FAILED_PRECONDITION", "55000"),
+        ("INTERNAL", "XX000"),
+        ("UNKNOWN", "XX000"),
+        ("22012", "22012"),
+    ]:
+        assert client_error(LoupeError(code, "m")).code == expected
 
 
 async def test_set_show_reset(harness: Harness) -> None:
