@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import time as clock
+import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -19,6 +20,7 @@ import polars as pl
 import pyarrow as pa
 
 from loupe.common.errors import LoupeError, SqlState
+from loupe.common.logging import get_logger
 from loupe.dataflow import expr, types
 from loupe.dataflow.arrangement import Log, Trace
 from loupe.dataflow.batches import (
@@ -42,6 +44,8 @@ from loupe.plan.dataflow import ColumnDesc, DataflowDescription, PersistSink, Si
 from loupe.plan.scalar import Call, Column, Literal
 
 EMPTY = 2**64 - 1
+
+log = get_logger(__name__)
 
 
 @dataclass(frozen=True)
@@ -247,6 +251,10 @@ class Dataflow:
         self.sinks: dict[str, _SinkExport] = {}
         self.import_frontiers: dict[str, int] = {}
         self.channels: list[_Channel] = []
+        # Set when a step failed for a reason other than a SQL error in the data: the
+        # operators' state is then unknown, so the dataflow stops where it was and every
+        # read of it fails with this error instead of answering without the lost updates.
+        self.failed: LoupeError | None = None
 
     @property
     def as_of(self) -> int:
@@ -271,22 +279,37 @@ class Dataflow:
         """Process every update before ``upper`` (the least input frontier)."""
         if self.desc.until:
             upper = min(upper, self.desc.until)
-        if upper <= self.frontier:
+        if upper <= self.frontier or self.failed is not None:
             return False
         lower = self.frontier
         workers = self.workers
+        taken = {}
         for name, operator in self.inputs.items():
             ok, err = self.queues[name].take(upper, operator.empty)
+            taken[name] = (ok, err)
             operator.pending = spread(ok, workers)
             operator.pending_err = err
-        for step_operator in self.operators:
-            if _idle(step_operator):
-                continue
-            started = clock.perf_counter_ns() if hooks is not None else 0
-            step_operator.run(lower, upper)
-            if hooks is not None:
-                elapsed = clock.perf_counter_ns() - started
-                self._log_run(hooks, step_operator, elapsed, workers)
+        try:
+            self._run_operators(lower, upper, hooks)
+        except Exception:
+            incident = uuid.uuid4().hex[:12]
+            log.exception(
+                "dataflow step failed; the dataflow stops", dataflow=self.desc.id, incident=incident
+            )
+            # Nothing is dropped: the step's input goes back to its queues, and the
+            # frontier stays, so no read ever sees a result without these updates.
+            for name, (ok, err) in taken.items():
+                queue = self.queues[name]
+                queue.ok.insert(0, ok)
+                queue.err.insert(0, err)
+                queue.records -= ok.height
+            self.failed = LoupeError(
+                SqlState.INTERNAL_ERROR,
+                f"dataflow {self.desc.debug_name or self.desc.id} failed: internal error"
+                f" (incident {incident})",
+                detail=f"The replica's log has the details under incident={incident}.",
+            )
+            return False
         for index in self.index_exports.values():
             index.absorb()
         for sink in self.sinks.values():
@@ -296,6 +319,16 @@ class Dataflow:
             self._log_messages(hooks)
             self._log_progress(hooks, lower, workers)
         return True
+
+    def _run_operators(self, lower: int, upper: int, hooks: LoggingHooks | None) -> None:
+        for step_operator in self.operators:
+            if _idle(step_operator):
+                continue
+            started = clock.perf_counter_ns() if hooks is not None else 0
+            step_operator.run(lower, upper)
+            if hooks is not None:
+                elapsed = clock.perf_counter_ns() - started
+                self._log_run(hooks, step_operator, elapsed, self.workers)
 
     def _log_run(self, hooks: LoggingHooks, operator: Operator, elapsed: int, workers: int) -> None:
         for worker in range(workers):
@@ -575,6 +608,9 @@ class ComputeInstance:
         export = self.indexes.get(target_id)
         if export is None:
             raise LoupeError(SqlState.UNDEFINED_OBJECT, f"no index {target_id} on this replica")
+        failed = self.exports[target_id].failed
+        if failed is not None:
+            raise failed
         frontier = self.exports[target_id].frontier
         if timestamp >= frontier:
             raise NotReady(target_id, timestamp, frontier)
@@ -658,6 +694,9 @@ class ComputeInstance:
         """The error each export currently holds (exports without errors are absent)."""
         current: dict[str, LoupeError] = {}
         for dataflow in self.dataflows.values():
+            if dataflow.failed is not None:
+                current.update((export_id, dataflow.failed) for export_id in dataflow.export_ids())
+                continue
             latest = max(dataflow.frontier, 1) - 1
             for index_id, index in dataflow.index_exports.items():
                 error = _first_error(index.err.at(max(latest, index.err.since)))

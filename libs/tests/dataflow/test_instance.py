@@ -220,6 +220,37 @@ def test_division_by_zero_is_an_error_of_the_collection_not_a_crash() -> None:
         instance.peek("d_index", 1)
 
 
+def test_a_step_that_raises_stops_its_dataflow_and_loses_no_update(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Reads of the failed dataflow are XX000, never an answer missing the step's updates;
+    the step's input stays queued and other dataflows go on."""
+    instance = ComputeInstance()
+    instance.create_dataflow(index_dataflow("d", count_by_key(), {"t": T}, as_of=0))
+    instance.create_dataflow(index_dataflow("e", get(), {"t": T}, as_of=0))
+    push(instance, [(("a", 1), 0, 1)], upper=1)
+    assert read(instance, "d_index", 0) == Counter({("a", 1): 1})
+    reduce_operator = next(o for o in instance.dataflows["d"].operators if "Reduce" in o.name)
+
+    def broken(lower: int, upper: int) -> None:
+        raise RuntimeError("an engine bug")
+
+    monkeypatch.setattr(reduce_operator, "run", broken)
+    push(instance, [(("a", 2), 1, 1)], upper=2)
+    failed = instance.dataflows["d"]
+    assert failed.frontier == 1  # it did not pretend to have processed time 1
+    with pytest.raises(LoupeError) as raised:
+        instance.peek("d_index", 1)
+    assert raised.value.code == SqlState.INTERNAL_ERROR
+    assert "incident" in raised.value.message
+    with pytest.raises(LoupeError):
+        instance.peek("d_index", 0)  # not even the old time: the dataflow is not trusted
+    assert instance.errors()["d_index"].code == SqlState.INTERNAL_ERROR
+    queued = failed.queues["t"]
+    assert sum(frame.height for frame in queued.ok) == 1  # the update waits, not dropped
+    assert read(instance, "e_index", 1) == Counter({("a", 1): 1, ("a", 2): 1})
+
+
 def test_errors_flow_through_stateful_operators_and_index_imports() -> None:
     instance = ComputeInstance()
     instance.create_dataflow(index_dataflow("a", divide_by_n(), {"t": T}, as_of=0))
