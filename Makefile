@@ -12,6 +12,7 @@ PYTEST_ARGS ?=
 # The sqllogictest corpus `make slt` runs, and the runner's arguments.
 SLT_DIR  ?= $(abspath ../shared/sqllogictest)
 SLT_ARGS ?= --postgres --max-records 1000
+CHAOS_ARGS ?=
 
 export SPARK_LOCAL_IP ?= 127.0.0.1
 export PYSPARK_PYTHON := $(abspath $(PY))
@@ -19,7 +20,7 @@ export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
 .DEFAULT_GOAL := help
 
-.PHONY: help install run test test-fast lint format typecheck protos check-protos bench slt clean
+.PHONY: help install run test test-fast lint format typecheck protos check-protos bench slt chaos clean
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  make %-14s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -68,6 +69,9 @@ bench: install ## run the benchmarks and print their numbers
 
 slt: install ## run sqllogictest scripts on a fresh Loupe (and PostgreSQL): pass rate per file
 	$(PY) -m loupe.slt --dir $(SLT_DIR) $(SLT_ARGS)
+
+chaos: install ## long strict-serializability check: concurrent writers and readers on a fresh Loupe
+	$(PY) -m loupe.testing.chaos $(CHAOS_ARGS)
 
 clean: ## remove caches and the default data directory (not .venv)
 	rm -rf $(DATA_DIR) .pytest_cache .ruff_cache .mypy_cache build

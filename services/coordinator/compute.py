@@ -28,9 +28,10 @@ import asyncio
 import contextlib
 import dataclasses
 import itertools
+import re
 import time
 import uuid
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -109,6 +110,8 @@ log = get_logger(__name__)
 DEPENDENT_OBJECTS_STILL_EXIST = "2BP01"
 WRONG_OBJECT_TYPE = "42809"
 SUBSCRIBE_SUBJECT = "loupe.controller.v1.subscribe.{sink_id}"
+# A strict read the replica could no longer serve at its timestamp is tried this often.
+STALE_READ_ATTEMPTS = 5
 SUBSCRIBE_COLUMNS = (("mz_timestamp", "numeric"), ("mz_diff", "int8"))
 
 
@@ -175,7 +178,27 @@ class Compute:
     async def select(
         self, session: Session, query: Query, expression: exp.Expression, relations: dict[str, Any]
     ) -> tuple[tuple[tuple[str, str], ...], list[tuple[Any, ...]]]:
-        """Read a query on its cluster (``query_cluster``): fast path or a transient dataflow."""
+        """Read a query on its cluster (``query_cluster``): fast path or a transient dataflow.
+
+        A strict serializable read whose timestamp a replica can no longer read
+        (it keeps its inputs' history only from what its dataflows still need:
+        a write that completed meanwhile moved them on) reads again at a later
+        timestamp, with the oracle moved there first so no later read goes back.
+        """
+        for _ in range(STALE_READ_ATTEMPTS):
+            try:
+                return await self._select_once(session, query, expression, relations)
+            except LoupeError as error:
+                since = _since_of(error)
+                if query.as_of is not None or since is None:
+                    raise
+                log.info("read timestamp no longer readable; reading later", since=since)
+                await self.c.tables.advance_oracle(at_least=since)
+        return await self._select_once(session, query, expression, relations)
+
+    async def _select_once(
+        self, session: Session, query: Query, expression: exp.Expression, relations: dict[str, Any]
+    ) -> tuple[tuple[tuple[str, str], ...], list[tuple[Any, ...]]]:
         cluster = await self.query_cluster(session, relations)
         inputs = self.inputs(cluster.id)
         serializable = query.as_of is None and _is_serializable(session, expression)
@@ -185,6 +208,8 @@ class Compute:
             else await self.read_timestamp(session, query.as_of, query.as_of_position)
         )
         planned = self.plan(expression, relations, query_time=timestamp or None)
+        if not serializable:
+            await self.complete_inputs((r.id for r in relations.values()), timestamp)
         statement_logging.note_event(statement_logging.OPTIMIZATION_FINISHED)
         plan, finishing = planned.relation, planned.finishing
         columns = tuple(planned.columns)
@@ -227,6 +252,44 @@ class Compute:
             # one at once may answer the new one from the compacted feed.
             await asyncio.shield(self.drop_dataflows(cluster.id, [peek_index_id(dataflow_id)]))
         return columns, rows
+
+    def tables_under(self, ids: Iterable[str]) -> list[Table]:
+        """The user tables that the relations ``ids`` read, through views, indexes and MVs."""
+        state = self.state
+        found: dict[str, Table] = {}
+        seen: set[str] = set()
+        pending = list(ids)
+        while pending:
+            relation_id = pending.pop()
+            if relation_id in seen:
+                continue
+            seen.add(relation_id)
+            table = state.tables.get(relation_id)
+            if table is not None:
+                found[table.id] = table
+                continue
+            obj = state.objects.get(relation_id)
+            if obj is not None:
+                pending.extend(obj.depends_on)
+                if obj.on_id:
+                    pending.append(obj.on_id)
+        return list(found.values())
+
+    def maintained_with(self, table: Table) -> list[Table]:
+        """Tables read together with ``table`` by an index or materialized view."""
+        together: dict[str, Table] = {}
+        for obj in self.state.objects.values():
+            if obj.type == "view":
+                continue
+            under = self.tables_under([obj.id])
+            if any(t.id == table.id for t in under):
+                together.update((t.id, t) for t in under)
+        together.pop(table.id, None)
+        return list(together.values())
+
+    async def complete_inputs(self, ids: Iterable[str], timestamp: int) -> None:
+        """Move the uppers of the tables under ``ids`` past ``timestamp`` before reading at it."""
+        await self.c.tables.advance_to(self.tables_under(ids), timestamp)
 
     async def query_cluster(self, session: Session, relations: Mapping[str, Any]) -> ClusterInfo:
         """Where a SELECT runs: ``mz_catalog_server`` when it reads only system relations.
@@ -271,7 +334,7 @@ class Compute:
         if newest <= read_ts or complete <= read_ts:
             return read_ts
         try:
-            await self.c.tables.advance_all(at_least=complete)
+            await self.c.tables.advance_oracle(at_least=complete)
         except LoupeError as error:
             log.warning("could not advance the timestamp oracle", error=error.message)
             return read_ts
@@ -468,6 +531,7 @@ class Compute:
             return result
         await self.ensure_shard(obj)
         as_of = await self.c.oracle.read_timestamp()
+        await self.complete_inputs([obj.id], as_of)
         await self.create_dataflow(obj.cluster_id, self.object_dataflow(obj, as_of))
         return Streaming(self._hydrating(obj, result))
 
@@ -516,6 +580,7 @@ class Compute:
             return _skipped(statement, index_name)
         result, obj = created
         as_of = await self.c.oracle.read_timestamp()
+        await self.complete_inputs([obj.id], as_of)
         await self.create_dataflow(obj.cluster_id, self.object_dataflow(obj, as_of))
         return Streaming(self._hydrating(obj, result))
 
@@ -766,6 +831,8 @@ class Compute:
         plan = plan_query(expression, self._by_id(relations))
         cluster = await self.session_cluster(session)
         timestamp = await self.read_timestamp(session, statement.as_of, statement.as_of_position)
+        if statement.as_of is None:
+            await self.complete_inputs((r.id for r in relations.values()), timestamp)
         dataflow_id = self.transient_id()
         dataflow = transient_dataflow(
             dataflow_id,
@@ -896,6 +963,14 @@ def _shard_newest(source: SourceImport) -> tuple[int, int]:
 
 def _is_since_error(error: LoupeError) -> bool:
     return error.code == SqlState.INTERNAL_ERROR and "is not valid for all inputs" in error.message
+
+
+def _since_of(error: LoupeError) -> int | None:
+    """The since a replica's "not valid for all inputs" error names, if it is one."""
+    if not _is_since_error(error):
+        return None
+    found = re.search(r"since (\d+)", error.message)
+    return int(found.group(1)) if found else None
 
 
 def _fed_later(

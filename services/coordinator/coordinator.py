@@ -67,7 +67,7 @@ from loupe.coordinator.catalog_state import CatalogState, ClusterInfo
 from loupe.coordinator.compute import Compute, explain_text
 from loupe.coordinator.constant import evaluate_constant
 from loupe.coordinator.follower import CatalogFollower
-from loupe.coordinator.objects import is_unique_index
+from loupe.coordinator.objects import ComputeObject, is_unique_index
 from loupe.coordinator.plan import TemporalError, plan_query
 from loupe.coordinator.results import (
     Column,
@@ -81,6 +81,7 @@ from loupe.coordinator.results import (
     Streaming,
 )
 from loupe.coordinator.session import Session, SessionManager
+from loupe.coordinator.show import builtin_columns_sql, show_sql
 from loupe.coordinator.sql.params import Parameter
 from loupe.coordinator.sql.params import bind as bind_params
 from loupe.coordinator.sql.parser import parse, parse_one
@@ -118,6 +119,7 @@ from loupe.coordinator.sql.statements import (
     SetVariable,
     ShowClusterReplicas,
     ShowClusters,
+    ShowObjects,
     ShowRoles,
     ShowVariable,
     Statement,
@@ -593,7 +595,8 @@ class Coordinator:
         context.run(stmtlog.CURRENT.set, execution)
         task = asyncio.create_task(self.run_statement(session, statement), context=context)
         cancelable = isinstance(
-            statement, Query | ShowClusters | ShowClusterReplicas | ShowRoles | Explain
+            statement,
+            Query | ShowClusters | ShowClusterReplicas | ShowRoles | ShowObjects | Explain,
         )
         session.running = task if cancelable else None
         try:
@@ -665,6 +668,8 @@ class Coordinator:
                 return await self._select(session, parse_one(SHOW_CLUSTER_REPLICAS_SQL))
             case ShowRoles():
                 return await self._select(session, parse_one(SHOW_ROLES_SQL))
+            case ShowObjects():
+                return await self._show_objects(session, statement)
             case SetVariable():
                 return await self._set(session, statement)
             case ShowVariable():
@@ -699,6 +704,44 @@ class Coordinator:
         )
 
     # -- session commands ---------------------------------------------------------------
+
+    async def _show_objects(self, session: Session, statement: ShowObjects) -> StatementResult:
+        """``SHOW TABLES``, ``SHOW COLUMNS FROM t``, ``SHOW CREATE VIEW v``…: a catalog query."""
+        target_id = None
+        if statement.target is not None:
+            if statement.kind == "CREATE INDEX":
+                index = await self.compute._object_named(session, statement.target)
+                if index is None or index.type != "index":
+                    raise LoupeError(
+                        SqlState.UNDEFINED_OBJECT,
+                        f"unknown catalog item '{statement.target}'",
+                        position=statement.target.position,
+                    )
+                target_id = index.id
+            else:
+                relation = await self._relation_named(session, statement.target)
+                if statement.kind == "COLUMNS" and not isinstance(relation, Table | ComputeObject):
+                    return await self._select(session, parse_one(builtin_columns_sql(relation)))
+                target_id = relation.id
+        schema = next(
+            (
+                name
+                for name in search_path_schemas(session.search_path)
+                if self.state.schema_named(session.database, name) is not None
+            ),
+            "public",
+        )
+        sql = show_sql(statement, database=session.database, schema=schema, target_id=target_id)
+        result = await self._select(session, parse_one(sql))
+        return dataclasses.replace(result, tag=f"SELECT {len(result.rows)}")
+
+    async def _relation_named(self, session: Session, name: ObjectName) -> Any:
+        """The relation (table, view, MV, source table or builtin) ``name`` refers to (42P01)."""
+        table = exp.to_table(".".join(quote_name(p) for p in name.parts), dialect="postgres")
+        for part in table.parts:
+            part.meta["start"] = name.position - 1
+        _, relations = await self.compute.resolved(session, exp.select("*").from_(table))
+        return next(iter(relations.values()))
 
     async def _set(self, session: Session, statement: SetVariable) -> StatementResult:
         session.set(statement.name, statement.value, position=statement.name_position)
@@ -1007,7 +1050,7 @@ class Coordinator:
         oracle is past it, every later read timestamp sees the DDL in mz_catalog.
         """
         try:
-            await self.tables.advance_all(at_least=self.writer.last_upper - 1)
+            await self.tables.advance_oracle(at_least=self.writer.last_upper - 1)
         except LoupeError as error:
             log.warning("could not advance the timestamp oracle", error=error.message)
 
@@ -1276,7 +1319,9 @@ class Coordinator:
         plan = dml.update_plan(
             table, statement.alias, assignments, statement.where, self._unique_keys(table)
         )
-        written = await self.tables.write(table, plan, read=True)
+        written = await self.tables.write(
+            table, plan, read=True, along=self.compute.maintained_with(table)
+        )
         metrics.TABLE_WRITES.labels("update").inc()
         return StatementResult(tag=f"UPDATE {written.count}")
 
@@ -1293,7 +1338,9 @@ class Coordinator:
         table = await self._table_named(session, statement.table)
         assert table is not None
         plan = dml.delete_plan(table, statement.alias, statement.where)
-        written = await self.tables.write(table, plan, read=True)
+        written = await self.tables.write(
+            table, plan, read=True, along=self.compute.maintained_with(table)
+        )
         metrics.TABLE_WRITES.labels("delete").inc()
         return StatementResult(tag=f"DELETE {written.count}")
 

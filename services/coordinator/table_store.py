@@ -3,11 +3,21 @@
 The coordinator is the only writer of user tables (Materialize's model). Every
 write takes a fresh timestamp ``ts`` from the catalog's timestamp oracle
 (``WriteTimestamp``, durable) and commits one small part by
-``compare_and_append(part, expected_upper, ts + 1)``; then the upper of every
-other table moves to ``ts + 1`` too (empty appends), so a read at ``ts``
-never waits on an idle table. A background ticker does the same once a
-second with a fresh timestamp (Materialize's group commit), so the oracle's
-read timestamp, ``mz_now()`` and every table's upper follow the wall clock.
+``compare_and_append(part, expected_upper, ts + 1)``. A write costs its own
+tables, not every table: the uppers of other tables move when something needs
+them to.
+
+- A read at ``ts`` first moves the uppers of the tables it depends on past
+  ``ts`` (``advance_to``: empty appends, only where behind), so it never waits
+  on an idle table. A write in flight at an earlier timestamp then loses its
+  compare-and-append and is planned again at a new timestamp: it was not
+  acknowledged, so the read not seeing it is a valid serial order.
+- A write also moves the tables maintained together with its table (the other
+  inputs of indexes and materialized views that read it), so they advance at
+  once rather than at the next tick.
+- A background ticker moves every table once a second with a fresh timestamp
+  (Materialize's group commit), so the oracle's read timestamp, ``mz_now()``
+  and every table's upper follow the wall clock.
 
 UPDATE and DELETE read the table at ``upper - 1`` and append their
 retractions and insertions with that upper as the expected one: if another
@@ -115,8 +125,9 @@ class TableStore:
         # Called with (shard_id, upper) after every write: replicas listening
         # to a table wake at once instead of at their next poll.
         self.notify: UpperNotify | None = None
-        # Writes and ticks one at a time: each builds on the uppers the last one left.
+        # Writes one at a time: each builds on the uppers the last one left.
         self._lock = asyncio.Lock()
+        self._loading = 0
 
     @property
     def is_open(self) -> bool:
@@ -146,17 +157,23 @@ class TableStore:
         """Create the table's shard (empty, upper 0) if it does not exist yet."""
         await asyncio.to_thread(self.shard(table.id).ensure, table.storage_columns)
 
-    async def write(self, table: Table, plan: Plan, *, read: bool = False) -> WriteResult:
+    async def write(
+        self, table: Table, plan: Plan, *, read: bool = False, along: Iterable[Table] = ()
+    ) -> WriteResult:
         """Plan and append one write to ``table`` at a fresh oracle timestamp.
 
         ``read``: ``plan`` gets the table's contents at the time of the write
-        (UPDATE, DELETE); otherwise None (INSERT).
+        (UPDATE, DELETE, keyed INSERT); otherwise None. ``along``: tables whose
+        uppers move past the write too (read together with ``table``).
         """
+        along = [t for t in along if t.id != table.id]
         async with self._lock:
             for _ in range(WRITE_ATTEMPTS):
                 timestamp = await self.oracle.write_timestamp()
                 try:
-                    count = await asyncio.to_thread(self._write_at, table, plan, read, timestamp)
+                    count = await asyncio.to_thread(
+                        self._write_at, table, plan, read, timestamp, along
+                    )
                 except (UpperMismatch, _TimestampTaken) as error:
                     metrics.TABLE_WRITE_RETRIES.inc()
                     log.info("table write lost a race; planning it again", error=str(error))
@@ -167,7 +184,9 @@ class TableStore:
             f'could not write to "{table.name}": other writers kept moving its upper',
         )
 
-    def _write_at(self, table: Table, plan: Plan, read: bool, timestamp: int) -> int:
+    def _write_at(
+        self, table: Table, plan: Plan, read: bool, timestamp: int, along: list[Table]
+    ) -> int:
         shard = self.shard(table.id)
         state = shard.ensure(table.storage_columns)
         if state.upper > timestamp:
@@ -179,7 +198,7 @@ class TableStore:
             shard.compare_and_append(part, state.upper, timestamp + 1)
         else:
             shard.compare_and_append(None, state.upper, timestamp + 1)
-        self._advance(timestamp, skip=table.id)
+        self._advance(timestamp, along)
         return count
 
     async def contents(self, table: Table) -> pa.Table:
@@ -202,23 +221,43 @@ class TableStore:
         no tick moves an upper past ``ts`` meanwhile. Returns ``ts``.
         """
         async with self._lock:
-            timestamp = await self.oracle.write_timestamp()
-            await asyncio.to_thread(write, self.shard, timestamp)
-            await asyncio.to_thread(self._advance, timestamp)
+            self._loading += 1
+            try:
+                timestamp = await self.oracle.write_timestamp()
+                await asyncio.to_thread(write, self.shard, timestamp)
+                await asyncio.to_thread(self._advance, timestamp, list(self._tables()))
+            finally:
+                self._loading -= 1
             return timestamp
 
     async def advance_all(self, at_least: int = 0) -> int:
-        """Move every table's upper to a fresh timestamp (>= ``at_least``) + 1; returns it."""
-        async with self._lock:
-            timestamp = await self.oracle.write_timestamp(at_least)
-            if self._location is not None:
-                await asyncio.to_thread(self._advance, timestamp)
-            return timestamp
+        """Move every table's upper to a fresh timestamp (>= ``at_least``) + 1; returns it.
 
-    def _advance(self, timestamp: int, skip: str = "") -> None:
-        for table in list(self._tables()):
-            if table.id == skip:
-                continue
+        Without the write lock, so a tick over many tables never holds writes
+        up (a write it races with is planned again); not while a bulk load
+        writes at a timestamp of its own.
+        """
+        timestamp = await self.oracle.write_timestamp(at_least)
+        if self._location is not None and not self._loading:
+            await asyncio.to_thread(self._advance, timestamp, list(self._tables()))
+        return timestamp
+
+    async def advance_oracle(self, at_least: int = 0) -> int:
+        """Move only the oracle to a fresh timestamp >= ``at_least`` (reads move their tables)."""
+        return await self.oracle.write_timestamp(at_least)
+
+    async def advance_to(self, tables: Iterable[Table], timestamp: int) -> None:
+        """Make ``tables`` complete through ``timestamp`` (uppers past it) before a read at it.
+
+        Without the write lock: a write racing at an earlier timestamp loses
+        its compare-and-append and is planned again later.
+        """
+        tables = list(tables)
+        if tables and self._location is not None:
+            await asyncio.to_thread(self._advance, timestamp, tables)
+
+    def _advance(self, timestamp: int, tables: Iterable[Table]) -> None:
+        for table in tables:
             shard = self.shard(table.id)
             try:
                 state = shard.ensure(table.storage_columns)

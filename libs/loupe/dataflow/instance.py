@@ -44,6 +44,9 @@ from loupe.plan.dataflow import ColumnDesc, DataflowDescription, PersistSink, Si
 from loupe.plan.scalar import Call, Column, Literal
 
 EMPTY = 2**64 - 1
+# How far (in ms of time) a source's shared log stays distinguishable behind its readers'
+# frontiers: reads choose their timestamp before their dataflow exists on the replica.
+FEED_HISTORY_MS = 10_000
 
 log = get_logger(__name__)
 
@@ -566,7 +569,10 @@ class ComputeInstance:
                 self._forward(dataflow)
         for state in self.sources.values():
             # Keep the latest complete time distinct: dataflows created later read as of it.
-            state.log.since = max(min(d.frontier for d in state.readers), 1) - 1
+            # History is kept for FEED_HISTORY_MS behind the readers, so a dataflow created
+            # for a read at a recent timestamp can still start there while writes go on.
+            newest = max(min(d.frontier for d in state.readers), 1) - 1
+            state.log.since = max(state.log.since, newest - FEED_HISTORY_MS)
         return changed
 
     def _input_frontier(self, dataflow: Dataflow) -> int:

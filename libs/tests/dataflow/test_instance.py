@@ -10,6 +10,7 @@ import pytest
 
 from loupe.common.errors import LoupeError, SqlState
 from loupe.dataflow import ComputeInstance, Finishing, LoggingHooks, NotReady
+from loupe.dataflow.instance import FEED_HISTORY_MS
 from loupe.dataflow.testing import index_dataflow, persist_updates, read
 from loupe.plan import lir, mir
 from loupe.plan.dataflow import IndexExport, IndexImport, PersistSink, SubscribeSink
@@ -159,16 +160,23 @@ def test_a_dataflow_created_later_reads_what_its_source_already_holds() -> None:
 
 
 def test_a_dataflow_older_than_its_sources_log_starts_at_the_logs_since() -> None:
-    """Data already advanced past a new dataflow's as_of must not be read as of that as_of."""
+    """Data already advanced past a new dataflow's as_of must not be read as of that as_of;
+    within FEED_HISTORY_MS of the readers' frontier, it still can be."""
+    later = FEED_HISTORY_MS + 5
     instance = ComputeInstance()
     instance.create_dataflow(index_dataflow("a", get(), {"t": T}, as_of=1))
     push(instance, [(("x", 1), 1, 1)], upper=2)
-    push(instance, [(("y", 2), 5, 1)], upper=6)
+    push(instance, [(("y", 2), later, 1)], upper=later + 1)
     instance.create_dataflow(index_dataflow("b", get(), {"t": T}, as_of=2))
     instance.step()
     with pytest.raises(LoupeError, match="not valid"):
         instance.peek("b_index", 2)
-    assert read(instance, "b_index", 5) == Counter({("x", 1): 1, ("y", 2): 1})
+    assert read(instance, "b_index", later) == Counter({("x", 1): 1, ("y", 2): 1})
+    # A read chosen a moment ago (behind the frontier, within the history kept) starts there.
+    instance.create_dataflow(index_dataflow("c", get(), {"t": T}, as_of=later - 1))
+    instance.step()
+    assert read(instance, "c_index", later - 1) == Counter({("x", 1): 1})
+    assert read(instance, "c_index", later) == Counter({("x", 1): 1, ("y", 2): 1})
 
 
 def test_a_second_dataflow_on_a_source_stepped_before_any_data() -> None:

@@ -71,6 +71,7 @@ from loupe.coordinator.sql.statements import (
     SetVariable,
     ShowClusterReplicas,
     ShowClusters,
+    ShowObjects,
     ShowRoles,
     ShowVariable,
     Statement,
@@ -181,6 +182,19 @@ SHOW_OBJECT_KINDS = frozenset(
         "CLUSTER",
     }
 )
+
+# SHOW forms that list objects, and the kinds SHOW CREATE shows.
+_SHOW_LISTS = (
+    ("TABLES",),
+    ("VIEWS",),
+    ("MATERIALIZED", "VIEWS"),
+    ("INDEXES",),
+    ("SOURCES",),
+    ("OBJECTS",),
+    ("DATABASES",),
+    ("SCHEMAS",),
+)
+_SHOW_CREATES = (("TABLE",), ("VIEW",), ("MATERIALIZED", "VIEW"), ("INDEX",), ("SOURCE",))
 
 _WORD = re.compile(r"^[A-Za-z_][A-Za-z0-9_$]*$")
 
@@ -1481,6 +1495,9 @@ class _LoupeParser:
         if self.accept("ROLES"):
             self.end()
             return ShowRoles(**self.common())  # type: ignore[arg-type]
+        shown = self.show_objects()
+        if shown is not None:
+            return shown
         token = self.peek()
         if token is not None and token.token_type != TokenType.IDENTIFIER:
             word = token.text.upper()
@@ -1496,6 +1513,38 @@ class _LoupeParser:
             name=name,
             name_position=position,
         )
+
+    def show_objects(self) -> ShowObjects | None:
+        """The ``SHOW`` forms that list catalog objects (None: not one of them)."""
+        for words in _SHOW_LISTS:
+            if self.accept(*words):
+                on = self.object_name("object name") if self.accept("ON") else None
+                source = self.object_name("schema name") if self.accept("FROM") else None
+                if on is None and words == ("INDEXES",) and self.accept("ON"):
+                    on = self.object_name("object name")
+                self.end()
+                return ShowObjects(
+                    **self.common(),  # type: ignore[arg-type]
+                    kind=" ".join(words),
+                    target=on,
+                    source=source,
+                )
+        if self.accept("COLUMNS"):
+            if not (self.accept("FROM") or self.accept("IN")):
+                raise self.error("FROM")
+            target = self.object_name("object name")
+            self.end()
+            return ShowObjects(**self.common(), kind="COLUMNS", target=target)  # type: ignore[arg-type]
+        for words in _SHOW_CREATES:
+            if self.accept("CREATE", *words):
+                target = self.object_name("object name")
+                self.end()
+                return ShowObjects(
+                    **self.common(),  # type: ignore[arg-type]
+                    kind=" ".join(("CREATE", *words)),
+                    target=target,
+                )
+        return None
 
     def set_variable(self) -> SetVariable:
         if self.at("SESSION", "CHARACTERISTICS"):

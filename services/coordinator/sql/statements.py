@@ -105,6 +105,25 @@ class ShowRoles(Statement):
 
 
 @dataclass(frozen=True, kw_only=True)
+class ShowObjects(Statement):
+    """``SHOW TABLES | VIEWS | MATERIALIZED VIEWS | INDEXES | SOURCES | OBJECTS | DATABASES
+    | SCHEMAS [FROM name] [ON obj]``, ``SHOW COLUMNS FROM obj`` and ``SHOW CREATE kind obj``.
+
+    ``kind`` is the upper-case words after SHOW (``MATERIALIZED VIEWS``, ``CREATE TABLE``);
+    ``target`` the object of COLUMNS, CREATE and INDEXES ON; ``source`` the FROM schema
+    (or database, for SCHEMAS).
+    """
+
+    kind: str
+    target: ObjectName | None = None
+    source: ObjectName | None = None
+
+    @property
+    def tag(self) -> str:
+        return "SELECT"
+
+
+@dataclass(frozen=True, kw_only=True)
 class ShowClusterReplicas(Statement):
     @property
     def tag(self) -> str:

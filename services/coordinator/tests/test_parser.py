@@ -199,7 +199,7 @@ def test_empty_request_has_no_statements() -> None:
         ("ALTER CLUSTER c SET (SIZE '2')", "ALTER CLUSTER is not supported"),
         ("CREATE SINK k FROM t INTO x", "CREATE SINK is not supported"),
         ("TRUNCATE t", "TRUNCATE is not supported"),
-        ("SHOW TABLES", "SHOW TABLES is not supported"),
+        ("SHOW SINKS", "SHOW SINKS is not supported"),
         (
             "CREATE SOURCE s FROM x",
             "CREATE SOURCE other than FROM LOAD GENERATOR is not supported",

@@ -267,7 +267,8 @@ async def test_an_unexpected_failure_is_xx000_with_an_incident_the_log_explains(
     assert "secret" not in error.message + error.detail
     incident = error.message.removeprefix("internal error (incident ").removesuffix(")")
     logged = [e for e in logs if e.get("incident") == incident]
-    assert logged and logged[0]["log_level"] == "error"
+    assert logged
+    assert logged[0]["log_level"] == "error"
     # The session goes on.
     monkeypatch.undo()
     assert await harness.rows(session, "SELECT 2") == [(2,)]

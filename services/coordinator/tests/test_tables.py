@@ -438,3 +438,33 @@ async def test_explain_plans_over_user_tables(tables: Any) -> None:
     assert text.splitlines()[0] == "Explained Query:"
     assert "Get materialize.public.t" in text
     assert await tables.tag(session, "EXPLAIN PHYSICAL PLAN FOR SELECT * FROM t") == "EXPLAIN"
+
+
+async def test_show_lists_objects_columns_and_definitions(tables: Any) -> None:
+    """SHOW TABLES/VIEWS/INDEXES/OBJECTS/COLUMNS/CREATE read the catalog, as in Materialize."""
+    session = await tables.session()
+    await tables.tag(session, "CREATE TABLE shown (a int NOT NULL, b text)")
+    await tables.tag(session, "CREATE TABLE other (c int)")
+    await tables.tag(session, "CREATE VIEW shown_view AS SELECT a FROM shown")
+    await tables.tag(session, "CREATE INDEX shown_a ON shown (a)")
+    assert ("shown",) in await tables.rows(session, "SHOW TABLES")
+    assert ("other",) in await tables.rows(session, "SHOW TABLES FROM public")
+    assert await tables.rows(session, "SHOW VIEWS") == [("shown_view",)]
+    assert await tables.rows(session, "SHOW INDEXES ON shown") == [
+        ("shown_a", "shown", "quickstart")
+    ]
+    objects = dict(await tables.rows(session, "SHOW OBJECTS"))
+    assert objects["shown"] == "table"
+    assert objects["shown_view"] == "view"
+    assert await tables.rows(session, "SHOW COLUMNS FROM shown") == [
+        ("a", False, "integer"),
+        ("b", True, "text"),
+    ]
+    [(name, create_sql)] = await tables.rows(session, "SHOW CREATE VIEW shown_view")
+    assert name == "shown_view"
+    assert "SELECT" in create_sql
+    assert create_sql.startswith("CREATE VIEW")
+    assert ("public",) in await tables.rows(session, "SHOW SCHEMAS")
+    assert ("materialize",) in await tables.rows(session, "SHOW DATABASES")
+    missing = await tables.error(session, "SHOW COLUMNS FROM nope")
+    assert missing.code == "42P01"
