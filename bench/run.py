@@ -11,8 +11,9 @@ Then the benchmarks of the parts, each its own script: the storage writer
 (``bench/catalog_commit.py``), shard snapshots (``bench/persist_snapshot.py``),
 the compute engine on TPC-H against DuckDB (``bench/compute.py``), the
 whole system's fast-path peeks and inserts to visible changes through gRPC
-(``bench/compute_system.py``) and statement logging's overhead and delay to
-visible (``bench/statement_logging.py``).
+(``bench/compute_system.py``), statement logging's overhead and delay to
+visible (``bench/statement_logging.py``) and what a one-row INSERT and a small
+SELECT cost with 1,000 tables against 10 (``bench/many_tables.py``).
 """
 
 from __future__ import annotations
@@ -113,6 +114,7 @@ def main() -> int:
         "compute.py",
         "compute_system.py",
         "statement_logging.py",
+        "many_tables.py",
     )
     for script in scripts:
         print(f"\n== {script}", flush=True)

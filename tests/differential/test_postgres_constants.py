@@ -189,3 +189,53 @@ def test_constant_matches_postgres(postgres, expression):
         return
     assert ours[1] == theirs[1], f"type {ours[1]} where PostgreSQL says {theirs[1]}"
     assert same_value(ours[0], theirs[0]), f"{ours[0]!r} where PostgreSQL says {theirs[0]!r}"
+
+
+QUERIES = [
+    "SELECT generate_series(1, 3)",
+    "SELECT generate_series(5, 1, -2) AS g",
+    "SELECT x, x * x FROM generate_series(1, 4) AS t(x)",
+    "SELECT g FROM generate_series(1, 3) g WHERE g <> 2",
+    "SELECT 'k', generate_series(2147483646, 2147483647)",
+    "SELECT generate_series(1, NULL::int)",
+    "SELECT generate_series(1, 3, 0)",
+    "SELECT count(*), sum(x), min(x), max(x) FROM generate_series(1, 1000) AS t(x)",
+    "SELECT x % 3, count(*) FROM generate_series(1, 10) AS t(x) GROUP BY x % 3",
+    "SELECT a.x, b.x FROM generate_series(1, 2) AS a(x), generate_series(1, 2) AS b(x)",
+    "SELECT v FROM (VALUES (1), (NULL), (3)) AS t(v) WHERE NOT v IS NOT NULL",
+    "SELECT v, count(v) FROM (VALUES ('a'), (NULL), ('a')) AS t(v) GROUP BY v",
+    "SELECT x / 2, x % 2 FROM generate_series(-3, 3) AS t(x)",
+]
+
+
+def postgres_rows(connection, sql: str):
+    try:
+        cursor = connection.execute(sql)
+    except psycopg.Error as error:
+        return "error", error.sqlstate, None
+    names = [c.name for c in cursor.description]
+    return "ok", names, cursor.fetchall()
+
+
+def loupe_rows(sql: str):
+    try:
+        columns, rows = evaluate_constant(sqlglot.parse_one(sql, read="postgres"))
+    except LoupeError as error:
+        return "error", error.code, None
+    return "ok", [name for name, _ in columns], rows
+
+
+def _sortable(row):
+    return tuple((value is None, str(value)) for value in row)
+
+
+@pytest.mark.parametrize("sql", QUERIES)
+def test_query_matches_postgres(postgres, sql):
+    """Rows (as a multiset), column names, or the SQLSTATE, as PostgreSQL answers."""
+    theirs = postgres_rows(postgres, sql)
+    ours = loupe_rows(sql)
+    if theirs[0] == "error" or ours[0] == "error":
+        assert ours[:2] == theirs[:2]
+        return
+    assert ours[1] == theirs[1]
+    assert sorted(ours[2], key=_sortable) == sorted(theirs[2], key=_sortable)

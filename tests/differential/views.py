@@ -11,6 +11,12 @@ from .harness import View
 PLANNER_GAP = "the planner refuses this construct (0A000) today"
 
 VIEWS = (
+    # A table function in the SELECT list: a row per value, retracted with its input row.
+    View(
+        "generate_series_per_row",
+        "SELECT a, b, generate_series(a, b) AS g FROM t1 WHERE a >= 0 AND b <= 6",
+        duckdb_sql="SELECT a, b, unnest(generate_series(a, b)) FROM t1 WHERE a >= 0 AND b <= 6",
+    ),
     # Map, filter, project; NULLs; three-valued logic; CASE.
     View("filter_project", "SELECT a, b, a + b AS s, b * 2 AS d FROM t1 WHERE a > 0"),
     View(

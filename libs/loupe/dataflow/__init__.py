@@ -12,7 +12,8 @@ every caller codes against:
   Render the LIR of ``desc.objects_to_build`` on every worker. Inputs are
   read from ``desc.as_of`` on. Idempotent by ``desc.id`` (a replayed
   command changes nothing). Raises ``LoupeError`` (SqlState) on plans it
-  cannot render (0A000: FlatMap) and on index imports no dataflow exports.
+  cannot render (0A000: a table function other than generate_series) and on
+  index imports no dataflow exports.
   Index imports read the exporting dataflow's arrangement (its contents at
   the as_of, then its changes), never storage.
 

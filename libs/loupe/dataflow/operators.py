@@ -959,3 +959,76 @@ def _merge_classes(equivalences: Sequence[Sequence[Scalar]]) -> list[tuple[Scala
             members = list(dict.fromkeys([*other, *members]))
         merged.append(members)
     return [tuple(m) for m in merged]
+
+
+class FlatMap(Operator):
+    """A table function per row (``generate_series``), then the node's MFP.
+
+    Rows whose arguments fail to evaluate, or that ask for a step of zero,
+    are error rows; a NULL argument gives no rows, as in PostgreSQL.
+    """
+
+    name = "FlatMap"
+
+    def __init__(self, node: lir.FlatMap, source: Operator, workers: int) -> None:
+        super().__init__(node.types, (source,), workers)
+        if node.func != "generate_series":
+            raise LoupeError(
+                SqlState.FEATURE_NOT_SUPPORTED, f"table function {node.func} is not supported"
+            )
+        self.node = node
+        self.input_types = source.types
+        self.arity = len(source.types)
+        self.compiled = [expr.compile_scalar(e, self.input_types) for e in node.exprs]
+        self.series_type = mir.table_function_types(node.func, [c.type for c in self.compiled])[0]
+        self.flat_types = (*self.input_types, self.series_type)
+        expr.mfp_output_types(node.mfp, self.flat_types)  # refuse unknown functions at render
+
+    def run(self, lower: int, upper: int) -> None:
+        errors = [self.inputs[0].err]
+
+        def body(worker: int, part: pl.DataFrame) -> pl.DataFrame:
+            if part.height == 0:
+                return self.empty
+            flat, failed = self._series(part)
+            ok, err = expr.apply_mfp(flat, self.node.mfp, self.flat_types)
+            errors.extend([failed, err])
+            return self.conform(ok)
+
+        self.ok = self.per_worker(self.inputs[0].ok, body)
+        self.err = concat(errors, empty_errors())
+
+    def _series(self, part: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
+        lazy = part.lazy()
+        for compiled in self.compiled:
+            lazy = compiled.with_lets(lazy)
+        args = [c.value.cast(pl.Int64).alias(f"_arg{i}") for i, c in enumerate(self.compiled)]
+        lazy = lazy.with_columns(args)
+        step = pl.col("_arg2") if len(args) == 3 else pl.lit(1, pl.Int64)
+        zero_step = pl.when(step == 0).then(
+            pl.lit(f"{SqlState.INVALID_PARAMETER_VALUE}|step size cannot equal zero")
+        )
+        failed = pl.coalesce([*(c.error for c in self.compiled if c.error is not None), zero_step])
+        lazy = lazy.with_columns(failed.alias(ERROR))
+        frame = lazy.collect()
+        errors = frame.filter(pl.col(ERROR).is_not_null()).select(ERROR, TIME, DIFF)
+        alive = frame.filter(pl.col(ERROR).is_null())
+        present = pl.all_horizontal([pl.col(f"_arg{i}").is_not_null() for i in range(len(args))])
+        start, stop = pl.col("_arg0"), pl.col("_arg1")
+        end = pl.when(step > 0).then(stop + 1).otherwise(stop - 1)
+        values = pl.int_ranges(start, end, step, dtype=pl.Int64)
+        column = f"c{self.arity}"
+        exploded = (
+            alive.filter(present)
+            .with_columns(values.alias(column))
+            .filter(pl.col(column).list.len() > 0)
+            .explode(column)
+        )
+        kept = [f"c{i}" for i in range(self.arity)]
+        flat = exploded.select(
+            *kept,
+            pl.col(column).cast(polars_dtype(self.series_type)),
+            pl.col(TIME),
+            pl.col(DIFF),
+        )
+        return flat, errors

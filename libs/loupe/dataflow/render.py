@@ -109,6 +109,8 @@ class Renderer:
             return ops.Constant(node, workers, self.desc.as_of)
         if isinstance(node, lir.Mfp):
             return ops.Mfp(node, inputs[0], workers)
+        if isinstance(node, lir.FlatMap):
+            return ops.FlatMap(node, inputs[0], workers)
         if isinstance(node, lir.ArrangeBy):
             return ops.Passthrough(node, inputs[0], workers, "ArrangeBy")
         if isinstance(node, lir.Join):

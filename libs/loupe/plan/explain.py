@@ -112,6 +112,8 @@ def _mir_header(node: mir.Relation) -> str:
         return "Constant " + ", ".join(_list([render_value(v) for v in row]) for row in node.rows)
     if isinstance(node, mir.Map):
         return f"Map {_scalars(node.scalars)}"
+    if isinstance(node, mir.FlatMap):
+        return f"FlatMap {node.func}{_scalars(node.exprs)}"
     if isinstance(node, mir.Filter):
         return "Filter " + " AND ".join(render(p) for p in node.predicates)
     if isinstance(node, mir.Project):

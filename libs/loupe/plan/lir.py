@@ -116,7 +116,7 @@ class Mfp(Node):
 
 @dataclass(frozen=True)
 class FlatMap(Node):
-    """A table function applied to each row (not produced by lowering yet)."""
+    """A table function applied to each row: the row's columns, then the function's, through ``mfp``."""
 
     input: Node
     func: str
@@ -251,6 +251,15 @@ class LoweringContext:
         if isinstance(relation, mir.Union):
             inputs = tuple(self.lower(i) for i in relation.inputs)
             return Union(self.new_id(), inputs)
+        if isinstance(relation, mir.FlatMap):
+            flat_input = self.lower(relation.input)
+            return FlatMap(
+                self.new_id(),
+                flat_input,
+                relation.func,
+                relation.exprs,
+                MapFilterProject.identity(relation.arity),
+            )
         if isinstance(relation, mir.Negate):
             negated = self.lower(relation.input)
             return Negate(self.new_id(), negated)

@@ -6,6 +6,7 @@ expressions refer to the columns of a node's input by position.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -189,6 +190,39 @@ class Reduce(_Unary):
         types = [scalar_type(k, self.input.types) for k in self.group_key]
         types += [a.result_type(self.input.types) for a in self.aggregates]
         return tuple(zip(self.names, types, strict=True))
+
+
+# The table functions a FlatMap applies.
+TABLE_FUNCTIONS = ("generate_series", "unnest")
+
+
+@dataclass(frozen=True)
+class FlatMap(_Unary):
+    """For each input row, the rows of table function ``func(exprs)``: the input's columns
+    followed by the function's (``generate_series``: one per value; ``unnest``: one per
+    element of a list)."""
+
+    func: str
+    exprs: tuple[Scalar, ...]
+    names: tuple[str, ...]
+
+    @property
+    def columns(self) -> tuple[ColumnSpec, ...]:
+        arg_types = [scalar_type(e, self.input.types) for e in self.exprs]
+        return (
+            *self.input.columns,
+            *zip(self.names, table_function_types(self.func, arg_types), strict=True),
+        )
+
+
+def table_function_types(func: str, arg_types: Sequence[str]) -> tuple[str, ...]:
+    """The column types ``func`` produces for arguments of ``arg_types``."""
+    if func == "generate_series":
+        known = [t for t in arg_types if t != "unknown"]
+        if "int8" in known:
+            return ("int8",)
+        return ("int4",)
+    raise KeyError(func)
 
 
 @dataclass(frozen=True)

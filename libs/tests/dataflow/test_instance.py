@@ -413,7 +413,7 @@ def test_create_dataflow_is_idempotent_and_refuses_what_it_cannot_render() -> No
     flat = lir.FlatMap(
         1,
         get(),
-        "generate_series",
+        "unnest",
         (Column(1),),
         MapFilterProject.identity(3),
         types=(*TYPES, "int8"),
@@ -421,6 +421,24 @@ def test_create_dataflow_is_idempotent_and_refuses_what_it_cannot_render() -> No
     with pytest.raises(LoupeError) as raised:
         instance.create_dataflow(index_dataflow("f", flat, {"t": T}, as_of=0))
     assert raised.value.code == SqlState.FEATURE_NOT_SUPPORTED
+
+
+def test_generate_series_flat_maps_each_row_and_retracts_with_it() -> None:
+    """A row per value from 1 to n; retracting the input row retracts its values."""
+    instance = ComputeInstance(workers=2)
+    flat = lir.FlatMap(
+        1,
+        get(),
+        "generate_series",
+        (Literal(1, "int4"), Column(1)),
+        MapFilterProject.identity(3),
+        types=(*TYPES, "int4"),
+    )
+    instance.create_dataflow(index_dataflow("g", flat, {"t": T}, as_of=0))
+    push(instance, [(("a", 2), 0, 1), (("b", 0), 0, 1), (("c", None), 0, 1)], upper=1)
+    assert read(instance, "g_index", 0) == Counter({("a", 2, 1): 1, ("a", 2, 2): 1})
+    push(instance, [(("a", 2), 1, -1), (("d", 1), 1, 1)], upper=2)
+    assert read(instance, "g_index", 1) == Counter({("d", 1, 1): 1})
 
 
 def test_a_later_reader_gets_the_columns_earlier_readers_did_not_convert() -> None:

@@ -118,6 +118,13 @@ def _prune(relation: mir.Relation, demand: set[int]) -> tuple[mir.Relation, list
     if isinstance(relation, mir.Negate):
         inner, kept = _prune(relation.input, demand)
         return mir.Negate(inner), kept
+    if isinstance(relation, mir.FlatMap):
+        width = relation.input.arity
+        need = {c for c in demand if c < width} | _columns(relation.exprs)
+        inner, kept = _prune(relation.input, need)
+        flat = mir.FlatMap(inner, relation.func, _remapped(relation.exprs, kept), relation.names)
+        outputs = len(relation.names)
+        return flat, [*kept, *range(width, width + outputs)]
     if isinstance(relation, mir.Union):
         wanted = sorted(demand)
         return mir.Union(tuple(prune(i, wanted) for i in relation.inputs)), wanted

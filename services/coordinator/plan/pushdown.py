@@ -50,6 +50,14 @@ def _filtered(relation: mir.Relation, predicates: list[Scalar]) -> mir.Relation:
         return mir.Union(tuple(_filtered(i, predicates) for i in relation.inputs))
     if isinstance(relation, mir.Negate | mir.Threshold | mir.Distinct):
         return type(relation)(_filtered(relation.input, predicates))
+    if isinstance(relation, mir.FlatMap):
+        arity = relation.input.arity
+        below = [p for p in predicates if all(c < arity for c in columns_of(p))]
+        above = [p for p in predicates if p not in below]
+        flat = mir.FlatMap(
+            _filtered(relation.input, below), relation.func, relation.exprs, relation.names
+        )
+        return _keep(flat, above)
     if isinstance(relation, mir.Map):
         arity = relation.input.arity
         below = [p for p in predicates if all(c < arity for c in columns_of(p))]

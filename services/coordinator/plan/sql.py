@@ -9,8 +9,9 @@ subqueries that return at most one row (in WHERE, the SELECT list and
 HAVING); the SELECT
 list; GROUP BY and HAVING with count, sum, min, max, avg, count(DISTINCT),
 bool_and, bool_or and FILTER; DISTINCT and DISTINCT ON; ORDER BY with LIMIT
-or OFFSET (a TopK); UNION [ALL], EXCEPT [ALL], INTERSECT [ALL]. Anything
-else is a 0A000 error naming the construct.
+or OFFSET (a TopK); UNION [ALL], EXCEPT [ALL], INTERSECT [ALL];
+generate_series(start, stop [, step]) over integers in FROM and (one call) in
+the SELECT list (a FlatMap). Anything else is a 0A000 error naming the construct.
 
 Subqueries may be correlated when they are plain SELECTs (no grouping,
 DISTINCT or LIMIT) or aggregates without GROUP BY: equalities with the
@@ -54,7 +55,7 @@ from loupe.coordinator.plan.scalars import (
     describe,
     unsupported,
 )
-from loupe.coordinator.plan.scope import Scope
+from loupe.coordinator.plan.scope import Scope, ScopeColumn
 from loupe.coordinator.plan.values import fold_cast
 from loupe.plan import functions
 from loupe.plan.scalar import (
@@ -71,6 +72,11 @@ from loupe.plan.scalar import (
 Resolver = Callable[[str], "tuple[str, Sequence[tuple[str, str]]] | None"]
 
 GROUPING_ERROR = SqlState.GROUPING_ERROR
+UNDEFINED_FUNCTION = "42883"
+# generate_series as sqlglot parses it, and the column a SELECT-list call reads.
+_SERIES = (exp.ExplodingGenerateSeries, exp.GenerateSeries)
+_SRF_TABLE = "__loupe_srf"
+_SRF_COLUMN = "__loupe_series"
 INVALID_COLUMN_REFERENCE = "42P10"
 DATATYPE_MISMATCH = "42804"
 OUTER_SIDES = ("LEFT", "RIGHT", "FULL")
@@ -337,6 +343,8 @@ class _Planner:
             relation = self.child(self.context.outer).query(node.this)
             relation = _renamed(relation, _alias_columns(alias))
             return relation, Scope.of(node.alias or None, relation)
+        if isinstance(node, exp.Table) and isinstance(node.this, _SERIES):
+            return self._table_function(node)
         if not isinstance(node, exp.Table) or not isinstance(node.this, exp.Identifier):
             raise unsupported(f"{describe(node)} in FROM")
         name = ".".join(p.name for p in node.parts)
@@ -616,6 +624,61 @@ class _Planner:
 
     # SELECT
 
+    def _set_returning(
+        self, select: exp.Select, relation: mir.Relation, scope: Scope
+    ) -> tuple[mir.Relation, Scope, exp.Select]:
+        """``SELECT …, generate_series(a, b) …``: one row per value, for each row of FROM.
+
+        The call becomes a FlatMap over the FROM relation and the SELECT list
+        reads its column (a name only the planner can spell).
+        """
+        calls = [
+            (i, node)
+            for i, node in enumerate(select.expressions)
+            if isinstance(_unalias(node), _SERIES)
+        ]
+        if not calls:
+            return relation, scope, select
+        if len(calls) > 1:
+            raise unsupported("more than one set-returning function in a SELECT list")
+        if select.args.get("group") or any(
+            _aggregate_calls(_unalias(n)) for n in select.expressions
+        ):
+            raise unsupported("set-returning functions with aggregates")
+        position, node = calls[0]
+        args = self._series_args(_unalias(node), Scalars(self.context, scope))
+        flat = mir.FlatMap(relation, "generate_series", tuple(args), (_SRF_COLUMN,))
+        column = ScopeColumn(_SRF_TABLE, _SRF_COLUMN, flat.types[-1], qualified_only=True)
+        flat_scope = Scope((*scope.columns, column), tuple(scope.visible()))
+        rewritten = select.copy()
+        reference = exp.column(_SRF_COLUMN, table=_SRF_TABLE, quoted=True)
+        rewritten.expressions[position].replace(
+            exp.alias_(reference, _output_name(node), quoted=True)
+        )
+        return flat, flat_scope, rewritten
+
+    def _series_args(self, call: exp.Expression, scalars: Scalars) -> list[Scalar]:
+        """The arguments of generate_series(start, stop [, step]): integers only, for now."""
+        nodes = [call.args.get(k) for k in ("start", "end", "step")]
+        args = [scalars.lower(a) for a in nodes if a is not None]
+        types = [scalars.type_of(a) for a in args]
+        if not all(t in ("int2", "int4", "int8", "unknown") for t in types):
+            raise LoupeError(
+                UNDEFINED_FUNCTION,
+                f"function generate_series({', '.join(types)}) does not exist",
+            )
+        return args
+
+    def _table_function(self, node: exp.Table) -> tuple[mir.Relation, Scope]:
+        """``FROM generate_series(a, b [, step]) [AS t(col)]``: one row per value."""
+        args = self._series_args(node.this, Scalars(self.context, Scope(())))
+        alias = node.args.get("alias")
+        columns = _alias_columns(alias)
+        table = node.alias or "generate_series"
+        name = columns[0] if columns else (node.alias or "generate_series")
+        relation = mir.FlatMap(mir.Constant(((),), ()), "generate_series", tuple(args), (name,))
+        return relation, Scope.of(table, relation)
+
     def _items(self, select: exp.Select, scope: Scope) -> list[_Item]:
         """The SELECT list with ``*`` and ``t.*`` expanded to scope columns."""
         items: list[_Item] = []
@@ -632,6 +695,7 @@ class _Planner:
 
     def _select(self, select: exp.Select, ordering: bool) -> _Ordered:
         relation, scope = self._from_where(select)
+        relation, scope, select = self._set_returning(select, relation, scope)
         items = self._items(select, scope)
         distinct = select.args.get("distinct")
         distinct_on = distinct.args.get("on") if distinct else None
@@ -1113,6 +1177,8 @@ _CALL_NAMES: dict[type[exp.Expression], str] = {
     exp.CurrentTimestamp: "now",
     exp.Concat: "concat",
     exp.Pow: "power",
+    exp.ExplodingGenerateSeries: "generate_series",
+    exp.GenerateSeries: "generate_series",
 }
 
 
