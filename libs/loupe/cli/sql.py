@@ -395,10 +395,37 @@ def statement_complete(buffer: str) -> bool:
     return state in ("", "--") and last_significant == ";"
 
 
+# psql's describe commands, as the SHOW statements they stand for.
+_DESCRIBE = {
+    "\\d": "SHOW OBJECTS",
+    "\\dt": "SHOW TABLES",
+    "\\dv": "SHOW VIEWS",
+    "\\dm": "SHOW MATERIALIZED VIEWS",
+    "\\di": "SHOW INDEXES",
+    "\\dn": "SHOW SCHEMAS",
+    "\\l": "SHOW DATABASES",
+}
+
+
+def describe_command(line: str) -> str | None:
+    """The statement a psql-style ``\\d``-command stands for (None if it is none)."""
+    command, _, argument = line.partition(" ")
+    argument = argument.strip()
+    if command == "\\d" and argument:
+        return f"SHOW COLUMNS FROM {argument}"
+    if command == "\\di" and argument:
+        return f"SHOW INDEXES ON {argument}"
+    return _DESCRIBE.get(command)
+
+
 class Repl:
     """A psql-like prompt: statements end at ``;``, ``\\q`` quits, history is kept."""
 
-    HELP = "\\q quit · \\? this help · statements end with ;"
+    HELP = (
+        "\\q quit · \\? this help · \\d list relations · \\d NAME its columns"
+        " · \\dt tables · \\dv views · \\di indexes · \\dn schemas · \\l databases"
+        " · statements end with ;"
+    )
 
     def __init__(self, client: SqlClient, output: Output) -> None:
         self.client = client
@@ -427,6 +454,13 @@ class Repl:
                     return status
                 if not buffer and line.strip() == "\\?":
                     print(self.HELP)
+                    continue
+                if not buffer and line.strip().startswith("\\"):
+                    described = describe_command(line.strip())
+                    if described is None:
+                        print(f"unknown command {line.strip().split()[0]}; \\? lists them")
+                    else:
+                        run_statements(self.client, described, self.output, reopen=True)
                     continue
                 buffer = f"{buffer}\n{line}" if buffer else line
                 if not buffer.strip():

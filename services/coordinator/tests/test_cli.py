@@ -10,8 +10,12 @@ import os
 import sys
 from typing import Any
 
+import pytest
+
 from loupe.cli.sql import (
     Output,
+    Repl,
+    describe_command,
     render_csv,
     render_error,
     render_json,
@@ -235,3 +239,24 @@ async def test_the_repl_opens_a_new_session_when_the_server_closed_its_own(harne
         assert client.session_id != first
     finally:
         await asyncio.to_thread(client.close)
+
+
+async def test_the_repl_describes_with_psql_backslash_commands(
+    harness: Any, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """\\l lists databases (SHOW DATABASES), an unknown \\-command says so, \\q quits."""
+    assert describe_command("\\d t") == "SHOW COLUMNS FROM t"
+    assert describe_command("\\dt") == "SHOW TABLES"
+    lines = iter(["\\l", "\\nope", "\\q"])
+    monkeypatch.setattr("builtins.input", lambda _prompt: next(lines))
+    monkeypatch.setenv("LOUPE_SQL_HISTORY", "/dev/null")
+    client = SqlClient("127.0.0.1", harness.service.sql_port)
+    await asyncio.to_thread(client.open)
+    try:
+        out, err = io.StringIO(), io.StringIO()
+        repl = Repl(client, Output("csv", out, err))
+        assert await asyncio.to_thread(repl.loop) == 0
+    finally:
+        await asyncio.to_thread(client.close)
+    assert out.getvalue().splitlines()[:2] == ["name", "materialize"]
+    assert "unknown command \\nope" in capsys.readouterr().out
