@@ -82,6 +82,11 @@ def _rounding(types: Sequence[str]) -> str:
     return "numeric" if len(types) == 2 or types[0] == "numeric" else "float8"
 
 
+def _log(types: Sequence[str]) -> str:
+    """log(x) follows its argument; log(base, x) exists for numeric only."""
+    return "numeric" if len(types) == 2 else _float_unless_numeric(types)
+
+
 def _add(types: Sequence[str]) -> str:
     left, right = types
     pair = {left, right}
@@ -210,13 +215,14 @@ _FUNCTIONS = (
     Function("exp", 1, 1, _float_unless_numeric, "e ^ x"),
     Function("ln", 1, 1, _float_unless_numeric, "natural logarithm; x <= 0 is 2201E"),
     Function("log10", 1, 1, _float_unless_numeric, "base-10 logarithm (log(x)); x <= 0 is 2201E"),
-    Function("log", 1, 2, _float_unless_numeric, "log(x) = log10(x), log(base, x)"),
+    Function("log", 1, 2, _log, "log(x) = log10(x), log(base, x) (numeric only)"),
     # Dates and times.
     Function(
         "date_trunc",
         2,
         2,
-        lambda t: "timestamp" if t[1] == "date" else t[1],
+        # A date becomes timestamptz, PostgreSQL's preferred datetime type.
+        lambda t: "timestamptz" if t[1] == "date" else t[1],
         "date_trunc(unit, time)",
     ),
     Function("extract", 2, 2, _fixed("numeric"), "extract(field FROM x): field is a text literal"),

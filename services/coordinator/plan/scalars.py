@@ -483,6 +483,13 @@ class Scalars:
                 UNDEFINED_FUNCTION, f"function {name} does not take {len(args)} arguments"
             )
         args = self._coerce(function.name, list(args))
+        if function.name in NUMERIC_ONLY_TWO_ARGUMENTS and len(args) == 2:
+            types = [self.type_of(a) for a in args]
+            if any(t in ("float4", "float8") for t in types):
+                # log(b, x), round(x, n) and trunc(x, n) exist for numeric only, and
+                # double precision does not cast to numeric implicitly.
+                names = ", ".join(PG_TYPE_NAMES.get(t, t) for t in types)
+                raise LoupeError(UNDEFINED_FUNCTION, f"function {name}({names}) does not exist")
         return _fold_date_arithmetic(function.name, args) or Call(function.name, tuple(args))
 
     def _coerce(self, name: str, args: list[Scalar]) -> list[Scalar]:
@@ -582,6 +589,20 @@ def _has_month_interval(scalar: Scalar) -> bool:
         parts = [e for pair in scalar.whens for e in pair] + [scalar.otherwise]
         return any(_has_month_interval(p) for p in parts)
     return False
+
+
+NUMERIC_ONLY_TWO_ARGUMENTS = frozenset({"log", "round", "trunc"})
+# PostgreSQL's names of types, for messages.
+PG_TYPE_NAMES = {
+    "int2": "smallint",
+    "int4": "integer",
+    "int8": "bigint",
+    "float4": "real",
+    "float8": "double precision",
+    "bool": "boolean",
+    "timestamptz": "timestamp with time zone",
+    "timestamp": "timestamp without time zone",
+}
 
 
 def _is_constant(node: exp.Expression) -> bool:
