@@ -1,16 +1,18 @@
-"""The differential harness: Loupe's planner and engine against DuckDB on the same changing data.
+"""The differential harness: Loupe's planner and engine against PostgreSQL on the same changing data.
 
 A ``Workload`` holds a few small tables and produces a seeded sequence of
 steps, each inserting or deleting a few rows at the next timestamp. The
 ``EngineSide`` plans every view with the real planner
 (``loupe.coordinator.plan.plan_query``, then ``lower_to_lir``), renders it in
 a ``loupe.dataflow.ComputeInstance`` with an index on it, and feeds it the
-updates in persist's format; the ``DuckDBSide`` runs the same SQL
-(transpiled by sqlglot) on the tables' current contents. After every step
-both answers are compared as multisets (floats within a relative
-tolerance), at the new time and at the one before; ORDER BY … LIMIT views
-are compared as top-k sets, where rows tied on the order keys at the
-boundary may differ; views that must fail compare SQLSTATEs.
+updates in persist's format; the ``PostgresSide`` runs the view's own SQL on
+the tables' current contents in a schema of its own. After every step both
+answers are compared as multisets (floats within a relative tolerance; the
+engine's numeric is a float today), at the new time and at the one before;
+ORDER BY … LIMIT views are compared as top-k sets, where rows tied on the
+order keys at the boundary may differ; where PostgreSQL fails, the engine must
+fail with the same SQLSTATE. ``DuckDBSide`` (transpiled SQL, hand-written
+error conditions) remains for the harness's self-checks.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import datetime
 import functools
 import math
 import random
+import uuid
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -253,6 +256,65 @@ class DuckDBSide:
         return self.connection.execute(_transpile(_without_limit(view.sql))).fetchall()
 
 
+_PG_TYPES = {
+    "int4": "integer",
+    "int8": "bigint",
+    "float8": "double precision",
+    "numeric": "numeric",
+    "text": "text",
+    "bool": "boolean",
+    "date": "date",
+}
+
+
+class PostgresSide:
+    """The oracle: PostgreSQL itself running each view's SQL over the tables' current contents.
+
+    No translation and no hand-written error conditions: a view PostgreSQL
+    fails on must fail in the engine with the same SQLSTATE.
+    """
+
+    def __init__(self, url: str) -> None:
+        import psycopg
+
+        self.errors = psycopg.Error
+        self.connection = psycopg.connect(url, autocommit=True)
+        self.schema = f"loupe_differential_{uuid.uuid4().hex[:10]}"
+        self.connection.execute(f"CREATE SCHEMA {self.schema}")
+        self.connection.execute(f"SET search_path TO {self.schema}")
+        for table in Workload.TABLES:
+            columns = ", ".join(f"{name} {_PG_TYPES[t]}" for name, t in table.columns)
+            self.connection.execute(f"CREATE TABLE {table.name} ({columns})")
+
+    def close(self) -> None:
+        self.connection.execute(f"DROP SCHEMA IF EXISTS {self.schema} CASCADE")
+        self.connection.close()
+
+    def load(self, contents: dict[str, Counter[Row]], changed: Iterable[str] | None = None) -> None:
+        names = set(changed) if changed is not None else {t.name for t in Workload.TABLES}
+        for table in Workload.TABLES:
+            if table.name not in names:
+                continue
+            self.connection.execute(f"DELETE FROM {table.name}")
+            rows = list(contents[table.name].elements())
+            if rows:
+                marks = ", ".join(["%s"] * len(table.columns))
+                with self.connection.cursor() as cursor:
+                    cursor.executemany(f"INSERT INTO {table.name} VALUES ({marks})", rows)
+
+    def answer(self, view: View) -> Answer:
+        try:
+            rows = self.connection.execute(view.sql).fetchall()
+            unlimited = (
+                self.connection.execute(_without_limit(view.sql)).fetchall()
+                if view.order_columns
+                else []
+            )
+        except self.errors as error:
+            return Answer([], [], fails=True, code=error.sqlstate or "")
+        return Answer(rows, unlimited, fails=False)
+
+
 @functools.cache
 def _connection() -> duckdb.DuckDBPyConnection:
     """One in-memory DuckDB for every run (each run registers its tables afresh)."""
@@ -368,27 +430,37 @@ class Mismatch:
     def __str__(self) -> str:
         return (
             f"view {self.view} at time {self.time}:\n  engine: {sorted(map(repr, self.engine))}"
-            f"\n  duckdb: {sorted(map(repr, self.oracle))}"
+            f"\n  oracle: {sorted(map(repr, self.oracle))}"
         )
 
 
 @dataclass(frozen=True)
 class Answer:
-    """DuckDB's answer for a view at one time: its rows (or that it must fail)."""
+    """The oracle's answer for a view at one time: its rows, or the SQLSTATE it fails with."""
 
     rows: list[Row]
     unlimited: list[Row]
     fails: bool
+    code: str = ""
 
     @classmethod
-    def of(cls, view: View, oracle: DuckDBSide) -> Answer:
+    def of(cls, view: View, oracle: DuckDBSide | PostgresSide) -> Answer:
+        if isinstance(oracle, PostgresSide):
+            return oracle.answer(view)
         if view.error_when and oracle.fails(view):
-            return cls([], [], fails=True)
+            return cls([], [], fails=True, code=view.error_code)
         unlimited = oracle.read_unlimited(view) if view.order_columns else []
         return cls(oracle.read(view), unlimited, fails=False)
 
 
-def run(views: Sequence[View], *, seed: int, steps: int, workers: int = 1) -> list[Mismatch]:
+def run(
+    views: Sequence[View],
+    *,
+    seed: int,
+    steps: int,
+    workers: int = 1,
+    postgres_url: str | None = None,
+) -> list[Mismatch]:
     """Apply ``steps`` random steps; after each, compare every view. Returns the mismatches.
 
     Each view is read at the new time and, again, at the time before: an
@@ -397,7 +469,23 @@ def run(views: Sequence[View], *, seed: int, steps: int, workers: int = 1) -> li
     """
     workload = Workload(seed)
     engine = EngineSide(views, workers)
-    oracle = DuckDBSide()
+    oracle: DuckDBSide | PostgresSide = (
+        PostgresSide(postgres_url) if postgres_url is not None else DuckDBSide()
+    )
+    try:
+        return _run(views, workload, engine, oracle, steps)
+    finally:
+        if isinstance(oracle, PostgresSide):
+            oracle.close()
+
+
+def _run(
+    views: Sequence[View],
+    workload: Workload,
+    engine: EngineSide,
+    oracle: DuckDBSide | PostgresSide,
+    steps: int,
+) -> list[Mismatch]:
     answers: dict[str, Answer] = {}
     step = workload.snapshot()
     for time in range(steps + 1):
@@ -421,11 +509,11 @@ def compare(view: View, engine: EngineSide, answer: Answer, time: int) -> Mismat
     try:
         engine_rows = engine.read(view, time)
     except LoupeError as error:
-        if answer.fails and error.code == view.error_code:
+        if answer.fails and error.code == answer.code:
             return None
         return Mismatch(view.name, time, [("error", error.code, error.message)], answer.rows)
     if answer.fails:
-        return Mismatch(view.name, time, engine_rows, [("error", view.error_code)])
+        return Mismatch(view.name, time, engine_rows, [("error", answer.code)])
     if view.order_columns:
         if same_top_k(engine_rows, answer.rows, answer.unlimited, view.order_columns):
             return None
@@ -435,9 +523,11 @@ def compare(view: View, engine: EngineSide, answer: Answer, time: int) -> Mismat
 
 
 __all__ = [
+    "Answer",
     "DuckDBSide",
     "EngineSide",
     "Mismatch",
+    "PostgresSide",
     "View",
     "Workload",
     "run",

@@ -1,7 +1,13 @@
-"""Every view, maintained incrementally by the engine, equals DuckDB's answer after every step."""
+"""Every view, maintained incrementally by the engine, equals PostgreSQL's answer after every step.
+
+PostgreSQL runs each view's own SQL over the same contents: same rows (as a
+multiset; ties at a LIMIT's boundary may differ), or the same SQLSTATE when
+PostgreSQL fails. DuckDB remains only for the harness's self-check below.
+"""
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import os
 
@@ -9,7 +15,7 @@ import pytest
 
 from loupe.common.errors import LoupeError
 
-from .harness import View, Workload, run, same_multiset, same_top_k
+from .harness import Answer, PostgresSide, View, Workload, run, same_multiset, same_top_k
 from .views import VIEWS
 
 # LOUPE_DIFFERENTIAL_SEEDS=1,2,3 LOUPE_DIFFERENTIAL_STEPS=60 soaks the views for longer.
@@ -26,10 +32,10 @@ def _param(view: View) -> object:
 
 
 @pytest.mark.parametrize("view", [_param(v) for v in VIEWS])
-def test_view_matches_duckdb_after_every_step(view: View) -> None:
-    """Seeded steps of inserts and deletes; the view's index equals DuckDB at each time."""
+def test_view_matches_postgres_after_every_step(view: View, postgres_url: str) -> None:
+    """Seeded steps of inserts and deletes; the view's index equals PostgreSQL at each time."""
     for seed in SEEDS:
-        mismatches = run([view], seed=seed, steps=STEPS)
+        mismatches = run([view], seed=seed, steps=STEPS, postgres_url=postgres_url)
         assert not mismatches, f"seed {seed}: {mismatches[0]}"
 
 
@@ -48,11 +54,11 @@ THREE_WORKER_VIEWS = (
 )
 
 
-def test_stateful_views_on_three_workers() -> None:
+def test_stateful_views_on_three_workers(postgres_url: str) -> None:
     """Joins, reduces, top-k and set operations in one instance partitioned over three workers."""
     views = [v for v in VIEWS if v.name in THREE_WORKER_VIEWS]
     assert len(views) == len(THREE_WORKER_VIEWS)
-    mismatches = run(views, seed=SEED + 1, steps=12, workers=3)
+    mismatches = run(views, seed=SEED + 1, steps=12, workers=3, postgres_url=postgres_url)
     assert not mismatches, str(mismatches[0])
 
 
@@ -103,3 +109,27 @@ def test_a_wrong_answer_is_reported() -> None:
     mismatches = run([view], seed=SEED, steps=3)
     assert mismatches
     assert mismatches[0].view == "rigged"
+
+
+def test_a_wrong_answer_against_postgres_is_reported(
+    postgres_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Against PostgreSQL too: an oracle that loses a row, or fails where the engine answers,
+    is a mismatch."""
+    original = PostgresSide.answer
+
+    def losing_a_row(self: PostgresSide, view: View) -> Answer:
+        answer = original(self, view)
+        return dataclasses.replace(answer, rows=answer.rows[1:])
+
+    view = View("rigged_pg", "SELECT a, b FROM t1")
+    monkeypatch.setattr(PostgresSide, "answer", losing_a_row)
+    assert run([view], seed=SEED, steps=2, postgres_url=postgres_url)
+
+    def failing(self: PostgresSide, view: View) -> Answer:
+        return Answer([], [], fails=True, code="22012")
+
+    monkeypatch.setattr(PostgresSide, "answer", failing)
+    mismatches = run([view], seed=SEED, steps=1, postgres_url=postgres_url)
+    assert mismatches
+    assert mismatches[0].oracle == [("error", "22012")]

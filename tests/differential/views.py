@@ -15,7 +15,6 @@ VIEWS = (
     View(
         "generate_series_per_row",
         "SELECT a, b, generate_series(a, b) AS g FROM t1 WHERE a >= 0 AND b <= 6",
-        duckdb_sql="SELECT a, b, unnest(generate_series(a, b)) FROM t1 WHERE a >= 0 AND b <= 6",
     ),
     # Map, filter, project; NULLs; three-valued logic; CASE.
     View("filter_project", "SELECT a, b, a + b AS s, b * 2 AS d FROM t1 WHERE a > 0"),
@@ -37,38 +36,22 @@ VIEWS = (
         "guarded_division",
         "SELECT a, b, CASE WHEN b = 0 THEN NULL ELSE a / b END AS q, "
         "CASE WHEN b = 0 THEN NULL ELSE a % b END AS r FROM t1",
-        # DuckDB's / on integers is float division; // truncates like PostgreSQL's /.
-        duckdb_sql="SELECT a, b, CASE WHEN b = 0 THEN NULL ELSE a // b END, "
-        "CASE WHEN b = 0 THEN NULL ELSE a % b END FROM t1",
     ),
     View(
         "division_by_zero_is_an_error",
         "SELECT a, b, a / b AS q FROM t1 WHERE a > 0",
-        duckdb_sql="SELECT a, b, a // b FROM t1 WHERE a > 0",
-        error_when="SELECT count(*) > 0 FROM t1 WHERE a > 0 AND b = 0",
-        error_code="22012",
     ),
     View(
         "bad_cast_is_an_error",
         "SELECT s, CAST(s AS int4) AS n FROM t1 WHERE s = 'a_b' AND a > 2",
-        duckdb_sql="SELECT s, NULL FROM t1 WHERE false",
-        error_when="SELECT count(*) > 0 FROM t1 WHERE s = 'a_b' AND a > 2",
-        error_code="22P02",
     ),
     View(
         "error_through_an_aggregate",
         "SELECT a, sum(10 / (b - 5)) AS s FROM t1 WHERE a > 0 GROUP BY a",
-        duckdb_sql="SELECT a, sum(10 // (b - 5)) FROM t1 WHERE a > 0 GROUP BY a",
-        error_when="SELECT count(*) > 0 FROM t1 WHERE b = 5 AND a > 0",
-        error_code="22012",
     ),
     View(
         "error_after_a_join",
         "SELECT t1.a, t2.c / t1.b AS q FROM t1 JOIN t2 ON t1.a = t2.a",
-        duckdb_sql="SELECT t1.a, t2.c // t1.b FROM t1 JOIN t2 ON t1.a = t2.a",
-        error_when="SELECT count(*) > 0 FROM t1 JOIN t2 ON t1.a = t2.a "
-        "WHERE t1.b = 0 AND t2.c IS NOT NULL",
-        error_code="22012",
     ),
     View(
         "numbers",
