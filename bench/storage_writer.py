@@ -53,10 +53,10 @@ from loupe.controller.storage import (
     decode_batch,
     encode_batch,
 )
-from loupe.controller.storage.wire import encode_arrow
 from loupe.persist import LocalBlob, Shard, SqliteConsensus
 from loupe.persist.shard import arrow_schema
 from loupe.proto.storage.v1 import storage_pb2
+from loupe.storage.wire import encode_arrow
 
 HISTORY = MZ_CLUSTER_REPLICA_METRICS_HISTORY
 MAX_PAYLOAD = 1024 * 1024  # nats-server's default max message size

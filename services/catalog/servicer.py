@@ -17,9 +17,9 @@ from loupe.catalog.durable import DurableCatalogState
 from loupe.catalog.errors import FencedError
 from loupe.catalog.kinds import ObjectFormatError
 from loupe.catalog.objects import CatalogSnapshot, Cluster, ClusterReplica, Item
-from loupe.catalog.system_vars import checked_value, system_variable
 from loupe.catalog.transaction import Transaction
 from loupe.common.errors import LoupeError
+from loupe.common.system_vars import checked_value, system_variable
 from loupe.proto.catalog.v1 import catalog_pb2
 from loupe.proto.common.v1 import common_pb2
 

@@ -31,12 +31,12 @@ from loupe.builtins import (
     MZ_STATEMENT_LIFECYCLE_HISTORY,
     BuiltinCollection,
 )
-from loupe.catalog.system_vars import system_value
 from loupe.common.errors import LoupeError
 from loupe.common.logging import get_logger
 from loupe.common.metrics import serve_metrics
 from loupe.common.service import Service, remove_ready_file, write_ready_file
 from loupe.common.settings import BaseSettings
+from loupe.common.system_vars import system_value
 from loupe.common.transport import (
     NatsServiceClient,
     NatsServiceEndpoint,

@@ -55,9 +55,9 @@ from nats.aio.subscription import Subscription
 from sqlglot import exp
 
 from loupe.builtins import BY_QUALIFIED_NAME, IMPLICIT_SCHEMAS
-from loupe.catalog.system_vars import checked_value, is_system_variable, system_value
 from loupe.common.errors import LoupeError, SqlState, client_error, internal_error
 from loupe.common.logging import get_logger
+from loupe.common.system_vars import checked_value, is_system_variable, system_value
 from loupe.common.transport import NatsServiceClient, subscribe
 from loupe.common.values import from_row
 from loupe.coordinator import access, dml, metrics, prepared

@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from loupe.builtins import DEFAULT_CLUSTER_NAME
-from loupe.catalog.system_vars import check_rate
 from loupe.common.errors import LoupeError, SqlState
+from loupe.common.system_vars import check_rate
 
 if TYPE_CHECKING:
     from loupe.coordinator.prepared import PreparedStatement

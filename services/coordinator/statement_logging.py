@@ -102,12 +102,12 @@ from loupe.builtins import (
     MZ_STATEMENT_EXECUTION_HISTORY,
     MZ_STATEMENT_LIFECYCLE_HISTORY,
 )
-from loupe.catalog.system_vars import SYSTEM_VARIABLES, system_value
 from loupe.common.logging import get_logger
-from loupe.controller.storage.compaction import LIVE_SESSIONS_BUCKET, LIVE_SESSIONS_STREAM
-from loupe.controller.storage.wire import Update, encode_batch_bytes
+from loupe.common.system_vars import SYSTEM_VARIABLES, system_value
 from loupe.coordinator.session import Session
 from loupe.coordinator.sql.parser import LoupeDialect
+from loupe.storage.names import LIVE_SESSIONS_BUCKET, LIVE_SESSIONS_STREAM
+from loupe.storage.wire import Update, encode_batch_bytes
 
 log = get_logger(__name__)
 

@@ -8,8 +8,9 @@ compare-and-appends (``writer``), parts written by Spark or pyarrow
 from loupe.controller.storage.compaction import CompactionPolicy, CompactionResult, Compactor
 from loupe.controller.storage.metrics import METRICS, StorageWriterMetrics
 from loupe.controller.storage.parts import ArrowPartStore, PartStore, SparkPartStore
-from loupe.controller.storage.schema import WriteGroup, plan_write_groups, spark_type
-from loupe.controller.storage.wire import (
+from loupe.controller.storage.writer import StorageWriter, is_disk_full
+from loupe.storage.schema import WriteGroup, plan_write_groups, spark_type
+from loupe.storage.wire import (
     PROGRESS_KEY,
     STREAM_EPOCH_KEY,
     BadBatch,
@@ -20,7 +21,6 @@ from loupe.controller.storage.wire import (
     encode_arrow,
     encode_batch,
 )
-from loupe.controller.storage.writer import StorageWriter, is_disk_full
 
 __all__ = [
     "METRICS",

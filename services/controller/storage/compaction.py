@@ -81,15 +81,12 @@ from loupe.persist import (
     consolidate,
     parts_to_merge,
 )
+from loupe.storage.names import LIVE_SESSIONS_BUCKET, LIVE_SESSIONS_STREAM
 
 log = get_logger(__name__)
 
 COMPACTION_PREFIX = "_compactions"
 
-# Sessions the statement log may not collect yet: key ``<coordinator>.<session id>``
-# while the session is open (put and purged by the coordinator's statement logger).
-LIVE_SESSIONS_BUCKET = "loupe_statement_log_sessions"
-LIVE_SESSIONS_STREAM = f"KV_{LIVE_SESSIONS_BUCKET}"
 # The statement log collections whose rows go once nothing references them, and
 # the one whose rows reference them first.
 STATEMENT_LOG_COLLECTED = (MZ_SESSION_HISTORY, MZ_PREPARED_STATEMENT_HISTORY, MZ_SQL_TEXT)

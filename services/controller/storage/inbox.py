@@ -35,8 +35,8 @@ from nats.js import api
 from loupe.builtins import BuiltinCollection
 from loupe.common.logging import get_logger
 from loupe.controller.storage.metrics import METRICS, StorageWriterMetrics
-from loupe.controller.storage.wire import BadBatch, StreamConfig, decode_batch
 from loupe.proto.storage.v1 import storage_pb2
+from loupe.storage.wire import BadBatch, StreamConfig, decode_batch
 
 log = get_logger(__name__)
 

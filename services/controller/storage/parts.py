@@ -25,9 +25,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from loupe.controller.storage.schema import SHARD_COLUMN, WriteGroup, ingest_type, spark_type
 from loupe.persist import DIFF_COLUMN, TIMESTAMP_COLUMN, consolidate
 from loupe.persist.location import fsync_tree
+from loupe.storage.schema import SHARD_COLUMN, WriteGroup, ingest_type, spark_type
 
 # Flushes up to this many rows are written by one Spark task.
 SINGLE_TASK_ROWS = 1_000_000

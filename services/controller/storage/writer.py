@@ -76,8 +76,10 @@ from loupe.controller.storage.compaction import (
 from loupe.controller.storage.inbox import Inbox, Received
 from loupe.controller.storage.metrics import METRICS, StorageWriterMetrics
 from loupe.controller.storage.parts import PartStore, SparkPartStore, part_size
-from loupe.controller.storage.schema import SHARD_COLUMN, WriteGroup, check_row, plan_write_groups
-from loupe.controller.storage.wire import (
+from loupe.persist import Blob, Consensus, Part, Shard, ShardState, UpperMismatch, expand
+from loupe.proto.storage.v1 import storage_pb2
+from loupe.storage.schema import SHARD_COLUMN, WriteGroup, check_row, plan_write_groups
+from loupe.storage.wire import (
     PROGRESS_KEY,
     STREAM_EPOCH_KEY,
     BadBatch,
@@ -87,8 +89,6 @@ from loupe.controller.storage.wire import (
     decode_collections,
     encode_batch,
 )
-from loupe.persist import Blob, Consensus, Part, Shard, ShardState, UpperMismatch, expand
-from loupe.proto.storage.v1 import storage_pb2
 
 log = get_logger(__name__)
 

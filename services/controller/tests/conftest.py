@@ -28,10 +28,10 @@ from loupe.common.errors import LoupeError
 from loupe.compute_replica import ComputeReplica, ComputeReplicaSettings
 from loupe.controller.compute import ComputeController
 from loupe.controller.orchestrators.base import Orchestrator, ReplicaEvent, ReplicaSpec
-from loupe.controller.storage.wire import BadBatch, UnknownCollection, decode_collections
 from loupe.persist import DIFF_COLUMN, TIMESTAMP_COLUMN, Blob, Consensus, Shard, expand
 from loupe.persist.location import default_uris, open_location
 from loupe.persist.shard import arrow_schema
+from loupe.storage.wire import BadBatch, UnknownCollection, decode_collections
 
 HERE = Path(__file__).parent
 FAKE_REPLICA_SCRIPT = HERE / "fake_replica.py"

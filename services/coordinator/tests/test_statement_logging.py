@@ -21,8 +21,8 @@ from loupe.builtins import (
     MZ_STATEMENT_EXECUTION_HISTORY,
     MZ_STATEMENT_LIFECYCLE_HISTORY,
 )
-from loupe.catalog.system_vars import checked_value, system_value
 from loupe.common.errors import LoupeError
+from loupe.common.system_vars import checked_value, system_value
 from loupe.common.transport import ensure_stream
 from loupe.coordinator import statement_logging as stmtlog
 from loupe.coordinator.session import SessionManager

@@ -30,9 +30,9 @@ from loupe.controller.storage import (
     decode_batch,
     encode_batch,
 )
-from loupe.controller.storage.wire import encode_arrow
 from loupe.persist import Consensus, LocalBlob, Shard
 from loupe.proto.storage.v1 import storage_pb2
+from loupe.storage.wire import encode_arrow
 from loupe.testing import assert_eventually
 
 pytestmark = [pytest.mark.spark]

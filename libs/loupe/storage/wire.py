@@ -31,10 +31,10 @@ import pyarrow.compute as pc
 
 from loupe.builtins import BuiltinCollection
 from loupe.common.values import EPOCH, to_row, to_value
-from loupe.controller.storage.schema import ingest_type
 from loupe.persist import DIFF_COLUMN
 from loupe.proto.common.v1 import common_pb2
 from loupe.proto.storage.v1 import storage_pb2
+from loupe.storage.schema import ingest_type
 
 STREAM = "LOUPE_STORAGE"
 SUBJECT = "loupe.storage.v1.updates"

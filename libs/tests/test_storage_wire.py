@@ -14,8 +14,8 @@ from loupe.builtins import (
     MZ_CLUSTERS,
 )
 from loupe.controller.storage import BadBatch, decode_batch, encode_batch
-from loupe.controller.storage.wire import encode_arrow
 from loupe.proto.storage.v1 import storage_pb2
+from loupe.storage.wire import encode_arrow
 
 UTC = dt.UTC
 AT = dt.datetime(2024, 5, 6, 7, 8, 9, 123456, tzinfo=UTC)
@@ -118,7 +118,7 @@ def test_batch_bytes_are_what_protobuf_serializes_for_every_kind_of_value() -> N
     """``encode_batch_bytes`` writes the same bytes as ``encode_batch`` (the fast path)."""
     from decimal import Decimal
 
-    from loupe.controller.storage.wire import encode_batch_bytes
+    from loupe.storage.wire import encode_batch_bytes
 
     odd = (
         *("", "é" * 200, "x" * 125, "x" * 126),
