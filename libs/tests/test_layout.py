@@ -28,7 +28,7 @@ def _imports(path: Path) -> list[str]:
 def test_no_service_imports_another_services_package() -> None:
     """They meet on the wire; what two services share lives in libs (tests may cross)."""
     crossings = []
-    for service, package in SERVICES.items():
+    for service in SERVICES:
         others = [p for s, p in SERVICES.items() if s != service]
         for path in (ROOT / "services" / service).rglob("*.py"):
             if "tests" in path.relative_to(ROOT).parts:

@@ -490,6 +490,11 @@ class ComputeInstance:
             state = self.sources.get(source.id)
             if state is None:
                 state = self.sources[source.id] = _Source(source.id, source.columns)
+                # The feed starts at its first readers' as_of (a snapshot there): nothing
+                # before it can be told apart, whatever history is kept after it.
+                state.log.since = dataflow.as_of
+            elif not state.log.tables and state.upper == 0:
+                state.log.since = min(state.log.since, dataflow.as_of)
             state.readers.append(dataflow)
             logged = state.log.updates()
             if logged is not None:
