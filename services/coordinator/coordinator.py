@@ -599,11 +599,23 @@ class Coordinator:
             Query | ShowClusters | ShowClusterReplicas | ShowRoles | ShowObjects | Explain,
         )
         session.running = task if cancelable else None
+        limit = session.statement_timeout if cancelable else None
         try:
-            return await task
+            if limit is None:
+                return await task
+            done, _ = await asyncio.wait({task}, timeout=limit)
+            if not done:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError, LoupeError):
+                    await task
+                raise LoupeError(
+                    SqlState.QUERY_CANCELED, "canceling statement due to statement timeout"
+                )
+            return task.result()
         except asyncio.CancelledError:
             current = asyncio.current_task()
             if current is not None and current.cancelling():
+                task.cancel()
                 raise  # the client went away: the peek was canceled with us
             raise canceled_error() from None
         finally:
@@ -881,11 +893,16 @@ class Coordinator:
         timestamp = (
             None if query.as_of is None else as_of_timestamp(query.as_of, query.as_of_position)
         )
+        # In a thread: a large constant query must not stall every other session.
         try:
-            columns, rows = evaluate_constant(expression, query_time=timestamp)
+            columns, rows = await asyncio.to_thread(
+                evaluate_constant, expression, query_time=timestamp
+            )
         except TemporalError:
             timestamp = await self.oracle.read_timestamp()
-            columns, rows = evaluate_constant(expression, query_time=timestamp)
+            columns, rows = await asyncio.to_thread(
+                evaluate_constant, expression, query_time=timestamp
+            )
         stmtlog.note_event(stmtlog.OPTIMIZATION_FINISHED)
         stmtlog.note_strategy(stmtlog.CONSTANT)
         return columns, rows

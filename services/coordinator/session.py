@@ -39,6 +39,30 @@ def _transaction_isolation(value: str) -> str:
     return lowered
 
 
+_DURATION_UNITS = {"us": 0.001, "ms": 1, "s": 1000, "min": 60_000, "h": 3_600_000, "d": 86_400_000}
+
+
+def duration_ms(value: str) -> int:
+    """PostgreSQL's duration setting (``'5s'``, ``'100ms'``, ``'2min'``, a bare number of ms)."""
+    text = value.strip().lower().replace(" ", "")
+    number = text.rstrip("abcdefghijklmnopqrstuvwxyz")
+    unit = text[len(number) :] or "ms"
+    if unit not in _DURATION_UNITS or not number:
+        raise ValueError('expected a duration such as "5s", "100ms" or "2min"')
+    try:
+        amount = float(number)
+    except ValueError:
+        raise ValueError('expected a duration such as "5s", "100ms" or "2min"') from None
+    if amount < 0:
+        raise ValueError("a duration cannot be negative")
+    return round(amount * _DURATION_UNITS[unit])
+
+
+def _statement_timeout(value: str) -> str:
+    milliseconds = duration_ms(value)
+    return "0" if milliseconds == 0 else f"{milliseconds}ms"
+
+
 @dataclass(frozen=True)
 class Variable:
     name: str
@@ -68,6 +92,12 @@ VARIABLES: dict[str, Variable] = {
             "0.99",
             "The share of this session's statements logged (capped by the system's maximum).",
             check=check_rate,
+        ),
+        Variable(
+            "statement_timeout",
+            "0",
+            "How long a statement may run before it is canceled (57014); 0: no limit.",
+            check=_statement_timeout,
         ),
         Variable("client_encoding", "UTF8", "The client's character set.", read_only=True),
         Variable("datestyle", "ISO, MDY", "How dates are displayed.", read_only=True),
@@ -170,6 +200,12 @@ class Session:
                     position=position,
                 ) from None
         self.values[name] = value
+
+    @property
+    def statement_timeout(self) -> float | None:
+        """``statement_timeout`` in seconds; None when statements may run as long as they take."""
+        milliseconds = duration_ms(self.get("statement_timeout"))
+        return milliseconds / 1000 if milliseconds else None
 
     def reset(self, name: str, *, position: int = 0) -> None:
         if name.lower() == "all":

@@ -468,3 +468,18 @@ async def test_show_lists_objects_columns_and_definitions(tables: Any) -> None:
     assert ("materialize",) in await tables.rows(session, "SHOW DATABASES")
     missing = await tables.error(session, "SHOW COLUMNS FROM nope")
     assert missing.code == "42P01"
+
+
+async def test_statement_timeout_cancels_with_57014_and_zero_means_none(tables: Any) -> None:
+    """The only time limit a user meets is the one they set, with PostgreSQL's code and words."""
+    session = await tables.session()
+    await tables.tag(session, "CREATE TABLE slow (a int)")
+    await tables.tag(session, "INSERT INTO slow SELECT * FROM generate_series(1, 20000)")
+    await tables.tag(session, "SET statement_timeout = '1ms'")
+    error = await tables.error(session, "SELECT count(*), sum(a) FROM slow WHERE a % 7 = 1")
+    assert (error.code, error.message) == ("57014", "canceling statement due to statement timeout")
+    bad = await tables.error(session, "SET statement_timeout = 'soon'")
+    assert bad.code == "22023"
+    await tables.tag(session, "SET statement_timeout = 0")
+    assert await tables.rows(session, "SELECT count(*) FROM slow WHERE a % 7 = 1") == [(2858,)]
+    assert await tables.rows(session, "SHOW statement_timeout") == [("0",)]
