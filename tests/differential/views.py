@@ -16,6 +16,12 @@ VIEWS = (
         "generate_series_per_row",
         "SELECT a, b, generate_series(a, b) AS g FROM t1 WHERE a >= 0 AND b <= 6",
     ),
+    # Variance and standard deviation from count, sum and the sum of squares, per group.
+    View(
+        "spread",
+        "SELECT a, stddev(b) AS sd, variance(b) AS v, var_pop(f) AS vp, stddev_pop(f) AS sp "
+        "FROM t1 GROUP BY a",
+    ),
     # Map, filter, project; NULLs; three-valued logic; CASE.
     View("filter_project", "SELECT a, b, a + b AS s, b * 2 AS d FROM t1 WHERE a > 0"),
     View(

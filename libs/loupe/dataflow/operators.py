@@ -539,6 +539,23 @@ class Reduce(Operator):
         return [list(pair) for pair in self.state]
 
 
+def _spread(func: str, value: pl.Expr, weight: pl.Expr, kept: pl.Expr) -> pl.Expr:
+    """Variance or standard deviation of the kept values, each counted ``weight`` times.
+
+    Two passes over the group (the mean, then squared deviations from it), as
+    PostgreSQL's result is exact, not a difference of large sums.
+    """
+    x = value.cast(pl.Float64).filter(kept)
+    w = weight.cast(pl.Float64).filter(kept)
+    n = w.sum()
+    mean = (x * w).sum() / n
+    squares = (w * (x - mean) ** 2).sum()
+    population = func.endswith("_pop")
+    variance = squares / (n if population else n - 1)
+    result = variance.sqrt() if func.startswith("stddev") else variance
+    return pl.when(n > (0 if population else 1)).then(result)
+
+
 def _aggregate_expr(
     agg: mir.Aggregate, value: pl.Expr | None, weight: pl.Expr, positive: pl.Expr
 ) -> pl.Expr:
@@ -556,6 +573,8 @@ def _aggregate_expr(
             return distinct.cast(pl.Float64).mean()
     if agg.func == "count":
         return weight.filter(present).sum()
+    if agg.func in mir.SPREAD_AGGREGATES:
+        return _spread(agg.func, value, weight, present & positive)
     if agg.func == "min":
         return value.filter(positive).min()
     if agg.func == "max":

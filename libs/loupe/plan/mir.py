@@ -14,7 +14,9 @@ from loupe.plan.scalar import Scalar, scalar_type, widest_numeric
 
 ColumnSpec = tuple[str, str]
 
-AGGREGATES = ("count", "sum", "min", "max", "avg")
+# Variance and standard deviation (sample and population).
+SPREAD_AGGREGATES = frozenset({"var_samp", "var_pop", "stddev_samp", "stddev_pop"})
+AGGREGATES = ("count", "sum", "min", "max", "avg", *sorted(SPREAD_AGGREGATES))
 
 
 @dataclass(frozen=True)
@@ -31,7 +33,7 @@ class Aggregate:
             return "int8"
         assert self.expr is not None
         arg = scalar_type(self.expr, input_types)
-        if self.func == "avg":
+        if self.func == "avg" or self.func in SPREAD_AGGREGATES:
             return "float8" if arg.startswith("float") else "numeric"
         if self.func == "sum":
             return {"int2": "int8", "int4": "int8", "int8": "numeric"}.get(

@@ -56,6 +56,13 @@ AGGREGATES: dict[type, str] = {
     # bool_and and bool_or are min and max over booleans (false < true; NULLs skipped).
     exp.LogicalAnd: "min",
     exp.LogicalOr: "max",
+    # Variance and standard deviation, recomputed per changed group (not accumulated:
+    # retracted floats would leave residue that the square root magnifies).
+    exp.Variance: "var_samp",
+    exp.VariancePop: "var_pop",
+    exp.Stddev: "stddev_samp",
+    exp.StddevSamp: "stddev_samp",
+    exp.StddevPop: "stddev_pop",
 }
 # sqlglot node -> (registry name, the node's argument keys in PostgreSQL's order).
 _FUNCTION_ARGS: dict[type[exp.Expression], tuple[str, tuple[str, ...]]] = {
@@ -189,7 +196,9 @@ class Grouping:
 
     def aggregate(self, node: exp.Expression) -> Column:
         """The output column of the aggregate call ``node``, adding it if new."""
-        aggregate = self._lower_aggregate(node)
+        return self._column(self._lower_aggregate(node))
+
+    def _column(self, aggregate: mir.Aggregate) -> Column:
         if aggregate not in self.aggregates:
             # Columns after the aggregates would move: all must be known first.
             assert not self.hidden, "aggregate found after the Reduce was built"
@@ -210,6 +219,8 @@ class Grouping:
             raise LoupeError(GROUPING_ERROR, "aggregate function calls cannot be nested")
         distinct = isinstance(arg, exp.Distinct)
         if distinct:
+            if func in mir.SPREAD_AGGREGATES:
+                raise unsupported(f"{func}(DISTINCT …)")
             arg = arg.expressions[0]
         if isinstance(arg, exp.Star):
             if condition is None:

@@ -1178,6 +1178,7 @@ _CALL_NAMES: dict[type[exp.Expression], str] = {
     exp.Concat: "concat",
     exp.Pow: "power",
     exp.ExplodingGenerateSeries: "generate_series",
+    exp.VariancePop: "var_pop",
     exp.GenerateSeries: "generate_series",
 }
 
