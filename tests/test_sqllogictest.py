@@ -27,6 +27,8 @@ SAMPLE = [
     ("select2.test", 150, ("oneshot",)),
     ("select3.test", 100, ("oneshot",)),
     ("select4.test", 100, ("oneshot",)),
+    ("select5.test", 60, ("oneshot",)),
+    ("evidence/in1.test", None, ("oneshot",)),
     ("evidence/in2.test", None, ("oneshot",)),
     ("evidence/slt_lang_aggfunc.test", None, ("oneshot",)),
     ("evidence/slt_lang_createview.test", None, ("oneshot",)),
@@ -37,6 +39,9 @@ SAMPLE = [
     ("random/select/slt_good_0.test", 40, ("views",)),
     ("random/aggregates/slt_good_0.test", 75, ("oneshot",)),
     ("random/groupby/slt_good_1.test", 120, ("oneshot",)),
+    # PRIMARY KEY tables, CREATE [UNIQUE] INDEX, DELETE.
+    ("index/between/10/slt_good_1.test", 80, ("oneshot",)),
+    ("index/delete/10/slt_good_0.test", 80, ("oneshot",)),
 ]
 
 

@@ -216,6 +216,8 @@ def check_unique(
 
 def check_unique_contents(contents: pa.Table, index: str, columns: Sequence[str]) -> None:
     """23505 when ``contents`` already holds two rows with equal non-NULL ``columns``."""
+    if contents.num_rows == 0:
+        return
     frame = pl.from_arrow(contents.select([*columns, PERSIST_DIFF]))
     assert isinstance(frame, pl.DataFrame)
     present = frame.drop_nulls(list(columns))

@@ -174,6 +174,10 @@ async def test_primary_keys_unique_constraints_and_unique_indexes_are_enforced(
         (12, None, 7),
         (13, None, 7),
     ]
+    await tables.tag(session, "CREATE TABLE empty (a int)")
+    await tables.tag(session, "CREATE UNIQUE INDEX empty_a ON empty (a DESC)")
+    await tables.tag(session, "INSERT INTO empty VALUES (1)")
+    assert (await tables.error(session, "INSERT INTO empty VALUES (1)")).code == "23505"
     await tables.tag(session, "CREATE UNIQUE INDEX k_m ON k (m)")
     assert await tables.tag(session, "UPDATE k SET m = id") == "UPDATE 3"
     by_index = await tables.error(session, "INSERT INTO k VALUES (20, 'x', DEFAULT, 11)")
