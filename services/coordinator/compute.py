@@ -193,7 +193,7 @@ class Compute:
                 if query.as_of is not None or since is None:
                     raise
                 log.info("read timestamp no longer readable; reading later", since=since)
-                await self.c.tables.advance_oracle(at_least=since)
+                await self.c.oracle.write_timestamp(at_least=since)
         return await self._select_once(session, query, expression, relations)
 
     async def _select_once(
@@ -334,7 +334,7 @@ class Compute:
         if newest <= read_ts or complete <= read_ts:
             return read_ts
         try:
-            await self.c.tables.advance_oracle(at_least=complete)
+            await self.c.oracle.write_timestamp(at_least=complete)
         except LoupeError as error:
             log.warning("could not advance the timestamp oracle", error=error.message)
             return read_ts
@@ -662,13 +662,17 @@ class Compute:
             raise LoupeError(SqlState.UNDEFINED_OBJECT, f"unknown cluster '{name}'")
         return cluster
 
-    async def _relation(self, session: Session, name: ObjectName) -> Any:
-        """The table, view or materialized view ``name`` refers to (42P01 if none)."""
+    async def relation_named(self, session: Session, name: ObjectName) -> Any:
+        """The relation ``name`` refers to: a table, view, MV or system relation (42P01 if none)."""
         table = exp.to_table(".".join(quote(p) for p in name.parts), dialect="postgres")
         for part in table.parts:
             part.meta["start"] = name.position - 1
         _, relations = await self.resolved(session, exp.select("*").from_(table))
-        relation = next(iter(relations.values()))
+        return next(iter(relations.values()))
+
+    async def _relation(self, session: Session, name: ObjectName) -> Any:
+        """The table, view or materialized view ``name`` refers to (42P01 if none)."""
+        relation = await self.relation_named(session, name)
         if not isinstance(relation, Table | ComputeObject):
             raise LoupeError(
                 SqlState.INSUFFICIENT_PRIVILEGE,

@@ -163,6 +163,16 @@ EXPLAIN_COLUMNS = {"optimized": "Optimized Plan", "physical": "Physical Plan"}
 T = TypeVar("T")
 
 
+def unexpected_failure(event: str, **context: Any) -> Failure:
+    """A bug, not the user's error: XX000 for the client, its traceback in the log only.
+
+    Call from an ``except`` block; the incident id ties the two together.
+    """
+    incident = uuid.uuid4().hex[:12]
+    log.exception(event, incident=incident, **context)
+    return Failure(internal_error(incident, "coordinator"))
+
+
 def canceled_error() -> LoupeError:
     return LoupeError(SqlState.QUERY_CANCELED, "canceling statement due to user request")
 
@@ -421,10 +431,8 @@ class Coordinator:
                 yield Failure(client_error(error))
                 return
             except Exception:
-                incident = uuid.uuid4().hex[:12]
-                log.exception("parsing failed unexpectedly", incident=incident)
                 metrics.STATEMENTS.labels("parse", "error").inc()
-                yield Failure(internal_error(incident, "coordinator"))
+                yield unexpected_failure("parsing failed unexpectedly")
                 return
             if not statements:
                 yield Complete("EMPTY")
@@ -519,11 +527,8 @@ class Coordinator:
             yield Failure(client_error(error))
             return
         except Exception:
-            # A bug, not the user's error: its text and traceback go to the log only.
-            incident = uuid.uuid4().hex[:12]
-            log.exception("statement failed unexpectedly", incident=incident, statement=kind)
             metrics.STATEMENTS.labels(kind, "error").inc()
-            yield Failure(internal_error(incident, "coordinator"))
+            yield unexpected_failure("statement failed unexpectedly", statement=kind)
             return
         if isinstance(result, Streaming):
             failed = False
@@ -565,9 +570,7 @@ class Coordinator:
                     yield Failure(client_error(error))
                     return
                 except Exception:
-                    incident = uuid.uuid4().hex[:12]
-                    log.exception("statement failed unexpectedly", incident=incident)
-                    yield Failure(internal_error(incident, "coordinator"))
+                    yield unexpected_failure("statement failed unexpectedly")
                     return
                 finally:
                     session.running = None
@@ -731,7 +734,7 @@ class Coordinator:
                     )
                 target_id = index.id
             else:
-                relation = await self._relation_named(session, statement.target)
+                relation = await self.compute.relation_named(session, statement.target)
                 if statement.kind == "COLUMNS" and not isinstance(relation, Table | ComputeObject):
                     return await self._select(session, parse_one(builtin_columns_sql(relation)))
                 target_id = relation.id
@@ -746,14 +749,6 @@ class Coordinator:
         sql = show_sql(statement, database=session.database, schema=schema, target_id=target_id)
         result = await self._select(session, parse_one(sql))
         return dataclasses.replace(result, tag=f"SELECT {len(result.rows)}")
-
-    async def _relation_named(self, session: Session, name: ObjectName) -> Any:
-        """The relation (table, view, MV, source table or builtin) ``name`` refers to (42P01)."""
-        table = exp.to_table(".".join(quote_name(p) for p in name.parts), dialect="postgres")
-        for part in table.parts:
-            part.meta["start"] = name.position - 1
-        _, relations = await self.compute.resolved(session, exp.select("*").from_(table))
-        return next(iter(relations.values()))
 
     async def _set(self, session: Session, statement: SetVariable) -> StatementResult:
         session.set(statement.name, statement.value, position=statement.name_position)
@@ -1067,7 +1062,7 @@ class Coordinator:
         oracle is past it, every later read timestamp sees the DDL in mz_catalog.
         """
         try:
-            await self.tables.advance_oracle(at_least=self.writer.last_upper - 1)
+            await self.oracle.write_timestamp(at_least=self.writer.last_upper - 1)
         except LoupeError as error:
             log.warning("could not advance the timestamp oracle", error=error.message)
 

@@ -242,10 +242,6 @@ class TableStore:
             await asyncio.to_thread(self._advance, timestamp, list(self._tables()))
         return timestamp
 
-    async def advance_oracle(self, at_least: int = 0) -> int:
-        """Move only the oracle to a fresh timestamp >= ``at_least`` (reads move their tables)."""
-        return await self.oracle.write_timestamp(at_least)
-
     async def advance_to(self, tables: Iterable[Table], timestamp: int) -> None:
         """Make ``tables`` complete through ``timestamp`` (uppers past it) before a read at it.
 

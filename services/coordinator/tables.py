@@ -52,16 +52,19 @@ STORAGE_TYPES = {
     "timestamp without time zone": "timestamptz",
     "date": "date",
 }
-# Storage types of builtin collections -> the type name mz_columns shows.
+# Storage types of builtin collections -> the type name mz_columns shows (and messages).
 TYPE_NAMES = {
     "text": "text",
     "bool": "boolean",
+    "int2": "smallint",
     "int4": "integer",
     "int8": "bigint",
+    "float4": "real",
     "uint8": "uint8",
     "float8": "double precision",
     "numeric": "numeric",
     "timestamptz": "timestamp with time zone",
+    "timestamp": "timestamp without time zone",
     "date": "date",
     "interval": "interval",
     "jsonb": "jsonb",

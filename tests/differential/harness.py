@@ -256,7 +256,8 @@ class DuckDBSide:
         return self.connection.execute(_transpile(_without_limit(view.sql))).fetchall()
 
 
-_PG_TYPES = {
+# Loupe's type names -> PostgreSQL's, to declare a column of that type there.
+PG_COLUMN_TYPES = {
     "int4": "integer",
     "int8": "bigint",
     "float8": "double precision",
@@ -264,6 +265,22 @@ _PG_TYPES = {
     "text": "text",
     "bool": "boolean",
     "date": "date",
+    "timestamp": "timestamp",
+}
+# What pg_typeof() says -> Loupe's type names, to compare result types.
+LOUPE_TYPES = {
+    "integer": "int4",
+    "bigint": "int8",
+    "smallint": "int2",
+    "numeric": "numeric",
+    "double precision": "float8",
+    "real": "float4",
+    "text": "text",
+    "boolean": "bool",
+    "date": "date",
+    "timestamp without time zone": "timestamp",
+    "timestamp with time zone": "timestamptz",
+    "interval": "interval",
 }
 
 
@@ -283,7 +300,7 @@ class PostgresSide:
         self.connection.execute(f"CREATE SCHEMA {self.schema}")
         self.connection.execute(f"SET search_path TO {self.schema}")
         for table in Workload.TABLES:
-            columns = ", ".join(f"{name} {_PG_TYPES[t]}" for name, t in table.columns)
+            columns = ", ".join(f"{name} {PG_COLUMN_TYPES[t]}" for name, t in table.columns)
             self.connection.execute(f"CREATE TABLE {table.name} ({columns})")
 
     def close(self) -> None:
@@ -523,6 +540,8 @@ def compare(view: View, engine: EngineSide, answer: Answer, time: int) -> Mismat
 
 
 __all__ = [
+    "LOUPE_TYPES",
+    "PG_COLUMN_TYPES",
     "Answer",
     "DuckDBSide",
     "EngineSide",

@@ -19,21 +19,7 @@ import sqlglot
 from loupe.common.errors import LoupeError
 from loupe.coordinator.constant import evaluate_constant
 
-# pg_typeof's names -> Loupe's type names.
-PG_TYPES = {
-    "integer": "int4",
-    "bigint": "int8",
-    "smallint": "int2",
-    "numeric": "numeric",
-    "double precision": "float8",
-    "real": "float4",
-    "text": "text",
-    "boolean": "bool",
-    "date": "date",
-    "timestamp without time zone": "timestamp",
-    "timestamp with time zone": "timestamptz",
-    "interval": "interval",
-}
+from .harness import LOUPE_TYPES
 
 EXPRESSIONS = [
     # Integer arithmetic: truncating division, the sign of %, overflow, division by zero.
@@ -144,7 +130,7 @@ def postgres_answer(connection, expression: str):
     except psycopg.Error as error:
         return "error", error.sqlstate
     assert row is not None
-    return row[0], PG_TYPES.get(row[1], row[1])
+    return row[0], LOUPE_TYPES.get(row[1], row[1])
 
 
 def loupe_answer(expression: str):

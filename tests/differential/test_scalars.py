@@ -24,7 +24,7 @@ from loupe.dataflow.expr import apply_mfp, compile_scalar
 from loupe.dataflow.types import polars_dtype
 from loupe.plan import lir
 
-from .harness import TEXTS
+from .harness import LOUPE_TYPES, PG_COLUMN_TYPES, TEXTS
 
 COLUMNS = (
     ("r", "int4"),
@@ -242,30 +242,6 @@ FAILING: tuple[tuple[str, str], ...] = (
 )
 
 
-_PG_COLUMN_TYPES = {
-    "int4": "integer",
-    "int8": "bigint",
-    "text": "text",
-    "float8": "double precision",
-    "date": "date",
-    "timestamp": "timestamp",
-    "numeric": "numeric",
-}
-_PG_TYPE_NAMES = {
-    "integer": "int4",
-    "bigint": "int8",
-    "smallint": "int2",
-    "numeric": "numeric",
-    "double precision": "float8",
-    "text": "text",
-    "boolean": "bool",
-    "date": "date",
-    "timestamp without time zone": "timestamp",
-    "timestamp with time zone": "timestamptz",
-    "interval": "interval",
-}
-
-
 @pytest.fixture(scope="module")
 def pg_grid(postgres_url: str):
     """The grid as a table of a PostgreSQL schema of its own."""
@@ -275,7 +251,7 @@ def pg_grid(postgres_url: str):
         connection.execute("CREATE SCHEMA IF NOT EXISTS loupe_scalars")
         connection.execute("SET search_path TO loupe_scalars")
         connection.execute("DROP TABLE IF EXISTS g")
-        definition = ", ".join(f"{name} {_PG_COLUMN_TYPES[t]}" for name, t in COLUMNS)
+        definition = ", ".join(f"{name} {PG_COLUMN_TYPES[t]}" for name, t in COLUMNS)
         connection.execute(f"CREATE TABLE g ({definition})")
         with connection.cursor() as cursor:
             placeholders = ", ".join(["%s"] * len(COLUMNS))
@@ -314,7 +290,7 @@ def test_expression_matches_postgres_on_every_row(sql: str, grid: pl.DataFrame, 
     theirs = dict(pg_grid.execute(f"SELECT r, {sql} FROM g").fetchall())
     typed = pg_grid.execute(f"SELECT pg_typeof({sql})::text FROM g LIMIT 1").fetchone()
     assert typed is not None
-    theirs_type = _PG_TYPE_NAMES.get(typed[0], typed[0])
+    theirs_type = LOUPE_TYPES.get(typed[0], typed[0])
     assert ours_type == theirs_type, f"type {ours_type} where PostgreSQL says {theirs_type}"
     assert engine.keys() == theirs.keys()
     wrong = [

@@ -20,6 +20,7 @@ Two modes:
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import math
 import re
@@ -258,6 +259,7 @@ def _run_query(target: Target, record: Query, result: FileResult, view: str | No
         result.failures.append(Failure(record.line, record.sql, reason))
 
 
+@functools.lru_cache(maxsize=4096)
 def _positional_order(sql: str) -> str:
     """`` ORDER BY 1, 2 DESC`` when the query orders its output by position only, else ``""``."""
     try:

@@ -22,6 +22,7 @@ import loupe.plan.mir as mir
 from loupe.common.errors import LoupeError, SqlState
 from loupe.coordinator.plan.scope import Scope
 from loupe.coordinator.plan.values import MonthInterval, add_interval, fold_cast, parse_interval
+from loupe.coordinator.tables import TYPE_NAMES
 from loupe.plan import functions
 from loupe.plan.scalar import Call, Case, Cast, Column, Literal, Scalar, scalar_type
 
@@ -499,7 +500,7 @@ class Scalars:
             if any(t in ("float4", "float8") for t in types):
                 # log(b, x), round(x, n) and trunc(x, n) exist for numeric only, and
                 # double precision does not cast to numeric implicitly.
-                names = ", ".join(PG_TYPE_NAMES.get(t, t) for t in types)
+                names = ", ".join(TYPE_NAMES.get(t, t) for t in types)
                 raise LoupeError(UNDEFINED_FUNCTION, f"function {name}({names}) does not exist")
         return _fold_date_arithmetic(function.name, args) or Call(function.name, tuple(args))
 
@@ -603,17 +604,6 @@ def _has_month_interval(scalar: Scalar) -> bool:
 
 
 NUMERIC_ONLY_TWO_ARGUMENTS = frozenset({"log", "round", "trunc"})
-# PostgreSQL's names of types, for messages.
-PG_TYPE_NAMES = {
-    "int2": "smallint",
-    "int4": "integer",
-    "int8": "bigint",
-    "float4": "real",
-    "float8": "double precision",
-    "bool": "boolean",
-    "timestamptz": "timestamp with time zone",
-    "timestamp": "timestamp without time zone",
-}
 
 
 def _is_constant(node: exp.Expression) -> bool:

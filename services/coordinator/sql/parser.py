@@ -183,6 +183,9 @@ SHOW_OBJECT_KINDS = frozenset(
     }
 )
 
+# A PRIMARY KEY or UNIQUE constraint as written: (name, [(column, position)], primary, position).
+_KeySpec = tuple[str, tuple[tuple[str, int], ...], bool, int]
+
 # SHOW forms that list objects, and the kinds SHOW CREATE shows.
 _SHOW_LISTS = (
     ("TABLES",),
@@ -551,7 +554,7 @@ def _describe_words(tokens: Sequence[Token]) -> str:
 def _unique_keys(
     table: str,
     columns: Sequence[ColumnDef],
-    keys: Sequence[tuple[str, tuple[tuple[str, int], ...], bool, int]],
+    keys: Sequence[_KeySpec],
 ) -> tuple[UniqueKey, ...]:
     """The table's keys, checked and named as PostgreSQL names them (``t_pkey``, ``t_a_key``)."""
     names = {c.name for c in columns}
@@ -577,7 +580,7 @@ def _unique_keys(
 
 
 def _key_columns_not_null(
-    columns: Sequence[ColumnDef], keys: Sequence[tuple[str, tuple[tuple[str, int], ...], bool, int]]
+    columns: Sequence[ColumnDef], keys: Sequence[_KeySpec]
 ) -> tuple[ColumnDef, ...]:
     """PRIMARY KEY columns are NOT NULL."""
     primary = {c for _, key_columns, is_primary, _ in keys if is_primary for c, _ in key_columns}
@@ -1285,7 +1288,7 @@ class _LoupeParser:
         name = self.object_name("table name")
         self.expect("(")
         columns: list[ColumnDef] = []
-        keys: list[tuple[str, tuple[tuple[str, int], ...], bool, int]] = []
+        keys: list[_KeySpec] = []
         if not self.accept(")"):
             while True:
                 if self.at_table_constraint():
@@ -1318,7 +1321,7 @@ class _LoupeParser:
             "EXCLUDE",
         )
 
-    def table_constraint(self) -> tuple[str, tuple[tuple[str, int], ...], bool, int]:
+    def table_constraint(self) -> _KeySpec:
         """``[CONSTRAINT name] PRIMARY KEY (cols) | UNIQUE (cols)``: (name, columns, primary, position)."""
         position = self.position()
         name = self.identifier("constraint name") if self.accept("CONSTRAINT") else ""
@@ -1347,7 +1350,7 @@ class _LoupeParser:
     def column_definition(
         self,
         earlier: Sequence[ColumnDef],
-        keys: list[tuple[str, tuple[tuple[str, int], ...], bool, int]],
+        keys: list[_KeySpec],
     ) -> ColumnDef:
         position = self.position()
         name = self.identifier("column name")
