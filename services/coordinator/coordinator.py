@@ -1315,7 +1315,10 @@ class Coordinator:
             rows = dml.values_rows(table, columns, statement.rows)
         keys = self._unique_keys(table)
         written = await self.tables.write(
-            table, dml.insert_plan(table, rows, keys), read=bool(keys)
+            table,
+            dml.insert_plan(table, rows, keys),
+            read=bool(keys),
+            along=self.compute.maintained_with(table),
         )
         metrics.TABLE_WRITES.labels("insert").inc()
         return StatementResult(tag=f"INSERT 0 {written.count}")

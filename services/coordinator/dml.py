@@ -135,8 +135,11 @@ class Defaults:
             return None
         if column.name not in self._values:
             expression = sqlglot.parse_one(column.default, read=GENERATE_DIALECT)
-            _, rows = evaluate_constant(exp.select(expression), query_time=int(time.time() * 1000))
-            self._values[column.name] = rows[0][0]
+            assert isinstance(expression, exp.Expression)
+            # A literal default is typed by its column, as a literal in VALUES is
+            # (DEFAULT '2024-01-01' on a date column is a date, not text).
+            (value,) = _row_values([expression], query_time=int(time.time() * 1000))
+            self._values[column.name] = value
         return self._values[column.name]
 
     def complete(self, values: Sequence[Any], targets: Sequence[TableColumn]) -> list[Any]:
@@ -148,11 +151,13 @@ class Defaults:
         ]
 
 
-def _row_values(row: Sequence[exp.Expression]) -> list[Any]:
+def _row_values(row: Sequence[exp.Expression], *, query_time: int | None = None) -> list[Any]:
     values = [literal_value(e) for e in row]
     computed = [i for i, value in enumerate(values) if value is _NOT_LITERAL]
     if computed:
-        _, results = evaluate_constant(exp.select(*(row[i].copy() for i in computed)))
+        _, results = evaluate_constant(
+            exp.select(*(row[i].copy() for i in computed)), query_time=query_time
+        )
         for index, value in zip(computed, results[0], strict=True):
             values[index] = value
     return values

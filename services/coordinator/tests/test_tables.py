@@ -197,6 +197,20 @@ async def test_primary_keys_unique_constraints_and_unique_indexes_are_enforced(
     assert (await tables.error(session, "DROP INDEX k_m")).code == "42704"
 
 
+async def test_literal_defaults_take_their_column_type(tables: Any) -> None:
+    """DEFAULT '2024-01-01' on a date column is a date, as a literal in VALUES is."""
+    session = await tables.session()
+    await tables.tag(
+        session,
+        "CREATE TABLE d (id int, day date DEFAULT '2024-01-01', "
+        "n numeric DEFAULT '1.5', made timestamptz DEFAULT now())",
+    )
+    await tables.tag(session, "INSERT INTO d (id) VALUES (1)")
+    rows = await tables.rows(session, "SELECT id, day::text, n::text FROM d")
+    assert rows == [(1, "2024-01-01", "1.5")]
+    assert await tables.rows(session, "SELECT made IS NOT NULL FROM d") == [(True,)]
+
+
 async def test_reads_right_after_writes_see_them(tables: Any) -> None:
     """Each SELECT after an INSERT sees it (the read timestamp follows the write's)."""
     session = await tables.session()
