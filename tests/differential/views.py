@@ -10,7 +10,26 @@ from .harness import View
 
 PLANNER_GAP = "the planner refuses this construct (0A000) today"
 
+_EDGES = "SELECT a, b FROM t1 WHERE a IS NOT NULL AND b IS NOT NULL"
+_STEP = "SELECT reach.src, t1.b FROM reach JOIN t1 ON reach.dst = t1.a WHERE t1.b IS NOT NULL"
+
 VIEWS = (
+    # WITH MUTUALLY RECURSIVE (Materialize's) against PostgreSQL's WITH RECURSIVE: for a
+    # UNION (distinct) recursion both are the least fixpoint, so the answers agree.
+    View(
+        "recursive_reachability",
+        f"WITH MUTUALLY RECURSIVE reach (src int4, dst int4) AS ({_EDGES} UNION {_STEP}) "
+        "SELECT src, dst FROM reach",
+        postgres_sql=f"WITH RECURSIVE reach (src, dst) AS ({_EDGES} UNION {_STEP}) "
+        "SELECT src, dst FROM reach",
+    ),
+    View(
+        "recursive_countdown_aggregate",
+        "WITH MUTUALLY RECURSIVE down (n int4) AS (SELECT a FROM t1 WHERE a IS NOT NULL "
+        "UNION SELECT n - 1 FROM down WHERE n > -2) SELECT count(*) AS c, sum(n) AS s FROM down",
+        postgres_sql="WITH RECURSIVE down (n) AS (SELECT a FROM t1 WHERE a IS NOT NULL "
+        "UNION SELECT n - 1 FROM down WHERE n > -2) SELECT count(*) AS c, sum(n) AS s FROM down",
+    ),
     # A table function in the SELECT list: a row per value, retracted with its input row.
     View(
         "generate_series_per_row",

@@ -67,6 +67,11 @@ class Operator:
     def compute(self, lower: int, upper: int) -> Parts:
         raise NotImplementedError
 
+    @property
+    def eager(self) -> bool:
+        """Whether it must run even when its inputs are quiet (it has output of its own due)."""
+        return False
+
     def spines(self) -> list[list[Spine]]:
         """The operator's arrangements, per worker (for size logging)."""
         return []

@@ -173,6 +173,15 @@ def lir_to_proto(node: lir.Node) -> plan_pb2.LirNode:
         message.threshold.input.CopyFrom(lir_to_proto(node.input))
     elif isinstance(node, lir.Union):
         message.union.inputs.extend(lir_to_proto(i) for i in node.union_inputs)
+    elif isinstance(node, lir.LetRec):
+        let_rec = message.let_rec
+        let_rec.names.extend(node.names)
+        let_rec.bindings.extend(lir_to_proto(b) for b in node.bindings)
+        let_rec.body.CopyFrom(lir_to_proto(node.body))
+        let_rec.externals.extend(lir_to_proto(e) for e in node.externals)
+        if node.limit is not None:
+            let_rec.limit = node.limit
+        let_rec.return_at_limit = node.return_at_limit
     else:
         raise TypeError(f"unknown LIR node {type(node).__name__}")
     return message
@@ -239,6 +248,20 @@ def lir_from_proto(message: plan_pb2.LirNode) -> lir.Node:
     if kind == "union":
         inputs = tuple(lir_from_proto(i) for i in message.union.inputs)
         return lir.Union(node_id, inputs, types=types)
+    if kind == "let_rec":
+        let_rec = message.let_rec
+        externals = tuple(lir_from_proto(e) for e in let_rec.externals)
+        assert all(isinstance(e, lir.Get) for e in externals)
+        return lir.LetRec(
+            node_id,
+            tuple(let_rec.names),
+            tuple(lir_from_proto(b) for b in let_rec.bindings),
+            lir_from_proto(let_rec.body),
+            externals,  # type: ignore[arg-type]
+            let_rec.limit if let_rec.HasField("limit") else None,
+            let_rec.return_at_limit,
+            types=types,
+        )
     raise ValueError(f"LIR node {message.id} has no kind")
 
 

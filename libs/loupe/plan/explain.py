@@ -100,13 +100,28 @@ def _equivalences(classes: Sequence[Sequence[Scalar]]) -> str:
 
 
 def _mir_lines(node: mir.Relation, depth: int) -> Iterator[str]:
+    if isinstance(node, mir.LetRec):
+        yield INDENT * depth + "Return" + _limit(node.limit, node.return_at_limit)
+        yield from _mir_lines(node.body, depth + 1)
+        yield INDENT * depth + "With Mutually Recursive"
+        for name, binding in zip(node.names, node.bindings, strict=True):
+            yield INDENT * (depth + 1) + f"cte {name} ="
+            yield from _mir_lines(binding, depth + 2)
+        return
     yield INDENT * depth + _mir_header(node)
     for child in node.children():
         yield from _mir_lines(child, depth + 1)
 
 
+def _limit(limit: int | None, return_at_limit: bool) -> str:
+    """A recursion limit as Materialize's EXPLAIN shows it."""
+    if limit is None:
+        return ""
+    return f" // {{ limit: {'return_at_' if return_at_limit else ''}recursion_limit={limit} }}"
+
+
 def _mir_header(node: mir.Relation) -> str:
-    if isinstance(node, mir.Get):
+    if isinstance(node, mir.Get | mir.LocalGet):
         return f"Get {node.name}"
     if isinstance(node, mir.Constant):
         return "Constant " + ", ".join(_list([render_value(v) for v in row]) for row in node.rows)
@@ -135,8 +150,16 @@ def _mir_header(node: mir.Relation) -> str:
 
 
 def _lir_lines(node: lir.Node, depth: int, node_ids: bool) -> Iterator[str]:
-    header, attributes = _lir_parts(node)
     suffix = f" // {{ node_id: {node.id} }}" if node_ids else ""
+    if isinstance(node, lir.LetRec):
+        yield INDENT * depth + "Return" + _limit(node.limit, node.return_at_limit) + suffix
+        yield from _lir_lines(node.body, depth + 1, node_ids)
+        yield INDENT * depth + "With Mutually Recursive"
+        for name, binding in zip(node.names, node.bindings, strict=True):
+            yield INDENT * (depth + 1) + f"cte {name} ="
+            yield from _lir_lines(binding, depth + 2, node_ids)
+        return
+    header, attributes = _lir_parts(node)
     yield INDENT * depth + header + suffix
     for attribute in attributes:
         yield INDENT * (depth + 1) + attribute

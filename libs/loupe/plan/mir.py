@@ -89,15 +89,18 @@ class Relation:
 
 
 @dataclass(frozen=True)
-class Get(Relation):
-    """Read a catalog relation by its qualified name."""
-
+class _Named(Relation):
     name: str
     schema: tuple[ColumnSpec, ...]
 
     @property
     def columns(self) -> tuple[ColumnSpec, ...]:
         return self.schema
+
+
+@dataclass(frozen=True)
+class Get(_Named):
+    """Read a catalog relation by its qualified name."""
 
 
 @dataclass(frozen=True)
@@ -264,3 +267,34 @@ class Union(Relation):
 
     def children(self) -> tuple[Relation, ...]:
         return self.inputs
+
+
+@dataclass(frozen=True)
+class LocalGet(_Named):
+    """Read binding ``name`` of an enclosing ``LetRec`` (not a catalog relation)."""
+
+
+@dataclass(frozen=True)
+class LetRec(Relation):
+    """``WITH MUTUALLY RECURSIVE``: ``body`` over the fixpoint of ``bindings``.
+
+    Every binding starts empty; an iteration evaluates the bindings in order,
+    each reading (through ``LocalGet``) the newest value of every binding:
+    this iteration's for those before it, the previous one's for itself and
+    those after it. Iteration stops when an iteration changes no binding, or
+    after ``limit`` iterations (then the query fails, unless
+    ``return_at_limit``: it returns the bindings as they are).
+    """
+
+    names: tuple[str, ...]
+    bindings: tuple[Relation, ...]
+    body: Relation
+    limit: int | None = None
+    return_at_limit: bool = False
+
+    @property
+    def columns(self) -> tuple[ColumnSpec, ...]:
+        return self.body.columns
+
+    def children(self) -> tuple[Relation, ...]:
+        return (*self.bindings, self.body)

@@ -14,6 +14,7 @@ keys and aggregates) still read all of their inputs' columns they use.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 
 import loupe.plan.mir as mir
 from loupe.coordinator.plan.pushdown import push_predicates
@@ -37,6 +38,10 @@ def prune(relation: mir.Relation, demand: Sequence[int] | set[int] | range) -> m
     wanted = sorted(set(demand))
     narrowed, kept = _prune(relation, set(wanted))
     return _select(narrowed, kept, wanted)
+
+
+def everything_of(relation: mir.Relation) -> range:
+    return range(relation.arity)
 
 
 def _select(relation: mir.Relation, kept: list[int], wanted: list[int]) -> mir.Relation:
@@ -75,8 +80,13 @@ def _columns(exprs: Sequence[Scalar]) -> set[int]:
 def _prune(relation: mir.Relation, demand: set[int]) -> tuple[mir.Relation, list[int]]:
     """``(narrowed, kept)``: the narrowed relation holds the original columns ``kept`` ⊇ demand."""
     everything = list(range(relation.arity))
-    if isinstance(relation, mir.Get | mir.Constant):
+    if isinstance(relation, mir.Get | mir.Constant | mir.LocalGet):
         return relation, everything
+    if isinstance(relation, mir.LetRec):
+        # A binding's columns are read by LocalGets anywhere: each keeps all of them.
+        bindings = tuple(prune(b, everything_of(b)) for b in relation.bindings)
+        body, kept = _prune(relation.body, demand)
+        return replace(relation, bindings=bindings, body=body), kept
     if isinstance(relation, mir.Project):
         wanted = sorted(demand)
         inner = prune(relation.input, {relation.outputs[i] for i in wanted})

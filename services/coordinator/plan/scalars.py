@@ -146,6 +146,8 @@ class Context:
     subquery_columns: dict[int, int] = field(default_factory=dict)
     # The temporal functions folded into literals; one list shared with subqueries' contexts.
     folded: list[str] = field(default_factory=list)
+    # The local names given to WITH MUTUALLY RECURSIVE bindings (l0, l1, …); shared too.
+    bindings: list[str] = field(default_factory=list)
 
     @property
     def temporal(self) -> bool:
@@ -158,7 +160,13 @@ class Context:
     def child(self, outer: Scope | None) -> Context:
         """The context of a subquery whose enclosing query's scope is ``outer``."""
         farther = tuple(s for s in (self.outer, *self.farther) if s is not None)
-        return Context(outer=outer, query_time=self.query_time, folded=self.folded, farther=farther)
+        return Context(
+            outer=outer,
+            query_time=self.query_time,
+            folded=self.folded,
+            bindings=self.bindings,
+            farther=farther,
+        )
 
     def encloses(self, table: str | None, name: str) -> bool:
         """Whether an enclosing query (however far out) has the column."""

@@ -11,7 +11,8 @@ list; GROUP BY and HAVING with count, sum, min, max, avg, count(DISTINCT),
 bool_and, bool_or and FILTER; DISTINCT and DISTINCT ON; ORDER BY with LIMIT
 or OFFSET (a TopK); UNION [ALL], EXCEPT [ALL], INTERSECT [ALL];
 generate_series(start, stop [, step]) over integers in FROM and (one call) in
-the SELECT list (a FlatMap). Anything else is a 0A000 error naming the construct.
+the SELECT list (a FlatMap); WITH MUTUALLY RECURSIVE (a LetRec whose bindings
+are read by LocalGet). Anything else is a 0A000 error naming the construct.
 
 Subqueries may be correlated when they are plain SELECTs (no grouping,
 DISTINCT or LIMIT) or aggregates without GROUP BY: equalities with the
@@ -79,6 +80,7 @@ _SRF_TABLE = "__loupe_srf"
 _SRF_COLUMN = "__loupe_series"
 INVALID_COLUMN_REFERENCE = "42P10"
 DATATYPE_MISMATCH = "42804"
+DUPLICATE_ALIAS = "42712"
 OUTER_SIDES = ("LEFT", "RIGHT", "FULL")
 
 
@@ -234,6 +236,10 @@ class _Planner:
                 return _ordered_by_output(self.query(node.this), node, ordering)
             return self.ordered(node.this, finishing=finishing)
         with_ = node.args.get("with_") or node.args.get("with")
+        if with_ is not None and with_.args.get("mutually_recursive"):
+            planner, let_rec = self._mutually_recursive(with_)
+            body = planner.ordered(_without_with(node), finishing=finishing)
+            return replace(body, relation=let_rec(body.relation))
         if with_ is not None:
             return self._with(with_).ordered(_without_with(node), finishing=finishing)
         ordering = finishing or _has_limit(node)
@@ -280,6 +286,46 @@ class _Planner:
                 relation, _alias_columns(cte.args.get("alias"))
             )
         return planner
+
+    def _mutually_recursive(
+        self, with_: exp.With
+    ) -> tuple[_Planner, Callable[[mir.Relation], mir.Relation]]:
+        """``WITH MUTUALLY RECURSIVE``: a planner that sees every binding (in every binding
+        and in the body), and what wraps the body into the ``LetRec``."""
+        planner = _Planner(self.resolve, self.context, self.ctes, self.parent)
+        declared: list[tuple[str, str, tuple[mir.ColumnSpec, ...]]] = []
+        for cte in with_.expressions:
+            name = cte.alias_or_name
+            if name in (n for n, _, _ in declared):
+                raise LoupeError(
+                    DUPLICATE_ALIAS, f'WITH query name "{name}" specified more than once'
+                )
+            columns = cte.args["alias"].args.get("columns") or []
+            if not columns or not all(
+                isinstance(c, exp.ColumnDef) and c.args.get("kind") for c in columns
+            ):
+                raise LoupeError(
+                    SqlState.SYNTAX_ERROR,
+                    f'WITH MUTUALLY RECURSIVE query "{name}" must declare its columns '
+                    "and their types: name (column type, …)",
+                )
+            schema = tuple((c.name, cast_type(c.args["kind"])) for c in columns)
+            local = f"l{len(self.context.bindings)}"
+            self.context.bindings.append(local)
+            declared.append((name, local, schema))
+            planner.ctes[name] = mir.LocalGet(local, schema)
+        bindings = tuple(
+            _as_declared(planner.query(cte.this), name, schema)
+            for cte, (name, _, schema) in zip(with_.expressions, declared, strict=True)
+        )
+        names = tuple(local for _, local, _ in declared)
+        limit = with_.args.get("recursion_limit")
+        return_at_limit = bool(with_.args.get("return_at_limit"))
+
+        def let_rec(body: mir.Relation) -> mir.Relation:
+            return mir.LetRec(names, bindings, body, limit, return_at_limit)
+
+        return planner, let_rec
 
     # FROM and WHERE
 
@@ -1144,6 +1190,37 @@ def _conform(
                 DATATYPE_MISMATCH, f"{kind} types {left_type} and {right_type} cannot be matched"
             )
     return _cast_columns(left, targets), _cast_columns(right, targets)
+
+
+def _as_declared(
+    relation: mir.Relation, name: str, schema: tuple[mir.ColumnSpec, ...]
+) -> mir.Relation:
+    """A WITH MUTUALLY RECURSIVE binding's plan with its declared columns.
+
+    Its columns may widen implicitly (int4 to int8, numeric…) as a set
+    operation's do; any other difference is an error, as in Materialize.
+    """
+    declared = [t for _, t in schema]
+    inferred = list(relation.types)
+    matches = len(declared) == len(inferred) and all(
+        have == want
+        or have == "unknown"
+        or (
+            have in NUMERIC_RANK
+            and want in NUMERIC_RANK
+            and NUMERIC_RANK[have] <= NUMERIC_RANK[want]
+        )
+        for have, want in zip(inferred, declared, strict=True)
+    )
+    if not matches:
+        want, have = ", ".join(declared), ", ".join(inferred)
+        raise LoupeError(
+            DATATYPE_MISMATCH,
+            f'declared type ({want}) of WITH MUTUALLY RECURSIVE query "{name}" '
+            f"did not match inferred type ({have})",
+        )
+    cast = _cast_columns(relation, declared)
+    return _renamed(cast, [n for n, _ in schema])
 
 
 def _text_for_unknown(relation: mir.Relation) -> mir.Relation:

@@ -36,6 +36,8 @@ from typing import Any, ClassVar, TypeVar
 from sqlglot import exp
 from sqlglot.dialects.postgres import Postgres
 from sqlglot.errors import ErrorLevel, ParseError, TokenError
+from sqlglot.generators.postgres import PostgresGenerator
+from sqlglot.parsers.postgres import PostgresParser
 from sqlglot.tokens import Token, TokenType
 
 from loupe.common.errors import LoupeError, SqlState
@@ -243,6 +245,53 @@ class LoupeDialect(Postgres):
     # The keywords postgres treats as opaque commands; a statement starting with
     # one of them is refused before sqlglot sees it.
     COMMAND_TOKENS = frozenset(Postgres.Tokenizer.COMMANDS)
+
+    class Parser(PostgresParser):
+        """PostgreSQL's parser plus Materialize's ``WITH MUTUALLY RECURSIVE``.
+
+        ``WITH MUTUALLY RECURSIVE [(RETURN | ERROR) AT RECURSION LIMIT n)] name
+        (column type, …) AS (…), …`` parses as a ``With`` whose
+        ``mutually_recursive`` arg is true, with ``recursion_limit`` (an int or
+        None) and ``return_at_limit``; the columns' types are on the CTEs' aliases.
+        """
+
+        def _parse_with(self, skip_with_token: bool = False) -> exp.With | None:
+            if not skip_with_token and not self._match(TokenType.WITH):
+                return None
+            if not self._match_text_seq("MUTUALLY", "RECURSIVE"):
+                return super()._parse_with(skip_with_token=True)
+            limit, return_at_limit = None, False
+            if self._match(TokenType.L_PAREN):
+                if self._match_text_seq("RETURN"):
+                    return_at_limit = True
+                elif not self._match_text_seq("ERROR"):
+                    self.raise_error("Expected RETURN or ERROR")
+                if not self._match_text_seq("AT", "RECURSION", "LIMIT"):
+                    self.raise_error("Expected AT RECURSION LIMIT")
+                number = self._parse_number()
+                if not isinstance(number, exp.Literal) or not number.this.isdigit():
+                    self.raise_error("Expected the recursion limit, a positive integer")
+                limit = int(number.this) if isinstance(number, exp.Literal) else None
+                self._match_r_paren()
+            with_ = super()._parse_with(skip_with_token=True)
+            if with_ is not None:
+                with_.set("mutually_recursive", True)
+                with_.set("recursion_limit", limit)
+                with_.set("return_at_limit", return_at_limit)
+            return with_
+
+    class Generator(PostgresGenerator):
+        """PostgreSQL's SQL, plus ``WITH MUTUALLY RECURSIVE`` (stored view definitions)."""
+
+        def with_sql(self, expression: exp.With) -> str:
+            if not expression.args.get("mutually_recursive"):
+                return super().with_sql(expression)
+            limit = expression.args.get("recursion_limit")
+            options = ""
+            if limit is not None:
+                kind = "RETURN" if expression.args.get("return_at_limit") else "ERROR"
+                options = f"({kind} AT RECURSION LIMIT {limit}) "
+            return f"WITH MUTUALLY RECURSIVE {options}{self.expressions(expression, flat=True)}"
 
 
 _DIALECT = LoupeDialect()
