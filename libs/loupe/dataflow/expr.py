@@ -29,7 +29,7 @@ import itertools
 import math
 import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import polars as pl
@@ -345,6 +345,8 @@ class _Args:
     values: list[pl.Expr]
     types: list[str]
     error: pl.Expr | None
+    # Each argument's own error (None: it cannot fail).
+    errors: list[pl.Expr | None] = field(default_factory=list)
 
 
 class _Compiler:
@@ -422,6 +424,7 @@ class _Compiler:
             [c.value for c in compiled],
             [c.type for c in compiled],
             _first_error([c.error for c in compiled]),
+            [c.error for c in compiled],
         )
 
     def _case(self, case: Case) -> CompiledScalar:
@@ -726,7 +729,8 @@ def to_text(value: pl.Expr, source: str) -> pl.Expr:
     if source in ("text", "jsonb", "unknown"):
         return value.cast(pl.Utf8)
     if source == "bool":
-        return pl.when(value).then(pl.lit("true")).otherwise(pl.lit("false")).cast(pl.Utf8)
+        # Two whens, so that NULL stays NULL (``otherwise`` would make it 'false').
+        return pl.when(value).then(pl.lit("true")).when(~value).then(pl.lit("false"))
     if source == "numeric":
         return numeric_text(value)
     if source in _FLOATS:
@@ -874,7 +878,23 @@ def _between(compiler: _Compiler, call: Call) -> CompiledScalar:
     types = operand_types(call.func, call.args, compiler.input_types)
     args = compiler.args(call, _comparable_type(types))
     subject, low, high = args.values
-    return CompiledScalar((subject >= low) & (subject <= high), args.error, "bool")
+    above, below = subject >= low, subject <= high
+    error = args.error
+    if error is not None:
+        # a >= low AND a <= high: a false side decides, whatever the other's error
+        # (the low side's check fails only on its own operands' errors).
+        low_error = _first_error([args.errors[0], args.errors[1]])
+        high_error = _first_error([args.errors[0], args.errors[2]])
+        decided = ((above == False) & _clean(low_error)) | (  # noqa: E712
+            (below == False) & _clean(high_error)  # noqa: E712
+        )
+        error = pl.when(decided.fill_null(False)).then(pl.lit(None, pl.Utf8)).otherwise(error)
+    return CompiledScalar(above & below, error, "bool")
+
+
+def _clean(error: pl.Expr | None) -> pl.Expr:
+    """Where an operand's error expression is NULL: no error."""
+    return error.is_null() if error is not None else pl.lit(True)
 
 
 # Arithmetic.
@@ -978,7 +998,9 @@ def _time_arithmetic(
             types = [types[1], types[0]]
         if types[0] == "date" and types[1] in INTEGER_TYPES:
             days = left.cast(pl.Int64) + (right if func == "add" else -right).cast(pl.Int64)
-            return days.cast(pl.Int32).cast(pl.Date), None
+            outside = (days < _FIRST_DAY) | (days > _LAST_DAY)
+            error = _error_when(outside, DATETIME_OUT_OF_RANGE, "date out of range")
+            return pl.when(outside).then(None).otherwise(days).cast(pl.Int32).cast(pl.Date), error
         if types == ["date", "date"]:
             return left.cast(pl.Int32) - right.cast(pl.Int32), None
         if types[0] == "date":
@@ -992,6 +1014,13 @@ def _time_arithmetic(
         return (left + right if func == "add" else left - right), None
 
     return body
+
+
+# Loupe's dates, in days since 1970-01-01: 0001-01-01 to 9999-12-31, the range of the
+# clients' date types (PostgreSQL's goes from 4713 BC to 5874897; beyond Loupe's, date
+# arithmetic is 22008 "date out of range", as beyond PostgreSQL's).
+_FIRST_DAY = -719_162
+_LAST_DAY = 2_932_896
 
 
 def _truncated_division(left: pl.Expr, right: pl.Expr) -> pl.Expr:
@@ -1217,9 +1246,13 @@ def _substr(compiler: _Compiler, call: Call) -> CompiledScalar:
 def _replace(compiler: _Compiler, call: Call) -> CompiledScalar:
     """Every occurrence of ``old`` replaced; an empty ``old`` leaves the text alone."""
     constant_pattern = isinstance(call.args[1], Literal)
+    # polars replaces in a constant text only with a constant replacement: make it a column.
+    constant_text = isinstance(call.args[0], Literal) and not isinstance(call.args[2], Literal)
 
     def body(values: list[pl.Expr], _types: list[str], _result: str) -> tuple[pl.Expr, None]:
         text, old, new = values
+        if constant_text:
+            text = pl.repeat(text, pl.len())
         if constant_pattern:
             replaced = text.str.replace_all(old, new, literal=True)
         else:  # polars replaces only by a constant pattern; split and join take columns

@@ -24,6 +24,22 @@ INTEGER_TYPES = ("int2", "int4", "int8")
 TIME_TYPES = ("timestamp", "timestamptz")
 # Calls whose string-literal arguments take the type of the other arguments.
 COERCING = {"eq", "neq", "lt", "lte", "gt", "gte", "between", "coalesce", "nullif"}
+# Functions whose result is NULL whenever an argument is NULL (PostgreSQL's
+# "strict"): with a NULL constant argument the planner folds them to NULL, as
+# PostgreSQL does, without evaluating the others. Only functions listed here;
+# coalesce, concat(), greatest, AND/OR, BETWEEN, IS [NOT] NULL, nullif are not.
+STRICT = frozenset(
+    {
+        *("add", "sub", "mul", "div", "mod", "neg", "eq", "neq", "lt", "lte", "gt", "gte"),
+        *("like", "ilike", "regexp_like", "regexp_replace", "abs", "ceil", "ceiling", "floor"),
+        *("round", "trunc", "sqrt", "cbrt", "exp", "ln", "log", "log10", "pow", "power"),
+        *("sign", "upper", "lower", "length", "char_length", "character_length"),
+        *("octet_length", "substr", "substring", "strpos", "replace", "concat", "lpad"),
+        *("rpad", "left", "right", "split_part", "starts_with", "btrim", "ltrim", "rtrim"),
+        *("trim", "reverse", "repeat", "translate", "date_part", "extract", "date_trunc"),
+        *("make_date", "not"),
+    }
+)
 COERCING |= {"greatest", "least"} | ARITHMETIC
 
 
@@ -69,6 +85,20 @@ def _common(types: Sequence[str]) -> str:
     if "timestamp" in known:
         return "timestamp"
     return known[0] if known else "unknown"
+
+
+_FAMILIES = ({"int2", "int4", "int8"}, {"float4", "float8"})
+
+
+def _nullif(types: Sequence[str]) -> str:
+    """a's type, unless ``a = b`` must first convert a (PostgreSQL compares int4 with int8
+    and real with double precision directly, an integer with numeric as numeric)."""
+    first, second = types
+    if first not in NUMERIC_RANK or second not in NUMERIC_RANK:
+        return first if first != "unknown" else second
+    if any({first, second} <= family for family in _FAMILIES):
+        return first
+    return widest(types)
 
 
 def _float_unless_numeric(types: Sequence[str]) -> str:
@@ -149,7 +179,7 @@ _FUNCTIONS = (
     Function(
         "coalesce", 1, None, _common, "the first non-NULL argument (later ones not evaluated)"
     ),
-    Function("nullif", 2, 2, _first, "NULL if a = b, else a"),
+    Function("nullif", 2, 2, _nullif, "NULL if a = b, else a"),
     Function("greatest", 1, None, _common, "the largest non-NULL argument"),
     Function("least", 1, None, _common, "the smallest non-NULL argument"),
     # Strings.

@@ -23,8 +23,9 @@ from loupe.common.errors import LoupeError, SqlState
 from loupe.coordinator.plan.scope import Scope
 from loupe.coordinator.plan.values import MonthInterval, add_interval, fold_cast, parse_interval
 from loupe.coordinator.tables import TYPE_NAMES
+from loupe.dataflow.expr import evaluate_closed
 from loupe.plan import functions
-from loupe.plan.scalar import Call, Case, Cast, Column, Literal, Scalar, scalar_type
+from loupe.plan.scalar import Call, Case, Cast, Column, Literal, Scalar, columns_of, scalar_type
 
 GROUPING_ERROR = SqlState.GROUPING_ERROR
 UNDEFINED_FUNCTION = "42883"
@@ -436,11 +437,32 @@ class Scalars:
             whens.append((self._lower(condition), self._lower(when.args["true"])))
         default = node.args.get("default")
         if default is not None:
-            return Case(tuple(whens), self._lower(default))
+            return self._folded_case(Case(tuple(whens), self._lower(default)))
         result_type = next(
             (t for t in (self.type_of(r) for _, r in whens) if t != "unknown"), "unknown"
         )
-        return Case(tuple(whens), _null(result_type))
+        return self._folded_case(Case(tuple(whens), _null(result_type)))
+
+    def _folded_case(self, case: Case) -> Scalar:
+        """``case`` without the WHENs whose condition is a constant, as PostgreSQL folds them:
+        false or NULL never match, true ends the CASE (its type stays the whole CASE's)."""
+        if not any(isinstance(c, Literal) for c, _ in case.whens):
+            return case
+        case_type = self.type_of(case)
+        kept: list[tuple[Scalar, Scalar]] = []
+        otherwise = case.otherwise
+        for condition, result in case.whens:
+            if isinstance(condition, Literal) and condition.value is True:
+                otherwise = result
+                break
+            if not isinstance(condition, Literal):
+                kept.append((condition, result))
+        folded = Case(tuple(kept), otherwise) if kept else otherwise
+        if self.type_of(folded) == case_type:
+            return folded
+        if isinstance(folded, Literal) and folded.value is None:
+            return Literal(None, case_type)
+        return Cast(folded, case_type)
 
     def _subquery(self, node: exp.Expression) -> Scalar:
         """The hidden column the planner joined a subquery's value into."""
@@ -503,14 +525,31 @@ class Scalars:
                 UNDEFINED_FUNCTION, f"function {name} does not take {len(args)} arguments"
             )
         args = self._coerce(function.name, list(args))
-        if function.name in NUMERIC_ONLY_TWO_ARGUMENTS and len(args) == 2:
+        if (function.name in NUMERIC_ONLY_TWO_ARGUMENTS and len(args) == 2) or (
+            function.name == "mod"
+        ):
             types = [self.type_of(a) for a in args]
             if any(t in ("float4", "float8") for t in types):
-                # log(b, x), round(x, n) and trunc(x, n) exist for numeric only, and
-                # double precision does not cast to numeric implicitly.
+                # log(b, x), round(x, n) and trunc(x, n) exist for numeric only,
+                # a % b for integers and numeric, and double precision does not
+                # cast to numeric implicitly.
                 names = ", ".join(TYPE_NAMES.get(t, t) for t in types)
                 raise LoupeError(UNDEFINED_FUNCTION, f"function {name}({names}) does not exist")
-        return _fold_date_arithmetic(function.name, args) or Call(function.name, tuple(args))
+        if function.name == "nullif":  # a is converted when the comparison converts it
+            result = self.type_of(Call(function.name, tuple(args)))
+            if self.type_of(args[0]) not in (result, "unknown"):
+                args[0] = Cast(args[0], result)
+        call = Call(function.name, tuple(args))
+        # NULL without evaluating the others, as PostgreSQL folds when planning: a strict
+        # function of a NULL constant (strpos(NULL, 1 / x) is NULL even where x = 0),
+        # NULLIF(NULL, x), and x BETWEEN … with x NULL.
+        null_first = function.name in ("between", "nullif") and _is_null(args[0])
+        if (null_first or (function.name in functions.STRICT and any(map(_is_null, args)))) and (
+            _safe(args)
+        ):
+            return Literal(None, self.type_of(call))
+        folded = _fold_date_arithmetic(function.name, args) or _fold_constant(call)
+        return folded or call
 
     def _coerce(self, name: str, args: list[Scalar]) -> list[Scalar]:
         """Quoted literals and NULLs take the type of the call's other arguments, as in PostgreSQL."""
@@ -567,14 +606,53 @@ def _narrowed(arg: Scalar, type_: str, target: str) -> Scalar | None:
 def _typed_like(arg: Scalar, type_: str, context: str) -> Scalar:
     if not isinstance(arg, Literal):
         return arg
-    if arg.value is None:
-        return Literal(None, context)
+    if arg.value is None:  # an untyped NULL; CAST(NULL AS int8) keeps its type
+        return Literal(None, context) if type_ == "unknown" else arg
     if type_ != "text" or not isinstance(arg.value, str):
         return arg
     try:
         return Literal(fold_cast(arg.value, "text", context), context)
     except ValueError:
         return arg
+
+
+# Result types a constant call folds to (their values are exact Python values).
+_FOLDABLE = frozenset({"bool", "int2", "int4", "int8", "float8", "text", "date"})
+
+
+def _fold_constant(call: Call) -> Literal | None:
+    """A call of constants as the constant it is, as PostgreSQL evaluates it when planning;
+    None when it fails (it then fails where it is evaluated) or its type is not foldable."""
+    if not all(isinstance(a, Literal) for a in call.args):
+        return None
+    function = functions.lookup(call.func)
+    if function is None or not function.evaluable:
+        return None
+    type_ = scalar_type(call, ())
+    if type_ not in _FOLDABLE:
+        return None
+    try:
+        value = evaluate_closed(call)
+    except LoupeError:
+        return None
+    return Literal(value, type_)
+
+
+def _is_null(scalar: Scalar) -> bool:
+    return isinstance(scalar, Literal) and scalar.value is None
+
+
+def _safe(args: Sequence[Scalar]) -> bool:
+    """Whether no argument is a constant expression that fails (PostgreSQL folds constant
+    arguments first, so ``f(NULL, 9223372036854775807 * 2)`` fails rather than being NULL)."""
+    for arg in args:
+        if isinstance(arg, Literal) or columns_of(arg):
+            continue
+        try:
+            evaluate_closed(arg)
+        except LoupeError:
+            return False
+    return True
 
 
 def _fold_date_arithmetic(name: str, args: Sequence[Scalar]) -> Literal | None:
@@ -590,11 +668,14 @@ def _fold_date_arithmetic(name: str, args: Sequence[Scalar]) -> Literal | None:
     start, amount = left.value, right.value
     if not isinstance(start, datetime.date) or start is None or amount is None:
         return None
-    if isinstance(amount, datetime.timedelta | MonthInterval):
-        moment = add_interval(start, amount, sign)
-        return Literal(moment, "timestamp" if left.type == "date" else left.type)
-    if left.type == "date" and isinstance(amount, int) and not isinstance(amount, bool):
-        return Literal(start + datetime.timedelta(days=sign * amount), "date")
+    try:  # beyond Python's dates (years 1 to 9999) the engine computes (and checks) it
+        if isinstance(amount, datetime.timedelta | MonthInterval):
+            moment = add_interval(start, amount, sign)
+            return Literal(moment, "timestamp" if left.type == "date" else left.type)
+        if left.type == "date" and isinstance(amount, int) and not isinstance(amount, bool):
+            return Literal(start + datetime.timedelta(days=sign * amount), "date")
+    except (OverflowError, ValueError):
+        return None
     return None
 
 
