@@ -59,11 +59,10 @@ from loupe.common.errors import LoupeError, SqlState, client_error, internal_err
 from loupe.common.logging import get_logger
 from loupe.common.system_vars import checked_value, is_system_variable, system_value
 from loupe.common.transport import NatsServiceClient, subscribe
-from loupe.common.values import from_row
 from loupe.coordinator import access, dml, metrics, prepared
 from loupe.coordinator import statement_logging as stmtlog
 from loupe.coordinator.catalog_relations import CatalogRelationsWriter
-from loupe.coordinator.catalog_state import CatalogState, ClusterInfo
+from loupe.coordinator.catalog_state import CatalogState
 from loupe.coordinator.compute import Compute, explain_text
 from loupe.coordinator.constant import evaluate_constant
 from loupe.coordinator.follower import CatalogFollower
@@ -80,6 +79,9 @@ from loupe.coordinator.results import (
     StatementResult,
     Streaming,
 )
+from loupe.coordinator.sequencer import cluster, ddl
+from loupe.coordinator.sequencer.context import SequencerContext
+from loupe.coordinator.sequencer.peek import canceled_error
 from loupe.coordinator.session import Session, SessionManager
 from loupe.coordinator.show import builtin_columns_sql, show_sql
 from loupe.coordinator.sql.params import Parameter
@@ -134,7 +136,6 @@ from loupe.coordinator.timestamps import as_of_timestamp
 from loupe.persist import nats_upper_notifier
 from loupe.proto.catalog.v1 import catalog_pb2
 from loupe.proto.common.v1 import common_pb2
-from loupe.proto.compute.v1 import compute_pb2
 from loupe.proto.controller.v1 import controller_pb2
 
 log = get_logger(__name__)
@@ -171,10 +172,6 @@ def unexpected_failure(event: str, **context: Any) -> Failure:
     incident = uuid.uuid4().hex[:12]
     log.exception(event, incident=incident, **context)
     return Failure(internal_error(incident, "coordinator"))
-
-
-def canceled_error() -> LoupeError:
-    return LoupeError(SqlState.QUERY_CANCELED, "canceling statement due to user request")
 
 
 @dataclass
@@ -261,13 +258,21 @@ class Coordinator:
             lambda: self.state.tables.values(),
             retention_ms=int(self.config.table_retention * 1000),
         )
-        self.collections: dict[str, common_pb2.CollectionMetadata] = {}
-        self.compute = Compute(self)
-        # This coordinator's DDL runs one statement at a time.
-        self._ddl_lock = asyncio.Lock()
+        # What the sequencers share; they get it, not the coordinator.
+        self.context = SequencerContext(
+            config=self.config,
+            connection=connection,
+            catalog=self.catalog,
+            controller=self.controller,
+            writer=self.writer,
+            follower=self.follower,
+            oracle=self.oracle,
+            tables=self.tables,
+            compute=Compute,
+        )
+        self.compute = self.context.compute
         self._subscription: Subscription | None = None
         self._controller_started: Subscription | None = None
-        self._background: set[asyncio.Task[Any]] = set()
         self._ticker: asyncio.Task[None] | None = None
         self.statement_log = stmtlog.StatementLogger(
             connection,
@@ -283,6 +288,11 @@ class Coordinator:
     def state(self) -> CatalogState:
         """The newest catalog snapshot this coordinator knows."""
         return self.follower.state
+
+    @property
+    def collections(self) -> dict[str, common_pb2.CollectionMetadata]:
+        """Where each builtin collection lives (``ListCollections``)."""
+        return self.context.collections
 
     async def start(self) -> None:
         """Learn the collections and the catalog, and make storage match the catalog."""
@@ -302,7 +312,7 @@ class Coordinator:
         if self.config.table_tick_interval > 0:
             self._ticker = asyncio.create_task(self._tick_tables())
         if self.config.idle_session_timeout > 0:
-            self._spawn(self._reap_idle_sessions())
+            self.context.spawn(self._reap_idle_sessions())
         # A controller that (re)starts has no dataflows: send ours again then too.
         self._controller_started = await subscribe(
             self._nc,
@@ -381,10 +391,11 @@ class Coordinator:
                 with contextlib.suppress(Exception):
                     await subscription.unsubscribe()
         self._subscription = self._controller_started = None
-        for task in list(self._background):
+        background = self.context.background
+        for task in list(background):
             task.cancel()
-        if self._background:
-            await asyncio.gather(*self._background, return_exceptions=True)
+        if background:
+            await asyncio.gather(*background, return_exceptions=True)
 
     async def refresh_collections(self, *, wait: bool = False) -> None:
         async def list_collections() -> controller_pb2.ListCollectionsResponse:
@@ -395,7 +406,7 @@ class Coordinator:
             if wait
             else await list_collections()
         )
-        self.collections = {c.collection_id: c for c in response.collections}
+        self.context.collections = {c.collection_id: c for c in response.collections}
 
     async def _retry_unavailable(self, call: Callable[[], Awaitable[T]], what: str) -> T:
         deadline = time.monotonic() + self.config.startup_timeout
@@ -667,8 +678,10 @@ class Coordinator:
         match statement:
             case CreateRole() | AlterRole() | DropRole() | GrantRole():
                 return await self._role_ddl(session, statement)
-            case CreateView() | CreateIndex() | CreateSource():
+            case CreateView() | CreateIndex():
                 return await self.compute.create(session, statement)
+            case CreateSource():
+                return await self._create_source(session, statement)
             case DropObjects():
                 return await self.compute.drop(session, statement)
             case Subscribe():
@@ -701,7 +714,7 @@ class Coordinator:
             case DropCluster():
                 return await self.compute.drop_cluster(session, statement)
             case CreateCluster() | CreateClusterReplica() | DropClusterReplica():
-                return await self._ddl(session, statement)
+                return await cluster.cluster_ddl(self.context, session, statement)
             case CreateTable():
                 return await self._create_table(session, statement)
             case DropTable():
@@ -754,26 +767,9 @@ class Coordinator:
         session.set(statement.name, statement.value, position=statement.name_position)
         result = StatementResult(tag="SET")
         name = statement.name.lower()
-        if name == "cluster" and await self._cluster(session.cluster) is None:
+        if name == "cluster" and await self.context.cluster(session.cluster) is None:
             result.notices.append(Notice("WARNING", f'cluster "{session.cluster}" does not exist'))
         return result
-
-    async def _cluster(self, name: str) -> ClusterInfo | None:
-        """The cluster called ``name``, asking the catalog when this coordinator does not know it.
-
-        Another coordinator may have created it a moment ago.
-        """
-        cluster = self.state.cluster(name)
-        if cluster is None:
-            cluster = (await self._refreshed_state()).cluster(name)
-        return cluster
-
-    async def _refreshed_state(self) -> CatalogState:
-        try:
-            return await self.follower.refresh()
-        except LoupeError as error:
-            log.warning("could not read the catalog", error=error.message)
-            return self.state
 
     async def authenticate(self, user: str, password: str) -> bool:
         """Check ``user``'s credentials (28000 / 28P01 if refused); whether it is a superuser.
@@ -783,7 +779,7 @@ class Coordinator:
         """
         state = self.state
         if user not in state.role_objects:
-            state = await self._refreshed_state()
+            state = await self.context.refreshed_state()
         try:
             await access.authenticate(
                 state.role_objects,
@@ -805,18 +801,20 @@ class Coordinator:
         may change its own password (PostgreSQL's rule)."""
         own_password = access.changes_only_own_password(statement, session.user)
         if not own_password:
-            self._require_superuser(session, statement)
+            ddl.require_superuser(session, statement)
         if isinstance(statement, DropRole) and session.user in statement.names:
             raise LoupeError(
                 OBJECT_IN_USE, "current user cannot be dropped", position=statement.position
             )
         ops = await access.role_ops(statement, grantor=session.user)
-        _, result = await self._transact(session, statement, ops, superuser_only=not own_password)
+        _, result = await ddl.transact(
+            self.context, session, statement, ops, superuser_only=not own_password
+        )
         return result
 
     async def _alter_system(self, session: Session, statement: AlterSystem) -> StatementResult:
         """Store (or remove) a system variable's value in the catalog; superusers only."""
-        self._require_superuser(session, statement)
+        ddl.require_superuser(session, statement)
         try:
             value = (
                 None if statement.value is None else checked_value(statement.name, statement.value)
@@ -828,7 +826,7 @@ class Coordinator:
                 name=statement.name.lower(), value=value or "", reset=value is None
             )
         )
-        _, result = await self._transact(session, statement, [op], advance=False)
+        _, result = await ddl.transact(self.context, session, statement, [op], advance=False)
         return result
 
     def session_defaults(self) -> dict[str, str]:
@@ -902,16 +900,6 @@ class Coordinator:
         stmtlog.note_strategy(stmtlog.CONSTANT)
         return columns, rows
 
-    async def _resolving(self, attempt: Callable[[CatalogState], T]) -> T:
-        """``attempt`` with the known catalog, then once more with a fresh one on 42P01."""
-        try:
-            return attempt(self.state)
-        except LoupeError as error:
-            if error.code != SqlState.UNDEFINED_TABLE:
-                raise
-            # Another coordinator may have created the table a moment ago.
-            return attempt(await self._refreshed_state())
-
     async def _explain(self, session: Session, statement: Explain) -> StatementResult:
         """The plan of the query (or stored definition) as text: one row, one column."""
         if statement.query is None:
@@ -927,7 +915,7 @@ class Coordinator:
                     collections={**BY_QUALIFIED_NAME, **state.relations_in(session.database)},
                 )
 
-            expression, relations = await self._resolving(attempt)
+            expression, relations = await self.context.resolving(attempt)
             planned = plan_query(expression, lambda name: plan_source(relations[name]))
             name = EXPLAINED_QUERY
         text = explain_text(planned, statement.stage, statement.node_ids, name)
@@ -937,163 +925,7 @@ class Coordinator:
             rows=[(text,)],
         )
 
-    async def _peek_target_replica(self, session: Session, cluster: ClusterInfo) -> tuple[str, str]:
-        """(cluster_id, replica_id): ``SET cluster_replica`` picks one replica of ``cluster``."""
-        cluster_name = cluster.name
-        replica_id = ""
-        if session.cluster_replica:
-            replica = self.state.replica(cluster.id, session.cluster_replica)
-            if replica is None:
-                replica = (await self._refreshed_state()).replica(
-                    cluster.id, session.cluster_replica
-                )
-            if replica is None:
-                raise LoupeError(
-                    SqlState.UNDEFINED_OBJECT,
-                    f"cluster replica '{cluster_name}.{session.cluster_replica}' does not exist",
-                )
-            replica_id = replica.id
-        return cluster.id, replica_id
-
-    async def _send_peek(
-        self, request: controller_pb2.PeekRequest
-    ) -> tuple[tuple[tuple[str, str], ...], list[tuple[Any, ...]]]:
-        """Send a peek to the controller: (columns, rows); canceled with the statement."""
-        peek_id = request.peek.uuid
-        try:
-            response = await self.controller.call(
-                "Peek", request, timeout=self.config.peek_timeout + 5
-            )
-        except asyncio.CancelledError:
-            self._spawn(self._cancel_peek(peek_id))
-            raise
-        except LoupeError as error:
-            if error.code == "DEADLINE_EXCEEDED":
-                self._spawn(self._cancel_peek(peek_id))
-                raise LoupeError(
-                    SqlState.QUERY_CANCELED, "canceling statement due to statement timeout"
-                ) from None
-            raise
-        kind = response.WhichOneof("result")
-        if kind == "error":
-            raise LoupeError.from_proto(response.error)
-        if kind == "canceled":
-            raise canceled_error()
-        columns = tuple((c.name, c.type) for c in response.rows.desc.columns)
-        return columns, [from_row(row) for row in response.rows.rows]
-
-    async def _cancel_peek(self, peek_id: str) -> None:
-        try:
-            await self.controller.CancelPeek(compute_pb2.CancelPeek(uuid=peek_id), timeout=5)
-        except LoupeError as error:
-            log.warning("cancel peek failed", uuid=peek_id, error=error.message)
-
-    def _spawn(self, coroutine: Awaitable[None]) -> None:
-        task = asyncio.ensure_future(coroutine)
-        self._background.add(task)
-        task.add_done_callback(self._background.discard)
-
-    # -- DDL ----------------------------------------------------------------------------
-
-    async def _ddl(self, session: Session, statement: Statement) -> StatementResult:
-        op = catalog_op(statement, owner_id=self._owner_id(session))
-        _, result = await self._transact(session, statement, [op])
-        return result
-
-    def _owner_id(self, session: Session) -> str:
-        return self.state.role_id(session.user) or session.role_id
-
-    @staticmethod
-    def _require_superuser(session: Session, statement: Statement) -> None:
-        if not session.is_superuser:
-            raise LoupeError(
-                SqlState.INSUFFICIENT_PRIVILEGE,
-                f'permission denied to {statement.tag}: role "{session.user}" is not a superuser',
-                position=statement.position,
-            )
-
-    async def _transact(
-        self,
-        session: Session,
-        statement: Statement,
-        ops: list[catalog_pb2.CatalogOp],
-        *,
-        advance: bool = True,
-        superuser_only: bool = True,
-    ) -> tuple[catalog_pb2.TransactResponse, StatementResult]:
-        """Commit ``ops`` and follow the commit into the controller and storage.
-
-        ``advance``: then move the oracle (and the tables) past the append of
-        the commit's catalog relations (``_after_ddl``). ``superuser_only``: False
-        for what the caller has authorised itself (a role's own password).
-        """
-        if superuser_only:
-            self._require_superuser(session, statement)
-        result = StatementResult(tag=statement.tag)
-        async with self._ddl_lock:
-            response = await self.catalog.Transact(
-                catalog_pb2.TransactRequest(ops=ops, user=session.user)
-            )
-            snapshot = (
-                response.snapshot
-                if response.HasField("snapshot")
-                else await self.catalog.Snapshot(catalog_pb2.SnapshotRequest())
-            )
-            try:
-                await self.follower.after_commit(snapshot)
-            except LoupeError as error:
-                raise LoupeError(
-                    error.code,
-                    f"{statement.tag} committed, but mz_catalog is not updated yet: {error.message}",
-                ) from None
-            failure = self.follower.apply_failure
-            if failure:
-                result.notices.append(
-                    Notice("WARNING", f"the controller has not applied the change yet: {failure}")
-                )
-        if advance:
-            await self._after_ddl()
-        return response, result
-
-    async def _after_ddl(self) -> None:
-        """Move the oracle past the storage writer's append of the catalog relations.
-
-        The storage writer picks the time of that append itself; once the
-        oracle is past it, every later read timestamp sees the DDL in mz_catalog.
-        """
-        try:
-            await self.oracle.write_timestamp(at_least=self.writer.last_upper - 1)
-        except LoupeError as error:
-            log.warning("could not advance the timestamp oracle", error=error.message)
-
     # -- tables -------------------------------------------------------------------------
-
-    def _target_schema(self, session: Session, name: ObjectName) -> tuple[str, catalog_pb2.Schema]:
-        """(database name, schema) a new object called ``name`` goes to."""
-        parts = name.parts
-        database = parts[0] if len(parts) == 3 else session.database
-        candidates = [parts[-2]] if len(parts) > 1 else search_path_schemas(session.search_path)
-        if not any(d.name == database for d in self.state.databases.values()):
-            raise LoupeError(
-                INVALID_CATALOG_NAME, f"unknown database '{database}'", position=name.position
-            )
-        for schema_name in candidates:
-            if schema_name in (*IMPLICIT_SCHEMAS, "mz_internal", "mz_introspection", "pg_catalog"):
-                raise LoupeError(
-                    SqlState.INSUFFICIENT_PRIVILEGE,
-                    f"system schema '{schema_name}' cannot be modified",
-                    position=name.position,
-                )
-            schema = self.state.schema_named(database, schema_name)
-            if schema is not None:
-                return database, schema
-        if len(parts) > 1:
-            raise LoupeError(
-                INVALID_SCHEMA_NAME, f"unknown schema '{parts[-2]}'", position=name.position
-            )
-        raise LoupeError(
-            INVALID_SCHEMA_NAME, "no schema has been selected to create in", position=name.position
-        )
 
     async def _table_named(
         self, session: Session, name: ObjectName, *, missing_ok: bool = False
@@ -1101,7 +933,7 @@ class Coordinator:
         """The user table ``name`` refers to; 42P01 (or None) when there is none."""
         found = self._find_table(session, name, self.state)
         if found is None:
-            found = self._find_table(session, name, await self._refreshed_state())
+            found = self._find_table(session, name, await self.context.refreshed_state())
         if found is None and not missing_ok:
             raise LoupeError(
                 SqlState.UNDEFINED_TABLE, f"unknown catalog item '{name}'", position=name.position
@@ -1139,8 +971,8 @@ class Coordinator:
         return None
 
     async def _create_table(self, session: Session, statement: CreateTable) -> StatementResult:
-        self._require_superuser(session, statement)
-        database, schema = self._target_schema(session, statement.name)
+        ddl.require_superuser(session, statement)
+        database, schema = ddl.target_schema(self.context, session, statement.name)
         if statement.if_not_exists and self.state.item_named(schema.id, statement.name.name):
             result = StatementResult(tag=statement.tag)
             result.notices.append(
@@ -1154,12 +986,14 @@ class Coordinator:
             schema_id=schema.id,
             name=statement.name.name,
             type="table",
-            owner_id=self._owner_id(session),
+            owner_id=ddl.owner_id(self.context, session),
             create_sql=create_sql,
         )
         op = catalog_pb2.CatalogOp(create_item=catalog_pb2.CreateItem(item=item))
         try:
-            response, result = await self._transact(session, statement, [op], advance=False)
+            response, result = await ddl.transact(
+                self.context, session, statement, [op], advance=False
+            )
         except LoupeError as error:
             if error.code == SqlState.DUPLICATE_OBJECT and statement.if_not_exists:
                 result = StatementResult(tag=statement.tag)
@@ -1187,11 +1021,11 @@ class Coordinator:
         if table is not None and self.tables.is_open:
             # The shard exists before anyone can read the table; _after_ddl makes it readable.
             await self.tables.ensure(table)
-        await self._after_ddl()
+        await ddl.after_ddl(self.context)
         return result
 
     async def _drop_table(self, session: Session, statement: DropTable) -> StatementResult:
-        self._require_superuser(session, statement)
+        ddl.require_superuser(session, statement)
         notices: list[Notice] = []
         tables: dict[str, Table] = {}
         for name in statement.names:
@@ -1218,8 +1052,8 @@ class Coordinator:
         """
         from loupe.loadgen import tpch
 
-        self._require_superuser(session, statement)
-        database, schema = self._target_schema(session, statement.name)
+        ddl.require_superuser(session, statement)
+        database, schema = ddl.target_schema(self.context, session, statement.name)
         taken = [
             n
             for n in (statement.name.name, *tpch.TPCH_TABLES)
@@ -1231,7 +1065,7 @@ class Coordinator:
                 f'"{taken[0]}" already exists',
                 position=statement.position,
             )
-        owner = self._owner_id(session)
+        owner = ddl.owner_id(self.context, session)
         source_sql = (
             f"CREATE SOURCE {quote_name(database, schema.name, statement.name.name)} "
             f"FROM LOAD GENERATOR TPCH (SCALE FACTOR {statement.scale_factor!r})"
@@ -1257,7 +1091,7 @@ class Coordinator:
                 )
             )
         ops = [catalog_pb2.CatalogOp(create_item=catalog_pb2.CreateItem(item=i)) for i in items]
-        _, result = await self._transact(session, statement, ops, advance=False)
+        _, result = await ddl.transact(self.context, session, statement, ops, advance=False)
         ids = {name: self.state.item_named(schema.id, name) for name in tpch.TPCH_TABLES}
         shard_ids = {name: item.id for name, item in ids.items() if item is not None}
         source = quote_name(database, schema.name, statement.name.name).replace('"', "")
@@ -1299,7 +1133,7 @@ class Coordinator:
                 loaded[table] = (written, total)
                 yield report()
             await loading
-        await self._after_ddl()
+        await ddl.after_ddl(self.context)
         for notice in result.notices:
             yield notice
         yield Complete(result.tag)
@@ -1383,51 +1217,3 @@ def plan_source(relation: Relation) -> tuple[str, list[tuple[str, str]]]:
     if isinstance(relation, Table):
         return relation.full_name, list(relation.storage_columns)
     return relation.qualified_name, list(getattr(relation, "columns", ()))
-
-
-def catalog_op(statement: Statement, *, owner_id: str) -> catalog_pb2.CatalogOp:
-    """The catalog operation a DDL statement asks for."""
-    match statement:
-        case CreateCluster():
-            cluster = catalog_pb2.Cluster(
-                name=statement.name,
-                owner_id=owner_id,
-                managed=statement.managed,
-                size=statement.size if statement.managed else "",
-                replication_factor=statement.replication_factor if statement.managed else 0,
-                introspection_interval_ns=statement.introspection_interval_ns,
-                introspection_debugging=statement.introspection_debugging,
-            )
-            # The catalog names a managed cluster's replicas (r1..rk) itself and
-            # refuses explicit ones; an unmanaged cluster's are listed.
-            replicas = [
-                catalog_pb2.ClusterReplica(name=r.name, size=r.size, owner_id=owner_id)
-                for r in statement.replicas
-            ]
-            return catalog_pb2.CatalogOp(
-                create_cluster=catalog_pb2.CreateCluster(cluster=cluster, replicas=replicas)
-            )
-        case CreateClusterReplica():
-            return catalog_pb2.CatalogOp(
-                create_cluster_replica=catalog_pb2.CreateClusterReplica(
-                    replica=catalog_pb2.ClusterReplica(
-                        name=statement.replica, size=statement.size, owner_id=owner_id
-                    ),
-                    cluster_name=statement.cluster,
-                )
-            )
-        case DropCluster():
-            return catalog_pb2.CatalogOp(
-                drop_cluster=catalog_pb2.DropCluster(
-                    name=statement.name, if_exists=statement.if_exists, cascade=statement.cascade
-                )
-            )
-        case DropClusterReplica():
-            return catalog_pb2.CatalogOp(
-                drop_cluster_replica=catalog_pb2.DropClusterReplica(
-                    cluster_name=statement.cluster,
-                    replica_name=statement.replica,
-                    if_exists=statement.if_exists,
-                )
-            )
-    raise TypeError(f"not a DDL statement: {statement!r}")
