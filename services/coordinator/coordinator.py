@@ -43,7 +43,6 @@ import asyncio
 import contextlib
 import contextvars
 import dataclasses
-import tempfile
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
@@ -54,32 +53,29 @@ from nats.aio.client import Client as NatsConnection
 from nats.aio.subscription import Subscription
 from sqlglot import exp
 
-from loupe.builtins import BY_QUALIFIED_NAME, IMPLICIT_SCHEMAS
+from loupe.builtins import BY_QUALIFIED_NAME
 from loupe.common.errors import LoupeError, SqlState, client_error, internal_error
 from loupe.common.logging import get_logger
 from loupe.common.system_vars import checked_value, is_system_variable, system_value
 from loupe.common.transport import NatsServiceClient, subscribe
-from loupe.coordinator import access, dml, metrics, prepared
+from loupe.coordinator import access, metrics, prepared
 from loupe.coordinator import statement_logging as stmtlog
 from loupe.coordinator.catalog_relations import CatalogRelationsWriter
 from loupe.coordinator.catalog_state import CatalogState
 from loupe.coordinator.compute import Compute, explain_text
-from loupe.coordinator.constant import evaluate_constant
 from loupe.coordinator.follower import CatalogFollower
-from loupe.coordinator.objects import ComputeObject, is_unique_index
-from loupe.coordinator.plan import TemporalError, plan_query
+from loupe.coordinator.objects import ComputeObject
+from loupe.coordinator.plan import plan_query
 from loupe.coordinator.results import (
-    Column,
     Complete,
     Event,
     Failure,
     Notice,
-    Progress,
     RowBatch,
     StatementResult,
     Streaming,
 )
-from loupe.coordinator.sequencer import cluster, ddl
+from loupe.coordinator.sequencer import cluster, ddl, dml, select, source, table
 from loupe.coordinator.sequencer.context import SequencerContext
 from loupe.coordinator.sequencer.peek import canceled_error
 from loupe.coordinator.session import Session, SessionManager
@@ -95,7 +91,6 @@ from loupe.coordinator.sql.resolve import (
 from loupe.coordinator.sql.statements import (
     AlterRole,
     AlterSystem,
-    ColumnDef,
     CreateCluster,
     CreateClusterReplica,
     CreateIndex,
@@ -114,7 +109,6 @@ from loupe.coordinator.sql.statements import (
     Explain,
     GrantRole,
     Insert,
-    ObjectName,
     Prepare,
     Query,
     ResetVariable,
@@ -126,13 +120,10 @@ from loupe.coordinator.sql.statements import (
     ShowVariable,
     Statement,
     Subscribe,
-    UniqueKey,
     Update,
 )
-from loupe.coordinator.statement_logging_views import inline_builtin_views
 from loupe.coordinator.table_store import TableStore, TimestampOracle
-from loupe.coordinator.tables import Table, check_columns, columns_of, create_table_sql
-from loupe.coordinator.timestamps import as_of_timestamp
+from loupe.coordinator.tables import Table
 from loupe.persist import nats_upper_notifier
 from loupe.proto.catalog.v1 import catalog_pb2
 from loupe.proto.common.v1 import common_pb2
@@ -483,7 +474,9 @@ class Coordinator:
         try:
             statement = bind_params(statement, params)
             if isinstance(statement, Execute):
-                return await prepared.bound_execution(session, statement, self._query), None
+                return await prepared.bound_execution(
+                    session, statement, lambda s, q: select.run_query(self.context, s, q)
+                ), None
             return prepared.Bound.unnamed(statement, params), None
         except LoupeError as error:
             return prepared.Bound.unnamed(statement, params), error
@@ -681,21 +674,23 @@ class Coordinator:
             case CreateView() | CreateIndex():
                 return await self.compute.create(session, statement)
             case CreateSource():
-                return await self._create_source(session, statement)
+                return await source.create_source(self.context, session, statement)
             case DropObjects():
                 return await self.compute.drop(session, statement)
             case Subscribe():
                 return await self.compute.subscribe(session, statement)
             case Query():
-                return await self._select(session, statement)
+                return await select.select(self.context, session, statement)
             case Explain():
                 return await self._explain(session, statement)
             case ShowClusters():
-                return await self._select(session, parse_one(SHOW_CLUSTERS_SQL))
+                return await select.select(self.context, session, parse_one(SHOW_CLUSTERS_SQL))
             case ShowClusterReplicas():
-                return await self._select(session, parse_one(SHOW_CLUSTER_REPLICAS_SQL))
+                return await select.select(
+                    self.context, session, parse_one(SHOW_CLUSTER_REPLICAS_SQL)
+                )
             case ShowRoles():
-                return await self._select(session, parse_one(SHOW_ROLES_SQL))
+                return await select.select(self.context, session, parse_one(SHOW_ROLES_SQL))
             case ShowObjects():
                 return await self._show_objects(session, statement)
             case SetVariable():
@@ -716,15 +711,15 @@ class Coordinator:
             case CreateCluster() | CreateClusterReplica() | DropClusterReplica():
                 return await cluster.cluster_ddl(self.context, session, statement)
             case CreateTable():
-                return await self._create_table(session, statement)
+                return await table.create_table(self.context, session, statement)
             case DropTable():
-                return await self._drop_table(session, statement)
+                return await table.drop_table(self.context, session, statement)
             case Insert():
-                return await self._insert(session, statement)
+                return await dml.insert(self.context, session, statement)
             case Update():
-                return await self._update(session, statement)
+                return await dml.update(self.context, session, statement)
             case Delete():
-                return await self._delete(session, statement)
+                return await dml.delete(self.context, session, statement)
         raise LoupeError(
             SqlState.FEATURE_NOT_SUPPORTED,
             f"{type(statement).__name__} is not supported",
@@ -749,7 +744,9 @@ class Coordinator:
             else:
                 relation = await self.compute.relation_named(session, statement.target)
                 if statement.kind == "COLUMNS" and not isinstance(relation, Table | ComputeObject):
-                    return await self._select(session, parse_one(builtin_columns_sql(relation)))
+                    return await select.select(
+                        self.context, session, parse_one(builtin_columns_sql(relation))
+                    )
                 target_id = relation.id
         schema = next(
             (
@@ -760,7 +757,7 @@ class Coordinator:
             "public",
         )
         sql = show_sql(statement, database=session.database, schema=schema, target_id=target_id)
-        result = await self._select(session, parse_one(sql))
+        result = await select.select(self.context, session, parse_one(sql))
         return dataclasses.replace(result, tag=f"SELECT {len(result.rows)}")
 
     async def _set(self, session: Session, statement: SetVariable) -> StatementResult:
@@ -858,48 +855,6 @@ class Coordinator:
 
     # -- queries ------------------------------------------------------------------------
 
-    async def _select(self, session: Session, query: Statement) -> StatementResult:
-        assert isinstance(query, Query)
-        columns, rows = await self._query(session, query)
-        return StatementResult(tag=f"SELECT {len(rows)}", columns=columns, rows=rows)
-
-    async def _query(
-        self, session: Session, query: Query
-    ) -> tuple[tuple[Column, ...], list[tuple[Any, ...]]]:
-        """Resolve, choose the timestamp, run: (columns, rows)."""
-        query = dataclasses.replace(query, expression=inline_builtin_views(query.expression))
-        expression, relations = await self.compute.resolved(session, query.expression)
-        if relations:
-            # The planner names the columns as PostgreSQL does.
-            columns, rows = await self.compute.select(session, query, expression, relations)
-            return tuple(columns), rows
-        return await self._constant(query, expression)
-
-    async def _constant(
-        self, query: Query, expression: exp.Expression
-    ) -> tuple[tuple[Column, ...], list[tuple[Any, ...]]]:
-        """A query that reads no relation, evaluated here (``evaluate_constant``).
-
-        Its time is ``AS OF`` if given; else the oracle's, read only when
-        ``now()``/``mz_now()`` need one.
-        """
-        timestamp = (
-            None if query.as_of is None else as_of_timestamp(query.as_of, query.as_of_position)
-        )
-        # In a thread: a large constant query must not stall every other session.
-        try:
-            columns, rows = await asyncio.to_thread(
-                evaluate_constant, expression, query_time=timestamp
-            )
-        except TemporalError:
-            timestamp = await self.oracle.read_timestamp()
-            columns, rows = await asyncio.to_thread(
-                evaluate_constant, expression, query_time=timestamp
-            )
-        stmtlog.note_event(stmtlog.OPTIMIZATION_FINISHED)
-        stmtlog.note_strategy(stmtlog.CONSTANT)
-        return columns, rows
-
     async def _explain(self, session: Session, statement: Explain) -> StatementResult:
         """The plan of the query (or stored definition) as text: one row, one column."""
         if statement.query is None:
@@ -924,288 +879,6 @@ class Coordinator:
             columns=((EXPLAIN_COLUMNS[statement.stage], "text"),),
             rows=[(text,)],
         )
-
-    # -- tables -------------------------------------------------------------------------
-
-    async def _table_named(
-        self, session: Session, name: ObjectName, *, missing_ok: bool = False
-    ) -> Table | None:
-        """The user table ``name`` refers to; 42P01 (or None) when there is none."""
-        found = self._find_table(session, name, self.state)
-        if found is None:
-            found = self._find_table(session, name, await self.context.refreshed_state())
-        if found is None and not missing_ok:
-            raise LoupeError(
-                SqlState.UNDEFINED_TABLE, f"unknown catalog item '{name}'", position=name.position
-            )
-        return found
-
-    def _find_table(self, session: Session, name: ObjectName, state: CatalogState) -> Table | None:
-        parts = name.parts
-        if len(parts) == 3 and parts[0] != session.database:
-            return None
-        schemas = (
-            [parts[-2]]
-            if len(parts) > 1
-            else [*IMPLICIT_SCHEMAS, *search_path_schemas(session.search_path)]
-        )
-        tables = state.tables_in(session.database)
-        for schema in schemas:
-            if f"{schema}.{name.name}" in BY_QUALIFIED_NAME:
-                raise LoupeError(
-                    SqlState.INSUFFICIENT_PRIVILEGE,
-                    f"system table '{schema}.{name.name}' cannot be modified",
-                    position=name.position,
-                )
-            table = tables.get(f"{schema}.{name.name}")
-            if table is not None:
-                return table
-            schema_proto = state.schema_named(session.database, schema)
-            item = state.item_named(schema_proto.id, name.name) if schema_proto else None
-            if item is not None:
-                raise LoupeError(
-                    WRONG_OBJECT_TYPE,
-                    f"'{name}' is a {item.type.replace('-', ' ')}, not a table",
-                    position=name.position,
-                )
-        return None
-
-    async def _create_table(self, session: Session, statement: CreateTable) -> StatementResult:
-        ddl.require_superuser(session, statement)
-        database, schema = ddl.target_schema(self.context, session, statement.name)
-        if statement.if_not_exists and self.state.item_named(schema.id, statement.name.name):
-            result = StatementResult(tag=statement.tag)
-            result.notices.append(
-                Notice("NOTICE", f'relation "{statement.name.name}" already exists, skipping')
-            )
-            return result
-        create_sql = create_table_sql(
-            database, schema.name, statement.name.name, statement.columns, statement.keys
-        )
-        item = catalog_pb2.Item(
-            schema_id=schema.id,
-            name=statement.name.name,
-            type="table",
-            owner_id=ddl.owner_id(self.context, session),
-            create_sql=create_sql,
-        )
-        op = catalog_pb2.CatalogOp(create_item=catalog_pb2.CreateItem(item=item))
-        try:
-            response, result = await ddl.transact(
-                self.context, session, statement, [op], advance=False
-            )
-        except LoupeError as error:
-            if error.code == SqlState.DUPLICATE_OBJECT and statement.if_not_exists:
-                result = StatementResult(tag=statement.tag)
-                result.notices.append(
-                    Notice("NOTICE", f'relation "{statement.name.name}" already exists, skipping')
-                )
-                return result
-            raise
-        created = next(
-            (c.item_created for c in response.changes if c.WhichOneof("kind") == "item_created"),
-            None,
-        ) or self.state.item_named(schema.id, statement.name.name)
-        table = self.state.tables.get(created.id) if created is not None else None
-        if table is None and created is not None:
-            table = Table(
-                id=created.id,
-                database=database,
-                schema=schema.name,
-                schema_id=schema.id,
-                name=created.name,
-                owner_id=created.owner_id,
-                columns=columns_of(create_sql),
-                create_sql=create_sql,
-            )
-        if table is not None and self.tables.is_open:
-            # The shard exists before anyone can read the table; _after_ddl makes it readable.
-            await self.tables.ensure(table)
-        await ddl.after_ddl(self.context)
-        return result
-
-    async def _drop_table(self, session: Session, statement: DropTable) -> StatementResult:
-        ddl.require_superuser(session, statement)
-        notices: list[Notice] = []
-        tables: dict[str, Table] = {}
-        for name in statement.names:
-            table = await self._table_named(session, name, missing_ok=statement.if_exists)
-            if table is None:
-                notices.append(Notice("NOTICE", f'table "{name}" does not exist, skipping'))
-            else:
-                tables.setdefault(table.id, table)
-        if not tables:
-            return StatementResult(tag=statement.tag, notices=notices)
-        result = await self.compute.drop_items(
-            session, statement, list(tables.values()), cascade=statement.cascade
-        )
-        result.notices[:0] = notices
-        return result
-
-    async def _create_source(self, session: Session, statement: CreateSource) -> Streaming:
-        """``CREATE SOURCE s FROM LOAD GENERATOR TPCH``: the source item and one table per TPC-H table.
-
-        The TPC-H tables are ordinary tables (readable, indexable, writable)
-        in the source's schema, committed first and then filled at one
-        timestamp (``loupe.loadgen.tpch``) while the statement reports
-        ``Progress`` per part written.
-        """
-        from loupe.loadgen import tpch
-
-        ddl.require_superuser(session, statement)
-        database, schema = ddl.target_schema(self.context, session, statement.name)
-        taken = [
-            n
-            for n in (statement.name.name, *tpch.TPCH_TABLES)
-            if self.state.item_named(schema.id, n)
-        ]
-        if taken:
-            raise LoupeError(
-                SqlState.DUPLICATE_OBJECT,
-                f'"{taken[0]}" already exists',
-                position=statement.position,
-            )
-        owner = ddl.owner_id(self.context, session)
-        source_sql = (
-            f"CREATE SOURCE {quote_name(database, schema.name, statement.name.name)} "
-            f"FROM LOAD GENERATOR TPCH (SCALE FACTOR {statement.scale_factor!r})"
-        )
-        items = [
-            catalog_pb2.Item(
-                schema_id=schema.id,
-                name=statement.name.name,
-                type="source",
-                owner_id=owner,
-                create_sql=source_sql,
-            )
-        ]
-        for name, columns in tpch.TPCH_TABLES.items():
-            definitions = [ColumnDef(name=c, type=TPCH_TYPE_NAMES[t]) for c, t in columns]
-            items.append(
-                catalog_pb2.Item(
-                    schema_id=schema.id,
-                    name=name,
-                    type="table",
-                    owner_id=owner,
-                    create_sql=create_table_sql(database, schema.name, name, definitions),
-                )
-            )
-        ops = [catalog_pb2.CatalogOp(create_item=catalog_pb2.CreateItem(item=i)) for i in items]
-        _, result = await ddl.transact(self.context, session, statement, ops, advance=False)
-        ids = {name: self.state.item_named(schema.id, name) for name in tpch.TPCH_TABLES}
-        shard_ids = {name: item.id for name, item in ids.items() if item is not None}
-        source = quote_name(database, schema.name, statement.name.name).replace('"', "")
-        return Streaming(self._load_tpch(source, statement.scale_factor, shard_ids, result))
-
-    async def _load_tpch(
-        self, source: str, scale: float, shard_ids: dict[str, str], result: StatementResult
-    ) -> AsyncIterator[Event]:
-        """Generate the TPC-H tables and load them at one timestamp, reporting each part."""
-        from loupe.loadgen import tpch
-
-        loop = asyncio.get_running_loop()
-        reports: asyncio.Queue[tuple[str, int, int]] = asyncio.Queue()
-        loaded: dict[str, tuple[int, int]] = {}
-
-        def progress(table: str, written: int, total: int) -> None:
-            loop.call_soon_threadsafe(reports.put_nowait, (table, written, total))
-
-        def report() -> Progress:
-            done = sum(1 for written, total in loaded.values() if written == total)
-            rows = sum(written for written, _ in loaded.values())
-            return Progress(source, done, len(shard_ids), rows, done == len(shard_ids), "tables")
-
-        with tempfile.TemporaryDirectory(prefix="loupe-tpch-") as workdir:
-            files = await asyncio.to_thread(tpch.generate_files, scale, workdir)
-
-            def write(shard_of: Callable[[str], Any], timestamp: int) -> None:
-                shards = {name: shard_of(shard_id) for name, shard_id in shard_ids.items()}
-                tpch.load_files(files, shards, timestamp, progress=progress)
-
-            loading = asyncio.ensure_future(self.tables.load(write))
-            while not loading.done() or not reports.empty():
-                getter = asyncio.ensure_future(reports.get())
-                await asyncio.wait({loading, getter}, return_when=asyncio.FIRST_COMPLETED)
-                if not getter.done():
-                    getter.cancel()
-                    continue
-                table, written, total = getter.result()
-                loaded[table] = (written, total)
-                yield report()
-            await loading
-        await ddl.after_ddl(self.context)
-        for notice in result.notices:
-            yield notice
-        yield Complete(result.tag)
-
-    async def _insert(self, session: Session, statement: Insert) -> StatementResult:
-        table = await self._table_named(session, statement.table)
-        assert table is not None
-        columns = check_columns(table, statement.columns) if statement.columns is not None else None
-        if statement.query is not None:
-            query_columns, query_rows = await self._query(session, statement.query)
-            rows = dml.query_rows(table, columns, query_rows, len(query_columns))
-        else:
-            rows = dml.values_rows(table, columns, statement.rows)
-        keys = self._unique_keys(table)
-        written = await self.tables.write(
-            table,
-            dml.insert_plan(table, rows, keys),
-            read=bool(keys),
-            along=self.compute.maintained_with(table),
-        )
-        metrics.TABLE_WRITES.labels("insert").inc()
-        return StatementResult(tag=f"INSERT 0 {written.count}")
-
-    async def _update(self, session: Session, statement: Update) -> StatementResult:
-        table = await self._table_named(session, statement.table)
-        assert table is not None
-        targets = check_columns(table, [(name, pos) for name, pos, _ in statement.assignments])
-        assignments = [
-            (column, value)
-            for column, (_, _, value) in zip(targets, statement.assignments, strict=True)
-        ]
-        plan = dml.update_plan(
-            table, statement.alias, assignments, statement.where, self._unique_keys(table)
-        )
-        written = await self.tables.write(
-            table, plan, read=True, along=self.compute.maintained_with(table)
-        )
-        metrics.TABLE_WRITES.labels("update").inc()
-        return StatementResult(tag=f"UPDATE {written.count}")
-
-    def _unique_keys(self, table: Table) -> list[UniqueKey]:
-        """The table's PRIMARY KEY and UNIQUE constraints, and its unique indexes."""
-        keys = list(table.keys)
-        for index in self.state.objects.values():
-            if index.on_id == table.id and is_unique_index(index):
-                columns = tuple(table.columns[i].name for i in index.key)
-                keys.append(UniqueKey(index.name, columns))
-        return keys
-
-    async def _delete(self, session: Session, statement: Delete) -> StatementResult:
-        table = await self._table_named(session, statement.table)
-        assert table is not None
-        plan = dml.delete_plan(table, statement.alias, statement.where)
-        written = await self.tables.write(
-            table, plan, read=True, along=self.compute.maintained_with(table)
-        )
-        metrics.TABLE_WRITES.labels("delete").inc()
-        return StatementResult(tag=f"DELETE {written.count}")
-
-
-# Storage types of the TPC-H tables -> the column types their CREATE TABLE spells.
-TPCH_TYPE_NAMES = {
-    "int4": "integer",
-    "int8": "bigint",
-    "numeric": "numeric",
-    "text": "text",
-    "date": "date",
-}
-
-
-def quote_name(*parts: str) -> str:
-    return ".".join('"' + p.replace('"', '""') + '"' for p in parts)
 
 
 def plan_source(relation: Relation) -> tuple[str, list[tuple[str, str]]]:
