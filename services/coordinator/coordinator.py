@@ -51,9 +51,7 @@ from typing import Any, TypeVar
 
 from nats.aio.client import Client as NatsConnection
 from nats.aio.subscription import Subscription
-from sqlglot import exp
 
-from loupe.builtins import BY_QUALIFIED_NAME
 from loupe.common.errors import LoupeError, SqlState, client_error, internal_error
 from loupe.common.logging import get_logger
 from loupe.common.system_vars import checked_value, is_system_variable, system_value
@@ -62,10 +60,8 @@ from loupe.coordinator import access, metrics, prepared
 from loupe.coordinator import statement_logging as stmtlog
 from loupe.coordinator.catalog_relations import CatalogRelationsWriter
 from loupe.coordinator.catalog_state import CatalogState
-from loupe.coordinator.compute import Compute, explain_text
+from loupe.coordinator.compute import Compute
 from loupe.coordinator.follower import CatalogFollower
-from loupe.coordinator.objects import ComputeObject
-from loupe.coordinator.plan import plan_query
 from loupe.coordinator.results import (
     Complete,
     Event,
@@ -75,19 +71,13 @@ from loupe.coordinator.results import (
     StatementResult,
     Streaming,
 )
-from loupe.coordinator.sequencer import cluster, ddl, dml, select, source, table
+from loupe.coordinator.sequencer import cluster, ddl, dml, explain, select, show, source, table
 from loupe.coordinator.sequencer.context import SequencerContext
 from loupe.coordinator.sequencer.peek import canceled_error
 from loupe.coordinator.session import Session, SessionManager
-from loupe.coordinator.show import builtin_columns_sql, show_sql
 from loupe.coordinator.sql.params import Parameter
 from loupe.coordinator.sql.params import bind as bind_params
-from loupe.coordinator.sql.parser import parse, parse_one
-from loupe.coordinator.sql.resolve import (
-    Relation,
-    resolve_relations,
-    search_path_schemas,
-)
+from loupe.coordinator.sql.parser import parse
 from loupe.coordinator.sql.statements import (
     AlterRole,
     AlterSystem,
@@ -123,7 +113,6 @@ from loupe.coordinator.sql.statements import (
     Update,
 )
 from loupe.coordinator.table_store import TableStore, TimestampOracle
-from loupe.coordinator.tables import Table
 from loupe.persist import nats_upper_notifier
 from loupe.proto.catalog.v1 import catalog_pb2
 from loupe.proto.common.v1 import common_pb2
@@ -135,22 +124,6 @@ CATALOG_SERVICE = catalog_pb2.DESCRIPTOR.services_by_name["Catalog"]
 CONTROLLER_SERVICE = controller_pb2.DESCRIPTOR.services_by_name["Controller"]
 CATALOG_CHANGES_SUBJECT = "loupe.catalog.v1.changes"
 CONTROLLER_STARTED_SUBJECT = "loupe.controller.v1.started"
-
-SHOW_CLUSTERS_SQL = "SELECT name FROM mz_catalog.mz_clusters ORDER BY name"
-# Materialize's SHOW ROLES: the roles users create (not the system ones).
-SHOW_ROLES_SQL = "SELECT name FROM mz_catalog.mz_roles WHERE id LIKE 'u%' ORDER BY name"
-SHOW_CLUSTER_REPLICAS_SQL = """
-SELECT c.name AS "cluster", r.name AS replica, r.size AS size,
-       COALESCE(s.status = 'online', FALSE) AS ready
-FROM mz_catalog.mz_cluster_replicas AS r
-JOIN mz_catalog.mz_clusters AS c ON c.id = r.cluster_id
-LEFT JOIN mz_internal.mz_cluster_replica_statuses AS s ON s.replica_id = r.id
-ORDER BY c.name, r.name
-"""
-
-# The name line of EXPLAIN for a query (Materialize prints ``Explained Query:``).
-EXPLAINED_QUERY = "Explained Query"
-EXPLAIN_COLUMNS = {"optimized": "Optimized Plan", "physical": "Physical Plan"}
 
 T = TypeVar("T")
 
@@ -203,10 +176,7 @@ class CoordinatorConfig:
     superuser_password: str = dataclasses.field(default="", repr=False)
 
 
-WRONG_OBJECT_TYPE = "42809"
 OBJECT_IN_USE = "55006"
-INVALID_SCHEMA_NAME = "3F000"
-INVALID_CATALOG_NAME = "3D000"
 
 
 class Coordinator:
@@ -682,17 +652,9 @@ class Coordinator:
             case Query():
                 return await select.select(self.context, session, statement)
             case Explain():
-                return await self._explain(session, statement)
-            case ShowClusters():
-                return await select.select(self.context, session, parse_one(SHOW_CLUSTERS_SQL))
-            case ShowClusterReplicas():
-                return await select.select(
-                    self.context, session, parse_one(SHOW_CLUSTER_REPLICAS_SQL)
-                )
-            case ShowRoles():
-                return await select.select(self.context, session, parse_one(SHOW_ROLES_SQL))
-            case ShowObjects():
-                return await self._show_objects(session, statement)
+                return await explain.explain(self.context, session, statement)
+            case ShowClusters() | ShowClusterReplicas() | ShowRoles() | ShowObjects():
+                return await show.show(self.context, session, statement)
             case SetVariable():
                 return await self._set(session, statement)
             case ShowVariable():
@@ -727,38 +689,6 @@ class Coordinator:
         )
 
     # -- session commands ---------------------------------------------------------------
-
-    async def _show_objects(self, session: Session, statement: ShowObjects) -> StatementResult:
-        """``SHOW TABLES``, ``SHOW COLUMNS FROM t``, ``SHOW CREATE VIEW v``…: a catalog query."""
-        target_id = None
-        if statement.target is not None:
-            if statement.kind == "CREATE INDEX":
-                index = await self.compute._object_named(session, statement.target)
-                if index is None or index.type != "index":
-                    raise LoupeError(
-                        SqlState.UNDEFINED_OBJECT,
-                        f"unknown catalog item '{statement.target}'",
-                        position=statement.target.position,
-                    )
-                target_id = index.id
-            else:
-                relation = await self.compute.relation_named(session, statement.target)
-                if statement.kind == "COLUMNS" and not isinstance(relation, Table | ComputeObject):
-                    return await select.select(
-                        self.context, session, parse_one(builtin_columns_sql(relation))
-                    )
-                target_id = relation.id
-        schema = next(
-            (
-                name
-                for name in search_path_schemas(session.search_path)
-                if self.state.schema_named(session.database, name) is not None
-            ),
-            "public",
-        )
-        sql = show_sql(statement, database=session.database, schema=schema, target_id=target_id)
-        result = await select.select(self.context, session, parse_one(sql))
-        return dataclasses.replace(result, tag=f"SELECT {len(result.rows)}")
 
     async def _set(self, session: Session, statement: SetVariable) -> StatementResult:
         session.set(statement.name, statement.value, position=statement.name_position)
@@ -852,41 +782,3 @@ class Coordinator:
         return StatementResult(
             tag="SHOW", columns=((statement.name.lower(), "text"),), rows=[(value,)]
         )
-
-    # -- queries ------------------------------------------------------------------------
-
-    async def _explain(self, session: Session, statement: Explain) -> StatementResult:
-        """The plan of the query (or stored definition) as text: one row, one column."""
-        if statement.query is None:
-            name, planned = await self.compute.explain_object(session, statement)
-        else:
-            query = statement.query
-
-            def attempt(state: CatalogState) -> tuple[exp.Expression, dict[str, Relation]]:
-                return resolve_relations(
-                    query.expression,
-                    search_path=search_path_schemas(session.search_path),
-                    database=session.database,
-                    collections={**BY_QUALIFIED_NAME, **state.relations_in(session.database)},
-                )
-
-            expression, relations = await self.context.resolving(attempt)
-            planned = plan_query(expression, lambda name: plan_source(relations[name]))
-            name = EXPLAINED_QUERY
-        text = explain_text(planned, statement.stage, statement.node_ids, name)
-        return StatementResult(
-            tag=statement.tag,
-            columns=((EXPLAIN_COLUMNS[statement.stage], "text"),),
-            rows=[(text,)],
-        )
-
-
-def plan_source(relation: Relation) -> tuple[str, list[tuple[str, str]]]:
-    """(name, [(column, type)]) of a relation as the planner sees it.
-
-    User tables are named ``database.schema.name`` with their storage types,
-    builtin collections ``schema.name`` (as Materialize's EXPLAIN names them).
-    """
-    if isinstance(relation, Table):
-        return relation.full_name, list(relation.storage_columns)
-    return relation.qualified_name, list(getattr(relation, "columns", ()))
