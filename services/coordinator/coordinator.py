@@ -1,39 +1,24 @@
-"""The coordinator: plans and runs SQL statements for client sessions.
+"""The coordinator: sessions, and the statements they run, handed to the sequencers.
 
-- Cluster and table DDL becomes ``CatalogOp``s for ``Catalog.Transact``
-  (with the session's user, for the audit log); the commit is followed like
-  any other (``follower.CatalogFollower``: controller, then the
-  catalog-derived relations in storage) before the client gets its answer,
-  and the oracle is moved past that append, so a SELECT right after sees the
-  change.
-- ``INSERT``/``UPDATE``/``DELETE`` write user tables directly through
-  ``loupe.persist`` at timestamps from the catalog's oracle
-  (``table_store.TableStore``, ``dml``); a ticker keeps every table's upper
-  and the oracle moving once a second.
-- A SELECT is resolved against the builtin collections and the user tables
-  and read at one timestamp: ``AS OF`` if given, else the oracle's read
-  timestamp (strict serializable; ``transaction_isolation = serializable``
-  reads the latest complete time instead). ``mz_now()`` becomes that
-  timestamp. A SELECT reading relations runs on compute dataflows
-  (``loupe.coordinator.compute``: fast-path index peeks or transient
-  dataflows) on the system cluster when it reads only system relations,
-  else on the session's cluster; a SELECT that reads no relation is
-  evaluated here with polars (Materialize's constant strategy).
-- Views, materialized views, indexes, ``SUBSCRIBE`` and ``CREATE SOURCE …
-  FROM LOAD GENERATOR TPCH`` are ``loupe.coordinator.compute``'s.
-- ``EXPLAIN [OPTIMIZED | PHYSICAL] PLAN … FOR <query>`` resolves the
-  query's names as a SELECT does, plans it (``loupe.coordinator.plan``) and
-  returns the plan's text as one row, without reading anything.
-- ``SET``/``SHOW``/``RESET`` work on the session, and so do ``PREPARE``,
-  ``EXECUTE`` and ``DEALLOCATE`` (``loupe.coordinator.prepared``). A
-  statement's ``$1, $2, …`` are bound as literals of their values (the
-  request's parameters, or EXECUTE's arguments) before it is planned
-  (``loupe.coordinator.sql.params``).
+``Coordinator`` is the session and dispatch layer of the SQL service (the gRPC
+servicer is its only caller): it authenticates and closes sessions, parses a
+request's SQL, binds its ``$1, $2, …`` (``loupe.coordinator.sql.params``; an
+``EXECUTE`` becomes the statement it names, ``loupe.coordinator.prepared``),
+logs each execution (``loupe.coordinator.statement_logging``), runs it (a
+query as a task ``Cancel`` and ``statement_timeout`` can stop; DDL is never
+stopped halfway) and streams its events.
+``run_statement`` hands each statement to the module that sequences its
+family (``loupe.coordinator.sequencer``: ``select``, ``dml``, ``table``,
+``cluster``, ``roles``, ``variables``, …; views, indexes, ``SUBSCRIBE`` and
+``DROP CLUSTER`` to ``loupe.coordinator.compute``), with a
+``SequencerContext`` of the state they share.
 
 At start the coordinator learns where collections live (``ListCollections``),
 reads the catalog (snapshot and audit log), reconciles storage with it, and
 follows ``loupe.catalog.v1.changes`` to stay current, so DDL run by other
-coordinators is visible here too. A name the in-memory catalog does not know
+coordinators is visible here too; it installs the catalog's dataflows again
+whenever a controller (re)starts, and a ticker keeps every table's upper and
+the oracle moving once a second. A name the in-memory catalog does not know
 is looked up in the catalog before it is declared unknown.
 """
 
@@ -43,6 +28,7 @@ import asyncio
 import contextlib
 import contextvars
 import dataclasses
+import functools
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
@@ -54,7 +40,6 @@ from nats.aio.subscription import Subscription
 
 from loupe.common.errors import LoupeError, SqlState, client_error, internal_error
 from loupe.common.logging import get_logger
-from loupe.common.system_vars import checked_value, is_system_variable, system_value
 from loupe.common.transport import NatsServiceClient, subscribe
 from loupe.coordinator import access, metrics, prepared
 from loupe.coordinator import statement_logging as stmtlog
@@ -66,12 +51,21 @@ from loupe.coordinator.results import (
     Complete,
     Event,
     Failure,
-    Notice,
     RowBatch,
     StatementResult,
     Streaming,
 )
-from loupe.coordinator.sequencer import cluster, ddl, dml, explain, select, show, source, table
+from loupe.coordinator.sequencer import (
+    cluster,
+    dml,
+    explain,
+    roles,
+    select,
+    show,
+    source,
+    table,
+    variables,
+)
 from loupe.coordinator.sequencer.context import SequencerContext
 from loupe.coordinator.sequencer.peek import canceled_error
 from loupe.coordinator.session import Session, SessionManager
@@ -176,11 +170,12 @@ class CoordinatorConfig:
     superuser_password: str = dataclasses.field(default="", repr=False)
 
 
-OBJECT_IN_USE = "55006"
-
-
 class Coordinator:
-    """Runs statements for sessions; the gRPC servicer is its only caller."""
+    """Runs statements for sessions; the gRPC servicer is its only caller.
+
+    Owns the clients, stores and background loops; ``context`` is what of
+    them the sequencers get.
+    """
 
     def __init__(
         self,
@@ -444,9 +439,8 @@ class Coordinator:
         try:
             statement = bind_params(statement, params)
             if isinstance(statement, Execute):
-                return await prepared.bound_execution(
-                    session, statement, lambda s, q: select.run_query(self.context, s, q)
-                ), None
+                evaluate = functools.partial(select.run_query, self.context)
+                return await prepared.bound_execution(session, statement, evaluate), None
             return prepared.Bound.unnamed(statement, params), None
         except LoupeError as error:
             return prepared.Bound.unnamed(statement, params), error
@@ -638,65 +632,57 @@ class Coordinator:
             search_path=session.search_path,
             roles=self.state.role_objects,
         )
+        ctx = self.context
         match statement:
-            case CreateRole() | AlterRole() | DropRole() | GrantRole():
-                return await self._role_ddl(session, statement)
-            case CreateView() | CreateIndex():
-                return await self.compute.create(session, statement)
-            case CreateSource():
-                return await source.create_source(self.context, session, statement)
-            case DropObjects():
-                return await self.compute.drop(session, statement)
+            case Query():
+                return await select.select(ctx, session, statement)
+            case Explain():
+                return await explain.explain(ctx, session, statement)
+            case ShowClusters() | ShowClusterReplicas() | ShowRoles() | ShowObjects():
+                return await show.show(ctx, session, statement)
             case Subscribe():
                 return await self.compute.subscribe(session, statement)
-            case Query():
-                return await select.select(self.context, session, statement)
-            case Explain():
-                return await explain.explain(self.context, session, statement)
-            case ShowClusters() | ShowClusterReplicas() | ShowRoles() | ShowObjects():
-                return await show.show(self.context, session, statement)
+            case Insert():
+                return await dml.insert(ctx, session, statement)
+            case Update():
+                return await dml.update(ctx, session, statement)
+            case Delete():
+                return await dml.delete(ctx, session, statement)
+            case CreateTable():
+                return await table.create_table(ctx, session, statement)
+            case DropTable():
+                return await table.drop_table(ctx, session, statement)
+            case CreateView() | CreateIndex():
+                return await self.compute.create(session, statement)
+            case DropObjects():
+                return await self.compute.drop(session, statement)
+            case CreateSource():
+                return await source.create_source(ctx, session, statement)
+            case CreateCluster() | CreateClusterReplica() | DropClusterReplica():
+                return await cluster.cluster_ddl(ctx, session, statement)
+            case DropCluster():
+                return await self.compute.drop_cluster(session, statement)
+            case CreateRole() | AlterRole() | DropRole() | GrantRole():
+                return await roles.role_ddl(ctx, session, statement)
             case SetVariable():
-                return await self._set(session, statement)
+                return await variables.set_variable(ctx, session, statement)
             case ShowVariable():
-                return self._show(session, statement)
+                return variables.show_variable(ctx, session, statement)
             case ResetVariable():
-                session.reset(statement.name, position=statement.name_position)
-                return StatementResult(tag="RESET")
+                return variables.reset_variable(session, statement)
+            case AlterSystem():
+                return await variables.alter_system(ctx, session, statement)
             case Prepare():
                 return prepared.prepare(session, statement)
             case Deallocate():
                 return prepared.deallocate(session, statement)
-            case AlterSystem():
-                return await self._alter_system(session, statement)
-            case DropCluster():
-                return await self.compute.drop_cluster(session, statement)
-            case CreateCluster() | CreateClusterReplica() | DropClusterReplica():
-                return await cluster.cluster_ddl(self.context, session, statement)
-            case CreateTable():
-                return await table.create_table(self.context, session, statement)
-            case DropTable():
-                return await table.drop_table(self.context, session, statement)
-            case Insert():
-                return await dml.insert(self.context, session, statement)
-            case Update():
-                return await dml.update(self.context, session, statement)
-            case Delete():
-                return await dml.delete(self.context, session, statement)
         raise LoupeError(
             SqlState.FEATURE_NOT_SUPPORTED,
             f"{type(statement).__name__} is not supported",
             position=statement.position,
         )
 
-    # -- session commands ---------------------------------------------------------------
-
-    async def _set(self, session: Session, statement: SetVariable) -> StatementResult:
-        session.set(statement.name, statement.value, position=statement.name_position)
-        result = StatementResult(tag="SET")
-        name = statement.name.lower()
-        if name == "cluster" and await self.context.cluster(session.cluster) is None:
-            result.notices.append(Notice("WARNING", f'cluster "{session.cluster}" does not exist'))
-        return result
+    # -- sessions -----------------------------------------------------------------------
 
     async def authenticate(self, user: str, password: str) -> bool:
         """Check ``user``'s credentials (28000 / 28P01 if refused); whether it is a superuser.
@@ -721,64 +707,13 @@ class Coordinator:
             raise
         return access.is_superuser(state.role_objects, user, self.sessions.superusers)
 
-    async def _role_ddl(
-        self, session: Session, statement: CreateRole | AlterRole | DropRole | GrantRole
-    ) -> StatementResult:
-        """CREATE/ALTER/DROP ROLE, GRANT/REVOKE role: superusers only, except that a role
-        may change its own password (PostgreSQL's rule)."""
-        own_password = access.changes_only_own_password(statement, session.user)
-        if not own_password:
-            ddl.require_superuser(session, statement)
-        if isinstance(statement, DropRole) and session.user in statement.names:
-            raise LoupeError(
-                OBJECT_IN_USE, "current user cannot be dropped", position=statement.position
-            )
-        ops = await access.role_ops(statement, grantor=session.user)
-        _, result = await ddl.transact(
-            self.context, session, statement, ops, superuser_only=not own_password
-        )
-        return result
-
-    async def _alter_system(self, session: Session, statement: AlterSystem) -> StatementResult:
-        """Store (or remove) a system variable's value in the catalog; superusers only."""
-        ddl.require_superuser(session, statement)
-        try:
-            value = (
-                None if statement.value is None else checked_value(statement.name, statement.value)
-            )
-        except LoupeError as error:
-            raise LoupeError(error.code, error.message, position=statement.name_position) from None
-        op = catalog_pb2.CatalogOp(
-            set_system_variable=catalog_pb2.SetSystemVariable(
-                name=statement.name.lower(), value=value or "", reset=value is None
-            )
-        )
-        _, result = await ddl.transact(self.context, session, statement, [op], advance=False)
-        return result
-
     def session_defaults(self) -> dict[str, str]:
         """Session variables whose default a system variable sets, as of now."""
-        rate = self.system_variable("statement_logging_default_sample_rate")
-        return {"statement_logging_sample_rate": rate}
+        return variables.session_defaults(self.context)
 
     def system_variable(self, name: str) -> str:
-        return system_value(self.state.snapshot.system_configuration, name)
+        return variables.system_variable(self.context, name)
 
     def _cluster_id(self, name: str) -> str | None:
         cluster = self.state.cluster(name)
         return cluster.id if cluster is not None else None
-
-    def _show(self, session: Session, statement: ShowVariable) -> StatementResult:
-        if statement.name.lower() == "all":
-            return StatementResult(
-                tag="SHOW",
-                columns=(("name", "text"), ("setting", "text"), ("description", "text")),
-                rows=list(session.show_all()),
-            )
-        if is_system_variable(statement.name):
-            value = self.system_variable(statement.name)
-        else:
-            value = session.get(statement.name, position=statement.name_position)
-        return StatementResult(
-            tag="SHOW", columns=((statement.name.lower(), "text"),), rows=[(value,)]
-        )
