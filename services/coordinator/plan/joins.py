@@ -174,16 +174,19 @@ _STRICT = {"add", "sub", "mul", "div", "mod", "neg", "concat", "upper", "lower",
 _NULL_REJECTING = {"eq", "neq", "lt", "lte", "gt", "gte", "like", "ilike", "between"}
 
 
-def simplified_side(side: str, where: Sequence[Scalar], left_arity: int, arity: int) -> str:
+def simplified_side(
+    side: str, where: Sequence[Scalar], left_arity: int, arity: int, left_start: int = 0
+) -> str:
     """The join ``side`` after WHERE: an outer join whose padded rows WHERE always rejects
     is no outer join (``t LEFT JOIN u … WHERE u.y > 0`` is an inner join).
 
     Padding only adds NULLs, so a conjunct that is not true when the padded
     side's columns are all NULL removes every padded row, here and after
-    later joins.
+    later joins. The left side is the columns from ``left_start`` (items
+    before a comma in FROM are not part of it).
     """
     right = range(left_arity, arity)
-    left = range(left_arity)
+    left = range(left_start, left_arity)
     keep_left = side in ("LEFT", "FULL") and not any(_rejects_nulls(p, right) for p in where)
     keep_right = side in ("RIGHT", "FULL") and not any(_rejects_nulls(p, left) for p in where)
     if keep_left and keep_right:
