@@ -88,6 +88,53 @@ EXPRESSIONS = [
     "split_part('a,b,c', ',', 2)",
     "trim('  x  ')",
     "repeat('ab', 3)",
+    # Trigonometry and angles (float8 in and out; 22003 outside the domain).
+    "sin(1)",
+    "cos(0.5)",
+    "tan(-2)",
+    "cot(0)",
+    "cot(1)",
+    "asin(0.5)",
+    "asin(2)",
+    "acos(-1.5)",
+    "atan(1e308)",
+    "sin('inf'::float8)",
+    "cos('NaN'::float8)",
+    "sinh(1000)",
+    "cosh(-2)",
+    "tanh(1000)",
+    "asinh(1)",
+    "acosh(0.5)",
+    "acosh(2)",
+    "atanh(1)",
+    "atanh(2)",
+    "atanh(NULL)",
+    "degrees(1)",
+    "degrees(1::numeric)",
+    "radians(180)",
+    "degrees(1e308::float8)",
+    # Characters and digests.
+    "ascii('é')",
+    "ascii('')",
+    "ascii('abc')",
+    "ascii(NULL)",
+    "chr(65)",
+    "chr(233)",
+    "chr(0)",
+    "chr(-1)",
+    "chr(1114112)",
+    "chr(55296)",
+    "chr(NULL)",
+    "md5('abc')",
+    "md5('')",
+    "md5(NULL)",
+    # || takes one text operand and anything else as its text.
+    "1 || 2",
+    "1 || 'a'",
+    "'a' || true",
+    "'a' || 1.5::float8",
+    "'a' || date '2024-01-02'",
+    "NULL || 1",
     # Logic and NULLs.
     "NOT 1 IS NOT NULL",
     "NOT NULL IS NULL",
@@ -151,7 +198,11 @@ def same_value(ours, theirs) -> bool:
     if isinstance(theirs, Decimal):
         return Decimal(str(ours)) == theirs
     if isinstance(theirs, float):
-        return isinstance(ours, float) and (ours == theirs or math.isclose(ours, theirs))
+        return isinstance(ours, float) and (
+            ours == theirs
+            or math.isclose(ours, theirs)
+            or (math.isnan(ours) and math.isnan(theirs))
+        )
     if isinstance(theirs, dt.timedelta) and isinstance(ours, int):
         return False
     return type(ours) is type(theirs) and ours == theirs

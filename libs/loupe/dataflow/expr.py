@@ -25,6 +25,7 @@ import dataclasses
 import datetime
 import decimal
 import functools
+import hashlib
 import itertools
 import math
 import re
@@ -59,6 +60,7 @@ NEGATIVE_SUBSTRING = "22011"
 INVALID_POWER = "2201F"
 INVALID_LOG = "2201E"
 INVALID_ESCAPE = "22025"
+PROGRAM_LIMIT_EXCEEDED = "54000"
 
 _INT_RANGE = {
     "int2": (-(2**15), 2**15 - 1, "smallint"),
@@ -726,7 +728,8 @@ def to_text(value: pl.Expr, source: str) -> pl.Expr:
     if source in ("text", "jsonb", "unknown"):
         return value.cast(pl.Utf8)
     if source == "bool":
-        return pl.when(value).then(pl.lit("true")).otherwise(pl.lit("false")).cast(pl.Utf8)
+        # Two whens, so that NULL stays NULL (``otherwise`` would make it 'false').
+        return pl.when(value).then(pl.lit("true")).when(~value).then(pl.lit("false"))
     if source == "numeric":
         return numeric_text(value)
     if source in _FLOATS:
@@ -1129,9 +1132,12 @@ def _plain(function: Callable[..., pl.Expr]) -> Body:
 
 
 def _texts(compiler: _Compiler, call: Call) -> Call:
-    """``call`` with non-text arguments in text positions cast to text (``'n=' || 42``)."""
+    """``call`` with non-text arguments in text positions cast to text (``'n=' || 42``).
+
+    An untyped NULL becomes a text NULL, so string methods apply to it.
+    """
     args = tuple(
-        arg if compiler.type_of(arg) in ("text", "jsonb", "unknown") else Cast(arg, "text")
+        arg if compiler.type_of(arg) in ("text", "jsonb") else Cast(arg, "text")
         for arg in call.args
     )
     return Call(call.func, args)
@@ -1174,6 +1180,81 @@ _STRING_FUNCTIONS: dict[str, Callable[..., pl.Expr]] = {
 @_handles(*_STRING_FUNCTIONS)
 def _string_function(compiler: _Compiler, call: Call) -> CompiledScalar:
     return _strict(compiler, _texts(compiler, call), _plain(_STRING_FUNCTIONS[call.func]))
+
+
+@_handles("ascii")
+def _ascii(compiler: _Compiler, call: Call) -> CompiledScalar:
+    """The first character's code point; 0 for the empty string."""
+
+    def body(values: list[pl.Expr], _types: list[str], _result: str) -> tuple[pl.Expr, None]:
+        first = values[0].str.slice(0, 1)
+        code = first.map_batches(_code_points, return_dtype=pl.Int32)
+        return pl.when(first == "").then(0).otherwise(code), None
+
+    return _strict(compiler, _texts(compiler, call), body)
+
+
+def _code_points(characters: pl.Series) -> pl.Series:
+    codes = {c: ord(c) for c in characters.unique().drop_nulls() if c}
+    return characters.replace_strict(codes, default=None, return_dtype=pl.Int32)
+
+
+_MAX_CODE_POINT = 0x10FFFF
+_SURROGATES = (0xD800, 0xDFFF)
+
+
+@_handles("chr")
+def _chr(compiler: _Compiler, call: Call) -> CompiledScalar:
+    """The character of a code point; PostgreSQL refuses 0, surrogates and beyond U+10FFFF."""
+
+    def body(
+        values: list[pl.Expr], _types: list[str], _result: str
+    ) -> tuple[pl.Expr, pl.Expr | None]:
+        code = values[0].cast(pl.Int64)
+        surrogate = (code >= _SURROGATES[0]) & (code <= _SURROGATES[1])
+        valid = (code > 0) & (code <= _MAX_CODE_POINT) & ~surrogate
+        text = pl.when(valid).then(code).map_batches(_characters, return_dtype=pl.Utf8)
+        errors = [
+            _error_when(code == 0, PROGRAM_LIMIT_EXCEEDED, "null character not permitted"),
+            _error_when(code < 0, INVALID_ARGUMENT, "character number must be positive"),
+            _error_when(
+                code > _MAX_CODE_POINT,
+                PROGRAM_LIMIT_EXCEEDED,
+                pl.concat_str(
+                    [pl.lit("requested character too large for encoding: "), code.cast(pl.Utf8)]
+                ),
+            ),
+            _error_when(
+                surrogate,
+                PROGRAM_LIMIT_EXCEEDED,
+                pl.concat_str(
+                    [pl.lit("requested character not valid for encoding: "), code.cast(pl.Utf8)]
+                ),
+            ),
+        ]
+        return text, _first_error(errors)
+
+    return _strict(compiler, call, body)
+
+
+def _characters(codes: pl.Series) -> pl.Series:
+    characters = {c: chr(c) for c in codes.unique().drop_nulls()}
+    return codes.replace_strict(characters, default=None, return_dtype=pl.Utf8)
+
+
+@_handles("md5")
+def _md5(compiler: _Compiler, call: Call) -> CompiledScalar:
+    body = _plain(lambda s: s.map_batches(_md5_digests, return_dtype=pl.Utf8))
+    return _strict(compiler, _texts(compiler, call), body)
+
+
+def _md5_digests(texts: pl.Series) -> pl.Series:
+    """Digests per distinct text (hashlib: polars has no MD5)."""
+    digests = {
+        t: hashlib.md5(t.encode(), usedforsecurity=False).hexdigest()
+        for t in texts.unique().drop_nulls()
+    }
+    return texts.replace_strict(digests, default=None, return_dtype=pl.Utf8)
 
 
 @_handles("trim", "ltrim", "rtrim")
@@ -1500,6 +1581,64 @@ def _power(compiler: _Compiler, call: Call) -> CompiledScalar:
             _float_overflow(value, [base, exponent], result_type),
         ]
         return value, _first_error(errors)
+
+    return _strict(compiler, call, body)
+
+
+# PostgreSQL's constant (float.c): degrees() divides by it, radians() multiplies.
+RADIANS_PER_DEGREE = 0.0174532925199432957692
+
+
+@_handles("degrees", "radians")
+def _degrees_radians(compiler: _Compiler, call: Call) -> CompiledScalar:
+    def body(
+        values: list[pl.Expr], _types: list[str], result_type: str
+    ) -> tuple[pl.Expr, pl.Expr | None]:
+        value = values[0].cast(pl.Float64)
+        if call.func == "degrees":
+            result = value / RADIANS_PER_DEGREE
+        else:
+            result = value * RADIANS_PER_DEGREE
+        return result, _float_overflow(result, [value], result_type)
+
+    return _strict(compiler, call, body)
+
+
+# name -> (polars function, the inputs PostgreSQL refuses with 22003 "input is out of range").
+_TRIGONOMETRY: dict[
+    str, tuple[Callable[[pl.Expr], pl.Expr], Callable[[pl.Expr], pl.Expr] | None]
+] = {
+    "sin": (lambda x: x.sin(), lambda x: x.is_infinite()),
+    "cos": (lambda x: x.cos(), lambda x: x.is_infinite()),
+    "tan": (lambda x: x.tan(), lambda x: x.is_infinite()),
+    "cot": (lambda x: 1.0 / x.tan(), lambda x: x.is_infinite()),
+    "asin": (lambda x: x.arcsin(), lambda x: x.abs() > 1),
+    "acos": (lambda x: x.arccos(), lambda x: x.abs() > 1),
+    "atan": (lambda x: x.arctan(), None),
+    "sinh": (lambda x: x.sinh(), None),
+    "cosh": (lambda x: x.cosh(), None),
+    "tanh": (lambda x: x.tanh(), None),
+    "asinh": (lambda x: x.arcsinh(), None),
+    "acosh": (lambda x: x.arccosh(), lambda x: x < 1),
+    "atanh": (lambda x: x.arctanh(), lambda x: x.abs() > 1),
+}
+
+
+@_handles(*_TRIGONOMETRY)
+def _trigonometry(compiler: _Compiler, call: Call) -> CompiledScalar:
+    """float8 functions; NaN in is NaN out, and overflow to infinity is no error (as PostgreSQL)."""
+    function, refused = _TRIGONOMETRY[call.func]
+
+    def body(
+        values: list[pl.Expr], _types: list[str], _result: str
+    ) -> tuple[pl.Expr, pl.Expr | None]:
+        value = values[0].cast(pl.Float64)
+        if refused is None:
+            return function(value), None
+        bad = refused(value).fill_null(False) & ~value.is_nan()
+        return pl.when(~bad).then(function(value)), _error_when(
+            bad, OUT_OF_RANGE, "input is out of range"
+        )
 
     return _strict(compiler, call, body)
 

@@ -196,6 +196,11 @@ _FUNCTIONS = (
     ),
     Function("translate", 3, 3, _fixed("text"), "translate(s, from, to): constant from and to"),
     Function("repeat", 2, 2, _fixed("text"), "repeat(s, n)"),
+    Function("ascii", 1, 1, _fixed("int4"), "the code point of the first character (0 for '')"),
+    Function(
+        "chr", 1, 1, _fixed("text"), "the character of a code point; 0 and invalid ones are 54000"
+    ),
+    Function("md5", 1, 1, _fixed("text"), "the MD5 digest of the UTF-8 text, in hex"),
     # Numbers.
     Function("abs", 1, 1, _first, "absolute value"),
     Function("sign", 1, 1, _float_unless_numeric, "-1, 0 or 1 (float8, or numeric for numeric)"),
@@ -216,6 +221,27 @@ _FUNCTIONS = (
     Function("ln", 1, 1, _float_unless_numeric, "natural logarithm; x <= 0 is 2201E"),
     Function("log10", 1, 1, _float_unless_numeric, "base-10 logarithm (log(x)); x <= 0 is 2201E"),
     Function("log", 1, 2, _log, "log(x) = log10(x), log(base, x) (numeric only)"),
+    Function("degrees", 1, 1, _fixed("float8"), "radians to degrees"),
+    Function("radians", 1, 1, _fixed("float8"), "degrees to radians"),
+    # Trigonometric and hyperbolic functions: float8 in and out, as in PostgreSQL.
+    *(
+        Function(name, 1, 1, _fixed("float8"), description)
+        for name, description in (
+            ("sin", "sine (radians); infinite input is 22003"),
+            ("cos", "cosine (radians); infinite input is 22003"),
+            ("tan", "tangent (radians); infinite input is 22003"),
+            ("cot", "cotangent (radians); cot(0) is Infinity"),
+            ("asin", "arcsine; input outside [-1, 1] is 22003"),
+            ("acos", "arccosine; input outside [-1, 1] is 22003"),
+            ("atan", "arctangent"),
+            ("sinh", "hyperbolic sine"),
+            ("cosh", "hyperbolic cosine"),
+            ("tanh", "hyperbolic tangent"),
+            ("asinh", "inverse hyperbolic sine"),
+            ("acosh", "inverse hyperbolic cosine; input below 1 is 22003"),
+            ("atanh", "inverse hyperbolic tangent; input outside [-1, 1] is 22003"),
+        )
+    ),
     # Dates and times.
     Function(
         "date_trunc",

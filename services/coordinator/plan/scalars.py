@@ -83,6 +83,7 @@ _FUNCTION_ARGS: dict[type[exp.Expression], tuple[str, tuple[str, ...]]] = {
     exp.Least: ("least", ("this", "expressions")),
     exp.Concat: ("concat_variadic", ("expressions",)),
     exp.ConcatWs: ("concat_ws", ("expressions",)),
+    exp.Chr: ("chr", ("expressions",)),
 }
 _TYPES: dict[Any, str] = {  # sqlglot DataType.Type -> PostgreSQL type
     exp.DataType.Type.SMALLINT: "int2",
@@ -502,6 +503,8 @@ class Scalars:
                 # double precision does not cast to numeric implicitly.
                 names = ", ".join(TYPE_NAMES.get(t, t) for t in types)
                 raise LoupeError(UNDEFINED_FUNCTION, f"function {name}({names}) does not exist")
+        if function.name == "concat":
+            _check_text_operand([self.type_of(a) for a in args])
         return _fold_date_arithmetic(function.name, args) or Call(function.name, tuple(args))
 
     def _coerce(self, name: str, args: list[Scalar]) -> list[Scalar]:
@@ -604,6 +607,14 @@ def _has_month_interval(scalar: Scalar) -> bool:
 
 
 NUMERIC_ONLY_TWO_ARGUMENTS = frozenset({"log", "round", "trunc"})
+
+
+def _check_text_operand(types: Sequence[str]) -> None:
+    """``||`` is ``text || anynonarray`` (either way round): one side must be text (or untyped)."""
+    if any(t in ("text", "unknown", "jsonb") for t in types):
+        return
+    names = " || ".join(TYPE_NAMES.get(t, t) for t in types)
+    raise LoupeError(UNDEFINED_FUNCTION, f"operator does not exist: {names}")
 
 
 def _is_constant(node: exp.Expression) -> bool:
