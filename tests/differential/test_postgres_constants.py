@@ -242,6 +242,18 @@ QUERIES = [
     "SELECT v FROM (VALUES (1), (NULL), (3)) AS t(v) WHERE NOT v IS NOT NULL",
     "SELECT v, count(v) FROM (VALUES ('a'), (NULL), ('a')) AS t(v) GROUP BY v",
     "SELECT x / 2, x % 2 FROM generate_series(-3, 3) AS t(x)",
+    # string_agg: NULL values skipped, each later value after its own delimiter.
+    "SELECT string_agg(s, ',' ORDER BY s) FROM (VALUES ('b'), ('a'), (NULL), ('a')) AS t(s)",
+    "SELECT string_agg(s, d ORDER BY s DESC) FROM (VALUES ('b', '-'), ('a', NULL), ('c', '+')) "
+    "AS t(s, d)",
+    "SELECT g, string_agg(s, '' ORDER BY s) FROM (VALUES (1, 'x'), (2, 'y'), (1, 'w'), (2, NULL)) "
+    "AS t(g, s) GROUP BY g",
+    "SELECT string_agg(DISTINCT s, ',' ORDER BY s) FROM (VALUES ('b'), ('a'), ('b')) AS t(s)",
+    "SELECT string_agg(s, ',' ORDER BY n, s) FILTER (WHERE n > 1) FROM "
+    "(VALUES ('b', 1), ('a', 2), ('c', 3)) AS t(s, n)",
+    "SELECT string_agg(s, ',') FROM (VALUES ('a')) AS t(s) WHERE false",
+    "SELECT string_agg(n, ',') FROM (VALUES (1)) AS t(n)",
+    "SELECT string_agg(DISTINCT s, ',' ORDER BY n) FROM (VALUES ('a', 1)) AS t(s, n)",
 ]
 
 

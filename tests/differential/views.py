@@ -22,6 +22,16 @@ VIEWS = (
         "SELECT a, stddev(b) AS sd, variance(b) AS v, var_pop(f) AS vp, stddev_pop(f) AS sp "
         "FROM t1 GROUP BY a",
     ),
+    # string_agg: the group's text recomputed when any of its rows changes.
+    View(
+        "string_agg",
+        "SELECT a, string_agg(s, ',' ORDER BY s) AS names, "
+        "string_agg(s, '|' ORDER BY b DESC, s) AS by_b, count(*) AS n FROM t1 GROUP BY a",
+    ),
+    View(
+        "string_agg_distinct_global",
+        "SELECT string_agg(DISTINCT s, ';' ORDER BY s) AS names FROM t1 WHERE b IS NOT NULL",
+    ),
     # Map, filter, project; NULLs; three-valued logic; CASE.
     View("filter_project", "SELECT a, b, a + b AS s, b * 2 AS d FROM t1 WHERE a > 0"),
     View(

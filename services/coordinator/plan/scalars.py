@@ -64,6 +64,7 @@ AGGREGATES: dict[type, str] = {
     exp.Stddev: "stddev_samp",
     exp.StddevSamp: "stddev_samp",
     exp.StddevPop: "stddev_pop",
+    exp.GroupConcat: "string_agg",
 }
 # sqlglot node -> (registry name, the node's argument keys in PostgreSQL's order).
 _FUNCTION_ARGS: dict[type[exp.Expression], tuple[str, tuple[str, ...]]] = {
@@ -216,6 +217,8 @@ class Grouping:
         if func is None:
             name = node.sql_name() if isinstance(node, exp.Func) else node.key
             raise unsupported(f"aggregate function {name.lower()}")
+        if func == "string_agg":
+            return self._string_agg(node, condition)
         arg = node.this
         if any(isinstance(n, exp.AggFunc) for n in arg.walk()):
             raise LoupeError(GROUPING_ERROR, "aggregate function calls cannot be nested")
@@ -234,6 +237,43 @@ class Grouping:
         if condition is not None:
             expr = Case(((condition, expr),), _null(self.below.type_of(expr)))
         return mir.Aggregate(func, expr, distinct=distinct)
+
+    def _string_agg(self, node: exp.Expression, condition: Scalar | None) -> mir.Aggregate:
+        """``string_agg(value, delimiter [ORDER BY …])``, both text, as PostgreSQL has it."""
+        arg, separator = node.this, node.args.get("separator")
+        order: list[exp.Ordered] = []
+        if isinstance(arg, exp.Order):
+            order = list(arg.expressions)
+            arg = arg.this
+        distinct = isinstance(arg, exp.Distinct)
+        if distinct:
+            arg = arg.expressions[0]
+        if any(isinstance(n, exp.AggFunc) for n in arg.walk()):
+            raise LoupeError(GROUPING_ERROR, "aggregate function calls cannot be nested")
+        value = self.below.lower(arg)
+        delimiter = self.below.lower(separator) if separator is not None else None
+        types = [self.below.type_of(value)]
+        if delimiter is not None:
+            types.append(self.below.type_of(delimiter))
+        if delimiter is None or any(t not in ("text", "unknown") for t in types):
+            names = ", ".join(TYPE_NAMES.get(t, t) for t in types)
+            raise LoupeError(UNDEFINED_FUNCTION, f"function string_agg({names}) does not exist")
+        keys = []
+        for ordered in order:
+            key = self.below.lower(ordered.this)
+            if distinct and key not in (value, delimiter):
+                raise LoupeError(
+                    "42P10",
+                    "in an aggregate with DISTINCT, ORDER BY expressions must appear in argument list",
+                )
+            desc = bool(ordered.args.get("desc"))
+            nulls_first = ordered.args.get("nulls_first")
+            # PostgreSQL's default: NULLs sort as the largest value.
+            nulls_last = not desc if nulls_first is None else not nulls_first
+            keys.append(mir.AggregateOrder(key, desc, nulls_last))
+        if condition is not None:
+            value = Case(((condition, value),), _null("text"))
+        return mir.Aggregate("string_agg", value, distinct, (delimiter,), tuple(keys))
 
 
 class Scalars:

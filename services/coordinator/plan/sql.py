@@ -1180,6 +1180,10 @@ _CALL_NAMES: dict[type[exp.Expression], str] = {
     exp.ExplodingGenerateSeries: "generate_series",
     exp.VariancePop: "var_pop",
     exp.GenerateSeries: "generate_series",
+    exp.GroupConcat: "string_agg",
+    exp.TimeToStr: "to_char",
+    exp.UnixToTime: "to_timestamp",
+    exp.TimestampFromParts: "make_timestamp",
 }
 
 
@@ -1202,6 +1206,8 @@ def _output_name(node: exp.Expression) -> str:
         return "lpad" if node.args.get("is_left") else "rpad"
     if type(node) in _CALL_NAMES:
         return _CALL_NAMES[type(node)]
+    if isinstance(node, exp.Filter):  # agg(x) FILTER (WHERE …) is named after agg
+        return _output_name(node.this)
     if isinstance(node, exp.Binary | exp.Unary | exp.In | exp.Between):
         return "?column?"  # operators are not named, even those sqlglot calls functions
     if isinstance(node, exp.Anonymous):
