@@ -242,6 +242,22 @@ QUERIES = [
     "SELECT v FROM (VALUES (1), (NULL), (3)) AS t(v) WHERE NOT v IS NOT NULL",
     "SELECT v, count(v) FROM (VALUES ('a'), (NULL), ('a')) AS t(v) GROUP BY v",
     "SELECT x / 2, x % 2 FROM generate_series(-3, 3) AS t(x)",
+    # regexp_split_to_table: zero-length matches at either end or after a match do not split.
+    "SELECT regexp_split_to_table('hello big  world', '\\s+')",
+    "SELECT x FROM regexp_split_to_table(',a,,b,', ',') AS t(x)",
+    "SELECT regexp_split_to_table('abc', '')",
+    "SELECT regexp_split_to_table('a1b22c', '\\d*')",
+    "SELECT regexp_split_to_table('abba', 'a|')",
+    "SELECT regexp_split_to_table('abba', '(?=b)')",
+    "SELECT regexp_split_to_table('aXbxc', 'x', 'i')",
+    "SELECT regexp_split_to_table('', ',')",
+    "SELECT regexp_split_to_table(NULL, ',')",
+    "SELECT regexp_split_to_table('a,b', NULL)",
+    "SELECT regexp_split_to_table('a', 'x', 'g')",
+    "SELECT regexp_split_to_table('a', '(')",
+    "SELECT regexp_split_to_table(1, ',')",
+    "SELECT n, regexp_split_to_table(s, ' ') AS w "
+    "FROM (VALUES (1, 'a b'), (2, NULL), (3, 'c')) AS t(n, s)",
     # string_agg: NULL values skipped, each later value after its own delimiter.
     "SELECT string_agg(s, ',' ORDER BY s) FROM (VALUES ('b'), ('a'), (NULL), ('a')) AS t(s)",
     "SELECT string_agg(s, d ORDER BY s DESC) FROM (VALUES ('b', '-'), ('a', NULL), ('c', '+')) "

@@ -22,6 +22,16 @@ VIEWS = (
         "SELECT a, stddev(b) AS sd, variance(b) AS v, var_pop(f) AS vp, stddev_pop(f) AS sp "
         "FROM t1 GROUP BY a",
     ),
+    # regexp_split_to_table in the SELECT list: a row per piece, retracted with its input row.
+    View(
+        "regexp_split_per_row",
+        "SELECT a, s, regexp_split_to_table(s, '[,_ ]') AS piece FROM t1 WHERE b > 0",
+    ),
+    View(
+        "regexp_split_then_aggregate",
+        "SELECT piece, count(*) AS n FROM (SELECT regexp_split_to_table(s, 'p+|,', 'i') AS piece "
+        "FROM t1) AS pieces GROUP BY piece",
+    ),
     # string_agg: the group's text recomputed when any of its rows changes.
     View(
         "string_agg",

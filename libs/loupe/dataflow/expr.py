@@ -1865,6 +1865,44 @@ def _regexp_replace(compiler: _Compiler, call: Call) -> CompiledScalar:
     return _strict(compiler, Call(call.func, call.args[:3]), body, null_guard=True)
 
 
+def regexp_splitter(args: Sequence[Scalar]) -> Callable[[str], list[str]]:
+    """regexp_split_to_table's split of one text by its constant pattern (and flags).
+
+    As PostgreSQL (regexp.c): the pieces between matches, where a
+    zero-length match at the very start or end of the text, or right after
+    the previous match, does not count; the search moves on by a character
+    after a zero-length match.
+    """
+    pattern = _constant_text(args[1], "regexp_split_to_table's pattern")
+    flags = _constant_text(args[2], "the regex flags") if len(args) > 2 else ""
+    if "g" in flags:
+        raise LoupeError(
+            INVALID_ARGUMENT, 'regexp_split_to_table() does not support the "global" option'
+        )
+    options = re.IGNORECASE if "i" in _regex_flags(flags.replace("c", ""), "ic") else 0
+    try:
+        compiled = re.compile(pattern, options)
+    except re.error as error:
+        raise LoupeError(INVALID_REGEX, f"invalid regular expression: {error}") from error
+
+    def split(text: str) -> list[str]:
+        pieces, start, search, previous_end = [], 0, 0, 0
+        while search <= len(text):
+            match = compiled.search(text, search)
+            if match is None:
+                break
+            begin, end = match.span()
+            if begin < len(text) and end > previous_end:
+                pieces.append(text[start:begin])
+                start = end
+            previous_end = end
+            search = end + 1 if begin == end else end
+        pieces.append(text[start:])
+        return pieces
+
+    return split
+
+
 def _rust_replacements(replacements: pl.Series) -> pl.Series:
     converted = {r: _rust_replacement(r) for r in replacements.unique().drop_nulls()}
     return replacements.replace_strict(converted, default=None, return_dtype=pl.Utf8)

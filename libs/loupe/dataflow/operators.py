@@ -1013,6 +1013,12 @@ def _merge_classes(equivalences: Sequence[Sequence[Scalar]]) -> list[tuple[Scala
     return [tuple(m) for m in merged]
 
 
+def _split_texts(texts: pl.Series, splitter: Callable[[str], list[str]]) -> pl.Series:
+    """Each text's pieces (once per distinct text)."""
+    split = {t: splitter(t) for t in texts.unique().drop_nulls()}
+    return texts.replace_strict(split, default=None, return_dtype=pl.List(pl.Utf8))
+
+
 class FlatMap(Operator):
     """A table function per row (``generate_series``), then the node's MFP.
 
@@ -1024,10 +1030,11 @@ class FlatMap(Operator):
 
     def __init__(self, node: lir.FlatMap, source: Operator, workers: int) -> None:
         super().__init__(node.types, (source,), workers)
-        if node.func != "generate_series":
+        if node.func not in ("generate_series", "regexp_split_to_table"):
             raise LoupeError(
                 SqlState.FEATURE_NOT_SUPPORTED, f"table function {node.func} is not supported"
             )
+        self.splitter = expr.regexp_splitter(node.exprs) if node.func != "generate_series" else None
         self.node = node
         self.input_types = source.types
         self.arity = len(source.types)
@@ -1042,13 +1049,36 @@ class FlatMap(Operator):
         def body(worker: int, part: pl.DataFrame) -> pl.DataFrame:
             if part.height == 0:
                 return self.empty
-            flat, failed = self._series(part)
+            flat, failed = self._series(part) if self.splitter is None else self._split(part)
             ok, err = expr.apply_mfp(flat, self.node.mfp, self.flat_types)
             errors.extend([failed, err])
             return self.conform(ok)
 
         self.ok = self.per_worker(self.inputs[0].ok, body)
         self.err = concat(errors, empty_errors())
+
+    def _split(self, part: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
+        """regexp_split_to_table: a row per piece of the text (none for NULL)."""
+        assert self.splitter is not None
+        text = self.compiled[0]
+        lazy = text.with_lets(part.lazy()).with_columns(
+            text.value.alias("_text"),
+            (text.error if text.error is not None else pl.lit(None, pl.Utf8)).alias(ERROR),
+        )
+        frame = lazy.collect()
+        errors = frame.filter(pl.col(ERROR).is_not_null()).select(ERROR, TIME, DIFF)
+        column = f"c{self.arity}"
+        splitter = self.splitter
+        pieces = pl.col("_text").map_batches(
+            lambda texts: _split_texts(texts, splitter), return_dtype=pl.List(pl.Utf8)
+        )
+        flat = (
+            frame.filter(pl.col(ERROR).is_null() & pl.col("_text").is_not_null())
+            .with_columns(pieces.alias(column))
+            .explode(column)
+            .select(*[f"c{i}" for i in range(self.arity)], column, TIME, DIFF)
+        )
+        return flat, errors
 
     def _series(self, part: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
         lazy = part.lazy()

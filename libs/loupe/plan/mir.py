@@ -230,7 +230,7 @@ class Reduce(_Unary):
 
 
 # The table functions a FlatMap applies.
-TABLE_FUNCTIONS = ("generate_series", "unnest")
+TABLE_FUNCTIONS = ("generate_series", "unnest", "regexp_split_to_table")
 
 
 @dataclass(frozen=True)
@@ -259,6 +259,8 @@ def table_function_types(func: str, arg_types: Sequence[str]) -> tuple[str, ...]
         if "int8" in known:
             return ("int8",)
         return ("int4",)
+    if func == "regexp_split_to_table":
+        return ("text",)
     raise KeyError(func)
 
 
