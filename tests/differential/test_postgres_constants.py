@@ -18,6 +18,7 @@ import sqlglot
 
 from loupe.common.errors import LoupeError
 from loupe.coordinator.constant import evaluate_constant
+from loupe.coordinator.sql.parser import LoupeDialect
 
 from .harness import LOUPE_TYPES
 
@@ -135,6 +136,46 @@ EXPRESSIONS = [
     "'a' || 1.5::float8",
     "'a' || date '2024-01-02'",
     "NULL || 1",
+    # to_char's template patterns (a date is a timestamptz, its zone UTC).
+    "to_char(timestamp '2024-03-05 14:07:09.123456', 'YYYY-MM-DD HH24:MI:SS.MS US')",
+    "to_char(timestamp '2024-03-05 04:07:09', 'Day, DD Month YYYY HH12:MI AM')",
+    "to_char(timestamp '2024-03-05 04:07:09', 'FMDay, FMDD FMMonth YYYY FMHH12 pm')",
+    "to_char(timestamptz '2024-03-05 04:07:09+00', 'YYYY TZ tz OF')",
+    "to_char(timestamp '2024-03-05 04:07:09', 'YYYY TZ OF|')",
+    "to_char(date '2024-03-01', 'DDth DDTH FMDDth Dy dy DY Mon mon MON MONTH month')",
+    "to_char(timestamp '2024-12-30 00:00:00', 'IYYY IW ID D DDD WW W Q CC J SSSS')",
+    "to_char(timestamp '0005-01-01', 'YYYY YYY YY Y')",
+    "to_char(timestamp '2024-01-01 12:00', '\"quoted YYYY\" HH12 AM a.m. P.M.')",
+    "to_char(timestamp '2024-01-01 12:00:00.5', 'FF1 FF3 FF6 ssss hh mi yyyy')",
+    "to_char(timestamp '2024-06-01 00:00', 'FMYYYY FMMM FMDD FMHH24 FMMI FMSS FMMS FMUS FMD FMDDD')",
+    "to_char(timestamp '2024-01-01', 'Y,YYY BC AD b.c. a.d. TZH:TZM RM rm')",
+    "to_char(timestamp '2024-01-11', 'DDth') || to_char(timestamp '2024-01-22', 'DDth')",
+    "to_char(timestamp '2024-01-01', '')",
+    "to_char(timestamp '2024-01-01', NULL)",
+    "to_char(NULL::timestamp, 'YYYY')",
+    # to_timestamp, make_timestamp, date_bin.
+    "to_timestamp(0)",
+    "to_timestamp(1.5e9)",
+    "to_timestamp(-1.25)",
+    "to_timestamp('NaN')",
+    "to_timestamp(1e20)",
+    "to_timestamp(NULL)",
+    "make_timestamp(2024, 2, 29, 12, 30, 15.5)",
+    "make_timestamp(2024, 2, 30, 12, 30, 15.5)",
+    "make_timestamp(2024, 13, 1, 0, 0, 0)",
+    "make_timestamp(2024, 2, 28, 24, 0, 0)",
+    "make_timestamp(2024, 2, 28, 23, 60, 0)",
+    "make_timestamp(2024, 2, 28, 23, 0, 60)",
+    "make_timestamp(2024, 2, 28, 23, 59, 60.5)",
+    "make_timestamp(0, 2, 28, 23, 0, 1)",
+    "date_bin('15 minutes', timestamp '2020-02-11 15:44:17', timestamp '2001-01-01')",
+    "date_bin('15 minutes', timestamp '2000-02-11 15:44:17', timestamp '2001-01-01 00:02:30')",
+    "date_bin('1 month', timestamp '2000-02-11 15:44:17', timestamp '2001-01-01')",
+    "date_bin('0 minutes', timestamp '2000-02-11 15:44:17', timestamp '2001-01-01')",
+    "date_bin('-5 minutes', timestamp '2000-02-11 15:44:17', timestamp '2001-01-01')",
+    "date_bin('1 day', timestamptz '2000-02-11 15:44:17+00', timestamptz '2001-01-01 03:00:00+00')",
+    "date_bin('1 day', date '2000-02-11', timestamp '2001-01-01')",
+    "date_bin(NULL, timestamp '2000-02-11 15:44:17', timestamp '2001-01-01')",
     # Logic and NULLs.
     "NOT 1 IS NOT NULL",
     "NOT NULL IS NULL",
@@ -183,7 +224,7 @@ def postgres_answer(connection, expression: str):
 def loupe_answer(expression: str):
     try:
         columns, rows = evaluate_constant(
-            sqlglot.parse_one(f"SELECT {expression}", read="postgres")
+            sqlglot.parse_one(f"SELECT {expression}", read=LoupeDialect)
         )
     except LoupeError as error:
         return "error", error.code
@@ -284,7 +325,7 @@ def postgres_rows(connection, sql: str):
 
 def loupe_rows(sql: str):
     try:
-        columns, rows = evaluate_constant(sqlglot.parse_one(sql, read="postgres"))
+        columns, rows = evaluate_constant(sqlglot.parse_one(sql, read=LoupeDialect))
     except LoupeError as error:
         return "error", error.code, None
     return "ok", [name for name, _ in columns], rows

@@ -36,6 +36,7 @@ from typing import Any
 import polars as pl
 
 from loupe.common.errors import LoupeError, SqlState
+from loupe.dataflow import datetime_format
 from loupe.dataflow.batches import empty_errors
 from loupe.dataflow.types import DIFF, TIME, numeric_text, polars_dtype
 from loupe.plan.functions import (
@@ -61,6 +62,7 @@ INVALID_POWER = "2201F"
 INVALID_LOG = "2201E"
 INVALID_ESCAPE = "22025"
 PROGRAM_LIMIT_EXCEEDED = "54000"
+UNDEFINED_FUNCTION = "42883"
 
 _INT_RANGE = {
     "int2": (-(2**15), 2**15 - 1, "smallint"),
@@ -1942,3 +1944,122 @@ def _make_date(compiler: _Compiler, call: Call) -> CompiledScalar:
         return parsed, invalid
 
     return _strict(compiler, call, body)
+
+
+@_handles("make_timestamp")
+def _make_timestamp(compiler: _Compiler, call: Call) -> CompiledScalar:
+    """make_timestamp(year, month, day, hour, min, sec): 24:00:00 and a 60th second roll over."""
+
+    def body(
+        values: list[pl.Expr], _types: list[str], _result: str
+    ) -> tuple[pl.Expr, pl.Expr | None]:
+        year, month, day, hour, minute = (v.cast(pl.Int64) for v in values[:5])
+        seconds = values[5].cast(pl.Float64)
+        day_text = pl.concat_str(
+            [
+                year.cast(pl.Utf8).str.zfill(4),
+                month.cast(pl.Utf8).str.zfill(2),
+                day.cast(pl.Utf8).str.zfill(2),
+            ],
+            separator="-",
+        )
+        date = pl.when(year > 0).then(day_text.str.strptime(pl.Date, "%Y-%m-%d", strict=False))
+        bad_time = (
+            (hour < 0)
+            | (hour > 24)
+            | (minute < 0)
+            | (minute >= 60)
+            | ~(seconds >= 0)  # NaN too
+            | (seconds > 60)
+            | ((hour == 24) & ((minute > 0) | (seconds > 0)))
+        )
+        micros = (hour * 60 + minute) * 60_000_000 + (seconds * 1e6).round(
+            0, mode="half_to_even"
+        ).cast(pl.Int64, strict=False)
+        moment = date.cast(pl.Datetime("us")) + pl.duration(microseconds=micros)
+        errors = [
+            _error_when(
+                date.is_null(),
+                INVALID_DATE_FIELD,
+                pl.concat_str([pl.lit("date field value out of range: "), day_text]),
+            ),
+            _error_when(bad_time, INVALID_DATE_FIELD, "time field value out of range"),
+        ]
+        value: pl.Expr = pl.when(date.is_not_null() & ~bad_time).then(moment)
+        return value, _first_error(errors)
+
+    return _strict(compiler, call, body)
+
+
+# PostgreSQL's timestamp range in seconds from 1970: Julian day 0 up to 294277-01-01,
+# narrowed at the top to what microseconds in 64 bits hold (year 294247).
+_TIMESTAMP_SECONDS = (-210_866_803_200, (2**63 - 1) // 1_000_000)
+
+
+@_handles("to_timestamp")
+def _to_timestamp(compiler: _Compiler, call: Call) -> CompiledScalar:
+    """Seconds since 1970-01-01 UTC as a timestamptz, rounded to microseconds."""
+
+    def body(
+        values: list[pl.Expr], _types: list[str], _result: str
+    ) -> tuple[pl.Expr, pl.Expr | None]:
+        seconds = values[0].cast(pl.Float64)
+        low, high = _TIMESTAMP_SECONDS
+        fits = (seconds >= low) & (seconds < high)
+        micros = (seconds * 1e6).round(0, mode="half_to_even")
+        moment = pl.when(fits).then(micros).cast(pl.Int64, strict=False)
+        errors = [
+            _error_when(seconds.is_nan(), INVALID_DATE_FIELD, "timestamp cannot be NaN"),
+            _error_when(~fits & ~seconds.is_nan(), INVALID_DATE_FIELD, "timestamp out of range"),
+        ]
+        return moment.cast(pl.Datetime("us", "UTC")), _first_error(errors)
+
+    return _strict(compiler, call, body)
+
+
+@_handles("to_char")
+def _to_char(compiler: _Compiler, call: Call) -> CompiledScalar:
+    """to_char(timestamp[tz] | date, format); a date is a timestamptz, as PostgreSQL resolves it."""
+    subject = compiler.compile(call.args[0])
+    if subject.type == "date":
+        subject = cast(subject, "timestamptz")
+    if subject.type not in TIME_TYPES:
+        raise LoupeError(
+            UNDEFINED_FUNCTION, f"function to_char({subject.type}, text) does not exist"
+        )
+    format_arg = call.args[1]
+    if not isinstance(format_arg, Literal) or format_arg.type not in ("text", "unknown"):
+        raise LoupeError(SqlState.FEATURE_NOT_SUPPORTED, "to_char's format must be a constant")
+    if format_arg.value is None:
+        return CompiledScalar(pl.lit(None, pl.Utf8), subject.error, "text")
+    formatted = datetime_format.to_char(
+        subject.value, str(format_arg.value), with_zone=subject.type == "timestamptz"
+    )
+    value = pl.when(subject.value.is_not_null()).then(formatted)
+    return CompiledScalar(value, subject.error, "text")
+
+
+@_handles("date_bin")
+def _date_bin(compiler: _Compiler, call: Call) -> CompiledScalar:
+    """The start of the bin of width ``stride`` (counted from ``origin``) that holds the time."""
+    result_type = compiler.type_of(call)
+    stride = compiler.compile(call.args[0])
+    source = compiler.as_type(call.args[1], result_type)
+    origin = compiler.as_type(call.args[2], result_type)
+    if stride.type != "interval" or result_type not in TIME_TYPES:
+        types = ", ".join((stride.type, source.type, origin.type))
+        raise LoupeError(UNDEFINED_FUNCTION, f"function date_bin({types}) does not exist")
+    pieces = [compiler.bind(p) for p in (stride, source, origin)]
+    width, moment, start = (p.value for p in pieces)
+    step = width.dt.total_microseconds()
+    offset = (moment - start).dt.total_microseconds()
+    positive = pl.when(step > 0).then(step)
+    binned = start + pl.duration(microseconds=offset // positive * positive)
+    error = _error_when(step <= 0, INVALID_DATE_FIELD, "stride must be greater than zero")
+    any_null = pl.any_horizontal([v.is_null() for v in (width, moment, start)])
+    error = pl.when(any_null).then(pl.lit(None, pl.Utf8)).otherwise(error)
+    return CompiledScalar(
+        binned.cast(polars_dtype(result_type)),
+        _first_error([*(p.error for p in pieces), error]),
+        result_type,
+    )

@@ -25,6 +25,13 @@ TIME_TYPES = ("timestamp", "timestamptz")
 # Calls whose string-literal arguments take the type of the other arguments.
 COERCING = {"eq", "neq", "lt", "lte", "gt", "gte", "between", "coalesce", "nullif"}
 COERCING |= {"greatest", "least"} | ARITHMETIC
+# The types string literals take at each argument position of these calls (None: as written).
+LITERAL_TYPES: dict[str, tuple[str | None, ...]] = {
+    "date_bin": ("interval", None, None),
+    "to_timestamp": ("float8",),
+    "make_timestamp": ("int4", "int4", "int4", "int4", "int4", "float8"),
+    "chr": ("int4",),
+}
 
 
 @dataclass(frozen=True)
@@ -254,6 +261,28 @@ _FUNCTIONS = (
     Function("extract", 2, 2, _fixed("numeric"), "extract(field FROM x): field is a text literal"),
     Function("date_part", 2, 2, _fixed("float8"), "date_part(field, x): field is a text literal"),
     Function("make_date", 3, 3, _fixed("date"), "make_date(year, month, day); invalid is 22008"),
+    Function(
+        "make_timestamp",
+        6,
+        6,
+        _fixed("timestamp"),
+        "make_timestamp(year, month, day, hour, min, sec); invalid fields are 22008",
+    ),
+    Function(
+        "to_char",
+        2,
+        2,
+        _fixed("text"),
+        "to_char(time, format): PostgreSQL's template patterns; the format is a constant",
+    ),
+    Function("to_timestamp", 1, 1, _fixed("timestamptz"), "to_timestamp(seconds since the epoch)"),
+    Function(
+        "date_bin",
+        3,
+        3,
+        lambda t: "timestamp" if t[1] == "date" else t[1],
+        "date_bin(stride, time, origin): the start of the stride-wide bin holding time",
+    ),
     Function(
         "now",
         0,

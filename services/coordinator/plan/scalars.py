@@ -85,6 +85,9 @@ _FUNCTION_ARGS: dict[type[exp.Expression], tuple[str, tuple[str, ...]]] = {
     exp.Concat: ("concat_variadic", ("expressions",)),
     exp.ConcatWs: ("concat_ws", ("expressions",)),
     exp.Chr: ("chr", ("expressions",)),
+    exp.UnixToTime: ("to_timestamp", ("this",)),
+    exp.TimestampFromParts: ("make_timestamp", ("year", "month", "day", "hour", "min", "sec")),
+    exp.DateBin: ("date_bin", ("this", "expression", "unit")),
 }
 _TYPES: dict[Any, str] = {  # sqlglot DataType.Type -> PostgreSQL type
     exp.DataType.Type.SMALLINT: "int2",
@@ -548,7 +551,14 @@ class Scalars:
         return _fold_date_arithmetic(function.name, args) or Call(function.name, tuple(args))
 
     def _coerce(self, name: str, args: list[Scalar]) -> list[Scalar]:
-        """Quoted literals and NULLs take the type of the call's other arguments, as in PostgreSQL."""
+        """Quoted literals and NULLs take the type of the call's other arguments, as in PostgreSQL
+        (or the type of their position, for calls with one signature)."""
+        if name in functions.LITERAL_TYPES:
+            wanted = functions.LITERAL_TYPES[name]
+            return [
+                _typed_like(a, self.type_of(a), t) if t is not None else a
+                for a, t in zip(args, wanted, strict=False)
+            ]
         if name not in functions.COERCING:
             return args
         types = [self.type_of(a) for a in args]

@@ -1192,7 +1192,6 @@ _CALL_NAMES: dict[type[exp.Expression], str] = {
     exp.VariancePop: "var_pop",
     exp.GenerateSeries: "generate_series",
     exp.GroupConcat: "string_agg",
-    exp.TimeToStr: "to_char",
     exp.UnixToTime: "to_timestamp",
     exp.TimestampFromParts: "make_timestamp",
 }

@@ -36,6 +36,7 @@ from typing import Any, ClassVar, TypeVar
 from sqlglot import exp
 from sqlglot.dialects.postgres import Postgres
 from sqlglot.errors import ErrorLevel, ParseError, TokenError
+from sqlglot.parsers.postgres import PostgresParser
 from sqlglot.tokens import Token, TokenType
 
 from loupe.common.errors import LoupeError, SqlState
@@ -239,6 +240,15 @@ class LoupeDialect(Postgres):
 
     class Tokenizer(Postgres.Tokenizer):
         COMMANDS: ClassVar[set[TokenType]] = set()
+
+    class Parser(PostgresParser):
+        # sqlglot rewrites to_char's format into strftime codes, losing what
+        # PostgreSQL's patterns mean (D is Sunday-based, FM, TH…): keep the call as
+        # written, for the engine's to_char.
+        FUNCTIONS: ClassVar[dict[str, Any]] = {
+            **PostgresParser.FUNCTIONS,
+            "TO_CHAR": lambda args: exp.Anonymous(this="to_char", expressions=args),
+        }
 
     # The keywords postgres treats as opaque commands; a statement starting with
     # one of them is refused before sqlglot sees it.
