@@ -201,6 +201,19 @@ EXPRESSIONS: tuple[str, ...] = (
     "date_bin(INTERVAL '15 minutes', ts, TIMESTAMP '2001-01-01 00:02:30')",
     "date_bin(INTERVAL '1 day 2 hours', ts, TIMESTAMP '2024-01-01')",
     "date_bin('7 days', d, TIMESTAMP '2024-01-03')",
+    "extract(hour FROM ts - TIMESTAMP '2024-03-01 12:00:00')",
+    "extract(day FROM ts - TIMESTAMP '2024-03-01 12:00:00')",
+    "extract(second FROM TIMESTAMP '2024-03-01 12:00:00' - ts)",
+    "extract(epoch FROM TIMESTAMP '2024-03-01 12:00:00' - ts)",
+    "date_part('minute', ts - TIMESTAMP '2024-03-01')",
+    "date_part('milliseconds', ts - TIMESTAMP '2024-03-01')",
+    "date_part('dow', d)",
+    "date_part('epoch', ts)",
+    "justify_hours(ts - TIMESTAMP '2024-03-01')",
+    "CASE WHEN abs(i) < 3 THEN justify_days(ts - TIMESTAMP '2024-02-28 12:00') END",
+    "(ts - TIMESTAMP '2024-03-01') * 1.5",
+    "(ts - TIMESTAMP '2024-03-01') / 4",
+    "CAST(ts - TIMESTAMP '2024-03-01' AS text)",
 )
 
 

@@ -1725,22 +1725,45 @@ _FIELDS: dict[str, Callable[[pl.Expr], pl.Expr]] = {
     "century": lambda v: (v.dt.year() + 99) // 100,
     "millennium": lambda v: (v.dt.year() + 999) // 1000,
 }
+_DAY_MICROS = 86_400_000_000
+
+
+def _interval_field(part: Callable[[pl.Expr], pl.Expr]) -> Callable[[pl.Expr], pl.Expr]:
+    """A field of the time within the day of an interval of ``us`` microseconds.
+
+    PostgreSQL's fields keep the interval's sign (``-(1 day 02:30)`` has day
+    -1 and hour -2), so they are taken from the magnitude and signed.
+    """
+
+    def field(us: pl.Expr) -> pl.Expr:
+        magnitude = us.abs() % _DAY_MICROS
+        return pl.when(us < 0).then(-part(magnitude)).otherwise(part(magnitude))
+
+    return field
+
+
+# The engine's interval has no month part (a duration): year and month are 0, quarter 1.
 _INTERVAL_FIELDS: dict[str, Callable[[pl.Expr], pl.Expr]] = {
     "epoch": lambda us: us / 1e6,
-    "day": lambda us: us // 86_400_000_000,
-    "hour": lambda us: us % 86_400_000_000 // 3_600_000_000,
-    "minute": lambda us: us % 3_600_000_000 // 60_000_000,
-    "second": lambda us: us % 60_000_000 / 1e6,
-    "milliseconds": lambda us: us % 60_000_000 / 1e3,
-    "microseconds": lambda us: us % 60_000_000,
+    "day": lambda us: pl.when(us < 0).then(-(us.abs() // _DAY_MICROS)).otherwise(us // _DAY_MICROS),
+    "hour": _interval_field(lambda t: t // 3_600_000_000),
+    "minute": _interval_field(lambda t: t // 60_000_000 % 60),
+    "second": _interval_field(lambda t: t % 60_000_000 / 1e6),
+    "milliseconds": _interval_field(lambda t: t % 60_000_000 / 1e3),
+    "microseconds": _interval_field(lambda t: t % 60_000_000),
+    **dict.fromkeys(("month", "year", "decade", "century", "millennium"), lambda us: us * 0),
+    "quarter": lambda us: us * 0 + 1,
 }
 
 
 @_handles("extract", "date_part")
 def _extract(compiler: _Compiler, call: Call) -> CompiledScalar:
-    field = _unit(call.args[0], f"{call.func}'s field")
-    subject = compiler.compile(call.args[1])
     result_type = compiler.type_of(call)
+    subject = compiler.compile(call.args[1])
+    unit = call.args[0]
+    if isinstance(unit, Literal) and unit.value is None:
+        return CompiledScalar(pl.lit(None, pl.Float64), subject.error, result_type)
+    field = _unit(unit, f"{call.func}'s field")
     if subject.type == "interval":
         fields = _INTERVAL_FIELDS
         source = subject.value.dt.total_microseconds()
@@ -1750,8 +1773,9 @@ def _extract(compiler: _Compiler, call: Call) -> CompiledScalar:
         if subject.type == "date":
             source = source.cast(pl.Datetime("us"))
     if field not in fields:
+        type_name = {"timestamptz": "timestamp with time zone"}.get(subject.type, subject.type)
         raise LoupeError(
-            SqlState.FEATURE_NOT_SUPPORTED, f'unit "{field}" not supported for type {subject.type}'
+            SqlState.FEATURE_NOT_SUPPORTED, f'unit "{field}" not supported for type {type_name}'
         )
     value = fields[field](source).cast(pl.Float64)
     return CompiledScalar(value, subject.error, result_type)
@@ -2063,3 +2087,30 @@ def _date_bin(compiler: _Compiler, call: Call) -> CompiledScalar:
         _first_error([*(p.error for p in pieces), error]),
         result_type,
     )
+
+
+@_handles("justify_hours", "justify_days", "justify_interval")
+def _justify(compiler: _Compiler, call: Call) -> CompiledScalar:
+    """PostgreSQL's justify functions on the engine's interval, which is one duration.
+
+    A duration already holds its whole days as days and one sign throughout,
+    so justify_hours changes nothing. Turning 30 days into a month needs a
+    month part: justify_days and justify_interval refuse (0A000) an interval
+    of 30 days or more rather than print one that is not PostgreSQL's.
+    """
+
+    def body(
+        values: list[pl.Expr], _types: list[str], _result: str
+    ) -> tuple[pl.Expr, pl.Expr | None]:
+        interval = values[0]
+        if call.func == "justify_hours":
+            return interval, None
+        months = interval.dt.total_microseconds().abs() >= 30 * _DAY_MICROS
+        error = _error_when(
+            months,
+            SqlState.FEATURE_NOT_SUPPORTED,
+            f"{call.func} of 30 days or more: intervals with months not yet supported",
+        )
+        return interval, error
+
+    return _strict(compiler, call, body)

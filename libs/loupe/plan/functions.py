@@ -31,6 +31,7 @@ LITERAL_TYPES: dict[str, tuple[str | None, ...]] = {
     "to_timestamp": ("float8",),
     "make_timestamp": ("int4", "int4", "int4", "int4", "int4", "float8"),
     "chr": ("int4",),
+    **dict.fromkeys(("justify_hours", "justify_days", "justify_interval"), ("interval",)),
 }
 
 
@@ -260,6 +261,21 @@ _FUNCTIONS = (
     ),
     Function("extract", 2, 2, _fixed("numeric"), "extract(field FROM x): field is a text literal"),
     Function("date_part", 2, 2, _fixed("float8"), "date_part(field, x): field is a text literal"),
+    Function("justify_hours", 1, 1, _fixed("interval"), "whole 24 hours as days"),
+    Function(
+        "justify_days",
+        1,
+        1,
+        _fixed("interval"),
+        "whole 30 days as months (30 days or more: 0A000, the engine's intervals have no months)",
+    ),
+    Function(
+        "justify_interval",
+        1,
+        1,
+        _fixed("interval"),
+        "justify_days(justify_hours(x)), one sign (30 days or more: 0A000, as justify_days)",
+    ),
     Function("make_date", 3, 3, _fixed("date"), "make_date(year, month, day); invalid is 22008"),
     Function(
         "make_timestamp",
