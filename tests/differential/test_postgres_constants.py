@@ -212,6 +212,21 @@ EXPRESSIONS = [
     "interval '25 hours'::text",
     "age(timestamp '2024-03-01', timestamp '2023-01-15')",
     "date '2024-01-31' + interval '1 month'",
+    # AT TIME ZONE / timezone(): skipped local times take the offset before the change,
+    # repeated ones the later instant; numeric zones are POSIX (positive is west).
+    "timestamp '2024-03-10 02:30' at time zone 'America/New_York'",
+    "timestamp '2024-11-03 01:30' at time zone 'America/New_York'",
+    "timestamptz '2024-11-03 05:30:00+00' at time zone 'America/New_York'",
+    "timestamp '2024-07-01 12:00' at time zone 'EST'",
+    "timestamp '2024-07-01 12:00' at time zone 'UTC+5'",
+    "timestamp '2024-07-01 12:00' at time zone '+05'",
+    "timestamp '2024-07-01 12:00' at time zone 'nowhere'",
+    "timezone('Europe/Paris', timestamptz '2024-07-01 12:00:00+00')",
+    "date '2024-07-01' at time zone 'Europe/Paris'",
+    "timestamp '2024-07-01 12:00' at time zone 'europe/paris'",
+    "timestamp '2024-07-01 12:00' at time zone interval '-05:00'",
+    "timestamptz '2024-07-01 12:00:00+00' at time zone interval '-05:00'",
+    "NULL::timestamp at time zone 'UTC'",
     # Logic and NULLs.
     "NOT 1 IS NOT NULL",
     "NOT NULL IS NULL",
@@ -353,6 +368,7 @@ QUERIES = [
     "SELECT string_agg(s, ',' ORDER BY n, s) FILTER (WHERE n > 1) FROM "
     "(VALUES ('b', 1), ('a', 2), ('c', 3)) AS t(s, n)",
     "SELECT string_agg(s, ',') FROM (VALUES ('a')) AS t(s) WHERE false",
+    "SELECT timestamp '2024-07-01 12:00' AT TIME ZONE 'UTC', to_char(timestamp '2024-07-01', 'Q')",
     "SELECT string_agg(n, ',') FROM (VALUES (1)) AS t(n)",
     "SELECT string_agg(DISTINCT s, ',' ORDER BY n) FROM (VALUES ('a', 1)) AS t(s, n)",
 ]

@@ -214,6 +214,16 @@ EXPRESSIONS: tuple[str, ...] = (
     "(ts - TIMESTAMP '2024-03-01') * 1.5",
     "(ts - TIMESTAMP '2024-03-01') / 4",
     "CAST(ts - TIMESTAMP '2024-03-01' AS text)",
+    "ts AT TIME ZONE 'America/New_York'",
+    "CAST(ts AS timestamptz) AT TIME ZONE 'Asia/Kolkata'",
+    "timezone('Europe/Paris', d)",
+    "ts AT TIME ZONE '-03:30'",
+    # Across New York's daylight-saving changes: a skipped hour, a repeated one.
+    "(TIMESTAMP '2024-03-10 01:00' + (i + 7) * INTERVAL '15 minutes') AT TIME ZONE 'America/New_York'",
+    "(TIMESTAMP '2024-11-03 00:30' + (j + 7) * INTERVAL '10 minutes') AT TIME ZONE 'America/New_York'",
+    "(TIMESTAMPTZ '2024-11-03 04:30:00+00' + (j + 7) * INTERVAL '10 minutes') "
+    "AT TIME ZONE 'America/New_York'",
+    "(date_trunc('day', ts) + INTERVAL '2 hours 30 minutes') AT TIME ZONE 'America/New_York'",
 )
 
 

@@ -29,6 +29,7 @@ import hashlib
 import itertools
 import math
 import re
+import zoneinfo
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -2114,3 +2115,71 @@ def _justify(compiler: _Compiler, call: Call) -> CompiledScalar:
         return interval, error
 
     return _strict(compiler, call, body)
+
+
+_ZONE_NAMES = {name.lower(): name for name in zoneinfo.available_timezones()}
+# PostgreSQL reads a bare numeric zone ('+05', 'UTC-3:30') the POSIX way: positive is west.
+_POSIX_OFFSET = re.compile(r"^(?:utc|gmt)?([+-])(\d{1,2})(?::(\d{2}))?$")
+
+
+def _zone_offset(zone: Literal) -> str | datetime.timedelta:
+    """The IANA name, or the fixed offset east of UTC, of a constant zone (22023 if unknown)."""
+    if zone.type == "interval" and isinstance(zone.value, datetime.timedelta):
+        return zone.value
+    text = str(zone.value).strip()
+    named = _ZONE_NAMES.get(text.lower())
+    if named is not None:
+        return named
+    offset = _POSIX_OFFSET.match(text.lower())
+    if offset is not None:
+        sign = -1 if offset.group(1) == "+" else 1
+        hours, minutes = int(offset.group(2)), int(offset.group(3) or 0)
+        return sign * datetime.timedelta(hours=hours, minutes=minutes)
+    raise LoupeError(INVALID_ARGUMENT, f'time zone "{text}" not recognized')
+
+
+@_handles("timezone")
+def _timezone(compiler: _Compiler, call: Call) -> CompiledScalar:
+    """``time AT TIME ZONE zone``: a timestamp read as local time there (→ timestamptz), or a
+    timestamptz as the local time there (→ timestamp).
+
+    A local time that a daylight-saving change skips is read with the offset
+    before the change, and one it repeats as the later instant (standard
+    time), as PostgreSQL does.
+    """
+    zone_arg = call.args[0]
+    if not isinstance(zone_arg, Literal) or zone_arg.type not in ("text", "unknown", "interval"):
+        raise LoupeError(SqlState.FEATURE_NOT_SUPPORTED, "the time zone must be a constant")
+    subject = compiler.compile(call.args[1])
+    if subject.type == "date":
+        subject = cast(subject, "timestamptz")
+    if subject.type not in TIME_TYPES:
+        raise LoupeError(
+            UNDEFINED_FUNCTION, f"function timezone({zone_arg.type}, {subject.type}) does not exist"
+        )
+    result_type = compiler.type_of(call)
+    if zone_arg.value is None:
+        return CompiledScalar(pl.lit(None, polars_dtype(result_type)), subject.error, result_type)
+    zone = _zone_offset(zone_arg)
+    value = subject.value
+    if isinstance(zone, datetime.timedelta):
+        if subject.type == "timestamp":  # local time at a fixed offset: subtract it
+            converted = (value - zone).dt.replace_time_zone("UTC")
+        else:
+            converted = value.dt.replace_time_zone(None) + zone
+    elif subject.type == "timestamp":
+        converted = _localized(value, zone).dt.convert_time_zone("UTC")
+    else:
+        converted = value.dt.convert_time_zone(zone).dt.replace_time_zone(None)
+    return CompiledScalar(converted.cast(polars_dtype(result_type)), subject.error, result_type)
+
+
+def _localized(local: pl.Expr, zone: str) -> pl.Expr:
+    """Naive local times in ``zone`` as instants (skipped times: the offset the day before)."""
+    found = local.dt.replace_time_zone(zone, ambiguous="latest", non_existent="null")
+    before = (local - pl.duration(days=1)).dt.replace_time_zone(
+        zone, ambiguous="latest", non_existent="null"
+    )
+    offset = before.dt.base_utc_offset() + before.dt.dst_offset()
+    skipped = (local - offset).dt.replace_time_zone("UTC").dt.convert_time_zone(zone)
+    return pl.coalesce([found, skipped])

@@ -261,6 +261,14 @@ _FUNCTIONS = (
     ),
     Function("extract", 2, 2, _fixed("numeric"), "extract(field FROM x): field is a text literal"),
     Function("date_part", 2, 2, _fixed("float8"), "date_part(field, x): field is a text literal"),
+    Function(
+        "timezone",
+        2,
+        2,
+        # A date is a timestamptz here (PostgreSQL's preferred implicit cast).
+        lambda t: "timestamptz" if t[1] == "timestamp" else "timestamp",
+        "timezone(zone, time) = time AT TIME ZONE zone: a constant zone name, offset or interval",
+    ),
     Function("justify_hours", 1, 1, _fixed("interval"), "whole 24 hours as days"),
     Function(
         "justify_days",

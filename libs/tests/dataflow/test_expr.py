@@ -512,6 +512,7 @@ CONSTANT_ARGS = {"regexp_replace", "translate"}
 # Calls whose arguments are neither the text nor the number samples: (arguments, column types).
 SPECIAL_CALLS: dict[str, tuple[list[Scalar], list[str]]] = {
     "to_char": ([c(0), lit("YYYY", "text")], ["timestamp"]),
+    "timezone": ([lit("UTC", "text"), c(0)], ["timestamp"]),
     "date_bin": ([c(0), c(1), c(1)], ["interval", "timestamp"]),
     "make_timestamp": ([c(0), c(0), c(0), c(0), c(0), c(1)], ["int4", "float8"]),
 }

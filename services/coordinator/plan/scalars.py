@@ -513,6 +513,8 @@ class Scalars:
         if isinstance(node, exp.TimestampTrunc | exp.DateTrunc):
             unit = Literal(_unit_name(node.args["unit"]), "text")
             return self.call("date_trunc", [unit, self._lower(node.this)])
+        if isinstance(node, exp.AtTimeZone):
+            return self.call("timezone", self._args(node.args["zone"], node.this))
         if isinstance(node, exp.Extract):
             field_name = Literal(_unit_name(node.this), "text")
             return self.call("extract", [field_name, self._lower(node.expression)])

@@ -1192,6 +1192,7 @@ _CALL_NAMES: dict[type[exp.Expression], str] = {
     exp.VariancePop: "var_pop",
     exp.GenerateSeries: "generate_series",
     exp.GroupConcat: "string_agg",
+    exp.AtTimeZone: "timezone",
     exp.UnixToTime: "to_timestamp",
     exp.TimestampFromParts: "make_timestamp",
 }
