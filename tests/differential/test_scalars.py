@@ -187,6 +187,8 @@ EXPRESSIONS: tuple[str, ...] = (
     "ascii(s)",
     "chr(CASE WHEN i > 0 THEN i + 64 END)",
     "md5(s)",
+    "bit_length(s)",
+    "octet_length(s)",
     "s || f",
     "i || s",
     "s || d",

@@ -1175,6 +1175,7 @@ _STRING_FUNCTIONS: dict[str, Callable[..., pl.Expr]] = {
     "lower": lambda s: s.str.to_lowercase(),
     "length": lambda s: s.str.len_chars(),
     "octet_length": lambda s: s.str.len_bytes(),
+    "bit_length": lambda s: s.str.len_bytes().cast(pl.Int32) * 8,
     "reverse": lambda s: s.str.reverse(),
     "starts_with": lambda s, prefix: s.str.starts_with(prefix),
 }

@@ -168,6 +168,7 @@ _FUNCTIONS = (
     Function("lower", 1, 1, _fixed("text"), "lower case"),
     Function("length", 1, 1, _fixed("int4"), "number of characters (char_length)"),
     Function("octet_length", 1, 1, _fixed("int4"), "number of bytes in UTF-8"),
+    Function("bit_length", 1, 1, _fixed("int4"), "number of bits in UTF-8 (8 * octet_length)"),
     Function("substr", 2, 3, _fixed("text"), "substr(s, start [, count]), 1-based"),
     Function("trim", 1, 2, _fixed("text"), "btrim(s [, chars]): strip both ends"),
     Function("ltrim", 1, 2, _fixed("text"), "ltrim(s [, chars]): strip the start"),
