@@ -1015,8 +1015,11 @@ def _merge_classes(equivalences: Sequence[Sequence[Scalar]]) -> list[tuple[Scala
 
 def _split_texts(texts: pl.Series, splitter: Callable[[str], list[str]]) -> pl.Series:
     """Each text's pieces (once per distinct text)."""
-    split = {t: splitter(t) for t in texts.unique().drop_nulls()}
-    return texts.replace_strict(split, default=None, return_dtype=pl.List(pl.Utf8))
+    distinct = texts.unique().drop_nulls()
+    pieces = pl.Series([splitter(t) for t in distinct.to_list()], dtype=pl.List(pl.Utf8))
+    table = pl.DataFrame({"key": distinct, "pieces": pieces})
+    joined = texts.to_frame("key").join(table, on="key", how="left", maintain_order="left")
+    return joined["pieces"]
 
 
 class FlatMap(Operator):
