@@ -196,6 +196,17 @@ EXPRESSIONS = [
     "interval '1 day 00:00:10.5'",
     "timestamp '2024-01-01' + interval '1 day 02:30'",
     "interval '-1 day 02:00'",
+    # date_trunc of intervals: each field toward zero; "-1 days" is plural in PostgreSQL.
+    "date_trunc('hour', interval '1 day 02:30:15')",
+    "date_trunc('hour', interval '-1 day -02:30:15')",
+    "date_trunc('minute', interval '-02:30:15.5')",
+    "date_trunc('milliseconds', interval '00:00:15.75555')",
+    "date_trunc('day', interval '3 days 02:30')",
+    "date_trunc('month', interval '3 days 02:30')",
+    "date_trunc('week', interval '3 days')",
+    "date_trunc('hour', NULL::interval)",
+    "(timestamp '2024-01-01' - timestamp '2024-01-02')::text",
+    "(timestamp '2024-01-01' - timestamp '2024-01-02 01:00')::text",
     # justify_*, interval arithmetic (intervals without months).
     "justify_hours(interval '50 hours')",
     "justify_hours(interval '-50 hours')",

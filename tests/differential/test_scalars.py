@@ -216,6 +216,8 @@ EXPRESSIONS: tuple[str, ...] = (
     "(ts - TIMESTAMP '2024-03-01') * 1.5",
     "(ts - TIMESTAMP '2024-03-01') / 4",
     "CAST(ts - TIMESTAMP '2024-03-01' AS text)",
+    "date_trunc('hour', ts - TIMESTAMP '2024-03-01')",
+    "date_trunc('second', TIMESTAMP '2024-03-01' - ts)",
     "ts AT TIME ZONE 'America/New_York'",
     "CAST(ts AS timestamptz) AT TIME ZONE 'Asia/Kolkata'",
     "timezone('Europe/Paris', d)",

@@ -796,7 +796,8 @@ def _interval_text(value: pl.Expr) -> pl.Expr:
         [
             sign,
             days.cast(pl.Utf8),
-            pl.when(days == 1).then(pl.lit(" day")).otherwise(pl.lit(" days")),
+            # PostgreSQL's singular is for +1 only: "-1 days".
+            pl.when((days == 1) & (micros > 0)).then(pl.lit(" day")).otherwise(pl.lit(" days")),
         ]
     )
     return (
@@ -1699,10 +1700,43 @@ def _date_trunc(compiler: _Compiler, call: Call) -> CompiledScalar:
     result_type = compiler.type_of(call)
     if subject.type == "date":
         subject = cast(subject, "timestamp")
+    if subject.type == "interval":
+        value = _truncate_interval(subject.value, unit)
+        return CompiledScalar(value, subject.error, result_type)
     value = subject.value.dt.truncate(_TRUNC_EVERY[unit])
     if unit in ("decade", "century", "millennium"):
         value = _truncate_years(subject.value, unit)
     return CompiledScalar(value.cast(polars_dtype(result_type)), subject.error, result_type)
+
+
+_TIME_UNIT_MICROS = {
+    "microseconds": 1,
+    "milliseconds": 1_000,
+    "second": 1_000_000,
+    "minute": 60_000_000,
+    "hour": 3_600_000_000,
+    "day": 86_400_000_000,
+}
+
+
+def _truncate_interval(interval: pl.Expr, unit: str) -> pl.Expr:
+    """An interval's fields below ``unit`` zeroed, each toward zero as PostgreSQL truncates them.
+
+    The engine's interval has no month part, so truncating to a month or
+    longer leaves nothing; weeks are refused, as PostgreSQL refuses them.
+    """
+    if unit == "week":
+        raise LoupeError(
+            SqlState.FEATURE_NOT_SUPPORTED, 'unit "week" not supported for type interval'
+        )
+    magnitude = interval.dt.total_microseconds().abs()
+    step = _TIME_UNIT_MICROS.get(unit)
+    if step is None:  # month, quarter, year, decade, century, millennium
+        return interval * 0
+    days, time = magnitude // _DAY_MICROS * _DAY_MICROS, magnitude % _DAY_MICROS
+    kept = days + time // step * step
+    signed = pl.when(interval.dt.total_microseconds() < 0).then(-kept).otherwise(kept)
+    return pl.duration(microseconds=signed)
 
 
 def _truncate_years(value: pl.Expr, unit: str) -> pl.Expr:

@@ -258,7 +258,7 @@ _FUNCTIONS = (
         2,
         # A date becomes timestamptz, PostgreSQL's preferred datetime type.
         lambda t: "timestamptz" if t[1] == "date" else t[1],
-        "date_trunc(unit, time)",
+        "date_trunc(unit, time or interval)",
     ),
     Function("extract", 2, 2, _fixed("numeric"), "extract(field FROM x): field is a text literal"),
     Function("date_part", 2, 2, _fixed("float8"), "date_part(field, x): field is a text literal"),
