@@ -42,6 +42,12 @@ VIEWS = (
         "string_agg_distinct_global",
         "SELECT string_agg(DISTINCT s, ';' ORDER BY s) AS names FROM t1 WHERE b IS NOT NULL",
     ),
+    # Months are no fixed duration: added field by field, the day clamped to the month.
+    View(
+        "calendar_months",
+        "SELECT d, d + INTERVAL '1 month' AS next_month, d - INTERVAL '1 year 2 days' AS earlier "
+        "FROM t2",
+    ),
     # Map, filter, project; NULLs; three-valued logic; CASE.
     View("filter_project", "SELECT a, b, a + b AS s, b * 2 AS d FROM t1 WHERE a > 0"),
     View(

@@ -2229,3 +2229,24 @@ def _localized(local: pl.Expr, zone: str) -> pl.Expr:
     offset = before.dt.base_utc_offset() + before.dt.dst_offset()
     skipped = (local - offset).dt.replace_time_zone("UTC").dt.convert_time_zone(zone)
     return pl.coalesce([found, skipped])
+
+
+@_handles("add_calendar_interval")
+def _add_calendar_interval(compiler: _Compiler, call: Call) -> CompiledScalar:
+    """PostgreSQL's timestamp + interval: months (clamping the day), then days, then time."""
+    fields = [a.value for a in call.args[1:] if isinstance(a, Literal) and isinstance(a.value, int)]
+    if len(fields) != 3:
+        raise LoupeError(
+            SqlState.FEATURE_NOT_SUPPORTED, "add_calendar_interval takes constant fields"
+        )
+    months, days, micros = fields
+    result_type = compiler.type_of(call)
+    subject = compiler.as_type(call.args[0], result_type)
+    value = subject.value
+    if months:
+        value = value.dt.offset_by(f"{months}mo")
+    if days:
+        value = value.dt.offset_by(f"{days}d")
+    if micros:
+        value = value + pl.duration(microseconds=micros)
+    return CompiledScalar(value.cast(polars_dtype(result_type)), subject.error, result_type)

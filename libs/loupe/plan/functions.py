@@ -270,6 +270,14 @@ _FUNCTIONS = (
         lambda t: "timestamptz" if t[1] == "timestamp" else "timestamp",
         "timezone(zone, time) = time AT TIME ZONE zone: a constant zone name, offset or interval",
     ),
+    Function(
+        "add_calendar_interval",
+        4,
+        4,
+        lambda t: "timestamp" if t[0] == "date" else t[0],
+        "time + an interval of (months, days, microseconds): months first (the day clamped to "
+        "the month's last), then days, then the rest; what time ± INTERVAL '1 month' plans to",
+    ),
     Function("justify_hours", 1, 1, _fixed("interval"), "whole 24 hours as days"),
     Function(
         "justify_days",

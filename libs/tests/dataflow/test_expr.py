@@ -490,7 +490,7 @@ def test_every_evaluable_registered_function_compiles() -> None:
     """Each registry entry has an implementation that accepts its minimum argument count."""
     samples: dict[int, list[Scalar]] = {0: [], 1: [c(0)], 2: [c(0), c(1)]}
     samples[3] = [c(0), c(1), lit(2, "int4")]
-    samples[6] = []  # make_timestamp: a special call
+    samples[4] = samples[6] = []  # add_calendar_interval, make_timestamp: special calls
     units = {"date_trunc", "extract", "date_part"}
     for function in FUNCTIONS.values():
         if not function.evaluable:
@@ -513,6 +513,10 @@ CONSTANT_ARGS = {"regexp_replace", "translate"}
 SPECIAL_CALLS: dict[str, tuple[list[Scalar], list[str]]] = {
     "to_char": ([c(0), lit("YYYY", "text")], ["timestamp"]),
     "timezone": ([lit("UTC", "text"), c(0)], ["timestamp"]),
+    "add_calendar_interval": (
+        [c(0), lit(1, "int4"), lit(2, "int4"), lit(3, "int8")],
+        ["date"],
+    ),
     "date_bin": ([c(0), c(1), c(1)], ["interval", "timestamp"]),
     "make_timestamp": ([c(0), c(0), c(0), c(0), c(0), c(1)], ["int4", "float8"]),
 }

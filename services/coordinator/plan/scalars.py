@@ -550,7 +550,34 @@ class Scalars:
                 raise LoupeError(UNDEFINED_FUNCTION, f"function {name}({names}) does not exist")
         if function.name == "concat":
             _check_text_operand([self.type_of(a) for a in args])
-        return _fold_date_arithmetic(function.name, args) or Call(function.name, tuple(args))
+        folded = _fold_date_arithmetic(function.name, args)
+        if folded is not None:
+            return folded
+        return self._calendar_shift(function.name, args) or Call(function.name, tuple(args))
+
+    def _calendar_shift(self, name: str, args: Sequence[Scalar]) -> Scalar | None:
+        """``time ± INTERVAL '1 month …'`` over a column: months are no fixed duration, so the
+        interval's fields are applied one after the other (``add_calendar_interval``)."""
+        if name not in ("add", "sub") or len(args) != 2:
+            return None
+        time, interval = args
+        if name == "add" and isinstance(time, Literal) and isinstance(time.value, MonthInterval):
+            time, interval = interval, time
+        if not (isinstance(interval, Literal) and isinstance(interval.value, MonthInterval)):
+            return None
+        if self.type_of(time) not in ("date", "timestamp", "timestamptz"):
+            return None
+        sign = 1 if name == "add" else -1
+        fields = interval.value
+        return Call(
+            "add_calendar_interval",
+            (
+                time,
+                Literal(sign * fields.months, "int4"),
+                Literal(sign * fields.days, "int4"),
+                Literal(sign * fields.micros, "int8"),
+            ),
+        )
 
     def _coerce(self, name: str, args: list[Scalar]) -> list[Scalar]:
         """Quoted literals and NULLs take the type of the call's other arguments, as in PostgreSQL
