@@ -231,6 +231,10 @@ COLUMN_TYPES = {
 MODIFIED_TYPES = frozenset({"character varying", "numeric"})
 
 
+# An interval literal sqlglot may rewrite as 'n' UNIT without losing anything.
+_ONE_INTERVAL_PART = re.compile(r"\s*[-+]?\d+(?:\.\d*)?\s*[a-zA-Z]+\s*")
+
+
 class LoupeDialect(Postgres):
     """PostgreSQL with a tokenizer that never swallows a statement as a "command".
 
@@ -241,6 +245,35 @@ class LoupeDialect(Postgres):
 
     class Tokenizer(Postgres.Tokenizer):
         COMMANDS: ClassVar[set[TokenType]] = set()
+
+    class Parser(PostgresParser):
+        # sqlglot rewrites to_char's format into strftime codes, losing what
+        # PostgreSQL's patterns mean (D is Sunday-based, FM, TH…): keep the call as
+        # written, for the engine's to_char.
+        FUNCTIONS: ClassVar[dict[str, Any]] = {
+            **PostgresParser.FUNCTIONS,
+            "TO_CHAR": lambda args: exp.Anonymous(this="to_char", expressions=args),
+        }
+
+        def _parse_interval_span(
+            self, this: exp.Expr, parse_function_unit: bool = True
+        ) -> exp.Interval:
+            # sqlglot reads INTERVAL '1 day 00:00:10.5' as INTERVAL '1' DAY, dropping the
+            # clock: keep such a literal whole (the planner reads PostgreSQL's syntax).
+            interval = super()._parse_interval_span(this, parse_function_unit)
+            if (
+                this is not None
+                and this.is_string
+                and interval.this is not this
+                and not _ONE_INTERVAL_PART.fullmatch(this.name)
+            ):
+                return exp.Interval(this=this)
+            return interval
+
+        # date_part is float8, extract numeric: sqlglot parses both as Extract.
+        FUNCTION_PARSERS: ClassVar[dict[str, Any]] = {
+            k: v for k, v in PostgresParser.FUNCTION_PARSERS.items() if k != "DATE_PART"
+        }
 
     # The keywords postgres treats as opaque commands; a statement starting with
     # one of them is refused before sqlglot sees it.
