@@ -246,7 +246,20 @@ class LoupeDialect(Postgres):
     class Tokenizer(Postgres.Tokenizer):
         COMMANDS: ClassVar[set[TokenType]] = set()
 
+    # The keywords postgres treats as opaque commands; a statement starting with
+    # one of them is refused before sqlglot sees it.
+    COMMAND_TOKENS = frozenset(Postgres.Tokenizer.COMMANDS)
+
     class Parser(PostgresParser):
+        """PostgreSQL's parser plus Materialize's ``WITH MUTUALLY RECURSIVE``, keeping
+        what sqlglot would rewrite away (to_char's patterns, an interval's clock).
+
+        ``WITH MUTUALLY RECURSIVE [(RETURN | ERROR) AT RECURSION LIMIT n)] name
+        (column type, …) AS (…), …`` parses as a ``With`` whose
+        ``mutually_recursive`` arg is true, with ``recursion_limit`` (an int or
+        None) and ``return_at_limit``; the columns' types are on the CTEs' aliases.
+        """
+
         # sqlglot rewrites to_char's format into strftime codes, losing what
         # PostgreSQL's patterns mean (D is Sunday-based, FM, TH…): keep the call as
         # written, for the engine's to_char.
@@ -274,19 +287,6 @@ class LoupeDialect(Postgres):
         FUNCTION_PARSERS: ClassVar[dict[str, Any]] = {
             k: v for k, v in PostgresParser.FUNCTION_PARSERS.items() if k != "DATE_PART"
         }
-
-    # The keywords postgres treats as opaque commands; a statement starting with
-    # one of them is refused before sqlglot sees it.
-    COMMAND_TOKENS = frozenset(Postgres.Tokenizer.COMMANDS)
-
-    class Parser(PostgresParser):
-        """PostgreSQL's parser plus Materialize's ``WITH MUTUALLY RECURSIVE``.
-
-        ``WITH MUTUALLY RECURSIVE [(RETURN | ERROR) AT RECURSION LIMIT n)] name
-        (column type, …) AS (…), …`` parses as a ``With`` whose
-        ``mutually_recursive`` arg is true, with ``recursion_limit`` (an int or
-        None) and ``return_at_limit``; the columns' types are on the CTEs' aliases.
-        """
 
         def _parse_with(self, skip_with_token: bool = False) -> exp.With | None:
             if not skip_with_token and not self._match(TokenType.WITH):
