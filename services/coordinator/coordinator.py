@@ -54,6 +54,7 @@ from nats.aio.client import Client as NatsConnection
 from nats.aio.subscription import Subscription
 from sqlglot import exp
 
+from loupe import sqltypes
 from loupe.builtins import BY_QUALIFIED_NAME, IMPLICIT_SCHEMAS
 from loupe.common.errors import LoupeError, SqlState, client_error, internal_error
 from loupe.common.logging import get_logger
@@ -1246,7 +1247,7 @@ class Coordinator:
             )
         ]
         for name, columns in tpch.TPCH_TABLES.items():
-            definitions = [ColumnDef(name=c, type=TPCH_TYPE_NAMES[t]) for c, t in columns]
+            definitions = [ColumnDef(name=c, type=sqltypes.display_name(t)) for c, t in columns]
             items.append(
                 catalog_pb2.Item(
                     schema_id=schema.id,
@@ -1358,16 +1359,6 @@ class Coordinator:
         )
         metrics.TABLE_WRITES.labels("delete").inc()
         return StatementResult(tag=f"DELETE {written.count}")
-
-
-# Storage types of the TPC-H tables -> the column types their CREATE TABLE spells.
-TPCH_TYPE_NAMES = {
-    "int4": "integer",
-    "int8": "bigint",
-    "numeric": "numeric",
-    "text": "text",
-    "date": "date",
-}
 
 
 def quote_name(*parts: str) -> str:

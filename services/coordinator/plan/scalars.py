@@ -14,15 +14,14 @@ import datetime
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
-from typing import Any
 
 from sqlglot import exp
 
 import loupe.plan.mir as mir
+from loupe import sqltypes
 from loupe.common.errors import LoupeError, SqlState
 from loupe.coordinator.plan.scope import Scope
 from loupe.coordinator.plan.values import MonthInterval, add_interval, fold_cast, parse_interval
-from loupe.coordinator.tables import TYPE_NAMES
 from loupe.plan import functions
 from loupe.plan.scalar import Call, Case, Cast, Column, Literal, Scalar, scalar_type
 
@@ -84,25 +83,6 @@ _FUNCTION_ARGS: dict[type[exp.Expression], tuple[str, tuple[str, ...]]] = {
     exp.Concat: ("concat_variadic", ("expressions",)),
     exp.ConcatWs: ("concat_ws", ("expressions",)),
 }
-_TYPES: dict[Any, str] = {  # sqlglot DataType.Type -> PostgreSQL type
-    exp.DataType.Type.SMALLINT: "int2",
-    exp.DataType.Type.INT: "int4",
-    exp.DataType.Type.BIGINT: "int8",
-    exp.DataType.Type.DECIMAL: "numeric",
-    exp.DataType.Type.FLOAT: "float4",
-    exp.DataType.Type.DOUBLE: "float8",
-    exp.DataType.Type.TEXT: "text",
-    exp.DataType.Type.VARCHAR: "text",
-    exp.DataType.Type.CHAR: "text",
-    exp.DataType.Type.BOOLEAN: "bool",
-    exp.DataType.Type.DATE: "date",
-    exp.DataType.Type.TIMESTAMP: "timestamp",
-    exp.DataType.Type.TIMESTAMPTZ: "timestamptz",
-    exp.DataType.Type.INTERVAL: "interval",
-    exp.DataType.Type.JSONB: "jsonb",
-    exp.DataType.Type.UBIGINT: "uint8",
-}
-_USER_TYPES = {"uint8": "uint8"}
 TEMPORAL_FUNCTIONS = ("now", "current_timestamp", "mz_now", "current_date")
 
 
@@ -500,7 +480,7 @@ class Scalars:
             if any(t in ("float4", "float8") for t in types):
                 # log(b, x), round(x, n) and trunc(x, n) exist for numeric only, and
                 # double precision does not cast to numeric implicitly.
-                names = ", ".join(TYPE_NAMES.get(t, t) for t in types)
+                names = ", ".join(sqltypes.display_name(t) for t in types)
                 raise LoupeError(UNDEFINED_FUNCTION, f"function {name}({names}) does not exist")
         return _fold_date_arithmetic(function.name, args) or Call(function.name, tuple(args))
 
@@ -657,11 +637,11 @@ def literal(node: exp.Expression) -> Literal:
 def cast_type(to: exp.DataType) -> str:
     """The PostgreSQL type name a cast targets; 0A000 for types Loupe does not have."""
     if to.this == exp.DataType.Type.USERDEFINED:
-        name = to.sql(dialect="postgres").lower()
-        if name in _USER_TYPES:
-            return _USER_TYPES[name]
-    elif to.this in _TYPES:
-        return _TYPES[to.this]
+        entry = sqltypes.lookup(to.sql(dialect="postgres"))
+    else:
+        entry = sqltypes.from_sqlglot(to.this.name)
+    if entry is not None and entry.name != "unknown":
+        return entry.planned
     raise unsupported(f"type {to.sql(dialect='postgres').lower()}")
 
 
