@@ -36,6 +36,7 @@ from typing import Any
 
 import polars as pl
 
+from loupe import sqltypes
 from loupe.common.errors import LoupeError, SqlState
 from loupe.dataflow import datetime_format
 from loupe.dataflow.batches import empty_errors
@@ -71,23 +72,6 @@ _INT_RANGE = {
     "int8": (-(2**63), 2**63 - 1, "bigint"),
 }
 _FLOATS = ("float4", "float8", "numeric")
-_TYPE_NAMES = {
-    "double": "float8",
-    "double precision": "float8",
-    "real": "float4",
-    "float": "float8",
-    "int": "int4",
-    "integer": "int4",
-    "smallint": "int2",
-    "bigint": "int8",
-    "decimal": "numeric",
-    "varchar": "text",
-    "char": "text",
-    "string": "text",
-    "boolean": "bool",
-    "timestamp with time zone": "timestamptz",
-    "timestamp without time zone": "timestamp",
-}
 
 
 @dataclass(frozen=True)
@@ -327,7 +311,8 @@ def _error_when(condition: pl.Expr, code: str, message: str | pl.Expr) -> pl.Exp
 
 
 def _normalize_type(name: str) -> str:
-    return _TYPE_NAMES.get(name.lower(), name.lower())
+    entry = sqltypes.lookup(name)
+    return entry.planned if entry is not None else name.lower()
 
 
 Handler = Callable[["_Compiler", Call], CompiledScalar]
@@ -519,6 +504,8 @@ def _parse_literal(value: object, pg_type: str) -> object:
         return parsed
     if pg_type == "interval" and isinstance(value, str):
         return parse_interval(value)
+    if pg_type == "time" and isinstance(value, str):
+        return datetime.time.fromisoformat(value.strip())
     return value
 
 
@@ -599,6 +586,8 @@ def _cast_value(value: pl.Expr, source: str, to: str) -> tuple[pl.Expr, pl.Expr 
         return value != 0, None
     if to == "date" and source in TIME_TYPES:
         return value.dt.date(), None
+    if to == "time" and source in TIME_TYPES:
+        return value.dt.time(), None
     if to in TIME_TYPES:
         return _to_time(value, source, to), None
     if to == "uint8":
@@ -680,6 +669,11 @@ def _from_text(text: pl.Expr, to: str) -> tuple[pl.Expr, pl.Expr | None]:
         )
     if to in TIME_TYPES:
         return _parse_timestamp(text, stripped, to)
+    if to == "time":
+        parsed = pl.coalesce(
+            [stripped.str.strptime(pl.Time, f, strict=False) for f in ("%H:%M:%S%.f", "%H:%M")]
+        )
+        return parsed, _bad_input(text, parsed, INVALID_DATETIME, "time")
     if to == "interval":
         parsed = stripped.map_batches(_parse_intervals, return_dtype=pl.Duration("us"))
         return parsed, _bad_input(text, parsed, INVALID_DATETIME, "interval")
@@ -717,14 +711,12 @@ def _parse_intervals(texts: pl.Series) -> pl.Series:
     return texts.replace_strict(parsed, default=None, return_dtype=pl.Duration("us"))
 
 
+# Types whose input errors name them as format_type does (the others by their own name).
+_DISPLAYED = frozenset({"int2", "int4", "int8", "float8"})
+
+
 def _bad_input(text: pl.Expr, parsed: pl.Expr, code: str, type_name: str) -> pl.Expr:
-    pg_name = {
-        "int4": "integer",
-        "int2": "smallint",
-        "int8": "bigint",
-        "float8": "double precision",
-    }
-    name = pg_name.get(type_name, type_name)
+    name = sqltypes.display_name(type_name) if type_name in _DISPLAYED else type_name
     message = pl.concat_str([pl.lit(f'invalid input syntax for type {name}: "'), text, pl.lit('"')])
     return _error_when(text.is_not_null() & parsed.is_null(), code, message)
 
@@ -743,6 +735,8 @@ def to_text(value: pl.Expr, source: str) -> pl.Expr:
     if source in TIME_TYPES:
         text = pl.concat_str([value.dt.to_string("%Y-%m-%d %H:%M:%S"), _fraction(value)])
         return pl.concat_str([text, pl.lit("+00")]) if source == "timestamptz" else text
+    if source == "time":
+        return pl.concat_str([value.dt.to_string("%H:%M:%S"), _fraction(value)])
     if source == "interval":
         return _interval_text(value)
     return value.cast(pl.Utf8)

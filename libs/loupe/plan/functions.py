@@ -17,11 +17,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from loupe.plan.scalar import ARITHMETIC, NUMERIC_RANK, Case, Cast, Column, Literal, Scalar
+from loupe.sqltypes import INTEGER_TYPES, TIME_TYPES
 
 TypeRule = Callable[[Sequence[str]], str]
 
-INTEGER_TYPES = ("int2", "int4", "int8")
-TIME_TYPES = ("timestamp", "timestamptz")
 # Calls whose string-literal arguments take the type of the other arguments.
 COERCING = {"eq", "neq", "lt", "lte", "gt", "gte", "between", "coalesce", "nullif"}
 # Functions whose result is NULL whenever an argument is NULL (PostgreSQL's

@@ -14,15 +14,14 @@ import datetime
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
-from typing import Any
 
 from sqlglot import exp
 
 import loupe.plan.mir as mir
+from loupe import sqltypes
 from loupe.common.errors import LoupeError, SqlState
 from loupe.coordinator.plan.scope import Scope
 from loupe.coordinator.plan.values import MonthInterval, add_interval, fold_cast, parse_interval
-from loupe.coordinator.tables import TYPE_NAMES
 from loupe.dataflow.expr import evaluate_closed
 from loupe.plan import functions
 from loupe.plan.scalar import Call, Case, Cast, Column, Literal, Scalar, columns_of, scalar_type
@@ -90,25 +89,6 @@ _FUNCTION_ARGS: dict[type[exp.Expression], tuple[str, tuple[str, ...]]] = {
     exp.TimestampFromParts: ("make_timestamp", ("year", "month", "day", "hour", "min", "sec")),
     exp.DateBin: ("date_bin", ("this", "expression", "unit")),
 }
-_TYPES: dict[Any, str] = {  # sqlglot DataType.Type -> PostgreSQL type
-    exp.DataType.Type.SMALLINT: "int2",
-    exp.DataType.Type.INT: "int4",
-    exp.DataType.Type.BIGINT: "int8",
-    exp.DataType.Type.DECIMAL: "numeric",
-    exp.DataType.Type.FLOAT: "float4",
-    exp.DataType.Type.DOUBLE: "float8",
-    exp.DataType.Type.TEXT: "text",
-    exp.DataType.Type.VARCHAR: "text",
-    exp.DataType.Type.CHAR: "text",
-    exp.DataType.Type.BOOLEAN: "bool",
-    exp.DataType.Type.DATE: "date",
-    exp.DataType.Type.TIMESTAMP: "timestamp",
-    exp.DataType.Type.TIMESTAMPTZ: "timestamptz",
-    exp.DataType.Type.INTERVAL: "interval",
-    exp.DataType.Type.JSONB: "jsonb",
-    exp.DataType.Type.UBIGINT: "uint8",
-}
-_USER_TYPES = {"uint8": "uint8"}
 TEMPORAL_FUNCTIONS = ("now", "current_timestamp", "mz_now", "current_date")
 
 
@@ -268,7 +248,7 @@ class Grouping:
         if delimiter is not None:
             types.append(self.below.type_of(delimiter))
         if delimiter is None or any(t not in ("text", "unknown") for t in types):
-            names = ", ".join(TYPE_NAMES.get(t, t) for t in types)
+            names = ", ".join(sqltypes.display_name(t) for t in types)
             raise LoupeError(UNDEFINED_FUNCTION, f"function string_agg({names}) does not exist")
         keys = []
         for ordered in order:
@@ -579,7 +559,7 @@ class Scalars:
                 # log(b, x), round(x, n) and trunc(x, n) exist for numeric only,
                 # a % b for integers and numeric, and double precision does not
                 # cast to numeric implicitly.
-                names = ", ".join(TYPE_NAMES.get(t, t) for t in types)
+                names = ", ".join(sqltypes.display_name(t) for t in types)
                 raise LoupeError(UNDEFINED_FUNCTION, f"function {name}({names}) does not exist")
         if function.name == "concat":
             _check_text_operand([self.type_of(a) for a in args])
@@ -783,7 +763,7 @@ def _check_text_operand(types: Sequence[str]) -> None:
     """``||`` is ``text || anynonarray`` (either way round): one side must be text (or untyped)."""
     if any(t in ("text", "unknown", "jsonb") for t in types):
         return
-    names = " || ".join(TYPE_NAMES.get(t, t) for t in types)
+    names = " || ".join(sqltypes.display_name(t) for t in types)
     raise LoupeError(UNDEFINED_FUNCTION, f"operator does not exist: {names}")
 
 
@@ -838,11 +818,11 @@ def literal(node: exp.Expression) -> Literal:
 def cast_type(to: exp.DataType) -> str:
     """The PostgreSQL type name a cast targets; 0A000 for types Loupe does not have."""
     if to.this == exp.DataType.Type.USERDEFINED:
-        name = to.sql(dialect="postgres").lower()
-        if name in _USER_TYPES:
-            return _USER_TYPES[name]
-    elif to.this in _TYPES:
-        return _TYPES[to.this]
+        entry = sqltypes.lookup(to.sql(dialect="postgres"))
+    else:
+        entry = sqltypes.from_sqlglot(to.this.name)
+    if entry is not None and entry.name != "unknown":
+        return entry.planned
     raise unsupported(f"type {to.sql(dialect='postgres').lower()}")
 
 

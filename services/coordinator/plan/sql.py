@@ -35,6 +35,7 @@ from dataclasses import dataclass, replace
 from sqlglot import exp
 
 import loupe.plan.mir as mir
+from loupe import sqltypes
 from loupe.common.errors import LoupeError, SqlState
 from loupe.coordinator.plan import relational
 from loupe.coordinator.plan.joins import (
@@ -58,7 +59,6 @@ from loupe.coordinator.plan.scalars import (
 )
 from loupe.coordinator.plan.scope import Scope, ScopeColumn
 from loupe.coordinator.plan.values import fold_cast
-from loupe.coordinator.tables import TYPE_NAMES
 from loupe.plan import functions
 from loupe.plan.scalar import (
     NUMERIC_RANK,
@@ -1289,7 +1289,7 @@ def _regexp_split_args(call: exp.Expression, scalars: Scalars) -> list[Scalar]:
     args = [scalars.lower(a) for a in call.expressions]
     types = [scalars.type_of(a) for a in args]
     if len(args) not in (2, 3) or any(t not in ("text", "unknown") for t in types):
-        names = ", ".join(TYPE_NAMES.get(t, t) for t in types)
+        names = ", ".join(sqltypes.display_name(t) for t in types)
         raise LoupeError(
             UNDEFINED_FUNCTION, f"function regexp_split_to_table({names}) does not exist"
         )

@@ -40,6 +40,7 @@ from sqlglot.generators.postgres import PostgresGenerator
 from sqlglot.parsers.postgres import PostgresParser
 from sqlglot.tokens import Token, TokenType
 
+from loupe import sqltypes
 from loupe.common.errors import LoupeError, SqlState
 from loupe.coordinator.sql.statements import (
     DROP_KINDS,
@@ -202,33 +203,6 @@ _SHOW_LISTS = (
 _SHOW_CREATES = (("TABLE",), ("VIEW",), ("MATERIALIZED", "VIEW"), ("INDEX",), ("SOURCE",))
 
 _WORD = re.compile(r"^[A-Za-z_][A-Za-z0-9_$]*$")
-
-# Column types of CREATE TABLE (as the tokenizer spells them, upper case) ->
-# PostgreSQL's canonical name (what ``format_type`` and mz_columns say).
-COLUMN_TYPES = {
-    "INT": "integer",
-    "INTEGER": "integer",
-    "INT4": "integer",
-    "INT8": "bigint",
-    "BIGINT": "bigint",
-    "TEXT": "text",
-    "STRING": "text",
-    "VARCHAR": "character varying",
-    "CHARACTER VARYING": "character varying",
-    "BOOL": "boolean",
-    "BOOLEAN": "boolean",
-    "DOUBLE": "double precision",
-    "DOUBLE PRECISION": "double precision",
-    "FLOAT": "double precision",
-    "FLOAT8": "double precision",
-    "NUMERIC": "numeric",
-    "DECIMAL": "numeric",
-    "TIMESTAMPTZ": "timestamp with time zone",
-    "TIMESTAMP": "timestamp without time zone",
-    "DATE": "date",
-}
-# Types that take modifiers: varchar(n), numeric(p[,s]).
-MODIFIED_TYPES = frozenset({"character varying", "numeric"})
 
 
 # An interval literal sqlglot may rewrite as 'n' UNIT without losing anything.
@@ -1512,19 +1486,20 @@ class _LoupeParser:
             word = "DOUBLE PRECISION"
         if word == "CHARACTER" and self.accept("VARYING"):
             word = "CHARACTER VARYING"
-        if word == "TIMESTAMP":
+        if word in ("TIMESTAMP", "TIME"):
             if self.accept("WITH", "TIME", "ZONE"):
-                word = "TIMESTAMPTZ"
+                word += "TZ"
             else:
                 self.accept("WITHOUT", "TIME", "ZONE")
-        base = COLUMN_TYPES.get(word)
-        if base is None or token.token_type == TokenType.IDENTIFIER:
+        entry = sqltypes.lookup(word)
+        if entry is None or not entry.column_type or token.token_type == TokenType.IDENTIFIER:
             raise LoupeError(
                 SqlState.UNDEFINED_OBJECT,
                 f'type "{token.text.lower()}" does not exist',
                 position=position,
             )
-        modifiers = self.type_modifiers() if base in MODIFIED_TYPES else ()
+        base = entry.display
+        modifiers = self.type_modifiers() if entry.modifiers else ()
         if base == "character varying" and len(modifiers) > 1:
             raise self.value_error("character varying takes one modifier, its length", position)
         if base == "numeric":
