@@ -129,6 +129,11 @@ EXPRESSIONS = [
     "md5('abc')",
     "md5('')",
     "md5(NULL)",
+    "ascii(65)",
+    "md5(1)",
+    "chr(1.5)",
+    "chr(65::int8)",
+    "chr('a')",
     # || takes one text operand and anything else as its text.
     "1 || 2",
     "1 || 'a'",

@@ -1187,9 +1187,19 @@ def _string_function(compiler: _Compiler, call: Call) -> CompiledScalar:
     return _strict(compiler, _texts(compiler, call), _plain(_STRING_FUNCTIONS[call.func]))
 
 
+def _require(compiler: _Compiler, call: Call, allowed: Sequence[str]) -> None:
+    """42883 unless every argument is of one of the ``allowed`` types (or an untyped NULL)."""
+    types = [compiler.type_of(a) for a in call.args]
+    if any(t not in (*allowed, "unknown") for t in types):
+        raise LoupeError(
+            UNDEFINED_FUNCTION, f"function {call.func}({', '.join(types)}) does not exist"
+        )
+
+
 @_handles("ascii")
 def _ascii(compiler: _Compiler, call: Call) -> CompiledScalar:
     """The first character's code point; 0 for the empty string."""
+    _require(compiler, call, ("text",))
 
     def body(values: list[pl.Expr], _types: list[str], _result: str) -> tuple[pl.Expr, None]:
         first = values[0].str.slice(0, 1)
@@ -1225,6 +1235,7 @@ _SURROGATES = (0xD800, 0xDFFF)
 @_handles("chr")
 def _chr(compiler: _Compiler, call: Call) -> CompiledScalar:
     """The character of a code point; PostgreSQL refuses 0, surrogates and beyond U+10FFFF."""
+    _require(compiler, call, ("int2", "int4"))
 
     def body(
         values: list[pl.Expr], _types: list[str], _result: str
@@ -1262,6 +1273,7 @@ def _characters(codes: pl.Series) -> pl.Series:
 
 @_handles("md5")
 def _md5(compiler: _Compiler, call: Call) -> CompiledScalar:
+    _require(compiler, call, ("text",))
     body = _plain(lambda s: s.map_batches(_md5_digests, return_dtype=pl.Utf8))
     return _strict(compiler, _texts(compiler, call), body)
 

@@ -23,6 +23,7 @@ from loupe.common.errors import LoupeError, SqlState
 from loupe.coordinator.plan.scope import Scope
 from loupe.coordinator.plan.values import MonthInterval, add_interval, fold_cast, parse_interval
 from loupe.coordinator.tables import TYPE_NAMES
+from loupe.dataflow.expr import compile_scalar
 from loupe.plan import functions
 from loupe.plan.scalar import Call, Case, Cast, Column, Literal, Scalar, scalar_type
 
@@ -87,7 +88,6 @@ _FUNCTION_ARGS: dict[type[exp.Expression], tuple[str, tuple[str, ...]]] = {
     exp.Chr: ("chr", ("expressions",)),
     exp.UnixToTime: ("to_timestamp", ("this",)),
     exp.TimestampFromParts: ("make_timestamp", ("year", "month", "day", "hour", "min", "sec")),
-    exp.DateBin: ("date_bin", ("this", "expression", "unit")),
 }
 _TYPES: dict[Any, str] = {  # sqlglot DataType.Type -> PostgreSQL type
     exp.DataType.Type.SMALLINT: "int2",
@@ -553,7 +553,11 @@ class Scalars:
         folded = _fold_date_arithmetic(function.name, args)
         if folded is not None:
             return folded
-        return self._calendar_shift(function.name, args) or Call(function.name, tuple(args))
+        planned = self._calendar_shift(function.name, args) or Call(function.name, tuple(args))
+        # The engine's compiler checks what the registry cannot (argument types, constant
+        # formats and zones): a call it refuses fails the statement, not a replica's render.
+        compile_scalar(planned, self.types)
+        return planned
 
     def _calendar_shift(self, name: str, args: Sequence[Scalar]) -> Scalar | None:
         """``time ± INTERVAL '1 month …'`` over a column: months are no fixed duration, so the

@@ -58,6 +58,7 @@ from loupe.coordinator.plan.scalars import (
 from loupe.coordinator.plan.scope import Scope, ScopeColumn
 from loupe.coordinator.plan.values import fold_cast
 from loupe.coordinator.tables import TYPE_NAMES
+from loupe.dataflow.expr import regexp_splitter
 from loupe.plan import functions
 from loupe.plan.scalar import (
     NUMERIC_RANK,
@@ -1221,6 +1222,7 @@ def _regexp_split_args(call: exp.Expression, scalars: Scalars) -> list[Scalar]:
             raise unsupported(f"regexp_split_to_table with a {what} that is not a constant")
     if any(a.value is None for a in args[1:] if isinstance(a, Literal)):
         return [Literal(None, "text"), Literal("", "text")]  # NULL pattern or flags: no rows
+    regexp_splitter(args)  # a bad pattern or flag fails the statement, not a replica's render
     return [a if t == "text" else Literal(None, "text") for a, t in zip(args, types, strict=True)]
 
 
