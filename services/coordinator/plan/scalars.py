@@ -554,9 +554,10 @@ class Scalars:
         if folded is not None:
             return folded
         planned = self._calendar_shift(function.name, args) or Call(function.name, tuple(args))
-        # The engine's compiler checks what the registry cannot (argument types, constant
-        # formats and zones): a call it refuses fails the statement, not a replica's render.
-        compile_scalar(planned, self.types)
+        if function.name in functions.CHECKED_WHEN_PLANNED:
+            # The engine's compiler checks what the registry cannot (argument types, constant
+            # formats and zones): a call it refuses fails the statement, not a replica's render.
+            compile_scalar(planned, self.types)
         return planned
 
     def _calendar_shift(self, name: str, args: Sequence[Scalar]) -> Scalar | None:
