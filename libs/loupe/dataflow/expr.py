@@ -2010,19 +2010,24 @@ def _translate(compiler: _Compiler, call: Call) -> CompiledScalar:
     return _strict(compiler, call, body)
 
 
+def _date_of(year: pl.Expr, month: pl.Expr, day: pl.Expr) -> tuple[pl.Expr, pl.Expr]:
+    """The date of integer fields (NULL where there is none, and before year 1) and its text."""
+    text = pl.concat_str(
+        [
+            year.cast(pl.Utf8).str.zfill(4),
+            month.cast(pl.Utf8).str.zfill(2),
+            day.cast(pl.Utf8).str.zfill(2),
+        ],
+        separator="-",
+    )
+    return pl.when(year > 0).then(text.str.strptime(pl.Date, "%Y-%m-%d", strict=False)), text
+
+
 @_handles("make_date")
 def _make_date(compiler: _Compiler, call: Call) -> CompiledScalar:
     def body(values: list[pl.Expr], _types: list[str], _result: str) -> tuple[pl.Expr, pl.Expr]:
         year, month, day = (v.cast(pl.Int64) for v in values)
-        text = pl.concat_str(
-            [
-                year.cast(pl.Utf8).str.zfill(4),
-                month.cast(pl.Utf8).str.zfill(2),
-                day.cast(pl.Utf8).str.zfill(2),
-            ],
-            separator="-",
-        )
-        parsed = pl.when(year > 0).then(text.str.strptime(pl.Date, "%Y-%m-%d", strict=False))
+        parsed, _text = _date_of(year, month, day)
         invalid = _error_when(parsed.is_null(), INVALID_DATE_FIELD, "date field value out of range")
         return parsed, invalid
 
@@ -2038,15 +2043,7 @@ def _make_timestamp(compiler: _Compiler, call: Call) -> CompiledScalar:
     ) -> tuple[pl.Expr, pl.Expr | None]:
         year, month, day, hour, minute = (v.cast(pl.Int64) for v in values[:5])
         seconds = values[5].cast(pl.Float64)
-        day_text = pl.concat_str(
-            [
-                year.cast(pl.Utf8).str.zfill(4),
-                month.cast(pl.Utf8).str.zfill(2),
-                day.cast(pl.Utf8).str.zfill(2),
-            ],
-            separator="-",
-        )
-        date = pl.when(year > 0).then(day_text.str.strptime(pl.Date, "%Y-%m-%d", strict=False))
+        date, day_text = _date_of(year, month, day)
         bad_time = (
             (hour < 0)
             | (hour > 24)
