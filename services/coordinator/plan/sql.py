@@ -683,7 +683,15 @@ class _Planner:
     def _table_function(self, node: exp.Table) -> tuple[mir.Relation, Scope]:
         """``FROM generate_series(a, b [, step]) [AS t(col)]``: one row per value (or per
         piece of ``regexp_split_to_table(s, pattern [, flags])``)."""
-        func, args = self._table_function_args(node.this, Scalars(self.context, Scope(())))
+        try:
+            func, args = self._table_function_args(node.this, Scalars(self.context, Scope(())))
+        except LoupeError as error:
+            missing = error.code in (SqlState.UNDEFINED_TABLE, SqlState.UNDEFINED_COLUMN)
+            select = node.find_ancestor(exp.Select)
+            if not missing or select is None or not select.args.get("joins"):
+                raise
+            # PostgreSQL reads a function in FROM as LATERAL: it may use earlier FROM items.
+            raise unsupported("a table function reading columns of other FROM items") from error
         alias = node.args.get("alias")
         columns = _alias_columns(alias)
         table = node.alias or func

@@ -342,3 +342,15 @@ def test_calls_the_engine_refuses_fail_when_planned(sql: str, code: str) -> None
     with pytest.raises(LoupeError) as raised:
         plan_query(sqlglot.parse_one(f"SELECT {sql} FROM t", read=LoupeDialect), resolve)
     assert raised.value.code == code
+
+
+def test_a_table_function_reading_another_from_item_is_refused_as_unsupported() -> None:
+    """PostgreSQL reads it as LATERAL; Loupe says it cannot yet, not that the table is missing."""
+    with pytest.raises(LoupeError) as raised:
+        plan_query(
+            sqlglot.parse_one(
+                "SELECT x FROM t, regexp_split_to_table(t.b, ',') AS x", read=LoupeDialect
+            ),
+            resolve,
+        )
+    assert raised.value.code == SqlState.FEATURE_NOT_SUPPORTED
