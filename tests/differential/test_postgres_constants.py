@@ -129,6 +129,11 @@ EXPRESSIONS = [
     "md5('abc')",
     "md5('')",
     "md5(NULL)",
+    "ascii(65)",
+    "md5(1)",
+    "chr(1.5)",
+    "chr(65::int8)",
+    "chr('a')",
     # || takes one text operand and anything else as its text.
     "1 || 2",
     "1 || 'a'",
@@ -379,6 +384,8 @@ QUERIES = [
     "SELECT string_agg(s, ',' ORDER BY n, s) FILTER (WHERE n > 1) FROM "
     "(VALUES ('b', 1), ('a', 2), ('c', 3)) AS t(s, n)",
     "SELECT string_agg(s, ',') FROM (VALUES ('a')) AS t(s) WHERE false",
+    "SELECT a, (SELECT string_agg(s, ',' ORDER BY s DESC) FROM (VALUES (1, 'x'), (1, 'y'), "
+    "(2, 'z')) AS u(k, s) WHERE u.k = t.a) FROM (VALUES (1), (2), (3)) AS t(a)",
     "SELECT timestamp '2024-07-01 12:00' AT TIME ZONE 'UTC', to_char(timestamp '2024-07-01', 'Q')",
     "SELECT string_agg(n, ',') FROM (VALUES (1)) AS t(n)",
     "SELECT string_agg(DISTINCT s, ',' ORDER BY n) FROM (VALUES ('a', 1)) AS t(s, n)",

@@ -203,6 +203,7 @@ EXPRESSIONS: tuple[str, ...] = (
     "date_bin(INTERVAL '15 minutes', ts, TIMESTAMP '2001-01-01 00:02:30')",
     "date_bin(INTERVAL '1 day 2 hours', ts, TIMESTAMP '2024-01-01')",
     "date_bin('7 days', d, TIMESTAMP '2024-01-03')",
+    "date_bin(INTERVAL '1 hour', TIMESTAMP '2024-03-01', ts)",
     "extract(hour FROM ts - TIMESTAMP '2024-03-01 12:00:00')",
     "extract(day FROM ts - TIMESTAMP '2024-03-01 12:00:00')",
     "extract(second FROM TIMESTAMP '2024-03-01 12:00:00' - ts)",

@@ -1209,9 +1209,19 @@ def _string_function(compiler: _Compiler, call: Call) -> CompiledScalar:
     return _strict(compiler, _texts(compiler, call), _plain(_STRING_FUNCTIONS[call.func]))
 
 
+def _require(compiler: _Compiler, call: Call, allowed: Sequence[str]) -> None:
+    """42883 unless every argument is of one of the ``allowed`` types (or an untyped NULL)."""
+    types = [compiler.type_of(a) for a in call.args]
+    if any(t not in (*allowed, "unknown") for t in types):
+        raise LoupeError(
+            UNDEFINED_FUNCTION, f"function {call.func}({', '.join(types)}) does not exist"
+        )
+
+
 @_handles("ascii")
 def _ascii(compiler: _Compiler, call: Call) -> CompiledScalar:
     """The first character's code point; 0 for the empty string."""
+    _require(compiler, call, ("text",))
 
     def body(values: list[pl.Expr], _types: list[str], _result: str) -> tuple[pl.Expr, None]:
         first = values[0].str.slice(0, 1)
@@ -1247,6 +1257,7 @@ _SURROGATES = (0xD800, 0xDFFF)
 @_handles("chr")
 def _chr(compiler: _Compiler, call: Call) -> CompiledScalar:
     """The character of a code point; PostgreSQL refuses 0, surrogates and beyond U+10FFFF."""
+    _require(compiler, call, ("int2", "int4"))
 
     def body(
         values: list[pl.Expr], _types: list[str], _result: str
@@ -1284,6 +1295,7 @@ def _characters(codes: pl.Series) -> pl.Series:
 
 @_handles("md5")
 def _md5(compiler: _Compiler, call: Call) -> CompiledScalar:
+    _require(compiler, call, ("text",))
     body = _plain(lambda s: s.map_batches(_md5_digests, return_dtype=pl.Utf8))
     return _strict(compiler, _texts(compiler, call), body)
 
@@ -2024,19 +2036,24 @@ def _translate(compiler: _Compiler, call: Call) -> CompiledScalar:
     return _strict(compiler, call, body)
 
 
+def _date_of(year: pl.Expr, month: pl.Expr, day: pl.Expr) -> tuple[pl.Expr, pl.Expr]:
+    """The date of integer fields (NULL where there is none, and before year 1) and its text."""
+    text = pl.concat_str(
+        [
+            year.cast(pl.Utf8).str.zfill(4),
+            month.cast(pl.Utf8).str.zfill(2),
+            day.cast(pl.Utf8).str.zfill(2),
+        ],
+        separator="-",
+    )
+    return pl.when(year > 0).then(text.str.strptime(pl.Date, "%Y-%m-%d", strict=False)), text
+
+
 @_handles("make_date")
 def _make_date(compiler: _Compiler, call: Call) -> CompiledScalar:
     def body(values: list[pl.Expr], _types: list[str], _result: str) -> tuple[pl.Expr, pl.Expr]:
         year, month, day = (v.cast(pl.Int64) for v in values)
-        text = pl.concat_str(
-            [
-                year.cast(pl.Utf8).str.zfill(4),
-                month.cast(pl.Utf8).str.zfill(2),
-                day.cast(pl.Utf8).str.zfill(2),
-            ],
-            separator="-",
-        )
-        parsed = pl.when(year > 0).then(text.str.strptime(pl.Date, "%Y-%m-%d", strict=False))
+        parsed, _text = _date_of(year, month, day)
         invalid = _error_when(parsed.is_null(), INVALID_DATE_FIELD, "date field value out of range")
         return parsed, invalid
 
@@ -2052,15 +2069,7 @@ def _make_timestamp(compiler: _Compiler, call: Call) -> CompiledScalar:
     ) -> tuple[pl.Expr, pl.Expr | None]:
         year, month, day, hour, minute = (v.cast(pl.Int64) for v in values[:5])
         seconds = values[5].cast(pl.Float64)
-        day_text = pl.concat_str(
-            [
-                year.cast(pl.Utf8).str.zfill(4),
-                month.cast(pl.Utf8).str.zfill(2),
-                day.cast(pl.Utf8).str.zfill(2),
-            ],
-            separator="-",
-        )
-        date = pl.when(year > 0).then(day_text.str.strptime(pl.Date, "%Y-%m-%d", strict=False))
+        date, day_text = _date_of(year, month, day)
         bad_time = (
             (hour < 0)
             | (hour > 24)

@@ -40,6 +40,24 @@ STRICT = frozenset(
     }
 )
 COERCING |= {"greatest", "least"} | ARITHMETIC
+# Functions whose implementation refuses argument types or non-constant arguments the
+# registry does not describe: the planner compiles calls to them, so the statement fails.
+CHECKED_WHEN_PLANNED = frozenset(
+    {
+        "to_char",
+        "timezone",
+        "date_bin",
+        "chr",
+        "ascii",
+        "md5",
+        "regexp_like",
+        "regexp_replace",
+        "translate",
+        "extract",
+        "date_part",
+        "date_trunc",
+    }
+)
 # The types string literals take at each argument position of these calls (None: as written).
 LITERAL_TYPES: dict[str, tuple[str | None, ...]] = {
     "date_bin": ("interval", None, None),

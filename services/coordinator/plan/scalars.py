@@ -22,7 +22,7 @@ from loupe import sqltypes
 from loupe.common.errors import LoupeError, SqlState
 from loupe.coordinator.plan.scope import Scope
 from loupe.coordinator.plan.values import MonthInterval, add_interval, fold_cast, parse_interval
-from loupe.dataflow.expr import evaluate_closed
+from loupe.dataflow.expr import compile_scalar, evaluate_closed
 from loupe.plan import functions
 from loupe.plan.scalar import Call, Case, Cast, Column, Literal, Scalar, columns_of, scalar_type
 
@@ -87,7 +87,6 @@ _FUNCTION_ARGS: dict[type[exp.Expression], tuple[str, tuple[str, ...]]] = {
     exp.Chr: ("chr", ("expressions",)),
     exp.UnixToTime: ("to_timestamp", ("this",)),
     exp.TimestampFromParts: ("make_timestamp", ("year", "month", "day", "hour", "min", "sec")),
-    exp.DateBin: ("date_bin", ("this", "expression", "unit")),
 }
 TEMPORAL_FUNCTIONS = ("now", "current_timestamp", "mz_now", "current_date")
 
@@ -582,6 +581,10 @@ class Scalars:
         shifted = self._calendar_shift(function.name, args)
         if shifted is not None:
             return shifted
+        if function.name in functions.CHECKED_WHEN_PLANNED:
+            # The engine's compiler checks what the registry cannot (argument types, constant
+            # formats and zones): a call it refuses fails the statement, not a replica's render.
+            compile_scalar(call, self.types)
         return _fold_constant(call) or call
 
     def _calendar_shift(self, name: str, args: Sequence[Scalar]) -> Scalar | None:

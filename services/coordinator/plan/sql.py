@@ -59,6 +59,7 @@ from loupe.coordinator.plan.scalars import (
 )
 from loupe.coordinator.plan.scope import Scope, ScopeColumn
 from loupe.coordinator.plan.values import fold_cast
+from loupe.dataflow.expr import regexp_splitter
 from loupe.plan import functions
 from loupe.plan.scalar import (
     NUMERIC_RANK,
@@ -728,7 +729,15 @@ class _Planner:
     def _table_function(self, node: exp.Table) -> tuple[mir.Relation, Scope]:
         """``FROM generate_series(a, b [, step]) [AS t(col)]``: one row per value (or per
         piece of ``regexp_split_to_table(s, pattern [, flags])``)."""
-        func, args = self._table_function_args(node.this, Scalars(self.context, Scope(())))
+        try:
+            func, args = self._table_function_args(node.this, Scalars(self.context, Scope(())))
+        except LoupeError as error:
+            missing = error.code in (SqlState.UNDEFINED_TABLE, SqlState.UNDEFINED_COLUMN)
+            select = node.find_ancestor(exp.Select)
+            if not missing or select is None or not select.args.get("joins"):
+                raise
+            # PostgreSQL reads a function in FROM as LATERAL: it may use earlier FROM items.
+            raise unsupported("a table function reading columns of other FROM items") from error
         alias = node.args.get("alias")
         columns = _alias_columns(alias)
         table = node.alias or func
@@ -1298,6 +1307,7 @@ def _regexp_split_args(call: exp.Expression, scalars: Scalars) -> list[Scalar]:
             raise unsupported(f"regexp_split_to_table with a {what} that is not a constant")
     if any(a.value is None for a in args[1:] if isinstance(a, Literal)):
         return [Literal(None, "text"), Literal("", "text")]  # NULL pattern or flags: no rows
+    regexp_splitter(args)  # a bad pattern or flag fails the statement, not a replica's render
     return [a if t == "text" else Literal(None, "text") for a, t in zip(args, types, strict=True)]
 
 

@@ -240,6 +240,8 @@ class LoupeDialect(Postgres):
         FUNCTIONS: ClassVar[dict[str, Any]] = {
             **PostgresParser.FUNCTIONS,
             "TO_CHAR": lambda args: exp.Anonymous(this="to_char", expressions=args),
+            # sqlglot reads date_bin's origin as a unit: a column there would be a VAR.
+            "DATE_BIN": lambda args: exp.Anonymous(this="date_bin", expressions=args),
         }
 
         def _parse_interval_span(

@@ -11,6 +11,7 @@ import sqlglot
 
 from loupe.common.errors import LoupeError, SqlState
 from loupe.coordinator.plan import TemporalError, plan_query, plan_select
+from loupe.coordinator.sql.parser import LoupeDialect
 from loupe.plan import mir
 from loupe.plan.functions import lookup
 from loupe.plan.scalar import Call, Case, Cast, Column, Literal, Scalar
@@ -321,3 +322,35 @@ def test_times_compare_at_the_widest_type_unless_a_constant_converts_exactly() -
         "gte", (TS, Literal(datetime.datetime(2020, 1, 1), "timestamp"))
     )
     assert predicate("d = ts") == Call("eq", (Cast(D, "timestamp"), TS))
+
+
+@pytest.mark.parametrize(
+    ("sql", "code"),
+    [
+        ("to_char(a, 'YYYY')", "42883"),
+        ("to_char(ts, b)", SqlState.FEATURE_NOT_SUPPORTED),
+        ("ts AT TIME ZONE 'Atlantis/Capital'", "22023"),
+        ("timezone(b, ts)", SqlState.FEATURE_NOT_SUPPORTED),
+        ("regexp_split_to_table(b, 'x', 'g')", "22023"),
+        ("chr(b)", "42883"),
+        ("a || y", "42883"),
+        ("string_agg(a, ',')", "42883"),
+    ],
+)
+def test_calls_the_engine_refuses_fail_when_planned(sql: str, code: str) -> None:
+    """Argument types, constant formats and zones are checked while planning, not at render."""
+    with pytest.raises(LoupeError) as raised:
+        plan_query(sqlglot.parse_one(f"SELECT {sql} FROM t", read=LoupeDialect), resolve)
+    assert raised.value.code == code
+
+
+def test_a_table_function_reading_another_from_item_is_refused_as_unsupported() -> None:
+    """PostgreSQL reads it as LATERAL; Loupe says it cannot yet, not that the table is missing."""
+    with pytest.raises(LoupeError) as raised:
+        plan_query(
+            sqlglot.parse_one(
+                "SELECT x FROM t, regexp_split_to_table(t.b, ',') AS x", read=LoupeDialect
+            ),
+            resolve,
+        )
+    assert raised.value.code == SqlState.FEATURE_NOT_SUPPORTED
