@@ -39,6 +39,7 @@ QUERIES = [
     "SELECT a FROM t EXCEPT ALL SELECT x FROM u",
     "SELECT CASE WHEN a > 1 THEN 'big' ELSE 'small' END, a::text FROM t",
     "SELECT t.a FROM t, u, t AS t2 WHERE t.a = u.x AND u.x = t2.a",
+    "SELECT a, string_agg(b, ',' ORDER BY a DESC, b) FROM t GROUP BY a",
 ]
 
 

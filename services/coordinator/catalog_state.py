@@ -41,8 +41,9 @@ from loupe.builtins import (
 from loupe.common.logging import get_logger
 from loupe.coordinator.audit_log import AUDIT_COLLECTIONS, AuditLog, Row
 from loupe.coordinator.objects import ComputeObject, load_objects, relation_columns
-from loupe.coordinator.tables import TYPE_NAMES, Table, columns_of
+from loupe.coordinator.tables import Table, columns_of
 from loupe.proto.catalog.v1 import catalog_pb2
+from loupe.sqltypes import display_name
 
 log = get_logger(__name__)
 
@@ -303,7 +304,7 @@ def item_rows(snapshot: catalog_pb2.CatalogSnapshot) -> dict[str, Counter[Row]]:
         rows[MZ_TABLES.id][(builtin.id, schema_id, builtin.name, "s1", None, None)] += 1
         rows[MZ_OBJECTS.id][(builtin.id, schema_id, builtin.name, "table", "s1", None)] += 1
         for position, (name, kind) in enumerate(builtin.columns, start=1):
-            rows[MZ_COLUMNS.id][(builtin.id, name, position, True, TYPE_NAMES[kind])] += 1
+            rows[MZ_COLUMNS.id][(builtin.id, name, position, True, display_name(kind))] += 1
     state = CatalogState(snapshot)
     for item in snapshot.items:
         sql = item.create_sql or None

@@ -26,6 +26,7 @@ from typing import Any
 
 from sqlglot import exp
 
+from loupe import sqltypes
 from loupe.common.errors import LoupeError, SqlState
 from loupe.common.logging import get_logger
 from loupe.coordinator.tables import CatalogNamed
@@ -35,15 +36,6 @@ log = get_logger(__name__)
 
 ColumnDesc = tuple[str, str]
 COMPUTE_TYPES = ("view", "materialized-view", "index")
-
-# Planner types -> the storage type of a materialized view's shard column.
-_STORAGE_TYPES = {
-    "int2": "int4",
-    "float4": "float8",
-    "timestamp": "timestamptz",
-    "varchar": "text",
-    "bpchar": "text",
-}
 
 
 def quote(name: str) -> str:
@@ -78,7 +70,7 @@ class ComputeObject(CatalogNamed):
     @property
     def storage_columns(self) -> list[tuple[str, str]]:
         """(name, storage type) of a materialized view's shard columns."""
-        return [(name, _STORAGE_TYPES.get(kind, kind)) for name, kind in self.columns]
+        return [(name, sqltypes.storage_type(kind)) for name, kind in self.columns]
 
 
 def qualify(

@@ -4,8 +4,8 @@ A table is a catalog item of type ``table`` whose ``create_sql`` is the
 canonical ``CREATE TABLE "db"."schema"."name" ("col" type [NOT NULL], …)``
 this module writes; its columns are read back from it. Each table is one
 shard (shard id = item id) whose columns have the storage types of
-``loupe.persist`` (``integer`` is ``int4``, ``numeric`` is stored as text,
-both timestamp types as ``timestamptz`` in UTC).
+``loupe.sqltypes`` (``integer`` is ``int4``, ``character varying`` is
+stored as ``text``).
 
 Values are converted to a column's type as PostgreSQL assigns them: a quoted
 literal (``'42'``) has no type of its own and is parsed as the column's type
@@ -26,11 +26,13 @@ from typing import Any
 
 import pyarrow as pa
 
+from loupe import sqltypes
 from loupe.common.errors import LoupeError, SqlState
 from loupe.coordinator.sql.statements import ColumnDef, CreateTable, UniqueKey
 from loupe.persist import DIFF_COLUMN, TIMESTAMP_COLUMN
 from loupe.persist.shard import arrow_schema
 from loupe.proto.common.v1 import common_pb2
+from loupe.sqltypes import SqlType
 
 DATATYPE_MISMATCH = "42804"
 INVALID_TEXT_REPRESENTATION = "22P02"
@@ -39,38 +41,6 @@ NUMERIC_VALUE_OUT_OF_RANGE = "22003"
 STRING_DATA_RIGHT_TRUNCATION = "22001"
 NOT_NULL_VIOLATION = "23502"
 
-# PostgreSQL's type name -> the storage type of its shard column.
-STORAGE_TYPES = {
-    "integer": "int4",
-    "bigint": "int8",
-    "text": "text",
-    "character varying": "text",
-    "boolean": "bool",
-    "double precision": "float8",
-    "numeric": "numeric",
-    "timestamp with time zone": "timestamptz",
-    "timestamp without time zone": "timestamptz",
-    "date": "date",
-}
-# Storage types of builtin collections -> the type name mz_columns shows (and messages).
-TYPE_NAMES = {
-    "text": "text",
-    "bool": "boolean",
-    "int2": "smallint",
-    "int4": "integer",
-    "int8": "bigint",
-    "float4": "real",
-    "uint8": "uint8",
-    "float8": "double precision",
-    "numeric": "numeric",
-    "timestamptz": "timestamp with time zone",
-    "timestamp": "timestamp without time zone",
-    "date": "date",
-    "interval": "interval",
-    "jsonb": "jsonb",
-    "bytea": "bytea",
-    "list": "list",
-}
 INTEGER_RANGES = {"integer": (-(2**31), 2**31 - 1), "bigint": (-(2**63), 2**63 - 1)}
 _MODIFIERS = re.compile(r"^([a-z ]+?)(?:\((\d+(?:,\d+)?)\))?$")
 
@@ -96,8 +66,14 @@ class TableColumn:
         return _split_type(self.type)[1]
 
     @property
+    def sql_type(self) -> SqlType:
+        entry = sqltypes.lookup(self.base_type)
+        assert entry is not None, self.base_type  # the parser accepts column types only
+        return entry
+
+    @property
     def storage_type(self) -> str:
-        return STORAGE_TYPES[self.base_type]
+        return self.sql_type.storage
 
 
 @functools.cache
@@ -245,25 +221,9 @@ class NumberLiteral(str):
 
 def type_name_of(value: Any) -> str:
     """The PostgreSQL type name of a Python value, for error messages."""
-    if isinstance(value, bool):
-        return "boolean"
     if isinstance(value, NumberLiteral):
         return "integer" if _is_integral_text(value) else "numeric"
-    if isinstance(value, int):
-        return "integer" if -(2**31) <= value < 2**31 else "bigint"
-    if isinstance(value, float):
-        return "double precision"
-    if isinstance(value, Decimal):
-        return "numeric"
-    if isinstance(value, str):
-        return "text"
-    if isinstance(value, dt.datetime):
-        return "timestamp with time zone" if value.tzinfo else "timestamp without time zone"
-    if isinstance(value, dt.date):
-        return "date"
-    if isinstance(value, dt.timedelta):
-        return "interval"
-    return type(value).__name__
+    return sqltypes.display_name(sqltypes.type_of_value(value))
 
 
 def _is_integral_text(text: str) -> bool:
@@ -296,7 +256,7 @@ class Coercer:
             and column.base_type != "double precision"
         ):
             raise self._mismatch(value, column)
-        convert = _CONVERSIONS[column.base_type]
+        convert = _CONVERSIONS[column.sql_type.name]
         return convert(self, value, column)
 
     # conversions, one per base type ------------------------------------------------
@@ -385,6 +345,7 @@ class Coercer:
         raise self._mismatch(value, column)
 
     def _timestamp(self, value: Any, column: TableColumn) -> dt.datetime:
+        typed = not isinstance(value, UntypedString)
         if isinstance(value, UntypedString):
             try:
                 value = dt.datetime.fromisoformat(value.strip())
@@ -394,10 +355,30 @@ class Coercer:
             value = dt.datetime(value.year, value.month, value.day)
         if not isinstance(value, dt.datetime):
             raise self._mismatch(value, column)
-        # Without a time zone the value is UTC (the session time zone is always UTC).
+        # The session time zone is always UTC: a naive value is UTC, an aware one is
+        # converted to it (a timestamp column's input ignores any offset, as PostgreSQL's).
+        if column.sql_type.name == "timestamp":
+            if value.tzinfo is not None and typed:
+                value = value.astimezone(dt.UTC)
+            return value.replace(tzinfo=None)
         if value.tzinfo is None:
             return value.replace(tzinfo=dt.UTC)
         return value.astimezone(dt.UTC)
+
+    def _time(self, value: Any, column: TableColumn) -> dt.time:
+        if isinstance(value, UntypedString):
+            try:
+                parsed = dt.time.fromisoformat(value.strip())
+            except ValueError:
+                raise self._invalid(value, column, INVALID_DATETIME_FORMAT) from None
+            return parsed.replace(tzinfo=None)
+        if isinstance(value, dt.datetime):  # timestamp -> time is an assignment cast
+            if value.tzinfo is not None:
+                value = value.astimezone(dt.UTC)
+            return value.time()
+        if isinstance(value, dt.time):
+            return value
+        raise self._mismatch(value, column)
 
     def _date(self, value: Any, column: TableColumn) -> dt.date:
         if isinstance(value, UntypedString):
@@ -430,16 +411,18 @@ class Coercer:
         return LoupeError(NUMERIC_VALUE_OUT_OF_RANGE, f"{column.base_type} out of range")
 
 
+# Canonical type name -> how a value is assigned to a column of the type.
 _CONVERSIONS = {
-    "integer": Coercer._integer,
-    "bigint": Coercer._integer,
-    "double precision": Coercer._float,
+    "int4": Coercer._integer,
+    "int8": Coercer._integer,
+    "float8": Coercer._float,
     "numeric": Coercer._numeric,
     "text": Coercer._text,
-    "character varying": Coercer._text,
-    "boolean": Coercer._boolean,
-    "timestamp with time zone": Coercer._timestamp,
-    "timestamp without time zone": Coercer._timestamp,
+    "varchar": Coercer._text,
+    "bool": Coercer._boolean,
+    "timestamptz": Coercer._timestamp,
+    "timestamp": Coercer._timestamp,
+    "time": Coercer._time,
     "date": Coercer._date,
 }
 

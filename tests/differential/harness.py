@@ -31,6 +31,7 @@ import pyarrow as pa
 import sqlglot
 from sqlglot import exp
 
+from loupe import sqltypes
 from loupe.common.errors import LoupeError
 from loupe.coordinator.plan import lower_to_lir, plan_query
 from loupe.coordinator.sql.parser import parse_one
@@ -260,31 +261,10 @@ class DuckDBSide:
 
 
 # Loupe's type names -> PostgreSQL's, to declare a column of that type there.
-PG_COLUMN_TYPES = {
-    "int4": "integer",
-    "int8": "bigint",
-    "float8": "double precision",
-    "numeric": "numeric",
-    "text": "text",
-    "bool": "boolean",
-    "date": "date",
-    "timestamp": "timestamp",
-}
+# Loupe's type names -> the column types PostgreSQL's tables are created with.
+PG_COLUMN_TYPES = {t.name: t.display for t in sqltypes.TYPES.values() if t.column_type}
 # What pg_typeof() says -> Loupe's type names, to compare result types.
-LOUPE_TYPES = {
-    "integer": "int4",
-    "bigint": "int8",
-    "smallint": "int2",
-    "numeric": "numeric",
-    "double precision": "float8",
-    "real": "float4",
-    "text": "text",
-    "boolean": "bool",
-    "date": "date",
-    "timestamp without time zone": "timestamp",
-    "timestamp with time zone": "timestamptz",
-    "interval": "interval",
-}
+LOUPE_TYPES = {t.display: t.name for t in sqltypes.TYPES.values()}
 
 
 class PostgresSide:

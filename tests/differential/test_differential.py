@@ -51,6 +51,8 @@ THREE_WORKER_VIEWS = (
     "intersect",
     "left_join_aggregate",
     "not_in_with_nulls",
+    "string_agg",
+    "regexp_split_per_row",
 )
 
 

@@ -41,6 +41,32 @@ VIEWS = (
         "SELECT a, stddev(b) AS sd, variance(b) AS v, var_pop(f) AS vp, stddev_pop(f) AS sp "
         "FROM t1 GROUP BY a",
     ),
+    # regexp_split_to_table in the SELECT list: a row per piece, retracted with its input row.
+    View(
+        "regexp_split_per_row",
+        "SELECT a, s, regexp_split_to_table(s, '[,_ ]') AS piece FROM t1 WHERE b > 0",
+    ),
+    View(
+        "regexp_split_then_aggregate",
+        "SELECT piece, count(*) AS n FROM (SELECT regexp_split_to_table(s, 'p+|,', 'i') AS piece "
+        "FROM t1) AS pieces GROUP BY piece",
+    ),
+    # string_agg: the group's text recomputed when any of its rows changes.
+    View(
+        "string_agg",
+        "SELECT a, string_agg(s, ',' ORDER BY s) AS names, "
+        "string_agg(s, '|' ORDER BY b DESC, s) AS by_b, count(*) AS n FROM t1 GROUP BY a",
+    ),
+    View(
+        "string_agg_distinct_global",
+        "SELECT string_agg(DISTINCT s, ';' ORDER BY s) AS names FROM t1 WHERE b IS NOT NULL",
+    ),
+    # Months are no fixed duration: added field by field, the day clamped to the month.
+    View(
+        "calendar_months",
+        "SELECT d, d + INTERVAL '1 month' AS next_month, d - INTERVAL '1 year 2 days' AS earlier "
+        "FROM t2",
+    ),
     # Map, filter, project; NULLs; three-valued logic; CASE.
     View("filter_project", "SELECT a, b, a + b AS s, b * 2 AS d FROM t1 WHERE a > 0"),
     View(

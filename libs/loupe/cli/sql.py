@@ -28,6 +28,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
+from loupe import sqltypes
 from loupe.client import (
     DEFAULT_HOST,
     DEFAULT_PORT,
@@ -44,9 +45,7 @@ from loupe.common.values import format_interval
 EXIT_OK, EXIT_SQL_ERROR, EXIT_UNREACHABLE = 0, 1, 2
 # SQLSTATE of a request naming a session the coordinator does not have.
 SESSION_GONE = "08003"
-NUMERIC_TYPES = frozenset(
-    {"int2", "int4", "int8", "uint2", "uint4", "uint8", "float4", "float8", "numeric"}
-)
+NUMERIC_TYPES = frozenset(t.name for t in sqltypes.TYPES.values() if t.category == sqltypes.NUMERIC)
 
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:

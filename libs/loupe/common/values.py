@@ -12,6 +12,11 @@ from loupe.proto.common.v1 import common_pb2
 
 EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 EPOCH_DATE = dt.date(1970, 1, 1)
+NAIVE_EPOCH = dt.datetime(1970, 1, 1)
+
+
+def _time_micros(value: dt.time) -> int:
+    return ((value.hour * 60 + value.minute) * 60 + value.second) * 1_000_000 + value.microsecond
 
 
 def to_value(value: Any) -> common_pb2.Value:
@@ -30,8 +35,9 @@ def to_value(value: Any) -> common_pb2.Value:
     if isinstance(value, Decimal):
         return common_pb2.Value(numeric_value=str(value))
     if isinstance(value, dt.datetime):
-        if value.tzinfo is None:
-            value = value.replace(tzinfo=dt.UTC)
+        if value.tzinfo is None:  # timestamp without time zone: stays naive on the other side
+            naive = value - NAIVE_EPOCH
+            return common_pb2.Value(timestamp_naive_us=naive // dt.timedelta(microseconds=1))
         return common_pb2.Value(timestamp_us=(value - EPOCH) // dt.timedelta(microseconds=1))
     if isinstance(value, dt.date):
         return common_pb2.Value(date_days=(value - EPOCH_DATE).days)
@@ -43,6 +49,8 @@ def to_value(value: Any) -> common_pb2.Value:
         )
     if isinstance(value, dt.timedelta):
         return common_pb2.Value(interval_us=value // dt.timedelta(microseconds=1))
+    if isinstance(value, dt.time):
+        return common_pb2.Value(time_us=_time_micros(value))
     raise TypeError(f"cannot encode {type(value).__name__} as a Value")
 
 
@@ -53,6 +61,11 @@ def from_value(value: common_pb2.Value) -> Any:
     raw = getattr(value, kind)
     if kind == "timestamp_us":
         return EPOCH + dt.timedelta(microseconds=raw)
+    if kind == "timestamp_naive_us":
+        return NAIVE_EPOCH + dt.timedelta(microseconds=raw)
+    if kind == "time_us":
+        seconds, micros = divmod(raw, 1_000_000)
+        return dt.time(seconds // 3600, seconds // 60 % 60, seconds % 60, micros)
     if kind == "date_days":
         return EPOCH_DATE + dt.timedelta(days=raw)
     if kind == "numeric_value":
@@ -78,7 +91,7 @@ def format_interval(value: dt.timedelta) -> str:
     if fraction:
         clock += f".{fraction:06d}".rstrip("0")
     if days:
-        unit = "day" if days == 1 else "days"
+        unit = "day" if days == 1 and not sign else "days"  # PostgreSQL prints "-1 days"
         return f"{sign}{days} {unit}" + ("" if rest == 0 else f" {clock}")
     return clock
 

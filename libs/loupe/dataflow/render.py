@@ -218,8 +218,8 @@ def _input_demands(node: lir.Node, demand: Demand) -> list[Demand]:
         for scalar in node.group_key:
             used |= columns_of(scalar)
         for aggregate in node.aggregates:
-            if aggregate.expr is not None:
-                used |= columns_of(aggregate.expr)
+            for scalar in aggregate.scalars:
+                used |= columns_of(scalar)
         return [frozenset(used)]
     if isinstance(node, lir.ArrangeBy | lir.Negate | lir.Union):
         return [demand] * len(node.inputs())

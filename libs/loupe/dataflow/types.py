@@ -1,11 +1,11 @@
-"""PostgreSQL types inside the engine: polars dtypes, empty frames, and persist's format at the edges.
+"""Batches inside the engine: empty frames, and persist's format at the edges.
 
 Inside the engine a collection batch is a polars DataFrame with data columns
 ``c0..c{n-1}`` then ``time`` (UInt64) and ``diff`` (Int64). At the engine's
 boundary (pushed source updates, sink batches) tables are pyarrow in
 persist's format: the shard's column names, ``mz_timestamp`` and ``mz_diff``.
 
-``numeric`` is Float64 inside the engine (exact decimals are a documented
+Each type's polars dtype is ``loupe.sqltypes``'s. ``numeric`` is Float64 inside the engine (exact decimals are a documented
 gap); persist stores it as text, so it is cast on the way in and out.
 """
 
@@ -18,42 +18,15 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from loupe.sqltypes import polars_dtype, storage_type
+
 TIME = "time"
 DIFF = "diff"
 PERSIST_TIME = "mz_timestamp"
 PERSIST_DIFF = "mz_diff"
 
-_DTYPES: dict[str, pl.DataType] = {
-    "int2": pl.Int32(),
-    "int4": pl.Int32(),
-    "int8": pl.Int64(),
-    "uint8": pl.UInt64(),
-    "float4": pl.Float64(),
-    "float8": pl.Float64(),
-    "numeric": pl.Float64(),
-    "text": pl.Utf8(),
-    "jsonb": pl.Utf8(),
-    "bool": pl.Boolean(),
-    "date": pl.Date(),
-    "timestamp": pl.Datetime("us"),
-    "timestamptz": pl.Datetime("us", "UTC"),
-    "interval": pl.Duration("us"),
-    "bytea": pl.Binary(),
-    "list": pl.List(pl.Int64()),
-    # The type of an untyped NULL literal.
-    "unknown": pl.Null(),
-}
-
-# Persist's arrow type when it differs from the engine's (see loupe.persist.shard.ARROW_TYPES).
+# Persist's arrow type when it differs from the engine's (see loupe.sqltypes).
 _PERSIST_TEXT = {"numeric"}
-
-
-def polars_dtype(pg_type: str) -> pl.DataType:
-    """The polars dtype the engine holds values of ``pg_type`` in."""
-    try:
-        return _DTYPES[pg_type]
-    except KeyError:
-        raise ValueError(f"no engine representation for type {pg_type!r}") from None
 
 
 def column_names(arity: int) -> list[str]:
@@ -141,8 +114,9 @@ def _import_column(column: pl.Expr, held: pl.DataType, dtype: pl.DataType) -> pl
 def _export_column(column: pl.Expr, pg_type: str) -> pl.Expr:
     if pg_type in _PERSIST_TEXT:
         return numeric_text(column)
-    if pg_type == "int2":  # persist has no int2 column type; it stores int4
-        return column.cast(pl.Int32)
+    stored = storage_type(pg_type)
+    if stored != pg_type:  # e.g. int2 in an int4 column
+        return column.cast(polars_dtype(stored))
     return column
 
 

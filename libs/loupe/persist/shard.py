@@ -35,6 +35,7 @@ from loupe.common.logging import get_logger
 from loupe.persist.location import Blob, Consensus
 from loupe.proto.common.v1 import common_pb2
 from loupe.proto.storage.v1 import storage_pb2
+from loupe.sqltypes import arrow_type
 
 if TYPE_CHECKING:
     from loupe.persist.listen import Listener
@@ -43,22 +44,6 @@ log = get_logger(__name__)
 
 TIMESTAMP_COLUMN = "mz_timestamp"
 DIFF_COLUMN = "mz_diff"
-
-ARROW_TYPES: dict[str, pa.DataType] = {
-    "text": pa.string(),
-    "int4": pa.int32(),
-    "int8": pa.int64(),
-    "uint8": pa.uint64(),
-    "float8": pa.float64(),
-    "bool": pa.bool_(),
-    "timestamptz": pa.timestamp("us", tz="UTC"),
-    "date": pa.date32(),
-    "numeric": pa.string(),
-    "jsonb": pa.string(),
-    "interval": pa.duration("us"),
-    "bytea": pa.binary(),
-    "list": pa.list_(pa.int64()),
-}
 
 
 class UpperMismatch(Exception):
@@ -126,7 +111,7 @@ class ShardState:
 
 
 def arrow_schema(columns: Sequence[tuple[str, str]], *, updates: bool = True) -> pa.Schema:
-    fields = [pa.field(name, ARROW_TYPES[kind]) for name, kind in columns]
+    fields = [pa.field(name, arrow_type(kind)) for name, kind in columns]
     if updates:
         fields += [pa.field(TIMESTAMP_COLUMN, pa.uint64()), pa.field(DIFF_COLUMN, pa.int64())]
     return pa.schema(fields)

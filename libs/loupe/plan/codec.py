@@ -112,12 +112,23 @@ def _aggregate_to_proto(aggregate: mir.Aggregate) -> plan_pb2.AggregateExpr:
     message = plan_pb2.AggregateExpr(func=aggregate.func, distinct=aggregate.distinct)
     if aggregate.expr is not None:
         message.expr.CopyFrom(scalar_to_proto(aggregate.expr))
+    message.args.extend(scalar_to_proto(a) for a in aggregate.args)
+    message.order_by.extend(
+        plan_pb2.AggregateOrder(expr=scalar_to_proto(k.expr), desc=k.desc, nulls_last=k.nulls_last)
+        for k in aggregate.order_by
+    )
     return message
 
 
 def _aggregate_from_proto(message: plan_pb2.AggregateExpr) -> mir.Aggregate:
     expr = scalar_from_proto(message.expr) if message.HasField("expr") else None
-    return mir.Aggregate(message.func, expr, message.distinct)
+    order_by = tuple(
+        mir.AggregateOrder(scalar_from_proto(k.expr), k.desc, k.nulls_last)
+        for k in message.order_by
+    )
+    return mir.Aggregate(
+        message.func, expr, message.distinct, _from_scalars(message.args), order_by
+    )
 
 
 def order_to_proto(keys: Sequence[mir.OrderKey]) -> list[plan_pb2.OrderKey]:

@@ -69,7 +69,16 @@ def _aggregate(aggregate: mir.Aggregate) -> str:
     if aggregate.expr is None:
         return f"{aggregate.func}(*)"
     distinct = "distinct " if aggregate.distinct else ""
-    return f"{aggregate.func}({distinct}{render(aggregate.expr)})"
+    args = "".join(f", {render(a)}" for a in aggregate.args)
+    order = ""
+    if aggregate.order_by:
+        keys = [
+            f"{render(k.expr)} {'desc' if k.desc else 'asc'}"
+            f" {'nulls_last' if k.nulls_last else 'nulls_first'}"
+            for k in aggregate.order_by
+        ]
+        order = " order_by [" + ", ".join(keys) + "]"
+    return f"{aggregate.func}({distinct}{render(aggregate.expr)}{args}{order})"
 
 
 def _order(keys: Sequence[mir.OrderKey]) -> str:

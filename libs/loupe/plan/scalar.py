@@ -7,6 +7,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from loupe import sqltypes
+
 # Operators whose result is boolean, and the text EXPLAIN prints for infix ones.
 INFIX = {
     "eq": "=",
@@ -29,7 +31,7 @@ INFIX = {
 BOOLEAN_RESULT = {"eq", "neq", "lt", "lte", "gt", "gte", "and", "or", "not", "like", "ilike"}
 BOOLEAN_RESULT |= {"is_null", "is_not_null"}
 ARITHMETIC = {"add", "sub", "mul", "div", "mod", "neg"}
-NUMERIC_RANK = {"int2": 0, "int4": 1, "int8": 2, "numeric": 3, "float4": 4, "float8": 5}
+NUMERIC_RANK = sqltypes.NUMERIC_RANK
 
 
 @dataclass(frozen=True)

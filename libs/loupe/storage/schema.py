@@ -23,7 +23,7 @@ import pyarrow as pa
 
 from loupe.builtins import BuiltinCollection
 from loupe.persist import DIFF_COLUMN, TIMESTAMP_COLUMN
-from loupe.persist.shard import ARROW_TYPES
+from loupe.sqltypes import TYPES, SqlType
 
 # The column a group's Spark job partitions its output by (one directory per shard).
 SHARD_COLUMN = "mz_shard"
@@ -32,43 +32,26 @@ RESERVED_COLUMNS = frozenset({TIMESTAMP_COLUMN, DIFF_COLUMN, SHARD_COLUMN})
 _INT64_MIN = -(2**63)
 _INT64_MAX = 2**63 - 1
 
-# Arrow types handed to Spark (``createDataFrame`` of an Arrow table); each maps
-# one-to-one onto the Spark type in ``spark_type``. Spark has no unsigned
-# integers: uint8 travels as int64 and readers cast it back (persist.shard).
-_INGEST_TYPES: dict[str, pa.DataType] = {**ARROW_TYPES, "uint8": pa.int64()}
-
 
 def ingest_type(pg_type: str) -> pa.DataType:
     """The Arrow type a column of ``pg_type`` is handed to Spark as."""
-    try:
-        return _INGEST_TYPES[pg_type]
-    except KeyError:
-        raise ValueError(f"the storage writer cannot write columns of type {pg_type!r}") from None
+    return _writable(pg_type).ingest_arrow
 
 
 def spark_type(pg_type: str) -> Any:
     """The Spark SQL type a column of ``pg_type`` is written as."""
     from pyspark.sql import types
 
-    mapping = {
-        "text": types.StringType(),
-        "int4": types.IntegerType(),
-        "int8": types.LongType(),
-        "uint8": types.LongType(),
-        "float8": types.DoubleType(),
-        "bool": types.BooleanType(),
-        "timestamptz": types.TimestampType(),
-        "date": types.DateType(),
-        "numeric": types.StringType(),
-        "jsonb": types.StringType(),
-        "interval": types.DayTimeIntervalType(),
-        "bytea": types.BinaryType(),
-        "list": types.ArrayType(types.LongType()),
-    }
-    try:
-        return mapping[pg_type]
-    except KeyError:
-        raise ValueError(f"the storage writer cannot write columns of type {pg_type!r}") from None
+    spark = _writable(pg_type).spark
+    assert spark is not None
+    return spark(types)
+
+
+def _writable(pg_type: str) -> SqlType:
+    entry = TYPES.get(pg_type)
+    if entry is None or entry.spark is None:
+        raise ValueError(f"the storage writer cannot write columns of type {pg_type!r}")
+    return entry
 
 
 # -- checking rows at stage time ------------------------------------------------
@@ -97,6 +80,10 @@ def _check_value(pg_type: str, value: Any) -> str | None:
         ok = isinstance(value, dt.datetime) and value.tzinfo is not None
         if not ok:
             return f"expected a timezone-aware datetime, got {value!r}"
+    elif pg_type == "timestamp":
+        ok = isinstance(value, dt.datetime) and value.tzinfo is None
+        if not ok:
+            return f"expected a naive datetime, got {value!r}"
     elif pg_type == "date":
         ok = isinstance(value, dt.date) and not isinstance(value, dt.datetime)
     elif pg_type == "interval":

@@ -30,10 +30,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from loupe.builtins import BuiltinCollection
-from loupe.common.values import EPOCH, to_row, to_value
+from loupe.common.values import EPOCH, NAIVE_EPOCH, to_row, to_value
 from loupe.persist import DIFF_COLUMN
 from loupe.proto.common.v1 import common_pb2
 from loupe.proto.storage.v1 import storage_pb2
+from loupe.sqltypes import sql_type
 from loupe.storage.schema import ingest_type
 
 STREAM = "LOUPE_STORAGE"
@@ -51,25 +52,10 @@ Update = tuple[str, tuple[Any, ...], int]
 
 _which = common_pb2.Value.WhichOneof
 
-# The Value kinds a column of each type accepts (numeric and jsonb also as text).
-_KINDS: dict[str, tuple[str, ...]] = {
-    "text": ("text_value",),
-    "numeric": ("numeric_value", "text_value"),
-    "jsonb": ("jsonb_value", "text_value"),
-    "int4": ("int_value",),
-    "int8": ("int_value",),
-    "uint8": ("int_value",),
-    "float8": ("float_value", "int_value"),
-    "bool": ("bool_value",),
-    "timestamptz": ("timestamp_us",),
-    "date": ("date_days",),
-    "interval": ("interval_us",),
-    "bytea": ("bytes_value",),
-    "list": ("list_value",),
-}
 # Types whose wire value is a plain integer that Arrow casts to the column type.
 _FROM_INTEGER: dict[str, pa.DataType] = {
     "timestamptz": pa.int64(),
+    "timestamp": pa.int64(),
     "interval": pa.int64(),
     "date": pa.int32(),
 }
@@ -193,9 +179,10 @@ def _bool_value(value: bool) -> bytes:
 
 
 def _timestamp_value(value: dt.datetime) -> bytes:
-    if value.tzinfo is None:
-        value = value.replace(tzinfo=dt.UTC)
-    field = b"0" + _varint(_zigzag((value - EPOCH) // _MICROSECOND))
+    if value.tzinfo is None:  # timestamp_naive_us (field 12)
+        field = b"`" + _varint(_zigzag((value - NAIVE_EPOCH) // _MICROSECOND))
+    else:  # timestamp_us (field 6)
+        field = b"0" + _varint(_zigzag((value - EPOCH) // _MICROSECOND))
     return b"\n" + _varint(len(field)) + field
 
 
@@ -338,7 +325,7 @@ def _decode_column(
     kinds = [_which(value, "kind") for value in values]
     present = set(kinds)
     present.discard(None)
-    allowed = _KINDS[kind]
+    allowed = sql_type(kind).wire_kinds
     wrong = present - set(allowed)
     if wrong:
         raise BadBatch(

@@ -104,15 +104,12 @@ def _prune(relation: mir.Relation, demand: set[int]) -> tuple[mir.Relation, list
         return _prune_join(relation, demand)
     if isinstance(relation, mir.Reduce):
         need = _columns(relation.group_key) | _columns(
-            [a.expr for a in relation.aggregates if a.expr is not None]
+            [s for a in relation.aggregates for s in a.scalars]
         )
         inner = prune(relation.input, need)
         kept = sorted(need)
         aggregates = tuple(
-            mir.Aggregate(
-                a.func, None if a.expr is None else _remapped([a.expr], kept)[0], a.distinct
-            )
-            for a in relation.aggregates
+            a.map_scalars(lambda s: _remapped([s], kept)[0]) for a in relation.aggregates
         )
         group_key = _remapped(relation.group_key, kept)
         return mir.Reduce(inner, group_key, aggregates, relation.names), everything

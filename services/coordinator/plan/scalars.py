@@ -14,16 +14,15 @@ import datetime
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
-from typing import Any
 
 from sqlglot import exp
 
 import loupe.plan.mir as mir
+from loupe import sqltypes
 from loupe.common.errors import LoupeError, SqlState
 from loupe.coordinator.plan.scope import Scope
 from loupe.coordinator.plan.values import MonthInterval, add_interval, fold_cast, parse_interval
-from loupe.coordinator.tables import TYPE_NAMES
-from loupe.dataflow.expr import evaluate_closed
+from loupe.dataflow.expr import compile_scalar, evaluate_closed
 from loupe.plan import functions
 from loupe.plan.scalar import Call, Case, Cast, Column, Literal, Scalar, columns_of, scalar_type
 
@@ -65,6 +64,7 @@ AGGREGATES: dict[type, str] = {
     exp.Stddev: "stddev_samp",
     exp.StddevSamp: "stddev_samp",
     exp.StddevPop: "stddev_pop",
+    exp.GroupConcat: "string_agg",
 }
 # sqlglot node -> (registry name, the node's argument keys in PostgreSQL's order).
 _FUNCTION_ARGS: dict[type[exp.Expression], tuple[str, tuple[str, ...]]] = {
@@ -84,26 +84,10 @@ _FUNCTION_ARGS: dict[type[exp.Expression], tuple[str, tuple[str, ...]]] = {
     exp.Least: ("least", ("this", "expressions")),
     exp.Concat: ("concat_variadic", ("expressions",)),
     exp.ConcatWs: ("concat_ws", ("expressions",)),
+    exp.Chr: ("chr", ("expressions",)),
+    exp.UnixToTime: ("to_timestamp", ("this",)),
+    exp.TimestampFromParts: ("make_timestamp", ("year", "month", "day", "hour", "min", "sec")),
 }
-_TYPES: dict[Any, str] = {  # sqlglot DataType.Type -> PostgreSQL type
-    exp.DataType.Type.SMALLINT: "int2",
-    exp.DataType.Type.INT: "int4",
-    exp.DataType.Type.BIGINT: "int8",
-    exp.DataType.Type.DECIMAL: "numeric",
-    exp.DataType.Type.FLOAT: "float4",
-    exp.DataType.Type.DOUBLE: "float8",
-    exp.DataType.Type.TEXT: "text",
-    exp.DataType.Type.VARCHAR: "text",
-    exp.DataType.Type.CHAR: "text",
-    exp.DataType.Type.BOOLEAN: "bool",
-    exp.DataType.Type.DATE: "date",
-    exp.DataType.Type.TIMESTAMP: "timestamp",
-    exp.DataType.Type.TIMESTAMPTZ: "timestamptz",
-    exp.DataType.Type.INTERVAL: "interval",
-    exp.DataType.Type.JSONB: "jsonb",
-    exp.DataType.Type.UBIGINT: "uint8",
-}
-_USER_TYPES = {"uint8": "uint8"}
 TEMPORAL_FUNCTIONS = ("now", "current_timestamp", "mz_now", "current_date")
 
 
@@ -224,6 +208,8 @@ class Grouping:
         if func is None:
             name = node.sql_name() if isinstance(node, exp.Func) else node.key
             raise unsupported(f"aggregate function {name.lower()}")
+        if func == "string_agg":
+            return self._string_agg(node, condition)
         arg = node.this
         if any(isinstance(n, exp.AggFunc) for n in arg.walk()):
             raise LoupeError(GROUPING_ERROR, "aggregate function calls cannot be nested")
@@ -242,6 +228,43 @@ class Grouping:
         if condition is not None:
             expr = Case(((condition, expr),), _null(self.below.type_of(expr)))
         return mir.Aggregate(func, expr, distinct=distinct)
+
+    def _string_agg(self, node: exp.Expression, condition: Scalar | None) -> mir.Aggregate:
+        """``string_agg(value, delimiter [ORDER BY …])``, both text, as PostgreSQL has it."""
+        arg, separator = node.this, node.args.get("separator")
+        order: list[exp.Ordered] = []
+        if isinstance(arg, exp.Order):
+            order = list(arg.expressions)
+            arg = arg.this
+        distinct = isinstance(arg, exp.Distinct)
+        if distinct:
+            arg = arg.expressions[0]
+        if any(isinstance(n, exp.AggFunc) for n in arg.walk()):
+            raise LoupeError(GROUPING_ERROR, "aggregate function calls cannot be nested")
+        value = self.below.lower(arg)
+        delimiter = self.below.lower(separator) if separator is not None else None
+        types = [self.below.type_of(value)]
+        if delimiter is not None:
+            types.append(self.below.type_of(delimiter))
+        if delimiter is None or any(t not in ("text", "unknown") for t in types):
+            names = ", ".join(sqltypes.display_name(t) for t in types)
+            raise LoupeError(UNDEFINED_FUNCTION, f"function string_agg({names}) does not exist")
+        keys = []
+        for ordered in order:
+            key = self.below.lower(ordered.this)
+            if distinct and key not in (value, delimiter):
+                raise LoupeError(
+                    "42P10",
+                    "in an aggregate with DISTINCT, ORDER BY expressions must appear in argument list",
+                )
+            desc = bool(ordered.args.get("desc"))
+            nulls_first = ordered.args.get("nulls_first")
+            # PostgreSQL's default: NULLs sort as the largest value.
+            nulls_last = not desc if nulls_first is None else not nulls_first
+            keys.append(mir.AggregateOrder(key, desc, nulls_last))
+        if condition is not None:
+            value = Case(((condition, value),), _null("text"))
+        return mir.Aggregate("string_agg", value, distinct, (delimiter,), tuple(keys))
 
 
 class Scalars:
@@ -499,6 +522,8 @@ class Scalars:
         if isinstance(node, exp.TimestampTrunc | exp.DateTrunc):
             unit = Literal(_unit_name(node.args["unit"]), "text")
             return self.call("date_trunc", [unit, self._lower(node.this)])
+        if isinstance(node, exp.AtTimeZone):
+            return self.call("timezone", self._args(node.args["zone"], node.this))
         if isinstance(node, exp.Extract):
             field_name = Literal(_unit_name(node.this), "text")
             return self.call("extract", [field_name, self._lower(node.expression)])
@@ -533,8 +558,10 @@ class Scalars:
                 # log(b, x), round(x, n) and trunc(x, n) exist for numeric only,
                 # a % b for integers and numeric, and double precision does not
                 # cast to numeric implicitly.
-                names = ", ".join(TYPE_NAMES.get(t, t) for t in types)
+                names = ", ".join(sqltypes.display_name(t) for t in types)
                 raise LoupeError(UNDEFINED_FUNCTION, f"function {name}({names}) does not exist")
+        if function.name == "concat":
+            _check_text_operand([self.type_of(a) for a in args])
         if function.name == "nullif":  # a is converted when the comparison converts it
             result = self.type_of(Call(function.name, tuple(args)))
             if self.type_of(args[0]) not in (result, "unknown"):
@@ -548,11 +575,51 @@ class Scalars:
             _safe(args)
         ):
             return Literal(None, self.type_of(call))
-        folded = _fold_date_arithmetic(function.name, args) or _fold_constant(call)
-        return folded or call
+        folded = _fold_date_arithmetic(function.name, args)
+        if folded is not None:
+            return folded
+        shifted = self._calendar_shift(function.name, args)
+        if shifted is not None:
+            return shifted
+        if function.name in functions.CHECKED_WHEN_PLANNED:
+            # The engine's compiler checks what the registry cannot (argument types, constant
+            # formats and zones): a call it refuses fails the statement, not a replica's render.
+            compile_scalar(call, self.types)
+        return _fold_constant(call) or call
+
+    def _calendar_shift(self, name: str, args: Sequence[Scalar]) -> Scalar | None:
+        """``time ± INTERVAL '1 month …'`` over a column: months are no fixed duration, so the
+        interval's fields are applied one after the other (``add_calendar_interval``)."""
+        if name not in ("add", "sub") or len(args) != 2:
+            return None
+        time, interval = args
+        if name == "add" and isinstance(time, Literal) and isinstance(time.value, MonthInterval):
+            time, interval = interval, time
+        if not (isinstance(interval, Literal) and isinstance(interval.value, MonthInterval)):
+            return None
+        if self.type_of(time) not in ("date", "timestamp", "timestamptz"):
+            return None
+        sign = 1 if name == "add" else -1
+        fields = interval.value
+        return Call(
+            "add_calendar_interval",
+            (
+                time,
+                Literal(sign * fields.months, "int4"),
+                Literal(sign * fields.days, "int4"),
+                Literal(sign * fields.micros, "int8"),
+            ),
+        )
 
     def _coerce(self, name: str, args: list[Scalar]) -> list[Scalar]:
-        """Quoted literals and NULLs take the type of the call's other arguments, as in PostgreSQL."""
+        """Quoted literals and NULLs take the type of the call's other arguments, as in PostgreSQL
+        (or the type of their position, for calls with one signature)."""
+        if name in functions.LITERAL_TYPES:
+            wanted = functions.LITERAL_TYPES[name]
+            return [
+                _typed_like(a, self.type_of(a), t) if t is not None else a
+                for a, t in zip(args, wanted, strict=False)
+            ]
         if name not in functions.COERCING:
             return args
         types = [self.type_of(a) for a in args]
@@ -695,6 +762,14 @@ def _has_month_interval(scalar: Scalar) -> bool:
 NUMERIC_ONLY_TWO_ARGUMENTS = frozenset({"log", "round", "trunc"})
 
 
+def _check_text_operand(types: Sequence[str]) -> None:
+    """``||`` is ``text || anynonarray`` (either way round): one side must be text (or untyped)."""
+    if any(t in ("text", "unknown", "jsonb") for t in types):
+        return
+    names = " || ".join(sqltypes.display_name(t) for t in types)
+    raise LoupeError(UNDEFINED_FUNCTION, f"operator does not exist: {names}")
+
+
 def _is_constant(node: exp.Expression) -> bool:
     """A number literal, perhaps negated or in parentheses: PostgreSQL folds its sign."""
     while isinstance(node, exp.Paren | exp.Neg):
@@ -746,11 +821,11 @@ def literal(node: exp.Expression) -> Literal:
 def cast_type(to: exp.DataType) -> str:
     """The PostgreSQL type name a cast targets; 0A000 for types Loupe does not have."""
     if to.this == exp.DataType.Type.USERDEFINED:
-        name = to.sql(dialect="postgres").lower()
-        if name in _USER_TYPES:
-            return _USER_TYPES[name]
-    elif to.this in _TYPES:
-        return _TYPES[to.this]
+        entry = sqltypes.lookup(to.sql(dialect="postgres"))
+    else:
+        entry = sqltypes.from_sqlglot(to.this.name)
+    if entry is not None and entry.name != "unknown":
+        return entry.planned
     raise unsupported(f"type {to.sql(dialect='postgres').lower()}")
 
 

@@ -35,6 +35,7 @@ from dataclasses import dataclass, replace
 from sqlglot import exp
 
 import loupe.plan.mir as mir
+from loupe import sqltypes
 from loupe.common.errors import LoupeError, SqlState
 from loupe.coordinator.plan import relational
 from loupe.coordinator.plan.joins import (
@@ -58,6 +59,7 @@ from loupe.coordinator.plan.scalars import (
 )
 from loupe.coordinator.plan.scope import Scope, ScopeColumn
 from loupe.coordinator.plan.values import fold_cast
+from loupe.dataflow.expr import regexp_splitter
 from loupe.plan import functions
 from loupe.plan.scalar import (
     NUMERIC_RANK,
@@ -406,7 +408,7 @@ class _Planner:
             relation = self.child(self.context.outer).query(node.this)
             relation = _renamed(relation, _alias_columns(alias))
             return relation, Scope.of(node.alias or None, relation)
-        if isinstance(node, exp.Table) and isinstance(node.this, _SERIES):
+        if isinstance(node, exp.Table) and _table_function_name(node.this) is not None:
             return self._table_function(node)
         if not isinstance(node, exp.Table) or not isinstance(node.this, exp.Identifier):
             raise unsupported(f"{describe(node)} in FROM")
@@ -710,7 +712,7 @@ class _Planner:
         calls = [
             (i, node)
             for i, node in enumerate(select.expressions)
-            if isinstance(_unalias(node), _SERIES)
+            if _table_function_name(_unalias(node)) is not None
         ]
         if not calls:
             return relation, scope, select
@@ -721,8 +723,8 @@ class _Planner:
         ):
             raise unsupported("set-returning functions with aggregates")
         position, node = calls[0]
-        args = self._series_args(_unalias(node), Scalars(self.context, scope))
-        flat = mir.FlatMap(relation, "generate_series", tuple(args), (_SRF_COLUMN,))
+        func, args = self._table_function_args(_unalias(node), Scalars(self.context, scope))
+        flat = mir.FlatMap(relation, func, tuple(args), (_SRF_COLUMN,))
         column = ScopeColumn(_SRF_TABLE, _SRF_COLUMN, flat.types[-1], qualified_only=True)
         flat_scope = Scope((*scope.columns, column), tuple(scope.visible()))
         rewritten = select.copy()
@@ -731,6 +733,15 @@ class _Planner:
             exp.alias_(reference, _output_name(node), quoted=True)
         )
         return flat, flat_scope, rewritten
+
+    def _table_function_args(
+        self, call: exp.Expression, scalars: Scalars
+    ) -> tuple[str, list[Scalar]]:
+        """The table function ``call`` names and its arguments, checked."""
+        func = _table_function_name(call)
+        if func == "regexp_split_to_table":
+            return func, _regexp_split_args(call, scalars)
+        return "generate_series", self._series_args(call, scalars)
 
     def _series_args(self, call: exp.Expression, scalars: Scalars) -> list[Scalar]:
         """The arguments of generate_series(start, stop [, step]): integers only, for now."""
@@ -745,13 +756,22 @@ class _Planner:
         return args
 
     def _table_function(self, node: exp.Table) -> tuple[mir.Relation, Scope]:
-        """``FROM generate_series(a, b [, step]) [AS t(col)]``: one row per value."""
-        args = self._series_args(node.this, Scalars(self.context, Scope(())))
+        """``FROM generate_series(a, b [, step]) [AS t(col)]``: one row per value (or per
+        piece of ``regexp_split_to_table(s, pattern [, flags])``)."""
+        try:
+            func, args = self._table_function_args(node.this, Scalars(self.context, Scope(())))
+        except LoupeError as error:
+            missing = error.code in (SqlState.UNDEFINED_TABLE, SqlState.UNDEFINED_COLUMN)
+            select = node.find_ancestor(exp.Select)
+            if not missing or select is None or not select.args.get("joins"):
+                raise
+            # PostgreSQL reads a function in FROM as LATERAL: it may use earlier FROM items.
+            raise unsupported("a table function reading columns of other FROM items") from error
         alias = node.args.get("alias")
         columns = _alias_columns(alias)
-        table = node.alias or "generate_series"
-        name = columns[0] if columns else (node.alias or "generate_series")
-        relation = mir.FlatMap(mir.Constant(((),), ()), "generate_series", tuple(args), (name,))
+        table = node.alias or func
+        name = columns[0] if columns else (node.alias or func)
+        relation = mir.FlatMap(mir.Constant(((),), ()), func, tuple(args), (name,))
         return relation, Scope.of(table, relation)
 
     def _items(self, select: exp.Select, scope: Scope) -> list[_Item]:
@@ -1286,7 +1306,38 @@ _CALL_NAMES: dict[type[exp.Expression], str] = {
     exp.ExplodingGenerateSeries: "generate_series",
     exp.VariancePop: "var_pop",
     exp.GenerateSeries: "generate_series",
+    exp.GroupConcat: "string_agg",
+    exp.AtTimeZone: "timezone",
+    exp.UnixToTime: "to_timestamp",
+    exp.TimestampFromParts: "make_timestamp",
 }
+
+
+def _table_function_name(node: exp.Expression) -> str | None:
+    """The table function a call in FROM or the SELECT list is, if it is one."""
+    if isinstance(node, _SERIES):
+        return "generate_series"
+    if isinstance(node, exp.Anonymous) and str(node.name).lower() == "regexp_split_to_table":
+        return "regexp_split_to_table"
+    return None
+
+
+def _regexp_split_args(call: exp.Expression, scalars: Scalars) -> list[Scalar]:
+    """regexp_split_to_table(text, pattern [, flags]): the pattern and flags constants."""
+    args = [scalars.lower(a) for a in call.expressions]
+    types = [scalars.type_of(a) for a in args]
+    if len(args) not in (2, 3) or any(t not in ("text", "unknown") for t in types):
+        names = ", ".join(sqltypes.display_name(t) for t in types)
+        raise LoupeError(
+            UNDEFINED_FUNCTION, f"function regexp_split_to_table({names}) does not exist"
+        )
+    for arg, what in zip(args[1:], ("pattern", "flags"), strict=False):
+        if not isinstance(arg, Literal):
+            raise unsupported(f"regexp_split_to_table with a {what} that is not a constant")
+    if any(a.value is None for a in args[1:] if isinstance(a, Literal)):
+        return [Literal(None, "text"), Literal("", "text")]  # NULL pattern or flags: no rows
+    regexp_splitter(args)  # a bad pattern or flag fails the statement, not a replica's render
+    return [a if t == "text" else Literal(None, "text") for a, t in zip(args, types, strict=True)]
 
 
 def _output_name(node: exp.Expression) -> str:
@@ -1308,6 +1359,8 @@ def _output_name(node: exp.Expression) -> str:
         return "lpad" if node.args.get("is_left") else "rpad"
     if type(node) in _CALL_NAMES:
         return _CALL_NAMES[type(node)]
+    if isinstance(node, exp.Filter):  # agg(x) FILTER (WHERE …) is named after agg
+        return _output_name(node.this)
     if isinstance(node, exp.Binary | exp.Unary | exp.In | exp.Between):
         return "?column?"  # operators are not named, even those sqlglot calls functions
     if isinstance(node, exp.Anonymous):

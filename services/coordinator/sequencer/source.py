@@ -10,6 +10,7 @@ import tempfile
 from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING, Any
 
+from loupe import sqltypes
 from loupe.common.errors import LoupeError, SqlState
 from loupe.coordinator.results import Complete, Event, Progress, StatementResult, Streaming
 from loupe.coordinator.sequencer import ddl
@@ -20,15 +21,6 @@ from loupe.proto.catalog.v1 import catalog_pb2
 
 if TYPE_CHECKING:
     from loupe.coordinator.sequencer.context import SequencerContext
-
-# Storage types of the TPC-H tables -> the column types their CREATE TABLE spells.
-TPCH_TYPE_NAMES = {
-    "int4": "integer",
-    "int8": "bigint",
-    "numeric": "numeric",
-    "text": "text",
-    "date": "date",
-}
 
 
 def quote_name(*parts: str) -> str:
@@ -73,7 +65,7 @@ async def create_source(
         )
     ]
     for name, columns in tpch.TPCH_TABLES.items():
-        definitions = [ColumnDef(name=c, type=TPCH_TYPE_NAMES[t]) for c, t in columns]
+        definitions = [ColumnDef(name=c, type=sqltypes.display_name(t)) for c, t in columns]
         items.append(
             catalog_pb2.Item(
                 schema_id=schema.id,

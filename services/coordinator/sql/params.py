@@ -15,7 +15,7 @@ value type     literal
 ``float8``     ``CAST('1.5' AS double precision)``
 ``numeric``    ``CAST('12.50' AS numeric)``
 ``text``       a string literal (typed like one written inline)
-``date``, …    ``CAST('2024-01-02' AS date)``, also timestamptz, timestamp
+``date``, …    ``CAST('2024-01-02' AS date)``, also time, timestamptz, timestamp
 ``interval``   ``INTERVAL 'n microseconds'``
 ``jsonb``      ``CAST('{…}' AS jsonb)``
 =============  ================================================
@@ -46,11 +46,11 @@ import json
 import math
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from decimal import Decimal
 from typing import Any
 
 from sqlglot import exp
 
+from loupe import sqltypes
 from loupe.common.errors import LoupeError, SqlState
 from loupe.common.values import format_interval
 from loupe.coordinator.sql.statements import (
@@ -68,22 +68,19 @@ from loupe.coordinator.sql.statements import (
 UNDEFINED_PARAMETER = "42P02"
 PROTOCOL_VIOLATION = "08P01"
 
-# Types of parameter values -> the sqlglot type of the cast that types their literal.
-_CAST_TYPES = {
-    "int2": "smallint",
-    "int8": "bigint",
-    "uint8": "uint8",
-    "float4": "real",
-    "float8": "double precision",
-    "numeric": "numeric",
-    "text": "text",
-    "date": "date",
-    "timestamptz": "timestamptz",
-    "timestamp": "timestamp",
-    "jsonb": "jsonb",
-    "bool": "boolean",
-    "int4": "integer",
-}
+# Types a parameter's literal is cast to (int4 is a bare number; interval, bool and text
+# have literals of their own; bytea and lists have no literal Loupe reads).
+_UNCAST = frozenset({"bytea", "list", "unknown", "varchar"})
+_FIRST_MATERIALIZE_OID = 16384
+
+
+def _cast_type(kind: str) -> exp.DataType | None:
+    entry = sqltypes.TYPES.get(kind)
+    if entry is None or kind in _UNCAST:
+        return None
+    # Materialize's own types (uint8) are user-defined types to sqlglot.
+    user_defined = entry.oid >= _FIRST_MATERIALIZE_OID
+    return exp.DataType.build(entry.display, dialect="postgres", udt=user_defined)
 
 
 @dataclass(frozen=True)
@@ -96,27 +93,7 @@ class Parameter:
 
 def inline_type(value: Any) -> str:
     """The type a literal of ``value`` has when written inline (how a client's value is typed)."""
-    if value is None:
-        return "unknown"
-    if isinstance(value, bool):
-        return "bool"
-    if isinstance(value, int):
-        return "int4" if -(2**31) <= value < 2**31 else "int8"
-    if isinstance(value, float):
-        return "float8"
-    if isinstance(value, Decimal):
-        return "numeric"
-    if isinstance(value, str):
-        return "text"
-    if isinstance(value, dt.datetime):
-        return "timestamptz" if value.tzinfo is not None else "timestamp"
-    if isinstance(value, dt.date):
-        return "date"
-    if isinstance(value, dt.timedelta):
-        return "interval"
-    if isinstance(value, bytes):
-        return "bytea"
-    return "jsonb" if isinstance(value, dict) else "list"
+    return sqltypes.type_of_value(value)
 
 
 # -- finding parameters -------------------------------------------------------------------
@@ -290,9 +267,8 @@ def literal(parameter: Parameter) -> exp.Expression:
             SqlState.FEATURE_NOT_SUPPORTED, f"parameters of type {kind} are not supported"
         )
     if value is None:
-        if kind in _CAST_TYPES:
-            return exp.cast(exp.null(), exp.DataType.build(_CAST_TYPES[kind], dialect="postgres"))
-        return exp.null()
+        typed = _cast_type(kind)
+        return exp.null() if typed is None else exp.cast(exp.null(), typed)
     if kind == "interval":
         micros = value // dt.timedelta(microseconds=1)
         return exp.Interval(this=exp.Literal.string(f"{micros} microseconds"))
@@ -303,14 +279,13 @@ def literal(parameter: Parameter) -> exp.Expression:
     if kind == "int4":
         number = exp.Literal.number(abs(int(value)))
         return exp.Neg(this=number) if value < 0 else number
-    if kind not in _CAST_TYPES:
+    typed = _cast_type(kind)
+    if typed is None:
         raise LoupeError(
             SqlState.FEATURE_NOT_SUPPORTED, f"parameters of type {kind} are not supported"
         )
     text = json.dumps(value, sort_keys=True) if kind == "jsonb" else _cast_text(value)
-    return exp.cast(
-        exp.Literal.string(text), exp.DataType.build(_CAST_TYPES[kind], dialect="postgres")
-    )
+    return exp.cast(exp.Literal.string(text), typed)
 
 
 def _cast_text(value: Any) -> str:

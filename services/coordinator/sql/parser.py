@@ -40,6 +40,7 @@ from sqlglot.generators.postgres import PostgresGenerator
 from sqlglot.parsers.postgres import PostgresParser
 from sqlglot.tokens import Token, TokenType
 
+from loupe import sqltypes
 from loupe.common.errors import LoupeError, SqlState
 from loupe.coordinator.sql.statements import (
     DROP_KINDS,
@@ -203,32 +204,9 @@ _SHOW_CREATES = (("TABLE",), ("VIEW",), ("MATERIALIZED", "VIEW"), ("INDEX",), ("
 
 _WORD = re.compile(r"^[A-Za-z_][A-Za-z0-9_$]*$")
 
-# Column types of CREATE TABLE (as the tokenizer spells them, upper case) ->
-# PostgreSQL's canonical name (what ``format_type`` and mz_columns say).
-COLUMN_TYPES = {
-    "INT": "integer",
-    "INTEGER": "integer",
-    "INT4": "integer",
-    "INT8": "bigint",
-    "BIGINT": "bigint",
-    "TEXT": "text",
-    "STRING": "text",
-    "VARCHAR": "character varying",
-    "CHARACTER VARYING": "character varying",
-    "BOOL": "boolean",
-    "BOOLEAN": "boolean",
-    "DOUBLE": "double precision",
-    "DOUBLE PRECISION": "double precision",
-    "FLOAT": "double precision",
-    "FLOAT8": "double precision",
-    "NUMERIC": "numeric",
-    "DECIMAL": "numeric",
-    "TIMESTAMPTZ": "timestamp with time zone",
-    "TIMESTAMP": "timestamp without time zone",
-    "DATE": "date",
-}
-# Types that take modifiers: varchar(n), numeric(p[,s]).
-MODIFIED_TYPES = frozenset({"character varying", "numeric"})
+
+# An interval literal sqlglot may rewrite as 'n' UNIT without losing anything.
+_ONE_INTERVAL_PART = re.compile(r"\s*[-+]?\d+(?:\.\d*)?\s*[a-zA-Z]+\s*")
 
 
 class LoupeDialect(Postgres):
@@ -247,13 +225,44 @@ class LoupeDialect(Postgres):
     COMMAND_TOKENS = frozenset(Postgres.Tokenizer.COMMANDS)
 
     class Parser(PostgresParser):
-        """PostgreSQL's parser plus Materialize's ``WITH MUTUALLY RECURSIVE``.
+        """PostgreSQL's parser plus Materialize's ``WITH MUTUALLY RECURSIVE``, keeping
+        what sqlglot would rewrite away (to_char's patterns, an interval's clock).
 
         ``WITH MUTUALLY RECURSIVE [(RETURN | ERROR) AT RECURSION LIMIT n)] name
         (column type, …) AS (…), …`` parses as a ``With`` whose
         ``mutually_recursive`` arg is true, with ``recursion_limit`` (an int or
         None) and ``return_at_limit``; the columns' types are on the CTEs' aliases.
         """
+
+        # sqlglot rewrites to_char's format into strftime codes, losing what
+        # PostgreSQL's patterns mean (D is Sunday-based, FM, TH…): keep the call as
+        # written, for the engine's to_char.
+        FUNCTIONS: ClassVar[dict[str, Any]] = {
+            **PostgresParser.FUNCTIONS,
+            "TO_CHAR": lambda args: exp.Anonymous(this="to_char", expressions=args),
+            # sqlglot reads date_bin's origin as a unit: a column there would be a VAR.
+            "DATE_BIN": lambda args: exp.Anonymous(this="date_bin", expressions=args),
+        }
+
+        def _parse_interval_span(
+            self, this: exp.Expr, parse_function_unit: bool = True
+        ) -> exp.Interval:
+            # sqlglot reads INTERVAL '1 day 00:00:10.5' as INTERVAL '1' DAY, dropping the
+            # clock: keep such a literal whole (the planner reads PostgreSQL's syntax).
+            interval = super()._parse_interval_span(this, parse_function_unit)
+            if (
+                this is not None
+                and this.is_string
+                and interval.this is not this
+                and not _ONE_INTERVAL_PART.fullmatch(this.name)
+            ):
+                return exp.Interval(this=this)
+            return interval
+
+        # date_part is float8, extract numeric: sqlglot parses both as Extract.
+        FUNCTION_PARSERS: ClassVar[dict[str, Any]] = {
+            k: v for k, v in PostgresParser.FUNCTION_PARSERS.items() if k != "DATE_PART"
+        }
 
         def _parse_with(self, skip_with_token: bool = False) -> exp.With | None:
             if not skip_with_token and not self._match(TokenType.WITH):
@@ -1479,19 +1488,20 @@ class _LoupeParser:
             word = "DOUBLE PRECISION"
         if word == "CHARACTER" and self.accept("VARYING"):
             word = "CHARACTER VARYING"
-        if word == "TIMESTAMP":
+        if word in ("TIMESTAMP", "TIME"):
             if self.accept("WITH", "TIME", "ZONE"):
-                word = "TIMESTAMPTZ"
+                word += "TZ"
             else:
                 self.accept("WITHOUT", "TIME", "ZONE")
-        base = COLUMN_TYPES.get(word)
-        if base is None or token.token_type == TokenType.IDENTIFIER:
+        entry = sqltypes.lookup(word)
+        if entry is None or not entry.column_type or token.token_type == TokenType.IDENTIFIER:
             raise LoupeError(
                 SqlState.UNDEFINED_OBJECT,
                 f'type "{token.text.lower()}" does not exist',
                 position=position,
             )
-        modifiers = self.type_modifiers() if base in MODIFIED_TYPES else ()
+        base = entry.display
+        modifiers = self.type_modifiers() if entry.modifiers else ()
         if base == "character varying" and len(modifiers) > 1:
             raise self.value_error("character varying takes one modifier, its length", position)
         if base == "numeric":

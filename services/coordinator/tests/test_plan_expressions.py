@@ -11,6 +11,7 @@ import sqlglot
 
 from loupe.common.errors import LoupeError, SqlState
 from loupe.coordinator.plan import TemporalError, plan_query, plan_select
+from loupe.coordinator.sql.parser import LoupeDialect
 from loupe.plan import mir
 from loupe.plan.functions import lookup
 from loupe.plan.scalar import Call, Case, Cast, Column, Literal, Scalar
@@ -170,7 +171,7 @@ def test_casts_of_constants_fold_and_of_columns_stay() -> None:
         ("'x'::int4 + a", "22P02"),
         ("DATE '2021-02-30' > d", "22008"),
         ("'99999'::int2 + a", "22003"),
-        ("a::time", SqlState.FEATURE_NOT_SUPPORTED),
+        ("a::uuid", SqlState.FEATURE_NOT_SUPPORTED),
     ],
 )
 def test_bad_constants_fail_while_planning(sql: str, code: str) -> None:
@@ -217,8 +218,22 @@ def test_date_arithmetic_types() -> None:
     )
 
 
-def test_intervals_with_months_on_columns_are_refused() -> None:
-    raised = error("d + INTERVAL '1 month'")
+def test_a_column_plus_months_adds_the_fields_one_after_the_other() -> None:
+    assert expression("d + INTERVAL '1 month 2 days'") == (
+        Call(
+            "add_calendar_interval",
+            (D, Literal(1, "int4"), Literal(2, "int4"), Literal(0, "int8")),
+        ),
+        "timestamp",
+    )
+    assert expression("ts - INTERVAL '1 year'")[0] == Call(
+        "add_calendar_interval",
+        (TS, Literal(-12, "int4"), Literal(0, "int4"), Literal(0, "int8")),
+    )
+
+
+def test_intervals_with_months_elsewhere_are_refused() -> None:
+    raised = error("INTERVAL '1 month' * 2")
     assert raised.code == SqlState.FEATURE_NOT_SUPPORTED
     assert "months" in raised.message
 
@@ -307,3 +322,35 @@ def test_times_compare_at_the_widest_type_unless_a_constant_converts_exactly() -
         "gte", (TS, Literal(datetime.datetime(2020, 1, 1), "timestamp"))
     )
     assert predicate("d = ts") == Call("eq", (Cast(D, "timestamp"), TS))
+
+
+@pytest.mark.parametrize(
+    ("sql", "code"),
+    [
+        ("to_char(a, 'YYYY')", "42883"),
+        ("to_char(ts, b)", SqlState.FEATURE_NOT_SUPPORTED),
+        ("ts AT TIME ZONE 'Atlantis/Capital'", "22023"),
+        ("timezone(b, ts)", SqlState.FEATURE_NOT_SUPPORTED),
+        ("regexp_split_to_table(b, 'x', 'g')", "22023"),
+        ("chr(b)", "42883"),
+        ("a || y", "42883"),
+        ("string_agg(a, ',')", "42883"),
+    ],
+)
+def test_calls_the_engine_refuses_fail_when_planned(sql: str, code: str) -> None:
+    """Argument types, constant formats and zones are checked while planning, not at render."""
+    with pytest.raises(LoupeError) as raised:
+        plan_query(sqlglot.parse_one(f"SELECT {sql} FROM t", read=LoupeDialect), resolve)
+    assert raised.value.code == code
+
+
+def test_a_table_function_reading_another_from_item_is_refused_as_unsupported() -> None:
+    """PostgreSQL reads it as LATERAL; Loupe says it cannot yet, not that the table is missing."""
+    with pytest.raises(LoupeError) as raised:
+        plan_query(
+            sqlglot.parse_one(
+                "SELECT x FROM t, regexp_split_to_table(t.b, ',') AS x", read=LoupeDialect
+            ),
+            resolve,
+        )
+    assert raised.value.code == SqlState.FEATURE_NOT_SUPPORTED

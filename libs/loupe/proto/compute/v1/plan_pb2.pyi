@@ -80,14 +80,28 @@ class MapFilterProject(_message.Message):
     def __init__(self, input_arity: _Optional[int] = ..., expressions: _Optional[_Iterable[_Union[ScalarExpr, _Mapping]]] = ..., predicates: _Optional[_Iterable[_Union[ScalarExpr, _Mapping]]] = ..., projection: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class AggregateExpr(_message.Message):
-    __slots__ = ("func", "expr", "distinct")
+    __slots__ = ("func", "expr", "distinct", "args", "order_by")
     FUNC_FIELD_NUMBER: _ClassVar[int]
     EXPR_FIELD_NUMBER: _ClassVar[int]
     DISTINCT_FIELD_NUMBER: _ClassVar[int]
+    ARGS_FIELD_NUMBER: _ClassVar[int]
+    ORDER_BY_FIELD_NUMBER: _ClassVar[int]
     func: str
     expr: ScalarExpr
     distinct: bool
-    def __init__(self, func: _Optional[str] = ..., expr: _Optional[_Union[ScalarExpr, _Mapping]] = ..., distinct: _Optional[bool] = ...) -> None: ...
+    args: _containers.RepeatedCompositeFieldContainer[ScalarExpr]
+    order_by: _containers.RepeatedCompositeFieldContainer[AggregateOrder]
+    def __init__(self, func: _Optional[str] = ..., expr: _Optional[_Union[ScalarExpr, _Mapping]] = ..., distinct: _Optional[bool] = ..., args: _Optional[_Iterable[_Union[ScalarExpr, _Mapping]]] = ..., order_by: _Optional[_Iterable[_Union[AggregateOrder, _Mapping]]] = ...) -> None: ...
+
+class AggregateOrder(_message.Message):
+    __slots__ = ("expr", "desc", "nulls_last")
+    EXPR_FIELD_NUMBER: _ClassVar[int]
+    DESC_FIELD_NUMBER: _ClassVar[int]
+    NULLS_LAST_FIELD_NUMBER: _ClassVar[int]
+    expr: ScalarExpr
+    desc: bool
+    nulls_last: bool
+    def __init__(self, expr: _Optional[_Union[ScalarExpr, _Mapping]] = ..., desc: _Optional[bool] = ..., nulls_last: _Optional[bool] = ...) -> None: ...
 
 class OrderKey(_message.Message):
     __slots__ = ("column", "desc", "nulls_last")

@@ -1,0 +1,276 @@
+"""Loupe's SQL types: one entry per type, read by the planner, engine, persist, tables and wire.
+
+Each ``SqlType`` says everything about a type that is not an algorithm: its
+canonical name (PostgreSQL's ``pg_type.typname``, how plans, relation
+descriptions and shard schemas name it), how SQL spells it (``integer``,
+``int``, ``int4``…) and how ``format_type`` prints it, its OID and type
+category, the polars dtype the engine holds its values in, the Arrow type
+persist stores it as, the Spark type the storage writer writes it as, the
+``common.v1.Value`` kinds that carry it on the wire, and its place in the
+implicit numeric promotion order.
+
+Adding a type is adding an entry to ``_TYPES`` (and, where it needs one, an
+algorithm: the engine's vectorised text output and input live with the
+engine's casts in ``loupe.dataflow.expr``, the Python-value assignment rules
+with table writes in the coordinator).
+
+Types a table column may have are those with ``column_type`` set; the
+others exist in plans (``unknown``, ``list``) or builtin collections only.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from decimal import Decimal
+from typing import Any
+
+import polars as pl
+import pyarrow as pa
+
+# PostgreSQL's type categories (``pg_type.typcategory``).
+BOOLEAN = "B"
+DATETIME = "D"
+NUMERIC = "N"
+STRING = "S"
+TIMESPAN = "T"
+USER = "U"
+ARRAY = "A"
+UNKNOWN = "X"
+
+
+@dataclass(frozen=True)
+class SqlType:
+    """One SQL type and its representations."""
+
+    name: str
+    # ``format_type``'s name: error messages, mz_columns, CREATE TABLE's canonical text.
+    display: str
+    oid: int
+    category: str
+    # How the engine holds values (inside dataflows and one-shot evaluation).
+    polars: pl.DataType
+    # How a persist shard column of this type is stored.
+    arrow: pa.DataType
+    # Other spellings SQL accepts for the type (the name and display are always accepted).
+    aliases: tuple[str, ...] = ()
+    # sqlglot ``DataType.Type`` member names that mean this type.
+    sqlglot: tuple[str, ...] = ()
+    # The type whose shard column stores it, when the engine's type has no column of its own.
+    stored_as: str | None = None
+    # The type plans and the engine use for its values, when they have none of its own.
+    planned_as: str | None = None
+    # A user table column may have this type (CREATE TABLE accepts it).
+    column_type: bool = False
+    # Modifiers CREATE TABLE accepts: ``precision_scale`` (numeric), ``length`` (varchar).
+    modifiers: str | None = None
+    # PostgreSQL promotes a mix of numeric types to the highest rank.
+    numeric_rank: int | None = None
+    # The Spark SQL type the storage writer writes (a function of ``pyspark.sql.types``),
+    # and the Arrow type it hands to Spark when that differs from ``arrow``.
+    spark: Callable[[Any], Any] | None = None
+    spark_arrow: pa.DataType | None = None
+    # ``common.v1.Value`` kinds a storage write of this type accepts.
+    wire_kinds: tuple[str, ...] = ()
+    # Python types whose values are of this type when a client sends them (``type_of_value``);
+    # each Python type belongs to one entry (ints and datetimes are decided by value).
+    python: tuple[type, ...] = field(default=())
+
+    @property
+    def storage(self) -> str:
+        """The name of the type whose persist column holds values of this type."""
+        return self.stored_as or self.name
+
+    @property
+    def planned(self) -> str:
+        """The name of the type plans and the engine use for values of this type."""
+        return self.planned_as or self.name
+
+    @property
+    def ingest_arrow(self) -> pa.DataType:
+        """The Arrow type a column is handed to Spark as."""
+        return self.spark_arrow if self.spark_arrow is not None else self.arrow
+
+
+def _spark(name: str) -> Callable[[Any], Any]:
+    return lambda types: getattr(types, name)()
+
+
+_TYPES = (
+    SqlType(
+        "bool", "boolean", 16, BOOLEAN, pl.Boolean(), pa.bool_(),
+        aliases=("boolean",), sqlglot=("BOOLEAN",), column_type=True,
+        spark=_spark("BooleanType"), wire_kinds=("bool_value",), python=(bool,),
+    ),
+    SqlType(
+        "int2", "smallint", 21, NUMERIC, pl.Int32(), pa.int32(),
+        aliases=("smallint",), sqlglot=("SMALLINT",), stored_as="int4", numeric_rank=0,
+    ),
+    SqlType(
+        "int4", "integer", 23, NUMERIC, pl.Int32(), pa.int32(),
+        aliases=("int", "integer"), sqlglot=("INT",), column_type=True, numeric_rank=1,
+        spark=_spark("IntegerType"), wire_kinds=("int_value",),
+    ),
+    SqlType(
+        "int8", "bigint", 20, NUMERIC, pl.Int64(), pa.int64(),
+        aliases=("bigint",), sqlglot=("BIGINT",), column_type=True, numeric_rank=2,
+        spark=_spark("LongType"), wire_kinds=("int_value",),
+    ),
+    SqlType(
+        # Materialize's unsigned integer; Spark has none, so it travels as a long.
+        "uint8", "uint8", 16464, NUMERIC, pl.UInt64(), pa.uint64(),
+        sqlglot=("UBIGINT",), spark=_spark("LongType"), spark_arrow=pa.int64(),
+        wire_kinds=("int_value",),
+    ),
+    SqlType(
+        # Exact decimal; the engine holds it as Float64 (a documented gap), persist as text.
+        "numeric", "numeric", 1700, NUMERIC, pl.Float64(), pa.string(),
+        aliases=("decimal",), sqlglot=("DECIMAL",), column_type=True,
+        modifiers="precision_scale", numeric_rank=3,
+        spark=_spark("StringType"), wire_kinds=("numeric_value", "text_value"),
+        python=(Decimal,),
+    ),
+    SqlType(
+        "float4", "real", 700, NUMERIC, pl.Float64(), pa.float64(),
+        aliases=("real",), sqlglot=("FLOAT",), stored_as="float8", numeric_rank=4,
+    ),
+    SqlType(
+        "float8", "double precision", 701, NUMERIC, pl.Float64(), pa.float64(),
+        aliases=("double", "float"), sqlglot=("DOUBLE",), column_type=True, numeric_rank=5,
+        spark=_spark("DoubleType"), wire_kinds=("float_value", "int_value"), python=(float,),
+    ),
+    SqlType(
+        "text", "text", 25, STRING, pl.Utf8(), pa.string(),
+        aliases=("string",), sqlglot=("TEXT",), column_type=True,
+        spark=_spark("StringType"), wire_kinds=("text_value",), python=(str,),
+    ),
+    SqlType(
+        "varchar", "character varying", 1043, STRING, pl.Utf8(), pa.string(),
+        # In expressions a varchar is text (its length is checked when a table column is
+        # assigned); casts to char(n) are casts to text too.
+        sqlglot=("VARCHAR", "CHAR"), stored_as="text", planned_as="text",
+        column_type=True, modifiers="length",
+    ),
+    SqlType(
+        "date", "date", 1082, DATETIME, pl.Date(), pa.date32(),
+        sqlglot=("DATE",), column_type=True,
+        spark=_spark("DateType"), wire_kinds=("date_days",), python=(dt.date,),
+    ),
+    SqlType(
+        "time", "time without time zone", 1083, DATETIME, pl.Time(), pa.time64("us"),
+        sqlglot=("TIME",), column_type=True, wire_kinds=("time_us",), python=(dt.time,),
+    ),
+    SqlType(
+        "timestamp", "timestamp without time zone", 1114, DATETIME, pl.Datetime("us"),
+        pa.timestamp("us"), sqlglot=("TIMESTAMP",), column_type=True,
+        spark=_spark("TimestampNTZType"), wire_kinds=("timestamp_naive_us",),
+    ),
+    SqlType(
+        "timestamptz", "timestamp with time zone", 1184, DATETIME, pl.Datetime("us", "UTC"),
+        pa.timestamp("us", tz="UTC"), sqlglot=("TIMESTAMPTZ",), column_type=True,
+        spark=_spark("TimestampType"), wire_kinds=("timestamp_us",),
+    ),
+    SqlType(
+        "interval", "interval", 1186, TIMESPAN, pl.Duration("us"), pa.duration("us"),
+        sqlglot=("INTERVAL",), spark=_spark("DayTimeIntervalType"),
+        wire_kinds=("interval_us",), python=(dt.timedelta,),
+    ),
+    SqlType(
+        "jsonb", "jsonb", 3802, USER, pl.Utf8(), pa.string(),
+        sqlglot=("JSONB",), spark=_spark("StringType"),
+        wire_kinds=("jsonb_value", "text_value"), python=(dict,),
+    ),
+    SqlType(
+        "bytea", "bytea", 17, USER, pl.Binary(), pa.binary(),
+        spark=_spark("BinaryType"), wire_kinds=("bytes_value",), python=(bytes,),
+    ),
+    SqlType(
+        # Materialize's list; Loupe has lists of int8 only (dataflow addresses).
+        "list", "list", 16384, USER, pl.List(pl.Int64()), pa.list_(pa.int64()),
+        spark=lambda types: types.ArrayType(types.LongType()),
+        wire_kinds=("list_value",), python=(list,),
+    ),
+    SqlType(
+        # The type of an untyped NULL literal.
+        "unknown", "unknown", 705, UNKNOWN, pl.Null(), pa.null(),
+    ),
+)  # fmt: skip
+
+TYPES: dict[str, SqlType] = {t.name: t for t in _TYPES}
+_SPELLINGS: dict[str, SqlType] = {
+    spelling: t for t in _TYPES for spelling in (t.name, t.display, *t.aliases)
+}
+_BY_SQLGLOT: dict[str, SqlType] = {name: t for t in _TYPES for name in t.sqlglot}
+
+# The numeric types in promotion order (PostgreSQL's implicit casts between them).
+NUMERIC_RANK: dict[str, int] = {
+    t.name: t.numeric_rank for t in _TYPES if t.numeric_rank is not None
+}
+INTEGER_TYPES = ("int2", "int4", "int8")
+TIME_TYPES = ("timestamp", "timestamptz")
+
+
+class UnknownType(ValueError):
+    """A type name no entry has."""
+
+
+def sql_type(name: str) -> SqlType:
+    """The entry of the type named ``name`` (canonical name)."""
+    try:
+        return TYPES[name]
+    except KeyError:
+        raise UnknownType(f"no such type {name!r}") from None
+
+
+def lookup(spelling: str) -> SqlType | None:
+    """The type SQL spells ``spelling`` (any case and spacing, no modifiers), or None."""
+    return _SPELLINGS.get(" ".join(spelling.lower().split()))
+
+
+def from_sqlglot(type_name: str) -> SqlType | None:
+    """The type of a sqlglot ``DataType.Type`` member name (``"DOUBLE"``), or None."""
+    return _BY_SQLGLOT.get(type_name)
+
+
+def display_name(name: str) -> str:
+    """How PostgreSQL prints the type named ``name`` (unknown names as they are)."""
+    entry = TYPES.get(name)
+    return entry.display if entry is not None else name
+
+
+def storage_type(name: str) -> str:
+    """The type of the persist column that stores values of type ``name``."""
+    return sql_type(name).storage
+
+
+def polars_dtype(name: str) -> pl.DataType:
+    """The polars dtype the engine holds values of type ``name`` in."""
+    try:
+        return TYPES[name].polars
+    except KeyError:
+        raise UnknownType(f"no engine representation for type {name!r}") from None
+
+
+def arrow_type(name: str) -> pa.DataType:
+    """The Arrow type of a persist column of type ``name``."""
+    try:
+        return TYPES[name].arrow
+    except KeyError:
+        raise UnknownType(f"persist cannot store columns of type {name!r}") from None
+
+
+def type_of_value(value: Any) -> str:
+    """The type a Python value has when written inline (how a client's value is typed)."""
+    if value is None:
+        return "unknown"
+    if isinstance(value, bool):
+        return "bool"
+    if isinstance(value, int):
+        return "int4" if -(2**31) <= value < 2**31 else "int8"
+    if isinstance(value, dt.datetime):
+        return "timestamptz" if value.tzinfo is not None else "timestamp"
+    for entry in _TYPES:
+        if isinstance(value, entry.python):
+            return entry.name
+    return "list" if isinstance(value, tuple) else type(value).__name__
