@@ -44,6 +44,17 @@ _OVERFLOWING = frozenset(
     ("2147483647", "9223372036854775807", "4294967296", "CAST(1e10 AS float8)")
 )
 
+# Values the differential workload's columns hold: safe draws use them too, so that
+# comparisons with a literal hold for some rows.
+_DATA_LITERALS = {
+    "int4": ("-2", "3", "4", "5"),
+    "int8": ("CAST(3 AS int8)", "CAST(-8 AS int8)"),
+    "float8": ("CAST(0.1 AS float8)", "CAST(2.0 AS float8)", "CAST(3.75 AS float8)"),
+    "numeric": ("2", "100.125", "-0.25"),
+    "text": ("'banana'", "'kiwi,lime'", "'cherry'", "'Apple pie'"),
+    "date": ("DATE '2024-06-30'", "DATE '2024-11-15'"),
+}
+
 
 class Expressions:
     """Random expressions over ``columns`` (name -> type), at most ``depth`` calls deep.
@@ -168,23 +179,30 @@ class Expressions:
 
     def _leaf(self, type_: str) -> str:
         columns = [name for name, t in self.columns.items() if t == type_]
+        if self.safe:
+            return self._safe_leaf(type_, columns)
         roll = self.rng.random()
         if columns and roll < 0.6:
             return self.rng.choice(columns)
-        if self.safe and not columns:
-            # No column of the type (a query's booleans): mostly a comparison of a column.
-            ordered = [(name, t) for name, t in self.columns.items() if t in _LITERALS]
-            if type_ == "bool" and ordered and roll < 0.8:
-                name, column_type = self.rng.choice(ordered)
-                literal = self._leaf(column_type)
-                return f"({name} {self._pick(('=', '<', '>=', '<>'))} {literal})"
-            roll = 0.6 + roll * 0.3  # a NULL one time in four
         if roll < 0.68:
             return f"CAST(NULL AS {type_})"
-        literals = _LITERALS[type_]
-        if self.safe:
-            literals = tuple(v for v in literals if v not in _OVERFLOWING)
-        return self.rng.choice(literals)
+        return self.rng.choice(_LITERALS[type_])
+
+    def _safe_leaf(self, type_: str, columns: Sequence[str]) -> str:
+        """A query's leaf: mostly a column; a boolean without columns of its type is mostly
+        a comparison of one; few NULLs (a query of NULLs tells little); no overflow."""
+        roll = self.rng.random()
+        if columns and roll < 0.65:
+            return self.rng.choice(columns)
+        compared = [(name, t) for name, t in self.columns.items() if t in _LITERALS]
+        if type_ == "bool" and not columns and compared and roll < 0.85:
+            name, column_type = self.rng.choice(compared)
+            other = self._safe_leaf(column_type, [])  # a literal, mostly
+            return f"({name} {self._pick(('=', '<', '>=', '<>'))} {other})"
+        if self.rng.random() < 0.05:
+            return f"CAST(NULL AS {type_})"
+        literals = [v for v in _LITERALS[type_] if v not in _OVERFLOWING]
+        return self.rng.choice(literals + list(_DATA_LITERALS.get(type_, ())))
 
     def _divisor(self, type_: str, depth: int) -> str:
         """A divisor of ``type_``: never zero when safe (``nullif(x, 0)`` is NULL instead)."""
@@ -197,13 +215,21 @@ class Expressions:
     def _binary(self, type_: str, operators: Sequence[str], depth: int) -> str:
         return f"({self.of(type_, depth)} {self._pick(operators)} {self.of(type_, depth)})"
 
+    def _operand_type(self, options: Sequence[str]) -> str:
+        """A type among ``options``; when safe, mostly one the columns have (a comparison of
+        two constants filters all rows or none)."""
+        present = sorted({t for t in self.columns.values() if t in options})
+        if self.safe and present and self.rng.random() < 0.85:
+            return self._pick(present)
+        return self._pick(options)
+
     def _comparison(self, depth: int) -> str:
-        type_ = self._pick(_ORDERED)
+        type_ = self._operand_type(_ORDERED)
         operator = self._pick(("=", "<>", "<", "<=", ">", ">=", "IS DISTINCT FROM"))
         return f"({self.of(type_, depth)} {operator} {self.of(type_, depth)})"
 
     def _between(self, depth: int) -> str:
-        type_ = self._pick(_ORDERED)
+        type_ = self._operand_type(_ORDERED)
         return (
             f"({self.of(type_, depth)} BETWEEN {self.of(type_, depth)} AND {self.of(type_, depth)})"
         )
@@ -455,7 +481,8 @@ class Queries:
         """A WHERE clause (or nothing): a filter, a subquery predicate, or both."""
         conjuncts = []
         if self.rng.random() < 0.55:
-            conjuncts.append(Expressions(self.rng, scope, depth=2, safe=True).of("bool"))
+            depth = 2 if self.rng.random() < 0.3 else 1  # deeper filters keep fewer rows
+            conjuncts.append(Expressions(self.rng, scope, depth=depth, safe=True).of("bool"))
         if depth > 0 and self.rng.random() < 0.3:
             predicate = self._subquery_predicate(scope, depth - 1, ctes)
             roll = self.rng.random()
@@ -483,9 +510,9 @@ class Queries:
             for other, other_type in outer.items()
             if other_type in _JOINABLE[inner_type]
         ]
-        if roll < 0.5 and equalities:
+        if roll < 0.65 and equalities:
             conjuncts.append(self._pick(sorted(equalities)))
-        elif roll < 0.7:
+        elif roll < 0.85:
             conjuncts.append(Expressions(self.rng, scope | outer, depth=1, safe=True).of("bool"))
         if self.rng.random() < 0.4:
             conjuncts.append(Expressions(self.rng, scope, depth=1, safe=True).of("bool"))

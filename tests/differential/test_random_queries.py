@@ -26,9 +26,9 @@ from loupe.common.errors import LoupeError
 from .harness import View, Workload, run
 from .randomized import Queries, Query
 
-COUNT = int(os.environ.get("LOUPE_RANDOM_QUERIES", "70"))
+COUNT = int(os.environ.get("LOUPE_RANDOM_QUERIES", "60"))
 SEED = int(os.environ.get("LOUPE_RANDOM_SEED", "3"))
-STEPS = int(os.environ.get("LOUPE_RANDOM_QUERY_STEPS", "10"))
+STEPS = int(os.environ.get("LOUPE_RANDOM_QUERY_STEPS", "8"))
 
 TABLES = {table.name: dict(table.columns) for table in Workload.TABLES}
 
