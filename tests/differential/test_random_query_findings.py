@@ -34,6 +34,14 @@ FINDINGS = (
         "SELECT y.a, w.name, z.k FROM t1 AS x, t2 AS y JOIN t3 AS w ON y.a = w.k "
         "RIGHT JOIN t3 AS z ON y.a = z.k AND w.name > 'a' WHERE x.b = 2",
     ),
+    # JOIN … USING after a comma names the group's columns: t2's n here, not t2's and x's
+    # (42702 "ambiguous" before); * lists the items before the comma first.
+    View(
+        "comma_then_join_using",
+        "SELECT x.a, y.c, z.d FROM t2 AS x, t2 AS y LEFT JOIN t2 AS z USING (n)",
+    ),
+    View("comma_then_join_using_star", "SELECT * FROM t1, t2 JOIN t2 AS y USING (a)"),
+    View("comma_then_natural_join_star", "SELECT * FROM t3, t2 NATURAL JOIN t1"),
 )
 
 

@@ -41,6 +41,7 @@ from loupe.coordinator.plan import relational
 from loupe.coordinator.plan.joins import (
     factor_or,
     inner_join,
+    is_comma,
     join_scopes,
     outer_join,
     simplified_side,
@@ -142,12 +143,6 @@ def plan_select(
     relation = _text_for_unknown(ordered.relation)
     relation = optimize(relation) if optimized else relation
     return PlannedQuery(relation, finishing, planner.context.temporal)
-
-
-def _is_comma(join: exp.Join) -> bool:
-    """Whether ``join`` is a comma in FROM (``FROM a, b``), not a JOIN keyword."""
-    keywords = ("side", "kind", "on", "using", "method")
-    return not any(join.args.get(k) for k in keywords)
 
 
 def _check_on_reads_its_group(on: Sequence[Scalar], scope: Scope, offset: int) -> None:
@@ -453,14 +448,14 @@ class _Planner:
             side = (join.side or "").upper()
             left_arity = len(scopes[index - 1].columns)
             scope = scopes[index]
-            if _is_comma(join):
+            if is_comma(join):
                 group, offset = len(run), left_arity
             on = [
                 factored
                 for c in _conjuncts(join.args.get("on"))
                 for factored in factor_or(Scalars(self.context, scope).lower(c))
             ]
-            on += using_equalities(join, scopes[index - 1], scope)
+            on += using_equalities(join, scopes[index - 1], scope, offset)
             _check_on_reads_its_group(on, scope, offset)
             side = simplified_side(side, pending, left_arity, len(scope.columns), offset)
             if side not in OUTER_SIDES:
