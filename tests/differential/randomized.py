@@ -272,6 +272,7 @@ _AGGREGATES: dict[str, tuple[tuple[str, tuple[str, ...]], ...]] = {
     "timestamp": (("max({})", ("timestamp",)),),
     "bool": (("bool_and({})", ("bool",)), ("bool_or({})", ("bool",))),
 }
+_VALUES_TEXTS = ("'apple'", "'banana'", "'x'", "NULL")
 _SET_OPERATIONS = ("UNION", "UNION ALL", "EXCEPT", "EXCEPT ALL", "INTERSECT", "INTERSECT ALL")
 
 Scope = dict[str, str]  # a qualified column (or any expression) -> its type
@@ -449,6 +450,11 @@ class Queries:
             elif kind == "CROSS" or (kind == "FULL JOIN" and not equalities):
                 sql, visible = f"{sql} CROSS JOIN {item}", both
             else:
+                using = _using_candidates(visible, item_scope)
+                if using and kind != "FULL JOIN" and self.rng.random() < 0.15:
+                    sql = f"{sql} {kind} {item} USING ({self._pick(using)})"
+                    visible, scope = both, scope | item_scope
+                    continue
                 conditions = []
                 if equalities and (kind == "FULL JOIN" or self.rng.random() < 0.85):
                     # PostgreSQL's FULL JOIN needs an equality (merge- or hash-joinable).
@@ -471,6 +477,16 @@ class Queries:
                 order = ", ".join(self._ordered(i) for i in range(len(types)))
                 sql = f"{sql} ORDER BY {order}{self._limit()}"
             return f"({sql}) AS {alias}", {f"{alias}.c{i}": t for i, t in enumerate(types)}
+        if roll > 0.95:  # VALUES: an int4 and a text column
+            rows = [
+                f"({self._pick(('1', '3', '-2', 'NULL'))}, {self._pick(_VALUES_TEXTS)})"
+                for _ in range(self.rng.randint(1, 3))
+            ]
+            rows[0] = rows[0].replace("(NULL,", "(0,").replace(", NULL)", ", '')")  # typed
+            return (
+                f"(VALUES {', '.join(rows)}) AS {alias}(c0, c1)",
+                {f"{alias}.c0": "int4", f"{alias}.c1": "text"},
+            )
         if ctes and roll < 0.35:
             name = self._pick(sorted(ctes))
             return f"{name} AS {alias}", {f"{alias}.{c}": t for c, t in ctes[name].items()}
@@ -580,3 +596,20 @@ class Queries:
 def _mentions(sql: str, scope: Scope) -> bool:
     """Whether ``sql`` reads one of ``scope``'s columns (so it is no constant)."""
     return any(re.search(rf"(?<![\w.]){re.escape(name)}(?!\w)", sql) for name in scope)
+
+
+def _using_candidates(left: Scope, right: Scope) -> list[str]:
+    """Column names JOIN … USING may name: once on each side, of one type."""
+
+    def names(scope: Scope) -> dict[str, list[str]]:
+        found: dict[str, list[str]] = {}
+        for qualified, type_ in scope.items():
+            found.setdefault(qualified.split(".")[-1], []).append(type_)
+        return found
+
+    on_left, on_right = names(left), names(right)
+    return sorted(
+        name
+        for name, types in on_left.items()
+        if len(types) == 1 and on_right.get(name, []) == types
+    )

@@ -10,7 +10,8 @@ Loupe refuses when planning fails the test too: the grammar draws only
 constructs the README says Loupe supports, and PostgreSQL runs them all.
 
 ``LOUPE_RANDOM_QUERIES=2000 LOUPE_RANDOM_SEED=7`` draws more of them
-(``LOUPE_RANDOM_QUERY_STEPS`` steps each); a failure names the query's
+(``LOUPE_RANDOM_QUERY_STEPS`` steps each, on ``LOUPE_RANDOM_QUERY_WORKERS``
+workers, which exchange data by key); a failure names the query's
 index, its SQL and the step it went wrong at.
 """
 
@@ -29,6 +30,7 @@ from .randomized import Queries, Query
 COUNT = int(os.environ.get("LOUPE_RANDOM_QUERIES", "60"))
 SEED = int(os.environ.get("LOUPE_RANDOM_SEED", "3"))
 STEPS = int(os.environ.get("LOUPE_RANDOM_QUERY_STEPS", "8"))
+WORKERS = int(os.environ.get("LOUPE_RANDOM_QUERY_WORKERS", "1"))
 
 TABLES = {table.name: dict(table.columns) for table in Workload.TABLES}
 
@@ -47,7 +49,13 @@ def test_random_query_matches_postgres_after_every_step(index: int, postgres_url
     view = View(f"q{index}", query.sql, order_columns=query.order_columns)
     where = f"LOUPE_RANDOM_SEED={SEED} q{index}: {query.sql}"
     try:
-        mismatches = run([view], seed=SEED * 1000 + index, steps=STEPS, postgres_url=postgres_url)
+        mismatches = run(
+            [view],
+            seed=SEED * 1000 + index,
+            steps=STEPS,
+            workers=WORKERS,
+            postgres_url=postgres_url,
+        )
     except LoupeError as error:
         pytest.fail(f"{where}\nLoupe refuses it: {error.code} {error.message}")
     assert not mismatches, f"{where}\n{mismatches[0]}"
