@@ -260,12 +260,16 @@ _AGGREGATES: dict[str, tuple[tuple[str, tuple[str, ...]], ...]] = {
         ("avg({})", ("int4", "int8", "numeric")),
         ("avg(DISTINCT {})", ("int4",)),
         ("max({})", ("numeric",)),
+        ("stddev({})", ("int4", "numeric")),
+        ("var_pop({})", ("int8",)),
     ),
     "float8": (
         ("sum({})", ("float8",)),
         ("avg({})", ("float8",)),
         ("min({})", ("float8",)),
         ("sum(DISTINCT {})", ("float8",)),
+        ("variance({})", ("float8",)),
+        ("stddev_pop({})", ("float8",)),
     ),
     "text": (("min({})", ("text",)), ("max({})", ("text",))),
     "date": (("min({})", ("date",)), ("max({})", ("date",))),
@@ -349,11 +353,13 @@ class Queries:
         from_sql, scope = self._from(depth, ctes)
         where = self._where(scope, depth, ctes)
         if self.rng.random() < 0.35:
-            return (*self._grouped(from_sql, where, scope, types), False)
+            return (*self._grouped(from_sql, where, scope, types, depth, ctes), False)
         leaves = dict(scope)
         if depth > 0 and self.rng.random() < 0.2:
             subquery, type_ = self._scalar_subquery(scope, depth - 1, ctes)
             leaves[subquery] = type_
+        if depth > 0 and self.rng.random() < 0.1:  # EXISTS or IN (SELECT …) as a value
+            leaves[self._subquery_predicate(scope, depth - 1, ctes)] = "bool"
         wanted = tuple(types) if types is not None else self._types(scope)
         expressions = Expressions(self.rng, leaves, depth=2, safe=True)
         items = [self._item(expressions, t, leaves) for t in wanted]
@@ -375,7 +381,13 @@ class Queries:
         return f"SELECT {select} FROM {from_sql}{where}", wanted, False
 
     def _grouped(
-        self, from_sql: str, where: str, scope: Scope, types: Sequence[str] | None
+        self,
+        from_sql: str,
+        where: str,
+        scope: Scope,
+        types: Sequence[str] | None,
+        depth: int,
+        ctes: Mapping[str, Scope],
     ) -> tuple[str, tuple[str, ...]]:
         """GROUP BY keys (none: a global aggregate), aggregates, HAVING."""
         expressions = Expressions(self.rng, scope, depth=1, safe=True)
@@ -407,6 +419,9 @@ class Queries:
         group = f" GROUP BY {', '.join(keys)}" if keys else ""
         having = ""
         if self.rng.random() < 0.3:
+            if depth > 0 and self.rng.random() < 0.25:  # an uncorrelated scalar subquery
+                subquery, type_ = self._scalar_subquery({}, depth - 1, ctes)
+                over = Expressions(self.rng, leaves | {subquery: type_}, depth=1, safe=True)
             having = f" HAVING {over.of('bool')}"
         return f"SELECT {select} FROM {from_sql}{where}{group}{having}", wanted
 
