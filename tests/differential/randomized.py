@@ -315,7 +315,10 @@ class Queries:
         definitions = []
         for _ in range(self._weighted((0.8, 0.15, 0.05))):
             name = f"w{next(self._names)}"
-            sql, types, _ = self._body(self.depth - 1, ctes)
+            sql, types, ordered = self._body(self.depth - 1, ctes)
+            if not ordered and self.rng.random() < 0.2:  # a top-k, ordered by every column
+                order = ", ".join(self._ordered(i) for i in range(len(types)))
+                sql = f"{sql} ORDER BY {order}{self._limit()}"
             definitions.append(f"{name} AS ({sql})")
             ctes[name] = {f"c{i}": t for i, t in enumerate(types)}
         sql, types, ordered = self._body(self.depth, ctes)
@@ -570,7 +573,12 @@ class Queries:
             type_ = self._pick(sorted(set(scope.values())))
             value = Expressions(self.rng, scope, depth=1, safe=True).of(type_)
             probe = Expressions(self.rng, outer, depth=1, safe=True).of(type_)
-            return f"{probe} {self._pick(('IN', 'NOT IN'))} (SELECT {value} FROM {body})"
+            values = f"SELECT {value} FROM {body}"
+            if self.rng.random() < 0.15:  # a set operation inside, uncorrelated
+                left, _, _ = self._select(0, ctes, (type_,), distinct_on=False)
+                right, _, _ = self._select(0, ctes, (type_,), distinct_on=False)
+                values = f"{left} {self._pick(_SET_OPERATIONS)} {right}"
+            return f"{probe} {self._pick(('IN', 'NOT IN'))} ({values})"
         subquery, type_ = self._scalar_subquery(outer, depth, ctes)
         if type_ == "bool":
             return subquery
@@ -580,7 +588,14 @@ class Queries:
     def _scalar_subquery(
         self, outer: Scope, depth: int, ctes: Mapping[str, Scope]
     ) -> tuple[str, str]:
-        """``(SELECT aggregate FROM …)``, maybe correlated: one row, always."""
+        """``(SELECT aggregate FROM …)``, maybe correlated: one row, always; or, uncorrelated,
+        ``(SELECT x FROM … ORDER BY 1 LIMIT 1)``: at most one row."""
+        if self.rng.random() < 0.15:
+            item, scope = self._from_item(0, ctes)
+            type_ = self._pick(sorted(set(scope.values())))
+            value = Expressions(self.rng, scope, depth=1, safe=True).of(type_)
+            order = self._pick(("1", "1 DESC", "1 NULLS FIRST"))
+            return f"(SELECT {value} FROM {item} ORDER BY {order} LIMIT 1)", type_
         body, scope = self._inner(depth, ctes, outer)
         type_ = self._pick(tuple(_AGGREGATES))
         return f"(SELECT {self._aggregate(type_, scope)} FROM {body})", type_
