@@ -6,8 +6,8 @@ casts, comparisons and boolean logic, nested up to a depth. Everything it
 writes is PostgreSQL that Loupe claims to support; the tests run it on both
 and compare, so a mismatch is a bug in one or the other (PostgreSQL is the
 reference). ``Queries`` builds SELECTs over the differential workload's
-tables from the same expressions: filters, joins, grouping, DISTINCT,
-ORDER BY … LIMIT and set operations.
+tables from the same expressions: filters, joins, grouping, DISTINCT [ON],
+ORDER BY … LIMIT, set operations, subqueries and CTEs.
 """
 
 from __future__ import annotations
@@ -300,7 +300,9 @@ class Queries:
     errors). Every query is deterministic: a LIMIT inside a query orders by
     every output column, DISTINCT ON orders by every output column after its
     keys; only the outermost ORDER BY … LIMIT may leave ties at its boundary
-    (``Query.order_columns``, for the tie-aware comparison).
+    (``Query.order_columns``, for the tie-aware comparison); float sums and
+    averages add whole numbers, so no float result depends on the order
+    rows are added in.
     """
 
     def __init__(self, rng: random.Random, tables: Mapping[str, Mapping[str, str]], depth: int = 2):
