@@ -128,6 +128,26 @@ def order_from_proto(messages: Sequence[plan_pb2.OrderKey]) -> tuple[mir.OrderKe
     return tuple(mir.OrderKey(m.column, m.desc, m.nulls_last) for m in messages)
 
 
+def _window_function_to_proto(function: mir.WindowFunction) -> plan_pb2.WindowFunctionExpr:
+    frame = function.frame
+    return plan_pb2.WindowFunctionExpr(
+        func=function.func,
+        args=list(function.args),
+        mode=frame.mode,
+        start=plan_pb2.WindowFrameBound(kind=frame.start.kind, offset=frame.start.offset),
+        end=plan_pb2.WindowFrameBound(kind=frame.end.kind, offset=frame.end.offset),
+    )
+
+
+def _window_function_from_proto(message: plan_pb2.WindowFunctionExpr) -> mir.WindowFunction:
+    frame = mir.WindowFrame(
+        message.mode,
+        mir.FrameBound(message.start.kind, message.start.offset),
+        mir.FrameBound(message.end.kind, message.end.offset),
+    )
+    return mir.WindowFunction(message.func, tuple(message.args), frame)
+
+
 # -- LIR ----------------------------------------------------------------------------
 
 
@@ -167,6 +187,12 @@ def lir_to_proto(node: lir.Node) -> plan_pb2.LirNode:
             top_k.limit = node.limit
         top_k.offset = node.offset
         top_k.group_key.extend(node.group_key)
+    elif isinstance(node, lir.Window):
+        window = message.window
+        window.input.CopyFrom(lir_to_proto(node.input))
+        window.partition_by.extend(node.partition_by)
+        window.order.extend(order_to_proto(node.order))
+        window.functions.extend(_window_function_to_proto(f) for f in node.functions)
     elif isinstance(node, lir.Negate):
         message.negate.input.CopyFrom(lir_to_proto(node.input))
     elif isinstance(node, lir.Threshold):
@@ -230,6 +256,16 @@ def lir_from_proto(message: plan_pb2.LirNode) -> lir.Node:
             top_k.limit if top_k.HasField("limit") else None,
             top_k.offset,
             tuple(top_k.group_key),
+            types=types,
+        )
+    if kind == "window":
+        window = message.window
+        return lir.Window(
+            node_id,
+            lir_from_proto(window.input),
+            tuple(window.partition_by),
+            order_from_proto(window.order),
+            tuple(_window_function_from_proto(f) for f in window.functions),
             types=types,
         )
     if kind == "negate":

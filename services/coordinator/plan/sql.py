@@ -57,6 +57,7 @@ from loupe.coordinator.plan.scalars import (
 )
 from loupe.coordinator.plan.scope import Scope, ScopeColumn
 from loupe.coordinator.plan.values import fold_cast
+from loupe.coordinator.plan.windows import plan_windows, refuse_misplaced, window_operands
 from loupe.plan import functions
 from loupe.plan.scalar import (
     NUMERIC_RANK,
@@ -694,6 +695,7 @@ class _Planner:
         return items
 
     def _select(self, select: exp.Select, ordering: bool) -> _Ordered:
+        refuse_misplaced(select)
         relation, scope = self._from_where(select)
         relation, scope, select = self._set_returning(select, relation, scope)
         items = self._items(select, scope)
@@ -717,6 +719,9 @@ class _Planner:
             expressions = [i.node for i in items if i.node is not None] + extra
             relation, scope = self._attach_scalar_subqueries(relation, scope, expressions)
             scalars = Scalars(self.context, scope)
+        relation, scalars = plan_windows(
+            relation, scalars, [*(i.node for i in items if i.node is not None), *extra]
+        )
         relation = _project(relation, scalars, items, extra)
 
         def position(target: int | exp.Expression) -> int:
@@ -977,11 +982,19 @@ def _has_aggregate(node: exp.Expression) -> bool:
 
 
 def _walk_level(node: exp.Expression) -> Iterator[exp.Expression]:
-    """``node`` and its descendants, not entering subqueries."""
+    """``node`` and its descendants, not entering subqueries.
+
+    A window call's function is not this level's aggregate (``sum(x) OVER ()``
+    groups nothing), but its arguments, PARTITION BY and ORDER BY are
+    expressions of this level (``rank() OVER (ORDER BY sum(x))``).
+    """
+    if isinstance(node, exp.Window):
+        for operand in window_operands(node):
+            yield from _walk_level(operand)
+        return
     yield node
     for child in node.iter_expressions():
-        # A window function's aggregate is not this level's (and is refused later).
-        if not isinstance(child, exp.Subquery | exp.Select | exp.SetOperation | exp.Window):
+        if not isinstance(child, exp.Subquery | exp.Select | exp.SetOperation):
             yield from _walk_level(child)
 
 
@@ -1186,6 +1199,9 @@ _CALL_NAMES: dict[type[exp.Expression], str] = {
 def _output_name(node: exp.Expression) -> str:
     if isinstance(node, exp.Alias):
         return node.alias
+    if isinstance(node, exp.Window):  # named after the function, as in PostgreSQL
+        function = node.this
+        return _output_name(function.this if isinstance(function, exp.Filter) else function)
     if isinstance(node, exp.Column):
         return node.name
     if isinstance(node, exp.Cast):  # PostgreSQL names x::t after x, or after t for a constant

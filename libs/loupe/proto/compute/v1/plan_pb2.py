@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from loupe.proto.common.v1 import common_pb2 as loupe_dot_proto_dot_common_dot_v1_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n!loupe/proto/compute/v1/plan.proto\x12\x16loupe.proto.compute.v1\x1a\"loupe/proto/common/v1/common.proto\"\xf4\x01\n\nScalarExpr\x12\x10\n\x06\x63olumn\x18\x01 \x01(\rH\x00\x12\x36\n\x07literal\x18\x02 \x01(\x0b\x32#.loupe.proto.compute.v1.LiteralExprH\x00\x12\x30\n\x04\x63\x61ll\x18\x03 \x01(\x0b\x32 .loupe.proto.compute.v1.CallExprH\x00\x12\x30\n\x04\x63\x61se\x18\x04 \x01(\x0b\x32 .loupe.proto.compute.v1.CaseExprH\x00\x12\x30\n\x04\x63\x61st\x18\x05 \x01(\x0b\x32 .loupe.proto.compute.v1.CastExprH\x00\x42\x06\n\x04kind\"H\n\x0bLiteralExpr\x12+\n\x05value\x18\x01 \x01(\x0b\x32\x1c.loupe.proto.common.v1.Value\x12\x0c\n\x04type\x18\x02 \x01(\t\"J\n\x08\x43\x61llExpr\x12\x0c\n\x04\x66unc\x18\x01 \x01(\t\x12\x30\n\x04\x61rgs\x18\x02 \x03(\x0b\x32\".loupe.proto.compute.v1.ScalarExpr\"u\n\x08\x43\x61seWhen\x12\x35\n\tcondition\x18\x01 \x01(\x0b\x32\".loupe.proto.compute.v1.ScalarExpr\x12\x32\n\x06result\x18\x02 \x01(\x0b\x32\".loupe.proto.compute.v1.ScalarExpr\"r\n\x08\x43\x61seExpr\x12/\n\x05whens\x18\x01 \x03(\x0b\x32 .loupe.proto.compute.v1.CaseWhen\x12\x35\n\totherwise\x18\x02 \x01(\x0b\x32\".loupe.proto.compute.v1.ScalarExpr\"J\n\x08\x43\x61stExpr\x12\x30\n\x04\x65xpr\x18\x01 \x01(\x0b\x32\".loupe.proto.compute.v1.ScalarExpr\x12\x0c\n\x04type\x18\x02 \x01(\t\"?\n\nScalarList\x12\x31\n\x05\x65xprs\x18\x01 \x03(\x0b\x32\".loupe.proto.compute.v1.ScalarExpr\"\xac\x01\n\x10MapFilterProject\x12\x13\n\x0binput_arity\x18\x01 \x01(\r\x12\x37\n\x0b\x65xpressions\x18\x02 \x03(\x0b\x32\".loupe.proto.compute.v1.ScalarExpr\x12\x36\n\npredicates\x18\x03 \x03(\x0b\x32\".loupe.proto.compute.v1.ScalarExpr\x12\x12\n\nprojection\x18\x04 \x03(\r\"a\n\rAggregateExpr\x12\x0c\n\x04\x66unc\x18\x01 \x01(\t\x12\x30\n\x04\x65xpr\x18\x02 \x01(\x0b\x32\".loupe.proto.compute.v1.ScalarExpr\x12\x10\n\x08\x64istinct\x18\x03 \x01(\x08\"<\n\x08OrderKey\x12\x0e\n\x06\x63olumn\x18\x01 \x01(\r\x12\x0c\n\x04\x64\x65sc\x18\x02 \x01(\x08\x12\x12\n\nnulls_last\x18\x03 \x01(\x08\"\xfd\x04\n\x07LirNode\x12\n\n\x02id\x18\x01 \x01(\x04\x12\r\n\x05types\x18\x02 \x03(\t\x12\x38\n\x08\x63onstant\x18\n \x01(\x0b\x32$.loupe.proto.compute.v1.ConstantNodeH\x00\x12.\n\x03get\x18\x0b \x01(\x0b\x32\x1f.loupe.proto.compute.v1.GetNodeH\x00\x12.\n\x03mfp\x18\x0c \x01(\x0b\x32\x1f.loupe.proto.compute.v1.MfpNodeH\x00\x12\x37\n\x08\x66lat_map\x18\r \x01(\x0b\x32#.loupe.proto.compute.v1.FlatMapNodeH\x00\x12;\n\narrange_by\x18\x0e \x01(\x0b\x32%.loupe.proto.compute.v1.ArrangeByNodeH\x00\x12\x30\n\x04join\x18\x0f \x01(\x0b\x32 .loupe.proto.compute.v1.JoinNodeH\x00\x12\x34\n\x06reduce\x18\x10 \x01(\x0b\x32\".loupe.proto.compute.v1.ReduceNodeH\x00\x12\x31\n\x05top_k\x18\x11 \x01(\x0b\x32 .loupe.proto.compute.v1.TopKNodeH\x00\x12\x34\n\x06negate\x18\x12 \x01(\x0b\x32\".loupe.proto.compute.v1.NegateNodeH\x00\x12:\n\tthreshold\x18\x13 \x01(\x0b\x32%.loupe.proto.compute.v1.ThresholdNodeH\x00\x12\x32\n\x05union\x18\x14 \x01(\x0b\x32!.loupe.proto.compute.v1.UnionNodeH\x00\x42\x06\n\x04kind\"8\n\x0c\x43onstantNode\x12(\n\x04rows\x18\x01 \x03(\x0b\x32\x1a.loupe.proto.common.v1.Row\"\x15\n\x07GetNode\x12\n\n\x02id\x18\x01 \x01(\t\"p\n\x07MfpNode\x12.\n\x05input\x18\x01 \x01(\x0b\x32\x1f.loupe.proto.compute.v1.LirNode\x12\x35\n\x03mfp\x18\x02 \x01(\x0b\x32(.loupe.proto.compute.v1.MapFilterProject\"\xb5\x01\n\x0b\x46latMapNode\x12.\n\x05input\x18\x01 \x01(\x0b\x32\x1f.loupe.proto.compute.v1.LirNode\x12\x0c\n\x04\x66unc\x18\x02 \x01(\t\x12\x31\n\x05\x65xprs\x18\x03 \x03(\x0b\x32\".loupe.proto.compute.v1.ScalarExpr\x12\x35\n\x03mfp\x18\x04 \x01(\x0b\x32(.loupe.proto.compute.v1.MapFilterProject\"q\n\rArrangeByNode\x12.\n\x05input\x18\x01 \x01(\x0b\x32\x1f.loupe.proto.compute.v1.LirNode\x12\x30\n\x04keys\x18\x02 \x03(\x0b\x32\".loupe.proto.compute.v1.ScalarList\"\x83\x01\n\x08JoinNode\x12/\n\x06inputs\x18\x01 \x03(\x0b\x32\x1f.loupe.proto.compute.v1.LirNode\x12\x38\n\x0c\x65quivalences\x18\x02 \x03(\x0b\x32\".loupe.proto.compute.v1.ScalarList\x12\x0c\n\x04kind\x18\x03 \x01(\t\"\xbc\x01\n\nReduceNode\x12.\n\x05input\x18\x01 \x01(\x0b\x32\x1f.loupe.proto.compute.v1.LirNode\x12\x35\n\tgroup_key\x18\x02 \x03(\x0b\x32\".loupe.proto.compute.v1.ScalarExpr\x12\x39\n\naggregates\x18\x03 \x03(\x0b\x32%.loupe.proto.compute.v1.AggregateExpr\x12\x0c\n\x04kind\x18\x04 \x01(\t\"\xac\x01\n\x08TopKNode\x12.\n\x05input\x18\x01 \x01(\x0b\x32\x1f.loupe.proto.compute.v1.LirNode\x12/\n\x05order\x18\x02 \x03(\x0b\x32 .loupe.proto.compute.v1.OrderKey\x12\x12\n\x05limit\x18\x03 \x01(\x04H\x00\x88\x01\x01\x12\x0e\n\x06offset\x18\x04 \x01(\x04\x12\x11\n\tgroup_key\x18\x05 \x03(\rB\x08\n\x06_limit\"<\n\nNegateNode\x12.\n\x05input\x18\x01 \x01(\x0b\x32\x1f.loupe.proto.compute.v1.LirNode\"?\n\rThresholdNode\x12.\n\x05input\x18\x01 \x01(\x0b\x32\x1f.loupe.proto.compute.v1.LirNode\"<\n\tUnionNode\x12/\n\x06inputs\x18\x01 \x03(\x0b\x32\x1f.loupe.proto.compute.v1.LirNode\"\x8c\x01\n\x0cSourceImport\x12\n\n\x02id\x18\x01 \x01(\t\x12=\n\ncollection\x18\x02 \x01(\x0b\x32).loupe.proto.common.v1.CollectionMetadata\x12\x31\n\x04\x64\x65sc\x18\x03 \x01(\x0b\x32#.loupe.proto.common.v1.RelationDesc\"n\n\x0bIndexImport\x12\x10\n\x08index_id\x18\x01 \x01(\t\x12\r\n\x05on_id\x18\x02 \x01(\t\x12\x31\n\x04\x64\x65sc\x18\x03 \x01(\x0b\x32#.loupe.proto.common.v1.RelationDesc\x12\x0b\n\x03key\x18\x04 \x03(\r\"\x8d\x01\n\tBuildDesc\x12\n\n\x02id\x18\x01 \x01(\t\x12-\n\x04plan\x18\x02 \x01(\x0b\x32\x1f.loupe.proto.compute.v1.LirNode\x12\x31\n\x04\x64\x65sc\x18\x03 \x01(\x0b\x32#.loupe.proto.common.v1.RelationDesc\x12\x12\n\ndebug_name\x18\x04 \x01(\t\";\n\x0bIndexExport\x12\x10\n\x08index_id\x18\x01 \x01(\t\x12\r\n\x05on_id\x18\x02 \x01(\t\x12\x0b\n\x03key\x18\x03 \x03(\r\"\xb4\x01\n\nSinkExport\x12\x0f\n\x07sink_id\x18\x01 \x01(\t\x12\x0f\n\x07\x66rom_id\x18\x02 \x01(\t\x12<\n\x07persist\x18\x03 \x01(\x0b\x32).loupe.proto.common.v1.CollectionMetadataH\x00\x12<\n\tsubscribe\x18\x04 \x01(\x0b\x32\'.loupe.proto.compute.v1.SubscribeTargetH\x00\x42\x08\n\x06target\"#\n\x0fSubscribeTarget\x12\x10\n\x08snapshot\x18\x01 \x01(\x08\"\x80\x03\n\x13\x44\x61taflowDescription\x12\n\n\x02id\x18\x01 \x01(\t\x12\x12\n\ndebug_name\x18\x02 \x01(\t\x12<\n\x0esource_imports\x18\x03 \x03(\x0b\x32$.loupe.proto.compute.v1.SourceImport\x12:\n\rindex_imports\x18\x04 \x03(\x0b\x32#.loupe.proto.compute.v1.IndexImport\x12;\n\x10objects_to_build\x18\x05 \x03(\x0b\x32!.loupe.proto.compute.v1.BuildDesc\x12:\n\rindex_exports\x18\x06 \x03(\x0b\x32#.loupe.proto.compute.v1.IndexExport\x12\x38\n\x0csink_exports\x18\x07 \x03(\x0b\x32\".loupe.proto.compute.v1.SinkExport\x12\r\n\x05\x61s_of\x18\x08 \x01(\x04\x12\r\n\x05until\x18\t \x01(\x04\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n!loupe/proto/compute/v1/plan.proto\x12\x16loupe.proto.compute.v1\x1a\"loupe/proto/common/v1/common.proto\"\xf4\x01\n\nScalarExpr\x12\x10\n\x06\x63olumn\x18\x01 \x01(\rH\x00\x12\x36\n\x07literal\x18\x02 \x01(\x0b\x32#.loupe.proto.compute.v1.LiteralExprH\x00\x12\x30\n\x04\x63\x61ll\x18\x03 \x01(\x0b\x32 .loupe.proto.compute.v1.CallExprH\x00\x12\x30\n\x04\x63\x61se\x18\x04 \x01(\x0b\x32 .loupe.proto.compute.v1.CaseExprH\x00\x12\x30\n\x04\x63\x61st\x18\x05 \x01(\x0b\x32 .loupe.proto.compute.v1.CastExprH\x00\x42\x06\n\x04kind\"H\n\x0bLiteralExpr\x12+\n\x05value\x18\x01 \x01(\x0b\x32\x1c.loupe.proto.common.v1.Value\x12\x0c\n\x04type\x18\x02 \x01(\t\"J\n\x08\x43\x61llExpr\x12\x0c\n\x04\x66unc\x18\x01 \x01(\t\x12\x30\n\x04\x61rgs\x18\x02 \x03(\x0b\x32\".loupe.proto.compute.v1.ScalarExpr\"u\n\x08\x43\x61seWhen\x12\x35\n\tcondition\x18\x01 \x01(\x0b\x32\".loupe.proto.compute.v1.ScalarExpr\x12\x32\n\x06result\x18\x02 \x01(\x0b\x32\".loupe.proto.compute.v1.ScalarExpr\"r\n\x08\x43\x61seExpr\x12/\n\x05whens\x18\x01 \x03(\x0b\x32 .loupe.proto.compute.v1.CaseWhen\x12\x35\n\totherwise\x18\x02 \x01(\x0b\x32\".loupe.proto.compute.v1.ScalarExpr\"J\n\x08\x43\x61stExpr\x12\x30\n\x04\x65xpr\x18\x01 \x01(\x0b\x32\".loupe.proto.compute.v1.ScalarExpr\x12\x0c\n\x04type\x18\x02 \x01(\t\"?\n\nScalarList\x12\x31\n\x05\x65xprs\x18\x01 \x03(\x0b\x32\".loupe.proto.compute.v1.ScalarExpr\"\xac\x01\n\x10MapFilterProject\x12\x13\n\x0binput_arity\x18\x01 \x01(\r\x12\x37\n\x0b\x65xpressions\x18\x02 \x03(\x0b\x32\".loupe.proto.compute.v1.ScalarExpr\x12\x36\n\npredicates\x18\x03 \x03(\x0b\x32\".loupe.proto.compute.v1.ScalarExpr\x12\x12\n\nprojection\x18\x04 \x03(\r\"a\n\rAggregateExpr\x12\x0c\n\x04\x66unc\x18\x01 \x01(\t\x12\x30\n\x04\x65xpr\x18\x02 \x01(\x0b\x32\".loupe.proto.compute.v1.ScalarExpr\x12\x10\n\x08\x64istinct\x18\x03 \x01(\x08\"<\n\x08OrderKey\x12\x0e\n\x06\x63olumn\x18\x01 \x01(\r\x12\x0c\n\x04\x64\x65sc\x18\x02 \x01(\x08\x12\x12\n\nnulls_last\x18\x03 \x01(\x08\"\xb3\x05\n\x07LirNode\x12\n\n\x02id\x18\x01 \x01(\x04\x12\r\n\x05types\x18\x02 \x03(\t\x12\x38\n\x08\x63onstant\x18\n \x01(\x0b\x32$.loupe.proto.compute.v1.ConstantNodeH\x00\x12.\n\x03get\x18\x0b \x01(\x0b\x32\x1f.loupe.proto.compute.v1.GetNodeH\x00\x12.\n\x03mfp\x18\x0c \x01(\x0b\x32\x1f.loupe.proto.compute.v1.MfpNodeH\x00\x12\x37\n\x08\x66lat_map\x18\r \x01(\x0b\x32#.loupe.proto.compute.v1.FlatMapNodeH\x00\x12;\n\narrange_by\x18\x0e \x01(\x0b\x32%.loupe.proto.compute.v1.ArrangeByNodeH\x00\x12\x30\n\x04join\x18\x0f \x01(\x0b\x32 .loupe.proto.compute.v1.JoinNodeH\x00\x12\x34\n\x06reduce\x18\x10 \x01(\x0b\x32\".loupe.proto.compute.v1.ReduceNodeH\x00\x12\x31\n\x05top_k\x18\x11 \x01(\x0b\x32 .loupe.proto.compute.v1.TopKNodeH\x00\x12\x34\n\x06negate\x18\x12 \x01(\x0b\x32\".loupe.proto.compute.v1.NegateNodeH\x00\x12:\n\tthreshold\x18\x13 \x01(\x0b\x32%.loupe.proto.compute.v1.ThresholdNodeH\x00\x12\x32\n\x05union\x18\x14 \x01(\x0b\x32!.loupe.proto.compute.v1.UnionNodeH\x00\x12\x34\n\x06window\x18\x15 \x01(\x0b\x32\".loupe.proto.compute.v1.WindowNodeH\x00\x42\x06\n\x04kind\"8\n\x0c\x43onstantNode\x12(\n\x04rows\x18\x01 \x03(\x0b\x32\x1a.loupe.proto.common.v1.Row\"\x15\n\x07GetNode\x12\n\n\x02id\x18\x01 \x01(\t\"p\n\x07MfpNode\x12.\n\x05input\x18\x01 \x01(\x0b\x32\x1f.loupe.proto.compute.v1.LirNode\x12\x35\n\x03mfp\x18\x02 \x01(\x0b\x32(.loupe.proto.compute.v1.MapFilterProject\"\xb5\x01\n\x0b\x46latMapNode\x12.\n\x05input\x18\x01 \x01(\x0b\x32\x1f.loupe.proto.compute.v1.LirNode\x12\x0c\n\x04\x66unc\x18\x02 \x01(\t\x12\x31\n\x05\x65xprs\x18\x03 \x03(\x0b\x32\".loupe.proto.compute.v1.ScalarExpr\x12\x35\n\x03mfp\x18\x04 \x01(\x0b\x32(.loupe.proto.compute.v1.MapFilterProject\"q\n\rArrangeByNode\x12.\n\x05input\x18\x01 \x01(\x0b\x32\x1f.loupe.proto.compute.v1.LirNode\x12\x30\n\x04keys\x18\x02 \x03(\x0b\x32\".loupe.proto.compute.v1.ScalarList\"\x83\x01\n\x08JoinNode\x12/\n\x06inputs\x18\x01 \x03(\x0b\x32\x1f.loupe.proto.compute.v1.LirNode\x12\x38\n\x0c\x65quivalences\x18\x02 \x03(\x0b\x32\".loupe.proto.compute.v1.ScalarList\x12\x0c\n\x04kind\x18\x03 \x01(\t\"\xbc\x01\n\nReduceNode\x12.\n\x05input\x18\x01 \x01(\x0b\x32\x1f.loupe.proto.compute.v1.LirNode\x12\x35\n\tgroup_key\x18\x02 \x03(\x0b\x32\".loupe.proto.compute.v1.ScalarExpr\x12\x39\n\naggregates\x18\x03 \x03(\x0b\x32%.loupe.proto.compute.v1.AggregateExpr\x12\x0c\n\x04kind\x18\x04 \x01(\t\"0\n\x10WindowFrameBound\x12\x0c\n\x04kind\x18\x01 \x01(\t\x12\x0e\n\x06offset\x18\x02 \x01(\x04\"\xae\x01\n\x12WindowFunctionExpr\x12\x0c\n\x04\x66unc\x18\x01 \x01(\t\x12\x0c\n\x04\x61rgs\x18\x02 \x03(\r\x12\x0c\n\x04mode\x18\x03 \x01(\t\x12\x37\n\x05start\x18\x04 \x01(\x0b\x32(.loupe.proto.compute.v1.WindowFrameBound\x12\x35\n\x03\x65nd\x18\x05 \x01(\x0b\x32(.loupe.proto.compute.v1.WindowFrameBound\"\xc2\x01\n\nWindowNode\x12.\n\x05input\x18\x01 \x01(\x0b\x32\x1f.loupe.proto.compute.v1.LirNode\x12\x14\n\x0cpartition_by\x18\x02 \x03(\r\x12/\n\x05order\x18\x03 \x03(\x0b\x32 .loupe.proto.compute.v1.OrderKey\x12=\n\tfunctions\x18\x04 \x03(\x0b\x32*.loupe.proto.compute.v1.WindowFunctionExpr\"\xac\x01\n\x08TopKNode\x12.\n\x05input\x18\x01 \x01(\x0b\x32\x1f.loupe.proto.compute.v1.LirNode\x12/\n\x05order\x18\x02 \x03(\x0b\x32 .loupe.proto.compute.v1.OrderKey\x12\x12\n\x05limit\x18\x03 \x01(\x04H\x00\x88\x01\x01\x12\x0e\n\x06offset\x18\x04 \x01(\x04\x12\x11\n\tgroup_key\x18\x05 \x03(\rB\x08\n\x06_limit\"<\n\nNegateNode\x12.\n\x05input\x18\x01 \x01(\x0b\x32\x1f.loupe.proto.compute.v1.LirNode\"?\n\rThresholdNode\x12.\n\x05input\x18\x01 \x01(\x0b\x32\x1f.loupe.proto.compute.v1.LirNode\"<\n\tUnionNode\x12/\n\x06inputs\x18\x01 \x03(\x0b\x32\x1f.loupe.proto.compute.v1.LirNode\"\x8c\x01\n\x0cSourceImport\x12\n\n\x02id\x18\x01 \x01(\t\x12=\n\ncollection\x18\x02 \x01(\x0b\x32).loupe.proto.common.v1.CollectionMetadata\x12\x31\n\x04\x64\x65sc\x18\x03 \x01(\x0b\x32#.loupe.proto.common.v1.RelationDesc\"n\n\x0bIndexImport\x12\x10\n\x08index_id\x18\x01 \x01(\t\x12\r\n\x05on_id\x18\x02 \x01(\t\x12\x31\n\x04\x64\x65sc\x18\x03 \x01(\x0b\x32#.loupe.proto.common.v1.RelationDesc\x12\x0b\n\x03key\x18\x04 \x03(\r\"\x8d\x01\n\tBuildDesc\x12\n\n\x02id\x18\x01 \x01(\t\x12-\n\x04plan\x18\x02 \x01(\x0b\x32\x1f.loupe.proto.compute.v1.LirNode\x12\x31\n\x04\x64\x65sc\x18\x03 \x01(\x0b\x32#.loupe.proto.common.v1.RelationDesc\x12\x12\n\ndebug_name\x18\x04 \x01(\t\";\n\x0bIndexExport\x12\x10\n\x08index_id\x18\x01 \x01(\t\x12\r\n\x05on_id\x18\x02 \x01(\t\x12\x0b\n\x03key\x18\x03 \x03(\r\"\xb4\x01\n\nSinkExport\x12\x0f\n\x07sink_id\x18\x01 \x01(\t\x12\x0f\n\x07\x66rom_id\x18\x02 \x01(\t\x12<\n\x07persist\x18\x03 \x01(\x0b\x32).loupe.proto.common.v1.CollectionMetadataH\x00\x12<\n\tsubscribe\x18\x04 \x01(\x0b\x32\'.loupe.proto.compute.v1.SubscribeTargetH\x00\x42\x08\n\x06target\"#\n\x0fSubscribeTarget\x12\x10\n\x08snapshot\x18\x01 \x01(\x08\"\x80\x03\n\x13\x44\x61taflowDescription\x12\n\n\x02id\x18\x01 \x01(\t\x12\x12\n\ndebug_name\x18\x02 \x01(\t\x12<\n\x0esource_imports\x18\x03 \x03(\x0b\x32$.loupe.proto.compute.v1.SourceImport\x12:\n\rindex_imports\x18\x04 \x03(\x0b\x32#.loupe.proto.compute.v1.IndexImport\x12;\n\x10objects_to_build\x18\x05 \x03(\x0b\x32!.loupe.proto.compute.v1.BuildDesc\x12:\n\rindex_exports\x18\x06 \x03(\x0b\x32#.loupe.proto.compute.v1.IndexExport\x12\x38\n\x0csink_exports\x18\x07 \x03(\x0b\x32\".loupe.proto.compute.v1.SinkExport\x12\r\n\x05\x61s_of\x18\x08 \x01(\x04\x12\r\n\x05until\x18\t \x01(\x04\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -53,41 +53,47 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_ORDERKEY']._serialized_start=1144
   _globals['_ORDERKEY']._serialized_end=1204
   _globals['_LIRNODE']._serialized_start=1207
-  _globals['_LIRNODE']._serialized_end=1844
-  _globals['_CONSTANTNODE']._serialized_start=1846
-  _globals['_CONSTANTNODE']._serialized_end=1902
-  _globals['_GETNODE']._serialized_start=1904
-  _globals['_GETNODE']._serialized_end=1925
-  _globals['_MFPNODE']._serialized_start=1927
-  _globals['_MFPNODE']._serialized_end=2039
-  _globals['_FLATMAPNODE']._serialized_start=2042
-  _globals['_FLATMAPNODE']._serialized_end=2223
-  _globals['_ARRANGEBYNODE']._serialized_start=2225
-  _globals['_ARRANGEBYNODE']._serialized_end=2338
-  _globals['_JOINNODE']._serialized_start=2341
-  _globals['_JOINNODE']._serialized_end=2472
-  _globals['_REDUCENODE']._serialized_start=2475
-  _globals['_REDUCENODE']._serialized_end=2663
-  _globals['_TOPKNODE']._serialized_start=2666
-  _globals['_TOPKNODE']._serialized_end=2838
-  _globals['_NEGATENODE']._serialized_start=2840
-  _globals['_NEGATENODE']._serialized_end=2900
-  _globals['_THRESHOLDNODE']._serialized_start=2902
-  _globals['_THRESHOLDNODE']._serialized_end=2965
-  _globals['_UNIONNODE']._serialized_start=2967
-  _globals['_UNIONNODE']._serialized_end=3027
-  _globals['_SOURCEIMPORT']._serialized_start=3030
-  _globals['_SOURCEIMPORT']._serialized_end=3170
-  _globals['_INDEXIMPORT']._serialized_start=3172
-  _globals['_INDEXIMPORT']._serialized_end=3282
-  _globals['_BUILDDESC']._serialized_start=3285
-  _globals['_BUILDDESC']._serialized_end=3426
-  _globals['_INDEXEXPORT']._serialized_start=3428
-  _globals['_INDEXEXPORT']._serialized_end=3487
-  _globals['_SINKEXPORT']._serialized_start=3490
-  _globals['_SINKEXPORT']._serialized_end=3670
-  _globals['_SUBSCRIBETARGET']._serialized_start=3672
-  _globals['_SUBSCRIBETARGET']._serialized_end=3707
-  _globals['_DATAFLOWDESCRIPTION']._serialized_start=3710
-  _globals['_DATAFLOWDESCRIPTION']._serialized_end=4094
+  _globals['_LIRNODE']._serialized_end=1898
+  _globals['_CONSTANTNODE']._serialized_start=1900
+  _globals['_CONSTANTNODE']._serialized_end=1956
+  _globals['_GETNODE']._serialized_start=1958
+  _globals['_GETNODE']._serialized_end=1979
+  _globals['_MFPNODE']._serialized_start=1981
+  _globals['_MFPNODE']._serialized_end=2093
+  _globals['_FLATMAPNODE']._serialized_start=2096
+  _globals['_FLATMAPNODE']._serialized_end=2277
+  _globals['_ARRANGEBYNODE']._serialized_start=2279
+  _globals['_ARRANGEBYNODE']._serialized_end=2392
+  _globals['_JOINNODE']._serialized_start=2395
+  _globals['_JOINNODE']._serialized_end=2526
+  _globals['_REDUCENODE']._serialized_start=2529
+  _globals['_REDUCENODE']._serialized_end=2717
+  _globals['_WINDOWFRAMEBOUND']._serialized_start=2719
+  _globals['_WINDOWFRAMEBOUND']._serialized_end=2767
+  _globals['_WINDOWFUNCTIONEXPR']._serialized_start=2770
+  _globals['_WINDOWFUNCTIONEXPR']._serialized_end=2944
+  _globals['_WINDOWNODE']._serialized_start=2947
+  _globals['_WINDOWNODE']._serialized_end=3141
+  _globals['_TOPKNODE']._serialized_start=3144
+  _globals['_TOPKNODE']._serialized_end=3316
+  _globals['_NEGATENODE']._serialized_start=3318
+  _globals['_NEGATENODE']._serialized_end=3378
+  _globals['_THRESHOLDNODE']._serialized_start=3380
+  _globals['_THRESHOLDNODE']._serialized_end=3443
+  _globals['_UNIONNODE']._serialized_start=3445
+  _globals['_UNIONNODE']._serialized_end=3505
+  _globals['_SOURCEIMPORT']._serialized_start=3508
+  _globals['_SOURCEIMPORT']._serialized_end=3648
+  _globals['_INDEXIMPORT']._serialized_start=3650
+  _globals['_INDEXIMPORT']._serialized_end=3760
+  _globals['_BUILDDESC']._serialized_start=3763
+  _globals['_BUILDDESC']._serialized_end=3904
+  _globals['_INDEXEXPORT']._serialized_start=3906
+  _globals['_INDEXEXPORT']._serialized_end=3965
+  _globals['_SINKEXPORT']._serialized_start=3968
+  _globals['_SINKEXPORT']._serialized_end=4148
+  _globals['_SUBSCRIBETARGET']._serialized_start=4150
+  _globals['_SUBSCRIBETARGET']._serialized_end=4185
+  _globals['_DATAFLOWDESCRIPTION']._serialized_start=4188
+  _globals['_DATAFLOWDESCRIPTION']._serialized_end=4572
 # @@protoc_insertion_point(module_scope)
