@@ -111,6 +111,10 @@ QUERIES = [
     "WITH ranked AS (SELECT p, v, rank() OVER (PARTITION BY p ORDER BY v) AS r FROM w) "
     "SELECT a.p, a.v, b.v AS next FROM ranked a JOIN ranked b ON a.p = b.p AND b.r = a.r + 1",
     "SELECT row_number() OVER () FROM w WHERE false",
+    "SELECT v, bool_and(v > 5) OVER (ORDER BY v DESC ROWS BETWEEN CURRENT ROW AND "
+    "UNBOUNDED FOLLOWING) FROM w",
+    "SELECT sum(v) OVER (ORDER BY v ROWS 2.5 PRECEDING) AS a, "
+    "sum(v) OVER (ORDER BY v ROWS BETWEEN '1' PRECEDING AND 1.5::float8 FOLLOWING) AS b FROM w",
     "SELECT count(*) OVER () FROM w GROUP BY p",
 ]
 # Queries whose outer ORDER BY orders every row: compared in order.
@@ -131,6 +135,11 @@ ERRORS = [
     "SELECT row_number(1) OVER () FROM w",
     "SELECT ntile(1.5) OVER () FROM w",
     "SELECT lag(v, 1, 'x') OVER () FROM w",
+    "SELECT lag(s, 1, 5) OVER () FROM w",
+    "SELECT lag(NULL) OVER () FROM w",
+    "SELECT lead(v, 1::int8) OVER () FROM w",
+    "SELECT sum(v) OVER (ORDER BY v ROWS 'a' PRECEDING) FROM w",
+    "SELECT sum(v) OVER (ORDER BY v ROWS true PRECEDING) FROM w",
     "SELECT sum(row_number() OVER ()) FROM w",
     "SELECT sum(sum(v) OVER ()) OVER () FROM w",
     "SELECT count(DISTINCT v) OVER () FROM w",

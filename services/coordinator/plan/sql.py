@@ -11,7 +11,9 @@ list; GROUP BY and HAVING with count, sum, min, max, avg, count(DISTINCT),
 bool_and, bool_or and FILTER; DISTINCT and DISTINCT ON; ORDER BY with LIMIT
 or OFFSET (a TopK); UNION [ALL], EXCEPT [ALL], INTERSECT [ALL];
 generate_series(start, stop [, step]) over integers in FROM and (one call) in
-the SELECT list (a FlatMap). Anything else is a 0A000 error naming the construct.
+the SELECT list (a FlatMap); window functions in the SELECT list and ORDER BY
+(``windows``: mir.Window nodes). Anything else is a 0A000 error naming the
+construct.
 
 Subqueries may be correlated when they are plain SELECTs (no grouping,
 DISTINCT or LIMIT) or aggregates without GROUP BY: equalities with the
@@ -1192,6 +1194,8 @@ _CALL_NAMES: dict[type[exp.Expression], str] = {
     exp.Pow: "power",
     exp.ExplodingGenerateSeries: "generate_series",
     exp.VariancePop: "var_pop",
+    exp.LogicalAnd: "bool_and",
+    exp.LogicalOr: "bool_or",
     exp.GenerateSeries: "generate_series",
 }
 

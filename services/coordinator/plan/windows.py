@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from decimal import ROUND_HALF_UP, Decimal
 
 from sqlglot import exp
 
@@ -37,6 +38,7 @@ UNDEFINED_FUNCTION = "42883"
 NULL_VALUE_NOT_ALLOWED = "22004"
 INVALID_PRECEDING_OR_FOLLOWING_SIZE = "22013"
 DATATYPE_MISMATCH = "42804"
+INVALID_TEXT_REPRESENTATION = "22P02"
 
 # sqlglot's window function nodes, by PostgreSQL name.
 _NAMED: dict[type[exp.Expression], str] = {
@@ -278,16 +280,33 @@ def _bound(
         raise unsupported("window frame offsets that are not constants")
     if offset.value is None:
         raise LoupeError(NULL_VALUE_NOT_ALLOWED, f"frame {which} offset must not be null")
-    if offset.type not in ("int2", "int4", "int8"):
-        name = TYPE_NAMES.get(offset.type, offset.type)
-        raise LoupeError(
-            DATATYPE_MISMATCH, f"argument of ROWS must be type bigint, not type {name}"
-        )
-    if int(offset.value) < 0:  # type: ignore[call-overload]
+    rows = _offset_rows(offset)
+    if rows < 0:
         raise LoupeError(
             INVALID_PRECEDING_OR_FOLLOWING_SIZE, f"frame {which} offset must not be negative"
         )
-    return mir.FrameBound(_BOUNDS[side_name], int(offset.value))  # type: ignore[call-overload]
+    return mir.FrameBound(_BOUNDS[side_name], rows)
+
+
+def _offset_rows(offset: Literal) -> int:
+    """A ROWS offset as bigint, cast as PostgreSQL casts it (numeric rounds half away from
+    zero, float half to even, text is parsed); other types are 42804."""
+    value = offset.value
+    if offset.type in ("int2", "int4", "int8") and isinstance(value, int):
+        return value
+    if offset.type == "numeric" and isinstance(value, Decimal | int | float):
+        return int(Decimal(value).to_integral_value(rounding=ROUND_HALF_UP))
+    if offset.type in ("float4", "float8") and isinstance(value, float | int):
+        return round(value)
+    if offset.type in ("text", "unknown") and isinstance(value, str):
+        try:
+            return int(value.strip())
+        except ValueError:
+            raise LoupeError(
+                INVALID_TEXT_REPRESENTATION, f'invalid input syntax for type bigint: "{value}"'
+            ) from None
+    name = TYPE_NAMES.get(offset.type, offset.type)
+    raise LoupeError(DATATYPE_MISMATCH, f"argument of ROWS must be type bigint, not type {name}")
 
 
 # The function.
@@ -320,6 +339,10 @@ def _function(call: exp.Window, scalars: Scalars) -> tuple[str, list[Scalar]]:
     types = [scalars.type_of(a) for a in args]
     if len(args) not in mir.WINDOW_ARGUMENTS[name] or not _integers(name, types):
         raise _undefined(name, types)
+    if name in mir.VALUE_FUNCTIONS and types[0] == "unknown":
+        raise LoupeError(
+            DATATYPE_MISMATCH, "could not determine polymorphic type because input has type unknown"
+        )
     if name in ("lag", "lead") and len(args) == 3:
         args = _common_type(name, args, scalars)
     return name, _typed_arguments(name, args, scalars)
@@ -363,7 +386,8 @@ def _common_type(name: str, args: list[Scalar], scalars: Scalars) -> list[Scalar
         except ValueError as error:
             name_ = TYPE_NAMES.get(value_type, value_type)
             raise LoupeError(
-                "22P02", f'invalid input syntax for type {name_}: "{default.value}"'
+                INVALID_TEXT_REPRESENTATION,
+                f'invalid input syntax for type {name_}: "{default.value}"',
             ) from error
         return [value, offset, Literal(converted, value_type)]
     raise _undefined(name, [value_type, scalars.type_of(offset), default_type])
