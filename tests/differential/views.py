@@ -328,6 +328,11 @@ VIEWS = (
         "SELECT a, b, rank() OVER (ORDER BY b DESC NULLS LAST) AS r FROM t1 ORDER BY r LIMIT 3",
         order_columns=(2,),
     ),
+    # The window reads no column of t1: its input is pruned to rows of no columns.
+    View(
+        "window_of_no_columns",
+        "SELECT row_number() OVER () AS rn, count(*) OVER () AS n FROM t1",
+    ),
     View(
         "window_argument_errors",
         "SELECT k, nth_value(name, k) OVER (ORDER BY k, name) AS v FROM t3",

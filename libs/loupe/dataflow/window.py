@@ -133,6 +133,8 @@ class Window(Operator):
         """Every row of ``rows`` (consolidated updates of whole partitions) as often as it
         occurs, with the window functions' values, each with diff 1; and the errors of the
         arguments PostgreSQL rejects, with their partitions' keys."""
+        if not self.columns:  # rows of no columns (SELECT … OVER () without FROM): count them
+            rows = rows.with_columns(pl.lit(0, pl.Int8).alias("_unit"))
         frame = self._sorted(expand(rows))
         if frame.height == 0:
             return self.empty.drop(TIME), self.empty_errors
