@@ -116,6 +116,10 @@ QUERIES = [
     "SELECT sum(v) OVER (ORDER BY v ROWS 2.5 PRECEDING) AS a, "
     "sum(v) OVER (ORDER BY v ROWS BETWEEN '1' PRECEDING AND 1.5::float8 FOLLOWING) AS b FROM w",
     "SELECT count(*) OVER () FROM w GROUP BY p",
+    f"SELECT p, v FROM w WHERE v IN (SELECT row_number() OVER (ORDER BY {TOTAL}) FROM w)",
+    "SELECT p, v FROM w AS x WHERE EXISTS "
+    "(SELECT row_number() OVER () FROM w WHERE w.p = x.p AND w.v > 10)",
+    "SELECT p, (SELECT max(r) FROM (SELECT rank() OVER (ORDER BY v) AS r FROM w) y) FROM w",
 ]
 # Queries whose outer ORDER BY orders every row: compared in order.
 ORDERED = [
@@ -164,6 +168,9 @@ REFUSED = [
     "SELECT sum(v) OVER (ORDER BY v RANGE BETWEEN 1 PRECEDING AND CURRENT ROW) FROM w",
     "SELECT sum(v) OVER (ORDER BY v GROUPS BETWEEN 1 PRECEDING AND CURRENT ROW) FROM w",
     "SELECT sum(v) OVER (ORDER BY v ROWS 1 PRECEDING EXCLUDE CURRENT ROW) FROM w",
+    # A window over a subquery's rows for each outer row.
+    f"SELECT p, v FROM w AS x WHERE v IN "
+    f"(SELECT row_number() OVER (ORDER BY {TOTAL}) FROM w WHERE w.p = x.p)",
 ]
 
 
@@ -269,7 +276,8 @@ def test_window_error_matches_postgres(postgres: psycopg.Connection, sql: str) -
 def test_unsupported_frames_are_refused_not_answered_wrongly(
     postgres: psycopg.Connection, sql: str
 ) -> None:
-    """RANGE or GROUPS with offsets and EXCLUDE: 0A000, never a wrong answer."""
+    """RANGE or GROUPS with offsets, EXCLUDE, windows in correlated IN subqueries: 0A000,
+    never a wrong answer."""
     assert postgres_answer(postgres, sql)[0] == "ok"
     answer = loupe_answer(sql)
     assert answer[:2] == ("error", "0A000")

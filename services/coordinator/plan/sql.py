@@ -59,7 +59,12 @@ from loupe.coordinator.plan.scalars import (
 )
 from loupe.coordinator.plan.scope import Scope, ScopeColumn
 from loupe.coordinator.plan.values import fold_cast
-from loupe.coordinator.plan.windows import plan_windows, refuse_misplaced, window_operands
+from loupe.coordinator.plan.windows import (
+    calls_in,
+    plan_windows,
+    refuse_misplaced,
+    window_operands,
+)
 from loupe.plan import functions
 from loupe.plan.scalar import (
     NUMERIC_RANK,
@@ -469,7 +474,10 @@ class _Planner:
         """
         node = node.this if isinstance(node, exp.Subquery) else node
         planner = self.child(scope)
-        if not _is_plain(node):
+        # A window in the value reads the subquery's rows across outer values: it is
+        # not computed per outer row over a filter of FROM (EXISTS reads no value).
+        windowed = value and any(any(True for _ in calls_in(e)) for e in node.expressions)
+        if not _is_plain(node) or windowed:
             relation = planner.query(node)
             if not value:
                 return relation, [], []
