@@ -116,6 +116,7 @@ QUERIES = [
     "SELECT sum(v) OVER (ORDER BY v ROWS 2.5 PRECEDING) AS a, "
     "sum(v) OVER (ORDER BY v ROWS BETWEEN '1' PRECEDING AND 1.5::float8 FOLLOWING) AS b FROM w",
     "SELECT count(*) OVER () FROM w GROUP BY p",
+    "SELECT v, rank() OVER (ORDER BY v), rank() OVER (ORDER BY v) + 1 AS next FROM w",
     f"SELECT p, v FROM w WHERE v IN (SELECT row_number() OVER (ORDER BY {TOTAL}) FROM w)",
     "SELECT p, v FROM w AS x WHERE EXISTS "
     "(SELECT row_number() OVER () FROM w WHERE w.p = x.p AND w.v > 10)",

@@ -111,7 +111,9 @@ def plan_windows(
 ) -> tuple[mir.Relation, Scalars]:
     """``relation`` with a column per window call in ``nodes`` (the SELECT list and ORDER BY
     expressions), and the scalars that read them."""
-    calls = list(dict.fromkeys(c for node in nodes for c in calls_in(node)))
+    found = [c for node in nodes for c in calls_in(node)]
+    # Calls written alike (in the SELECT list and again in ORDER BY) are computed once.
+    calls = list(dict.fromkeys(found))
     if not calls:
         return relation, scalars
     named = _named_windows(calls[0].parent_select)
@@ -140,7 +142,7 @@ def plan_windows(
             for o in spec.order
         )
         func, args = _function(call, scalars)
-        frame = _frame(spec, func, scalars)
+        frame = _frame(spec, scalars)
         function = mir.WindowFunction(func, tuple(column(a) for a in args), frame)
         windows.setdefault((partition, order), []).append((position, function))
     if mapped:
@@ -159,8 +161,8 @@ def plan_windows(
         added += relation.types[start:]
         for offset, (position, _) in enumerate(members):
             columns[position] = start + offset
-    for position, call in enumerate(calls):
-        scalars.context.window_columns[id(call)] = columns[position]
+    for call in found:
+        scalars.context.window_columns[id(call)] = columns[calls.index(call)]
     return relation, _extended(scalars, added)
 
 
@@ -221,7 +223,7 @@ def _spec(call: exp.Window, named: dict[str, exp.Window]) -> _Spec:
 _BOUNDS = {"PRECEDING": "offset_preceding", "FOLLOWING": "offset_following"}
 
 
-def _frame(spec: _Spec, func: str, scalars: Scalars) -> mir.WindowFrame:
+def _frame(spec: _Spec, scalars: Scalars) -> mir.WindowFrame:
     """The call's frame: PostgreSQL's default, or the ROWS/RANGE clause checked as PostgreSQL does."""
     node = spec.spec
     if node is None:
