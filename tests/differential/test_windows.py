@@ -12,6 +12,7 @@ SQLSTATE and message.
 
 from __future__ import annotations
 
+import datetime
 import math
 from collections.abc import Iterator
 from decimal import Decimal
@@ -35,23 +36,25 @@ W = Table(
         ("s", "text"),
         ("f", "float8"),
         ("n", "numeric"),
+        ("d", "date"),
     ),
 )
+D = datetime.date
 ROWS = [
-    (1, 1, 10, "a", 1.5, "1.25"),
-    (1, 1, 20, "b", None, "2.5"),
-    (1, 2, None, "c", 0.1, None),
-    (1, 3, 30, None, 0.2, "3"),
-    (1, None, 5, "d", 2.0, "0.5"),
-    (2, 5, 7, "e", -1.0, "10"),
-    (2, 5, 7, "e", -1.0, "10"),
-    (2, 6, -3, "f", 3.5, "-2"),
-    (None, 1, 100, "g", 4.0, "7.75"),
-    (None, None, None, None, None, None),
-    (3, 1, 1, "h", 0.25, "1"),
+    (1, 1, 10, "a", 1.5, "1.25", D(2024, 1, 1)),
+    (1, 1, 20, "b", None, "2.5", D(2024, 1, 3)),
+    (1, 2, None, "c", 0.1, None, D(2024, 1, 3)),
+    (1, 3, 30, None, 0.2, "3", None),
+    (1, None, 5, "d", 2.0, "0.5", D(2024, 1, 10)),
+    (2, 5, 7, "e", -1.0, "10", D(2024, 2, 1)),
+    (2, 5, 7, "e", -1.0, "10", D(2024, 2, 1)),
+    (2, 6, -3, "f", 3.5, "-2", D(2024, 1, 30)),
+    (None, 1, 100, "g", 4.0, "7.75", D(2023, 12, 31)),
+    (None, None, None, None, None, None, None),
+    (3, 1, 1, "h", 0.25, "1", D(2024, 1, 1)),
 ]
 # The window ORDER BY that orders every row (rows still tied are equal).
-TOTAL = "o, v, s, f, n"
+TOTAL = "o, v, s, f, n, d"
 
 QUERIES = [
     # Ranking.
@@ -101,6 +104,29 @@ QUERIES = [
     "RANGE BETWEEN UNBOUNDED PRECEDING AND UNBOUNDED FOLLOWING) AS everything FROM w",
     "SELECT p, sum(v) FILTER (WHERE v > 5) OVER (PARTITION BY p ORDER BY o) AS big, "
     "count(*) FILTER (WHERE s IS NULL) OVER () AS nameless FROM w",
+    # RANGE frames with offsets: distances in the ORDER BY key's terms.
+    "SELECT p, v, sum(v) OVER (PARTITION BY p ORDER BY v "
+    "RANGE BETWEEN 5 PRECEDING AND 2 FOLLOWING) AS near, "
+    "count(*) OVER (ORDER BY v DESC RANGE BETWEEN 10 PRECEDING AND CURRENT ROW) AS above, "
+    "max(s) OVER (ORDER BY v NULLS FIRST RANGE BETWEEN 3 FOLLOWING AND 20 FOLLOWING) AS ahead, "
+    "sum(o) OVER (ORDER BY f RANGE BETWEEN 1 PRECEDING AND 0.5 FOLLOWING) AS by_float, "
+    "sum(v) OVER (ORDER BY n DESC NULLS LAST RANGE BETWEEN CURRENT ROW AND 2 FOLLOWING) AS lower "
+    "FROM w",
+    "SELECT p, d, count(*) OVER (ORDER BY d RANGE BETWEEN INTERVAL '2 days' PRECEDING "
+    "AND CURRENT ROW) AS recent, "
+    "sum(v) OVER (PARTITION BY p ORDER BY d DESC RANGE BETWEEN '1 day' PRECEDING "
+    "AND '1 week' FOLLOWING) AS around, "
+    "count(*) OVER (ORDER BY d::timestamp RANGE BETWEEN UNBOUNDED PRECEDING "
+    "AND INTERVAL '36 hours' PRECEDING) AS before FROM w",
+    # Where no key is within the distance, NULL keys (beyond every value) may be.
+    "SELECT p, o, v, sum(v) OVER (ORDER BY o RANGE BETWEEN 1 FOLLOWING AND UNBOUNDED FOLLOWING) "
+    "AS a, sum(v) OVER (ORDER BY o RANGE BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS b, "
+    "sum(v) OVER (ORDER BY o RANGE BETWEEN 5 FOLLOWING AND 6 FOLLOWING) AS c, "
+    "sum(v) OVER (ORDER BY o NULLS FIRST RANGE BETWEEN 1 FOLLOWING AND UNBOUNDED FOLLOWING) "
+    "AS d, sum(v) OVER (ORDER BY o NULLS FIRST RANGE BETWEEN UNBOUNDED PRECEDING "
+    "AND 1 PRECEDING) AS e, sum(v) OVER (ORDER BY o DESC RANGE BETWEEN UNBOUNDED PRECEDING "
+    "AND 2 FOLLOWING) AS g, sum(v) OVER (ORDER BY o DESC NULLS LAST RANGE BETWEEN "
+    "3 PRECEDING AND UNBOUNDED FOLLOWING) AS h FROM w",
     # Windows with the rest of a SELECT.
     "SELECT p, sum(v), rank() OVER (ORDER BY sum(v) DESC NULLS LAST) AS r, "
     "sum(count(*)) OVER (ORDER BY p) AS running FROM w GROUP BY p",
@@ -159,6 +185,11 @@ ERRORS = [
     "SELECT sum(v) OVER (ROWS BETWEEN CURRENT ROW AND 1 PRECEDING) FROM w",
     "SELECT sum(v) OVER (ROWS BETWEEN 1 FOLLOWING AND CURRENT ROW) FROM w",
     "SELECT sum(v) OVER (RANGE BETWEEN 1 PRECEDING AND CURRENT ROW) FROM w",
+    "SELECT sum(v) OVER (ORDER BY s RANGE BETWEEN 1 PRECEDING AND CURRENT ROW) FROM w",
+    "SELECT sum(v) OVER (ORDER BY v RANGE BETWEEN 1.5 PRECEDING AND CURRENT ROW) FROM w",
+    "SELECT sum(v) OVER (ORDER BY v RANGE BETWEEN -1 PRECEDING AND CURRENT ROW) FROM w",
+    "SELECT sum(v) OVER (ORDER BY d RANGE BETWEEN 1 PRECEDING AND CURRENT ROW) FROM w",
+    "SELECT sum(v) OVER (ORDER BY n RANGE BETWEEN NULL PRECEDING AND CURRENT ROW) FROM w",
     "SELECT sum(v) OVER x FROM w WINDOW x AS (ORDER BY v), x AS (ORDER BY p)",
     "SELECT sum(v) OVER y FROM w WINDOW x AS (ORDER BY v)",
     "SELECT sum(v) OVER (x ORDER BY p) FROM w WINDOW x AS (ORDER BY v)",
@@ -166,7 +197,6 @@ ERRORS = [
 ]
 # What Loupe refuses (0A000) where PostgreSQL answers.
 REFUSED = [
-    "SELECT sum(v) OVER (ORDER BY v RANGE BETWEEN 1 PRECEDING AND CURRENT ROW) FROM w",
     "SELECT sum(v) OVER (ORDER BY v GROUPS BETWEEN 1 PRECEDING AND CURRENT ROW) FROM w",
     "SELECT sum(v) OVER (ORDER BY v ROWS 1 PRECEDING EXCLUDE CURRENT ROW) FROM w",
     # A window over a subquery's rows for each outer row.
@@ -179,10 +209,10 @@ REFUSED = [
 def postgres(postgres_url: str) -> Iterator[psycopg.Connection]:
     with psycopg.connect(postgres_url, autocommit=True) as connection:
         connection.execute(
-            "CREATE TEMPORARY TABLE w (p int, o int, v int, s text, f float8, n numeric)"
+            "CREATE TEMPORARY TABLE w (p int, o int, v int, s text, f float8, n numeric, d date)"
         )
         with connection.cursor() as cursor:
-            cursor.executemany("INSERT INTO w VALUES (%s, %s, %s, %s, %s, %s)", ROWS)
+            cursor.executemany("INSERT INTO w VALUES (%s, %s, %s, %s, %s, %s, %s)", ROWS)
         yield connection
 
 
@@ -277,8 +307,8 @@ def test_window_error_matches_postgres(postgres: psycopg.Connection, sql: str) -
 def test_unsupported_frames_are_refused_not_answered_wrongly(
     postgres: psycopg.Connection, sql: str
 ) -> None:
-    """RANGE or GROUPS with offsets, EXCLUDE, windows in correlated IN subqueries: 0A000,
-    never a wrong answer."""
+    """GROUPS with offsets, EXCLUDE, windows in correlated IN subqueries: 0A000, never a
+    wrong answer."""
     assert postgres_answer(postgres, sql)[0] == "ok"
     answer = loupe_answer(sql)
     assert answer[:2] == ("error", "0A000")

@@ -300,6 +300,21 @@ VIEWS = (
         "FROM t1",
     ),
     View(
+        "window_range_offsets",
+        "SELECT a, b, f, sum(f) OVER (PARTITION BY a ORDER BY b "
+        "RANGE BETWEEN 1 PRECEDING AND 1 FOLLOWING) AS near, "
+        "count(*) OVER (ORDER BY b DESC NULLS LAST RANGE BETWEEN 2 PRECEDING AND CURRENT ROW) "
+        "AS above, max(s) OVER (PARTITION BY a ORDER BY f "
+        "RANGE BETWEEN CURRENT ROW AND 0.5 FOLLOWING) AS by_float FROM t1",
+    ),
+    View(
+        "window_range_of_dates",
+        "SELECT a, d, count(*) OVER (PARTITION BY a ORDER BY d "
+        "RANGE BETWEEN INTERVAL '60 days' PRECEDING AND CURRENT ROW) AS recent, "
+        "sum(c) OVER (ORDER BY d RANGE BETWEEN '30 days' FOLLOWING AND UNBOUNDED FOLLOWING) "
+        "AS later FROM t2",
+    ),
+    View(
         "window_over_groups",
         "SELECT a, sum(b) AS sb, rank() OVER (ORDER BY sum(b) DESC NULLS LAST) AS r, "
         "sum(count(*)) OVER (ORDER BY a) AS running FROM t1 GROUP BY a",

@@ -26,6 +26,8 @@ errors of the partition, kept and retracted with it as its rows are.
 
 from __future__ import annotations
 
+from typing import Literal
+
 import polars as pl
 
 from loupe.dataflow.arrangement import Spine
@@ -242,6 +244,10 @@ class Window(Operator):
         if func in ("lag", "lead"):
             return self._shifted(frame, function)
         frame_start, frame_end = _frame(function.frame, bool(self.order))
+        if function.frame.start.distance is not None or function.frame.end.distance is not None:
+            frame_start, frame_end = self._range_offsets(
+                frame, function.frame, frame_start, frame_end
+            )
         if func in mir.VALUE_FUNCTIONS:
             return _value_at(frame, function, frame_start, frame_end)
         return _aggregate(frame, function, frame_start, frame_end, bool(self.order))
@@ -256,6 +262,82 @@ class Window(Operator):
         inside = (target >= pl.col(_PARTITION_START)) & (target < pl.col(_PARTITION_END))
         found = value.gather(target.clip(0, frame.height - 1))
         return pl.when(inside).then(found).when(target.is_not_null()).then(default)
+
+    def _range_offsets(
+        self, frame: pl.DataFrame, window_frame: mir.WindowFrame, start: pl.Expr, end: pl.Expr
+    ) -> tuple[pl.Expr, pl.Expr]:
+        """A RANGE frame's bounds that are offsets (``1 PRECEDING``): the first row whose
+        key is within the distance, and the row after the last one.
+
+        The key is the window's one ORDER BY column, in order within each partition;
+        each bound is found by an as-of join against the first (or last) row of every
+        peer group. NULL keys are beyond every value, as PostgreSQL orders them.
+        """
+        key = self.node.order[0]
+        name = f"c{key.column}"
+        bounds = []
+        for bound, is_start in ((window_frame.start, True), (window_frame.end, False)):
+            if bound.distance is None:
+                bounds.append(start if is_start else end)
+                continue
+            bounds.append(pl.lit(self._range_bound(frame, name, key.desc, bound, is_start)))
+        return bounds[0], bounds[1]
+
+    def _range_bound(
+        self, frame: pl.DataFrame, name: str, desc: bool, bound: mir.FrameBound, is_start: bool
+    ) -> pl.Series:
+        assert bound.distance is not None
+        dtype = frame.schema[name]
+        key = pl.col(name)
+        distance = pl.lit(bound.distance.value)
+        if dtype == pl.Date:  # a date and an interval make a timestamp
+            key = key.cast(pl.Datetime("us"))
+        elif dtype.is_integer():
+            key, distance = key.cast(pl.Int64), distance.cast(pl.Int64)
+        elif dtype.is_numeric():
+            distance = distance.cast(dtype)
+        # Toward lower keys: PRECEDING in ascending order, FOLLOWING in descending.
+        lower = (bound.kind == "offset_preceding") != desc
+        target = key - distance if lower else key + distance
+        # Ascending keys: a start is the first row of the first peer group at or above the
+        # target, an end the row after the last group at or below it; descending, the
+        # other way round.
+        edge, position = ("_gf", pl.col(_ROW)) if is_start else ("_gl", pl.col(_ROW) + 1)
+        strategy: Literal["forward", "backward"] = "forward" if is_start != desc else "backward"
+        present = frame.filter(pl.col(name).is_not_null())
+        wanted = present.select(pl.col(_ROW), pl.col(_PARTITION), target.alias("_k")).sort("_k")
+        peers = (
+            present.filter(pl.col(edge))
+            .select(pl.col(_PARTITION), key.alias("_k"), position.alias("_at"))
+            .sort("_k")
+        )
+        found = wanted.join_asof(
+            peers, on="_k", by=_PARTITION, strategy=strategy, check_sortedness=False
+        )
+        # No non-NULL key within the distance: NULLs sort beyond every value, at the end
+        # they sort to, so a start falls after the last non-NULL key and an end before
+        # the first (the frame may hold the NULLs). A NULL key's own bounds: its peers.
+        nulls_last = self.node.order[0].nulls_last
+        keyed = pl.col(name).is_not_null().cast(pl.Int64).sum().over(_PARTITION)
+        if is_start:
+            empty = pl.col(_PARTITION_START) + keyed if nulls_last else pl.col(_PARTITION_END)
+        else:
+            empty = pl.col(_PARTITION_START) if nulls_last else pl.col(_PARTITION_END) - keyed
+        peers_bound = pl.col(_PEERS_START) if is_start else pl.col(_PEERS_END)
+        placed = frame.select(
+            pl.col(_ROW),
+            pl.col(name).is_null().alias("_null"),
+            empty.alias("_empty"),
+            peers_bound.alias("_peers"),
+        )
+        merged = placed.join(found.select(_ROW, "_at"), on=_ROW, how="left").sort(_ROW)
+        return merged.select(
+            pl.when("_null")
+            .then("_peers")
+            .when(pl.col("_at").is_null())
+            .then("_empty")
+            .otherwise("_at")
+        ).to_series()
 
     def spines(self) -> list[list[Spine]]:
         return [list(spines) for spines in self.state]

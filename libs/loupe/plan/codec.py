@@ -134,16 +134,27 @@ def _window_function_to_proto(function: mir.WindowFunction) -> plan_pb2.WindowFu
         func=function.func,
         args=list(function.args),
         mode=frame.mode,
-        start=plan_pb2.WindowFrameBound(kind=frame.start.kind, offset=frame.start.offset),
-        end=plan_pb2.WindowFrameBound(kind=frame.end.kind, offset=frame.end.offset),
+        start=_frame_bound_to_proto(frame.start),
+        end=_frame_bound_to_proto(frame.end),
     )
+
+
+def _frame_bound_to_proto(bound: mir.FrameBound) -> plan_pb2.WindowFrameBound:
+    message = plan_pb2.WindowFrameBound(kind=bound.kind, offset=bound.offset)
+    if bound.distance is not None:
+        message.distance.CopyFrom(scalar_to_proto(bound.distance))
+    return message
+
+
+def _frame_bound_from_proto(message: plan_pb2.WindowFrameBound) -> mir.FrameBound:
+    distance = scalar_from_proto(message.distance) if message.HasField("distance") else None
+    assert distance is None or isinstance(distance, Literal)
+    return mir.FrameBound(message.kind, message.offset, distance)
 
 
 def _window_function_from_proto(message: plan_pb2.WindowFunctionExpr) -> mir.WindowFunction:
     frame = mir.WindowFrame(
-        message.mode,
-        mir.FrameBound(message.start.kind, message.start.offset),
-        mir.FrameBound(message.end.kind, message.end.offset),
+        message.mode, _frame_bound_from_proto(message.start), _frame_bound_from_proto(message.end)
     )
     return mir.WindowFunction(message.func, tuple(message.args), frame)
 

@@ -103,13 +103,18 @@ _BOUND_TEXT = {
 
 def _window_function(function: mir.WindowFunction) -> str:
     """``rank()``, ``sum(#2) rows between 1 preceding and current row`` (default frames unsaid)."""
-    text = f"{function.func}({', '.join(f'#{a}' for a in function.args)})"
+    args = ", ".join(f"#{a}" for a in function.args)
+    text = f"{function.func}({args or '*' if function.func == 'count' else args})"
     frame = function.frame
     if function.func in (*mir.RANKING_FUNCTIONS, "lag", "lead") or frame == mir.WindowFrame():
         return text
-    start = _BOUND_TEXT[frame.start.kind].format(frame.start.offset)
-    end = _BOUND_TEXT[frame.end.kind].format(frame.end.offset)
+    start, end = _bound(frame.start), _bound(frame.end)
     return f"{text} {frame.mode} between {start} and {end}"
+
+
+def _bound(bound: mir.FrameBound) -> str:
+    distance = bound.offset if bound.distance is None else render_value(bound.distance.value)
+    return _BOUND_TEXT[bound.kind].format(distance)
 
 
 def _window_attributes(

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
 
-from loupe.plan.scalar import Column, Scalar, scalar_type, widest_numeric
+from loupe.plan.scalar import Column, Literal, Scalar, scalar_type, widest_numeric
 
 ColumnSpec = tuple[str, str]
 
@@ -267,10 +267,13 @@ FRAME_BOUNDS = (
 
 @dataclass(frozen=True)
 class FrameBound:
-    """One end of a window frame; ``offset`` counts rows for the two ``offset_*`` kinds."""
+    """One end of a window frame. For the two ``offset_*`` kinds, ``offset`` counts rows in
+    a ROWS frame; in a RANGE frame ``distance`` is how far the ORDER BY key may be from the
+    current row's (a constant of the key's type, an interval for dates and times)."""
 
     kind: str
     offset: int = 0
+    distance: Literal | None = None
 
 
 @dataclass(frozen=True)

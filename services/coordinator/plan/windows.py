@@ -12,12 +12,14 @@ call's value is a column the SELECT list then reads
 Errors are PostgreSQL's: window functions outside the SELECT list and
 ORDER BY are 42P20, as are nested calls and invalid frames; unknown window
 functions 42883; functions that are neither window functions nor
-aggregates 42809. RANGE frames with offsets, GROUPS frames with offsets
-and EXCLUDE are 0A000.
+aggregates 42809. RANGE frames with offsets take PostgreSQL's offset types
+(numbers of the key's kind; intervals without months for dates and times).
+GROUPS frames with offsets and EXCLUDE are 0A000.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from decimal import ROUND_HALF_UP, Decimal
@@ -232,62 +234,130 @@ def _frame(spec: _Spec, scalars: Scalars) -> mir.WindowFrame:
     if exclude is not None and str(exclude.name).upper() != "NO OTHERS":
         raise unsupported("EXCLUDE in window frames")
     mode = str(node.args.get("kind") or "RANGE").lower()
-    start = _bound(node.args.get("start"), node.args.get("start_side"), "starting", scalars)
+    start, start_offset = _bound(
+        node.args.get("start"), node.args.get("start_side"), "starting", scalars
+    )
     end_node = node.args.get("end")
-    end = (
-        mir.FrameBound("current_row")
+    end, end_offset = (
+        ("current_row", None)
         if end_node is None
         else _bound(end_node, node.args.get("end_side"), "ending", scalars)
     )
-    if start.kind == "unbounded_following":
+    if start == "unbounded_following":
         raise LoupeError(WINDOWING_ERROR, "frame start cannot be UNBOUNDED FOLLOWING")
-    if end.kind == "unbounded_preceding":
+    if end == "unbounded_preceding":
         raise LoupeError(WINDOWING_ERROR, "frame end cannot be UNBOUNDED PRECEDING")
-    if start.kind == "current_row" and end.kind == "offset_preceding":
+    if start == "current_row" and end == "offset_preceding":
         raise LoupeError(
             WINDOWING_ERROR, "frame starting from current row cannot have preceding rows"
         )
-    if start.kind == "offset_following" and end.kind in ("offset_preceding", "current_row"):
+    if start == "offset_following" and end in ("offset_preceding", "current_row"):
         raise LoupeError(
             WINDOWING_ERROR, "frame starting from following row cannot have preceding rows"
         )
-    offsets = {start.kind, end.kind} & {"offset_preceding", "offset_following"}
+    offsets = start_offset is not None or end_offset is not None
     if mode == "range" and offsets:
         if len(spec.order) != 1:
             raise LoupeError(
                 WINDOWING_ERROR,
                 "RANGE with offset PRECEDING/FOLLOWING requires exactly one ORDER BY column",
             )
-        raise unsupported("RANGE with offset PRECEDING/FOLLOWING")
+        key_type = scalars.type_of(scalars.lower(spec.order[0].this))
+        return mir.WindowFrame(
+            mode,
+            mir.FrameBound(start, distance=_distance(start_offset, key_type)),
+            mir.FrameBound(end, distance=_distance(end_offset, key_type)),
+        )
     if mode == "groups":
         if not spec.order:
             raise LoupeError(WINDOWING_ERROR, "GROUPS mode requires an ORDER BY clause")
         if offsets:
             raise unsupported("GROUPS with offset PRECEDING/FOLLOWING")
         mode = "range"  # without offsets, a group of peers is what RANGE counts
-    return mir.WindowFrame(mode, start, end)
+    return mir.WindowFrame(
+        mode, _rows_bound(start, start_offset, "starting"), _rows_bound(end, end_offset, "ending")
+    )
 
 
 def _bound(
     node: exp.Expression | str | None, side: object, which: str, scalars: Scalars
-) -> mir.FrameBound:
+) -> tuple[str, Literal | None]:
+    """A frame bound's kind, and its offset when it has one (a constant, not NULL)."""
     side_name = str(side or "").upper()
     if isinstance(node, str) or node is None:
         text = str(node or "").upper()
         if text == "UNBOUNDED":
-            return mir.FrameBound(f"unbounded_{side_name.lower()}")
-        return mir.FrameBound("current_row")
+            return f"unbounded_{side_name.lower()}", None
+        return "current_row", None
     offset = scalars.lower(node)
     if not isinstance(offset, Literal):
         raise unsupported("window frame offsets that are not constants")
     if offset.value is None:
         raise LoupeError(NULL_VALUE_NOT_ALLOWED, f"frame {which} offset must not be null")
+    return _BOUNDS[side_name], offset
+
+
+def _rows_bound(kind: str, offset: Literal | None, which: str) -> mir.FrameBound:
+    if offset is None:
+        return mir.FrameBound(kind)
     rows = _offset_rows(offset)
     if rows < 0:
         raise LoupeError(
             INVALID_PRECEDING_OR_FOLLOWING_SIZE, f"frame {which} offset must not be negative"
         )
-    return mir.FrameBound(_BOUNDS[side_name], rows)
+    return mir.FrameBound(kind, rows)
+
+
+# The offset types PostgreSQL's in_range functions take, per ORDER BY key type, and the
+# type the offset is taken in.
+_RANGE_OFFSETS = {
+    **dict.fromkeys(("int2", "int4", "int8"), (("int2", "int4", "int8"), "int8")),
+    **dict.fromkeys(
+        ("float4", "float8"), (("int2", "int4", "int8", "numeric", "float4", "float8"), "float8")
+    ),
+    "numeric": (("int2", "int4", "int8", "numeric"), "numeric"),
+    **dict.fromkeys(("date", "timestamp", "timestamptz"), (("interval",), "interval")),
+}
+
+
+def _distance(offset: Literal | None, key_type: str) -> Literal | None:
+    """A RANGE offset in the type PostgreSQL compares it in (0A000 where it has none)."""
+    if offset is None:
+        return None
+    key_name = TYPE_NAMES.get(key_type, key_type)
+    if key_type not in _RANGE_OFFSETS:
+        raise LoupeError(
+            SqlState.FEATURE_NOT_SUPPORTED,
+            f"RANGE with offset PRECEDING/FOLLOWING is not supported for column type {key_name}",
+        )
+    accepted, target = _RANGE_OFFSETS[key_type]
+    value = offset.value
+    if offset.type == "text":  # a quoted constant takes the type it is compared in
+        try:
+            value = fold_cast(value, "text", target)
+        except ValueError:
+            name = TYPE_NAMES.get(target, target)
+            raise LoupeError(
+                INVALID_TEXT_REPRESENTATION, f'invalid input syntax for type {name}: "{value}"'
+            ) from None
+    elif offset.type in accepted:
+        value = fold_cast(value, offset.type, target)
+    else:
+        offset_name = TYPE_NAMES.get(offset.type, offset.type)
+        raise LoupeError(
+            SqlState.FEATURE_NOT_SUPPORTED,
+            "RANGE with offset PRECEDING/FOLLOWING is not supported for column type "
+            f"{key_name} and offset type {offset_name}",
+            hint="Cast the offset value to an appropriate type.",
+        )
+    if target == "interval" and not isinstance(value, dt.timedelta):
+        raise unsupported("RANGE offsets with months or years")
+    if value < (dt.timedelta(0) if target == "interval" else 0):
+        raise LoupeError(
+            INVALID_PRECEDING_OR_FOLLOWING_SIZE,
+            "invalid preceding or following size in window function",
+        )
+    return Literal(value, target)
 
 
 def _offset_rows(offset: Literal) -> int:

@@ -59,6 +59,10 @@ QUERIES = {
         "sum(y) OVER (PARTITION BY x ORDER BY y ROWS BETWEEN 1 PRECEDING AND CURRENT ROW) AS s, "
         "lag(y) OVER (ORDER BY x, y) AS p FROM u) w WHERE x > 1 AND r = 1"
     ),
+    "window_range_offset": (
+        "SELECT k, count(*) OVER (PARTITION BY k ORDER BY d "
+        "RANGE BETWEEN INTERVAL '7 days' PRECEDING AND CURRENT ROW) FROM v"
+    ),
 }
 STATEMENTS = ("EXPLAIN OPTIMIZED PLAN FOR", "EXPLAIN PHYSICAL PLAN WITH (node_ids) FOR")
 

@@ -194,12 +194,14 @@ class ReduceNode(_message.Message):
     def __init__(self, input: _Optional[_Union[LirNode, _Mapping]] = ..., group_key: _Optional[_Iterable[_Union[ScalarExpr, _Mapping]]] = ..., aggregates: _Optional[_Iterable[_Union[AggregateExpr, _Mapping]]] = ..., kind: _Optional[str] = ...) -> None: ...
 
 class WindowFrameBound(_message.Message):
-    __slots__ = ("kind", "offset")
+    __slots__ = ("kind", "offset", "distance")
     KIND_FIELD_NUMBER: _ClassVar[int]
     OFFSET_FIELD_NUMBER: _ClassVar[int]
+    DISTANCE_FIELD_NUMBER: _ClassVar[int]
     kind: str
     offset: int
-    def __init__(self, kind: _Optional[str] = ..., offset: _Optional[int] = ...) -> None: ...
+    distance: ScalarExpr
+    def __init__(self, kind: _Optional[str] = ..., offset: _Optional[int] = ..., distance: _Optional[_Union[ScalarExpr, _Mapping]] = ...) -> None: ...
 
 class WindowFunctionExpr(_message.Message):
     __slots__ = ("func", "args", "mode", "start", "end")
