@@ -315,6 +315,12 @@ VIEWS = (
         "AS later FROM t2",
     ),
     View(
+        "window_groups_frames",
+        "SELECT a, b, sum(f) OVER (PARTITION BY a ORDER BY b GROUPS BETWEEN 1 PRECEDING "
+        "AND 1 FOLLOWING) AS near, count(*) OVER (ORDER BY a DESC GROUPS BETWEEN 2 FOLLOWING "
+        "AND UNBOUNDED FOLLOWING) AS beyond FROM t1",
+    ),
+    View(
         "window_over_groups",
         "SELECT a, sum(b) AS sb, rank() OVER (ORDER BY sum(b) DESC NULLS LAST) AS r, "
         "sum(count(*)) OVER (ORDER BY a) AS running FROM t1 GROUP BY a",

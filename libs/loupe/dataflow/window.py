@@ -248,6 +248,8 @@ class Window(Operator):
             frame_start, frame_end = self._range_offsets(
                 frame, function.frame, frame_start, frame_end
             )
+        if function.frame.mode == "groups":
+            frame_start, frame_end = _group_offsets(frame, function.frame, frame_start, frame_end)
         if func in mir.VALUE_FUNCTIONS:
             return _value_at(frame, function, frame_start, frame_end)
         return _aggregate(frame, function, frame_start, frame_end, bool(self.order))
@@ -364,7 +366,7 @@ def _frame(frame: mir.WindowFrame, ordered: bool) -> tuple[pl.Expr, pl.Expr]:
     first, after = pl.col(_PARTITION_START), pl.col(_PARTITION_END)
     if frame.mode == "rows":
         current_start, current_end = row, row + 1
-    else:  # range: the current row's peers (every row of the partition without ORDER BY)
+    else:  # range, groups: the current row's peers (the partition without ORDER BY)
         current_start, current_end = pl.col(_PEERS_START), pl.col(_PEERS_END)
         if not ordered:
             current_start, current_end = first, after
@@ -381,6 +383,45 @@ def _frame(frame: mir.WindowFrame, ordered: bool) -> tuple[pl.Expr, pl.Expr]:
         "unbounded_following": after,
     }
     return starts[frame.start.kind], ends[frame.end.kind]
+
+
+def _group_offsets(
+    frame: pl.DataFrame, window_frame: mir.WindowFrame, start: pl.Expr, end: pl.Expr
+) -> tuple[pl.Expr, pl.Expr]:
+    """A GROUPS frame's offset bounds: ``n`` peer groups before or after the current row's,
+    within its partition (a start past the last group or an end before the first: empty)."""
+    # Peer group g (numbered from 1 over the sorted rows) starts at firsts[g - 1] and
+    # ends before ends[g - 1].
+    firsts = frame.filter(pl.col("_gf"))[_ROW]
+    ends = frame.filter(pl.col("_gl"))[_ROW] + 1
+    group = pl.col(_PEER_GROUP)
+    groups = frame.select(
+        group.alias("_g"),
+        group.gather(pl.col(_PARTITION_START)).alias("_first"),
+        group.gather(pl.col(_PARTITION_END) - 1).alias("_last"),
+        pl.col(_PARTITION_START).alias("_ps"),
+        pl.col(_PARTITION_END).alias("_pe"),
+    )
+    bounds = []
+    for bound, is_start, current in (
+        (window_frame.start, True, start),
+        (window_frame.end, False, end),
+    ):
+        if bound.kind not in ("offset_preceding", "offset_following"):
+            bounds.append(current)
+            continue
+        step = -bound.offset if bound.kind == "offset_preceding" else bound.offset
+        target = groups["_g"] + step
+        if is_start:
+            inside = target.clip(groups["_first"], groups["_last"])
+            position = firsts.gather(inside - 1)
+            found = position.zip_with(target <= groups["_last"], groups["_pe"])
+        else:
+            inside = target.clip(groups["_first"], groups["_last"])
+            position = ends.gather(inside - 1)
+            found = position.zip_with(target >= groups["_first"], groups["_ps"])
+        bounds.append(pl.lit(found))
+    return bounds[0], bounds[1]
 
 
 def _value_at(

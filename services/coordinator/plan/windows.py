@@ -14,7 +14,7 @@ ORDER BY are 42P20, as are nested calls and invalid frames; unknown window
 functions 42883; functions that are neither window functions nor
 aggregates 42809. RANGE frames with offsets take PostgreSQL's offset types
 (numbers of the key's kind; intervals without months for dates and times).
-GROUPS frames with offsets and EXCLUDE are 0A000.
+EXCLUDE is 0A000.
 """
 
 from __future__ import annotations
@@ -271,9 +271,8 @@ def _frame(spec: _Spec, scalars: Scalars) -> mir.WindowFrame:
     if mode == "groups":
         if not spec.order:
             raise LoupeError(WINDOWING_ERROR, "GROUPS mode requires an ORDER BY clause")
-        if offsets:
-            raise unsupported("GROUPS with offset PRECEDING/FOLLOWING")
-        mode = "range"  # without offsets, a group of peers is what RANGE counts
+        if not offsets:
+            mode = "range"  # without offsets, a group of peers is what RANGE counts
     return mir.WindowFrame(
         mode, _rows_bound(start, start_offset, "starting"), _rows_bound(end, end_offset, "ending")
     )
