@@ -13,11 +13,13 @@ All functions are vectorized over the touched partitions at once, with
 per-row indexes into the sorted frame: the partition's first row and the
 row after its last, the same for the row's peers (rows equal in ORDER BY;
 the whole partition without one), and the frame's ``[start, end)``.
-Aggregates over a frame that starts at the partition's first row are
-running (cumulative) aggregates, those ending at its last row cumulate in
-reverse, those over the whole partition are grouped, and only bounded
-frames (``ROWS BETWEEN 2 PRECEDING AND 1 FOLLOWING``) read each row's
-frame one row at a time.
+ROWS offsets move these by rows, GROUPS offsets by peer groups, and RANGE
+offsets by the ORDER BY key's value (an as-of join finds the peer group
+within the distance). Aggregates over a frame that starts at the
+partition's first row are running (cumulative) aggregates, those ending at
+its last row cumulate in reverse, those over the whole partition are
+grouped, and only bounded frames (``ROWS BETWEEN 2 PRECEDING AND 1
+FOLLOWING``) read each row's frame one row at a time.
 
 Arguments PostgreSQL rejects at run time (``ntile``'s, read from a
 partition's first row, and ``nth_value``'s, read per row, below 1) are
@@ -412,14 +414,11 @@ def _group_offsets(
             continue
         step = -bound.offset if bound.kind == "offset_preceding" else bound.offset
         target = groups["_g"] + step
+        inside = target.clip(groups["_first"], groups["_last"]) - 1
         if is_start:
-            inside = target.clip(groups["_first"], groups["_last"])
-            position = firsts.gather(inside - 1)
-            found = position.zip_with(target <= groups["_last"], groups["_pe"])
+            found = firsts.gather(inside).zip_with(target <= groups["_last"], groups["_pe"])
         else:
-            inside = target.clip(groups["_first"], groups["_last"])
-            position = ends.gather(inside - 1)
-            found = position.zip_with(target >= groups["_first"], groups["_ps"])
+            found = ends.gather(inside).zip_with(target >= groups["_first"], groups["_ps"])
         bounds.append(pl.lit(found))
     return bounds[0], bounds[1]
 

@@ -279,8 +279,9 @@ class FrameBound:
 @dataclass(frozen=True)
 class WindowFrame:
     """The rows an aggregate or first/last/nth_value reads: ``rows`` counts rows,
-    ``range`` counts peers (rows equal in the window's ORDER BY, every row of the
-    partition without one). The default is PostgreSQL's: RANGE BETWEEN UNBOUNDED
+    ``groups`` counts peer groups (rows equal in the window's ORDER BY, every row of
+    the partition without one), ``range`` measures the ORDER BY key (its CURRENT ROW
+    is the row's peers). The default is PostgreSQL's: RANGE BETWEEN UNBOUNDED
     PRECEDING AND CURRENT ROW."""
 
     mode: str = "range"
