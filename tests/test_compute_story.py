@@ -99,6 +99,35 @@ def test_subscribe_prints_a_later_insert(system):
         process.wait(10)
 
 
+async def test_string_agg_and_regexp_split_are_maintained_across_processes(system):
+    """Aggregate ORDER BY keys and table functions travel the plan protocol to the replicas."""
+    system.sql("CREATE TABLE words (g int, s text, at timestamp)")
+    system.sql(
+        "INSERT INTO words VALUES (1, 'b,a', '2024-03-05 04:07:09'), "
+        "(1, 'c', '2024-03-06 00:00:00'), (2, 'x', '2024-01-01 12:00:00')"
+    )
+    system.sql(
+        "CREATE MATERIALIZED VIEW joined AS SELECT g, string_agg(s, ';' ORDER BY at DESC) AS s, "
+        "string_agg(to_char(at, 'FMDD Mon'), ',' ORDER BY at) AS days FROM words GROUP BY g"
+    )
+    system.sql("CREATE VIEW pieces AS SELECT g, regexp_split_to_table(s, ',') AS piece FROM words")
+    system.sql("CREATE DEFAULT INDEX ON pieces")
+    assert system.sql("SELECT g, s, days FROM joined ORDER BY g") == [
+        (1, "c;b,a", "5 Mar,6 Mar"),
+        (2, "x", "1 Jan"),
+    ]
+    assert system.sql("SELECT g, piece FROM pieces ORDER BY g, piece") == [
+        (1, "a"),
+        (1, "b"),
+        (1, "c"),
+        (2, "x"),
+    ]
+    system.sql("DELETE FROM words WHERE s = 'c'")
+    assert system.sql("SELECT g, s FROM joined ORDER BY g") == [(1, "b,a"), (2, "x")]
+    assert system.sql("SELECT piece FROM pieces WHERE g = 1 ORDER BY piece") == [("a",), ("b",)]
+    system.sql("DROP TABLE words CASCADE")
+
+
 async def test_drop_with_dependents_needs_cascade(system):
     error = sql_error(system, "DROP TABLE t")
     assert error.code == "2BP01"

@@ -42,6 +42,7 @@ QUERIES = [
     "SELECT a, row_number() OVER (PARTITION BY b ORDER BY a DESC), lag(a, 2, 0) OVER () FROM t",
     "SELECT sum(a) OVER (ORDER BY a ROWS BETWEEN 2 PRECEDING AND 1 FOLLOWING) FROM t",
     "SELECT count(*) OVER (ORDER BY y RANGE BETWEEN 3 PRECEDING AND CURRENT ROW) FROM u",
+    "SELECT a, string_agg(b, ',' ORDER BY a DESC, b) FROM t GROUP BY a",
 ]
 
 

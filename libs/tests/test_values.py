@@ -42,6 +42,8 @@ def test_unsupported_type_is_named():
         (dt.timedelta(days=1), "1 day"),
         (dt.timedelta(days=2, hours=3, microseconds=500_000), "2 days 03:00:00.5"),
         (-dt.timedelta(minutes=5), "-00:05:00"),
+        (-dt.timedelta(days=1), "-1 days"),  # PostgreSQL's singular is for +1 only
+        (-dt.timedelta(days=1, hours=1), "-1 days -01:00:00"),
     ],
 )
 def test_intervals_read_like_postgres(interval, text):

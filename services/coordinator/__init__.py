@@ -4,7 +4,8 @@
 ``loupe.coordinator.sql`` parses and resolves SQL.
 """
 
-from loupe.coordinator.coordinator import Coordinator, CoordinatorConfig, catalog_op
+from loupe.coordinator.coordinator import Coordinator, CoordinatorConfig
+from loupe.coordinator.sequencer.cluster import catalog_op
 from loupe.coordinator.service import CoordinatorService, CoordinatorSettings
 from loupe.coordinator.session import Session, SessionManager
 

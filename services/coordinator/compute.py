@@ -77,11 +77,13 @@ from loupe.coordinator.results import (
     StatementResult,
     Streaming,
 )
+from loupe.coordinator.sequencer import ddl
+from loupe.coordinator.sequencer.cluster import catalog_op
+from loupe.coordinator.sequencer.peek import peek_target_replica, send_peek
 from loupe.coordinator.session import Session
 from loupe.coordinator.sql.resolve import resolve_relations, search_path_schemas
 from loupe.coordinator.sql.statements import (
     CreateIndex,
-    CreateSource,
     CreateView,
     DropCluster,
     DropObjects,
@@ -103,7 +105,7 @@ from loupe.proto.compute.v1 import compute_pb2
 from loupe.proto.controller.v1 import controller_pb2
 
 if TYPE_CHECKING:
-    from loupe.coordinator.coordinator import Coordinator
+    from loupe.coordinator.sequencer.context import SequencerContext
 
 log = get_logger(__name__)
 
@@ -124,8 +126,8 @@ def finishing_proto(finishing: mir.Finishing) -> compute_pb2.RowSetFinishing:
 class Compute:
     """Compute objects and reads for one coordinator (``coordinator`` does the catalog work)."""
 
-    def __init__(self, coordinator: Coordinator) -> None:
-        self.c = coordinator
+    def __init__(self, context: SequencerContext) -> None:
+        self.c = context
         # Transient dataflow ids: unique across restarts (the controller keys dataflows by id).
         self._transient = itertools.count(time.time_ns() // 1000)
 
@@ -153,7 +155,7 @@ class Compute:
     async def resolved(
         self, session: Session, expression: exp.Expression
     ) -> tuple[exp.Expression, dict[str, Any]]:
-        return await self.c._resolving(lambda state: self.resolve(session, expression, state))
+        return await self.c.resolving(lambda state: self.resolve(session, expression, state))
 
     @staticmethod
     def plan(
@@ -361,7 +363,7 @@ class Compute:
         return await self.c.oracle.read_timestamp()
 
     async def session_cluster(self, session: Session) -> ClusterInfo:
-        cluster = await self.c._cluster(session.cluster)
+        cluster = await self.c.cluster(session.cluster)
         if cluster is None:
             raise LoupeError(SqlState.UNDEFINED_OBJECT, f"unknown cluster '{session.cluster}'")
         return cluster
@@ -377,7 +379,7 @@ class Compute:
         mfp: Any = None,
     ) -> list[tuple[Any, ...]]:
         """Peek index ``target_id`` at ``timestamp`` on the session's cluster (or replica)."""
-        _, replica_id = await self.c._peek_target_replica(session, cluster)
+        _, replica_id = await peek_target_replica(self.c, session, cluster)
         peek = compute_pb2.Peek(
             uuid=str(uuid.uuid4()),
             timestamp=timestamp,
@@ -393,7 +395,7 @@ class Compute:
             peek=peek,
             timeout_ms=int(self.config.peek_timeout * 1000),
         )
-        _, rows = await self.c._send_peek(request)
+        _, rows = await send_peek(self.c, request)
         return rows
 
     def transient_id(self) -> str:
@@ -495,15 +497,13 @@ class Compute:
                 return await self.create_view(session, statement)
             case CreateIndex():
                 return await self.create_index(session, statement)
-            case CreateSource():
-                return await self.c._create_source(session, statement)
         raise TypeError(f"not a CREATE: {statement!r}")
 
     async def create_view(
         self, session: Session, statement: CreateView
     ) -> StatementResult | Streaming:
-        self.c._require_superuser(session, statement)
-        database, schema = self.c._target_schema(session, statement.name)
+        ddl.require_superuser(session, statement)
+        database, schema = ddl.target_schema(self.c, session, statement.name)
         existing = self.state.item_named(schema.id, statement.name.name)
         if existing is not None and statement.if_not_exists:
             return _skipped(statement, statement.name.name)
@@ -519,7 +519,7 @@ class Compute:
             schema_id=schema.id,
             name=statement.name.name,
             type=kind,
-            owner_id=self.c._owner_id(session),
+            owner_id=ddl.owner_id(self.c, session),
             create_sql=view_sql(kind, name, qualified),
             cluster_id=cluster_id,
         )
@@ -538,7 +538,7 @@ class Compute:
     async def create_index(
         self, session: Session, statement: CreateIndex
     ) -> StatementResult | Streaming:
-        self.c._require_superuser(session, statement)
+        ddl.require_superuser(session, statement)
         target = await self._relation(session, statement.on)
         columns = relation_columns(target)
         names = [name for name, _ in statement.columns]
@@ -566,7 +566,7 @@ class Compute:
             schema_id=schema.id,
             name=index_name,
             type="index",
-            owner_id=self.c._owner_id(session),
+            owner_id=ddl.owner_id(self.c, session),
             create_sql=index_sql(
                 index_name,
                 full_name(target),
@@ -590,7 +590,7 @@ class Compute:
         """Commit ``item``; (result, its planned object), or None if it existed (IF NOT EXISTS)."""
         op = catalog_pb2.CatalogOp(create_item=catalog_pb2.CreateItem(item=item))
         try:
-            response, result = await self.c._transact(session, statement, [op])
+            response, result = await ddl.transact(self.c, session, statement, [op])
         except LoupeError as error:
             if error.code == SqlState.DUPLICATE_OBJECT and getattr(
                 statement, "if_not_exists", False
@@ -657,7 +657,7 @@ class Compute:
         )
 
     async def _named_cluster(self, name: str) -> ClusterInfo:
-        cluster = await self.c._cluster(name)
+        cluster = await self.c.cluster(name)
         if cluster is None:
             raise LoupeError(SqlState.UNDEFINED_OBJECT, f"unknown cluster '{name}'")
         return cluster
@@ -684,7 +684,7 @@ class Compute:
     # -- DROP ---------------------------------------------------------------------------
 
     async def drop(self, session: Session, statement: DropObjects) -> StatementResult:
-        self.c._require_superuser(session, statement)
+        ddl.require_superuser(session, statement)
         notices: list[Notice] = []
         targets: list[Any] = []
         word = statement.kind.replace("-", " ")
@@ -745,7 +745,7 @@ class Compute:
             catalog_pb2.CatalogOp(drop_item=catalog_pb2.DropItem(id=item_id))
             for item_id in dict.fromkeys(t.id for t in doomed)
         ]
-        _, result = await self.c._transact(session, statement, ops)
+        _, result = await ddl.transact(self.c, session, statement, ops)
         await self._free(doomed)
         return result
 
@@ -760,10 +760,8 @@ class Compute:
 
     async def drop_cluster(self, session: Session, statement: DropCluster) -> StatementResult:
         """``DROP CLUSTER``: its indexes and materialized views (and their dependents) need CASCADE."""
-        from loupe.coordinator.coordinator import catalog_op
-
-        self.c._require_superuser(session, statement)
-        cluster = await self.c._cluster(statement.name)
+        ddl.require_superuser(session, statement)
+        cluster = await self.c.cluster(statement.name)
         state = self.state
         maintained = [
             o for o in state.objects.values() if cluster is not None and o.cluster_id == cluster.id
@@ -780,14 +778,14 @@ class Compute:
             )
         ordered = sorted(doomed, key=lambda o: id_order(o.id), reverse=True)
         ops = [catalog_pb2.CatalogOp(drop_item=catalog_pb2.DropItem(id=o.id)) for o in ordered]
-        ops.append(catalog_op(statement, owner_id=self.c._owner_id(session)))
-        _, result = await self.c._transact(session, statement, ops)
+        ops.append(catalog_op(statement, owner_id=ddl.owner_id(self.c, session)))
+        _, result = await ddl.transact(self.c, session, statement, ops)
         await self._free(doomed)
         return result
 
     async def _source_named(self, session: Session, name: ObjectName) -> SourceItem | None:
         """The source item ``name`` refers to, if there is one."""
-        for state in (self.state, await self.c._refreshed_state()):
+        for state in (self.state, await self.c.refreshed_state()):
             parts = name.parts
             database = parts[0] if len(parts) == 3 else session.database
             schemas = [parts[-2]] if len(parts) > 1 else search_path_schemas(session.search_path)
@@ -813,7 +811,7 @@ class Compute:
     async def _object_named(self, session: Session, name: ObjectName) -> ComputeObject | None:
         found = self._find_object(session, name, self.state)
         if found is None:
-            found = self._find_object(session, name, await self.c._refreshed_state())
+            found = self._find_object(session, name, await self.c.refreshed_state())
         return found
 
     @staticmethod
@@ -858,7 +856,7 @@ class Compute:
             batches.put_nowait(batch)
 
         subscription = await nats_subscribe(
-            self.c._nc,
+            self.c.connection,
             SUBSCRIBE_SUBJECT.format(sink_id=dataflow.id),
             compute_pb2.SubscribeBatch,
             received,

@@ -120,8 +120,10 @@ def full_name(relation: Any) -> str:
 
 def view_sql(kind: str, name: str, query: exp.Expression) -> str:
     """The stored ``create_sql`` of a view or materialized view (``name`` already quoted)."""
+    from loupe.coordinator.sql.parser import LoupeDialect
+
     words = "MATERIALIZED VIEW" if kind == "materialized-view" else "VIEW"
-    return f"CREATE {words} {name} AS {query.sql(dialect='postgres')}"
+    return f"CREATE {words} {name} AS {query.sql(dialect=LoupeDialect)}"
 
 
 def index_sql(name: str, on: str, columns: Sequence[str], *, unique: bool = False) -> str:

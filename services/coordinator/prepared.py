@@ -134,7 +134,7 @@ async def bound_execution(
 ) -> Bound:
     """The prepared statement ``EXECUTE`` names with its arguments bound, logged as itself.
 
-    ``evaluate`` runs a query (the coordinator's ``_query``): the arguments
+    ``evaluate`` runs a query (``sequencer.select.run_query``): the arguments
     that are not literals are evaluated by one ``SELECT``.
     """
     target = lookup(session, statement)

@@ -33,6 +33,7 @@ from sqlglot import exp
 
 from loupe.common.errors import LoupeError
 from loupe.coordinator.plan import lower_to_lir, plan_query
+from loupe.coordinator.sql.parser import parse_one
 from loupe.dataflow import ComputeInstance
 from loupe.plan import lir
 from loupe.plan.dataflow import BuildDesc, DataflowDescription, IndexExport, SourceImport
@@ -64,7 +65,8 @@ class View:
     (``/`` on integers). ``error_when`` is a DuckDB query returning whether
     the data holds a row the view must fail on; the engine must then answer
     with SQLSTATE ``error_code`` (and with the rows otherwise). ``xfail``
-    names a planner gap.
+    names a planner gap. ``postgres_sql`` is PostgreSQL's spelling of a view
+    written in Materialize's syntax (``WITH MUTUALLY RECURSIVE``).
     """
 
     name: str
@@ -74,6 +76,7 @@ class View:
     error_when: str = ""
     error_code: str = ""
     xfail: str = ""
+    postgres_sql: str = ""
 
 
 @dataclass(frozen=True)
@@ -185,7 +188,7 @@ class EngineSide:
             self.index_ids[view.name] = self._create(view)
 
     def _create(self, view: View) -> str:
-        relation = plan_query(sqlglot.parse_one(view.sql, read="postgres"), Workload.resolve)
+        relation = plan_query(parse_one(view.sql).expression, Workload.resolve)
         plan = lower_to_lir(relation)
         read = {node.name for node in lir.walk(plan) if isinstance(node, lir.Get)}
         imports = tuple(
@@ -320,10 +323,11 @@ class PostgresSide:
                     cursor.executemany(f"INSERT INTO {table.name} VALUES ({marks})", rows)
 
     def answer(self, view: View) -> Answer:
+        sql = view.postgres_sql or view.sql
         try:
-            rows = self.connection.execute(view.sql).fetchall()
+            rows = self.connection.execute(sql).fetchall()
             unlimited = (
-                self.connection.execute(_without_limit(view.sql)).fetchall()
+                self.connection.execute(_without_limit(sql)).fetchall()
                 if view.order_columns
                 else []
             )

@@ -53,6 +53,8 @@ THREE_WORKER_VIEWS = (
     "not_in_with_nulls",
     "window_ranking",
     "window_rows_frames",
+    "string_agg",
+    "regexp_split_per_row",
 )
 
 

@@ -10,7 +10,26 @@ from .harness import View
 
 PLANNER_GAP = "the planner refuses this construct (0A000) today"
 
+_EDGES = "SELECT a, b FROM t1 WHERE a IS NOT NULL AND b IS NOT NULL"
+_STEP = "SELECT reach.src, t1.b FROM reach JOIN t1 ON reach.dst = t1.a WHERE t1.b IS NOT NULL"
+
 VIEWS = (
+    # WITH MUTUALLY RECURSIVE (Materialize's) against PostgreSQL's WITH RECURSIVE: for a
+    # UNION (distinct) recursion both are the least fixpoint, so the answers agree.
+    View(
+        "recursive_reachability",
+        f"WITH MUTUALLY RECURSIVE reach (src int4, dst int4) AS ({_EDGES} UNION {_STEP}) "
+        "SELECT src, dst FROM reach",
+        postgres_sql=f"WITH RECURSIVE reach (src, dst) AS ({_EDGES} UNION {_STEP}) "
+        "SELECT src, dst FROM reach",
+    ),
+    View(
+        "recursive_countdown_aggregate",
+        "WITH MUTUALLY RECURSIVE down (n int4) AS (SELECT a FROM t1 WHERE a IS NOT NULL "
+        "UNION SELECT n - 1 FROM down WHERE n > -2) SELECT count(*) AS c, sum(n) AS s FROM down",
+        postgres_sql="WITH RECURSIVE down (n) AS (SELECT a FROM t1 WHERE a IS NOT NULL "
+        "UNION SELECT n - 1 FROM down WHERE n > -2) SELECT count(*) AS c, sum(n) AS s FROM down",
+    ),
     # A table function in the SELECT list: a row per value, retracted with its input row.
     View(
         "generate_series_per_row",
@@ -21,6 +40,32 @@ VIEWS = (
         "spread",
         "SELECT a, stddev(b) AS sd, variance(b) AS v, var_pop(f) AS vp, stddev_pop(f) AS sp "
         "FROM t1 GROUP BY a",
+    ),
+    # regexp_split_to_table in the SELECT list: a row per piece, retracted with its input row.
+    View(
+        "regexp_split_per_row",
+        "SELECT a, s, regexp_split_to_table(s, '[,_ ]') AS piece FROM t1 WHERE b > 0",
+    ),
+    View(
+        "regexp_split_then_aggregate",
+        "SELECT piece, count(*) AS n FROM (SELECT regexp_split_to_table(s, 'p+|,', 'i') AS piece "
+        "FROM t1) AS pieces GROUP BY piece",
+    ),
+    # string_agg: the group's text recomputed when any of its rows changes.
+    View(
+        "string_agg",
+        "SELECT a, string_agg(s, ',' ORDER BY s) AS names, "
+        "string_agg(s, '|' ORDER BY b DESC, s) AS by_b, count(*) AS n FROM t1 GROUP BY a",
+    ),
+    View(
+        "string_agg_distinct_global",
+        "SELECT string_agg(DISTINCT s, ';' ORDER BY s) AS names FROM t1 WHERE b IS NOT NULL",
+    ),
+    # Months are no fixed duration: added field by field, the day clamped to the month.
+    View(
+        "calendar_months",
+        "SELECT d, d + INTERVAL '1 month' AS next_month, d - INTERVAL '1 year 2 days' AS earlier "
+        "FROM t2",
     ),
     # Map, filter, project; NULLs; three-valued logic; CASE.
     View("filter_project", "SELECT a, b, a + b AS s, b * 2 AS d FROM t1 WHERE a > 0"),

@@ -60,6 +60,8 @@ class SqlState:
     DATA_EXCEPTION = "22000"
     DIVISION_BY_ZERO = "22012"
     CONNECTION_FAILURE = "08006"
+    PROGRAM_LIMIT_EXCEEDED = "54000"
+    DATATYPE_MISMATCH = "42804"
 
 
 # Codes services use among themselves (gRPC status names) and what a SQL client sees instead.

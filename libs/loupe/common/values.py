@@ -78,7 +78,7 @@ def format_interval(value: dt.timedelta) -> str:
     if fraction:
         clock += f".{fraction:06d}".rstrip("0")
     if days:
-        unit = "day" if days == 1 else "days"
+        unit = "day" if days == 1 and not sign else "days"  # PostgreSQL prints "-1 days"
         return f"{sign}{days} {unit}" + ("" if rest == 0 else f" {clock}")
     return clock
 

@@ -25,16 +25,19 @@ import dataclasses
 import datetime
 import decimal
 import functools
+import hashlib
 import itertools
 import math
 import re
+import zoneinfo
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import polars as pl
 
 from loupe.common.errors import LoupeError, SqlState
+from loupe.dataflow import datetime_format
 from loupe.dataflow.batches import empty_errors
 from loupe.dataflow.types import DIFF, TIME, numeric_text, polars_dtype
 from loupe.plan.functions import (
@@ -59,6 +62,8 @@ NEGATIVE_SUBSTRING = "22011"
 INVALID_POWER = "2201F"
 INVALID_LOG = "2201E"
 INVALID_ESCAPE = "22025"
+PROGRAM_LIMIT_EXCEEDED = "54000"
+UNDEFINED_FUNCTION = "42883"
 
 _INT_RANGE = {
     "int2": (-(2**15), 2**15 - 1, "smallint"),
@@ -345,6 +350,8 @@ class _Args:
     values: list[pl.Expr]
     types: list[str]
     error: pl.Expr | None
+    # Each argument's own error (None: it cannot fail).
+    errors: list[pl.Expr | None] = field(default_factory=list)
 
 
 class _Compiler:
@@ -422,6 +429,7 @@ class _Compiler:
             [c.value for c in compiled],
             [c.type for c in compiled],
             _first_error([c.error for c in compiled]),
+            [c.error for c in compiled],
         )
 
     def _case(self, case: Case) -> CompiledScalar:
@@ -726,7 +734,8 @@ def to_text(value: pl.Expr, source: str) -> pl.Expr:
     if source in ("text", "jsonb", "unknown"):
         return value.cast(pl.Utf8)
     if source == "bool":
-        return pl.when(value).then(pl.lit("true")).otherwise(pl.lit("false")).cast(pl.Utf8)
+        # Two whens, so that NULL stays NULL (``otherwise`` would make it 'false').
+        return pl.when(value).then(pl.lit("true")).when(~value).then(pl.lit("false"))
     if source == "numeric":
         return numeric_text(value)
     if source in _FLOATS:
@@ -790,7 +799,8 @@ def _interval_text(value: pl.Expr) -> pl.Expr:
         [
             sign,
             days.cast(pl.Utf8),
-            pl.when(days == 1).then(pl.lit(" day")).otherwise(pl.lit(" days")),
+            # PostgreSQL's singular is for +1 only: "-1 days".
+            pl.when((days == 1) & (micros > 0)).then(pl.lit(" day")).otherwise(pl.lit(" days")),
         ]
     )
     return (
@@ -874,7 +884,23 @@ def _between(compiler: _Compiler, call: Call) -> CompiledScalar:
     types = operand_types(call.func, call.args, compiler.input_types)
     args = compiler.args(call, _comparable_type(types))
     subject, low, high = args.values
-    return CompiledScalar((subject >= low) & (subject <= high), args.error, "bool")
+    above, below = subject >= low, subject <= high
+    error = args.error
+    if error is not None:
+        # a >= low AND a <= high: a false side decides, whatever the other's error
+        # (the low side's check fails only on its own operands' errors).
+        low_error = _first_error([args.errors[0], args.errors[1]])
+        high_error = _first_error([args.errors[0], args.errors[2]])
+        decided = ((above == False) & _clean(low_error)) | (  # noqa: E712
+            (below == False) & _clean(high_error)  # noqa: E712
+        )
+        error = pl.when(decided.fill_null(False)).then(pl.lit(None, pl.Utf8)).otherwise(error)
+    return CompiledScalar(above & below, error, "bool")
+
+
+def _clean(error: pl.Expr | None) -> pl.Expr:
+    """Where an operand's error expression is NULL: no error."""
+    return error.is_null() if error is not None else pl.lit(True)
 
 
 # Arithmetic.
@@ -978,7 +1004,9 @@ def _time_arithmetic(
             types = [types[1], types[0]]
         if types[0] == "date" and types[1] in INTEGER_TYPES:
             days = left.cast(pl.Int64) + (right if func == "add" else -right).cast(pl.Int64)
-            return days.cast(pl.Int32).cast(pl.Date), None
+            outside = (days < _FIRST_DAY) | (days > _LAST_DAY)
+            error = _error_when(outside, DATETIME_OUT_OF_RANGE, "date out of range")
+            return pl.when(outside).then(None).otherwise(days).cast(pl.Int32).cast(pl.Date), error
         if types == ["date", "date"]:
             return left.cast(pl.Int32) - right.cast(pl.Int32), None
         if types[0] == "date":
@@ -992,6 +1020,13 @@ def _time_arithmetic(
         return (left + right if func == "add" else left - right), None
 
     return body
+
+
+# Loupe's dates, in days since 1970-01-01: 0001-01-01 to 9999-12-31, the range of the
+# clients' date types (PostgreSQL's goes from 4713 BC to 5874897; beyond Loupe's, date
+# arithmetic is 22008 "date out of range", as beyond PostgreSQL's).
+_FIRST_DAY = -719_162
+_LAST_DAY = 2_932_896
 
 
 def _truncated_division(left: pl.Expr, right: pl.Expr) -> pl.Expr:
@@ -1129,9 +1164,12 @@ def _plain(function: Callable[..., pl.Expr]) -> Body:
 
 
 def _texts(compiler: _Compiler, call: Call) -> Call:
-    """``call`` with non-text arguments in text positions cast to text (``'n=' || 42``)."""
+    """``call`` with non-text arguments in text positions cast to text (``'n=' || 42``).
+
+    An untyped NULL becomes a text NULL, so string methods apply to it.
+    """
     args = tuple(
-        arg if compiler.type_of(arg) in ("text", "jsonb", "unknown") else Cast(arg, "text")
+        arg if compiler.type_of(arg) in ("text", "jsonb") else Cast(arg, "text")
         for arg in call.args
     )
     return Call(call.func, args)
@@ -1166,6 +1204,7 @@ _STRING_FUNCTIONS: dict[str, Callable[..., pl.Expr]] = {
     "lower": lambda s: s.str.to_lowercase(),
     "length": lambda s: s.str.len_chars(),
     "octet_length": lambda s: s.str.len_bytes(),
+    "bit_length": lambda s: s.str.len_bytes().cast(pl.Int32) * 8,
     "reverse": lambda s: s.str.reverse(),
     "starts_with": lambda s, prefix: s.str.starts_with(prefix),
 }
@@ -1174,6 +1213,92 @@ _STRING_FUNCTIONS: dict[str, Callable[..., pl.Expr]] = {
 @_handles(*_STRING_FUNCTIONS)
 def _string_function(compiler: _Compiler, call: Call) -> CompiledScalar:
     return _strict(compiler, _texts(compiler, call), _plain(_STRING_FUNCTIONS[call.func]))
+
+
+@_handles("ascii")
+def _ascii(compiler: _Compiler, call: Call) -> CompiledScalar:
+    """The first character's code point; 0 for the empty string."""
+
+    def body(values: list[pl.Expr], _types: list[str], _result: str) -> tuple[pl.Expr, None]:
+        first = values[0].str.slice(0, 1)
+        code = first.map_batches(_code_points, return_dtype=pl.Int32)
+        return pl.when(first == "").then(0).otherwise(code), None
+
+    return _strict(compiler, _texts(compiler, call), body)
+
+
+def _map_distinct(
+    values: pl.Series, function: Callable[[Any], Any], dtype: pl.DataType
+) -> pl.Series:
+    """``function`` of each value, computed once per distinct non-NULL value (NULL stays NULL).
+
+    A join brings the results back: faster than ``replace_strict`` with a
+    dict when most values are distinct.
+    """
+    distinct = values.unique().drop_nulls()
+    results = pl.Series([function(v) for v in distinct.to_list()], dtype=dtype)
+    table = pl.DataFrame({"key": distinct, "result": results})
+    joined = values.to_frame("key").join(table, on="key", how="left", maintain_order="left")
+    return joined["result"]
+
+
+def _code_points(characters: pl.Series) -> pl.Series:
+    return _map_distinct(characters, lambda c: ord(c) if c else 0, pl.Int32())
+
+
+_MAX_CODE_POINT = 0x10FFFF
+_SURROGATES = (0xD800, 0xDFFF)
+
+
+@_handles("chr")
+def _chr(compiler: _Compiler, call: Call) -> CompiledScalar:
+    """The character of a code point; PostgreSQL refuses 0, surrogates and beyond U+10FFFF."""
+
+    def body(
+        values: list[pl.Expr], _types: list[str], _result: str
+    ) -> tuple[pl.Expr, pl.Expr | None]:
+        code = values[0].cast(pl.Int64)
+        surrogate = (code >= _SURROGATES[0]) & (code <= _SURROGATES[1])
+        valid = (code > 0) & (code <= _MAX_CODE_POINT) & ~surrogate
+        text = pl.when(valid).then(code).map_batches(_characters, return_dtype=pl.Utf8)
+        errors = [
+            _error_when(code == 0, PROGRAM_LIMIT_EXCEEDED, "null character not permitted"),
+            _error_when(code < 0, INVALID_ARGUMENT, "character number must be positive"),
+            _error_when(
+                code > _MAX_CODE_POINT,
+                PROGRAM_LIMIT_EXCEEDED,
+                pl.concat_str(
+                    [pl.lit("requested character too large for encoding: "), code.cast(pl.Utf8)]
+                ),
+            ),
+            _error_when(
+                surrogate,
+                PROGRAM_LIMIT_EXCEEDED,
+                pl.concat_str(
+                    [pl.lit("requested character not valid for encoding: "), code.cast(pl.Utf8)]
+                ),
+            ),
+        ]
+        return text, _first_error(errors)
+
+    return _strict(compiler, call, body)
+
+
+def _characters(codes: pl.Series) -> pl.Series:
+    return _map_distinct(codes, chr, pl.Utf8())
+
+
+@_handles("md5")
+def _md5(compiler: _Compiler, call: Call) -> CompiledScalar:
+    body = _plain(lambda s: s.map_batches(_md5_digests, return_dtype=pl.Utf8))
+    return _strict(compiler, _texts(compiler, call), body)
+
+
+def _md5_digests(texts: pl.Series) -> pl.Series:
+    """Digests per distinct text (hashlib: polars has no MD5)."""
+    return _map_distinct(
+        texts, lambda t: hashlib.md5(t.encode(), usedforsecurity=False).hexdigest(), pl.Utf8()
+    )
 
 
 @_handles("trim", "ltrim", "rtrim")
@@ -1217,9 +1342,13 @@ def _substr(compiler: _Compiler, call: Call) -> CompiledScalar:
 def _replace(compiler: _Compiler, call: Call) -> CompiledScalar:
     """Every occurrence of ``old`` replaced; an empty ``old`` leaves the text alone."""
     constant_pattern = isinstance(call.args[1], Literal)
+    # polars replaces in a constant text only with a constant replacement: make it a column.
+    constant_text = isinstance(call.args[0], Literal) and not isinstance(call.args[2], Literal)
 
     def body(values: list[pl.Expr], _types: list[str], _result: str) -> tuple[pl.Expr, None]:
         text, old, new = values
+        if constant_text:
+            text = pl.repeat(text, pl.len())
         if constant_pattern:
             replaced = text.str.replace_all(old, new, literal=True)
         else:  # polars replaces only by a constant pattern; split and join take columns
@@ -1504,6 +1633,64 @@ def _power(compiler: _Compiler, call: Call) -> CompiledScalar:
     return _strict(compiler, call, body)
 
 
+# PostgreSQL's constant (float.c): degrees() divides by it, radians() multiplies.
+RADIANS_PER_DEGREE = 0.0174532925199432957692
+
+
+@_handles("degrees", "radians")
+def _degrees_radians(compiler: _Compiler, call: Call) -> CompiledScalar:
+    def body(
+        values: list[pl.Expr], _types: list[str], result_type: str
+    ) -> tuple[pl.Expr, pl.Expr | None]:
+        value = values[0].cast(pl.Float64)
+        if call.func == "degrees":
+            result = value / RADIANS_PER_DEGREE
+        else:
+            result = value * RADIANS_PER_DEGREE
+        return result, _float_overflow(result, [value], result_type)
+
+    return _strict(compiler, call, body)
+
+
+# name -> (polars function, the inputs PostgreSQL refuses with 22003 "input is out of range").
+_TRIGONOMETRY: dict[
+    str, tuple[Callable[[pl.Expr], pl.Expr], Callable[[pl.Expr], pl.Expr] | None]
+] = {
+    "sin": (lambda x: x.sin(), lambda x: x.is_infinite()),
+    "cos": (lambda x: x.cos(), lambda x: x.is_infinite()),
+    "tan": (lambda x: x.tan(), lambda x: x.is_infinite()),
+    "cot": (lambda x: 1.0 / x.tan(), lambda x: x.is_infinite()),
+    "asin": (lambda x: x.arcsin(), lambda x: x.abs() > 1),
+    "acos": (lambda x: x.arccos(), lambda x: x.abs() > 1),
+    "atan": (lambda x: x.arctan(), None),
+    "sinh": (lambda x: x.sinh(), None),
+    "cosh": (lambda x: x.cosh(), None),
+    "tanh": (lambda x: x.tanh(), None),
+    "asinh": (lambda x: x.arcsinh(), None),
+    "acosh": (lambda x: x.arccosh(), lambda x: x < 1),
+    "atanh": (lambda x: x.arctanh(), lambda x: x.abs() > 1),
+}
+
+
+@_handles(*_TRIGONOMETRY)
+def _trigonometry(compiler: _Compiler, call: Call) -> CompiledScalar:
+    """float8 functions; NaN in is NaN out, and overflow to infinity is no error (as PostgreSQL)."""
+    function, refused = _TRIGONOMETRY[call.func]
+
+    def body(
+        values: list[pl.Expr], _types: list[str], _result: str
+    ) -> tuple[pl.Expr, pl.Expr | None]:
+        value = values[0].cast(pl.Float64)
+        if refused is None:
+            return function(value), None
+        bad = refused(value).fill_null(False) & ~value.is_nan()
+        return pl.when(~bad).then(function(value)), _error_when(
+            bad, OUT_OF_RANGE, "input is out of range"
+        )
+
+    return _strict(compiler, call, body)
+
+
 # Dates and times.
 
 _TRUNC_EVERY = {
@@ -1545,10 +1732,43 @@ def _date_trunc(compiler: _Compiler, call: Call) -> CompiledScalar:
     result_type = compiler.type_of(call)
     if subject.type == "date":
         subject = cast(subject, "timestamp")
+    if subject.type == "interval":
+        value = _truncate_interval(subject.value, unit)
+        return CompiledScalar(value, subject.error, result_type)
     value = subject.value.dt.truncate(_TRUNC_EVERY[unit])
     if unit in ("decade", "century", "millennium"):
         value = _truncate_years(subject.value, unit)
     return CompiledScalar(value.cast(polars_dtype(result_type)), subject.error, result_type)
+
+
+_TIME_UNIT_MICROS = {
+    "microseconds": 1,
+    "milliseconds": 1_000,
+    "second": 1_000_000,
+    "minute": 60_000_000,
+    "hour": 3_600_000_000,
+    "day": 86_400_000_000,
+}
+
+
+def _truncate_interval(interval: pl.Expr, unit: str) -> pl.Expr:
+    """An interval's fields below ``unit`` zeroed, each toward zero as PostgreSQL truncates them.
+
+    The engine's interval has no month part, so truncating to a month or
+    longer leaves nothing; weeks are refused, as PostgreSQL refuses them.
+    """
+    if unit == "week":
+        raise LoupeError(
+            SqlState.FEATURE_NOT_SUPPORTED, 'unit "week" not supported for type interval'
+        )
+    magnitude = interval.dt.total_microseconds().abs()
+    step = _TIME_UNIT_MICROS.get(unit)
+    if step is None:  # month, quarter, year, decade, century, millennium
+        return interval * 0
+    days, time = magnitude // _DAY_MICROS * _DAY_MICROS, magnitude % _DAY_MICROS
+    kept = days + time // step * step
+    signed = pl.when(interval.dt.total_microseconds() < 0).then(-kept).otherwise(kept)
+    return pl.duration(microseconds=signed)
 
 
 def _truncate_years(value: pl.Expr, unit: str) -> pl.Expr:
@@ -1584,22 +1804,45 @@ _FIELDS: dict[str, Callable[[pl.Expr], pl.Expr]] = {
     "century": lambda v: (v.dt.year() + 99) // 100,
     "millennium": lambda v: (v.dt.year() + 999) // 1000,
 }
+_DAY_MICROS = 86_400_000_000
+
+
+def _interval_field(part: Callable[[pl.Expr], pl.Expr]) -> Callable[[pl.Expr], pl.Expr]:
+    """A field of the time within the day of an interval of ``us`` microseconds.
+
+    PostgreSQL's fields keep the interval's sign (``-(1 day 02:30)`` has day
+    -1 and hour -2), so they are taken from the magnitude and signed.
+    """
+
+    def field(us: pl.Expr) -> pl.Expr:
+        magnitude = us.abs() % _DAY_MICROS
+        return pl.when(us < 0).then(-part(magnitude)).otherwise(part(magnitude))
+
+    return field
+
+
+# The engine's interval has no month part (a duration): year and month are 0, quarter 1.
 _INTERVAL_FIELDS: dict[str, Callable[[pl.Expr], pl.Expr]] = {
     "epoch": lambda us: us / 1e6,
-    "day": lambda us: us // 86_400_000_000,
-    "hour": lambda us: us % 86_400_000_000 // 3_600_000_000,
-    "minute": lambda us: us % 3_600_000_000 // 60_000_000,
-    "second": lambda us: us % 60_000_000 / 1e6,
-    "milliseconds": lambda us: us % 60_000_000 / 1e3,
-    "microseconds": lambda us: us % 60_000_000,
+    "day": lambda us: pl.when(us < 0).then(-(us.abs() // _DAY_MICROS)).otherwise(us // _DAY_MICROS),
+    "hour": _interval_field(lambda t: t // 3_600_000_000),
+    "minute": _interval_field(lambda t: t // 60_000_000 % 60),
+    "second": _interval_field(lambda t: t % 60_000_000 / 1e6),
+    "milliseconds": _interval_field(lambda t: t % 60_000_000 / 1e3),
+    "microseconds": _interval_field(lambda t: t % 60_000_000),
+    **dict.fromkeys(("month", "year", "decade", "century", "millennium"), lambda us: us * 0),
+    "quarter": lambda us: us * 0 + 1,
 }
 
 
 @_handles("extract", "date_part")
 def _extract(compiler: _Compiler, call: Call) -> CompiledScalar:
-    field = _unit(call.args[0], f"{call.func}'s field")
-    subject = compiler.compile(call.args[1])
     result_type = compiler.type_of(call)
+    subject = compiler.compile(call.args[1])
+    unit = call.args[0]
+    if isinstance(unit, Literal) and unit.value is None:
+        return CompiledScalar(pl.lit(None, pl.Float64), subject.error, result_type)
+    field = _unit(unit, f"{call.func}'s field")
     if subject.type == "interval":
         fields = _INTERVAL_FIELDS
         source = subject.value.dt.total_microseconds()
@@ -1609,8 +1852,9 @@ def _extract(compiler: _Compiler, call: Call) -> CompiledScalar:
         if subject.type == "date":
             source = source.cast(pl.Datetime("us"))
     if field not in fields:
+        type_name = {"timestamptz": "timestamp with time zone"}.get(subject.type, subject.type)
         raise LoupeError(
-            SqlState.FEATURE_NOT_SUPPORTED, f'unit "{field}" not supported for type {subject.type}'
+            SqlState.FEATURE_NOT_SUPPORTED, f'unit "{field}" not supported for type {type_name}'
         )
     value = fields[field](source).cast(pl.Float64)
     return CompiledScalar(value, subject.error, result_type)
@@ -1726,6 +1970,44 @@ def _regexp_replace(compiler: _Compiler, call: Call) -> CompiledScalar:
     return _strict(compiler, Call(call.func, call.args[:3]), body, null_guard=True)
 
 
+def regexp_splitter(args: Sequence[Scalar]) -> Callable[[str], list[str]]:
+    """regexp_split_to_table's split of one text by its constant pattern (and flags).
+
+    As PostgreSQL (regexp.c): the pieces between matches, where a
+    zero-length match at the very start or end of the text, or right after
+    the previous match, does not count; the search moves on by a character
+    after a zero-length match.
+    """
+    pattern = _constant_text(args[1], "regexp_split_to_table's pattern")
+    flags = _constant_text(args[2], "the regex flags") if len(args) > 2 else ""
+    if "g" in flags:
+        raise LoupeError(
+            INVALID_ARGUMENT, 'regexp_split_to_table() does not support the "global" option'
+        )
+    options = re.IGNORECASE if "i" in _regex_flags(flags.replace("c", ""), "ic") else 0
+    try:
+        compiled = re.compile(pattern, options)
+    except re.error as error:
+        raise LoupeError(INVALID_REGEX, f"invalid regular expression: {error}") from error
+
+    def split(text: str) -> list[str]:
+        pieces, start, search, previous_end = [], 0, 0, 0
+        while search <= len(text):
+            match = compiled.search(text, search)
+            if match is None:
+                break
+            begin, end = match.span()
+            if begin < len(text) and end > previous_end:
+                pieces.append(text[start:begin])
+                start = end
+            previous_end = end
+            search = end + 1 if begin == end else end
+        pieces.append(text[start:])
+        return pieces
+
+    return split
+
+
 def _rust_replacements(replacements: pl.Series) -> pl.Series:
     converted = {r: _rust_replacement(r) for r in replacements.unique().drop_nulls()}
     return replacements.replace_strict(converted, default=None, return_dtype=pl.Utf8)
@@ -1765,3 +2047,238 @@ def _make_date(compiler: _Compiler, call: Call) -> CompiledScalar:
         return parsed, invalid
 
     return _strict(compiler, call, body)
+
+
+@_handles("make_timestamp")
+def _make_timestamp(compiler: _Compiler, call: Call) -> CompiledScalar:
+    """make_timestamp(year, month, day, hour, min, sec): 24:00:00 and a 60th second roll over."""
+
+    def body(
+        values: list[pl.Expr], _types: list[str], _result: str
+    ) -> tuple[pl.Expr, pl.Expr | None]:
+        year, month, day, hour, minute = (v.cast(pl.Int64) for v in values[:5])
+        seconds = values[5].cast(pl.Float64)
+        day_text = pl.concat_str(
+            [
+                year.cast(pl.Utf8).str.zfill(4),
+                month.cast(pl.Utf8).str.zfill(2),
+                day.cast(pl.Utf8).str.zfill(2),
+            ],
+            separator="-",
+        )
+        date = pl.when(year > 0).then(day_text.str.strptime(pl.Date, "%Y-%m-%d", strict=False))
+        bad_time = (
+            (hour < 0)
+            | (hour > 24)
+            | (minute < 0)
+            | (minute >= 60)
+            | ~(seconds >= 0)  # NaN too
+            | (seconds > 60)
+            | ((hour == 24) & ((minute > 0) | (seconds > 0)))
+        )
+        micros = (hour * 60 + minute) * 60_000_000 + (seconds * 1e6).round(
+            0, mode="half_to_even"
+        ).cast(pl.Int64, strict=False)
+        moment = date.cast(pl.Datetime("us")) + pl.duration(microseconds=micros)
+        errors = [
+            _error_when(
+                date.is_null(),
+                INVALID_DATE_FIELD,
+                pl.concat_str([pl.lit("date field value out of range: "), day_text]),
+            ),
+            _error_when(bad_time, INVALID_DATE_FIELD, "time field value out of range"),
+        ]
+        value: pl.Expr = pl.when(date.is_not_null() & ~bad_time).then(moment)
+        return value, _first_error(errors)
+
+    return _strict(compiler, call, body)
+
+
+# PostgreSQL's timestamp range in seconds from 1970: Julian day 0 up to 294277-01-01,
+# narrowed at the top to what microseconds in 64 bits hold (year 294247).
+_TIMESTAMP_SECONDS = (-210_866_803_200, (2**63 - 1) // 1_000_000)
+
+
+@_handles("to_timestamp")
+def _to_timestamp(compiler: _Compiler, call: Call) -> CompiledScalar:
+    """Seconds since 1970-01-01 UTC as a timestamptz, rounded to microseconds."""
+
+    def body(
+        values: list[pl.Expr], _types: list[str], _result: str
+    ) -> tuple[pl.Expr, pl.Expr | None]:
+        seconds = values[0].cast(pl.Float64)
+        low, high = _TIMESTAMP_SECONDS
+        fits = (seconds >= low) & (seconds < high)
+        micros = (seconds * 1e6).round(0, mode="half_to_even")
+        moment = pl.when(fits).then(micros).cast(pl.Int64, strict=False)
+        errors = [
+            _error_when(seconds.is_nan(), INVALID_DATE_FIELD, "timestamp cannot be NaN"),
+            _error_when(~fits & ~seconds.is_nan(), INVALID_DATE_FIELD, "timestamp out of range"),
+        ]
+        return moment.cast(pl.Datetime("us", "UTC")), _first_error(errors)
+
+    return _strict(compiler, call, body)
+
+
+@_handles("to_char")
+def _to_char(compiler: _Compiler, call: Call) -> CompiledScalar:
+    """to_char(timestamp[tz] | date, format); a date is a timestamptz, as PostgreSQL resolves it."""
+    subject = compiler.compile(call.args[0])
+    if subject.type == "date":
+        subject = cast(subject, "timestamptz")
+    if subject.type not in TIME_TYPES:
+        raise LoupeError(
+            UNDEFINED_FUNCTION, f"function to_char({subject.type}, text) does not exist"
+        )
+    format_arg = call.args[1]
+    if not isinstance(format_arg, Literal) or format_arg.type not in ("text", "unknown"):
+        raise LoupeError(SqlState.FEATURE_NOT_SUPPORTED, "to_char's format must be a constant")
+    if format_arg.value is None:
+        return CompiledScalar(pl.lit(None, pl.Utf8), subject.error, "text")
+    formatted = datetime_format.to_char(
+        subject.value, str(format_arg.value), with_zone=subject.type == "timestamptz"
+    )
+    value = pl.when(subject.value.is_not_null()).then(formatted)
+    return CompiledScalar(value, subject.error, "text")
+
+
+@_handles("date_bin")
+def _date_bin(compiler: _Compiler, call: Call) -> CompiledScalar:
+    """The start of the bin of width ``stride`` (counted from ``origin``) that holds the time."""
+    result_type = compiler.type_of(call)
+    stride = compiler.compile(call.args[0])
+    source = compiler.as_type(call.args[1], result_type)
+    origin = compiler.as_type(call.args[2], result_type)
+    if stride.type != "interval" or result_type not in TIME_TYPES:
+        types = ", ".join((stride.type, source.type, origin.type))
+        raise LoupeError(UNDEFINED_FUNCTION, f"function date_bin({types}) does not exist")
+    pieces = [compiler.bind(p) for p in (stride, source, origin)]
+    width, moment, start = (p.value for p in pieces)
+    step = width.dt.total_microseconds()
+    offset = (moment - start).dt.total_microseconds()
+    positive = pl.when(step > 0).then(step)
+    binned = start + pl.duration(microseconds=offset // positive * positive)
+    error = _error_when(step <= 0, INVALID_DATE_FIELD, "stride must be greater than zero")
+    any_null = pl.any_horizontal([v.is_null() for v in (width, moment, start)])
+    error = pl.when(any_null).then(pl.lit(None, pl.Utf8)).otherwise(error)
+    return CompiledScalar(
+        binned.cast(polars_dtype(result_type)),
+        _first_error([*(p.error for p in pieces), error]),
+        result_type,
+    )
+
+
+@_handles("justify_hours", "justify_days", "justify_interval")
+def _justify(compiler: _Compiler, call: Call) -> CompiledScalar:
+    """PostgreSQL's justify functions on the engine's interval, which is one duration.
+
+    A duration already holds its whole days as days and one sign throughout,
+    so justify_hours changes nothing. Turning 30 days into a month needs a
+    month part: justify_days and justify_interval refuse (0A000) an interval
+    of 30 days or more rather than print one that is not PostgreSQL's.
+    """
+
+    def body(
+        values: list[pl.Expr], _types: list[str], _result: str
+    ) -> tuple[pl.Expr, pl.Expr | None]:
+        interval = values[0]
+        if call.func == "justify_hours":
+            return interval, None
+        months = interval.dt.total_microseconds().abs() >= 30 * _DAY_MICROS
+        error = _error_when(
+            months,
+            SqlState.FEATURE_NOT_SUPPORTED,
+            f"{call.func} of 30 days or more: intervals with months not yet supported",
+        )
+        return interval, error
+
+    return _strict(compiler, call, body)
+
+
+_ZONE_NAMES = {name.lower(): name for name in zoneinfo.available_timezones()}
+# PostgreSQL reads a bare numeric zone ('+05', 'UTC-3:30') the POSIX way: positive is west.
+_POSIX_OFFSET = re.compile(r"^(?:utc|gmt)?([+-])(\d{1,2})(?::(\d{2}))?$")
+
+
+def _zone_offset(zone: Literal) -> str | datetime.timedelta:
+    """The IANA name, or the fixed offset east of UTC, of a constant zone (22023 if unknown)."""
+    if zone.type == "interval" and isinstance(zone.value, datetime.timedelta):
+        return zone.value
+    text = str(zone.value).strip()
+    named = _ZONE_NAMES.get(text.lower())
+    if named is not None:
+        return named
+    offset = _POSIX_OFFSET.match(text.lower())
+    if offset is not None:
+        sign = -1 if offset.group(1) == "+" else 1
+        hours, minutes = int(offset.group(2)), int(offset.group(3) or 0)
+        return sign * datetime.timedelta(hours=hours, minutes=minutes)
+    raise LoupeError(INVALID_ARGUMENT, f'time zone "{text}" not recognized')
+
+
+@_handles("timezone")
+def _timezone(compiler: _Compiler, call: Call) -> CompiledScalar:
+    """``time AT TIME ZONE zone``: a timestamp read as local time there (→ timestamptz), or a
+    timestamptz as the local time there (→ timestamp).
+
+    A local time that a daylight-saving change skips is read with the offset
+    before the change, and one it repeats as the later instant (standard
+    time), as PostgreSQL does.
+    """
+    zone_arg = call.args[0]
+    if not isinstance(zone_arg, Literal) or zone_arg.type not in ("text", "unknown", "interval"):
+        raise LoupeError(SqlState.FEATURE_NOT_SUPPORTED, "the time zone must be a constant")
+    subject = compiler.compile(call.args[1])
+    if subject.type == "date":
+        subject = cast(subject, "timestamptz")
+    if subject.type not in TIME_TYPES:
+        raise LoupeError(
+            UNDEFINED_FUNCTION, f"function timezone({zone_arg.type}, {subject.type}) does not exist"
+        )
+    result_type = compiler.type_of(call)
+    if zone_arg.value is None:
+        return CompiledScalar(pl.lit(None, polars_dtype(result_type)), subject.error, result_type)
+    zone = _zone_offset(zone_arg)
+    value = subject.value
+    if isinstance(zone, datetime.timedelta):
+        if subject.type == "timestamp":  # local time at a fixed offset: subtract it
+            converted = (value - zone).dt.replace_time_zone("UTC")
+        else:
+            converted = value.dt.replace_time_zone(None) + zone
+    elif subject.type == "timestamp":
+        converted = _localized(value, zone).dt.convert_time_zone("UTC")
+    else:
+        converted = value.dt.convert_time_zone(zone).dt.replace_time_zone(None)
+    return CompiledScalar(converted.cast(polars_dtype(result_type)), subject.error, result_type)
+
+
+def _localized(local: pl.Expr, zone: str) -> pl.Expr:
+    """Naive local times in ``zone`` as instants (skipped times: the offset the day before)."""
+    found = local.dt.replace_time_zone(zone, ambiguous="latest", non_existent="null")
+    before = (local - pl.duration(days=1)).dt.replace_time_zone(
+        zone, ambiguous="latest", non_existent="null"
+    )
+    offset = before.dt.base_utc_offset() + before.dt.dst_offset()
+    skipped = (local - offset).dt.replace_time_zone("UTC").dt.convert_time_zone(zone)
+    return pl.coalesce([found, skipped])
+
+
+@_handles("add_calendar_interval")
+def _add_calendar_interval(compiler: _Compiler, call: Call) -> CompiledScalar:
+    """PostgreSQL's timestamp + interval: months (clamping the day), then days, then time."""
+    fields = [a.value for a in call.args[1:] if isinstance(a, Literal) and isinstance(a.value, int)]
+    if len(fields) != 3:
+        raise LoupeError(
+            SqlState.FEATURE_NOT_SUPPORTED, "add_calendar_interval takes constant fields"
+        )
+    months, days, micros = fields
+    result_type = compiler.type_of(call)
+    subject = compiler.as_type(call.args[0], result_type)
+    value = subject.value
+    if months:
+        value = value.dt.offset_by(f"{months}mo")
+    if days:
+        value = value.dt.offset_by(f"{days}d")
+    if micros:
+        value = value + pl.duration(microseconds=micros)
+    return CompiledScalar(value.cast(polars_dtype(result_type)), subject.error, result_type)

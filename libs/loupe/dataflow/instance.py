@@ -64,7 +64,7 @@ class _Channel:
 
 def _idle(operator: Operator) -> bool:
     """Whether none of the operator's inputs changed: then it has nothing to do (sets no output)."""
-    if not operator.inputs or not all(_quiet(i) for i in operator.inputs):
+    if not operator.inputs or operator.eager or not all(_quiet(i) for i in operator.inputs):
         return False
     if not _quiet(operator):
         operator.ok = [operator.empty] * len(operator.ok)

@@ -67,6 +67,11 @@ class Operator:
     def compute(self, lower: int, upper: int) -> Parts:
         raise NotImplementedError
 
+    @property
+    def eager(self) -> bool:
+        """Whether it must run even when its inputs are quiet (it has output of its own due)."""
+        return False
+
     def spines(self) -> list[list[Spine]]:
         """The operator's arrangements, per worker (for size logging)."""
         return []
@@ -353,11 +358,12 @@ class Reduce(Operator):
         self.input_types = source.types
         self.keys = [f"k{i}" for i in range(len(node.group_key))]
         self.args = [f"a{i}" for i in range(len(node.aggregates))]
-        # The aggregates with an argument (count(*) has none): evaluated as ``a<i>``.
+        # The aggregates with an argument (count(*) has none): evaluated as ``a<i>``, their
+        # further arguments and ORDER BY keys (string_agg's) as ``a<i>_<j>``.
         with_args = [
-            (a.expr, n)
+            (scalar, n if j == 0 else f"{n}_{j}")
             for a, n in zip(node.aggregates, self.args, strict=True)
-            if a.expr is not None
+            for j, scalar in enumerate(a.scalars)
         ]
         self.arg_exprs = [e for e, _ in with_args]
         self.arg_names = [n for _, n in with_args]
@@ -523,11 +529,14 @@ class Reduce(Operator):
         positive = weight > 0
         aggs = [weight.sum().alias("_n")]
         for i, (agg, name) in enumerate(zip(self.node.aggregates, self.args, strict=True)):
-            aggs.append(
-                _aggregate_expr(
+            if agg.func == "string_agg":
+                extra = [pl.col(f"{name}_{j}") for j in range(1, len(agg.scalars))]
+                value = _string_agg(agg, pl.col(name), extra, weight, positive)
+            else:
+                value = _aggregate_expr(
                     agg, pl.col(name) if agg.expr is not None else None, weight, positive
-                ).alias(f"c{len(self.keys) + i}")
-            )
+                )
+            aggs.append(value.alias(f"c{len(self.keys) + i}"))
         grouped = rows.group_by(self.keys).agg(aggs) if self.keys else rows.select(aggs)
         grouped = grouped.filter(pl.col("_n") > 0).drop("_n")
         renamed = grouped.rename({k: f"c{i}" for i, k in enumerate(self.keys)})
@@ -554,6 +563,35 @@ def _spread(func: str, value: pl.Expr, weight: pl.Expr, kept: pl.Expr) -> pl.Exp
     variance = squares / (n if population else n - 1)
     result = variance.sqrt() if func.startswith("stddev") else variance
     return pl.when(n > (0 if population else 1)).then(result)
+
+
+def _string_agg(
+    agg: mir.Aggregate, value: pl.Expr, extra: list[pl.Expr], weight: pl.Expr, positive: pl.Expr
+) -> pl.Expr:
+    """The group's non-NULL values, each after its delimiter (the first without), in order.
+
+    Without ORDER BY the values are in ascending order (Materialize's rule,
+    as the input has none); each value counts as often as its multiplicity.
+    """
+    delimiter, keys = extra[0], extra[1:]
+    kept = positive & value.is_not_null()
+    fields = [value.alias("v"), delimiter.fill_null("").alias("d")]
+    fields += [k.alias(f"k{j}") for j, k in enumerate(keys)]
+    rows = pl.struct(fields).filter(kept)
+    if agg.distinct:
+        rows = rows.unique(maintain_order=True)
+    else:
+        rows = rows.repeat_by(weight.filter(kept)).explode()
+    order = [rows.struct.field(f"k{j}") for j in range(len(keys))]
+    descending = [k.desc for k in agg.order_by]
+    nulls_last = [k.nulls_last for k in agg.order_by]
+    order += [rows.struct.field("v"), rows.struct.field("d")]
+    descending += [False, False]
+    nulls_last += [True, True]
+    ordered = rows.sort_by(order, descending=descending, nulls_last=nulls_last)
+    values, delimiters = ordered.struct.field("v"), ordered.struct.field("d")
+    rest = pl.concat_str([delimiters, values]).slice(1).str.join("")
+    return pl.concat_str([values.first(), rest])
 
 
 def _aggregate_expr(
@@ -980,6 +1018,15 @@ def _merge_classes(equivalences: Sequence[Sequence[Scalar]]) -> list[tuple[Scala
     return [tuple(m) for m in merged]
 
 
+def _split_texts(texts: pl.Series, splitter: Callable[[str], list[str]]) -> pl.Series:
+    """Each text's pieces (once per distinct text)."""
+    distinct = texts.unique().drop_nulls()
+    pieces = pl.Series([splitter(t) for t in distinct.to_list()], dtype=pl.List(pl.Utf8))
+    table = pl.DataFrame({"key": distinct, "pieces": pieces})
+    joined = texts.to_frame("key").join(table, on="key", how="left", maintain_order="left")
+    return joined["pieces"]
+
+
 class FlatMap(Operator):
     """A table function per row (``generate_series``), then the node's MFP.
 
@@ -991,10 +1038,11 @@ class FlatMap(Operator):
 
     def __init__(self, node: lir.FlatMap, source: Operator, workers: int) -> None:
         super().__init__(node.types, (source,), workers)
-        if node.func != "generate_series":
+        if node.func not in ("generate_series", "regexp_split_to_table"):
             raise LoupeError(
                 SqlState.FEATURE_NOT_SUPPORTED, f"table function {node.func} is not supported"
             )
+        self.splitter = expr.regexp_splitter(node.exprs) if node.func != "generate_series" else None
         self.node = node
         self.input_types = source.types
         self.arity = len(source.types)
@@ -1009,13 +1057,36 @@ class FlatMap(Operator):
         def body(worker: int, part: pl.DataFrame) -> pl.DataFrame:
             if part.height == 0:
                 return self.empty
-            flat, failed = self._series(part)
+            flat, failed = self._series(part) if self.splitter is None else self._split(part)
             ok, err = expr.apply_mfp(flat, self.node.mfp, self.flat_types)
             errors.extend([failed, err])
             return self.conform(ok)
 
         self.ok = self.per_worker(self.inputs[0].ok, body)
         self.err = concat(errors, empty_errors())
+
+    def _split(self, part: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
+        """regexp_split_to_table: a row per piece of the text (none for NULL)."""
+        assert self.splitter is not None
+        text = self.compiled[0]
+        lazy = text.with_lets(part.lazy()).with_columns(
+            text.value.alias("_text"),
+            (text.error if text.error is not None else pl.lit(None, pl.Utf8)).alias(ERROR),
+        )
+        frame = lazy.collect()
+        errors = frame.filter(pl.col(ERROR).is_not_null()).select(ERROR, TIME, DIFF)
+        column = f"c{self.arity}"
+        splitter = self.splitter
+        pieces = pl.col("_text").map_batches(
+            lambda texts: _split_texts(texts, splitter), return_dtype=pl.List(pl.Utf8)
+        )
+        flat = (
+            frame.filter(pl.col(ERROR).is_null() & pl.col("_text").is_not_null())
+            .with_columns(pieces.alias(column))
+            .explode(column)
+            .select(*[f"c{i}" for i in range(self.arity)], column, TIME, DIFF)
+        )
+        return flat, errors
 
     def _series(self, part: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
         lazy = part.lazy()

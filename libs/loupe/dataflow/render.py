@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import itertools
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+
+import polars as pl
 
 from loupe.common.errors import LoupeError, SqlState
 from loupe.dataflow import operators as ops
+from loupe.dataflow.batches import TIME, concat, consolidate
+from loupe.dataflow.recursion import LetRec
 from loupe.dataflow.window import Window
 from loupe.plan import lir
-from loupe.plan.dataflow import DataflowDescription
+from loupe.plan.dataflow import BuildDesc, DataflowDescription, SourceImport
 from loupe.plan.scalar import columns_of
 
 # The columns of a node's output its readers use; None: all of them.
@@ -128,10 +133,43 @@ class Renderer:
             return ops.Threshold(node, inputs[0], workers)
         if isinstance(node, lir.Union):
             return ops.Union(node.types, inputs, workers)
+        if isinstance(node, lir.LetRec):
+            return LetRec(node, inputs, workers, self.desc.as_of, evaluate_once)
         raise LoupeError(
             SqlState.FEATURE_NOT_SUPPORTED,
             f"the compute engine cannot render {type(node).__name__} yet",
         )
+
+
+_ONCE = "once"
+
+
+def evaluate_once(
+    plan: lir.Node, collections: Mapping[str, tuple[tuple[str, ...], pl.DataFrame]]
+) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """``plan``'s updates and errors over ``collections`` (types, updates at time 0), computed
+    by rendering it on one worker and running every operator once over ``[0, 1)``."""
+    read = {node.name for node in lir.walk(plan) if isinstance(node, lir.Get)}
+    imports = tuple(
+        SourceImport(name, name, tuple((f"c{i}", t) for i, t in enumerate(collections[name][0])))
+        for name in sorted(read)
+    )
+    columns = tuple((f"c{i}", t) for i, t in enumerate(plan.types))
+    desc = DataflowDescription(
+        id=_ONCE,
+        source_imports=imports,
+        objects_to_build=(BuildDesc(_ONCE, plan, columns),),
+        as_of=0,
+    )
+    renderer = Renderer(desc, 1, itertools.count().__next__)
+    renderer.render()
+    for name, imported in renderer.imports.items():
+        imported.pending = [collections[name][1]]
+    for operator in renderer.operators:
+        operator.run(0, 1)
+    root = renderer.collections[_ONCE]
+    ok = consolidate(concat(list(root.ok), root.empty))
+    return ok.filter(ok[TIME] == 0) if ok.height else ok, root.err
 
 
 def _union(left: Demand, right: Demand) -> Demand:
@@ -183,8 +221,8 @@ def _input_demands(node: lir.Node, demand: Demand) -> list[Demand]:
         for scalar in node.group_key:
             used |= columns_of(scalar)
         for aggregate in node.aggregates:
-            if aggregate.expr is not None:
-                used |= columns_of(aggregate.expr)
+            for scalar in aggregate.scalars:
+                used |= columns_of(scalar)
         return [frozenset(used)]
     if isinstance(node, lir.ArrangeBy | lir.Negate | lir.Union):
         return [demand] * len(node.inputs())

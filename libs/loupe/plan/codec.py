@@ -112,12 +112,23 @@ def _aggregate_to_proto(aggregate: mir.Aggregate) -> plan_pb2.AggregateExpr:
     message = plan_pb2.AggregateExpr(func=aggregate.func, distinct=aggregate.distinct)
     if aggregate.expr is not None:
         message.expr.CopyFrom(scalar_to_proto(aggregate.expr))
+    message.args.extend(scalar_to_proto(a) for a in aggregate.args)
+    message.order_by.extend(
+        plan_pb2.AggregateOrder(expr=scalar_to_proto(k.expr), desc=k.desc, nulls_last=k.nulls_last)
+        for k in aggregate.order_by
+    )
     return message
 
 
 def _aggregate_from_proto(message: plan_pb2.AggregateExpr) -> mir.Aggregate:
     expr = scalar_from_proto(message.expr) if message.HasField("expr") else None
-    return mir.Aggregate(message.func, expr, message.distinct)
+    order_by = tuple(
+        mir.AggregateOrder(scalar_from_proto(k.expr), k.desc, k.nulls_last)
+        for k in message.order_by
+    )
+    return mir.Aggregate(
+        message.func, expr, message.distinct, _from_scalars(message.args), order_by
+    )
 
 
 def order_to_proto(keys: Sequence[mir.OrderKey]) -> list[plan_pb2.OrderKey]:
@@ -210,6 +221,15 @@ def lir_to_proto(node: lir.Node) -> plan_pb2.LirNode:
         message.threshold.input.CopyFrom(lir_to_proto(node.input))
     elif isinstance(node, lir.Union):
         message.union.inputs.extend(lir_to_proto(i) for i in node.union_inputs)
+    elif isinstance(node, lir.LetRec):
+        let_rec = message.let_rec
+        let_rec.names.extend(node.names)
+        let_rec.bindings.extend(lir_to_proto(b) for b in node.bindings)
+        let_rec.body.CopyFrom(lir_to_proto(node.body))
+        let_rec.externals.extend(lir_to_proto(e) for e in node.externals)
+        if node.limit is not None:
+            let_rec.limit = node.limit
+        let_rec.return_at_limit = node.return_at_limit
     else:
         raise TypeError(f"unknown LIR node {type(node).__name__}")
     return message
@@ -286,6 +306,20 @@ def lir_from_proto(message: plan_pb2.LirNode) -> lir.Node:
     if kind == "union":
         inputs = tuple(lir_from_proto(i) for i in message.union.inputs)
         return lir.Union(node_id, inputs, types=types)
+    if kind == "let_rec":
+        let_rec = message.let_rec
+        externals = tuple(lir_from_proto(e) for e in let_rec.externals)
+        assert all(isinstance(e, lir.Get) for e in externals)
+        return lir.LetRec(
+            node_id,
+            tuple(let_rec.names),
+            tuple(lir_from_proto(b) for b in let_rec.bindings),
+            lir_from_proto(let_rec.body),
+            externals,  # type: ignore[arg-type]
+            let_rec.limit if let_rec.HasField("limit") else None,
+            let_rec.return_at_limit,
+            types=types,
+        )
     raise ValueError(f"LIR node {message.id} has no kind")
 
 

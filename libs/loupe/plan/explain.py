@@ -69,7 +69,16 @@ def _aggregate(aggregate: mir.Aggregate) -> str:
     if aggregate.expr is None:
         return f"{aggregate.func}(*)"
     distinct = "distinct " if aggregate.distinct else ""
-    return f"{aggregate.func}({distinct}{render(aggregate.expr)})"
+    args = "".join(f", {render(a)}" for a in aggregate.args)
+    order = ""
+    if aggregate.order_by:
+        keys = [
+            f"{render(k.expr)} {'desc' if k.desc else 'asc'}"
+            f" {'nulls_last' if k.nulls_last else 'nulls_first'}"
+            for k in aggregate.order_by
+        ]
+        order = " order_by [" + ", ".join(keys) + "]"
+    return f"{aggregate.func}({distinct}{render(aggregate.expr)}{args}{order})"
 
 
 def _order(keys: Sequence[mir.OrderKey]) -> str:
@@ -136,13 +145,28 @@ def _equivalences(classes: Sequence[Sequence[Scalar]]) -> str:
 
 
 def _mir_lines(node: mir.Relation, depth: int) -> Iterator[str]:
+    if isinstance(node, mir.LetRec):
+        yield INDENT * depth + "Return" + _limit(node.limit, node.return_at_limit)
+        yield from _mir_lines(node.body, depth + 1)
+        yield INDENT * depth + "With Mutually Recursive"
+        for name, binding in zip(node.names, node.bindings, strict=True):
+            yield INDENT * (depth + 1) + f"cte {name} ="
+            yield from _mir_lines(binding, depth + 2)
+        return
     yield INDENT * depth + _mir_header(node)
     for child in node.children():
         yield from _mir_lines(child, depth + 1)
 
 
+def _limit(limit: int | None, return_at_limit: bool) -> str:
+    """A recursion limit as Materialize's EXPLAIN shows it."""
+    if limit is None:
+        return ""
+    return f" // {{ limit: {'return_at_' if return_at_limit else ''}recursion_limit={limit} }}"
+
+
 def _mir_header(node: mir.Relation) -> str:
-    if isinstance(node, mir.Get):
+    if isinstance(node, mir.Get | mir.LocalGet):
         return f"Get {node.name}"
     if isinstance(node, mir.Constant):
         return "Constant " + ", ".join(_list([render_value(v) for v in row]) for row in node.rows)
@@ -173,8 +197,16 @@ def _mir_header(node: mir.Relation) -> str:
 
 
 def _lir_lines(node: lir.Node, depth: int, node_ids: bool) -> Iterator[str]:
-    header, attributes = _lir_parts(node)
     suffix = f" // {{ node_id: {node.id} }}" if node_ids else ""
+    if isinstance(node, lir.LetRec):
+        yield INDENT * depth + "Return" + _limit(node.limit, node.return_at_limit) + suffix
+        yield from _lir_lines(node.body, depth + 1, node_ids)
+        yield INDENT * depth + "With Mutually Recursive"
+        for name, binding in zip(node.names, node.bindings, strict=True):
+            yield INDENT * (depth + 1) + f"cte {name} ="
+            yield from _lir_lines(binding, depth + 2, node_ids)
+        return
+    header, attributes = _lir_parts(node)
     yield INDENT * depth + header + suffix
     for attribute in attributes:
         yield INDENT * (depth + 1) + attribute

@@ -24,7 +24,31 @@ INTEGER_TYPES = ("int2", "int4", "int8")
 TIME_TYPES = ("timestamp", "timestamptz")
 # Calls whose string-literal arguments take the type of the other arguments.
 COERCING = {"eq", "neq", "lt", "lte", "gt", "gte", "between", "coalesce", "nullif"}
+# Functions whose result is NULL whenever an argument is NULL (PostgreSQL's
+# "strict"): with a NULL constant argument the planner folds them to NULL, as
+# PostgreSQL does, without evaluating the others. Only functions listed here;
+# coalesce, concat(), greatest, AND/OR, BETWEEN, IS [NOT] NULL, nullif are not.
+STRICT = frozenset(
+    {
+        *("add", "sub", "mul", "div", "mod", "neg", "eq", "neq", "lt", "lte", "gt", "gte"),
+        *("like", "ilike", "regexp_like", "regexp_replace", "abs", "ceil", "ceiling", "floor"),
+        *("round", "trunc", "sqrt", "cbrt", "exp", "ln", "log", "log10", "pow", "power"),
+        *("sign", "upper", "lower", "length", "char_length", "character_length"),
+        *("octet_length", "substr", "substring", "strpos", "replace", "concat", "lpad"),
+        *("rpad", "left", "right", "split_part", "starts_with", "btrim", "ltrim", "rtrim"),
+        *("trim", "reverse", "repeat", "translate", "date_part", "extract", "date_trunc"),
+        *("make_date", "not"),
+    }
+)
 COERCING |= {"greatest", "least"} | ARITHMETIC
+# The types string literals take at each argument position of these calls (None: as written).
+LITERAL_TYPES: dict[str, tuple[str | None, ...]] = {
+    "date_bin": ("interval", None, None),
+    "to_timestamp": ("float8",),
+    "make_timestamp": ("int4", "int4", "int4", "int4", "int4", "float8"),
+    "chr": ("int4",),
+    **dict.fromkeys(("justify_hours", "justify_days", "justify_interval"), ("interval",)),
+}
 
 
 @dataclass(frozen=True)
@@ -69,6 +93,20 @@ def _common(types: Sequence[str]) -> str:
     if "timestamp" in known:
         return "timestamp"
     return known[0] if known else "unknown"
+
+
+_FAMILIES = ({"int2", "int4", "int8"}, {"float4", "float8"})
+
+
+def _nullif(types: Sequence[str]) -> str:
+    """a's type, unless ``a = b`` must first convert a (PostgreSQL compares int4 with int8
+    and real with double precision directly, an integer with numeric as numeric)."""
+    first, second = types
+    if first not in NUMERIC_RANK or second not in NUMERIC_RANK:
+        return first if first != "unknown" else second
+    if any({first, second} <= family for family in _FAMILIES):
+        return first
+    return widest(types)
 
 
 def _float_unless_numeric(types: Sequence[str]) -> str:
@@ -149,7 +187,7 @@ _FUNCTIONS = (
     Function(
         "coalesce", 1, None, _common, "the first non-NULL argument (later ones not evaluated)"
     ),
-    Function("nullif", 2, 2, _first, "NULL if a = b, else a"),
+    Function("nullif", 2, 2, _nullif, "NULL if a = b, else a"),
     Function("greatest", 1, None, _common, "the largest non-NULL argument"),
     Function("least", 1, None, _common, "the smallest non-NULL argument"),
     # Strings.
@@ -160,6 +198,7 @@ _FUNCTIONS = (
     Function("lower", 1, 1, _fixed("text"), "lower case"),
     Function("length", 1, 1, _fixed("int4"), "number of characters (char_length)"),
     Function("octet_length", 1, 1, _fixed("int4"), "number of bytes in UTF-8"),
+    Function("bit_length", 1, 1, _fixed("int4"), "number of bits in UTF-8 (8 * octet_length)"),
     Function("substr", 2, 3, _fixed("text"), "substr(s, start [, count]), 1-based"),
     Function("trim", 1, 2, _fixed("text"), "btrim(s [, chars]): strip both ends"),
     Function("ltrim", 1, 2, _fixed("text"), "ltrim(s [, chars]): strip the start"),
@@ -196,6 +235,11 @@ _FUNCTIONS = (
     ),
     Function("translate", 3, 3, _fixed("text"), "translate(s, from, to): constant from and to"),
     Function("repeat", 2, 2, _fixed("text"), "repeat(s, n)"),
+    Function("ascii", 1, 1, _fixed("int4"), "the code point of the first character (0 for '')"),
+    Function(
+        "chr", 1, 1, _fixed("text"), "the character of a code point; 0 and invalid ones are 54000"
+    ),
+    Function("md5", 1, 1, _fixed("text"), "the MD5 digest of the UTF-8 text, in hex"),
     # Numbers.
     Function("abs", 1, 1, _first, "absolute value"),
     Function("sign", 1, 1, _float_unless_numeric, "-1, 0 or 1 (float8, or numeric for numeric)"),
@@ -216,6 +260,27 @@ _FUNCTIONS = (
     Function("ln", 1, 1, _float_unless_numeric, "natural logarithm; x <= 0 is 2201E"),
     Function("log10", 1, 1, _float_unless_numeric, "base-10 logarithm (log(x)); x <= 0 is 2201E"),
     Function("log", 1, 2, _log, "log(x) = log10(x), log(base, x) (numeric only)"),
+    Function("degrees", 1, 1, _fixed("float8"), "radians to degrees"),
+    Function("radians", 1, 1, _fixed("float8"), "degrees to radians"),
+    # Trigonometric and hyperbolic functions: float8 in and out, as in PostgreSQL.
+    *(
+        Function(name, 1, 1, _fixed("float8"), description)
+        for name, description in (
+            ("sin", "sine (radians); infinite input is 22003"),
+            ("cos", "cosine (radians); infinite input is 22003"),
+            ("tan", "tangent (radians); infinite input is 22003"),
+            ("cot", "cotangent (radians); cot(0) is Infinity"),
+            ("asin", "arcsine; input outside [-1, 1] is 22003"),
+            ("acos", "arccosine; input outside [-1, 1] is 22003"),
+            ("atan", "arctangent"),
+            ("sinh", "hyperbolic sine"),
+            ("cosh", "hyperbolic cosine"),
+            ("tanh", "hyperbolic tangent"),
+            ("asinh", "inverse hyperbolic sine"),
+            ("acosh", "inverse hyperbolic cosine; input below 1 is 22003"),
+            ("atanh", "inverse hyperbolic tangent; input outside [-1, 1] is 22003"),
+        )
+    ),
     # Dates and times.
     Function(
         "date_trunc",
@@ -223,11 +288,64 @@ _FUNCTIONS = (
         2,
         # A date becomes timestamptz, PostgreSQL's preferred datetime type.
         lambda t: "timestamptz" if t[1] == "date" else t[1],
-        "date_trunc(unit, time)",
+        "date_trunc(unit, time or interval)",
     ),
     Function("extract", 2, 2, _fixed("numeric"), "extract(field FROM x): field is a text literal"),
     Function("date_part", 2, 2, _fixed("float8"), "date_part(field, x): field is a text literal"),
+    Function(
+        "timezone",
+        2,
+        2,
+        # A date is a timestamptz here (PostgreSQL's preferred implicit cast).
+        lambda t: "timestamptz" if t[1] == "timestamp" else "timestamp",
+        "timezone(zone, time) = time AT TIME ZONE zone: a constant zone name, offset or interval",
+    ),
+    Function(
+        "add_calendar_interval",
+        4,
+        4,
+        lambda t: "timestamp" if t[0] == "date" else t[0],
+        "time + an interval of (months, days, microseconds): months first (the day clamped to "
+        "the month's last), then days, then the rest; what time ± INTERVAL '1 month' plans to",
+    ),
+    Function("justify_hours", 1, 1, _fixed("interval"), "whole 24 hours as days"),
+    Function(
+        "justify_days",
+        1,
+        1,
+        _fixed("interval"),
+        "whole 30 days as months (30 days or more: 0A000, the engine's intervals have no months)",
+    ),
+    Function(
+        "justify_interval",
+        1,
+        1,
+        _fixed("interval"),
+        "justify_days(justify_hours(x)), one sign (30 days or more: 0A000, as justify_days)",
+    ),
     Function("make_date", 3, 3, _fixed("date"), "make_date(year, month, day); invalid is 22008"),
+    Function(
+        "make_timestamp",
+        6,
+        6,
+        _fixed("timestamp"),
+        "make_timestamp(year, month, day, hour, min, sec); invalid fields are 22008",
+    ),
+    Function(
+        "to_char",
+        2,
+        2,
+        _fixed("text"),
+        "to_char(time, format): PostgreSQL's template patterns; the format is a constant",
+    ),
+    Function("to_timestamp", 1, 1, _fixed("timestamptz"), "to_timestamp(seconds since the epoch)"),
+    Function(
+        "date_bin",
+        3,
+        3,
+        lambda t: "timestamp" if t[1] == "date" else t[1],
+        "date_bin(stride, time, origin): the start of the stride-wide bin holding time",
+    ),
     Function(
         "now",
         0,

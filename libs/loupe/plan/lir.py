@@ -208,6 +208,26 @@ class Union(Node):
         return self.union_inputs
 
 
+@dataclass(frozen=True)
+class LetRec(Node):
+    """``WITH MUTUALLY RECURSIVE`` (``mir.LetRec``): ``body`` over the fixpoint of ``bindings``.
+
+    ``bindings`` and ``body`` are plans of their own, evaluated together by
+    one operator; they read each binding by ``Get`` of its name. The node's
+    inputs are ``externals``: a ``Get`` of every other collection they read.
+    """
+
+    names: tuple[str, ...]
+    bindings: tuple[Node, ...]
+    body: Node
+    externals: tuple[Get, ...]
+    limit: int | None = None
+    return_at_limit: bool = False
+
+    def inputs(self) -> tuple[Node, ...]:
+        return self.externals
+
+
 def lower_to_lir(relation: mir.Relation) -> Node:
     """The LIR of ``relation`` as one dataflow, ids numbered from 0."""
     return LoweringContext().lower(relation)
@@ -243,8 +263,10 @@ class LoweringContext:
     def _lower(self, relation: mir.Relation) -> Node:
         if isinstance(relation, mir.Map | mir.Filter | mir.Project):
             return self._mfp(relation)
-        if isinstance(relation, mir.Get):
+        if isinstance(relation, mir.Get | mir.LocalGet):
             return Get(self.new_id(), relation.name)
+        if isinstance(relation, mir.LetRec):
+            return self._let_rec(relation)
         if isinstance(relation, mir.Constant):
             return Constant(self.new_id(), relation.rows)
         if isinstance(relation, mir.Join):
@@ -289,6 +311,26 @@ class LoweringContext:
             thresholded = self.lower(relation.input)
             return Threshold(self.new_id(), thresholded)
         raise TypeError(f"unknown MIR node {type(relation).__name__}")
+
+    def _let_rec(self, relation: mir.LetRec) -> Node:
+        bindings = tuple(self.lower(b) for b in relation.bindings)
+        body = self.lower(relation.body)
+        local = set(relation.names)
+        read: dict[str, tuple[str, ...]] = {}
+        for plan in (*bindings, body):
+            for node in walk(plan):
+                if isinstance(node, Get) and node.name not in local:
+                    read.setdefault(node.name, node.types)
+        externals = tuple(Get(self.new_id(), name, types=types) for name, types in read.items())
+        return LetRec(
+            self.new_id(),
+            relation.names,
+            bindings,
+            body,
+            externals,
+            relation.limit,
+            relation.return_at_limit,
+        )
 
     def _mfp(self, relation: mir.Relation) -> Node:
         """Fuse a chain of Map, Filter and Project into one Mfp node."""

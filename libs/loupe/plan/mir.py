@@ -6,7 +6,7 @@ expressions refer to the columns of a node's input by position.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -16,21 +16,56 @@ ColumnSpec = tuple[str, str]
 
 # Variance and standard deviation (sample and population).
 SPREAD_AGGREGATES = frozenset({"var_samp", "var_pop", "stddev_samp", "stddev_pop"})
-AGGREGATES = ("count", "sum", "min", "max", "avg", *sorted(SPREAD_AGGREGATES))
+# Aggregates whose value depends on every value of the group: recomputed per changed group.
+RECOMPUTED_AGGREGATES = SPREAD_AGGREGATES | {"string_agg"}
+AGGREGATES = ("count", "sum", "min", "max", "avg", *sorted(RECOMPUTED_AGGREGATES))
+
+
+@dataclass(frozen=True)
+class AggregateOrder:
+    """One ORDER BY key inside an aggregate call (``string_agg(x, ',' ORDER BY y DESC)``)."""
+
+    expr: Scalar
+    desc: bool = False
+    nulls_last: bool = True
 
 
 @dataclass(frozen=True)
 class Aggregate:
-    """An aggregate over a group: ``func`` of ``expr`` (None for ``count(*)``)."""
+    """An aggregate over a group: ``func`` of ``expr`` (None for ``count(*)``).
+
+    ``args`` are the arguments after the first (string_agg's delimiter);
+    ``order_by`` orders the values an order-sensitive aggregate reads.
+    """
 
     func: str
     expr: Scalar | None
     distinct: bool = False
+    args: tuple[Scalar, ...] = ()
+    order_by: tuple[AggregateOrder, ...] = ()
+
+    @property
+    def scalars(self) -> tuple[Scalar, ...]:
+        """Every expression the aggregate reads: its arguments, then its ORDER BY keys."""
+        first = () if self.expr is None else (self.expr,)
+        return (*first, *self.args, *(key.expr for key in self.order_by))
+
+    def map_scalars(self, function: Callable[[Scalar], Scalar]) -> Aggregate:
+        """The aggregate with ``function`` applied to every expression it reads."""
+        return Aggregate(
+            self.func,
+            None if self.expr is None else function(self.expr),
+            self.distinct,
+            tuple(function(a) for a in self.args),
+            tuple(AggregateOrder(function(k.expr), k.desc, k.nulls_last) for k in self.order_by),
+        )
 
     def result_type(self, input_types: tuple[str, ...]) -> str:
         """The PostgreSQL result type of the aggregate."""
         if self.func == "count":
             return "int8"
+        if self.func == "string_agg":
+            return "text"
         assert self.expr is not None
         arg = scalar_type(self.expr, input_types)
         if self.func == "avg" or self.func in SPREAD_AGGREGATES:
@@ -89,15 +124,18 @@ class Relation:
 
 
 @dataclass(frozen=True)
-class Get(Relation):
-    """Read a catalog relation by its qualified name."""
-
+class _Named(Relation):
     name: str
     schema: tuple[ColumnSpec, ...]
 
     @property
     def columns(self) -> tuple[ColumnSpec, ...]:
         return self.schema
+
+
+@dataclass(frozen=True)
+class Get(_Named):
+    """Read a catalog relation by its qualified name."""
 
 
 @dataclass(frozen=True)
@@ -195,7 +233,7 @@ class Reduce(_Unary):
 
 
 # The table functions a FlatMap applies.
-TABLE_FUNCTIONS = ("generate_series", "unnest")
+TABLE_FUNCTIONS = ("generate_series", "unnest", "regexp_split_to_table")
 
 
 @dataclass(frozen=True)
@@ -224,6 +262,8 @@ def table_function_types(func: str, arg_types: Sequence[str]) -> tuple[str, ...]
         if "int8" in known:
             return ("int8",)
         return ("int4",)
+    if func == "regexp_split_to_table":
+        return ("text",)
     raise KeyError(func)
 
 
@@ -359,3 +399,34 @@ class Union(Relation):
 
     def children(self) -> tuple[Relation, ...]:
         return self.inputs
+
+
+@dataclass(frozen=True)
+class LocalGet(_Named):
+    """Read binding ``name`` of an enclosing ``LetRec`` (not a catalog relation)."""
+
+
+@dataclass(frozen=True)
+class LetRec(Relation):
+    """``WITH MUTUALLY RECURSIVE``: ``body`` over the fixpoint of ``bindings``.
+
+    Every binding starts empty; an iteration evaluates the bindings in order,
+    each reading (through ``LocalGet``) the newest value of every binding:
+    this iteration's for those before it, the previous one's for itself and
+    those after it. Iteration stops when an iteration changes no binding, or
+    after ``limit`` iterations (then the query fails, unless
+    ``return_at_limit``: it returns the bindings as they are).
+    """
+
+    names: tuple[str, ...]
+    bindings: tuple[Relation, ...]
+    body: Relation
+    limit: int | None = None
+    return_at_limit: bool = False
+
+    @property
+    def columns(self) -> tuple[ColumnSpec, ...]:
+        return self.body.columns
+
+    def children(self) -> tuple[Relation, ...]:
+        return (*self.bindings, self.body)

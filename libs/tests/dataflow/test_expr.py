@@ -490,6 +490,7 @@ def test_every_evaluable_registered_function_compiles() -> None:
     """Each registry entry has an implementation that accepts its minimum argument count."""
     samples: dict[int, list[Scalar]] = {0: [], 1: [c(0)], 2: [c(0), c(1)]}
     samples[3] = [c(0), c(1), lit(2, "int4")]
+    samples[4] = samples[6] = []  # add_calendar_interval, make_timestamp: special calls
     units = {"date_trunc", "extract", "date_part"}
     for function in FUNCTIONS.values():
         if not function.evaluable:
@@ -501,12 +502,30 @@ def test_every_evaluable_registered_function_compiles() -> None:
         if function.name in CONSTANT_ARGS:  # patterns that must be constants
             args = [c(0), lit("a", "text"), lit("b", "text")]
         types = ["text", "text", "date"] if function.name not in NUMERIC_ARGS else ["int4"] * 3
+        if function.name in SPECIAL_CALLS:
+            args, types = SPECIAL_CALLS[function.name]
         compiled = compile_scalar(Call(function.name, tuple(args)), types)
         assert isinstance(compiled.value, pl.Expr)
 
 
 CONSTANT_ARGS = {"regexp_replace", "translate"}
+# Calls whose arguments are neither the text nor the number samples: (arguments, column types).
+SPECIAL_CALLS: dict[str, tuple[list[Scalar], list[str]]] = {
+    "to_char": ([c(0), lit("YYYY", "text")], ["timestamp"]),
+    "timezone": ([lit("UTC", "text"), c(0)], ["timestamp"]),
+    "add_calendar_interval": (
+        [c(0), lit(1, "int4"), lit(2, "int4"), lit(3, "int8")],
+        ["date"],
+    ),
+    "date_bin": ([c(0), c(1), c(1)], ["interval", "timestamp"]),
+    "make_timestamp": ([c(0), c(0), c(0), c(0), c(0), c(1)], ["int4", "float8"]),
+}
 NUMERIC_ARGS = {
+    "chr",
+    "degrees",
+    "radians",
+    "to_timestamp",
+    *engine_expr._TRIGONOMETRY,
     "add",
     "sub",
     "mul",

@@ -40,6 +40,10 @@ def prune(relation: mir.Relation, demand: Sequence[int] | set[int] | range) -> m
     return _select(narrowed, kept, wanted)
 
 
+def everything_of(relation: mir.Relation) -> range:
+    return range(relation.arity)
+
+
 def _select(relation: mir.Relation, kept: list[int], wanted: list[int]) -> mir.Relation:
     """``relation`` (holding the original columns ``kept``) projected onto ``wanted``."""
     if kept == wanted:
@@ -76,8 +80,13 @@ def _columns(exprs: Sequence[Scalar]) -> set[int]:
 def _prune(relation: mir.Relation, demand: set[int]) -> tuple[mir.Relation, list[int]]:
     """``(narrowed, kept)``: the narrowed relation holds the original columns ``kept`` ⊇ demand."""
     everything = list(range(relation.arity))
-    if isinstance(relation, mir.Get | mir.Constant):
+    if isinstance(relation, mir.Get | mir.Constant | mir.LocalGet):
         return relation, everything
+    if isinstance(relation, mir.LetRec):
+        # A binding's columns are read by LocalGets anywhere: each keeps all of them.
+        bindings = tuple(prune(b, everything_of(b)) for b in relation.bindings)
+        body, kept = _prune(relation.body, demand)
+        return replace(relation, bindings=bindings, body=body), kept
     if isinstance(relation, mir.Project):
         wanted = sorted(demand)
         inner = prune(relation.input, {relation.outputs[i] for i in wanted})
@@ -95,15 +104,12 @@ def _prune(relation: mir.Relation, demand: set[int]) -> tuple[mir.Relation, list
         return _prune_join(relation, demand)
     if isinstance(relation, mir.Reduce):
         need = _columns(relation.group_key) | _columns(
-            [a.expr for a in relation.aggregates if a.expr is not None]
+            [s for a in relation.aggregates for s in a.scalars]
         )
         inner = prune(relation.input, need)
         kept = sorted(need)
         aggregates = tuple(
-            mir.Aggregate(
-                a.func, None if a.expr is None else _remapped([a.expr], kept)[0], a.distinct
-            )
-            for a in relation.aggregates
+            a.map_scalars(lambda s: _remapped([s], kept)[0]) for a in relation.aggregates
         )
         group_key = _remapped(relation.group_key, kept)
         return mir.Reduce(inner, group_key, aggregates, relation.names), everything

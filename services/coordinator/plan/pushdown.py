@@ -32,6 +32,8 @@ def _with_children(relation: mir.Relation, children: list[mir.Relation]) -> mir.
         return mir.Join(tuple(children), relation.equivalences)
     if isinstance(relation, mir.Union):
         return mir.Union(tuple(children))
+    if isinstance(relation, mir.LetRec):
+        return dataclasses.replace(relation, bindings=tuple(children[:-1]), body=children[-1])
     if not children:
         return relation
     (child,) = children
@@ -69,6 +71,8 @@ def _filtered(relation: mir.Relation, predicates: list[Scalar]) -> mir.Relation:
         return _into_join(relation, predicates)
     if isinstance(relation, mir.Reduce):
         return _below_reduce(relation, predicates)
+    if isinstance(relation, mir.LetRec):  # the result is the body's
+        return dataclasses.replace(relation, body=_filtered(relation.body, predicates))
     if isinstance(relation, mir.TopK):
         keys = set(relation.group_key)
         below = [p for p in predicates if columns_of(p) and columns_of(p) <= keys]

@@ -23,8 +23,9 @@ from loupe.common.errors import LoupeError, SqlState
 from loupe.coordinator.plan.scope import Scope
 from loupe.coordinator.plan.values import MonthInterval, add_interval, fold_cast, parse_interval
 from loupe.coordinator.tables import TYPE_NAMES
+from loupe.dataflow.expr import evaluate_closed
 from loupe.plan import functions
-from loupe.plan.scalar import Call, Case, Cast, Column, Literal, Scalar, scalar_type
+from loupe.plan.scalar import Call, Case, Cast, Column, Literal, Scalar, columns_of, scalar_type
 
 GROUPING_ERROR = SqlState.GROUPING_ERROR
 WINDOWING_ERROR = "42P20"
@@ -66,6 +67,7 @@ AGGREGATES: dict[type, str] = {
     exp.Stddev: "stddev_samp",
     exp.StddevSamp: "stddev_samp",
     exp.StddevPop: "stddev_pop",
+    exp.GroupConcat: "string_agg",
 }
 # sqlglot node -> (registry name, the node's argument keys in PostgreSQL's order).
 _FUNCTION_ARGS: dict[type[exp.Expression], tuple[str, tuple[str, ...]]] = {
@@ -85,6 +87,10 @@ _FUNCTION_ARGS: dict[type[exp.Expression], tuple[str, tuple[str, ...]]] = {
     exp.Least: ("least", ("this", "expressions")),
     exp.Concat: ("concat_variadic", ("expressions",)),
     exp.ConcatWs: ("concat_ws", ("expressions",)),
+    exp.Chr: ("chr", ("expressions",)),
+    exp.UnixToTime: ("to_timestamp", ("this",)),
+    exp.TimestampFromParts: ("make_timestamp", ("year", "month", "day", "hour", "min", "sec")),
+    exp.DateBin: ("date_bin", ("this", "expression", "unit")),
 }
 _TYPES: dict[Any, str] = {  # sqlglot DataType.Type -> PostgreSQL type
     exp.DataType.Type.SMALLINT: "int2",
@@ -150,6 +156,8 @@ class Context:
     folded: list[str] = field(default_factory=list)
     # id() of a window function call node -> the column holding its value (``windows``).
     window_columns: dict[int, int] = field(default_factory=dict)
+    # The local names given to WITH MUTUALLY RECURSIVE bindings (l0, l1, …); shared too.
+    bindings: list[str] = field(default_factory=list)
 
     @property
     def temporal(self) -> bool:
@@ -162,7 +170,13 @@ class Context:
     def child(self, outer: Scope | None) -> Context:
         """The context of a subquery whose enclosing query's scope is ``outer``."""
         farther = tuple(s for s in (self.outer, *self.farther) if s is not None)
-        return Context(outer=outer, query_time=self.query_time, folded=self.folded, farther=farther)
+        return Context(
+            outer=outer,
+            query_time=self.query_time,
+            folded=self.folded,
+            bindings=self.bindings,
+            farther=farther,
+        )
 
     def encloses(self, table: str | None, name: str) -> bool:
         """Whether an enclosing query (however far out) has the column."""
@@ -219,6 +233,8 @@ class Grouping:
         if func is None:
             name = node.sql_name() if isinstance(node, exp.Func) else node.key
             raise unsupported(f"aggregate function {name.lower()}")
+        if func == "string_agg":
+            return self._string_agg(node, condition)
         arg = node.this
         if any(isinstance(n, exp.Window) for n in arg.walk()):
             raise LoupeError(
@@ -241,6 +257,43 @@ class Grouping:
         if condition is not None:
             expr = Case(((condition, expr),), _null(self.below.type_of(expr)))
         return mir.Aggregate(func, expr, distinct=distinct)
+
+    def _string_agg(self, node: exp.Expression, condition: Scalar | None) -> mir.Aggregate:
+        """``string_agg(value, delimiter [ORDER BY …])``, both text, as PostgreSQL has it."""
+        arg, separator = node.this, node.args.get("separator")
+        order: list[exp.Ordered] = []
+        if isinstance(arg, exp.Order):
+            order = list(arg.expressions)
+            arg = arg.this
+        distinct = isinstance(arg, exp.Distinct)
+        if distinct:
+            arg = arg.expressions[0]
+        if any(isinstance(n, exp.AggFunc) for n in arg.walk()):
+            raise LoupeError(GROUPING_ERROR, "aggregate function calls cannot be nested")
+        value = self.below.lower(arg)
+        delimiter = self.below.lower(separator) if separator is not None else None
+        types = [self.below.type_of(value)]
+        if delimiter is not None:
+            types.append(self.below.type_of(delimiter))
+        if delimiter is None or any(t not in ("text", "unknown") for t in types):
+            names = ", ".join(TYPE_NAMES.get(t, t) for t in types)
+            raise LoupeError(UNDEFINED_FUNCTION, f"function string_agg({names}) does not exist")
+        keys = []
+        for ordered in order:
+            key = self.below.lower(ordered.this)
+            if distinct and key not in (value, delimiter):
+                raise LoupeError(
+                    "42P10",
+                    "in an aggregate with DISTINCT, ORDER BY expressions must appear in argument list",
+                )
+            desc = bool(ordered.args.get("desc"))
+            nulls_first = ordered.args.get("nulls_first")
+            # PostgreSQL's default: NULLs sort as the largest value.
+            nulls_last = not desc if nulls_first is None else not nulls_first
+            keys.append(mir.AggregateOrder(key, desc, nulls_last))
+        if condition is not None:
+            value = Case(((condition, value),), _null("text"))
+        return mir.Aggregate("string_agg", value, distinct, (delimiter,), tuple(keys))
 
 
 class Scalars:
@@ -448,11 +501,32 @@ class Scalars:
             whens.append((self._lower(condition), self._lower(when.args["true"])))
         default = node.args.get("default")
         if default is not None:
-            return Case(tuple(whens), self._lower(default))
+            return self._folded_case(Case(tuple(whens), self._lower(default)))
         result_type = next(
             (t for t in (self.type_of(r) for _, r in whens) if t != "unknown"), "unknown"
         )
-        return Case(tuple(whens), _null(result_type))
+        return self._folded_case(Case(tuple(whens), _null(result_type)))
+
+    def _folded_case(self, case: Case) -> Scalar:
+        """``case`` without the WHENs whose condition is a constant, as PostgreSQL folds them:
+        false or NULL never match, true ends the CASE (its type stays the whole CASE's)."""
+        if not any(isinstance(c, Literal) for c, _ in case.whens):
+            return case
+        case_type = self.type_of(case)
+        kept: list[tuple[Scalar, Scalar]] = []
+        otherwise = case.otherwise
+        for condition, result in case.whens:
+            if isinstance(condition, Literal) and condition.value is True:
+                otherwise = result
+                break
+            if not isinstance(condition, Literal):
+                kept.append((condition, result))
+        folded = Case(tuple(kept), otherwise) if kept else otherwise
+        if self.type_of(folded) == case_type:
+            return folded
+        if isinstance(folded, Literal) and folded.value is None:
+            return Literal(None, case_type)
+        return Cast(folded, case_type)
 
     def _subquery(self, node: exp.Expression) -> Scalar:
         """The hidden column the planner joined a subquery's value into."""
@@ -492,6 +566,8 @@ class Scalars:
         if isinstance(node, exp.TimestampTrunc | exp.DateTrunc):
             unit = Literal(_unit_name(node.args["unit"]), "text")
             return self.call("date_trunc", [unit, self._lower(node.this)])
+        if isinstance(node, exp.AtTimeZone):
+            return self.call("timezone", self._args(node.args["zone"], node.this))
         if isinstance(node, exp.Extract):
             field_name = Literal(_unit_name(node.this), "text")
             return self.call("extract", [field_name, self._lower(node.expression)])
@@ -518,17 +594,72 @@ class Scalars:
                 UNDEFINED_FUNCTION, f"function {name} does not take {len(args)} arguments"
             )
         args = self._coerce(function.name, list(args))
-        if function.name in NUMERIC_ONLY_TWO_ARGUMENTS and len(args) == 2:
+        if (function.name in NUMERIC_ONLY_TWO_ARGUMENTS and len(args) == 2) or (
+            function.name == "mod"
+        ):
             types = [self.type_of(a) for a in args]
             if any(t in ("float4", "float8") for t in types):
-                # log(b, x), round(x, n) and trunc(x, n) exist for numeric only, and
-                # double precision does not cast to numeric implicitly.
+                # log(b, x), round(x, n) and trunc(x, n) exist for numeric only,
+                # a % b for integers and numeric, and double precision does not
+                # cast to numeric implicitly.
                 names = ", ".join(TYPE_NAMES.get(t, t) for t in types)
                 raise LoupeError(UNDEFINED_FUNCTION, f"function {name}({names}) does not exist")
-        return _fold_date_arithmetic(function.name, args) or Call(function.name, tuple(args))
+        if function.name == "concat":
+            _check_text_operand([self.type_of(a) for a in args])
+        if function.name == "nullif":  # a is converted when the comparison converts it
+            result = self.type_of(Call(function.name, tuple(args)))
+            if self.type_of(args[0]) not in (result, "unknown"):
+                args[0] = Cast(args[0], result)
+        call = Call(function.name, tuple(args))
+        # NULL without evaluating the others, as PostgreSQL folds when planning: a strict
+        # function of a NULL constant (strpos(NULL, 1 / x) is NULL even where x = 0),
+        # NULLIF(NULL, x), and x BETWEEN … with x NULL.
+        null_first = function.name in ("between", "nullif") and _is_null(args[0])
+        if (null_first or (function.name in functions.STRICT and any(map(_is_null, args)))) and (
+            _safe(args)
+        ):
+            return Literal(None, self.type_of(call))
+        folded = _fold_date_arithmetic(function.name, args)
+        if folded is not None:
+            return folded
+        shifted = self._calendar_shift(function.name, args)
+        if shifted is not None:
+            return shifted
+        return _fold_constant(call) or call
+
+    def _calendar_shift(self, name: str, args: Sequence[Scalar]) -> Scalar | None:
+        """``time ± INTERVAL '1 month …'`` over a column: months are no fixed duration, so the
+        interval's fields are applied one after the other (``add_calendar_interval``)."""
+        if name not in ("add", "sub") or len(args) != 2:
+            return None
+        time, interval = args
+        if name == "add" and isinstance(time, Literal) and isinstance(time.value, MonthInterval):
+            time, interval = interval, time
+        if not (isinstance(interval, Literal) and isinstance(interval.value, MonthInterval)):
+            return None
+        if self.type_of(time) not in ("date", "timestamp", "timestamptz"):
+            return None
+        sign = 1 if name == "add" else -1
+        fields = interval.value
+        return Call(
+            "add_calendar_interval",
+            (
+                time,
+                Literal(sign * fields.months, "int4"),
+                Literal(sign * fields.days, "int4"),
+                Literal(sign * fields.micros, "int8"),
+            ),
+        )
 
     def _coerce(self, name: str, args: list[Scalar]) -> list[Scalar]:
-        """Quoted literals and NULLs take the type of the call's other arguments, as in PostgreSQL."""
+        """Quoted literals and NULLs take the type of the call's other arguments, as in PostgreSQL
+        (or the type of their position, for calls with one signature)."""
+        if name in functions.LITERAL_TYPES:
+            wanted = functions.LITERAL_TYPES[name]
+            return [
+                _typed_like(a, self.type_of(a), t) if t is not None else a
+                for a, t in zip(args, wanted, strict=False)
+            ]
         if name not in functions.COERCING:
             return args
         types = [self.type_of(a) for a in args]
@@ -593,14 +724,53 @@ def _narrowed(arg: Scalar, type_: str, target: str) -> Scalar | None:
 def _typed_like(arg: Scalar, type_: str, context: str) -> Scalar:
     if not isinstance(arg, Literal):
         return arg
-    if arg.value is None:
-        return Literal(None, context)
+    if arg.value is None:  # an untyped NULL; CAST(NULL AS int8) keeps its type
+        return Literal(None, context) if type_ == "unknown" else arg
     if type_ != "text" or not isinstance(arg.value, str):
         return arg
     try:
         return Literal(fold_cast(arg.value, "text", context), context)
     except ValueError:
         return arg
+
+
+# Result types a constant call folds to (their values are exact Python values).
+_FOLDABLE = frozenset({"bool", "int2", "int4", "int8", "float8", "text", "date"})
+
+
+def _fold_constant(call: Call) -> Literal | None:
+    """A call of constants as the constant it is, as PostgreSQL evaluates it when planning;
+    None when it fails (it then fails where it is evaluated) or its type is not foldable."""
+    if not all(isinstance(a, Literal) for a in call.args):
+        return None
+    function = functions.lookup(call.func)
+    if function is None or not function.evaluable:
+        return None
+    type_ = scalar_type(call, ())
+    if type_ not in _FOLDABLE:
+        return None
+    try:
+        value = evaluate_closed(call)
+    except LoupeError:
+        return None
+    return Literal(value, type_)
+
+
+def _is_null(scalar: Scalar) -> bool:
+    return isinstance(scalar, Literal) and scalar.value is None
+
+
+def _safe(args: Sequence[Scalar]) -> bool:
+    """Whether no argument is a constant expression that fails (PostgreSQL folds constant
+    arguments first, so ``f(NULL, 9223372036854775807 * 2)`` fails rather than being NULL)."""
+    for arg in args:
+        if isinstance(arg, Literal) or columns_of(arg):
+            continue
+        try:
+            evaluate_closed(arg)
+        except LoupeError:
+            return False
+    return True
 
 
 def _fold_date_arithmetic(name: str, args: Sequence[Scalar]) -> Literal | None:
@@ -616,11 +786,14 @@ def _fold_date_arithmetic(name: str, args: Sequence[Scalar]) -> Literal | None:
     start, amount = left.value, right.value
     if not isinstance(start, datetime.date) or start is None or amount is None:
         return None
-    if isinstance(amount, datetime.timedelta | MonthInterval):
-        moment = add_interval(start, amount, sign)
-        return Literal(moment, "timestamp" if left.type == "date" else left.type)
-    if left.type == "date" and isinstance(amount, int) and not isinstance(amount, bool):
-        return Literal(start + datetime.timedelta(days=sign * amount), "date")
+    try:  # beyond Python's dates (years 1 to 9999) the engine computes (and checks) it
+        if isinstance(amount, datetime.timedelta | MonthInterval):
+            moment = add_interval(start, amount, sign)
+            return Literal(moment, "timestamp" if left.type == "date" else left.type)
+        if left.type == "date" and isinstance(amount, int) and not isinstance(amount, bool):
+            return Literal(start + datetime.timedelta(days=sign * amount), "date")
+    except (OverflowError, ValueError):
+        return None
     return None
 
 
@@ -638,6 +811,14 @@ def _has_month_interval(scalar: Scalar) -> bool:
 
 
 NUMERIC_ONLY_TWO_ARGUMENTS = frozenset({"log", "round", "trunc"})
+
+
+def _check_text_operand(types: Sequence[str]) -> None:
+    """``||`` is ``text || anynonarray`` (either way round): one side must be text (or untyped)."""
+    if any(t in ("text", "unknown", "jsonb") for t in types):
+        return
+    names = " || ".join(TYPE_NAMES.get(t, t) for t in types)
+    raise LoupeError(UNDEFINED_FUNCTION, f"operator does not exist: {names}")
 
 
 def _is_constant(node: exp.Expression) -> bool:

@@ -11,7 +11,8 @@ list; GROUP BY and HAVING with count, sum, min, max, avg, count(DISTINCT),
 bool_and, bool_or and FILTER; DISTINCT and DISTINCT ON; ORDER BY with LIMIT
 or OFFSET (a TopK); UNION [ALL], EXCEPT [ALL], INTERSECT [ALL];
 generate_series(start, stop [, step]) over integers in FROM and (one call) in
-the SELECT list (a FlatMap); window functions in the SELECT list and ORDER BY
+the SELECT list (a FlatMap); WITH MUTUALLY RECURSIVE (a LetRec whose bindings
+are read by LocalGet); window functions in the SELECT list and ORDER BY
 (``windows``: mir.Window nodes). Anything else is a 0A000 error naming the
 construct.
 
@@ -59,6 +60,7 @@ from loupe.coordinator.plan.scalars import (
 )
 from loupe.coordinator.plan.scope import Scope, ScopeColumn
 from loupe.coordinator.plan.values import fold_cast
+from loupe.coordinator.tables import TYPE_NAMES
 from loupe.coordinator.plan.windows import (
     calls_in,
     plan_windows,
@@ -87,6 +89,7 @@ _SRF_TABLE = "__loupe_srf"
 _SRF_COLUMN = "__loupe_series"
 INVALID_COLUMN_REFERENCE = "42P10"
 DATATYPE_MISMATCH = "42804"
+DUPLICATE_ALIAS = "42712"
 OUTER_SIDES = ("LEFT", "RIGHT", "FULL")
 
 
@@ -242,6 +245,10 @@ class _Planner:
                 return _ordered_by_output(self.query(node.this), node, ordering)
             return self.ordered(node.this, finishing=finishing)
         with_ = node.args.get("with_") or node.args.get("with")
+        if with_ is not None and with_.args.get("mutually_recursive"):
+            planner, let_rec = self._mutually_recursive(with_)
+            body = planner.ordered(_without_with(node), finishing=finishing)
+            return replace(body, relation=let_rec(body.relation))
         if with_ is not None:
             return self._with(with_).ordered(_without_with(node), finishing=finishing)
         ordering = finishing or _has_limit(node)
@@ -288,6 +295,46 @@ class _Planner:
                 relation, _alias_columns(cte.args.get("alias"))
             )
         return planner
+
+    def _mutually_recursive(
+        self, with_: exp.With
+    ) -> tuple[_Planner, Callable[[mir.Relation], mir.Relation]]:
+        """``WITH MUTUALLY RECURSIVE``: a planner that sees every binding (in every binding
+        and in the body), and what wraps the body into the ``LetRec``."""
+        planner = _Planner(self.resolve, self.context, self.ctes, self.parent)
+        declared: list[tuple[str, str, tuple[mir.ColumnSpec, ...]]] = []
+        for cte in with_.expressions:
+            name = cte.alias_or_name
+            if name in (n for n, _, _ in declared):
+                raise LoupeError(
+                    DUPLICATE_ALIAS, f'WITH query name "{name}" specified more than once'
+                )
+            columns = cte.args["alias"].args.get("columns") or []
+            if not columns or not all(
+                isinstance(c, exp.ColumnDef) and c.args.get("kind") for c in columns
+            ):
+                raise LoupeError(
+                    SqlState.SYNTAX_ERROR,
+                    f'WITH MUTUALLY RECURSIVE query "{name}" must declare its columns '
+                    "and their types: name (column type, …)",
+                )
+            schema = tuple((c.name, cast_type(c.args["kind"])) for c in columns)
+            local = f"l{len(self.context.bindings)}"
+            self.context.bindings.append(local)
+            declared.append((name, local, schema))
+            planner.ctes[name] = mir.LocalGet(local, schema)
+        bindings = tuple(
+            _as_declared(planner.query(cte.this), name, schema)
+            for cte, (name, _, schema) in zip(with_.expressions, declared, strict=True)
+        )
+        names = tuple(local for _, local, _ in declared)
+        limit = with_.args.get("recursion_limit")
+        return_at_limit = bool(with_.args.get("return_at_limit"))
+
+        def let_rec(body: mir.Relation) -> mir.Relation:
+            return mir.LetRec(names, bindings, body, limit, return_at_limit)
+
+        return planner, let_rec
 
     # FROM and WHERE
 
@@ -351,7 +398,7 @@ class _Planner:
             relation = self.child(self.context.outer).query(node.this)
             relation = _renamed(relation, _alias_columns(alias))
             return relation, Scope.of(node.alias or None, relation)
-        if isinstance(node, exp.Table) and isinstance(node.this, _SERIES):
+        if isinstance(node, exp.Table) and _table_function_name(node.this) is not None:
             return self._table_function(node)
         if not isinstance(node, exp.Table) or not isinstance(node.this, exp.Identifier):
             raise unsupported(f"{describe(node)} in FROM")
@@ -646,7 +693,7 @@ class _Planner:
         calls = [
             (i, node)
             for i, node in enumerate(select.expressions)
-            if isinstance(_unalias(node), _SERIES)
+            if _table_function_name(_unalias(node)) is not None
         ]
         if not calls:
             return relation, scope, select
@@ -657,8 +704,8 @@ class _Planner:
         ):
             raise unsupported("set-returning functions with aggregates")
         position, node = calls[0]
-        args = self._series_args(_unalias(node), Scalars(self.context, scope))
-        flat = mir.FlatMap(relation, "generate_series", tuple(args), (_SRF_COLUMN,))
+        func, args = self._table_function_args(_unalias(node), Scalars(self.context, scope))
+        flat = mir.FlatMap(relation, func, tuple(args), (_SRF_COLUMN,))
         column = ScopeColumn(_SRF_TABLE, _SRF_COLUMN, flat.types[-1], qualified_only=True)
         flat_scope = Scope((*scope.columns, column), tuple(scope.visible()))
         rewritten = select.copy()
@@ -667,6 +714,15 @@ class _Planner:
             exp.alias_(reference, _output_name(node), quoted=True)
         )
         return flat, flat_scope, rewritten
+
+    def _table_function_args(
+        self, call: exp.Expression, scalars: Scalars
+    ) -> tuple[str, list[Scalar]]:
+        """The table function ``call`` names and its arguments, checked."""
+        func = _table_function_name(call)
+        if func == "regexp_split_to_table":
+            return func, _regexp_split_args(call, scalars)
+        return "generate_series", self._series_args(call, scalars)
 
     def _series_args(self, call: exp.Expression, scalars: Scalars) -> list[Scalar]:
         """The arguments of generate_series(start, stop [, step]): integers only, for now."""
@@ -681,13 +737,14 @@ class _Planner:
         return args
 
     def _table_function(self, node: exp.Table) -> tuple[mir.Relation, Scope]:
-        """``FROM generate_series(a, b [, step]) [AS t(col)]``: one row per value."""
-        args = self._series_args(node.this, Scalars(self.context, Scope(())))
+        """``FROM generate_series(a, b [, step]) [AS t(col)]``: one row per value (or per
+        piece of ``regexp_split_to_table(s, pattern [, flags])``)."""
+        func, args = self._table_function_args(node.this, Scalars(self.context, Scope(())))
         alias = node.args.get("alias")
         columns = _alias_columns(alias)
-        table = node.alias or "generate_series"
-        name = columns[0] if columns else (node.alias or "generate_series")
-        relation = mir.FlatMap(mir.Constant(((),), ()), "generate_series", tuple(args), (name,))
+        table = node.alias or func
+        name = columns[0] if columns else (node.alias or func)
+        relation = mir.FlatMap(mir.Constant(((),), ()), func, tuple(args), (name,))
         return relation, Scope.of(table, relation)
 
     def _items(self, select: exp.Select, scope: Scope) -> list[_Item]:
@@ -1169,6 +1226,37 @@ def _conform(
     return _cast_columns(left, targets), _cast_columns(right, targets)
 
 
+def _as_declared(
+    relation: mir.Relation, name: str, schema: tuple[mir.ColumnSpec, ...]
+) -> mir.Relation:
+    """A WITH MUTUALLY RECURSIVE binding's plan with its declared columns.
+
+    Its columns may widen implicitly (int4 to int8, numeric…) as a set
+    operation's do; any other difference is an error, as in Materialize.
+    """
+    declared = [t for _, t in schema]
+    inferred = list(relation.types)
+    matches = len(declared) == len(inferred) and all(
+        have == want
+        or have == "unknown"
+        or (
+            have in NUMERIC_RANK
+            and want in NUMERIC_RANK
+            and NUMERIC_RANK[have] <= NUMERIC_RANK[want]
+        )
+        for have, want in zip(inferred, declared, strict=True)
+    )
+    if not matches:
+        want, have = ", ".join(declared), ", ".join(inferred)
+        raise LoupeError(
+            DATATYPE_MISMATCH,
+            f'declared type ({want}) of WITH MUTUALLY RECURSIVE query "{name}" '
+            f"did not match inferred type ({have})",
+        )
+    cast = _cast_columns(relation, declared)
+    return _renamed(cast, [n for n, _ in schema])
+
+
 def _text_for_unknown(relation: mir.Relation) -> mir.Relation:
     """A result column still untyped (``SELECT NULL``) is text, as in PostgreSQL."""
     if "unknown" not in relation.types:
@@ -1205,7 +1293,37 @@ _CALL_NAMES: dict[type[exp.Expression], str] = {
     exp.LogicalAnd: "bool_and",
     exp.LogicalOr: "bool_or",
     exp.GenerateSeries: "generate_series",
+    exp.GroupConcat: "string_agg",
+    exp.AtTimeZone: "timezone",
+    exp.UnixToTime: "to_timestamp",
+    exp.TimestampFromParts: "make_timestamp",
 }
+
+
+def _table_function_name(node: exp.Expression) -> str | None:
+    """The table function a call in FROM or the SELECT list is, if it is one."""
+    if isinstance(node, _SERIES):
+        return "generate_series"
+    if isinstance(node, exp.Anonymous) and str(node.name).lower() == "regexp_split_to_table":
+        return "regexp_split_to_table"
+    return None
+
+
+def _regexp_split_args(call: exp.Expression, scalars: Scalars) -> list[Scalar]:
+    """regexp_split_to_table(text, pattern [, flags]): the pattern and flags constants."""
+    args = [scalars.lower(a) for a in call.expressions]
+    types = [scalars.type_of(a) for a in args]
+    if len(args) not in (2, 3) or any(t not in ("text", "unknown") for t in types):
+        names = ", ".join(TYPE_NAMES.get(t, t) for t in types)
+        raise LoupeError(
+            UNDEFINED_FUNCTION, f"function regexp_split_to_table({names}) does not exist"
+        )
+    for arg, what in zip(args[1:], ("pattern", "flags"), strict=False):
+        if not isinstance(arg, Literal):
+            raise unsupported(f"regexp_split_to_table with a {what} that is not a constant")
+    if any(a.value is None for a in args[1:] if isinstance(a, Literal)):
+        return [Literal(None, "text"), Literal("", "text")]  # NULL pattern or flags: no rows
+    return [a if t == "text" else Literal(None, "text") for a, t in zip(args, types, strict=True)]
 
 
 def _output_name(node: exp.Expression) -> str:
@@ -1230,6 +1348,8 @@ def _output_name(node: exp.Expression) -> str:
         return "lpad" if node.args.get("is_left") else "rpad"
     if type(node) in _CALL_NAMES:
         return _CALL_NAMES[type(node)]
+    if isinstance(node, exp.Filter):  # agg(x) FILTER (WHERE …) is named after agg
+        return _output_name(node.this)
     if isinstance(node, exp.Binary | exp.Unary | exp.In | exp.Between):
         return "?column?"  # operators are not named, even those sqlglot calls functions
     if isinstance(node, exp.Anonymous):

@@ -36,6 +36,8 @@ from typing import Any, ClassVar, TypeVar
 from sqlglot import exp
 from sqlglot.dialects.postgres import Postgres
 from sqlglot.errors import ErrorLevel, ParseError, TokenError
+from sqlglot.generators.postgres import PostgresGenerator
+from sqlglot.parsers.postgres import PostgresParser
 from sqlglot.tokens import Token, TokenType
 
 from loupe.common.errors import LoupeError, SqlState
@@ -229,6 +231,10 @@ COLUMN_TYPES = {
 MODIFIED_TYPES = frozenset({"character varying", "numeric"})
 
 
+# An interval literal sqlglot may rewrite as 'n' UNIT without losing anything.
+_ONE_INTERVAL_PART = re.compile(r"\s*[-+]?\d+(?:\.\d*)?\s*[a-zA-Z]+\s*")
+
+
 class LoupeDialect(Postgres):
     """PostgreSQL with a tokenizer that never swallows a statement as a "command".
 
@@ -243,6 +249,82 @@ class LoupeDialect(Postgres):
     # The keywords postgres treats as opaque commands; a statement starting with
     # one of them is refused before sqlglot sees it.
     COMMAND_TOKENS = frozenset(Postgres.Tokenizer.COMMANDS)
+
+    class Parser(PostgresParser):
+        """PostgreSQL's parser plus Materialize's ``WITH MUTUALLY RECURSIVE``, keeping
+        what sqlglot would rewrite away (to_char's patterns, an interval's clock).
+
+        ``WITH MUTUALLY RECURSIVE [(RETURN | ERROR) AT RECURSION LIMIT n)] name
+        (column type, …) AS (…), …`` parses as a ``With`` whose
+        ``mutually_recursive`` arg is true, with ``recursion_limit`` (an int or
+        None) and ``return_at_limit``; the columns' types are on the CTEs' aliases.
+        """
+
+        # sqlglot rewrites to_char's format into strftime codes, losing what
+        # PostgreSQL's patterns mean (D is Sunday-based, FM, TH…): keep the call as
+        # written, for the engine's to_char.
+        FUNCTIONS: ClassVar[dict[str, Any]] = {
+            **PostgresParser.FUNCTIONS,
+            "TO_CHAR": lambda args: exp.Anonymous(this="to_char", expressions=args),
+        }
+
+        def _parse_interval_span(
+            self, this: exp.Expr, parse_function_unit: bool = True
+        ) -> exp.Interval:
+            # sqlglot reads INTERVAL '1 day 00:00:10.5' as INTERVAL '1' DAY, dropping the
+            # clock: keep such a literal whole (the planner reads PostgreSQL's syntax).
+            interval = super()._parse_interval_span(this, parse_function_unit)
+            if (
+                this is not None
+                and this.is_string
+                and interval.this is not this
+                and not _ONE_INTERVAL_PART.fullmatch(this.name)
+            ):
+                return exp.Interval(this=this)
+            return interval
+
+        # date_part is float8, extract numeric: sqlglot parses both as Extract.
+        FUNCTION_PARSERS: ClassVar[dict[str, Any]] = {
+            k: v for k, v in PostgresParser.FUNCTION_PARSERS.items() if k != "DATE_PART"
+        }
+
+        def _parse_with(self, skip_with_token: bool = False) -> exp.With | None:
+            if not skip_with_token and not self._match(TokenType.WITH):
+                return None
+            if not self._match_text_seq("MUTUALLY", "RECURSIVE"):
+                return super()._parse_with(skip_with_token=True)
+            limit, return_at_limit = None, False
+            if self._match(TokenType.L_PAREN):
+                if self._match_text_seq("RETURN"):
+                    return_at_limit = True
+                elif not self._match_text_seq("ERROR"):
+                    self.raise_error("Expected RETURN or ERROR")
+                if not self._match_text_seq("AT", "RECURSION", "LIMIT"):
+                    self.raise_error("Expected AT RECURSION LIMIT")
+                number = self._parse_number()
+                if not isinstance(number, exp.Literal) or not number.this.isdigit():
+                    self.raise_error("Expected the recursion limit, a positive integer")
+                limit = int(number.this) if isinstance(number, exp.Literal) else None
+                self._match_r_paren()
+            with_ = super()._parse_with(skip_with_token=True)
+            if with_ is not None:
+                with_.set("mutually_recursive", True)
+                with_.set("recursion_limit", limit)
+                with_.set("return_at_limit", return_at_limit)
+            return with_
+
+    class Generator(PostgresGenerator):
+        """PostgreSQL's SQL, plus ``WITH MUTUALLY RECURSIVE`` (stored view definitions)."""
+
+        def with_sql(self, expression: exp.With) -> str:
+            if not expression.args.get("mutually_recursive"):
+                return super().with_sql(expression)
+            limit = expression.args.get("recursion_limit")
+            options = ""
+            if limit is not None:
+                kind = "RETURN" if expression.args.get("return_at_limit") else "ERROR"
+                options = f"({kind} AT RECURSION LIMIT {limit}) "
+            return f"WITH MUTUALLY RECURSIVE {options}{self.expressions(expression, flat=True)}"
 
 
 _DIALECT = LoupeDialect()

@@ -217,8 +217,22 @@ def test_date_arithmetic_types() -> None:
     )
 
 
-def test_intervals_with_months_on_columns_are_refused() -> None:
-    raised = error("d + INTERVAL '1 month'")
+def test_a_column_plus_months_adds_the_fields_one_after_the_other() -> None:
+    assert expression("d + INTERVAL '1 month 2 days'") == (
+        Call(
+            "add_calendar_interval",
+            (D, Literal(1, "int4"), Literal(2, "int4"), Literal(0, "int8")),
+        ),
+        "timestamp",
+    )
+    assert expression("ts - INTERVAL '1 year'")[0] == Call(
+        "add_calendar_interval",
+        (TS, Literal(-12, "int4"), Literal(0, "int4"), Literal(0, "int8")),
+    )
+
+
+def test_intervals_with_months_elsewhere_are_refused() -> None:
+    raised = error("INTERVAL '1 month' * 2")
     assert raised.code == SqlState.FEATURE_NOT_SUPPORTED
     assert "months" in raised.message
 

@@ -263,7 +263,7 @@ async def test_an_unexpected_failure_is_xx000_with_an_incident_the_log_explains(
     def broken(*_args: Any, **_kwargs: Any) -> Any:
         raise RuntimeError("secret internals of a library")
 
-    monkeypatch.setattr("loupe.coordinator.coordinator.evaluate_constant", broken)
+    monkeypatch.setattr("loupe.coordinator.sequencer.select.evaluate_constant", broken)
     session = await harness.session()
     with structlog.testing.capture_logs() as logs:
         error = error_of(await harness.execute(session, "SELECT 1"))

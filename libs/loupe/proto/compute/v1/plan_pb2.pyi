@@ -80,14 +80,28 @@ class MapFilterProject(_message.Message):
     def __init__(self, input_arity: _Optional[int] = ..., expressions: _Optional[_Iterable[_Union[ScalarExpr, _Mapping]]] = ..., predicates: _Optional[_Iterable[_Union[ScalarExpr, _Mapping]]] = ..., projection: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class AggregateExpr(_message.Message):
-    __slots__ = ("func", "expr", "distinct")
+    __slots__ = ("func", "expr", "distinct", "args", "order_by")
     FUNC_FIELD_NUMBER: _ClassVar[int]
     EXPR_FIELD_NUMBER: _ClassVar[int]
     DISTINCT_FIELD_NUMBER: _ClassVar[int]
+    ARGS_FIELD_NUMBER: _ClassVar[int]
+    ORDER_BY_FIELD_NUMBER: _ClassVar[int]
     func: str
     expr: ScalarExpr
     distinct: bool
-    def __init__(self, func: _Optional[str] = ..., expr: _Optional[_Union[ScalarExpr, _Mapping]] = ..., distinct: _Optional[bool] = ...) -> None: ...
+    args: _containers.RepeatedCompositeFieldContainer[ScalarExpr]
+    order_by: _containers.RepeatedCompositeFieldContainer[AggregateOrder]
+    def __init__(self, func: _Optional[str] = ..., expr: _Optional[_Union[ScalarExpr, _Mapping]] = ..., distinct: _Optional[bool] = ..., args: _Optional[_Iterable[_Union[ScalarExpr, _Mapping]]] = ..., order_by: _Optional[_Iterable[_Union[AggregateOrder, _Mapping]]] = ...) -> None: ...
+
+class AggregateOrder(_message.Message):
+    __slots__ = ("expr", "desc", "nulls_last")
+    EXPR_FIELD_NUMBER: _ClassVar[int]
+    DESC_FIELD_NUMBER: _ClassVar[int]
+    NULLS_LAST_FIELD_NUMBER: _ClassVar[int]
+    expr: ScalarExpr
+    desc: bool
+    nulls_last: bool
+    def __init__(self, expr: _Optional[_Union[ScalarExpr, _Mapping]] = ..., desc: _Optional[bool] = ..., nulls_last: _Optional[bool] = ...) -> None: ...
 
 class OrderKey(_message.Message):
     __slots__ = ("column", "desc", "nulls_last")
@@ -100,7 +114,7 @@ class OrderKey(_message.Message):
     def __init__(self, column: _Optional[int] = ..., desc: _Optional[bool] = ..., nulls_last: _Optional[bool] = ...) -> None: ...
 
 class LirNode(_message.Message):
-    __slots__ = ("id", "types", "constant", "get", "mfp", "flat_map", "arrange_by", "join", "reduce", "top_k", "negate", "threshold", "union", "window")
+    __slots__ = ("id", "types", "constant", "get", "mfp", "flat_map", "arrange_by", "join", "reduce", "top_k", "negate", "threshold", "union", "window", "let_rec")
     ID_FIELD_NUMBER: _ClassVar[int]
     TYPES_FIELD_NUMBER: _ClassVar[int]
     CONSTANT_FIELD_NUMBER: _ClassVar[int]
@@ -115,6 +129,7 @@ class LirNode(_message.Message):
     THRESHOLD_FIELD_NUMBER: _ClassVar[int]
     UNION_FIELD_NUMBER: _ClassVar[int]
     WINDOW_FIELD_NUMBER: _ClassVar[int]
+    LET_REC_FIELD_NUMBER: _ClassVar[int]
     id: int
     types: _containers.RepeatedScalarFieldContainer[str]
     constant: ConstantNode
@@ -129,7 +144,8 @@ class LirNode(_message.Message):
     threshold: ThresholdNode
     union: UnionNode
     window: WindowNode
-    def __init__(self, id: _Optional[int] = ..., types: _Optional[_Iterable[str]] = ..., constant: _Optional[_Union[ConstantNode, _Mapping]] = ..., get: _Optional[_Union[GetNode, _Mapping]] = ..., mfp: _Optional[_Union[MfpNode, _Mapping]] = ..., flat_map: _Optional[_Union[FlatMapNode, _Mapping]] = ..., arrange_by: _Optional[_Union[ArrangeByNode, _Mapping]] = ..., join: _Optional[_Union[JoinNode, _Mapping]] = ..., reduce: _Optional[_Union[ReduceNode, _Mapping]] = ..., top_k: _Optional[_Union[TopKNode, _Mapping]] = ..., negate: _Optional[_Union[NegateNode, _Mapping]] = ..., threshold: _Optional[_Union[ThresholdNode, _Mapping]] = ..., union: _Optional[_Union[UnionNode, _Mapping]] = ..., window: _Optional[_Union[WindowNode, _Mapping]] = ...) -> None: ...
+    let_rec: LetRecNode
+    def __init__(self, id: _Optional[int] = ..., types: _Optional[_Iterable[str]] = ..., constant: _Optional[_Union[ConstantNode, _Mapping]] = ..., get: _Optional[_Union[GetNode, _Mapping]] = ..., mfp: _Optional[_Union[MfpNode, _Mapping]] = ..., flat_map: _Optional[_Union[FlatMapNode, _Mapping]] = ..., arrange_by: _Optional[_Union[ArrangeByNode, _Mapping]] = ..., join: _Optional[_Union[JoinNode, _Mapping]] = ..., reduce: _Optional[_Union[ReduceNode, _Mapping]] = ..., top_k: _Optional[_Union[TopKNode, _Mapping]] = ..., negate: _Optional[_Union[NegateNode, _Mapping]] = ..., threshold: _Optional[_Union[ThresholdNode, _Mapping]] = ..., union: _Optional[_Union[UnionNode, _Mapping]] = ..., window: _Optional[_Union[WindowNode, _Mapping]] = ..., let_rec: _Optional[_Union[LetRecNode, _Mapping]] = ...) -> None: ...
 
 class ConstantNode(_message.Message):
     __slots__ = ("rows",)
@@ -260,6 +276,22 @@ class UnionNode(_message.Message):
     INPUTS_FIELD_NUMBER: _ClassVar[int]
     inputs: _containers.RepeatedCompositeFieldContainer[LirNode]
     def __init__(self, inputs: _Optional[_Iterable[_Union[LirNode, _Mapping]]] = ...) -> None: ...
+
+class LetRecNode(_message.Message):
+    __slots__ = ("names", "bindings", "body", "externals", "limit", "return_at_limit")
+    NAMES_FIELD_NUMBER: _ClassVar[int]
+    BINDINGS_FIELD_NUMBER: _ClassVar[int]
+    BODY_FIELD_NUMBER: _ClassVar[int]
+    EXTERNALS_FIELD_NUMBER: _ClassVar[int]
+    LIMIT_FIELD_NUMBER: _ClassVar[int]
+    RETURN_AT_LIMIT_FIELD_NUMBER: _ClassVar[int]
+    names: _containers.RepeatedScalarFieldContainer[str]
+    bindings: _containers.RepeatedCompositeFieldContainer[LirNode]
+    body: LirNode
+    externals: _containers.RepeatedCompositeFieldContainer[LirNode]
+    limit: int
+    return_at_limit: bool
+    def __init__(self, names: _Optional[_Iterable[str]] = ..., bindings: _Optional[_Iterable[_Union[LirNode, _Mapping]]] = ..., body: _Optional[_Union[LirNode, _Mapping]] = ..., externals: _Optional[_Iterable[_Union[LirNode, _Mapping]]] = ..., limit: _Optional[int] = ..., return_at_limit: _Optional[bool] = ...) -> None: ...
 
 class SourceImport(_message.Message):
     __slots__ = ("id", "collection", "desc")

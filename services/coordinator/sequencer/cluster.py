@@ -1,0 +1,86 @@
+"""Cluster DDL: ``CREATE CLUSTER``, ``CREATE CLUSTER REPLICA``, ``DROP CLUSTER REPLICA``.
+
+Each is one catalog operation (``catalog_op``) committed by
+``ddl.transact``; the controller starts and stops the replicas when it
+follows the commit. ``DROP CLUSTER`` drops the indexes and materialized
+views maintained on the cluster too, so ``loupe.coordinator.compute``
+sequences it (with ``catalog_op`` for the cluster itself).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from loupe.coordinator.results import StatementResult
+from loupe.coordinator.sequencer import ddl
+from loupe.coordinator.session import Session
+from loupe.coordinator.sql.statements import (
+    CreateCluster,
+    CreateClusterReplica,
+    DropCluster,
+    DropClusterReplica,
+    Statement,
+)
+from loupe.proto.catalog.v1 import catalog_pb2
+
+if TYPE_CHECKING:
+    from loupe.coordinator.sequencer.context import SequencerContext
+
+
+async def cluster_ddl(
+    ctx: SequencerContext,
+    session: Session,
+    statement: CreateCluster | CreateClusterReplica | DropClusterReplica,
+) -> StatementResult:
+    """Commit the statement's catalog operation (superusers only)."""
+    op = catalog_op(statement, owner_id=ddl.owner_id(ctx, session))
+    _, result = await ddl.transact(ctx, session, statement, [op])
+    return result
+
+
+def catalog_op(statement: Statement, *, owner_id: str) -> catalog_pb2.CatalogOp:
+    """The catalog operation a DDL statement asks for."""
+    match statement:
+        case CreateCluster():
+            cluster = catalog_pb2.Cluster(
+                name=statement.name,
+                owner_id=owner_id,
+                managed=statement.managed,
+                size=statement.size if statement.managed else "",
+                replication_factor=statement.replication_factor if statement.managed else 0,
+                introspection_interval_ns=statement.introspection_interval_ns,
+                introspection_debugging=statement.introspection_debugging,
+            )
+            # The catalog names a managed cluster's replicas (r1..rk) itself and
+            # refuses explicit ones; an unmanaged cluster's are listed.
+            replicas = [
+                catalog_pb2.ClusterReplica(name=r.name, size=r.size, owner_id=owner_id)
+                for r in statement.replicas
+            ]
+            return catalog_pb2.CatalogOp(
+                create_cluster=catalog_pb2.CreateCluster(cluster=cluster, replicas=replicas)
+            )
+        case CreateClusterReplica():
+            return catalog_pb2.CatalogOp(
+                create_cluster_replica=catalog_pb2.CreateClusterReplica(
+                    replica=catalog_pb2.ClusterReplica(
+                        name=statement.replica, size=statement.size, owner_id=owner_id
+                    ),
+                    cluster_name=statement.cluster,
+                )
+            )
+        case DropCluster():
+            return catalog_pb2.CatalogOp(
+                drop_cluster=catalog_pb2.DropCluster(
+                    name=statement.name, if_exists=statement.if_exists, cascade=statement.cascade
+                )
+            )
+        case DropClusterReplica():
+            return catalog_pb2.CatalogOp(
+                drop_cluster_replica=catalog_pb2.DropClusterReplica(
+                    cluster_name=statement.cluster,
+                    replica_name=statement.replica,
+                    if_exists=statement.if_exists,
+                )
+            )
+    raise TypeError(f"not a DDL statement: {statement!r}")

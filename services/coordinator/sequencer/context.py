@@ -1,0 +1,112 @@
+"""What the sequencers share: the coordinator's clients, stores and catalog view.
+
+One ``SequencerContext`` per coordinator, built by it at construction; every
+sequencer function takes it as its first argument (``ctx``) instead of the
+coordinator, so a sequencer sees the shared state it needs and nothing of the
+session layer (Materialize's sequencers are methods of its ``Coordinator``;
+here the state they touch is this one object).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from nats.aio.client import Client as NatsConnection
+
+from loupe.common.errors import LoupeError, SqlState
+from loupe.common.logging import get_logger
+from loupe.common.transport import NatsServiceClient
+from loupe.coordinator.catalog_relations import CatalogRelationsWriter
+from loupe.coordinator.catalog_state import CatalogState, ClusterInfo
+from loupe.coordinator.follower import CatalogFollower
+from loupe.coordinator.table_store import TableStore, TimestampOracle
+from loupe.proto.common.v1 import common_pb2
+
+if TYPE_CHECKING:
+    from loupe.coordinator.compute import Compute
+    from loupe.coordinator.coordinator import CoordinatorConfig
+
+log = get_logger(__name__)
+
+T = TypeVar("T")
+
+
+class SequencerContext:
+    """The coordinator's shared state, as the sequencers see it.
+
+    ``catalog`` and ``controller`` are the NATS clients of those services;
+    ``follower`` keeps the catalog snapshot (``state``) current; ``oracle`` and
+    ``tables`` are the timestamp oracle and the user tables' shards;
+    ``compute`` runs reads and maintains views and indexes; ``collections``
+    says where each builtin collection lives (``ListCollections``).
+    """
+
+    def __init__(
+        self,
+        *,
+        config: CoordinatorConfig,
+        connection: NatsConnection,
+        catalog: NatsServiceClient,
+        controller: NatsServiceClient,
+        writer: CatalogRelationsWriter,
+        follower: CatalogFollower,
+        oracle: TimestampOracle,
+        tables: TableStore,
+        compute: Callable[[SequencerContext], Compute],
+    ) -> None:
+        self.config = config
+        self.connection = connection
+        self.catalog = catalog
+        self.controller = controller
+        self.writer = writer
+        self.follower = follower
+        self.oracle = oracle
+        self.tables = tables
+        self.collections: dict[str, common_pb2.CollectionMetadata] = {}
+        # This coordinator's DDL runs one statement at a time.
+        self.ddl_lock = asyncio.Lock()
+        # Fire-and-forget work (canceling a peek, reaping sessions), canceled at stop.
+        self.background: set[asyncio.Task[Any]] = set()
+        # Compute takes this context (it sequences views, indexes and reads with it).
+        self.compute = compute(self)
+
+    @property
+    def state(self) -> CatalogState:
+        """The newest catalog snapshot this coordinator knows."""
+        return self.follower.state
+
+    async def refreshed_state(self) -> CatalogState:
+        """A fresh catalog snapshot; the known one when the catalog cannot be read."""
+        try:
+            return await self.follower.refresh()
+        except LoupeError as error:
+            log.warning("could not read the catalog", error=error.message)
+            return self.state
+
+    async def resolving(self, attempt: Callable[[CatalogState], T]) -> T:
+        """``attempt`` with the known catalog, then once more with a fresh one on 42P01."""
+        try:
+            return attempt(self.state)
+        except LoupeError as error:
+            if error.code != SqlState.UNDEFINED_TABLE:
+                raise
+            # Another coordinator may have created the table a moment ago.
+            return attempt(await self.refreshed_state())
+
+    async def cluster(self, name: str) -> ClusterInfo | None:
+        """The cluster called ``name``, asking the catalog when this coordinator does not know it.
+
+        Another coordinator may have created it a moment ago.
+        """
+        cluster = self.state.cluster(name)
+        if cluster is None:
+            cluster = (await self.refreshed_state()).cluster(name)
+        return cluster
+
+    def spawn(self, coroutine: Awaitable[None]) -> None:
+        """Run ``coroutine`` in the background; the coordinator cancels it at stop."""
+        task = asyncio.ensure_future(coroutine)
+        self.background.add(task)
+        task.add_done_callback(self.background.discard)

@@ -1,0 +1,71 @@
+"""``SELECT``: resolve the names, pick the strategy, read at one timestamp.
+
+A query that reads relations runs on compute (``loupe.coordinator.compute``:
+a fast-path index peek or a transient dataflow, on the system cluster when
+it reads only system relations, else on the session's cluster), at ``AS OF``
+if given, else at the oracle's read timestamp (strict serializable;
+``transaction_isolation = serializable`` reads the latest complete time
+instead). A query that reads no relation is evaluated here (``constant``,
+Materialize's constant strategy). The statement-log views
+(``mz_statement_execution_history`` and its kin) are inlined first.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from typing import TYPE_CHECKING, Any
+
+from sqlglot import exp
+
+from loupe.coordinator import statement_logging as stmtlog
+from loupe.coordinator.constant import evaluate_constant
+from loupe.coordinator.plan import TemporalError
+from loupe.coordinator.results import Column, StatementResult
+from loupe.coordinator.session import Session
+from loupe.coordinator.sql.statements import Query, Statement
+from loupe.coordinator.statement_logging_views import inline_builtin_views
+from loupe.coordinator.timestamps import as_of_timestamp
+
+if TYPE_CHECKING:
+    from loupe.coordinator.sequencer.context import SequencerContext
+
+
+async def select(ctx: SequencerContext, session: Session, statement: Statement) -> StatementResult:
+    """Run a ``Query``: its rows and ``SELECT n``."""
+    assert isinstance(statement, Query)
+    columns, rows = await run_query(ctx, session, statement)
+    return StatementResult(tag=f"SELECT {len(rows)}", columns=columns, rows=rows)
+
+
+async def run_query(
+    ctx: SequencerContext, session: Session, query: Query
+) -> tuple[tuple[Column, ...], list[tuple[Any, ...]]]:
+    """Resolve, choose the timestamp, run: (columns, rows)."""
+    query = dataclasses.replace(query, expression=inline_builtin_views(query.expression))
+    expression, relations = await ctx.compute.resolved(session, query.expression)
+    if relations:
+        # The planner names the columns as PostgreSQL does.
+        columns, rows = await ctx.compute.select(session, query, expression, relations)
+        return tuple(columns), rows
+    return await constant(ctx, query, expression)
+
+
+async def constant(
+    ctx: SequencerContext, query: Query, expression: exp.Expression
+) -> tuple[tuple[Column, ...], list[tuple[Any, ...]]]:
+    """A query that reads no relation, evaluated here (``evaluate_constant``).
+
+    Its time is ``AS OF`` if given; else the oracle's, read only when
+    ``now()``/``mz_now()`` need one.
+    """
+    timestamp = None if query.as_of is None else as_of_timestamp(query.as_of, query.as_of_position)
+    # In a thread: a large constant query must not stall every other session.
+    try:
+        columns, rows = await asyncio.to_thread(evaluate_constant, expression, query_time=timestamp)
+    except TemporalError:
+        timestamp = await ctx.oracle.read_timestamp()
+        columns, rows = await asyncio.to_thread(evaluate_constant, expression, query_time=timestamp)
+    stmtlog.note_event(stmtlog.OPTIMIZATION_FINISHED)
+    stmtlog.note_strategy(stmtlog.CONSTANT)
+    return columns, rows
