@@ -60,13 +60,13 @@ from loupe.coordinator.plan.scalars import (
 )
 from loupe.coordinator.plan.scope import Scope, ScopeColumn
 from loupe.coordinator.plan.values import fold_cast
-from loupe.coordinator.tables import TYPE_NAMES
 from loupe.coordinator.plan.windows import (
     calls_in,
     plan_windows,
     refuse_misplaced,
     window_operands,
 )
+from loupe.coordinator.tables import TYPE_NAMES
 from loupe.plan import functions
 from loupe.plan.scalar import (
     NUMERIC_RANK,
