@@ -39,6 +39,9 @@ QUERIES = [
     "SELECT a FROM t EXCEPT ALL SELECT x FROM u",
     "SELECT CASE WHEN a > 1 THEN 'big' ELSE 'small' END, a::text FROM t",
     "SELECT t.a FROM t, u, t AS t2 WHERE t.a = u.x AND u.x = t2.a",
+    "SELECT a, row_number() OVER (PARTITION BY b ORDER BY a DESC), lag(a, 2, 0) OVER () FROM t",
+    "SELECT sum(a) OVER (ORDER BY a ROWS BETWEEN 2 PRECEDING AND 1 FOLLOWING) FROM t",
+    "SELECT count(*) OVER (ORDER BY y RANGE BETWEEN 3 PRECEDING AND CURRENT ROW) FROM u",
     "SELECT a, string_agg(b, ',' ORDER BY a DESC, b) FROM t GROUP BY a",
 ]
 

@@ -358,6 +358,9 @@ QUERIES = [
     "SELECT v FROM (VALUES (1), (NULL), (3)) AS t(v) WHERE NOT v IS NOT NULL",
     "SELECT v, count(v) FROM (VALUES ('a'), (NULL), ('a')) AS t(v) GROUP BY v",
     "SELECT x / 2, x % 2 FROM generate_series(-3, 3) AS t(x)",
+    "SELECT row_number() OVER ()",
+    "SELECT x, sum(x) OVER (ORDER BY x), rank() OVER (ORDER BY x) FROM (VALUES (1), (2), (2)) t(x)",
+    "SELECT count(*) OVER (), ntile(2) OVER (ORDER BY x) FROM generate_series(1, 3) AS t(x)",
     # regexp_split_to_table: zero-length matches at either end or after a match do not split.
     "SELECT regexp_split_to_table('hello big  world', '\\s+')",
     "SELECT x FROM regexp_split_to_table(',a,,b,', ',') AS t(x)",

@@ -285,10 +285,126 @@ VIEWS = (
         "AS v(k, label) ON t1.a = v.k",
     ),
     View("like_escape", "SELECT s, s LIKE '%!_%' ESCAPE '!' AS underscore FROM t1"),
-    # Refused by the planner today (0A000).
+    # Window functions. Where a function depends on the order of peers (row_number,
+    # lag/lead, first/last/nth_value, ntile, ROWS frames), the window orders by every
+    # column: rows still tied are equal, so any order gives PostgreSQL's multiset.
     View(
-        "window_function",
-        "SELECT a, b, row_number() OVER (PARTITION BY a ORDER BY b) AS rn FROM t1",
-        xfail=PLANNER_GAP,
+        "window_ranking",
+        "SELECT a, b, s, row_number() OVER (PARTITION BY a ORDER BY b, s, f) AS rn, "
+        "rank() OVER (PARTITION BY a ORDER BY b) AS r, "
+        "dense_rank() OVER (PARTITION BY a ORDER BY b DESC) AS dr, "
+        "percent_rank() OVER (PARTITION BY a ORDER BY b) AS pr, "
+        "cume_dist() OVER (PARTITION BY a ORDER BY b NULLS FIRST) AS cd, "
+        "ntile(3) OVER (PARTITION BY a ORDER BY b, s, f) AS nt, "
+        "row_number() OVER (ORDER BY a DESC, b, s, f) AS global_rn FROM t1",
+    ),
+    View(
+        "window_lag_lead",
+        "SELECT a, b, s, f, lag(b) OVER w AS prev, lead(b, 2) OVER w AS next2, "
+        "lag(s, 1, 'none') OVER w AS prev_s, lead(f, 1, 0) OVER w AS next_f, "
+        "lag(b, -1) OVER w AS back FROM t1 WINDOW w AS (PARTITION BY a ORDER BY b, s, f)",
+    ),
+    View(
+        "window_values",
+        "SELECT a, b, s, first_value(s) OVER w AS fv, last_value(s) OVER w AS lv, "
+        "nth_value(b, 2) OVER w AS second, "
+        "last_value(b) OVER (PARTITION BY a ORDER BY b, s, f "
+        "ROWS BETWEEN CURRENT ROW AND UNBOUNDED FOLLOWING) AS final, "
+        "nth_value(s, 3) OVER (PARTITION BY a ORDER BY b, s, f "
+        "RANGE BETWEEN UNBOUNDED PRECEDING AND UNBOUNDED FOLLOWING) AS third "
+        "FROM t1 WINDOW w AS (PARTITION BY a ORDER BY b, s, f)",
+    ),
+    View(
+        "window_running_aggregates",
+        "SELECT a, b, sum(b) OVER w AS sb, count(*) OVER w AS n, count(s) OVER w AS ns, "
+        "avg(b) OVER w AS mean, min(s) OVER w AS mins, max(f) OVER w AS maxf, "
+        "bool_and(b > 0) OVER w AS all_positive, stddev(f) OVER w AS sd "
+        "FROM t1 WINDOW w AS (PARTITION BY a ORDER BY b)",
+    ),
+    View(
+        "window_whole_partition",
+        "SELECT a, b, sum(b) OVER (PARTITION BY a) AS sb, count(*) OVER (PARTITION BY a) AS n, "
+        "avg(f) OVER (PARTITION BY a) AS mean, min(s) OVER (PARTITION BY a) AS mins, "
+        "max(s) OVER () AS maxs, count(b) OVER () AS nb, variance(b) OVER (PARTITION BY a) AS v "
+        "FROM t1",
+    ),
+    View(
+        "window_rows_frames",
+        "SELECT a, b, s, f, "
+        "sum(b) OVER (PARTITION BY a ORDER BY b, s, f "
+        "ROWS BETWEEN 1 PRECEDING AND 1 FOLLOWING) AS moving, "
+        "sum(f) OVER (PARTITION BY a ORDER BY b, s, f ROWS UNBOUNDED PRECEDING) AS running, "
+        "max(s) OVER (PARTITION BY a ORDER BY b, s, f "
+        "ROWS BETWEEN CURRENT ROW AND UNBOUNDED FOLLOWING) AS rest, "
+        "count(b) OVER (PARTITION BY a ORDER BY b, s, f "
+        "ROWS BETWEEN 2 PRECEDING AND 1 PRECEDING) AS before, "
+        "min(b) OVER (PARTITION BY a ORDER BY b, s, f "
+        "ROWS BETWEEN 1 FOLLOWING AND 3 FOLLOWING) AS ahead, "
+        "avg(b) OVER (PARTITION BY a ORDER BY b "
+        "RANGE BETWEEN CURRENT ROW AND UNBOUNDED FOLLOWING) AS later "
+        "FROM t1",
+    ),
+    View(
+        "window_range_offsets",
+        "SELECT a, b, f, sum(f) OVER (PARTITION BY a ORDER BY b "
+        "RANGE BETWEEN 1 PRECEDING AND 1 FOLLOWING) AS near, "
+        "count(*) OVER (ORDER BY b DESC NULLS LAST RANGE BETWEEN 2 PRECEDING AND CURRENT ROW) "
+        "AS above, max(s) OVER (PARTITION BY a ORDER BY f "
+        "RANGE BETWEEN CURRENT ROW AND 0.5 FOLLOWING) AS by_float FROM t1",
+    ),
+    View(
+        "window_range_of_dates",
+        "SELECT a, d, count(*) OVER (PARTITION BY a ORDER BY d "
+        "RANGE BETWEEN INTERVAL '60 days' PRECEDING AND CURRENT ROW) AS recent, "
+        "sum(c) OVER (ORDER BY d RANGE BETWEEN '30 days' FOLLOWING AND UNBOUNDED FOLLOWING) "
+        "AS later FROM t2",
+    ),
+    View(
+        "window_groups_frames",
+        "SELECT a, b, sum(f) OVER (PARTITION BY a ORDER BY b GROUPS BETWEEN 1 PRECEDING "
+        "AND 1 FOLLOWING) AS near, count(*) OVER (ORDER BY a DESC GROUPS BETWEEN 2 FOLLOWING "
+        "AND UNBOUNDED FOLLOWING) AS beyond FROM t1",
+    ),
+    View(
+        "window_over_groups",
+        "SELECT a, sum(b) AS sb, rank() OVER (ORDER BY sum(b) DESC NULLS LAST) AS r, "
+        "sum(count(*)) OVER (ORDER BY a) AS running FROM t1 GROUP BY a",
+    ),
+    View(
+        "window_filtered_outside",
+        "SELECT a, b, s FROM (SELECT a, b, s, "
+        "row_number() OVER (PARTITION BY a ORDER BY b DESC, s, f) AS rn FROM t1) x "
+        "WHERE rn <= 2 AND a > 0",
+    ),
+    View(
+        "window_after_join",
+        "SELECT t1.a, t2.c, sum(t2.c) OVER (PARTITION BY t1.a ORDER BY t2.c) AS running, "
+        "dense_rank() OVER (ORDER BY t2.d) AS by_date FROM t1 JOIN t2 ON t1.a = t2.a",
+    ),
+    View(
+        "window_wider_types",
+        "SELECT a, c, d, n, sum(c) OVER (PARTITION BY a ORDER BY c) AS sc, "
+        "avg(n) OVER (PARTITION BY a) AS an, sum(n) OVER (ORDER BY d, a, c, n) AS sn, "
+        "max(d) OVER (PARTITION BY a ORDER BY d, c, n ROWS BETWEEN 1 PRECEDING AND CURRENT ROW) "
+        "AS md, lag(d, 1, DATE '2000-01-01') OVER (PARTITION BY a ORDER BY d, c, n) AS prev "
+        "FROM t2",
+    ),
+    View(
+        "window_top_k",
+        "SELECT a, b, rank() OVER (ORDER BY b DESC NULLS LAST) AS r FROM t1 ORDER BY r LIMIT 3",
+        order_columns=(2,),
+    ),
+    # The window reads no column of t1: its input is pruned to rows of no columns.
+    View(
+        "window_of_no_columns",
+        "SELECT row_number() OVER () AS rn, count(*) OVER () AS n FROM t1",
+    ),
+    View(
+        "window_argument_errors",
+        "SELECT k, nth_value(name, k) OVER (ORDER BY k, name) AS v FROM t3",
+    ),
+    View(
+        "window_ntile_of_a_column",
+        "SELECT a, b, ntile(a) OVER (PARTITION BY a ORDER BY b, s, f) AS bucket FROM t1",
     ),
 )

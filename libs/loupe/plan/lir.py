@@ -172,6 +172,19 @@ class TopK(Node):
 
 
 @dataclass(frozen=True)
+class Window(Node):
+    """Window functions per partition (``mir.Window``), recomputed for each changed partition."""
+
+    input: Node
+    partition_by: tuple[int, ...]
+    order: tuple[mir.OrderKey, ...]
+    functions: tuple[mir.WindowFunction, ...]
+
+    def inputs(self) -> tuple[Node, ...]:
+        return (self.input,)
+
+
+@dataclass(frozen=True)
 class Negate(Node):
     input: Node
 
@@ -269,6 +282,15 @@ class LoweringContext:
                 relation.limit,
                 relation.offset,
                 relation.group_key,
+            )
+        if isinstance(relation, mir.Window):
+            window_input = self.lower(relation.input)
+            return Window(
+                self.new_id(),
+                window_input,
+                relation.partition_by,
+                relation.order,
+                relation.functions,
             )
         if isinstance(relation, mir.Union):
             inputs = tuple(self.lower(i) for i in relation.inputs)

@@ -10,7 +10,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 
-from loupe.plan.scalar import Scalar, scalar_type, widest_numeric
+from loupe.plan.scalar import Column, Literal, Scalar, scalar_type, widest_numeric
 
 ColumnSpec = tuple[str, str]
 
@@ -275,6 +275,101 @@ class TopK(_Unary):
     limit: int | None = None
     offset: int = 0
     group_key: tuple[int, ...] = ()
+
+
+# Window functions: ranking (frames do not apply), values at other rows, then aggregates.
+RANKING_FUNCTIONS = ("row_number", "rank", "dense_rank", "percent_rank", "cume_dist", "ntile")
+VALUE_FUNCTIONS = ("lag", "lead", "first_value", "last_value", "nth_value")
+WINDOW_FUNCTIONS = (*RANKING_FUNCTIONS, *VALUE_FUNCTIONS)
+# The argument counts PostgreSQL defines for each.
+WINDOW_ARGUMENTS = {
+    "row_number": (0,),
+    "rank": (0,),
+    "dense_rank": (0,),
+    "percent_rank": (0,),
+    "cume_dist": (0,),
+    "ntile": (1,),
+    "lag": (1, 2, 3),
+    "lead": (1, 2, 3),
+    "first_value": (1,),
+    "last_value": (1,),
+    "nth_value": (2,),
+}
+# Frame bound kinds, in PostgreSQL's order (a frame's start may not come after its end).
+FRAME_BOUNDS = (
+    "unbounded_preceding",
+    "offset_preceding",
+    "current_row",
+    "offset_following",
+    "unbounded_following",
+)
+
+
+@dataclass(frozen=True)
+class FrameBound:
+    """One end of a window frame. For the two ``offset_*`` kinds, ``offset`` counts rows in
+    a ROWS frame; in a RANGE frame ``distance`` is how far the ORDER BY key may be from the
+    current row's (a constant of the key's type, an interval for dates and times)."""
+
+    kind: str
+    offset: int = 0
+    distance: Literal | None = None
+
+
+@dataclass(frozen=True)
+class WindowFrame:
+    """The rows an aggregate or first/last/nth_value reads: ``rows`` counts rows,
+    ``groups`` counts peer groups (rows equal in the window's ORDER BY, every row of
+    the partition without one), ``range`` measures the ORDER BY key (its CURRENT ROW
+    is the row's peers). The default is PostgreSQL's: RANGE BETWEEN UNBOUNDED
+    PRECEDING AND CURRENT ROW."""
+
+    mode: str = "range"
+    start: FrameBound = FrameBound("unbounded_preceding")
+    end: FrameBound = FrameBound("current_row")
+
+
+@dataclass(frozen=True)
+class WindowFunction:
+    """``func`` of the input columns ``args`` for every row, over ``frame``.
+
+    ``func`` is a ranking or value function (``WINDOW_FUNCTIONS``) or an
+    aggregate (``AGGREGATES``; ``count`` without args is ``count(*)``).
+    """
+
+    func: str
+    args: tuple[int, ...] = ()
+    frame: WindowFrame = WindowFrame()
+
+    def result_type(self, input_types: tuple[str, ...]) -> str:
+        """The PostgreSQL result type."""
+        if self.func in ("row_number", "rank", "dense_rank"):
+            return "int8"
+        if self.func in ("percent_rank", "cume_dist"):
+            return "float8"
+        if self.func == "ntile":
+            return "int4"
+        if self.func in VALUE_FUNCTIONS:
+            return input_types[self.args[0]]
+        expr = Column(self.args[0]) if self.args else None
+        return Aggregate(self.func, expr).result_type(input_types)
+
+
+@dataclass(frozen=True)
+class Window(_Unary):
+    """Every input row with one more column per window function, computed over the rows of
+    its partition (equal ``partition_by`` columns) in ``order`` (ties: by the whole row)."""
+
+    partition_by: tuple[int, ...]
+    order: tuple[OrderKey, ...]
+    functions: tuple[WindowFunction, ...]
+    names: tuple[str, ...]
+
+    @property
+    def columns(self) -> tuple[ColumnSpec, ...]:
+        types = self.input.types
+        added = [f.result_type(types) for f in self.functions]
+        return (*self.input.columns, *zip(self.names, added, strict=True))
 
 
 @dataclass(frozen=True)

@@ -27,6 +27,8 @@ from loupe.plan import functions
 from loupe.plan.scalar import Call, Case, Cast, Column, Literal, Scalar, columns_of, scalar_type
 
 GROUPING_ERROR = SqlState.GROUPING_ERROR
+WINDOWING_ERROR = "42P20"
+WRONG_OBJECT_TYPE = "42809"
 UNDEFINED_FUNCTION = "42883"
 COMPARISONS = {"eq", "neq", "lt", "lte", "gt", "gte", "between"}
 
@@ -131,6 +133,8 @@ class Context:
     subquery_columns: dict[int, int] = field(default_factory=dict)
     # The temporal functions folded into literals; one list shared with subqueries' contexts.
     folded: list[str] = field(default_factory=list)
+    # id() of a window function call node -> the column holding its value (``windows``).
+    window_columns: dict[int, int] = field(default_factory=dict)
     # The local names given to WITH MUTUALLY RECURSIVE bindings (l0, l1, …); shared too.
     bindings: list[str] = field(default_factory=list)
 
@@ -211,6 +215,10 @@ class Grouping:
         if func == "string_agg":
             return self._string_agg(node, condition)
         arg = node.this
+        if any(isinstance(n, exp.Window) for n in arg.walk()):
+            raise LoupeError(
+                GROUPING_ERROR, "aggregate function calls cannot contain window function calls"
+            )
         if any(isinstance(n, exp.AggFunc) for n in arg.walk()):
             raise LoupeError(GROUPING_ERROR, "aggregate function calls cannot be nested")
         distinct = isinstance(arg, exp.Distinct)
@@ -290,6 +298,8 @@ class Scalars:
         return scalar
 
     def _lower(self, node: exp.Expression) -> Scalar:
+        if isinstance(node, exp.Window):
+            return self._window(node)
         if self.grouping is not None:
             grouped = self._grouped(node, self.grouping)
             if grouped is not None:
@@ -303,7 +313,10 @@ class Scalars:
             isinstance(node, exp.Filter) and isinstance(node.this, exp.AggFunc)
         ):
             return grouping.aggregate(node)
-        if node.find(exp.AggFunc) is None and node.find(exp.Subquery, exp.Exists) is None:
+        if (
+            node.find(exp.AggFunc) is None
+            and node.find(exp.Subquery, exp.Exists, exp.Window) is None
+        ):
             below = grouping.below.lower(node)
             if below in grouping.keys:
                 return Column(grouping.keys.index(below))
@@ -356,6 +369,13 @@ class Scalars:
         if isinstance(node, exp.Subquery):
             return self._subquery(node)
         return self._function(node)
+
+    def _window(self, node: exp.Window) -> Column:
+        """The column the planner computed a window function call into."""
+        position = self.context.window_columns.get(id(node))
+        if position is None:
+            raise LoupeError(WINDOWING_ERROR, "window functions are not allowed here")
+        return Column(position)
 
     def _args(self, *nodes: exp.Expression) -> list[Scalar]:
         return [self._lower(n) for n in nodes]
@@ -499,12 +519,15 @@ class Scalars:
             raise LoupeError(GROUPING_ERROR, "aggregate functions are not allowed here")
         if isinstance(node, exp.Exists):
             return self._subquery(node)
-        if isinstance(node, exp.Window):
-            raise unsupported("window functions")
         if isinstance(node, exp.CurrentTimestamp):
             return self.context.temporal_literal("now")
         if isinstance(node, exp.CurrentDate):
             return self.context.temporal_literal("current_date")
+        window_name = _window_function_name(node)
+        if window_name is not None:
+            raise LoupeError(
+                WRONG_OBJECT_TYPE, f"window function {window_name} requires an OVER clause"
+            )
         if isinstance(node, exp.Anonymous):
             name = str(node.name).lower()
             if name in TEMPORAL_FUNCTIONS and not node.expressions:
@@ -652,6 +675,17 @@ class Scalars:
 
 
 _TIME_RANK = ("date", "timestamp", "timestamptz")
+
+
+def _window_function_name(node: exp.Expression) -> str | None:
+    """The name of a window-only function (row_number, lag, …) ``node`` calls, if it does."""
+    if isinstance(node, exp.Anonymous):
+        name = str(node.name).lower()
+    elif isinstance(node, exp.Func):
+        name = node.sql_name().lower()
+    else:
+        return None
+    return name if name in mir.WINDOW_FUNCTIONS else None
 
 
 def _narrowed(arg: Scalar, type_: str, target: str) -> Scalar | None:

@@ -12,7 +12,9 @@ bool_and, bool_or and FILTER; DISTINCT and DISTINCT ON; ORDER BY with LIMIT
 or OFFSET (a TopK); UNION [ALL], EXCEPT [ALL], INTERSECT [ALL];
 generate_series(start, stop [, step]) over integers in FROM and (one call) in
 the SELECT list (a FlatMap); WITH MUTUALLY RECURSIVE (a LetRec whose bindings
-are read by LocalGet). Anything else is a 0A000 error naming the construct.
+are read by LocalGet); window functions in the SELECT list and ORDER BY
+(``windows``: mir.Window nodes). Anything else is a 0A000 error naming the
+construct.
 
 Subqueries may be correlated when they are plain SELECTs (no grouping,
 DISTINCT or LIMIT) or aggregates without GROUP BY: equalities with the
@@ -59,6 +61,12 @@ from loupe.coordinator.plan.scalars import (
 )
 from loupe.coordinator.plan.scope import Scope, ScopeColumn
 from loupe.coordinator.plan.values import fold_cast
+from loupe.coordinator.plan.windows import (
+    calls_in,
+    plan_windows,
+    refuse_misplaced,
+    window_operands,
+)
 from loupe.dataflow.expr import regexp_splitter
 from loupe.plan import functions
 from loupe.plan.scalar import (
@@ -514,7 +522,10 @@ class _Planner:
         """
         node = node.this if isinstance(node, exp.Subquery) else node
         planner = self.child(scope)
-        if not _is_plain(node):
+        # A window in the value reads the subquery's rows across outer values: it is
+        # not computed per outer row over a filter of FROM (EXISTS reads no value).
+        windowed = value and any(any(True for _ in calls_in(e)) for e in node.expressions)
+        if not _is_plain(node) or windowed:
             relation = planner.query(node)
             if not value:
                 return relation, [], []
@@ -760,6 +771,7 @@ class _Planner:
         return items
 
     def _select(self, select: exp.Select, ordering: bool) -> _Ordered:
+        refuse_misplaced(select)
         relation, scope = self._from_where(select)
         relation, scope, select = self._set_returning(select, relation, scope)
         items = self._items(select, scope)
@@ -783,6 +795,9 @@ class _Planner:
             expressions = [i.node for i in items if i.node is not None] + extra
             relation, scope = self._attach_scalar_subqueries(relation, scope, expressions)
             scalars = Scalars(self.context, scope)
+        relation, scalars = plan_windows(
+            relation, scalars, [*(i.node for i in items if i.node is not None), *extra]
+        )
         relation = _project(relation, scalars, items, extra)
 
         def position(target: int | exp.Expression) -> int:
@@ -1043,11 +1058,19 @@ def _has_aggregate(node: exp.Expression) -> bool:
 
 
 def _walk_level(node: exp.Expression) -> Iterator[exp.Expression]:
-    """``node`` and its descendants, not entering subqueries."""
+    """``node`` and its descendants, not entering subqueries.
+
+    A window call's function is not this level's aggregate (``sum(x) OVER ()``
+    groups nothing), but its arguments, PARTITION BY and ORDER BY are
+    expressions of this level (``rank() OVER (ORDER BY sum(x))``).
+    """
+    if isinstance(node, exp.Window):
+        for operand in window_operands(node):
+            yield from _walk_level(operand)
+        return
     yield node
     for child in node.iter_expressions():
-        # A window function's aggregate is not this level's (and is refused later).
-        if not isinstance(child, exp.Subquery | exp.Select | exp.SetOperation | exp.Window):
+        if not isinstance(child, exp.Subquery | exp.Select | exp.SetOperation):
             yield from _walk_level(child)
 
 
@@ -1276,6 +1299,8 @@ _CALL_NAMES: dict[type[exp.Expression], str] = {
     exp.Pow: "power",
     exp.ExplodingGenerateSeries: "generate_series",
     exp.VariancePop: "var_pop",
+    exp.LogicalAnd: "bool_and",
+    exp.LogicalOr: "bool_or",
     exp.GenerateSeries: "generate_series",
     exp.GroupConcat: "string_agg",
     exp.AtTimeZone: "timezone",
@@ -1314,6 +1339,9 @@ def _regexp_split_args(call: exp.Expression, scalars: Scalars) -> list[Scalar]:
 def _output_name(node: exp.Expression) -> str:
     if isinstance(node, exp.Alias):
         return node.alias
+    if isinstance(node, exp.Window):  # named after the function, as in PostgreSQL
+        function = node.this
+        return _output_name(function.this if isinstance(function, exp.Filter) else function)
     if isinstance(node, exp.Column):
         return node.name
     if isinstance(node, exp.Cast):  # PostgreSQL names x::t after x, or after t for a constant

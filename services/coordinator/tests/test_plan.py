@@ -455,12 +455,6 @@ def test_output_columns_are_named_as_postgresql_names_them() -> None:
     ]
 
 
-def test_window_functions_are_refused_not_mistaken_for_aggregates() -> None:
-    raised = error("SELECT count(*) OVER () FROM t")
-    assert raised.code == SqlState.FEATURE_NOT_SUPPORTED
-    assert "window" in raised.message
-
-
 def test_outer_joins_whose_padded_rows_where_rejects_are_inner_or_one_sided() -> None:
     def unions(sql: str) -> int:
         return sum(isinstance(n, mir.Union) for n in walk_mir(plan(sql)))

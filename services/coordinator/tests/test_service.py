@@ -220,7 +220,11 @@ async def test_explain_errors_are_sql_errors(harness: Harness) -> None:
         23,
     )
     refused = error_of(
-        await harness.execute(session, "EXPLAIN SELECT rank() OVER () FROM mz_clusters")
+        await harness.execute(
+            session,
+            "EXPLAIN SELECT count(*) OVER (ORDER BY name ROWS 1 PRECEDING EXCLUDE CURRENT ROW) "
+            "FROM mz_clusters",
+        )
     )
     assert refused.code == "0A000"
 
