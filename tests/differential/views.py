@@ -14,6 +14,26 @@ _EDGES = "SELECT a, b FROM t1 WHERE a IS NOT NULL AND b IS NOT NULL"
 _STEP = "SELECT reach.src, t1.b FROM reach JOIN t1 ON reach.dst = t1.a WHERE t1.b IS NOT NULL"
 
 VIEWS = (
+    # LATERAL: per row of the items before it (decorrelated by their distinct values).
+    View(
+        "lateral_top_per_key",
+        "SELECT t3.k, x.b FROM t3, LATERAL (SELECT t1.b FROM t1 WHERE t1.a = t3.k "
+        "ORDER BY t1.b DESC NULLS LAST LIMIT 2) x",
+    ),
+    View(
+        "lateral_aggregate_per_row",
+        "SELECT t3.k, t3.name, x.n, x.s FROM t3, LATERAL (SELECT count(*) AS n, "
+        "sum(t2.c) + t3.k AS s FROM t2 WHERE t2.a = t3.k) x",
+    ),
+    View(
+        "left_join_lateral",
+        "SELECT t1.a, t1.s, x.c FROM t1 LEFT JOIN LATERAL (SELECT t2.c FROM t2 "
+        "WHERE t2.a = t1.a AND t2.c > t1.b) x ON true",
+    ),
+    View(
+        "lateral_series",
+        "SELECT t1.a, g FROM t1, generate_series(0, t1.b) AS g WHERE t1.b <= 5",
+    ),
     # WITH MUTUALLY RECURSIVE (Materialize's) against PostgreSQL's WITH RECURSIVE: for a
     # UNION (distinct) recursion both are the least fixpoint, so the answers agree.
     View(

@@ -147,6 +147,8 @@ def null_safe(exprs: Sequence[Scalar], types: Sequence[str]) -> list[Scalar]:
         keys.append(Call("is_null", (expr,)))
         if type_ in _ZERO:
             keys.append(Call("coalesce", (expr, Literal(_ZERO[type_], type_))))
+        elif type_ != "unknown":  # no zero literal of the type: its text stands for it
+            keys.append(Call("coalesce", (Cast(expr, "text"), Literal("", "text"))))
     return keys
 
 

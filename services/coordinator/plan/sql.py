@@ -227,6 +227,10 @@ class _Planner:
         self.context = context
         self.ctes = dict(ctes or {})
         self.parent = parent
+        # FROM items planned already (a LATERAL item joined with what precedes it), by name.
+        self.planned: dict[str, tuple[mir.Relation, Scope]] = {}
+        # The outer values a LATERAL subquery reads, joined into its FROM (``_lateral``).
+        self.outer_values: tuple[mir.Relation, Scope] | None = None
 
     def child(self, outer: Scope | None) -> _Planner:
         """A planner for a subquery; ``outer`` is the scope a correlated subquery may refer to."""
@@ -353,6 +357,12 @@ class _Planner:
         relation joined after the FROM items (a decorrelated subquery's
         outer values).
         """
+        lateral = _first_lateral(select)
+        while lateral is not None:
+            select = self._without_lateral(select, lateral)
+            lateral = _first_lateral(select)
+        if extra is None and self.outer_values is not None:
+            extra, self.outer_values = self.outer_values, None
         tables = self._tables(select)
         scopes = join_scopes(select, [s for _, s in tables])
         if extra is not None:
@@ -381,6 +391,163 @@ class _Planner:
             relation = self._subquery_predicate(relation, scope, predicate)
         return relation, scope
 
+    # LATERAL
+
+    def _without_lateral(self, select: exp.Select, index: int) -> exp.Select:
+        """``select`` with its FROM items up to LATERAL item ``index`` planned as one item.
+
+        The items before it are planned (with their joins) as one relation, the
+        LATERAL item over it (``_lateral``), and that pair stands in the FROM in
+        their place, under a name only the planner uses.
+        """
+        joins = select.args.get("joins") or []
+        before = exp.Select(expressions=[exp.Star()])
+        before.set("from_", select.args["from_"].copy())
+        if index > 1:
+            before.set("joins", [j.copy() for j in joins[: index - 1]])
+        left, left_scope = self._from_where(before)
+        relation, scope = self._lateral(left, left_scope, joins[index - 1])
+        name = f"__loupe_lateral{len(self.planned)}"
+        self.planned[name] = (relation, scope)
+        rewritten = select.copy()
+        rewritten.set("from_", exp.From(this=exp.to_table(name)))
+        rewritten.set("joins", rewritten.args["joins"][index:] or None)
+        return rewritten
+
+    def _lateral(
+        self, left: mir.Relation, left_scope: Scope, join: exp.Join
+    ) -> tuple[mir.Relation, Scope]:
+        """``left`` joined with a LATERAL item, which reads ``left``'s columns.
+
+        A table function becomes a FlatMap over ``left``. A subquery is planned
+        once for the distinct values of the columns it reads (Materialize's
+        decorrelation), keyed by those values, and joined back to ``left`` on
+        them, NULL-safely; with aggregates and no GROUP BY, each of its columns
+        is a correlated scalar subquery (one row for every row of ``left``).
+        ``LEFT JOIN LATERAL … ON c`` pads the rows of ``left`` that match none.
+        """
+        node = join.this
+        alias = node.args.get("alias")
+        inner = node.this if isinstance(node, exp.Lateral | exp.Table) else node
+        side = (join.side or "").upper()
+        on = join.args.get("on")
+        if side not in ("", "LEFT"):
+            raise unsupported(f"{side} JOIN LATERAL")
+        if isinstance(inner, _SERIES) or _table_function_name(inner) is not None:
+            func, args = self._table_function_args(inner, Scalars(self.context, left_scope))
+            columns = _alias_columns(alias)
+            table = (alias.name if isinstance(alias, exp.TableAlias) else "") or func
+            name = columns[0] if columns else table
+            relation: mir.Relation = mir.FlatMap(left, func, tuple(args), (name,))
+            column = ScopeColumn(table, name, relation.types[-1])
+            scope = Scope((*left_scope.columns, column))
+        elif isinstance(inner, exp.Subquery):
+            relation, own = self._lateral_subquery(left, left_scope, inner.this, alias)
+            scope = left_scope + own
+        else:
+            raise unsupported(f"{describe(inner)} in LATERAL")
+        predicates = [
+            p for c in _conjuncts(on) for p in factor_or(Scalars(self.context, scope).lower(c))
+        ]
+        matched = mir.Filter(relation, tuple(predicates)) if predicates else relation
+        if side != "LEFT":
+            return matched, scope
+        width = left.arity
+        right_columns = relation.columns[width:]
+        matched_left = mir.Distinct(mir.Project(matched, tuple(range(width))))
+        unmatched = relational.antijoin(
+            left,
+            relational.null_safe_keys(left),
+            matched_left,
+            relational.null_safe_keys(matched_left),
+        )
+        padded = relational.pad(unmatched, (), right_columns)
+        return mir.Union((matched, padded)), scope
+
+    def _lateral_subquery(
+        self,
+        left: mir.Relation,
+        left_scope: Scope,
+        query: exp.Expression,
+        alias: exp.Expression | None,
+    ) -> tuple[mir.Relation, Scope]:
+        """``left``'s columns followed by its LATERAL subquery's, for each row of ``left``
+        and each of its subquery's rows; and the scope of the subquery's columns."""
+        names = _alias_columns(alias)
+        table = alias.name if isinstance(alias, exp.TableAlias) and alias.name else None
+        if not isinstance(query, exp.Select):  # a set operation: it reads nothing of left
+            right = _renamed(self.child(None).query(query), names)
+            return mir.Join((left, right)), Scope.of(table, right)
+        tables = self.child(None)._tables(query)
+        inner_scope = join_scopes(query, [s for _, s in tables])[-1]
+        read = sorted(_lateral_reads(query, inner_scope, left_scope))
+        if not read:
+            right = _renamed(self.child(None).query(query), names)
+            return mir.Join((left, right)), Scope.of(table, right)
+        if _is_global_aggregate(query) and not query.args.get("distinct"):
+            return self._lateral_aggregate(left, left_scope, query, table, names)
+        columns = tuple(
+            replace(
+                left_scope.columns[p],
+                qualified_only=inner_scope.has(None, left_scope.columns[p].name),
+            )
+            for p in read
+        )
+        planner = self.child(None)
+        planner.outer_values = (mir.Distinct(mir.Project(left, tuple(read))), Scope(columns))
+        ordered = planner.ordered(_with_outer_keys(query, columns), finishing=False)
+        width = len(read)
+        relation = ordered.relation
+        if ordered.limit is not None or ordered.offset:  # the top rows of each outer value
+            group = tuple(range(width))
+            relation = mir.TopK(relation, ordered.order, ordered.limit, ordered.offset, group)
+        right = mir.Project(relation, tuple(range(ordered.visible)))
+        left_keys = relational.null_safe([Column(p) for p in read], [left.types[p] for p in read])
+        right_keys = relational.null_safe(
+            [Column(i) for i in range(width)], list(right.types[:width])
+        )
+        joined = relational.keyed_join(left, left_keys, right, right_keys)
+        outputs = (*range(left.arity), *range(left.arity + width, left.arity + right.arity))
+        own = _renamed(mir.Project(right, tuple(range(width, right.arity))), names)
+        return mir.Project(joined, outputs), Scope.of(table, own)
+
+    def _lateral_aggregate(
+        self,
+        left: mir.Relation,
+        left_scope: Scope,
+        query: exp.Select,
+        table: str | None,
+        names: list[str],
+    ) -> tuple[mir.Relation, Scope]:
+        """A LATERAL aggregate without GROUP BY: one row for every row of ``left``.
+
+        Each aggregate call becomes a correlated scalar subquery over the
+        LATERAL's FROM and WHERE (count 0, the others NULL, over no rows); the
+        SELECT list is then computed per row of ``left`` from those values and
+        ``left``'s own columns (``count(*) + a.v``).
+        """
+        items = []
+        for item in query.expressions:
+            rewritten = _unalias(item).copy()
+            for call in _aggregate_calls(rewritten):
+                single = query.copy()
+                single.set("expressions", [call.copy()])
+                subquery = exp.Subquery(this=single)
+                if call is rewritten:
+                    rewritten = subquery
+                else:
+                    call.replace(subquery)
+            items.append(rewritten)
+        relation, scope = self._attach_scalar_subqueries(left, left_scope, items)
+        scalars = Scalars(self.context, scope)
+        values = tuple(scalars.lower(item) for item in items)
+        own_names = names + [_output_name(i) for i in query.expressions][len(names) :]
+        mapped = mir.Map(relation, values, tuple(own_names))
+        outputs = (*range(left.arity), *range(relation.arity, mapped.arity))
+        relation = mir.Project(mapped, outputs)
+        right = _renamed(mir.Project(relation, tuple(range(left.arity, relation.arity))), own_names)
+        return relation, Scope.of(table, right)
+
     def _tables(self, select: exp.Select) -> list[tuple[mir.Relation, Scope]]:
         from_ = select.args.get("from_")
         if from_ is None:
@@ -391,6 +558,10 @@ class _Planner:
         return [self._table(node) for node in nodes]
 
     def _table(self, node: exp.Expression) -> tuple[mir.Relation, Scope]:
+        if isinstance(node, exp.Table) and node.name in self.planned and not node.db:
+            return self.planned[node.name]
+        if isinstance(node, exp.Lateral):
+            raise unsupported("LATERAL as the first FROM item")  # it has nothing to read
         alias = node.args.get("alias")
         if isinstance(node, exp.Values):
             relation = _renamed(self._values(node), _alias_columns(alias))
@@ -1146,6 +1317,59 @@ def _at_most_one_row(node: exp.Expression) -> bool:
     if limit is None:
         return False
     return (_constant_int(limit, "LIMIT") or 0) <= 1
+
+
+def _first_lateral(select: exp.Select) -> int | None:
+    """The position (1-based among the joins) of the first LATERAL FROM item, or None.
+
+    A table function reading an earlier item is LATERAL too, as in PostgreSQL
+    (``FROM t, generate_series(1, t.n)``): one whose arguments name a column.
+    """
+    for index, join in enumerate(select.args.get("joins") or [], start=1):
+        node = join.this
+        if isinstance(node, exp.Lateral):
+            return index
+        call = node.this if isinstance(node, exp.Table) else None
+        if call is None or _table_function_name(call) is None:
+            continue
+        if any(isinstance(c, exp.Column) for c in call.walk()):
+            return index
+    return None
+
+
+def _lateral_reads(select: exp.Select, inner: Scope, outer: Scope) -> set[int]:
+    """The positions in ``outer`` of the columns a LATERAL subquery reads from the items
+    before it, anywhere in it (SELECT list, WHERE, GROUP BY, HAVING, ORDER BY, ON…)."""
+    positions = set()
+    for node in select.walk():
+        if not isinstance(node, exp.Column) or isinstance(node.this, exp.Star):
+            continue
+        table = node.table or None
+        if not inner.has(table, node.name) and outer.has(table, node.name):
+            positions.add(outer.lookup(table, node.name))
+    return positions
+
+
+def _with_outer_keys(select: exp.Select, columns: Sequence[ScopeColumn]) -> exp.Select:
+    """A LATERAL subquery that also outputs, first, the outer values it is planned for, and
+    groups and picks DISTINCT ON by them too: its result is keyed by them."""
+    keyed = select.copy()
+    references = [
+        exp.column(c.name, table=c.table, quoted=True) if c.table else exp.column(c.name)
+        for c in columns
+    ]
+    aliased = [exp.alias_(r, f"__loupe_outer{i}", quoted=True) for i, r in enumerate(references)]
+    keyed.set("expressions", aliased + list(keyed.expressions))
+    group = keyed.args.get("group")
+    if group is not None:
+        group.set("expressions", [r.copy() for r in references] + list(group.expressions))
+    elif any(_has_aggregate(e) for e in select.expressions) or select.args.get("having"):
+        keyed.set("group", exp.Group(expressions=[r.copy() for r in references]))
+    distinct = keyed.args.get("distinct")
+    on = distinct.args.get("on") if distinct is not None else None
+    if on is not None:
+        on.set("expressions", [r.copy() for r in references] + list(on.expressions))
+    return keyed
 
 
 def _outer_positions(select: exp.Select, inner: Scope, outer: Scope) -> set[int]:

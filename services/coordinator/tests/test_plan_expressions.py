@@ -344,13 +344,18 @@ def test_calls_the_engine_refuses_fail_when_planned(sql: str, code: str) -> None
     assert raised.value.code == code
 
 
-def test_a_table_function_reading_another_from_item_is_refused_as_unsupported() -> None:
-    """PostgreSQL reads it as LATERAL; Loupe says it cannot yet, not that the table is missing."""
-    with pytest.raises(LoupeError) as raised:
-        plan_query(
-            sqlglot.parse_one(
-                "SELECT x FROM t, regexp_split_to_table(t.b, ',') AS x", read=LoupeDialect
-            ),
-            resolve,
-        )
-    assert raised.value.code == SqlState.FEATURE_NOT_SUPPORTED
+def test_a_table_function_reading_another_from_item_is_lateral() -> None:
+    """PostgreSQL reads it as LATERAL: a FlatMap over the items before it."""
+    relation = plan_query(
+        sqlglot.parse_one(
+            "SELECT x FROM t, regexp_split_to_table(t.b, ',') AS x", read=LoupeDialect
+        ),
+        resolve,
+    )
+    flat = [node for node in _nodes(relation) if isinstance(node, mir.FlatMap)]
+    assert [f.func for f in flat] == ["regexp_split_to_table"]
+    assert any(isinstance(node, mir.Get) for node in _nodes(flat[0].input))
+
+
+def _nodes(relation: mir.Relation) -> list[mir.Relation]:
+    return [relation, *(n for child in relation.children() for n in _nodes(child))]
