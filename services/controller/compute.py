@@ -566,6 +566,8 @@ class ComputeController:
         self, cluster_id: str, collection_ids: Iterable[str], since: int, empty: bool
     ) -> None:
         """Let replicas compact these collections to ``since``; ``empty`` drops them."""
+        if cluster_id not in self._histories:
+            return  # nothing created there (or its cluster was dropped with its dataflows)
         history = self.history(cluster_id)
         commands = []
         for collection_id in collection_ids:

@@ -79,7 +79,7 @@ from loupe.coordinator.results import (
 )
 from loupe.coordinator.sequencer import ddl
 from loupe.coordinator.sequencer.cluster import catalog_op
-from loupe.coordinator.sequencer.peek import peek_target_replica, send_peek
+from loupe.coordinator.sequencer.peek import peek_target_replica, send_peek, until_answered
 from loupe.coordinator.session import Session
 from loupe.coordinator.sql.resolve import resolve_relations, search_path_schemas
 from loupe.coordinator.sql.statements import (
@@ -237,7 +237,8 @@ class Compute:
                 dataflow = transient_dataflow(dataflow_id, plan, inputs, timestamp)
         if query.as_of is not None:
             await self.check_readable(dataflow)
-        await self.create_dataflow(cluster.id, dataflow)
+        # Idempotent by dataflow id: asking a busy or restarting controller again is safe.
+        await until_answered("CreateDataflow", lambda: self.create_dataflow(cluster.id, dataflow))
         statement_logging.note_strategy(statement_logging.STANDARD, timestamp=timestamp)
         statement_logging.note_event(statement_logging.DEPENDENCIES_FINISHED)
         try:
@@ -315,7 +316,7 @@ class Compute:
             *(asyncio.to_thread(_shard_frontiers, s) for s in dataflow.source_imports)
         )
         if not frontiers:
-            return await self.c.oracle.read_timestamp()
+            return await until_answered("ReadTimestamp", self.c.oracle.read_timestamp)
         since = max(s for s, _ in frontiers)
         return max(since, min(u for _, u in frontiers) - 1)
 
@@ -360,7 +361,7 @@ class Compute:
         """``AS OF`` if given, else the oracle's read timestamp (strict serializable)."""
         if as_of is not None:
             return as_of_timestamp(as_of, position)
-        return await self.c.oracle.read_timestamp()
+        return await until_answered("ReadTimestamp", self.c.oracle.read_timestamp)
 
     async def session_cluster(self, session: Session) -> ClusterInfo:
         cluster = await self.c.cluster(session.cluster)
@@ -393,10 +394,22 @@ class Compute:
             cluster_id=cluster.id,
             replica_id=replica_id,
             peek=peek,
-            timeout_ms=int(self.config.peek_timeout * 1000),
         )
-        _, rows = await send_peek(self.c, request)
+        obj = self.state.objects.get(target_id)
+        try:
+            _, rows = await send_peek(self.c, request, reading=self._reading(target_id, cluster))
+        except LoupeError as error:
+            # The controller knows the index by id only: name it as the user does.
+            if obj is not None and error.code == SqlState.UNDEFINED_OBJECT:
+                error.message = error.message.replace(f'"{target_id}"', f'"{obj.full_name}"')
+            raise
         return rows
+
+    def _reading(self, target_id: str, cluster: ClusterInfo) -> str:
+        """What a peek of ``target_id`` reads, in words (for a log line about its wait)."""
+        obj = self.state.objects.get(target_id)
+        what = obj.full_name if obj is not None else f"transient dataflow {target_id}"
+        return f"{what} on cluster '{cluster.name}'"
 
     def transient_id(self) -> str:
         return f"t{next(self._transient)}"
