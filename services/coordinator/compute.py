@@ -27,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import functools
 import itertools
 import re
 import time
@@ -112,8 +113,6 @@ log = get_logger(__name__)
 DEPENDENT_OBJECTS_STILL_EXIST = "2BP01"
 WRONG_OBJECT_TYPE = "42809"
 SUBSCRIBE_SUBJECT = "loupe.controller.v1.subscribe.{sink_id}"
-# A strict read the replica could no longer serve at its timestamp is tried this often.
-STALE_READ_ATTEMPTS = 5
 SUBSCRIBE_COLUMNS = (("mz_timestamp", "numeric"), ("mz_diff", "int8"))
 
 
@@ -186,17 +185,24 @@ class Compute:
         (it keeps its inputs' history only from what its dataflows still need:
         a write that completed meanwhile moved them on) reads again at a later
         timestamp, with the oracle moved there first so no later read goes back.
+        It tries again as long as the since it missed moves on (each attempt
+        reads at or after the last since, so a failure means progress): under
+        a burst of writes a read waits, it does not fail. A since that does not
+        move is the error.
         """
-        for _ in range(STALE_READ_ATTEMPTS):
+        missed = -1
+        while True:
             try:
                 return await self._select_once(session, query, expression, relations)
             except LoupeError as error:
                 since = _since_of(error)
-                if query.as_of is not None or since is None:
+                if query.as_of is not None or since is None or since <= missed:
                     raise
+                missed = since
                 log.info("read timestamp no longer readable; reading later", since=since)
-                await self.c.oracle.write_timestamp(at_least=since)
-        return await self._select_once(session, query, expression, relations)
+                await until_answered(
+                    "WriteTimestamp", functools.partial(self.c.oracle.write_timestamp, since)
+                )
 
     async def _select_once(
         self, session: Session, query: Query, expression: exp.Expression, relations: dict[str, Any]
@@ -399,9 +405,13 @@ class Compute:
         try:
             _, rows = await send_peek(self.c, request, reading=self._reading(target_id, cluster))
         except LoupeError as error:
-            # The controller knows the index by id only: name it as the user does.
-            if obj is not None and error.code == SqlState.UNDEFINED_OBJECT:
-                error.message = error.message.replace(f'"{target_id}"', f'"{obj.full_name}"')
+            # The controller knows what was dropped by id only: name it as the user does.
+            if error.code == SqlState.UNDEFINED_OBJECT:
+                if obj is not None:
+                    error.message = error.message.replace(f'"{target_id}"', f'"{obj.full_name}"')
+                error.message = error.message.replace(
+                    f"cluster {cluster.id} does not exist", f'cluster "{cluster.name}" was dropped'
+                )
             raise
         return rows
 
