@@ -32,7 +32,7 @@ import itertools
 import re
 import time
 import uuid
-from collections.abc import AsyncIterator, Iterable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -80,7 +80,13 @@ from loupe.coordinator.results import (
 )
 from loupe.coordinator.sequencer import ddl
 from loupe.coordinator.sequencer.cluster import catalog_op
-from loupe.coordinator.sequencer.peek import peek_target_replica, send_peek, until_answered
+from loupe.coordinator.sequencer.peek import (
+    RETRY_PAUSE,
+    RETRY_PAUSE_CAP,
+    peek_target_replica,
+    send_peek,
+    until_answered,
+)
 from loupe.coordinator.session import Session
 from loupe.coordinator.sql.resolve import resolve_relations, search_path_schemas
 from loupe.coordinator.sql.statements import (
@@ -249,7 +255,15 @@ class Compute:
         statement_logging.note_event(statement_logging.DEPENDENCIES_FINISHED)
         try:
             rows = await self.peek(
-                session, cluster, peek_index_id(dataflow_id), timestamp, finishing, columns
+                session,
+                cluster,
+                peek_index_id(dataflow_id),
+                timestamp,
+                finishing,
+                columns,
+                reinstall=lambda: until_answered(
+                    "CreateDataflow", lambda: self.create_dataflow(cluster.id, dataflow)
+                ),
             )
         except LoupeError as error:
             if query.as_of is None or not _is_since_error(error):
@@ -384,8 +398,15 @@ class Compute:
         finishing: mir.Finishing,
         columns: tuple[tuple[str, str], ...],
         mfp: Any = None,
+        reinstall: Callable[[], Awaitable[None]] | None = None,
     ) -> list[tuple[Any, ...]]:
-        """Peek index ``target_id`` at ``timestamp`` on the session's cluster (or replica)."""
+        """Peek index ``target_id`` at ``timestamp`` on the session's cluster (or replica).
+
+        A controller that does not know the index (it restarted and was not
+        sent its dataflows again yet) is waited for: a catalog index comes back
+        with every other (``install_all`` on ``ControllerStarted``); a
+        transient dataflow is sent again by ``reinstall``.
+        """
         _, replica_id = await peek_target_replica(self.c, session, cluster)
         peek = compute_pb2.Peek(
             uuid=str(uuid.uuid4()),
@@ -402,8 +423,26 @@ class Compute:
             peek=peek,
         )
         obj = self.state.objects.get(target_id)
+        pause = RETRY_PAUSE
         try:
-            _, rows = await send_peek(self.c, request, reading=self._reading(target_id, cluster))
+            while True:
+                try:
+                    _, rows = await send_peek(
+                        self.c, request, reading=self._reading(target_id, cluster)
+                    )
+                    break
+                except LoupeError as error:
+                    installed_again = reinstall is not None or target_id in self.state.objects
+                    if error.code != "NOT_FOUND" or not installed_again:
+                        raise
+                    if pause == RETRY_PAUSE:
+                        log.info(
+                            "the controller lacks the peeked index; waiting", error=error.message
+                        )
+                    if reinstall is not None:
+                        await reinstall()
+                    await asyncio.sleep(pause)
+                    pause = min(pause * 2, RETRY_PAUSE_CAP)
         except LoupeError as error:
             # The controller knows what was dropped by id only: name it as the user does.
             if error.code == SqlState.UNDEFINED_OBJECT:

@@ -364,6 +364,7 @@ class FakeController:
         self.block_peeks = False
         self._blocked: dict[str, asyncio.Event] = {}
         self.unavailable_peeks = 0  # Peek calls to refuse first, as a controller that is away
+        self.missing_peeks = 0  # Peek calls answered NOT_FOUND first, as a restarted controller
         self.unavailable_for = 0  # ListCollections calls to refuse first
 
     def metadata(self, collection_id: str) -> common_pb2.CollectionMetadata:
@@ -466,6 +467,9 @@ class FakeController:
         if self.unavailable_peeks > 0:
             self.unavailable_peeks -= 1
             raise LoupeError("UNAVAILABLE", "the controller is shutting down")
+        if self.missing_peeks > 0:
+            self.missing_peeks -= 1
+            raise LoupeError("NOT_FOUND", f"cluster 'quickstart' has no index {peek.target_id}")
         if self.block_peeks and peek.uuid not in self._blocked:
             self._blocked[peek.uuid] = asyncio.Event()
         event = self._blocked.get(peek.uuid)

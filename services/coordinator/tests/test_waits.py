@@ -67,6 +67,18 @@ async def test_a_controller_that_is_away_is_waited_for(fleet: Any) -> None:
     assert len({p.peek.uuid for p in harness.controller.peeks}) == 1
 
 
+async def test_a_restarted_controller_is_sent_the_transient_dataflow_again(fleet: Any) -> None:
+    """A controller that lost the read's dataflow (NOT_FOUND: it restarted) gets it again."""
+    harness = await fleet.add(peek_round=0.2)
+    session = await harness.session()
+    harness.controller.missing_peeks = 2
+    rows = await harness.rows(session, "SELECT name FROM mz_clusters")
+    assert ("quickstart",) in rows
+    assert harness.controller.missing_peeks == 0
+    assert len({r.dataflow.id for r in harness.controller.created}) == 1
+    assert len(harness.controller.created) >= 2  # sent again, same id (idempotent)
+
+
 async def test_statement_timeout_is_the_limit_and_cancels_the_peek(fleet: Any) -> None:
     """With statement_timeout = '1s', a waiting read fails 57014 and its peek is canceled."""
     harness = await fleet.add(peek_round=0.2)
