@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from loupe.common.errors import LoupeError, SqlState
 from loupe.common.logging import get_logger
 from loupe.common.values import from_row
+from loupe.coordinator.catalog_relations import TRANSIENT
 from loupe.coordinator.catalog_state import ClusterInfo
 from loupe.coordinator.session import Session
 from loupe.proto.compute.v1 import compute_pb2
@@ -66,9 +67,6 @@ async def peek_target_replica(
     return cluster.id, replica_id
 
 
-# What a caller of another service meets when that service is busy or away for a
-# moment: asking again is safe for the calls made through ``until_answered``.
-TRANSIENT = frozenset({"UNAVAILABLE", "DEADLINE_EXCEEDED"})
 # Pause before asking a service that was away again; doubled up to the cap.
 RETRY_PAUSE = 0.05
 RETRY_PAUSE_CAP = 1.0
