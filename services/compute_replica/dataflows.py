@@ -131,7 +131,7 @@ class DataflowRunner:
         storage: StorageLocation,
         nats: Any = None,
         shards: ShardCache | None = None,
-        wait_timeout: float = 10.0,
+        slow_peek_log: float = 5.0,
         report_interval: float = 0.05,
         poll_interval: float = 0.05,
     ) -> None:
@@ -141,7 +141,7 @@ class DataflowRunner:
         self._storage = storage
         self._nats = nats
         self._shards = shards or ShardCache()
-        self.wait_timeout = wait_timeout
+        self.slow_peek_log = slow_peek_log
         self.report_interval = report_interval
         self.poll_interval = poll_interval
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="compute-engine")
@@ -315,9 +315,16 @@ class DataflowRunner:
         Timestamp 0 means the latest complete time, which exists only once
         the dataflow has passed its as_of: before that, ``frontier - 1`` is
         a time before the index's since, compacted away.
+
+        It waits as long as that takes: a busy replica answers late, never
+        with an error. What ends the wait early is an answer that cannot
+        change (the index is dropped or failed) or ``CancelPeek``, which
+        cancels this task. A wait longer than ``slow_peek_log`` seconds is
+        logged once, with the frontier it waits on.
         """
         target = request.target_id
-        deadline = time.monotonic() + self.wait_timeout
+        began = time.monotonic()
+        logged = False
         while True:
             self._check_peekable(target)
             stepped = self._stepped
@@ -326,15 +333,18 @@ class DataflowRunner:
             earliest = 0 if request.timestamp else self._dataflows[self._exports[target]].desc.as_of
             if frontier > timestamp >= earliest:
                 break
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise LoupeError(
-                    SqlState.INTERNAL_ERROR,
-                    f"timed out after {self.wait_timeout:g}s waiting for {target} to be readable"
-                    f" at {request.timestamp or 'any time'}: its write frontier is {frontier}",
+            if not logged and time.monotonic() - began > self.slow_peek_log:
+                logged = True
+                log.info(
+                    "peek waits for its index to become readable",
+                    uuid=request.uuid,
+                    target=target,
+                    timestamp=request.timestamp or "latest",
+                    write_frontier=frontier,
                 )
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stepped.wait(), remaining)
+                # Bounded only so that the log line above is written in time.
+                await asyncio.wait_for(stepped.wait(), self.slow_peek_log)
         result: EnginePeekResult = await self._call(
             self._engine.peek, target, timestamp, request.mfp, request.finishing
         )

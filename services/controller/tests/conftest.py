@@ -179,7 +179,6 @@ class RealReplica:
                 nats_url=nats_url,
                 heartbeat_interval=0.2,
                 hello_interval=0.1,
-                peek_wait_timeout=10.0,
                 metrics_port=-1,
             )
         )

@@ -150,12 +150,18 @@ async def test_serves_the_controller_api_and_follows_the_catalog(
         )
     )
     assert answer.rows.rows[0].values[0].text_value == first
-    with pytest.raises(LoupeError) as error:
-        await client.Peek(controller_pb2.PeekRequest(cluster_id=f"e{unique}"))
-    assert (error.value.code, error.value.message) == (
-        "UNAVAILABLE",
-        "cluster 'empty' has no online replicas",
+    # A cluster without replicas: the peek waits (as in Materialize); the round says why.
+    waiting = controller_pb2.PeekRequest(
+        cluster_id=f"e{unique}", peek=compute_pb2.Peek(uuid=f"w{unique}"), timeout_ms=200
     )
+    with pytest.raises(LoupeError) as error:
+        await client.Peek(waiting)
+    assert (error.value.code, error.value.message) == (
+        "DEADLINE_EXCEEDED",
+        f"peek w{unique} waits for cluster 'empty' to have an online replica",
+    )
+    assert await client.CancelPeek(compute_pb2.CancelPeek(uuid=f"w{unique}")) == common_pb2.Empty()
+    assert len(compute.peeks) == 0
     assert await client.CancelPeek(compute_pb2.CancelPeek(uuid="nothing")) == common_pb2.Empty()
 
     await writer.flush()
