@@ -123,8 +123,8 @@ class _Source:
     def read(self, table: pa.Table, readers: Sequence[Dataflow]) -> pl.DataFrame:
         """``table`` as an engine batch with the columns ``readers`` read (the others NULL).
 
-        Converting persist's format costs (numeric is text there); a TPC-H
-        join reads 4 of lineitem's 16 columns.
+        Converting persist's format costs; a TPC-H join reads 4 of
+        lineitem's 16 columns.
         """
         wanted: set[int] = set()
         for reader in readers:

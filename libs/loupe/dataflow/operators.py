@@ -37,6 +37,7 @@ from loupe.dataflow.batches import (
     spread,
     sum_by,
 )
+from loupe.dataflow.expr import NUMERIC
 from loupe.dataflow.types import empty_frame, polars_dtype
 from loupe.plan import lir, mir
 from loupe.plan.scalar import Scalar, columns_of, scalar_type, shift
@@ -372,6 +373,7 @@ class Reduce(Operator):
                 raise LoupeError(
                     SqlState.FEATURE_NOT_SUPPORTED, f"aggregate {a.func} is not supported"
                 )
+        self.result_types = [a.result_type(tuple(source.types)) for a in node.aggregates]
         self.accumulable = node.kind in (lir.ReduceKind.ACCUMULABLE, lir.ReduceKind.DISTINCT)
         if self.accumulable:
             self.sums = ["_n"] + [c for i in range(len(self.args)) for c in (f"s{i}", f"n{i}")]
@@ -415,7 +417,7 @@ class Reduce(Operator):
                 columns += [pl.lit(0, pl.Int64).alias(f"s{i}"), pl.col(DIFF).alias(f"n{i}")]
                 continue
             present = pl.col(name).is_not_null()
-            kind = pl.Float64 if self._is_float(i) else pl.Int64
+            kind = self._accumulator_dtype(i)
             if agg.func == "count":  # only the non-NULL count: the values may be any type
                 value = pl.lit(0, pl.Int64)
             else:
@@ -427,11 +429,12 @@ class Reduce(Operator):
         selected = [pl.col(k) for k in self.keys] + [pl.col(TIME), *columns]
         return sum_by(part, self.keys, self.sums, selected)
 
-    def _is_float(self, index: int) -> bool:
-        return (
-            polars_dtype(self.arg_types[index]) == pl.Float64
-            or self.node.aggregates[index].func == "avg"
-        )
+    def _accumulator_dtype(self, index: int) -> pl.DataType:
+        """What a running sum is kept in: the result's float or exact decimal, else Int64."""
+        if self.node.aggregates[index].func == "count":
+            return pl.Int64()
+        result = polars_dtype(self.result_types[index])
+        return result if result in (pl.Float64, NUMERIC) else pl.Int64()
 
     def _accumulate(self, worker: int, part: pl.DataFrame) -> pl.DataFrame:
         """Retract each changed key's old output row, insert its new one.
@@ -468,7 +471,8 @@ class Reduce(Operator):
             elif agg.func == "sum":
                 value = pl.when(count > 0).then(total)
             else:
-                value = pl.when(count > 0).then(total.cast(pl.Float64) / count)
+                numeric = self.result_types[i] == "numeric"
+                value = pl.when(count > 0).then(_mean(total, count, numeric=numeric))
             outputs.append(value.alias(f"c{width + i}"))
         return outputs
 
@@ -523,9 +527,12 @@ class Reduce(Operator):
         positive = weight > 0
         aggs = [weight.sum().alias("_n")]
         for i, (agg, name) in enumerate(zip(self.node.aggregates, self.args, strict=True)):
+            value = pl.col(name) if agg.expr is not None else None
+            if value is not None and agg.func in ("sum", "avg"):
+                value = value.cast(polars_dtype(self.result_types[i]))  # sum(int8) is numeric
             aggs.append(
                 _aggregate_expr(
-                    agg, pl.col(name) if agg.expr is not None else None, weight, positive
+                    agg, value, weight, positive, numeric=self.result_types[i] == "numeric"
                 ).alias(f"c{len(self.keys) + i}")
             )
         grouped = rows.group_by(self.keys).agg(aggs) if self.keys else rows.select(aggs)
@@ -557,7 +564,12 @@ def _spread(func: str, value: pl.Expr, weight: pl.Expr, kept: pl.Expr) -> pl.Exp
 
 
 def _aggregate_expr(
-    agg: mir.Aggregate, value: pl.Expr | None, weight: pl.Expr, positive: pl.Expr
+    agg: mir.Aggregate,
+    value: pl.Expr | None,
+    weight: pl.Expr,
+    positive: pl.Expr,
+    *,
+    numeric: bool = False,
 ) -> pl.Expr:
     """One aggregate over a group's consolidated rows (``weight`` = multiplicity)."""
     if value is None:
@@ -570,7 +582,9 @@ def _aggregate_expr(
         if agg.func == "sum":
             return pl.when(distinct.len() > 0).then(distinct.sum())
         if agg.func == "avg":
-            return distinct.cast(pl.Float64).mean()
+            return pl.when(distinct.len() > 0).then(
+                _mean(distinct.sum(), distinct.len(), numeric=numeric)
+            )
     if agg.func == "count":
         return weight.filter(present).sum()
     if agg.func in mir.SPREAD_AGGREGATES:
@@ -580,11 +594,15 @@ def _aggregate_expr(
     if agg.func == "max":
         return value.filter(positive).max()
     count = weight.filter(present).sum()
-    weighted = value.cast(pl.Float64) if agg.func == "avg" else value
-    total = (weighted * weight).filter(present).sum()
+    total = (value * weight).filter(present).sum()
     if agg.func == "sum":
         return pl.when(count > 0).then(total)
-    return pl.when(count > 0).then(total / count)
+    return pl.when(count > 0).then(_mean(total, count, numeric=numeric))
+
+
+def _mean(total: pl.Expr, count: pl.Expr, *, numeric: bool) -> pl.Expr:
+    """``total / count``: decimal division for numeric (rounded to its scale), else float."""
+    return total / count.cast(NUMERIC) if numeric else total.cast(pl.Float64) / count
 
 
 def _current(
