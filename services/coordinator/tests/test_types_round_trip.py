@@ -74,16 +74,7 @@ async def test_every_column_type_round_trips_as_in_postgresql(
         postgres.execute(sql)
         await tables.tag(session, sql)
     query = f"SELECT k, v, v::text FROM {table} ORDER BY k"
-
-    expected = postgres.execute(query)
-    expected_oids = [column.type_code for column in expected.description]
-    expected_rows = expected.fetchall()
-
-    responses = await tables.execute(session, query)
-    loupe_types = [
-        c.type for r in responses if r.HasField("description") for c in r.description.columns
-    ]
-    rows = await tables.rows(session, query)
+    loupe_oids, rows, expected_oids, expected_rows = await _both(tables, session, postgres, query)
 
     assert len(rows) == len(expected_rows)
     for row, want in zip(rows, expected_rows, strict=True):
@@ -95,7 +86,24 @@ async def test_every_column_type_round_trips_as_in_postgresql(
             assert _same_text(row[2], want[2], column_type), (row, want)
     # varchar is text in Loupe's expressions (its length is checked on assignment only).
     pg_oids = [TYPES["text"].oid if oid == TYPES["varchar"].oid else oid for oid in expected_oids]
-    assert [TYPES[t].oid for t in loupe_types] == pg_oids
+    assert loupe_oids == pg_oids
+
+
+async def _both(
+    tables: Any, session: str, postgres: Any, query: str
+) -> tuple[list[int], list[tuple], list[int], list[tuple]]:
+    """(result column OIDs, rows) of ``query`` from Loupe, then from PostgreSQL."""
+    expected = postgres.execute(query)
+    expected_oids = [column.type_code for column in expected.description]
+    expected_rows = expected.fetchall()
+    responses = await tables.execute(session, query)
+    loupe_oids = [
+        TYPES[c.type].oid
+        for r in responses
+        if r.HasField("description")
+        for c in r.description.columns
+    ]
+    return loupe_oids, await tables.rows(session, query), expected_oids, expected_rows
 
 
 def test_every_table_column_type_has_a_round_trip_case() -> None:
@@ -167,15 +175,10 @@ async def test_numeric_columns_are_exact_in_tables_expressions_and_aggregates(
         postgres.execute(sql)
         await tables.tag(session, sql)
     for query in NUMERIC_QUERIES:
-        expected = postgres.execute(query)
-        expected_oids = [column.type_code for column in expected.description]
-        expected_rows = expected.fetchall()
-        responses = await tables.execute(session, query)
-        loupe_types = [
-            c.type for r in responses if r.HasField("description") for c in r.description.columns
-        ]
-        rows = await tables.rows(session, query)
-        assert [TYPES[t].oid for t in loupe_types] == expected_oids, query
+        loupe_oids, rows, expected_oids, expected_rows = await _both(
+            tables, session, postgres, query
+        )
+        assert loupe_oids == expected_oids, query
         assert len(rows) == len(expected_rows), query
         for row, want in zip(rows, expected_rows, strict=True):
             for ours, theirs in zip(row, want, strict=True):
