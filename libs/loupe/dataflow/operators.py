@@ -412,6 +412,10 @@ class Reduce(Operator):
     def _contributions(self, part: pl.DataFrame) -> pl.DataFrame:
         """Per key and time: the row count, and each aggregate's sum and non-NULL count."""
         columns = [pl.col(DIFF).alias("_n")]
+        diffs = part[DIFF]
+        # Inserts only (a hydration): the values are their own contributions, with no
+        # multiplication by the diff (costly for exact decimals).
+        inserts = diffs.min() == 1 and diffs.max() == 1
         for i, (agg, name) in enumerate(zip(self.node.aggregates, self.args, strict=True)):
             if agg.expr is None:
                 columns += [pl.lit(0, pl.Int64).alias(f"s{i}"), pl.col(DIFF).alias(f"n{i}")]
@@ -420,6 +424,8 @@ class Reduce(Operator):
             kind = self._accumulator_dtype(i)
             if agg.func == "count":  # only the non-NULL count: the values may be any type
                 value = pl.lit(0, pl.Int64)
+            elif inserts:
+                value = pl.col(name).cast(kind).fill_null(0)
             else:
                 value = pl.when(present).then(pl.col(name).cast(kind) * pl.col(DIFF)).otherwise(0)
             columns += [
