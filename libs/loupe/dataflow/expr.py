@@ -1508,7 +1508,7 @@ def _round(compiler: _Compiler, call: Call) -> CompiledScalar:
             result = shifted.sign() * (shifted.abs() + 0.5).floor()
         else:
             result = shifted.round(0, mode="half_to_even")
-        return _float_result(result / scale, result_type), None
+        return float_result(result / scale, result_type), None
 
     return _strict(compiler, call, body, compiler.type_of(call) if len(call.args) == 1 else None)
 
@@ -1554,12 +1554,12 @@ def _math(compiler: _Compiler, call: Call) -> CompiledScalar:
         if result_type == "numeric" and call.func in ("ceil", "floor"):
             return function(values[0].cast(NUMERIC)), None  # exact
         result = function(values[0].cast(pl.Float64))
-        return _float_result(result, result_type), _float_overflow(result, values, result_type)
+        return float_result(result, result_type), _float_overflow(result, values, result_type)
 
     return _strict(compiler, call, body)
 
 
-def _float_result(value: pl.Expr, result_type: str) -> pl.Expr:
+def float_result(value: pl.Expr, result_type: str) -> pl.Expr:
     """A Float64 result of a numeric function (sqrt, ln, exp…: computed in float8) as numeric.
 
     Kept to 15 significant digits, what a float8 holds: its binary noise
@@ -1587,7 +1587,7 @@ def _sqrt(compiler: _Compiler, call: Call) -> CompiledScalar:
         negative = _error_when(
             value < 0, INVALID_POWER, "cannot take square root of a negative number"
         )
-        return _float_result(pl.when(value >= 0).then(value.sqrt()), result), negative
+        return float_result(pl.when(value >= 0).then(value.sqrt()), result), negative
 
     return _strict(compiler, call, body)
 
@@ -1602,9 +1602,9 @@ def _log(compiler: _Compiler, call: Call) -> CompiledScalar:
         negative = _error_when(value < 0, INVALID_LOG, "cannot take logarithm of a negative number")
         positive = pl.when(value > 0).then(value)
         if call.func == "ln":
-            return _float_result(positive.log(), result), _first_error([zero, negative])
+            return float_result(positive.log(), result), _first_error([zero, negative])
         if call.func == "log10" or len(values) == 1:
-            return _float_result(positive.log10(), result), _first_error([zero, negative])
+            return float_result(positive.log10(), result), _first_error([zero, negative])
         base = values[0].cast(pl.Float64)
         bad_base = _error_when(
             (base <= 0) | (base == 1),
@@ -1612,7 +1612,7 @@ def _log(compiler: _Compiler, call: Call) -> CompiledScalar:
             "cannot take logarithm of a non-positive base or one",
         )
         ok_base = pl.when((base > 0) & (base != 1)).then(base)
-        quotient = _float_result(positive.log() / ok_base.log(), result)
+        quotient = float_result(positive.log() / ok_base.log(), result)
         return quotient, _first_error([zero, negative, bad_base])
 
     return _strict(compiler, call, body)
@@ -1628,7 +1628,7 @@ def _power(compiler: _Compiler, call: Call) -> CompiledScalar:
         fractional_of_negative = (base < 0) & (exponent != exponent.floor())
         value: pl.Expr = pl.when(~zero_negative & ~fractional_of_negative).then(base.pow(exponent))
         if result_type == "numeric":
-            value = _float_result(value, result_type)
+            value = float_result(value, result_type)
         errors = [
             _error_when(
                 zero_negative, INVALID_POWER, "zero raised to a negative power is undefined"
@@ -1753,7 +1753,7 @@ def _extract(compiler: _Compiler, call: Call) -> CompiledScalar:
         raise LoupeError(
             SqlState.FEATURE_NOT_SUPPORTED, f'unit "{field}" not supported for type {subject.type}'
         )
-    value = _float_result(fields[field](source).cast(pl.Float64), result_type)
+    value = float_result(fields[field](source).cast(pl.Float64), result_type)
     return CompiledScalar(value, subject.error, result_type)
 
 

@@ -294,7 +294,7 @@ class Dataflow:
             operator.pending_err = err
         try:
             self._run_operators(lower, upper, hooks)
-        except Exception:
+        except Exception as error:
             incident = uuid.uuid4().hex[:12]
             log.exception(
                 "dataflow step failed; the dataflow stops", dataflow=self.desc.id, incident=incident
@@ -306,6 +306,11 @@ class Dataflow:
                 queue.ok.insert(0, ok)
                 queue.err.insert(0, err)
                 queue.records -= ok.height
+            if isinstance(error, LoupeError) and not error.code.startswith("XX"):
+                # A SQL error the step could not give as error rows (an exact sum past
+                # numeric's range): the dataflow's reads fail with it.
+                self.failed = error
+                return False
             self.failed = LoupeError(
                 SqlState.INTERNAL_ERROR,
                 f"dataflow {self.desc.debug_name or self.desc.id} failed: internal error"
