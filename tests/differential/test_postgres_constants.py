@@ -115,6 +115,12 @@ EXPRESSIONS = [
     "(SELECT avg(x) FROM (VALUES (0.1), (0.2)) t(x))",
     "(SELECT min(x) FROM (VALUES (1.25), (-0.5)) t(x))",
     "(SELECT max(x) FROM (VALUES (1.25), (-0.5)) t(x))",
+    # time and timestamp (without time zone) stay without a zone.
+    "TIME '03:04:05' < TIME '04:00'",
+    "'2024-01-02 03:04:05'::timestamp::time",
+    "(TIME '03:04:05.5')::text",
+    "'2024-01-02 03:04:05'::timestamp::text",
+    "'2024-01-02 03:04:05+02'::timestamptz::timestamp",
     # Strings.
     "'a_c' LIKE 'a\\_c'",
     "'abc' LIKE 'a%'",
