@@ -93,6 +93,18 @@ class SqlType:
         return self.spark_arrow if self.spark_arrow is not None else self.arrow
 
 
+# Every numeric value, in the engine and in persist, is a 128-bit decimal with this many
+# digits after the point and 38 in all: exact for + - and sums of values with up to 16
+# decimals and up to 22 digits before the point. Products are rounded to 16 decimals,
+# quotients and averages too (PostgreSQL picks a scale per value: at least 16
+# significant digits). Beyond 22 integer digits is 22003. Output trims trailing zeros,
+# as Materialize's does.
+NUMERIC_SCALE = 16
+NUMERIC_PRECISION = 38
+# The largest magnitude a numeric holds (exclusive).
+NUMERIC_LIMIT = Decimal(10) ** (NUMERIC_PRECISION - NUMERIC_SCALE)
+
+
 def _spark(name: str) -> Callable[[Any], Any]:
     return lambda types: getattr(types, name)()
 
@@ -124,12 +136,12 @@ _TYPES = (
         wire_kinds=("int_value",),
     ),
     SqlType(
-        # Exact decimal; the engine holds it as Float64 (a documented gap), persist as text.
-        "numeric", "numeric", 1700, NUMERIC, pl.Float64(), pa.string(),
-        aliases=("decimal",), sqlglot=("DECIMAL",), column_type=True,
-        modifiers="precision_scale", numeric_rank=3,
-        spark=_spark("StringType"), wire_kinds=("numeric_value", "text_value"),
-        python=(Decimal,),
+        # Exact decimal: 38 digits, NUMERIC_SCALE of them after the point (see NUMERIC_SCALE).
+        "numeric", "numeric", 1700, NUMERIC, pl.Decimal(38, NUMERIC_SCALE),
+        pa.decimal128(38, NUMERIC_SCALE), aliases=("decimal",), sqlglot=("DECIMAL",),
+        column_type=True, modifiers="precision_scale", numeric_rank=3,
+        spark=lambda types: types.DecimalType(38, NUMERIC_SCALE),
+        wire_kinds=("numeric_value", "text_value"), python=(Decimal,),
     ),
     SqlType(
         "float4", "real", 700, NUMERIC, pl.Float64(), pa.float64(),

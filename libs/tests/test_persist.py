@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import threading
+from decimal import Decimal
 
 import polars as pl
 import pyarrow as pa
@@ -260,7 +261,7 @@ def test_consolidate_of_distinct_rows_equals_grouping_for_every_type():
         "timestamp": dt.datetime(2024, 1, 1, 3, 4, 5),
         "time": dt.time(3, 4, 5),
         "date": dt.date(2024, 1, 1),
-        "numeric": "1.5",
+        "numeric": Decimal("1.5"),
         "jsonb": "{}",
         "interval": dt.timedelta(seconds=1),
         "bytea": b"x",

@@ -21,7 +21,7 @@ import math
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
+from decimal import ROUND_HALF_UP, Context, Decimal, InvalidOperation
 from typing import Any
 
 import pyarrow as pa
@@ -41,6 +41,8 @@ NUMERIC_VALUE_OUT_OF_RANGE = "22003"
 STRING_DATA_RIGHT_TRUNCATION = "22001"
 NOT_NULL_VIOLATION = "23502"
 
+_NUMERIC_QUANTUM = Decimal(1).scaleb(-sqltypes.NUMERIC_SCALE)
+_WIDE = Context(prec=1000)
 INTEGER_RANGES = {"integer": (-(2**31), 2**31 - 1), "bigint": (-(2**63), 2**63 - 1)}
 _MODIFIERS = re.compile(r"^([a-z ]+?)(?:\((\d+(?:,\d+)?)\))?$")
 
@@ -293,8 +295,8 @@ class Coercer:
         except ValueError:
             raise self._invalid(value, column) from None
 
-    def _numeric(self, value: Any, column: TableColumn) -> str:
-        # Text too: numeric columns read back as text (their storage type).
+    def _numeric(self, value: Any, column: TableColumn) -> Decimal:
+        # Text too: a text value of an INSERT … SELECT assigns as in a cast.
         if isinstance(value, bool) or not isinstance(value, int | float | Decimal | str):
             raise self._mismatch(value, column)
         try:
@@ -314,7 +316,11 @@ class Coercer:
                     detail=f"A field with precision {precision}, scale {scale} must round to an"
                     f" absolute value less than 10^{precision - scale}.",
                 )
-        return format(number, "f")
+        # The engine's numeric: rounded to its scale, 22003 beyond its range.
+        number = number.quantize(_NUMERIC_QUANTUM, rounding=ROUND_HALF_UP, context=_WIDE)
+        if abs(number) >= sqltypes.NUMERIC_LIMIT:
+            raise LoupeError(NUMERIC_VALUE_OUT_OF_RANGE, "value overflows numeric format")
+        return number
 
     def _text(self, value: Any, column: TableColumn) -> str:
         if isinstance(value, bool):

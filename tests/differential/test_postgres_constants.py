@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import datetime as dt
 import math
-from decimal import Decimal
+from decimal import ROUND_HALF_UP, Decimal
 
 import psycopg
 import pytest
@@ -72,6 +72,56 @@ EXPRESSIONS = [
     "ceil(1.2)",
     "floor(-1.2)",
     "sign(-3)",
+    # numeric is exact: values, result types, errors.
+    "0.1 + 0.2 = 0.3",
+    "0.1::numeric + 0.2::numeric",
+    "12345678901234567.89 + 0.01",
+    "123456789012345678.5 - 0.25",
+    "1.10 * 3",
+    "1.5 * 2.25",
+    "0.001 * 0.001",
+    "7.5 / 2.5",
+    "1 / 4.0",
+    "(SELECT sum(x) / 7 FROM (VALUES (14.0)) t(x))",
+    "10 % 3.5",
+    "-7.5 % 2",
+    "-(2.50)",
+    "2::int8 + 1.5",
+    "1.5 + 1::float8",
+    "1.5 < 2",
+    "1.5 = 1.50",
+    "2.5::int",
+    "(-2.5)::numeric::int8",
+    "99999999999.5::int",
+    "0.1::float8::numeric",
+    "'12.340'::numeric",
+    "' -0.5 '::numeric",
+    "'abc'::numeric",
+    "'1.5e3'::numeric",
+    "1.0 / 0",
+    "1.0 % 0",
+    "round(1.23456, 3)",
+    "round(-1.5)",
+    "round(1250, -2)",
+    "trunc(-1.789, 2)",
+    "abs(-1.25)",
+    "2.675::numeric(10,2)",
+    "-2.675::numeric(10,2)",
+    "12345.6::numeric(4,1)",
+    "1.5::decimal(3)",
+    "(SELECT sum(x) FROM (VALUES (2.675)) t(x))::numeric(10,2)",
+    "(SELECT sum(x) FROM (VALUES (0.1), (0.2), (0.3)) t(x))",
+    "(SELECT sum(x::int8) FROM (VALUES (9223372036854775807), (1)) t(x))",
+    "(SELECT avg(x) FROM (VALUES (1), (2), (4)) t(x))",
+    "(SELECT avg(x) FROM (VALUES (0.1), (0.2)) t(x))",
+    "(SELECT min(x) FROM (VALUES (1.25), (-0.5)) t(x))",
+    "(SELECT max(x) FROM (VALUES (1.25), (-0.5)) t(x))",
+    # time and timestamp (without time zone) stay without a zone.
+    "TIME '03:04:05' < TIME '04:00'",
+    "'2024-01-02 03:04:05'::timestamp::time",
+    "(TIME '03:04:05.5')::text",
+    "'2024-01-02 03:04:05'::timestamp::text",
+    "'2024-01-02 03:04:05+02'::timestamptz::timestamp",
     # Strings.
     "'a_c' LIKE 'a\\_c'",
     "'abc' LIKE 'a%'",
@@ -98,7 +148,8 @@ EXPRESSIONS = [
     "asin(0.5)",
     "asin(2)",
     "acos(-1.5)",
-    "atan(1e308)",
+    # (1e308 as a numeric is past Loupe's numeric range, |x| < 10^22: see the README.)
+    "atan(1e308::float8)",
     "sin('inf'::float8)",
     "cos('NaN'::float8)",
     "sinh(1000)",
@@ -311,8 +362,8 @@ def same_value(ours, theirs) -> bool:
         return ours is theirs
     if isinstance(theirs, bool) or isinstance(ours, bool):
         return ours is theirs
-    if isinstance(theirs, Decimal):
-        return Decimal(str(ours)) == theirs
+    if isinstance(theirs, Decimal):  # exact: a float that prints alike is not enough
+        return isinstance(ours, Decimal) and ours == theirs
     if isinstance(theirs, float):
         return isinstance(ours, float) and (
             ours == theirs
@@ -426,3 +477,50 @@ def test_query_matches_postgres(postgres, sql):
         return
     assert ours[1] == theirs[1]
     assert sorted(ours[2], key=_sortable) == sorted(theirs[2], key=_sortable)
+
+
+# numeric quotients: Loupe rounds to its 16 decimals, PostgreSQL to a scale it picks per
+# value (at least 16 significant digits): they agree at the smaller of the two scales.
+QUOTIENTS = [
+    "1 / 3.0",
+    "2 / 3.0",
+    "10 / 3.0",
+    "-1.0 / 7",
+    "1000000 / 7.0",
+    "(SELECT avg(x) FROM (VALUES (1), (1), (2)) t(x))",
+    "(SELECT avg(x) FROM (VALUES (0.1), (0.25), (1)) t(x))",
+]
+
+
+@pytest.mark.parametrize("expression", QUOTIENTS)
+def test_numeric_quotients_agree_with_postgresql_at_the_smaller_scale(postgres, expression):
+    """Same type; the values agree rounded (half away from zero) to the smaller scale."""
+    theirs = postgres_answer(postgres, expression)
+    ours = loupe_answer(expression)
+    assert ours[1] == theirs[1] == "numeric"
+    assert isinstance(ours[0], Decimal)
+    exponent = theirs[0].as_tuple().exponent
+    assert isinstance(exponent, int)
+    quantum = Decimal(1).scaleb(max(exponent, -16))
+    assert ours[0].quantize(quantum, rounding=ROUND_HALF_UP) == theirs[0].quantize(
+        quantum, rounding=ROUND_HALF_UP
+    )
+
+
+@pytest.mark.parametrize(
+    ("expression", "text"),
+    [
+        ("1.50::numeric", "1.5"),
+        ("100.00::numeric", "100"),
+        ("0.000::numeric", "0"),
+        ("-0.0100", "-0.01"),
+        ("1e-7::numeric", "0.0000001"),
+        ("2.5 * 4", "10"),
+    ],
+)
+def test_numeric_text_trims_trailing_zeros_as_materialize(postgres, expression, text):
+    """``::text`` drops trailing zeros (Materialize); the number is PostgreSQL's."""
+    ours = loupe_answer(f"({expression})::text")
+    assert ours == (text, "text")
+    theirs = postgres_answer(postgres, f"({expression})::text")
+    assert Decimal(theirs[0]) == Decimal(text)

@@ -3,7 +3,7 @@
 Each expression is planned as ``SELECT r, <expr> FROM g`` (one Map over the
 grid table) and evaluated by ``loupe.dataflow.expr.apply_mfp``; PostgreSQL
 runs the same SQL over the same rows. Values are compared one for one with
-their types (floats within 1e-9; the engine's numeric is a float today), and
+their types (floats within 1e-9, numeric exactly: see ``_pg_same``), and
 failing expressions must fail on exactly the rows PostgreSQL fails on, with
 its SQLSTATE.
 """
@@ -13,6 +13,7 @@ from __future__ import annotations
 import datetime
 import math
 import random
+from decimal import ROUND_HALF_UP, Decimal
 
 import polars as pl
 import psycopg
@@ -334,16 +335,31 @@ def pg_grid(postgres_url: str):
         connection.execute("DROP SCHEMA loupe_scalars CASCADE")
 
 
-def _pg_same(ours: object, theirs: object) -> bool:
-    """Equal as PostgreSQL's value; floats within 1e-9 (the engine's numeric is a float)."""
+# numeric functions Loupe evaluates in float8 (PostgreSQL: in numeric, to 16+ digits).
+FLOAT_COMPUTED = ("log(", "ln(", "sqrt(", "exp(", "power(")
+
+
+def _pg_same(ours: object, theirs: object, *, approximate: bool = False) -> bool:
+    """Equal as PostgreSQL's value; floats within 1e-9.
+
+    numeric is exact: equal at the smaller of PostgreSQL's scale and Loupe's 16
+    decimals (PostgreSQL's quotients may carry more), except the results of
+    functions Loupe computes in float8 (``FLOAT_COMPUTED``), within 1e-12.
+    """
     if ours is None or theirs is None:
         return ours is None and theirs is None
     if isinstance(theirs, bool) or isinstance(ours, bool):
         return ours is theirs
-    if type(theirs).__name__ == "Decimal":
-        return isinstance(ours, int | float) and math.isclose(
-            float(ours), float(theirs), rel_tol=1e-9, abs_tol=1e-9
-        )
+    if isinstance(theirs, Decimal):
+        if not isinstance(ours, Decimal):
+            return False
+        if approximate:
+            return math.isclose(ours, theirs, rel_tol=1e-12, abs_tol=1e-12)
+        exponent = theirs.as_tuple().exponent
+        assert isinstance(exponent, int)
+        quantum = Decimal(1).scaleb(max(exponent, -16))
+        rounded = [v.quantize(quantum, rounding=ROUND_HALF_UP) for v in (ours, theirs)]
+        return rounded[0] == rounded[1]
     if isinstance(theirs, float):
         return isinstance(ours, float) and (
             math.isclose(ours, theirs, rel_tol=1e-9, abs_tol=1e-12)
@@ -368,7 +384,9 @@ def test_expression_matches_postgres_on_every_row(sql: str, grid: pl.DataFrame, 
     assert ours_type == theirs_type, f"type {ours_type} where PostgreSQL says {theirs_type}"
     assert engine.keys() == theirs.keys()
     wrong = [
-        (r, engine[r], theirs[r]) for r in sorted(engine) if not _pg_same(engine[r], theirs[r])
+        (r, engine[r], theirs[r])
+        for r in sorted(engine)
+        if not _pg_same(engine[r], theirs[r], approximate=any(f in sql for f in FLOAT_COMPUTED))
     ]
     assert not wrong, f"{len(wrong)} rows differ (row, engine, postgresql): {wrong[:5]}"
 

@@ -255,8 +255,8 @@ def loupe_answer(sql: str) -> tuple[object, ...]:
 def same_value(ours: object, theirs: object) -> bool:
     if ours is None or theirs is None or isinstance(theirs, bool):
         return ours is theirs
-    if isinstance(theirs, Decimal):  # the engine's numeric is a float today
-        return isinstance(ours, float | int) and math.isclose(ours, theirs, rel_tol=1e-12)
+    if isinstance(theirs, Decimal):  # numeric is exact: equal as decimals
+        return isinstance(ours, Decimal) and ours == theirs
     if isinstance(theirs, float):
         return isinstance(ours, float) and math.isclose(ours, theirs, rel_tol=1e-12)
     return type(ours) is type(theirs) and ours == theirs

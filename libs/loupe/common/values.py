@@ -19,6 +19,14 @@ def _time_micros(value: dt.time) -> int:
     return ((value.hour * 60 + value.minute) * 60 + value.second) * 1_000_000 + value.microsecond
 
 
+def numeric_text(value: Decimal) -> str:
+    """A numeric as Materialize prints it: no exponent, no trailing zeros (``1.50`` is ``1.5``)."""
+    text = format(value, "f")
+    if "." in text:
+        text = text.rstrip("0").rstrip(".")
+    return "0" if text in ("-0", "") else text
+
+
 def to_value(value: Any) -> common_pb2.Value:
     if value is None:
         return common_pb2.Value()
@@ -33,7 +41,7 @@ def to_value(value: Any) -> common_pb2.Value:
     if isinstance(value, bytes):
         return common_pb2.Value(bytes_value=value)
     if isinstance(value, Decimal):
-        return common_pb2.Value(numeric_value=str(value))
+        return common_pb2.Value(numeric_value=numeric_text(value))
     if isinstance(value, dt.datetime):
         if value.tzinfo is None:  # timestamp without time zone: stays naive on the other side
             naive = value - NAIVE_EPOCH

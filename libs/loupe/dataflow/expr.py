@@ -71,7 +71,11 @@ _INT_RANGE = {
     "int4": (-(2**31), 2**31 - 1, "integer"),
     "int8": (-(2**63), 2**63 - 1, "bigint"),
 }
-_FLOATS = ("float4", "float8", "numeric")
+_FLOATS = ("float4", "float8")
+NUMERIC = sqltypes.polars_dtype("numeric")
+# |value| < 10^22: what a numeric (38 digits, 16 after the point) holds.
+_NUMERIC_LIMIT = float(sqltypes.NUMERIC_LIMIT)
+NUMERIC_OVERFLOW = "value overflows numeric format"
 
 
 @dataclass(frozen=True)
@@ -493,6 +497,8 @@ def _parse_literal(value: object, pg_type: str) -> object:
         return int(value)  # type: ignore[call-overload]
     if pg_type in _FLOATS:
         return float(value)  # type: ignore[arg-type]
+    if pg_type == "numeric":
+        return numeric_value(value)
     if pg_type == "bool":
         return value if isinstance(value, bool) else _BOOL_WORDS[str(value).strip().lower()]
     if pg_type == "date" and isinstance(value, str):
@@ -507,6 +513,27 @@ def _parse_literal(value: object, pg_type: str) -> object:
     if pg_type == "time" and isinstance(value, str):
         return datetime.time.fromisoformat(value.strip())
     return value
+
+
+def numeric_value(value: object) -> decimal.Decimal:
+    """``value`` as an engine numeric: rounded half away from zero to the engine's scale.
+
+    Raises ``LoupeError`` 22003 beyond the numeric range, ValueError for bad text.
+    """
+    try:
+        number = decimal.Decimal(str(value).strip() if isinstance(value, str) else value)  # type: ignore[arg-type]
+    except (decimal.InvalidOperation, TypeError):
+        raise ValueError(value) from None
+    if not number.is_finite():
+        raise ValueError(value)
+    rounded = number.quantize(_NUMERIC_QUANTUM, rounding=decimal.ROUND_HALF_UP, context=_WIDE)
+    if abs(rounded) >= sqltypes.NUMERIC_LIMIT:
+        raise LoupeError(OUT_OF_RANGE, NUMERIC_OVERFLOW)
+    return rounded
+
+
+_NUMERIC_QUANTUM = decimal.Decimal(1).scaleb(-sqltypes.NUMERIC_SCALE)
+_WIDE = decimal.Context(prec=1000)
 
 
 # Boolean input words PostgreSQL accepts (and their unambiguous prefixes).
@@ -582,6 +609,8 @@ def _cast_value(value: pl.Expr, source: str, to: str) -> tuple[pl.Expr, pl.Expr 
         return _to_integer(value, source, to)
     if to in _FLOATS:
         return value.cast(pl.Float64), None
+    if to == "numeric":
+        return _to_numeric(value, source)
     if to == "bool" and source in _INT_RANGE:
         return value != 0, None
     if to == "date" and source in TIME_TYPES:
@@ -603,9 +632,32 @@ def _to_integer(value: pl.Expr, source: str, to: str) -> tuple[pl.Expr, pl.Expr 
         value = value.round(0, mode="half_to_even")
     elif source == "numeric":
         value = value.round(0, mode="half_away_from_zero")
+        low, high, name = _INT_RANGE[to]
+        fits = (value >= low) & (value <= high)
+        converted = pl.when(fits).then(value).cast(polars_dtype(to))
+        return converted, _error_when(
+            value.is_not_null() & ~fits, OUT_OF_RANGE, f"{name} out of range"
+        )
     if source in _INT_RANGE and _INT_RANGE[source][1] <= _INT_RANGE[to][1]:
         return value.cast(polars_dtype(to)), None
     return _checked_integer(value, to)
+
+
+def _to_numeric(value: pl.Expr, source: str) -> tuple[pl.Expr, pl.Expr | None]:
+    """Integers exactly; floats at their 15 significant digits (PostgreSQL's float8 to numeric)."""
+    if source in _INT_RANGE or source in ("uint8", "bool", "unknown"):
+        return value.cast(pl.Int64 if source == "bool" else pl.Int128).cast(NUMERIC), None
+    if source in _FLOATS:
+        fits = value.is_finite() & (value.abs() < _NUMERIC_LIMIT)
+        converted = _decimal_of_float(pl.when(fits).then(value))
+        nan = _error_when(
+            value.is_nan(), SqlState.FEATURE_NOT_SUPPORTED, "NaN is not supported in numeric"
+        )
+        overflow = _error_when(
+            value.is_not_null() & ~fits & ~value.is_nan(), OUT_OF_RANGE, NUMERIC_OVERFLOW
+        )
+        return converted, _first_error([nan, overflow])
+    raise LoupeError(SqlState.FEATURE_NOT_SUPPORTED, f"cannot cast type {source} to numeric")
 
 
 def _checked_integer(value: pl.Expr, to: str) -> tuple[pl.Expr, pl.Expr]:
@@ -650,6 +702,17 @@ def _from_text(text: pl.Expr, to: str) -> tuple[pl.Expr, pl.Expr | None]:
             .otherwise(stripped.cast(pl.Float64, strict=False))
         )
         return parsed, _bad_input(text, parsed, INVALID_TEXT, to)
+    if to == "numeric":
+        parsed = stripped.cast(NUMERIC, strict=False)
+        # Well-formed but null: beyond 22 integer digits.
+        well_formed = stripped.str.contains(r"^[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?$")
+        overflow = _error_when(
+            parsed.is_null() & well_formed.fill_null(False), OUT_OF_RANGE, NUMERIC_OVERFLOW
+        )
+        invalid = _bad_input(
+            text, pl.when(well_formed).then(pl.lit(0)).otherwise(parsed), INVALID_TEXT, "numeric"
+        )
+        return parsed, _first_error([overflow, invalid])
     if to == "bool":
         parsed = stripped.str.to_lowercase().replace_strict(
             list(_BOOL_WORDS), list(_BOOL_WORDS.values()), default=None, return_dtype=pl.Boolean
@@ -859,7 +922,9 @@ def _comparable_type(types: Sequence[str]) -> str | None:
     if len(set(known)) <= 1:
         return None
     if all(t in NUMERIC_RANK for t in known):
-        return "float8" if any(t in _FLOATS for t in known) else "int8"
+        if any(t in _FLOATS for t in known):
+            return "float8"
+        return "numeric" if "numeric" in known else "int8"
     if set(known) <= {"date", *TIME_TYPES}:
         return "timestamptz" if "timestamptz" in known else "timestamp"
     return None
@@ -968,10 +1033,35 @@ def _number_op(
             return _checked_integer(
                 op(_wide(left, result_type), _wide(right, result_type)), result_type
             )
+        if result_type == "numeric":
+            return _numeric_op(op, left, right)
         result = op(left, right)
         return result, _float_overflow(result, values, result_type)
 
     return body
+
+
+def _approximately(value: pl.Expr) -> pl.Expr:
+    """A numeric as Float64, through its 128-bit integer (a direct cast is ~40x slower)."""
+    return value.cast(NUMERIC).to_physical().cast(pl.Float64) * _UNIT
+
+
+_UNIT = 10.0**-sqltypes.NUMERIC_SCALE
+
+
+def _numeric_op(
+    op: Callable[[pl.Expr, pl.Expr], pl.Expr], left: pl.Expr, right: pl.Expr
+) -> tuple[pl.Expr, pl.Expr]:
+    """An exact decimal operation; 22003 where the result leaves numeric's range.
+
+    polars fails a whole batch on a decimal overflow, so the rows whose
+    result would overflow (judged in Float64, with a margin far wider than
+    its rounding) are masked before the exact operation runs.
+    """
+    approximate = op(_approximately(left), _approximately(right)).abs()
+    fits = approximate < _NUMERIC_LIMIT * (1 - 1e-9)
+    value = op(pl.when(fits).then(left), pl.when(fits).then(right))
+    return value, _error_when(fits.not_(), OUT_OF_RANGE, NUMERIC_OVERFLOW)
 
 
 @_handles("add", "sub")
@@ -1050,6 +1140,9 @@ def _div(compiler: _Compiler, call: Call) -> CompiledScalar:
         if result_type in _INT_RANGE:
             quotient = _truncated_division(_wide(left, result_type), _wide(safe, result_type))
             value, overflow = _checked_integer(quotient, result_type)
+            return value, _first_error([zero, overflow])
+        if result_type == "numeric":
+            value, overflow = _numeric_op(lambda a, b: a / b, left, safe)
             return value, _first_error([zero, overflow])
         quotient = left.cast(pl.Float64) / safe.cast(pl.Float64)
         return quotient, _first_error([zero, _float_overflow(quotient, values, result_type)])
@@ -1541,7 +1634,11 @@ def _sign(compiler: _Compiler, call: Call) -> CompiledScalar:
 def _round(compiler: _Compiler, call: Call) -> CompiledScalar:
     """numeric rounds half away from zero, float8 half to even; trunc goes toward zero."""
 
+    places = _constant_places(call)
+
     def body(values: list[pl.Expr], _types: list[str], result_type: str) -> tuple[pl.Expr, None]:
+        if result_type == "numeric" and places is not None:
+            return _round_numeric(values[0].cast(NUMERIC), places, call.func == "trunc"), None
         value = values[0].cast(pl.Float64)
         scale = pl.lit(10.0).pow(values[1].cast(pl.Float64)) if len(values) > 1 else pl.lit(1.0)
         shifted = value * scale
@@ -1551,9 +1648,32 @@ def _round(compiler: _Compiler, call: Call) -> CompiledScalar:
             result = shifted.sign() * (shifted.abs() + 0.5).floor()
         else:
             result = shifted.round(0, mode="half_to_even")
-        return result / scale, None
+        return float_result(result / scale, result_type), None
 
     return _strict(compiler, call, body, compiler.type_of(call) if len(call.args) == 1 else None)
+
+
+def _constant_places(call: Call) -> int | None:
+    """The decimal places of ``round(x[, n])``/``trunc`` when they are a constant (0 without)."""
+    if len(call.args) == 1:
+        return 0
+    places = call.args[1]
+    if isinstance(places, Literal) and isinstance(places.value, int):
+        return max(-sqltypes.NUMERIC_SCALE, min(places.value, sqltypes.NUMERIC_SCALE))
+    return None
+
+
+def _round_numeric(value: pl.Expr, places: int, truncate: bool) -> pl.Expr:
+    """Exact decimal rounding (half away from zero) or truncation to ``places`` decimals."""
+    if not truncate and places >= 0:
+        return value.round(places, mode="half_away_from_zero")
+    # Through the remainder, which never overflows as multiplying by 10^places could.
+    quantum = pl.lit(decimal.Decimal(1).scaleb(-places), NUMERIC)
+    magnitude = value.abs()
+    rest = magnitude % quantum
+    down = magnitude - rest
+    result = down if truncate else pl.when(rest * 2 >= quantum).then(down + quantum).otherwise(down)
+    return pl.when(value < 0).then(0 - result).otherwise(result)
 
 
 _MATH: dict[str, Callable[[pl.Expr], pl.Expr]] = {
@@ -1571,20 +1691,43 @@ def _math(compiler: _Compiler, call: Call) -> CompiledScalar:
     def body(
         values: list[pl.Expr], _types: list[str], result_type: str
     ) -> tuple[pl.Expr, pl.Expr | None]:
+        if result_type == "numeric" and call.func in ("ceil", "floor"):
+            return function(values[0].cast(NUMERIC)), None  # exact
         result = function(values[0].cast(pl.Float64))
-        return result, _float_overflow(result, values, result_type)
+        return float_result(result, result_type), _float_overflow(result, values, result_type)
 
     return _strict(compiler, call, body)
 
 
+def float_result(value: pl.Expr, result_type: str) -> pl.Expr:
+    """A Float64 result of a numeric function (sqrt, ln, exp…: computed in float8) as numeric.
+
+    Kept to 15 significant digits, what a float8 holds: its binary noise
+    must not show up as digits of an exact type.
+    """
+    if result_type != "numeric":
+        return value
+    fits = value.is_finite() & (value.abs() < _NUMERIC_LIMIT)
+    return _decimal_of_float(pl.when(fits).then(value))
+
+
+def _decimal_of_float(value: pl.Expr) -> pl.Expr:
+    """A float8 as numeric at its 15 significant digits (PostgreSQL's cast).
+
+    Through its shortest text: polars' direct cast scales in binary floating
+    point and gets digits wrong beyond 2^53 (1716076800.0 becomes …799.99999…).
+    """
+    return value.round_sig_figs(15).cast(pl.Utf8).cast(NUMERIC, strict=False)
+
+
 @_handles("sqrt")
 def _sqrt(compiler: _Compiler, call: Call) -> CompiledScalar:
-    def body(values: list[pl.Expr], _types: list[str], _result: str) -> tuple[pl.Expr, pl.Expr]:
+    def body(values: list[pl.Expr], _types: list[str], result: str) -> tuple[pl.Expr, pl.Expr]:
         value = values[0].cast(pl.Float64)
         negative = _error_when(
             value < 0, INVALID_POWER, "cannot take square root of a negative number"
         )
-        return pl.when(value >= 0).then(value.sqrt()), negative
+        return float_result(pl.when(value >= 0).then(value.sqrt()), result), negative
 
     return _strict(compiler, call, body)
 
@@ -1592,16 +1735,16 @@ def _sqrt(compiler: _Compiler, call: Call) -> CompiledScalar:
 @_handles("ln", "log10", "log")
 def _log(compiler: _Compiler, call: Call) -> CompiledScalar:
     def body(
-        values: list[pl.Expr], _types: list[str], _result: str
+        values: list[pl.Expr], _types: list[str], result: str
     ) -> tuple[pl.Expr, pl.Expr | None]:
         value = values[-1].cast(pl.Float64)
         zero = _error_when(value == 0, INVALID_LOG, "cannot take logarithm of zero")
         negative = _error_when(value < 0, INVALID_LOG, "cannot take logarithm of a negative number")
         positive = pl.when(value > 0).then(value)
         if call.func == "ln":
-            return positive.log(), _first_error([zero, negative])
+            return float_result(positive.log(), result), _first_error([zero, negative])
         if call.func == "log10" or len(values) == 1:
-            return positive.log10(), _first_error([zero, negative])
+            return float_result(positive.log10(), result), _first_error([zero, negative])
         base = values[0].cast(pl.Float64)
         bad_base = _error_when(
             (base <= 0) | (base == 1),
@@ -1609,7 +1752,8 @@ def _log(compiler: _Compiler, call: Call) -> CompiledScalar:
             "cannot take logarithm of a non-positive base or one",
         )
         ok_base = pl.when((base > 0) & (base != 1)).then(base)
-        return positive.log() / ok_base.log(), _first_error([zero, negative, bad_base])
+        quotient = float_result(positive.log() / ok_base.log(), result)
+        return quotient, _first_error([zero, negative, bad_base])
 
     return _strict(compiler, call, body)
 
@@ -1622,7 +1766,9 @@ def _power(compiler: _Compiler, call: Call) -> CompiledScalar:
         base, exponent = (v.cast(pl.Float64) for v in values)
         zero_negative = (base == 0) & (exponent < 0)
         fractional_of_negative = (base < 0) & (exponent != exponent.floor())
-        value = pl.when(~zero_negative & ~fractional_of_negative).then(base.pow(exponent))
+        value: pl.Expr = pl.when(~zero_negative & ~fractional_of_negative).then(base.pow(exponent))
+        if result_type == "numeric":
+            value = float_result(value, result_type)
         errors = [
             _error_when(
                 zero_negative, INVALID_POWER, "zero raised to a negative power is undefined"
@@ -1862,7 +2008,7 @@ def _extract(compiler: _Compiler, call: Call) -> CompiledScalar:
         raise LoupeError(
             SqlState.FEATURE_NOT_SUPPORTED, f'unit "{field}" not supported for type {type_name}'
         )
-    value = fields[field](source).cast(pl.Float64)
+    value = float_result(fields[field](source).cast(pl.Float64), result_type)
     return CompiledScalar(value, subject.error, result_type)
 
 

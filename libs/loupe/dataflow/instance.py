@@ -123,8 +123,8 @@ class _Source:
     def read(self, table: pa.Table, readers: Sequence[Dataflow]) -> pl.DataFrame:
         """``table`` as an engine batch with the columns ``readers`` read (the others NULL).
 
-        Converting persist's format costs (numeric is text there); a TPC-H
-        join reads 4 of lineitem's 16 columns.
+        Converting persist's format costs; a TPC-H join reads 4 of
+        lineitem's 16 columns.
         """
         wanted: set[int] = set()
         for reader in readers:
@@ -294,7 +294,7 @@ class Dataflow:
             operator.pending_err = err
         try:
             self._run_operators(lower, upper, hooks)
-        except Exception:
+        except Exception as error:
             incident = uuid.uuid4().hex[:12]
             log.exception(
                 "dataflow step failed; the dataflow stops", dataflow=self.desc.id, incident=incident
@@ -306,6 +306,11 @@ class Dataflow:
                 queue.ok.insert(0, ok)
                 queue.err.insert(0, err)
                 queue.records -= ok.height
+            if isinstance(error, LoupeError) and not error.code.startswith("XX"):
+                # A SQL error the step could not give as error rows (an exact sum past
+                # numeric's range): the dataflow's reads fail with it.
+                self.failed = error
+                return False
             self.failed = LoupeError(
                 SqlState.INTERNAL_ERROR,
                 f"dataflow {self.desc.debug_name or self.desc.id} failed: internal error"

@@ -16,9 +16,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from decimal import Decimal
 
 import polars as pl
 
+from loupe import sqltypes
 from loupe.common.errors import LoupeError, SqlState
 from loupe.dataflow import expr
 from loupe.dataflow.arrangement import Spine
@@ -37,6 +39,7 @@ from loupe.dataflow.batches import (
     spread,
     sum_by,
 )
+from loupe.dataflow.expr import NUMERIC
 from loupe.dataflow.types import empty_frame, polars_dtype
 from loupe.plan import lir, mir
 from loupe.plan.scalar import Scalar, columns_of, scalar_type, shift
@@ -378,9 +381,20 @@ class Reduce(Operator):
                 raise LoupeError(
                     SqlState.FEATURE_NOT_SUPPORTED, f"aggregate {a.func} is not supported"
                 )
+        self.result_types = [a.result_type(tuple(source.types)) for a in node.aggregates]
         self.accumulable = node.kind in (lir.ReduceKind.ACCUMULABLE, lir.ReduceKind.DISTINCT)
+        # Exact decimal sums are sums of the decimals' 128-bit integers: integer sums
+        # wrap around, so a total that fits is exact even when a partial sum does not
+        # (polars' decimal sums fail then, or wrap silently when grouped). A float
+        # shadow of each sum says when the total itself left numeric's range.
+        self.shadowed = [
+            i
+            for i, a in enumerate(node.aggregates)
+            if a.func in ("sum", "avg") and self.result_types[i] == "numeric" and not a.distinct
+        ]
         if self.accumulable:
             self.sums = ["_n"] + [c for i in range(len(self.args)) for c in (f"s{i}", f"n{i}")]
+            self.sums += [f"f{i}" for i in self.shadowed]
             self.state: list = [Accumulator(self.keys, self.sums, "_n") for _ in range(workers)]
         else:
             self.state = [(Spine(self.keys), Spine(self.keys)) for _ in range(workers)]
@@ -416,28 +430,44 @@ class Reduce(Operator):
     def _contributions(self, part: pl.DataFrame) -> pl.DataFrame:
         """Per key and time: the row count, and each aggregate's sum and non-NULL count."""
         columns = [pl.col(DIFF).alias("_n")]
+        diffs = part[DIFF]
+        # Inserts only (a hydration): the values are their own contributions, with no
+        # multiplication by the diff (costly for exact decimals).
+        inserts = diffs.min() == 1 and diffs.max() == 1
         for i, (agg, name) in enumerate(zip(self.node.aggregates, self.args, strict=True)):
             if agg.expr is None:
                 columns += [pl.lit(0, pl.Int64).alias(f"s{i}"), pl.col(DIFF).alias(f"n{i}")]
                 continue
             present = pl.col(name).is_not_null()
-            kind = pl.Float64 if self._is_float(i) else pl.Int64
+            kind = self._accumulator_dtype(i)
+            summand = pl.col(name).cast(kind)
+            if i in self.shadowed:
+                summand = pl.col(name).cast(NUMERIC).to_physical()
             if agg.func == "count":  # only the non-NULL count: the values may be any type
                 value = pl.lit(0, pl.Int64)
+            elif inserts:
+                value = summand.fill_null(0)
             else:
-                value = pl.when(present).then(pl.col(name).cast(kind) * pl.col(DIFF)).otherwise(0)
+                value = pl.when(present).then(summand * pl.col(DIFF)).otherwise(0)
             columns += [
                 value.cast(kind).alias(f"s{i}"),
                 (present.cast(pl.Int64) * pl.col(DIFF)).alias(f"n{i}"),
             ]
+            if i in self.shadowed:  # from the integer, not the product that may wrap around
+                shadow = summand.cast(pl.Float64)
+                shadow = shadow if inserts else shadow * pl.col(DIFF)
+                columns.append(shadow.fill_null(0).alias(f"f{i}"))
         selected = [pl.col(k) for k in self.keys] + [pl.col(TIME), *columns]
         return sum_by(part, self.keys, self.sums, selected)
 
-    def _is_float(self, index: int) -> bool:
-        return (
-            polars_dtype(self.arg_types[index]) == pl.Float64
-            or self.node.aggregates[index].func == "avg"
-        )
+    def _accumulator_dtype(self, index: int) -> pl.DataType:
+        """What a running sum is kept in: a float, a decimal's 128-bit integer, else Int64."""
+        if self.node.aggregates[index].func == "count":
+            return pl.Int64()
+        if index in self.shadowed:
+            return pl.Int128()
+        result = polars_dtype(self.result_types[index])
+        return result if result in (pl.Float64, NUMERIC) else pl.Int64()
 
     def _accumulate(self, worker: int, part: pl.DataFrame) -> pl.DataFrame:
         """Retract each changed key's old output row, insert its new one.
@@ -449,6 +479,7 @@ class Reduce(Operator):
             return self.empty
         # On one worker ``_contributions`` already summed the batch per key and time.
         steps = self.state[worker].step(part, summed=self.workers == 1)
+        _check_sums(steps, [f"new_f{i}" for i in self.shadowed])
         before, after = self._values("prev_"), self._values("new_")
         alive_before, alive_after = pl.col("prev__n") > 0, pl.col("new__n") > 0
         equal = [b.eq_missing(a) for b, a in zip(before, after, strict=True)]
@@ -469,12 +500,15 @@ class Reduce(Operator):
         width = len(self.keys)
         for i, agg in enumerate(self.node.aggregates):
             total, count = pl.col(f"{prefix}s{i}"), pl.col(f"{prefix}n{i}")
+            if i in self.shadowed:
+                total = _from_integer(total)
             if agg.func == "count":
                 value = count
             elif agg.func == "sum":
                 value = pl.when(count > 0).then(total)
             else:
-                value = pl.when(count > 0).then(total.cast(pl.Float64) / count)
+                numeric = self.result_types[i] == "numeric"
+                value = pl.when(count > 0).then(_mean(total, count, numeric=numeric))
             outputs.append(value.alias(f"c{width + i}"))
         return outputs
 
@@ -528,16 +562,41 @@ class Reduce(Operator):
         weight = pl.col(DIFF)
         positive = weight > 0
         aggs = [weight.sum().alias("_n")]
+        width = len(self.keys)
         for i, (agg, name) in enumerate(zip(self.node.aggregates, self.args, strict=True)):
             if agg.func == "string_agg":
                 extra = [pl.col(f"{name}_{j}") for j in range(1, len(agg.scalars))]
-                value = _string_agg(agg, pl.col(name), extra, weight, positive)
-            else:
-                value = _aggregate_expr(
-                    agg, pl.col(name) if agg.expr is not None else None, weight, positive
-                )
-            aggs.append(value.alias(f"c{len(self.keys) + i}"))
+                joined = _string_agg(agg, pl.col(name), extra, weight, positive)
+                aggs.append(joined.alias(f"c{width + i}"))
+                continue
+            value = pl.col(name) if agg.expr is not None else None
+            if i in self.shadowed:  # the integer sum, the count and the float shadow
+                present = pl.col(name).is_not_null()
+                integer = pl.col(name).cast(NUMERIC).to_physical()
+                aggs += [
+                    (integer * weight).filter(present).sum().alias(f"c{width + i}"),
+                    weight.filter(present).sum().alias(f"_c{i}"),
+                    (integer.cast(pl.Float64) * weight).filter(present).sum().alias(f"_f{i}"),
+                ]
+                continue
+            if value is not None and agg.func in ("sum", "avg"):
+                value = value.cast(polars_dtype(self.result_types[i]))  # sum(int8) is numeric
+            aggs.append(
+                _aggregate_expr(
+                    agg, value, weight, positive, numeric=self.result_types[i] == "numeric"
+                ).alias(f"c{width + i}")
+            )
         grouped = rows.group_by(self.keys).agg(aggs) if self.keys else rows.select(aggs)
+        _check_sums(grouped, [f"_f{i}" for i in self.shadowed])
+        exact = []
+        for i in self.shadowed:
+            total, count = _from_integer(pl.col(f"c{width + i}")), pl.col(f"_c{i}")
+            if self.node.aggregates[i].func == "avg":
+                total = _mean(total, count, numeric=True)
+            exact.append(pl.when(count > 0).then(total).alias(f"c{width + i}"))
+        grouped = grouped.with_columns(exact).drop(
+            [f"_{kind}{i}" for i in self.shadowed for kind in "cf"]
+        )
         grouped = grouped.filter(pl.col("_n") > 0).drop("_n")
         renamed = grouped.rename({k: f"c{i}" for i, k in enumerate(self.keys)})
         return renamed.with_columns(pl.lit(1, pl.Int64).alias(DIFF))
@@ -595,7 +654,12 @@ def _string_agg(
 
 
 def _aggregate_expr(
-    agg: mir.Aggregate, value: pl.Expr | None, weight: pl.Expr, positive: pl.Expr
+    agg: mir.Aggregate,
+    value: pl.Expr | None,
+    weight: pl.Expr,
+    positive: pl.Expr,
+    *,
+    numeric: bool = False,
 ) -> pl.Expr:
     """One aggregate over a group's consolidated rows (``weight`` = multiplicity)."""
     if value is None:
@@ -608,21 +672,50 @@ def _aggregate_expr(
         if agg.func == "sum":
             return pl.when(distinct.len() > 0).then(distinct.sum())
         if agg.func == "avg":
-            return distinct.cast(pl.Float64).mean()
+            return pl.when(distinct.len() > 0).then(
+                _mean(distinct.sum(), distinct.len(), numeric=numeric)
+            )
     if agg.func == "count":
         return weight.filter(present).sum()
     if agg.func in mir.SPREAD_AGGREGATES:
-        return _spread(agg.func, value, weight, present & positive)
+        spread = _spread(agg.func, value, weight, present & positive)
+        # Computed in float8; a numeric result keeps the float's 15 significant digits.
+        return expr.float_result(spread, "numeric") if numeric else spread
     if agg.func == "min":
         return value.filter(positive).min()
     if agg.func == "max":
         return value.filter(positive).max()
     count = weight.filter(present).sum()
-    weighted = value.cast(pl.Float64) if agg.func == "avg" else value
-    total = (weighted * weight).filter(present).sum()
+    total = (value * weight).filter(present).sum()
     if agg.func == "sum":
         return pl.when(count > 0).then(total)
-    return pl.when(count > 0).then(total / count)
+    return pl.when(count > 0).then(_mean(total, count, numeric=numeric))
+
+
+def _from_integer(total: pl.Expr) -> pl.Expr:
+    """The numeric whose 128-bit integer is ``total`` (a sum of decimals' integers)."""
+    return (total.cast(pl.Decimal(38, 0)) * _LAST_DIGIT).cast(NUMERIC)
+
+
+_LAST_DIGIT = pl.lit(Decimal(1).scaleb(-sqltypes.NUMERIC_SCALE), NUMERIC)
+
+
+# 10^38: numeric's range (10^22) in units of its last digit, less a margin for float error.
+_SHADOW_LIMIT = float(sqltypes.NUMERIC_LIMIT.scaleb(sqltypes.NUMERIC_SCALE)) * (1 - 1e-9)
+
+
+def _check_sums(frame: pl.DataFrame, shadows: Sequence[str]) -> None:
+    """22003 when an exact sum left numeric's range (its integer may have wrapped around)."""
+    for shadow in shadows:
+        if frame.height and (frame[shadow].abs() >= _SHADOW_LIMIT).any():
+            raise LoupeError(expr.OUT_OF_RANGE, expr.NUMERIC_OVERFLOW)
+
+
+def _mean(total: pl.Expr, count: pl.Expr, *, numeric: bool) -> pl.Expr:
+    """``total / count``: decimal division for numeric (rounded to its scale), else float."""
+    if numeric:  # a decimal division by zero raises; callers make those rows NULL
+        return total / count.clip(1).cast(NUMERIC)
+    return total.cast(pl.Float64) / count
 
 
 def _current(

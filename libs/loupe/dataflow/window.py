@@ -43,6 +43,7 @@ from loupe.dataflow.batches import (
     exchange,
     expand,
 )
+from loupe.dataflow.expr import NUMERIC
 from loupe.dataflow.operators import (
     Operator,
     _aggregate_expr,
@@ -461,12 +462,17 @@ def _aggregate(
         return pl.max_horizontal(end - start, 0)
     name = f"c{function.args[0]}"
     value = pl.col(name)
-    if frame.schema[name].is_integer():
+    dtype = frame.schema[name]
+    # avg of integers and numerics is an exact numeric, as PostgreSQL's.
+    numeric = func == "avg" and (dtype.is_integer() or dtype.is_decimal())
+    if numeric:
+        value = value.cast(NUMERIC)
+    elif dtype.is_integer():
         value = value.cast(pl.Int64)  # sums of int4 are int8, as PostgreSQL's
     aggregate = mir.Aggregate(func, mir.Column(0))
     if _is_whole(function.frame, ordered):
         one = pl.col(_ONE)
-        return _aggregate_expr(aggregate, value, one, one > 0).over(_PARTITION)
+        return _aggregate_expr(aggregate, value, one, one > 0, numeric=numeric).over(_PARTITION)
     if func == "count":  # prefix counts: exact, whatever the frame
         present = value.is_not_null()
         return pl.max_horizontal(_prefix(present, end) - _prefix(present, start), 0)
@@ -475,7 +481,7 @@ def _aggregate(
             return _running(frame, name, value, func, end - 1, end <= start, reverse=False)
         if function.frame.end.kind == "unbounded_following":
             return _running(frame, name, value, func, start, end <= start, reverse=True)
-    return pl.lit(_row_by_row(frame, value, aggregate, start, end))
+    return pl.lit(_row_by_row(frame, value, aggregate, start, end, numeric=numeric))
 
 
 def _prefix(present: pl.Expr, position: pl.Expr) -> pl.Expr:
@@ -503,9 +509,13 @@ def _running(
     count = value.is_not_null().cast(pl.Int64).cum_sum(reverse=reverse).over(_PARTITION)
     present = (count.gather(at) > 0) & ~empty
     if func in ("sum", "avg"):
-        summed = value.cast(pl.Float64) if func == "avg" else value
+        decimal = func == "avg" and _is_decimal(frame, value)
+        summed = value if func == "sum" or decimal else value.cast(pl.Float64)
         total = summed.fill_null(0).cum_sum(reverse=reverse).over(_PARTITION).gather(at)
-        result = total if func == "sum" else total / count.gather(at)
+        divisor = count.gather(at)
+        if decimal:  # a decimal division by zero raises: those rows are NULL anyway
+            divisor = divisor.clip(1).cast(NUMERIC)
+        result = total if func == "sum" else total / divisor
         return pl.when(present).then(result)
     # min and max: the running best of each value's rank among all values (any type ranks).
     ranked = value.cast(pl.Int8) if frame.schema[name] == pl.Boolean else value
@@ -521,8 +531,19 @@ def _running(
     return pl.when(pl.lit(where["_p"])).then(pl.lit(found))
 
 
+def _is_decimal(frame: pl.DataFrame, value: pl.Expr) -> bool:
+    """Whether ``value`` over ``frame`` is a decimal (an exact numeric), from the schema only."""
+    return frame.lazy().select(value.alias("_v")).collect_schema()["_v"].is_decimal()
+
+
 def _row_by_row(
-    frame: pl.DataFrame, value: pl.Expr, aggregate: mir.Aggregate, start: pl.Expr, end: pl.Expr
+    frame: pl.DataFrame,
+    value: pl.Expr,
+    aggregate: mir.Aggregate,
+    start: pl.Expr,
+    end: pl.Expr,
+    *,
+    numeric: bool = False,
 ) -> pl.Series:
     """The aggregate over each row's frame, reading the frame's rows one by one (bounded frames)."""
     bounds = frame.select(pl.col(_ROW), start.alias("_s"), end.alias("_e"), value.alias("_v"))
@@ -536,6 +557,6 @@ def _row_by_row(
     )
     one = pl.col(_ONE)
     grouped = members.group_by(_ROW).agg(
-        _aggregate_expr(aggregate, pl.col("_v"), one, one > 0).alias("_a")
+        _aggregate_expr(aggregate, pl.col("_v"), one, one > 0, numeric=numeric).alias("_a")
     )
     return bounds.select(_ROW).join(grouped, on=_ROW, how="left").sort(_ROW)["_a"]

@@ -17,13 +17,14 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from decimal import Decimal
 from typing import Any
 
 import pyarrow as pa
 
 from loupe.builtins import BuiltinCollection
 from loupe.persist import DIFF_COLUMN, TIMESTAMP_COLUMN
-from loupe.sqltypes import TYPES, SqlType
+from loupe.sqltypes import NUMERIC_LIMIT, TYPES, SqlType
 
 # The column a group's Spark job partitions its output by (one directory per shard).
 SHARD_COLUMN = "mz_shard"
@@ -65,8 +66,10 @@ def _check_value(pg_type: str, value: Any) -> str | None:
     """Why ``value`` cannot be stored in a ``pg_type`` column, or None if it can."""
     if value is None:
         return None
-    if pg_type == "text" or pg_type in ("numeric", "jsonb"):
+    if pg_type == "text" or pg_type == "jsonb":
         ok = isinstance(value, str)
+    elif pg_type == "numeric":
+        ok = isinstance(value, Decimal) and abs(value) < NUMERIC_LIMIT
     elif pg_type in ("int4", "int8"):
         ok = _is_int(value) and _INT64_MIN <= value <= _INT64_MAX
     elif pg_type == "uint8":

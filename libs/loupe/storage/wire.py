@@ -24,6 +24,7 @@ import operator
 import struct
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from decimal import Decimal, InvalidOperation
 from typing import Any
 
 import pyarrow as pa
@@ -338,7 +339,7 @@ def _decode_column(
         raw = [None if k is None else getattr(v, k) for v, k in zip(values, kinds, strict=True)]
     try:
         return _to_arrow(kind, raw)
-    except (pa.ArrowInvalid, OverflowError, TypeError) as error:
+    except (pa.ArrowInvalid, OverflowError, TypeError, InvalidOperation) as error:
         raise BadBatch(f"{collection.qualified_name}.{name}: {error}") from None
 
 
@@ -348,6 +349,8 @@ def _to_arrow(kind: str, raw: list[Any]) -> pa.Array:
         return pa.array(raw, type=_FROM_INTEGER[kind]).cast(target)
     if kind == "float8":
         return pa.array([None if v is None else float(v) for v in raw], type=target)
+    if kind == "numeric":  # numeric_value and text_value are decimal text
+        return pa.array([None if v is None else Decimal(v) for v in raw], type=target)
     if kind == "list":
         return pa.array(
             [None if v is None else [_list_item(item) for item in v.values] for v in raw],

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime
 from collections.abc import Sequence
+from decimal import Decimal
 
 import polars as pl
 import pytest
@@ -33,12 +34,17 @@ def batch(types: list[str], *columns: Sequence[object]) -> pl.DataFrame:
     """A batch with data columns of ``types``, at time 0 with diff 1."""
     rows = len(columns[0]) if columns else 1
     data = {
-        f"c{i}": pl.Series(values, dtype=polars_dtype(t))
+        f"c{i}": pl.Series(_exact(values) if t == "numeric" else values, dtype=polars_dtype(t))
         for i, (t, values) in enumerate(zip(types, columns, strict=True))
     }
     data["time"] = pl.Series([0] * rows, dtype=pl.UInt64)
     data["diff"] = pl.Series([1] * rows, dtype=pl.Int64)
     return pl.DataFrame(data)
+
+
+def _exact(values: Sequence[object]) -> list[object]:
+    """numeric column values written as floats, as the decimals they are written as."""
+    return [Decimal(repr(v)) if isinstance(v, float | int) else v for v in values]
 
 
 def evaluate(
@@ -138,7 +144,7 @@ def test_integer_division_truncates_toward_zero_and_mod_takes_the_dividends_sign
 
 
 def test_division_by_zero_is_an_error_row_for_every_numeric_type() -> None:
-    for pg_type, one in (("int4", 1), ("int8", 1), ("float8", 1.0), ("numeric", 1.0)):
+    for pg_type, one in (("int4", 1), ("int8", 1), ("float8", 1.0), ("numeric", Decimal(1))):
         values, errors = evaluate(call("div", c(0), c(1)), [pg_type, pg_type], [one, one], [one, 0])
         assert errors == [None, "22012"], pg_type
         assert values[0] == one
@@ -420,11 +426,19 @@ def test_concat_operator_is_null_on_null_but_concat_function_skips_nulls() -> No
 
 def test_rounding_functions() -> None:
     values = [2.5, -2.5, 1.25]
-    assert evaluate(call("round", c(0)), ["numeric"], values)[0] == [3.0, -3.0, 1.0]
+    assert evaluate(call("round", c(0)), ["numeric"], values)[0] == [3, -3, 1]
     assert evaluate(call("round", c(0)), ["float8"], values)[0] == [2.0, -2.0, 1.0]
     assert evaluate(call("round", c(0), lit(1, "int4")), ["numeric"], [1.25, -1.25])[0] == [
-        1.3,
-        -1.3,
+        Decimal("1.3"),
+        Decimal("-1.3"),
+    ]
+    assert evaluate(call("trunc", c(0), lit(1, "int4")), ["numeric"], [1.29, -1.29])[0] == [
+        Decimal("1.2"),
+        Decimal("-1.2"),
+    ]
+    assert evaluate(call("round", c(0), lit(-2, "int4")), ["numeric"], [1250, -1249.9])[0] == [
+        1300,
+        -1200,
     ]
     assert evaluate(call("trunc", c(0)), ["float8"], [2.7, -2.7])[0] == [2.0, -2.0]
     assert evaluate(call("ceil", c(0)), ["float8"], [2.1, -2.1])[0] == [3.0, -2.0]
@@ -592,7 +606,7 @@ def test_mfp_output_dtypes_follow_the_inferred_types() -> None:
         MapFilterProject.identity(1).map((call("add", c(0), lit("0.5", "numeric")),)).project((1,))
     )
     ok, _ = apply_mfp(frame, mfp, ["int4"])
-    assert ok.schema["c0"] == pl.Float64
+    assert ok.schema["c0"] == polars_dtype("numeric")
     assert engine_expr.mfp_output_types(mfp, ["int4"]) == ("numeric",)
 
 

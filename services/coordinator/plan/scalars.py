@@ -13,7 +13,7 @@ from __future__ import annotations
 import datetime
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from decimal import Decimal
+from decimal import ROUND_HALF_UP, Decimal
 
 from sqlglot import exp
 
@@ -463,14 +463,21 @@ class Scalars:
     def _cast(self, node: exp.Cast) -> Scalar:
         to = cast_type(node.to)
         operand = self._lower(node.this)
+        modifiers = _numeric_modifiers(node.to) if to == "numeric" else None
         if isinstance(operand, Literal):
             try:
-                return Literal(fold_cast(operand.value, operand.type, to), to)
+                folded = fold_cast(operand.value, operand.type, to)
             except ValueError:
                 pass
-        if self.type_of(operand) == to:
-            return operand
-        return Cast(operand, to)
+            else:
+                if modifiers is not None and folded is not None:
+                    folded = numeric_with_modifiers(folded, *modifiers)
+                return Literal(folded, to)
+        cast = operand if self.type_of(operand) == to else Cast(operand, to)
+        if modifiers is not None:
+            # numeric(p, s): rounded to s decimals (the precision is checked for constants only).
+            return Call("round", (cast, Literal(modifiers[1], "int4")))
+        return cast
 
     def _case(self, node: exp.Case) -> Scalar:
         subject = node.this
@@ -850,6 +857,27 @@ def literal(node: exp.Expression) -> Literal:
         if value < 2**63:
             return Literal(value, "int8")
     return Literal(Decimal(text), "numeric")
+
+
+def _numeric_modifiers(to: exp.DataType) -> tuple[int, int] | None:
+    """(precision, scale) of ``numeric(p[, s])``; None for an unconstrained numeric."""
+    params = [int(p.name) for p in to.expressions if p.name.isdigit()]
+    if not params:
+        return None
+    return params[0], params[1] if len(params) > 1 else 0
+
+
+def numeric_with_modifiers(value: Decimal, precision: int, scale: int) -> Decimal:
+    """``value`` as a ``numeric(precision, scale)``: rounded; 22003 when it does not fit."""
+    rounded = value.quantize(Decimal(1).scaleb(-scale), rounding=ROUND_HALF_UP)
+    if rounded and rounded.adjusted() >= precision - scale:
+        raise LoupeError(
+            "22003",
+            "numeric field overflow",
+            detail=f"A field with precision {precision}, scale {scale} must round to an"
+            f" absolute value less than 10^{precision - scale}.",
+        )
+    return rounded
 
 
 def cast_type(to: exp.DataType) -> str:

@@ -21,7 +21,7 @@ from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from loupe.common.errors import LoupeError
-from loupe.dataflow.expr import evaluate_closed
+from loupe.dataflow.expr import evaluate_closed, numeric_value
 from loupe.plan.scalar import Cast, Literal
 
 INVALID_TEXT_REPRESENTATION = "22P02"
@@ -29,10 +29,12 @@ INVALID_DATETIME_FORMAT = "22007"
 INTERVAL_FIELD_OVERFLOW = "22015"
 
 INTEGER_BOUNDS = {"int2": 2**15, "int4": 2**31, "int8": 2**63}
-# Types whose text input the engine parses exactly (numeric is a float there: parsed here).
+# Types whose text input the engine parses exactly.
 ENGINE_PARSED = (
     *INTEGER_BOUNDS,
     "uint8",
+    "numeric",
+    "time",
     "float4",
     "float8",
     "bool",
@@ -168,11 +170,6 @@ def parse_text(text: str, type_: str) -> Any:
     if type_ in ENGINE_PARSED:
         # The engine's own text input, so a constant reads as a column's text would.
         return evaluate_closed(Cast(Literal(text, "text"), type_))
-    try:
-        if type_ == "numeric":
-            return Decimal(stripped)
-    except (ValueError, InvalidOperation) as error:
-        raise _bad(type_, text) from error
     if type_ == "interval":
         return parse_interval(stripped)
     if type_ in ("text", "jsonb"):
@@ -208,7 +205,9 @@ def fold_cast(value: Any, from_type: str, to_type: str) -> Any:
         if to_type in FLOATS:
             return float(value)
         if to_type == "numeric":
-            return Decimal(str(value))
+            # float8 to numeric keeps 15 significant digits, as PostgreSQL's cast.
+            exact = Decimal(f"{value:.15g}") if isinstance(value, float) else value
+            return numeric_value(exact)
         if isinstance(value, int):
             return _integer(value, to_type)
     if from_type == "date" and to_type == "timestamp":

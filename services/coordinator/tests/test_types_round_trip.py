@@ -74,16 +74,7 @@ async def test_every_column_type_round_trips_as_in_postgresql(
         postgres.execute(sql)
         await tables.tag(session, sql)
     query = f"SELECT k, v, v::text FROM {table} ORDER BY k"
-
-    expected = postgres.execute(query)
-    expected_oids = [column.type_code for column in expected.description]
-    expected_rows = expected.fetchall()
-
-    responses = await tables.execute(session, query)
-    loupe_types = [
-        c.type for r in responses if r.HasField("description") for c in r.description.columns
-    ]
-    rows = await tables.rows(session, query)
+    loupe_oids, rows, expected_oids, expected_rows = await _both(tables, session, postgres, query)
 
     assert len(rows) == len(expected_rows)
     for row, want in zip(rows, expected_rows, strict=True):
@@ -95,7 +86,24 @@ async def test_every_column_type_round_trips_as_in_postgresql(
             assert _same_text(row[2], want[2], column_type), (row, want)
     # varchar is text in Loupe's expressions (its length is checked on assignment only).
     pg_oids = [TYPES["text"].oid if oid == TYPES["varchar"].oid else oid for oid in expected_oids]
-    assert [TYPES[t].oid for t in loupe_types] == pg_oids
+    assert loupe_oids == pg_oids
+
+
+async def _both(
+    tables: Any, session: str, postgres: Any, query: str
+) -> tuple[list[int], list[tuple], list[int], list[tuple]]:
+    """(result column OIDs, rows) of ``query`` from Loupe, then from PostgreSQL."""
+    expected = postgres.execute(query)
+    expected_oids = [column.type_code for column in expected.description]
+    expected_rows = expected.fetchall()
+    responses = await tables.execute(session, query)
+    loupe_oids = [
+        TYPES[c.type].oid
+        for r in responses
+        if r.HasField("description")
+        for c in r.description.columns
+    ]
+    return loupe_oids, await tables.rows(session, query), expected_oids, expected_rows
 
 
 def test_every_table_column_type_has_a_round_trip_case() -> None:
@@ -119,3 +127,79 @@ def test_timestamp_values_keep_their_kind_on_the_wire() -> None:
     assert from_value(to_value(naive)).tzinfo is None
     assert from_value(to_value(aware)) == aware
     assert from_value(to_value(clock)) == clock
+    # numeric travels exact, as Materialize prints it: no trailing zeros, no exponent.
+    for number, text in [("1.5000000000000000", "1.5"), ("0E-16", "0"), ("1E+2", "100")]:
+        assert to_value(Decimal(number)).numeric_value == text
+        assert from_value(to_value(Decimal(number))) == Decimal(number)
+
+
+NUMERIC_TABLE = (
+    "CREATE TABLE amounts (g int, price numeric(20,2), qty numeric, big bigint, f double precision)"
+)
+NUMERIC_ROWS = (
+    "INSERT INTO amounts VALUES (1, '0.10', 3, 9223372036854775807, 0.5),"
+    " (1, '0.20', 1.5, 1, 0.25), (2, '12345678901234567.89', '0.001', 5, 1),"
+    " (2, NULL, NULL, NULL, NULL), (3, 2.675, '-0.5', -7, 2)"
+)
+NUMERIC_QUERIES = [
+    "SELECT g, sum(price), avg(price), min(qty), max(qty), sum(big), avg(big),"
+    " sum(price * qty), count(price), avg(f) FROM amounts GROUP BY g ORDER BY g",
+    "SELECT g, price + 0.2 = 0.3, price * 2, price + qty, price / 4, price + f, price + big,"
+    " -price, price % 0.15 FROM amounts ORDER BY g, price",
+    "SELECT sum(price), avg(qty), sum(big), min(price), max(price) FROM amounts",
+    "SELECT g FROM amounts WHERE price + 0.20 = 0.30",
+]
+
+
+def _agrees(loupe: Any, postgres: Any) -> bool:
+    """Equal; numeric exactly, at the smaller of the two scales (see the numeric docs)."""
+    if isinstance(postgres, Decimal):
+        if not isinstance(loupe, Decimal):
+            return False
+        exponent = postgres.as_tuple().exponent
+        assert isinstance(exponent, int)
+        quantum = Decimal(1).scaleb(max(exponent, -16))
+        return loupe.quantize(quantum) == postgres.quantize(quantum)
+    if isinstance(postgres, float):
+        return isinstance(loupe, float) and abs(loupe - postgres) <= 1e-12 * max(1, abs(postgres))
+    return type(loupe) is type(postgres) and loupe == postgres
+
+
+async def test_numeric_columns_are_exact_in_tables_expressions_and_aggregates(
+    tables: Any, postgres: Any
+) -> None:
+    """numeric through a table, arithmetic and sum/avg/min/max: PostgreSQL's values and types."""
+    session = await tables.session()
+    postgres.execute("DROP TABLE IF EXISTS amounts")
+    for sql in (NUMERIC_TABLE, NUMERIC_ROWS):
+        postgres.execute(sql)
+        await tables.tag(session, sql)
+    for query in NUMERIC_QUERIES:
+        loupe_oids, rows, expected_oids, expected_rows = await _both(
+            tables, session, postgres, query
+        )
+        assert loupe_oids == expected_oids, query
+        assert len(rows) == len(expected_rows), query
+        for row, want in zip(rows, expected_rows, strict=True):
+            for ours, theirs in zip(row, want, strict=True):
+                assert (ours is None and theirs is None) or _agrees(ours, theirs), (
+                    query,
+                    row,
+                    want,
+                )
+
+
+async def test_numeric_overflow_and_division_by_zero_are_postgresql_s_errors(
+    tables: Any,
+) -> None:
+    """A numeric(p, s) value too wide is 22003 at INSERT; dividing by zero is 22012."""
+    session = await tables.session()
+    await tables.tag(session, "CREATE TABLE narrow (x numeric(4,2))")
+    error = await tables.error(session, "INSERT INTO narrow VALUES (123.456)")
+    assert (error.code, error.message) == ("22003", "numeric field overflow")
+    await tables.tag(session, "INSERT INTO narrow VALUES (12.345)")
+    assert await tables.rows(session, "SELECT x, x::text FROM narrow") == [
+        (Decimal("12.35"), "12.35")
+    ]
+    error = await tables.error(session, "SELECT x / 0 FROM narrow")
+    assert error.code == "22012"
