@@ -43,6 +43,14 @@ VIEWS = (
         postgres_sql=f"WITH RECURSIVE reach (src, dst) AS ({_EDGES} UNION {_STEP}) "
         "SELECT src, dst FROM reach",
     ),
+    # PostgreSQL's own WITH RECURSIVE, the same SQL on both sides.
+    View(
+        "with_recursive_paths",
+        "WITH RECURSIVE reach (src, dst, hops) AS (SELECT a, b, 1 FROM t1 WHERE a IS NOT NULL "
+        "AND b IS NOT NULL UNION ALL SELECT reach.src, t1.b, hops + 1 FROM reach JOIN t1 "
+        "ON reach.dst = t1.a WHERE t1.b IS NOT NULL AND hops < 3) "
+        "SELECT src, dst, hops, count(*) AS ways FROM reach GROUP BY src, dst, hops",
+    ),
     View(
         "recursive_countdown_aggregate",
         "WITH MUTUALLY RECURSIVE down (n int4) AS (SELECT a FROM t1 WHERE a IS NOT NULL "

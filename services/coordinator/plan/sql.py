@@ -250,8 +250,13 @@ class _Planner:
                 return _ordered_by_output(self.query(node.this), node, ordering)
             return self.ordered(node.this, finishing=finishing)
         with_ = node.args.get("with_") or node.args.get("with")
-        if with_ is not None and with_.args.get("mutually_recursive"):
-            planner, let_rec = self._mutually_recursive(with_)
+        if with_ is not None and (with_.args.get("mutually_recursive") or _recursive_ctes(with_)):
+            recursive = (
+                self._mutually_recursive
+                if with_.args.get("mutually_recursive")
+                else (self._recursive)
+            )
+            planner, let_rec = recursive(with_)
             body = planner.ordered(_without_with(node), finishing=finishing)
             return replace(body, relation=let_rec(body.relation))
         if with_ is not None:
@@ -291,8 +296,6 @@ class _Planner:
 
     def _with(self, with_: exp.With) -> _Planner:
         """A planner that sees the CTEs of ``with_`` (each may use the ones before it)."""
-        if with_.args.get("recursive"):
-            raise unsupported("WITH RECURSIVE")
         planner = _Planner(self.resolve, self.context, self.ctes, self.parent)
         for cte in with_.expressions:
             relation = planner.query(cte.this)
@@ -300,6 +303,62 @@ class _Planner:
                 relation, _alias_columns(cte.args.get("alias"))
             )
         return planner
+
+    def _recursive(
+        self, with_: exp.With
+    ) -> tuple[_Planner, Callable[[mir.Relation], mir.Relation]]:
+        """PostgreSQL's ``WITH RECURSIVE``: each recursive CTE, ``base UNION [ALL] step``, is a
+        binding of a ``LetRec`` (the others are inlined as in a plain WITH).
+
+        PostgreSQL iterates ``step`` over the rows the previous iteration added;
+        a LetRec iterates ``base UNION step(t)`` to its fixpoint. For the linear
+        recursions PostgreSQL accepts (one reference to ``t``, in ``step``, not
+        in a subquery) both give the same rows, duplicates included. Columns
+        take the base term's types; the step's must convert to them (42804).
+        """
+        recursive = _recursive_ctes(with_)
+        planner = _Planner(self.resolve, self.context, self.ctes, self.parent)
+        names: list[str] = []
+        bindings: list[mir.Relation] = []
+        for cte in with_.expressions:
+            name = cte.alias_or_name
+            columns = _alias_columns(cte.args.get("alias"))
+            if name not in recursive:
+                planner.ctes[name] = _renamed(planner.query(cte.this), columns)
+                continue
+            base, step, distinct = _recursive_terms(cte.this, name)
+            first = _renamed(planner.query(base), columns)
+            schema = first.columns
+            local = f"l{len(self.context.bindings)}"
+            self.context.bindings.append(local)
+            planner.ctes[name] = mir.LocalGet(local, schema)
+            following = planner.query(step)
+            if following.arity != first.arity:
+                raise LoupeError(
+                    SqlState.SYNTAX_ERROR, "each UNION query must have the same number of columns"
+                )
+            for index, (have, want) in enumerate(
+                zip(following.types, first.types, strict=True), start=1
+            ):
+                widens = have in NUMERIC_RANK and want in NUMERIC_RANK
+                if have not in (want, "unknown") and not (
+                    widens and NUMERIC_RANK[have] <= NUMERIC_RANK[want]
+                ):
+                    overall = functions.widest([have, want]) if widens else have
+                    raise LoupeError(
+                        DATATYPE_MISMATCH,
+                        f'recursive query "{name}" column {index} has type '
+                        f"{sqltypes.display_name(want)} in non-recursive term but type "
+                        f"{sqltypes.display_name(overall)} overall",
+                    )
+            union: mir.Relation = mir.Union((first, _as_declared(following, name, schema)))
+            names.append(local)
+            bindings.append(mir.Distinct(union) if distinct else union)
+
+        def let_rec(body: mir.Relation) -> mir.Relation:
+            return mir.LetRec(tuple(names), tuple(bindings), body)
+
+        return planner, let_rec
 
     def _mutually_recursive(
         self, with_: exp.With
@@ -1457,6 +1516,64 @@ def _conform(
                 DATATYPE_MISMATCH, f"{kind} types {left_type} and {right_type} cannot be matched"
             )
     return _cast_columns(left, targets), _cast_columns(right, targets)
+
+
+INVALID_RECURSION = "42P19"
+
+
+def _recursive_ctes(with_: exp.With) -> set[str]:
+    """The CTEs of a ``WITH RECURSIVE`` that read themselves (none for a plain WITH)."""
+    if not with_.args.get("recursive") or with_.args.get("mutually_recursive"):
+        return set()
+    return {
+        cte.alias_or_name
+        for cte in with_.expressions
+        if any(_names(t, cte.alias_or_name) for t in cte.this.find_all(exp.Table))
+    }
+
+
+def _names(table: exp.Table, name: str) -> bool:
+    return not table.db and table.name == name
+
+
+def _recursive_terms(
+    query: exp.Expression, name: str
+) -> tuple[exp.Expression, exp.Expression, bool]:
+    """``base UNION [ALL] step`` of recursive CTE ``name``, checked as PostgreSQL checks it:
+    (base, step, whether UNION is distinct)."""
+    if isinstance(query, exp.Union) and any(
+        _names(t, name) for t in query.this.find_all(exp.Table)
+    ):
+        raise LoupeError(
+            INVALID_RECURSION,
+            f'recursive reference to query "{name}" must not appear within its non-recursive term',
+        )
+    if not isinstance(query, exp.Union):
+        raise LoupeError(
+            INVALID_RECURSION,
+            f'recursive query "{name}" does not have the form '
+            "non-recursive-term UNION [ALL] recursive-term",
+        )
+    step = query.expression
+    references = [t for t in step.find_all(exp.Table) if _names(t, name)]
+    if len(references) > 1:
+        raise LoupeError(
+            INVALID_RECURSION,
+            f'recursive reference to query "{name}" must not appear more than once',
+        )
+    for reference in references:
+        subquery = reference.find_ancestor(exp.Subquery)
+        if (
+            subquery is not None
+            and subquery.find_ancestor(exp.Union) is query
+            and (subquery.parent_select is not None)
+            and not isinstance(subquery.parent, exp.From | exp.Join)
+        ):
+            raise LoupeError(
+                INVALID_RECURSION,
+                f'recursive reference to query "{name}" must not appear within a subquery',
+            )
+    return query.this, step, bool(query.args.get("distinct"))
 
 
 def _as_declared(
