@@ -200,7 +200,14 @@ _SHOW_LISTS = (
     ("DATABASES",),
     ("SCHEMAS",),
 )
-_SHOW_CREATES = (("TABLE",), ("VIEW",), ("MATERIALIZED", "VIEW"), ("INDEX",), ("SOURCE",))
+_SHOW_CREATES = (
+    ("TABLE",),
+    ("VIEW",),
+    ("MATERIALIZED", "VIEW"),
+    ("INDEX",),
+    ("SOURCE",),
+    ("CLUSTER",),
+)
 
 _WORD = re.compile(r"^[A-Za-z_][A-Za-z0-9_$]*$")
 

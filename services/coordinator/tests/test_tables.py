@@ -489,6 +489,31 @@ async def test_show_lists_objects_columns_and_definitions(tables: Any) -> None:
     assert missing.code == "42P01"
 
 
+async def test_show_create_cluster_recreates_the_cluster(tables: Any) -> None:
+    """SHOW CREATE CLUSTER prints a statement that makes the same cluster again."""
+    session = await tables.session()
+    await tables.tag(
+        session,
+        "CREATE CLUSTER managed_c (SIZE '2', REPLICATION FACTOR 0, INTROSPECTION INTERVAL '250ms')",
+    )
+    await tables.tag(session, "CREATE CLUSTER listed_c REPLICAS ()")
+    shown = {}
+    for name in ("managed_c", "listed_c"):
+        [(got_name, create_sql)] = await tables.rows(session, f"SHOW CREATE CLUSTER {name}")
+        assert got_name == name
+        shown[name] = create_sql
+    assert shown["managed_c"] == (
+        'CREATE CLUSTER "managed_c" (INTROSPECTION DEBUGGING = false, INTROSPECTION INTERVAL = '
+        "'250ms', MANAGED = true, REPLICATION FACTOR = 0, SIZE = '2')"
+    )
+    assert shown["listed_c"] == 'CREATE CLUSTER "listed_c" REPLICAS ()'
+    for name, create_sql in shown.items():
+        await tables.tag(session, f"DROP CLUSTER {name}")
+        await tables.tag(session, create_sql)
+        assert await tables.rows(session, f"SHOW CREATE CLUSTER {name}") == [(name, create_sql)]
+    assert (await tables.error(session, "SHOW CREATE CLUSTER nope")).code == "42704"
+
+
 async def test_statement_timeout_cancels_with_57014_and_zero_means_none(tables: Any) -> None:
     """The only time limit a user meets is the one they set, with PostgreSQL's code and words."""
     session = await tables.session()
