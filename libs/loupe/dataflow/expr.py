@@ -1449,7 +1449,8 @@ def _replace(compiler: _Compiler, call: Call) -> CompiledScalar:
         if constant_text:
             text = pl.repeat(text, pl.len())
         if constant_pattern:
-            replaced = text.str.replace_all(old, new, literal=True)
+            # The NULL guard answers a NULL replacement; polars rejects one in a one-row batch.
+            replaced = text.str.replace_all(old, new.fill_null(""), literal=True)
         else:  # polars replaces only by a constant pattern; split and join take columns
             replaced = text.str.split(old).list.join(new)
         return pl.when(old == "").then(text).otherwise(replaced), None

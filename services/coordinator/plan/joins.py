@@ -18,25 +18,38 @@ from loupe.coordinator.plan.scope import Scope
 from loupe.plan.scalar import Call, Cast, Column, Scalar, columns_of, shift
 
 
+def is_comma(join: exp.Join) -> bool:
+    """Whether ``join`` is a comma in FROM (``FROM a, b``), not a JOIN keyword."""
+    keywords = ("side", "kind", "on", "using", "method")
+    return not any(join.args.get(k) for k in keywords)
+
+
 def join_scopes(select: exp.Select, scopes: list[Scope]) -> list[Scope]:
-    """The scope after each FROM item: the items so far, with JOIN … USING's merged columns."""
+    """The scope after each FROM item: the items so far, with JOIN … USING's merged columns.
+
+    A comma binds looser than JOIN: USING names columns of the items after the last comma.
+    """
     result = [scopes[0]]
+    start = 0  # the first column of the current comma-separated group
     for join, right in zip(select.args.get("joins") or [], scopes[1:], strict=True):
         left = result[-1]
+        if is_comma(join):
+            start = len(left.columns)
         joined = left + right
-        names = _using_names(join, left, right)
+        group = Scope(left.columns[start:])
+        names = _using_names(join, group, right)
         if names:
             side = (join.side or "").upper()
             if side == "FULL":
                 raise unsupported("FULL JOIN … USING")
-            left_positions = [left.lookup(None, n) for n in names]
+            left_positions = [start + group.lookup(None, n) for n in names]
             right_positions = [len(left.columns) + right.lookup(None, n) for n in names]
             merged, shadowed = (
                 (right_positions, left_positions)
                 if side == "RIGHT"
                 else (left_positions, right_positions)
             )
-            joined = joined.using(merged, shadowed)
+            joined = joined.using(merged, shadowed, start)
         result.append(joined)
     return result
 
@@ -53,13 +66,15 @@ def _using_names(join: exp.Join, left: Scope, right: Scope) -> list[str]:
     return [identifier.name for identifier in join.args.get("using") or []]
 
 
-def using_equalities(join: exp.Join, left: Scope, joined: Scope) -> list[Scalar]:
-    """``left.k = right.k`` for each column of JOIN … USING (k) (``joined`` is after the join)."""
+def using_equalities(join: exp.Join, left: Scope, joined: Scope, start: int = 0) -> list[Scalar]:
+    """``left.k = right.k`` for each column of JOIN … USING (k) (``joined`` is after the join;
+    the left side's group starts at column ``start``, after the last comma)."""
     right = Scope(joined.columns[len(left.columns) :])
     right = Scope(tuple(replace(c, qualified_only=False) for c in right.columns))
+    group = Scope(left.columns[start:])
     equalities: list[Scalar] = []
-    for name in _using_names(join, left, right):
-        left_position = left.lookup(None, name)
+    for name in _using_names(join, group, right):
+        left_position = start + group.lookup(None, name)
         right_position = len(left.columns) + right.lookup(None, name)
         equalities.append(Call("eq", (Column(left_position), Column(right_position))))
     return equalities
@@ -174,16 +189,19 @@ _STRICT = {"add", "sub", "mul", "div", "mod", "neg", "concat", "upper", "lower",
 _NULL_REJECTING = {"eq", "neq", "lt", "lte", "gt", "gte", "like", "ilike", "between"}
 
 
-def simplified_side(side: str, where: Sequence[Scalar], left_arity: int, arity: int) -> str:
+def simplified_side(
+    side: str, where: Sequence[Scalar], left_arity: int, arity: int, left_start: int = 0
+) -> str:
     """The join ``side`` after WHERE: an outer join whose padded rows WHERE always rejects
     is no outer join (``t LEFT JOIN u … WHERE u.y > 0`` is an inner join).
 
     Padding only adds NULLs, so a conjunct that is not true when the padded
     side's columns are all NULL removes every padded row, here and after
-    later joins.
+    later joins. The left side is the columns from ``left_start`` (items
+    before a comma in FROM are not part of it).
     """
     right = range(left_arity, arity)
-    left = range(left_arity)
+    left = range(left_start, left_arity)
     keep_left = side in ("LEFT", "FULL") and not any(_rejects_nulls(p, right) for p in where)
     keep_right = side in ("RIGHT", "FULL") and not any(_rejects_nulls(p, left) for p in where)
     if keep_left and keep_right:

@@ -45,14 +45,16 @@ class Scope:
         star = (*self.visible(), *(width + i for i in other.visible()))
         return Scope(self.columns + other.columns, star)
 
-    def using(self, merged: list[int], shadowed: list[int]) -> Scope:
-        """After JOIN … USING: ``shadowed`` columns only qualified, ``*`` starting with ``merged``."""
+    def using(self, merged: list[int], shadowed: list[int], start: int = 0) -> Scope:
+        """After JOIN … USING: ``shadowed`` columns only qualified, ``*`` starting with ``merged``
+        (after the columns before ``start``: FROM items before a comma come first)."""
         columns = tuple(
             replace(c, qualified_only=True) if i in shadowed else c
             for i, c in enumerate(self.columns)
         )
-        rest = [i for i in self.visible() if i not in merged and i not in shadowed]
-        return Scope(columns, (*merged, *rest))
+        before = [i for i in self.visible() if i < start]
+        rest = [i for i in self.visible() if i >= start and i not in merged and i not in shadowed]
+        return Scope(columns, (*before, *merged, *rest))
 
     @property
     def types(self) -> tuple[str, ...]:

@@ -43,6 +43,7 @@ from loupe.coordinator.plan import relational
 from loupe.coordinator.plan.joins import (
     factor_or,
     inner_join,
+    is_comma,
     join_scopes,
     outer_join,
     simplified_side,
@@ -77,6 +78,7 @@ from loupe.plan.scalar import (
     Literal,
     Scalar,
     columns_of,
+    shift,
 )
 
 # resolve(name) -> (qualified_name, [(column, pg_type)]); raises or returns None if unknown.
@@ -149,6 +151,16 @@ def plan_select(
     relation = _text_for_unknown(ordered.relation)
     relation = optimize(relation) if optimized else relation
     return PlannedQuery(relation, finishing, planner.context.temporal)
+
+
+def _check_on_reads_its_group(on: Sequence[Scalar], scope: Scope, offset: int) -> None:
+    """An ON condition reads only the FROM items after the last comma (42P01 otherwise)."""
+    for column in sorted({c for p in on for c in columns_of(p) if c < offset}):
+        table = scope.columns[column].table
+        raise LoupeError(
+            SqlState.UNDEFINED_TABLE,
+            f'invalid reference to FROM-clause entry for table "{table}"',
+        )
 
 
 def _flatten_parenthesized_joins(query: exp.Expression) -> exp.Expression:
@@ -661,21 +673,29 @@ class _Planner:
         applied to that side first (they would filter the same rows after),
         unless a later RIGHT or FULL join matches against that side.
         ``scopes[i]`` is the scope of the first ``i + 1`` FROM items.
+
+        A comma binds looser than JOIN: in ``FROM a, b RIGHT JOIN c ON …``
+        the outer join's left side is ``b`` alone (``a`` is crossed with its
+        result), and its ON may not read ``a`` (42P01, as in PostgreSQL).
         """
         run, run_predicates = [relations[0]], []
+        group, offset = 0, 0  # where the current comma-separated group starts: in run, in columns
         pending = list(where)
         joins = select.args.get("joins") or []
         for index, (join, right) in enumerate(zip(joins, relations[1:], strict=True), start=1):
             side = (join.side or "").upper()
             left_arity = len(scopes[index - 1].columns)
             scope = scopes[index]
+            if is_comma(join):
+                group, offset = len(run), left_arity
             on = [
                 factored
                 for c in _conjuncts(join.args.get("on"))
                 for factored in factor_or(Scalars(self.context, scope).lower(c))
             ]
-            on += using_equalities(join, scopes[index - 1], scope)
-            side = simplified_side(side, pending, left_arity, len(scope.columns))
+            on += using_equalities(join, scopes[index - 1], scope, offset)
+            _check_on_reads_its_group(on, scope, offset)
+            side = simplified_side(side, pending, left_arity, len(scope.columns), offset)
             if side not in OUTER_SIDES:
                 run.append(right)
                 run_predicates.extend(on)
@@ -687,8 +707,12 @@ class _Planner:
                 pushed = [p for p in pending if all(c < left_arity for c in columns_of(p))]
                 pending = [p for p in pending if p not in pushed]
                 run_predicates.extend(pushed)
-            left = inner_join(run, run_predicates)
-            run, run_predicates = [outer_join(left, right, on, side)], []
+            # The left side is the current group; predicates over earlier groups stay outside.
+            inside = [p for p in run_predicates if all(c >= offset for c in columns_of(p))]
+            left = inner_join(run[group:], [shift(p, -offset) for p in inside])
+            joined = outer_join(left, right, [shift(p, -offset) for p in on], side)
+            run = [*run[:group], joined]
+            run_predicates = [p for p in run_predicates if not any(p is q for q in inside)]
         if extra is not None:
             run.append(extra)
         return inner_join(run, run_predicates + pending)
