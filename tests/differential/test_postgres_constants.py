@@ -8,7 +8,6 @@ their reason and run as strict xfails, so the list shrinks as they are fixed.
 
 from __future__ import annotations
 
-import datetime as dt
 import math
 from decimal import Decimal
 
@@ -19,6 +18,7 @@ import sqlglot
 from loupe.common.errors import LoupeError
 from loupe.coordinator.constant import evaluate_constant
 from loupe.coordinator.sql.parser import LoupeDialect
+from loupe.interval import Interval
 
 from .harness import LOUPE_TYPES
 
@@ -269,15 +269,7 @@ EXPRESSIONS = [
 ]
 
 # Gaps that remain, each with why; a strict xfail, so a fix must remove it here.
-_NO_MONTHS = (
-    "the engine's interval is one duration: no month part, and hours are not kept apart "
-    "from days (a months/days/microseconds representation belongs with the SQL types module)"
-)
-KNOWN_GAPS: dict[str, str] = {
-    "justify_days(interval '35 days')": _NO_MONTHS,
-    "interval '25 hours'::text": _NO_MONTHS,
-    "age(timestamp '2024-03-01', timestamp '2023-01-15')": _NO_MONTHS,
-}
+KNOWN_GAPS: dict[str, str] = {}
 
 
 @pytest.fixture(scope="module")
@@ -293,7 +285,15 @@ def postgres_answer(connection, expression: str):
     except psycopg.Error as error:
         return "error", error.sqlstate
     assert row is not None
+    if row[1] == "interval":  # psycopg reads intervals as timedeltas: compare the text
+        text = connection.execute(f"SELECT ({expression})::text").fetchone()
+        assert text is not None
+        return (None if text[0] is None else IntervalText(text[0])), "interval"
     return row[0], LOUPE_TYPES.get(row[1], row[1])
+
+
+class IntervalText(str):
+    """An interval as PostgreSQL prints it."""
 
 
 def loupe_answer(expression: str):
@@ -319,8 +319,8 @@ def same_value(ours, theirs) -> bool:
             or math.isclose(ours, theirs)
             or (math.isnan(ours) and math.isnan(theirs))
         )
-    if isinstance(theirs, dt.timedelta) and isinstance(ours, int):
-        return False
+    if isinstance(theirs, IntervalText):
+        return isinstance(ours, Interval) and str(ours) == theirs
     return type(ours) is type(theirs) and ours == theirs
 
 
