@@ -446,3 +446,15 @@ def python_values(column: pa.ChunkedArray | pa.Array) -> list[Any]:
     if column.type != ARROW:
         return values
     return [Interval.from_struct(v) for v in values]
+
+
+def structs(values: list[Any]) -> list[Any]:
+    """Python values with each ``Interval`` (or duration) as the engine's and Arrow's struct."""
+    return [
+        v.to_struct()
+        if isinstance(v, Interval)
+        else Interval.from_timedelta(v).to_struct()
+        if isinstance(v, dt.timedelta)
+        else v
+        for v in values
+    ]

@@ -53,6 +53,11 @@ def micros(value: pl.Expr) -> pl.Expr:
     return value.struct.field("micros")
 
 
+def field_values(value: pl.Expr) -> list[pl.Expr]:
+    """The three fields, for a sort that breaks ties of equal spans."""
+    return [months(value), days(value), micros(value)]
+
+
 def make(month_part: pl.Expr, day_part: pl.Expr, micro_part: pl.Expr) -> pl.Expr:
     """An interval of three fields (NULL where any field is NULL)."""
     present = month_part.is_not_null() & day_part.is_not_null() & micro_part.is_not_null()
@@ -404,3 +409,23 @@ def _ages(pairs: pl.Series) -> pl.Series:
 
 def literal(value: Interval) -> pl.Expr:
     return pl.lit(pl.Series([value.to_struct()], dtype=STRUCT)).first()
+
+
+def is_interval(dtype: pl.DataType) -> bool:
+    return dtype == STRUCT
+
+
+def order_by(
+    schema: pl.Schema, keys: list[tuple[str, bool, bool]]
+) -> tuple[list[pl.Expr], list[bool], list[bool]]:
+    """Sort keys ``(column, descending, nulls_last)`` as polars sort arguments, an interval
+    column as its two span keys (so '1 mon' sorts with '30 days', before '31 days')."""
+    by: list[pl.Expr] = []
+    descending: list[bool] = []
+    nulls_last: list[bool] = []
+    for column, desc, last in keys:
+        expressions = sort_keys(pl.col(column)) if is_interval(schema[column]) else [pl.col(column)]
+        by += expressions
+        descending += [desc] * len(expressions)
+        nulls_last += [last] * len(expressions)
+    return by, descending, nulls_last

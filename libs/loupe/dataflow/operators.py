@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import polars as pl
 
 from loupe.common.errors import LoupeError, SqlState
-from loupe.dataflow import expr
+from loupe.dataflow import expr, intervals
 from loupe.dataflow.arrangement import Spine
 from loupe.dataflow.batches import (
     DIFF,
@@ -38,6 +38,7 @@ from loupe.dataflow.batches import (
     sum_by,
 )
 from loupe.dataflow.types import empty_frame, polars_dtype
+from loupe.interval import structs
 from loupe.plan import lir, mir
 from loupe.plan.scalar import Scalar, columns_of, scalar_type, shift
 
@@ -134,6 +135,8 @@ class Constant(Operator):
         columns: dict[str, pl.Series] = {}
         for i, (name, dtype) in enumerate(list(self.empty.schema.items())[: len(self.types)]):
             values = [row[i] for row in self.rows]
+            if self.types[i] == "interval":
+                values = structs(values)
             columns[name] = pl.Series(name, values, dtype=dtype, strict=False)
         columns[TIME] = pl.Series(TIME, [self.as_of] * count, dtype=pl.UInt64)
         columns[DIFF] = pl.Series(DIFF, [1] * count, dtype=pl.Int64)
@@ -186,15 +189,24 @@ def evaluate(
     input_types: Sequence[str],
     names: Sequence[str],
     dtypes: Sequence[pl.DataType] | None = None,
+    *,
+    match: bool = False,
 ) -> tuple[pl.DataFrame, pl.DataFrame]:
     """``frame`` with ``exprs`` appended as ``names``, minus rows where one fails; the error rows.
 
-    ``dtypes``: cast the values on to these (join keys compared across types).
+    ``dtypes``: cast the values on to these (join keys compared across types). ``match``:
+    keys that match when their values are equal, an interval as its total span (so
+    '1 mon' matches '30 days', as PostgreSQL's ``=`` says).
     """
     compiled = [expr.compile_scalar(e, input_types) for e in exprs]
     values = [c.value.cast(polars_dtype(c.type)) for c in compiled]
     if dtypes is not None:
         values = [v.cast(d) for v, d in zip(values, dtypes, strict=True)]
+    if match:
+        values = [
+            intervals.normalized(v) if c.type == "interval" else v
+            for v, c in zip(values, compiled, strict=True)
+        ]
     lets = [name for c in compiled for name in c.let_names]
     lazy = frame.lazy()
     for c in compiled:
@@ -532,6 +544,8 @@ class Reduce(Operator):
             if agg.func == "string_agg":
                 extra = [pl.col(f"{name}_{j}") for j in range(1, len(agg.scalars))]
                 value = _string_agg(agg, pl.col(name), extra, weight, positive)
+            elif self.arg_types[i] == "interval" and agg.func in ("sum", "avg", "min", "max"):
+                value = _interval_aggregate(agg, pl.col(name), weight, positive)
             else:
                 value = _aggregate_expr(
                     agg, pl.col(name) if agg.expr is not None else None, weight, positive
@@ -625,6 +639,36 @@ def _aggregate_expr(
     return pl.when(count > 0).then(total / count)
 
 
+def _interval_aggregate(
+    agg: mir.Aggregate, value: pl.Expr, weight: pl.Expr, positive: pl.Expr
+) -> pl.Expr:
+    """sum/avg (field by field; avg is the sum divided by the count, as ``interval_div``)
+    and min/max (by total span; of equal ones the smallest fields) of intervals."""
+    kept = positive & value.is_not_null()
+    if agg.distinct:
+        values = value.filter(kept).unique()
+        weights = pl.lit(1, pl.Int64).repeat_by(values.len()).explode()
+    else:
+        values, weights = value.filter(kept), weight.filter(kept)
+    if agg.func in ("min", "max"):
+        # Narrowed key by key (a sort_by of the struct in a group gives wrong values); of
+        # equal spans ('1 mon', '30 days') the one with the smallest fields, either way.
+        for key in range(5):
+            part = [*intervals.sort_keys(values), *intervals.field_values(values)][key]
+            largest = agg.func == "max" and key < 2
+            values = values.filter(part == (part.max() if largest else part.min()))
+        return values.first()
+    count = weights.sum()
+    total = intervals.make(
+        (intervals.months(values).cast(pl.Int64) * weights).sum(),
+        (intervals.days(values).cast(pl.Int64) * weights).sum(),
+        (intervals.micros(values) * weights).sum(),
+    )
+    if agg.func == "avg":
+        total = intervals.scale(total, count.cast(pl.Float64), divide=True)[0]
+    return pl.when(count > 0).then(total)
+
+
 def _current(
     found: pl.DataFrame | None, touched: pl.DataFrame, keys: Sequence[str]
 ) -> pl.DataFrame | None:
@@ -712,11 +756,12 @@ class TopK(Operator):
     def _top(self, rows: pl.DataFrame) -> pl.DataFrame:
         """The rows of each group inside the offset/limit window, with their multiplicities."""
         rows = self._candidates(rows.filter(pl.col(DIFF) > 0))
-        order = [f"c{k.column}" for k in self.node.order]
-        by = [*self.groups, *order, *self.columns]
-        descending = [False] * len(self.groups) + [k.desc for k in self.node.order]
+        keys = [(g, False, True) for g in self.groups]
+        keys += [(f"c{k.column}", k.desc, k.nulls_last) for k in self.node.order]
+        by, descending, nulls_last = intervals.order_by(rows.schema, keys)
+        # Ties are broken by the whole row (an interval's fields too: a stable choice).
+        by += [pl.col(c) for c in self.columns]
         descending += [False] * len(self.columns)
-        nulls_last = [True] * len(self.groups) + [k.nulls_last for k in self.node.order]
         nulls_last += [True] * len(self.columns)
         ordered = rows.sort(by, descending=descending, nulls_last=nulls_last)
         # A group's running count: the global one minus the count before the
@@ -751,8 +796,13 @@ class TopK(Operator):
         keys += [(c, False, True) for c in self.columns]
         for column, desc, nulls_last in keys:
             flag = pl.col(column).is_null() if nulls_last else pl.col(column).is_not_null()
-            by += [flag, pl.col(column)]
-            reverse += [False, desc]
+            values = (
+                intervals.sort_keys(pl.col(column))
+                if intervals.is_interval(rows.schema[column])
+                else [pl.col(column)]
+            )
+            by += [flag, *values]
+            reverse += [False] + [desc] * len(values)
         return rows.bottom_k(wanted, by=by, reverse=reverse)
 
     def spines(self) -> list[list[Spine]]:
@@ -825,10 +875,7 @@ class Join(Operator):
         ]
         self.all_types = tuple(t for s in sources for t in s.types)
         self.classes = _merge_classes(node.equivalences)
-        compiled = [[expr.compile_inline(e, self.all_types).value for e in c] for c in self.classes]
-        self.conditions = [
-            (members[0] == other).fill_null(False) for members in compiled for other in members[1:]
-        ]
+        self.conditions = self._checkable(set(range(len(sources))))
         # (input, key exprs) -> (the lookup that arranges it, one spine per worker)
         self.arrangements: dict[tuple[int, tuple[Scalar, ...]], tuple[_Lookup, list[Spine]]] = {}
         self.paths = [self._path_plan(i) for i in range(len(sources))]
@@ -876,8 +923,18 @@ class Join(Operator):
         conditions = []
         for cls in self.classes:
             members = [e for e in cls if {self._input_of(c) for c in columns_of(e)} <= joined]
-            compiled = [expr.compile_inline(e, self.all_types).value for e in members]
-            conditions += [(compiled[0] == other).fill_null(False) for other in compiled[1:]]
+            compiled = [expr.compile_inline(e, self.all_types) for e in members]
+            if not compiled:
+                continue
+            first = compiled[0]
+            conditions += [
+                (
+                    intervals.compare("eq", first.value, other.value)
+                    if first.type == "interval"
+                    else first.value == other.value
+                ).fill_null(False)
+                for other in compiled[1:]
+            ]
         return conditions
 
     def _pairs(self, joined: set[int], j: int) -> list[tuple[Scalar, Scalar]]:
@@ -895,7 +952,7 @@ class Join(Operator):
         self, frame: pl.DataFrame, exprs: Sequence[Scalar], types: Sequence[str], step: _Lookup
     ) -> tuple[pl.DataFrame, pl.DataFrame]:
         """``frame`` with key columns ``k0..`` (cast to compare equal), rows with NULL keys dropped."""
-        keyed, err = evaluate(frame, exprs, types, step.names, step.dtypes)
+        keyed, err = evaluate(frame, exprs, types, step.names, step.dtypes, match=True)
         return (keyed.drop_nulls(step.names) if step.names else keyed), err
 
     def run(self, lower: int, upper: int) -> None:

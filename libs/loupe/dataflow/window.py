@@ -32,6 +32,7 @@ from typing import Literal
 
 import polars as pl
 
+from loupe.dataflow import intervals
 from loupe.dataflow.arrangement import Spine
 from loupe.dataflow.batches import (
     DIFF,
@@ -51,6 +52,7 @@ from loupe.dataflow.operators import (
     _positive,
     _touched_hashes,
 )
+from loupe.interval import Interval
 from loupe.plan import lir, mir
 
 # SQLSTATEs of the arguments PostgreSQL rejects while computing a window.
@@ -190,11 +192,8 @@ class Window(Operator):
         ]
         if not keys or frame.height <= 1:
             return frame
-        return frame.sort(
-            [c for c, _, _ in keys],
-            descending=[d for _, d, _ in keys],
-            nulls_last=[n for _, _, n in keys],
-        )
+        by, descending, nulls_last = intervals.order_by(frame.schema, keys)
+        return frame.sort(by, descending=descending, nulls_last=nulls_last)
 
     def _positions(self, frame: pl.DataFrame) -> pl.DataFrame:
         """``frame`` with each row's index, its partition's and its peers' bounds."""
@@ -293,7 +292,8 @@ class Window(Operator):
         assert bound.distance is not None
         dtype = frame.schema[name]
         key = pl.col(name)
-        distance = pl.lit(bound.distance.value)
+        value = bound.distance.value
+        distance = pl.lit(None) if isinstance(value, Interval) else pl.lit(value)
         if dtype == pl.Date:  # a date and an interval make a timestamp
             key = key.cast(pl.Datetime("us"))
         elif dtype.is_integer():
@@ -302,7 +302,11 @@ class Window(Operator):
             distance = distance.cast(dtype)
         # Toward lower keys: PRECEDING in ascending order, FOLLOWING in descending.
         lower = (bound.kind == "offset_preceding") != desc
-        target = key - distance if lower else key + distance
+        if isinstance(value, Interval):  # months first, as time + interval
+            offset = intervals.literal(value)
+            target = intervals.add_to_time(key, offset, -1 if lower else 1)[0]
+        else:
+            target = key - distance if lower else key + distance
         # Ascending keys: a start is the first row of the first peer group at or above the
         # target, an end the row after the last group at or below it; descending, the
         # other way round.
