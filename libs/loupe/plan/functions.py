@@ -153,6 +153,8 @@ def _add(types: Sequence[str]) -> str:
         return "timestamp" if other == "date" else other
     if pair == {"interval"}:
         return "interval"
+    if pair == {"time", "interval"}:
+        return "time"
     return widest(types)
 
 
@@ -170,6 +172,8 @@ def _sub(types: Sequence[str]) -> str:
         return left
     if left == "interval" and right == "interval":
         return "interval"
+    if left == "time" and right in ("time", "interval"):
+        return "time" if right == "interval" else "interval"
     return widest(types)
 
 

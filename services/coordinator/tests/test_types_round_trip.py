@@ -16,6 +16,7 @@ from typing import Any
 import psycopg
 import pytest
 
+from loupe.interval import Interval
 from loupe.sqltypes import TYPES, lookup
 
 # (column type as written, input literals). Each value round-trips through one table.
@@ -34,10 +35,32 @@ CASES = [
     ("timestamp without time zone", ["1999-12-31 23:59:59"]),
     ("timestamptz", ["2024-04-05 12:00:00+02", "2024-04-05 12:00:00"]),
     ("timestamp with time zone", ["2000-01-01 00:00:00.5+00"]),
+    # Months, days and microseconds stay apart: '25 hours' is not '1 day 01:00:00'.
+    (
+        "interval",
+        [
+            "1 year 2 mons 3 days 04:05:06.5",
+            "25 hours",
+            "-1 day +02:00",
+            "1.5 months",
+            "@ 3 days ago",
+            "-1 year -2 mons",
+            "0",
+        ],
+    ),
 ]
 
 
+def _as_psycopg_reads(value: Interval) -> dt.timedelta:
+    """An interval as psycopg reads PostgreSQL's text of it: a year 365 days, a month 30."""
+    years = abs(value.months) // 12 * (1 if value.months >= 0 else -1)
+    months = value.months - years * 12
+    return dt.timedelta(days=years * 365 + months * 30 + value.days, microseconds=value.micros)
+
+
 def _same(loupe: Any, postgres: Any) -> bool:
+    if isinstance(loupe, Interval):
+        return _as_psycopg_reads(loupe) == postgres
     if isinstance(postgres, Decimal):
         # Loupe's numeric drops trailing zeros (Materialize); compare by value.
         return Decimal(str(loupe)) == postgres
