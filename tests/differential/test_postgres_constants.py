@@ -484,6 +484,13 @@ QUERIES = [
     f"SELECT g, x::text AS t FROM {_SPANS} WHERE x >= INTERVAL '30 days' ORDER BY x, t",
     f"SELECT a.x::text, b.x::text FROM {_SPAN_ROWS} a(g, x) JOIN {_SPAN_ROWS} b(g, x) "
     "ON a.x = b.x AND a.g <> b.g",
+    # Groups and DISTINCT by total span ('1 mon', '30 days' and '720 hours' are one).
+    f"SELECT count(*), sum(g) FROM {_SPANS} GROUP BY x",
+    f"SELECT count(DISTINCT x), count(x) FROM {_SPANS}",
+    f"SELECT g, count(DISTINCT x) FROM {_SPANS} GROUP BY g",
+    f"SELECT count(*) FROM (SELECT DISTINCT x FROM {_SPANS}) AS d",
+    f"SELECT count(*) FROM (SELECT x FROM {_SPANS} UNION SELECT interval '24:00:00') AS u",
+    f"SELECT count(*) FROM {_SPANS} GROUP BY x HAVING x > interval '1 day'",
 ]
 
 

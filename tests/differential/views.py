@@ -91,6 +91,22 @@ VIEWS = (
         "SELECT x.a, x.d, g.m AS months FROM t2 x JOIN generate_series(0, 14) AS g(m) "
         "ON date_trunc('month', age(x.d, DATE '2024-01-01')) = g.m * INTERVAL '30 days'",
     ),
+    # Groups and DISTINCT by total span: '3 mons', '90 days' and '2160:00:00' are one group.
+    View(
+        "interval_group_by_span",
+        "SELECT count(*) AS n, sum(a) AS s, count(DISTINCT CASE WHEN a > 2 "
+        "THEN date_part('month', d) * INTERVAL '30 days' "
+        "ELSE date_part('month', d) * INTERVAL '1 mon' END) AS spans FROM t2 "
+        "GROUP BY CASE WHEN a > 1 THEN date_part('month', d) * INTERVAL '1 mon' "
+        "WHEN a > 0 THEN date_part('month', d) * INTERVAL '720 hours' "
+        "ELSE date_part('month', d) * INTERVAL '30 days' END",
+    ),
+    View(
+        "interval_distinct_by_span",
+        "SELECT count(*) AS n FROM (SELECT DISTINCT CASE WHEN a > 1 "
+        "THEN date_part('month', d) * INTERVAL '1 mon' "
+        "ELSE date_part('month', d) * INTERVAL '30 days' END AS m FROM t2) AS spans",
+    ),
     # Map, filter, project; NULLs; three-valued logic; CASE.
     View("filter_project", "SELECT a, b, a + b AS s, b * 2 AS d FROM t1 WHERE a > 0"),
     View(

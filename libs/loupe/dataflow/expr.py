@@ -2083,6 +2083,11 @@ def _justify(compiler: _Compiler, call: Call) -> CompiledScalar:
     return _strict(compiler, call, lambda values, _t, _r: intervals.justify(call.func, values[0]))
 
 
+@_handles("interval_span")
+def _interval_span(compiler: _Compiler, call: Call) -> CompiledScalar:
+    return _strict(compiler, call, lambda values, _t, _r: (intervals.span_value(values[0]), None))
+
+
 @_handles("age")
 def _age(compiler: _Compiler, call: Call) -> CompiledScalar:
     """age(a, b): years, months and days between two times by the calendar."""

@@ -116,6 +116,13 @@ def normalized(value: pl.Expr) -> pl.Expr:
     )
 
 
+def span_value(value: pl.Expr) -> pl.Expr:
+    """The interval of ``value``'s total span with days in [0, 30) and time in [0, 24h):
+    equal intervals (by ``compare``) map to one value."""
+    total_days, rest = sort_keys(value)
+    return make(total_days // DAYS_PER_MONTH, total_days % DAYS_PER_MONTH, rest)
+
+
 # Arithmetic.
 
 

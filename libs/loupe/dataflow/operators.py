@@ -546,6 +546,8 @@ class Reduce(Operator):
                 value = _string_agg(agg, pl.col(name), extra, weight, positive)
             elif self.arg_types[i] == "interval" and agg.func in ("sum", "avg", "min", "max"):
                 value = _interval_aggregate(agg, pl.col(name), weight, positive)
+            elif self.arg_types[i] == "interval" and agg.distinct:  # count(DISTINCT): by span
+                value = _aggregate_expr(agg, intervals.span_value(pl.col(name)), weight, positive)
             else:
                 value = _aggregate_expr(
                     agg, pl.col(name) if agg.expr is not None else None, weight, positive

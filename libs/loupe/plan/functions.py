@@ -332,6 +332,14 @@ _FUNCTIONS = (
         "justify_days and justify_hours, the fields given one sign",
     ),
     Function(
+        "interval_span",
+        1,
+        1,
+        _fixed("interval"),
+        "the interval of the same total span with fewer than 30 days and 24 hours (floored): "
+        "equal intervals ('1 mon', '30 days') have one; what GROUP BY and DISTINCT key them by",
+    ),
+    Function(
         "age",
         2,
         2,
