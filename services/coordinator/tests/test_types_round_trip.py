@@ -142,3 +142,26 @@ def test_timestamp_values_keep_their_kind_on_the_wire() -> None:
     assert from_value(to_value(naive)).tzinfo is None
     assert from_value(to_value(aware)) == aware
     assert from_value(to_value(clock)) == clock
+
+
+async def test_interval_columns_update_and_delete_by_span_as_in_postgresql(
+    tables: Any, postgres: Any
+) -> None:
+    """UPDATE and DELETE on an interval column: WHERE compares by total span
+    ('1 mon' = '30 days'), SET adds months first; the rows left are PostgreSQL's."""
+    session = await tables.session()
+    statements = [
+        "CREATE TABLE spans (k int, v interval)",
+        "INSERT INTO spans VALUES (1, '1 mon'), (2, '30 days'), (3, '25 hours'), "
+        "(4, '1 year 1 day'), (5, NULL), (6, '-720:00:00')",
+        "UPDATE spans SET v = v * 1.5 + interval '1 mon 01:00' WHERE v = interval '720 hours'",
+        "UPDATE spans SET v = -v WHERE v < interval '0'",
+        "DELETE FROM spans WHERE v > interval '1 year'",
+    ]
+    postgres.execute("DROP TABLE IF EXISTS spans")
+    for sql in statements:
+        postgres.execute(sql)
+        await tables.tag(session, sql)
+    query = "SELECT k, v::text FROM spans ORDER BY k"
+    expected = postgres.execute(query).fetchall()
+    assert [tuple(row) for row in await tables.rows(session, query)] == expected
