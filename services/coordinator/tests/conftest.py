@@ -507,7 +507,7 @@ class FakeController:
         names = [*builtin.column_names, "mz_timestamp", "mz_diff"]
         return pa.Table.from_pylist(
             [
-                dict(zip(names, [*row, timestamp, count], strict=True))
+                dict(zip(names, [*structs(list(row)), timestamp, count], strict=True))
                 for row, count in self.counts(collection_id).items()
             ],
             schema=arrow_schema(builtin.columns),
