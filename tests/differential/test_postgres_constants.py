@@ -277,6 +277,9 @@ EXPRESSIONS = [
     "timestamp '2024-02-28 12:00' - timestamp '2024-03-01'",
     "time '10:00' + interval '1 day 15 hours'",
     "time '10:00' - time '12:30'",
+    "(interval '25 hours')::time",
+    "(interval '-1 day -01:00')::time",
+    "(time '10:00:01.5')::interval",
     "justify_hours(interval '1 mon 50 hours')",
     "justify_hours(interval '1 day -1 hour')",
     "justify_days(interval '-35 days')",
@@ -303,6 +306,9 @@ EXPRESSIONS = [
     "date_bin(interval '1 mon', timestamp '2024-01-15', timestamp '2024-01-01')",
     "(interval '1 mon 1 day')::text",
     "time '10:00' - time '12:30'",
+    "(interval '25 hours')::time",
+    "(interval '-1 day -01:00')::time",
+    "(time '10:00:01.5')::interval",
     "interval '1 hour' + time '23:30'",
     "('-1 year -2 mons +3 days'::interval)::text",
     "cast('1 mon' as interval) = cast('30 days' as interval)",
@@ -491,6 +497,11 @@ QUERIES = [
     f"SELECT count(*) FROM (SELECT DISTINCT x FROM {_SPANS}) AS d",
     f"SELECT count(*) FROM (SELECT x FROM {_SPANS} UNION SELECT interval '24:00:00') AS u",
     f"SELECT count(*) FROM {_SPANS} GROUP BY x HAVING x > interval '1 day'",
+    # Window aggregates of intervals (each frame's rows read: field by field, min/max by span).
+    "SELECT g, (sum(x) OVER (ORDER BY g, x))::text AS s, (min(x) OVER (PARTITION BY g))::text "
+    "AS lo, (avg(x) OVER (ORDER BY g, x ROWS BETWEEN 1 PRECEDING AND CURRENT ROW))::text AS a, "
+    "(max(x) OVER ())::text AS hi FROM (VALUES (1, interval '1 mon'), (1, interval '25 hours'), "
+    "(2, interval '-1 day'), (3, NULL::interval)) AS t(g, x)",
 ]
 
 

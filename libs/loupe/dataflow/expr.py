@@ -557,6 +557,10 @@ def _cast_value(value: pl.Expr, source: str, to: str) -> tuple[pl.Expr, pl.Expr 
         return value.dt.date(), None
     if to == "time" and source in TIME_TYPES:
         return value.dt.time(), None
+    if to == "time" and source == "interval":  # the time field, around the clock
+        return intervals.add_to_time_of_day(pl.lit(datetime.time(0)), value, 1), None
+    if to == "interval" and source == "time":
+        return intervals.of_micros(value.cast(pl.Int64) // 1000), None
     if to in TIME_TYPES:
         return _to_time(value, source, to), None
     if to == "uint8":

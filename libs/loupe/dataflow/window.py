@@ -28,6 +28,7 @@ errors of the partition, kept and retracted with it as its rows are.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Literal
 
 import polars as pl
@@ -49,6 +50,7 @@ from loupe.dataflow.operators import (
     _aggregate_expr,
     _by_time,
     _current,
+    _interval_aggregate,
     _positive,
     _touched_hashes,
 )
@@ -468,6 +470,9 @@ def _aggregate(
     if frame.schema[name].is_integer():
         value = value.cast(pl.Int64)  # sums of int4 are int8, as PostgreSQL's
     aggregate = mir.Aggregate(func, mir.Column(0))
+    if intervals.is_interval(frame.schema[name]) and func in ("sum", "avg", "min", "max"):
+        # Intervals aggregate field by field (min/max by span): each frame's rows are read.
+        return pl.lit(_row_by_row(frame, value, aggregate, start, end, _interval_aggregate))
     if _is_whole(function.frame, ordered):
         one = pl.col(_ONE)
         return _aggregate_expr(aggregate, value, one, one > 0).over(_PARTITION)
@@ -526,7 +531,12 @@ def _running(
 
 
 def _row_by_row(
-    frame: pl.DataFrame, value: pl.Expr, aggregate: mir.Aggregate, start: pl.Expr, end: pl.Expr
+    frame: pl.DataFrame,
+    value: pl.Expr,
+    aggregate: mir.Aggregate,
+    start: pl.Expr,
+    end: pl.Expr,
+    over: Callable[..., pl.Expr] | None = None,
 ) -> pl.Series:
     """The aggregate over each row's frame, reading the frame's rows one by one (bounded frames)."""
     bounds = frame.select(pl.col(_ROW), start.alias("_s"), end.alias("_e"), value.alias("_v"))
@@ -539,7 +549,8 @@ def _row_by_row(
         bounds["_v"].gather(members["_j"]).alias("_v"), pl.lit(1, pl.Int64).alias(_ONE)
     )
     one = pl.col(_ONE)
+    function = over or _aggregate_expr
     grouped = members.group_by(_ROW).agg(
-        _aggregate_expr(aggregate, pl.col("_v"), one, one > 0).alias("_a")
+        function(aggregate, pl.col("_v"), one, one > 0).alias("_a")
     )
     return bounds.select(_ROW).join(grouped, on=_ROW, how="left").sort(_ROW)["_a"]
