@@ -36,9 +36,10 @@ from loupe.interval import (
 OUT_OF_RANGE = "22008|interval out of range"
 TIMESTAMP_OUT_OF_RANGE = "22008|timestamp out of range"
 DIVISION_BY_ZERO = "22012|division by zero"
-# PostgreSQL's timestamps start at 4714-11-24 BC (microseconds since 1970); the engine's end
-# before PostgreSQL's (294276 AD), at the largest Int64.
-_TIMESTAMP_MICROS = (-210_866_803_200 * MICROS_PER_SECOND, 2**63 - 1)
+# Loupe's timestamps: 0001-01-01 to 9999-12-31 23:59:59.999999, in microseconds since 1970.
+_TIMESTAMP_MICROS = (-62_135_596_800 * MICROS_PER_SECOND, 253_402_300_800 * MICROS_PER_SECOND - 1)
+# More days than any two of those timestamps are apart.
+_MAX_DAYS = 3_660_000
 
 
 def months(value: pl.Expr) -> pl.Expr:
@@ -59,14 +60,14 @@ def field_values(value: pl.Expr) -> list[pl.Expr]:
 
 
 def make(month_part: pl.Expr, day_part: pl.Expr, micro_part: pl.Expr) -> pl.Expr:
-    """An interval of three fields (NULL where any field is NULL)."""
+    """An interval of three fields (NULL where any field is NULL or does not fit its width:
+    callers that can overflow check the range first, ``checked``)."""
+    month_part = month_part.cast(pl.Int32, strict=False)
+    day_part = day_part.cast(pl.Int32, strict=False)
+    micro_part = micro_part.cast(pl.Int64, strict=False)
     present = month_part.is_not_null() & day_part.is_not_null() & micro_part.is_not_null()
     return pl.when(present).then(
-        pl.struct(
-            month_part.cast(pl.Int32, strict=False).alias("months"),
-            day_part.cast(pl.Int32, strict=False).alias("days"),
-            micro_part.cast(pl.Int64, strict=False).alias("micros"),
-        )
+        pl.struct(month_part.alias("months"), day_part.alias("days"), micro_part.alias("micros"))
     )
 
 
@@ -196,15 +197,27 @@ def scale(value: pl.Expr, factor: pl.Expr, divide: bool) -> tuple[pl.Expr, pl.Ex
 
 def add_to_time(moment: pl.Expr, value: pl.Expr, sign: int) -> tuple[pl.Expr, pl.Expr]:
     """``timestamp ± interval``: months first (the day clamped to the month's end), then
-    days, then microseconds; beyond PostgreSQL's timestamps is 22008."""
-    month_part = (sign * months(value).cast(pl.Int64)).cast(pl.Utf8)
-    shifted = moment.dt.offset_by(pl.concat_str([month_part, pl.lit("mo")]))
+    days, then microseconds; a result beyond Loupe's timestamps (years 1 to 9999, the
+    clients' range, as for dates) is 22008."""
+    month_part = sign * months(value).cast(pl.Int64)
+    day_part = sign * days(value).cast(pl.Int64)
+    micro_part = sign * micros(value)
+    target_month = moment.dt.year().cast(pl.Int64) * 12 + moment.dt.month() - 1 + month_part
+    fits = (
+        target_month.is_between(12, 9999 * 12 + 11)
+        & (day_part.abs() <= _MAX_DAYS)
+        & (micro_part.abs() <= _MAX_DAYS * MICROS_PER_DAY)
+    ).fill_null(False)
+    # Out-of-range parts are left out (the row is an error): polars refuses such shifts.
+    month_text = pl.when(fits).then(month_part).otherwise(0).cast(pl.Utf8)
+    shifted = moment.dt.offset_by(pl.concat_str([month_text, pl.lit("mo")]))
     result = shifted + pl.duration(
-        days=sign * days(value).cast(pl.Int64), microseconds=sign * micros(value)
+        days=pl.when(fits).then(day_part).otherwise(0),
+        microseconds=pl.when(fits).then(micro_part).otherwise(0),
     )
-    epoch_micros = result.dt.epoch("us")
-    outside = ~epoch_micros.is_between(*_TIMESTAMP_MICROS)
-    return pl.when(outside.not_()).then(result), _error(outside, TIMESTAMP_OUT_OF_RANGE)
+    inside = fits & result.dt.epoch("us").is_between(*_TIMESTAMP_MICROS)
+    outside = moment.is_not_null() & value.is_not_null() & inside.not_()
+    return pl.when(inside).then(result), _error(outside, TIMESTAMP_OUT_OF_RANGE)
 
 
 def time_difference(left: pl.Expr, right: pl.Expr) -> pl.Expr:

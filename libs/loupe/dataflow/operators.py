@@ -661,10 +661,12 @@ def _interval_aggregate(
             values = values.filter(part == (part.max() if largest else part.min()))
         return values.first()
     count = weights.sum()
+    # A sum beyond a field's width is PostgreSQL's 22008; a reduce has no error rows, so the
+    # strict casts fail the step (XX000, its input kept) rather than give a wrong value.
     total = intervals.make(
-        (intervals.months(values).cast(pl.Int64) * weights).sum(),
-        (intervals.days(values).cast(pl.Int64) * weights).sum(),
-        (intervals.micros(values) * weights).sum(),
+        (intervals.months(values).cast(pl.Int64) * weights).sum().cast(pl.Int32),
+        (intervals.days(values).cast(pl.Int64) * weights).sum().cast(pl.Int32),
+        (intervals.micros(values).cast(pl.Int128) * weights).sum().cast(pl.Int64),
     )
     if agg.func == "avg":
         total = intervals.scale(total, count.cast(pl.Float64), divide=True)[0]
