@@ -153,11 +153,36 @@ def _truncated(value: pl.Expr) -> pl.Expr:
     return pl.when(value < 0).then(value.abs().floor().neg()).otherwise(value.floor())
 
 
+_RESULT = pl.Struct({"v": STRUCT, "e": pl.Utf8})
+
+
+def _stepwise(
+    inputs: dict[str, pl.Expr], steps: Callable[[pl.DataFrame], pl.DataFrame]
+) -> tuple[pl.Expr, pl.Expr]:
+    """``steps`` run on the batch's ``inputs`` as a frame, each intermediate a column of its
+    own: as one expression, every use of an intermediate would repeat its whole tree (and
+    PostgreSQL's cascading arithmetic uses each several times). ``steps`` returns the
+    value ``v`` and the error ``e``."""
+
+    def run(packed: pl.Series) -> pl.Series:
+        return steps(packed.struct.unnest()).select("v", "e").to_struct()
+
+    packed = pl.struct([expression.alias(name) for name, expression in inputs.items()])
+    result = packed.map_batches(run, return_dtype=_RESULT)
+    return result.struct.field("v"), result.struct.field("e")
+
+
 def scale(value: pl.Expr, factor: pl.Expr, divide: bool) -> tuple[pl.Expr, pl.Expr]:
     """``interval_mul`` / ``interval_div``: whole months and days scaled, their fractions
     cascaded down (a month's to 30 days, a day's to seconds)."""
-    factor = factor.cast(pl.Float64)
-    zero = _error(factor == 0, DIVISION_BY_ZERO) if divide else None
+    return _stepwise(
+        {"value": value, "factor": factor.cast(pl.Float64)},
+        lambda frame: _scale_steps(frame, divide),
+    )
+
+
+def _scale_steps(frame: pl.DataFrame, divide: bool) -> pl.DataFrame:
+    value, factor = pl.col("value"), pl.col("factor")
     if divide:
         factor = pl.when(factor != 0).then(factor)
 
@@ -165,34 +190,65 @@ def scale(value: pl.Expr, factor: pl.Expr, divide: bool) -> tuple[pl.Expr, pl.Ex
         x = x.cast(pl.Float64)
         return x / factor if divide else x * factor
 
-    month_product, day_product = apply(months(value)), apply(days(value))
-    whole_months, whole_days = _truncated(month_product), _truncated(day_product)
-    remainder_days = _tsround((month_product - whole_months) * DAYS_PER_MONTH)
-    seconds = _tsround(
-        (day_product - whole_days + remainder_days - _truncated(remainder_days)) * 86400.0
+    month_product, day_product = pl.col("month_product"), pl.col("day_product")
+    whole_months, whole_days = pl.col("whole_months"), pl.col("whole_days")
+    remainder_days, seconds, carried = (
+        pl.col("remainder_days"),
+        pl.col("seconds"),
+        pl.col("carried"),
     )
-    carried = pl.when(seconds.abs() >= 86400).then(_truncated(seconds / 86400)).otherwise(0.0)
-    seconds = seconds - carried * 86400
-    total_days = whole_days + carried + _truncated(remainder_days)
-    total_micros = (apply(micros(value)) + seconds * MICROS_PER_SECOND).round(
-        0, mode="half_to_even"
+    frame = frame.with_columns(
+        apply(months(value)).alias("month_product"),
+        apply(days(value)).alias("day_product"),
+        apply(micros(value)).alias("micro_product"),
+    )
+    frame = frame.with_columns(
+        _truncated(month_product).alias("whole_months"),
+        _truncated(day_product).alias("whole_days"),
+    )
+    frame = frame.with_columns(
+        _tsround((month_product - whole_months) * DAYS_PER_MONTH).alias("remainder_days")
+    )
+    frame = frame.with_columns(
+        _tsround(
+            (day_product - whole_days + remainder_days - _truncated(remainder_days)) * 86400.0
+        ).alias("seconds")
+    )
+    frame = frame.with_columns(
+        pl.when(seconds.abs() >= 86400)
+        .then(_truncated(seconds / 86400))
+        .otherwise(0.0)
+        .alias("carried")
+    )
+    frame = frame.with_columns(
+        (whole_days + carried + _truncated(remainder_days)).alias("total_days"),
+        (pl.col("micro_product") + (seconds - carried * 86400) * MICROS_PER_SECOND)
+        .round(0, mode="half_to_even")
+        .alias("total_micros"),
     )
     fits = (
         month_product.is_between(*INT32)
         & day_product.is_between(*INT32)
-        & total_days.is_between(*INT32)
-        & total_micros.is_between(-(2.0**63), 2.0**63, closed="left")
+        & pl.col("total_days").is_between(*INT32)
+        & pl.col("total_micros").is_between(-(2.0**63), 2.0**63, closed="left")
     )
-    result = pl.when(fits).then(
-        make(
-            whole_months.cast(pl.Int64, strict=False),
-            total_days.cast(pl.Int64, strict=False),
-            total_micros.cast(pl.Int64, strict=False),
+    present = value.is_not_null() & pl.col("factor").is_not_null()
+    frame = frame.with_columns(fits.fill_null(False).alias("fits"))
+    errors = [_error(present & pl.col("fits").not_(), OUT_OF_RANGE)]
+    if divide:
+        errors.insert(0, _error(pl.col("factor") == 0, DIVISION_BY_ZERO))
+    return frame.select(
+        pl.when(pl.col("fits"))
+        .then(
+            make(
+                whole_months.cast(pl.Int64, strict=False),
+                pl.col("total_days").cast(pl.Int64, strict=False),
+                pl.col("total_micros").cast(pl.Int64, strict=False),
+            )
         )
+        .alias("v"),
+        pl.coalesce(errors).alias("e"),
     )
-    overflow = _error(fits.not_() & (factor.is_not_null() | pl.lit(not divide)), OUT_OF_RANGE)
-    errors = [e for e in (zero, overflow) if e is not None]
-    return result, errors[0] if len(errors) == 1 else pl.coalesce(errors)
 
 
 def add_to_time(moment: pl.Expr, value: pl.Expr, sign: int) -> tuple[pl.Expr, pl.Expr]:
@@ -260,37 +316,58 @@ def _one_sign(high: pl.Expr, low: pl.Expr, unit: int) -> tuple[pl.Expr, pl.Expr]
 
 
 def justify(func: str, value: pl.Expr) -> tuple[pl.Expr, pl.Expr]:
-    month_part = months(value).cast(pl.Int64)
-    day_part = days(value).cast(pl.Int64)
-    micro_part = micros(value)
+    """justify_hours, justify_days or justify_interval, as PostgreSQL computes them."""
+    return _stepwise({"value": value}, lambda frame: _justify_steps(frame, func))
+
+
+def _justify_steps(frame: pl.DataFrame, func: str) -> pl.DataFrame:
+    m, d, u = pl.col("m"), pl.col("d"), pl.col("u")
+    frame = frame.with_columns(
+        months(pl.col("value")).cast(pl.Int64).alias("m"),
+        days(pl.col("value")).cast(pl.Int64).alias("d"),
+        micros(pl.col("value")).alias("u"),
+    )
+
+    def step(frame: pl.DataFrame, pair: tuple[pl.Expr, pl.Expr], names: str) -> pl.DataFrame:
+        return frame.with_columns(pair[0].alias(names[0]), pair[1].alias(names[1]))
+
     if func == "justify_hours":
-        day_part, micro_part = _one_sign(
-            *_carry(day_part, micro_part, MICROS_PER_DAY), MICROS_PER_DAY
-        )
+        frame = step(frame, _carry(d, u, MICROS_PER_DAY), "du")
+        frame = step(frame, _one_sign(d, u, MICROS_PER_DAY), "du")
     elif func == "justify_days":
-        month_part, day_part = _one_sign(
-            *_carry(month_part, day_part, DAYS_PER_MONTH), DAYS_PER_MONTH
-        )
+        frame = step(frame, _carry(m, d, DAYS_PER_MONTH), "md")
+        frame = step(frame, _one_sign(m, d, DAYS_PER_MONTH), "md")
     else:
-        same_sign = ((day_part > 0) & (micro_part > 0)) | ((day_part < 0) & (micro_part < 0))
-        early_days, early_micros = _carry(day_part, micro_part, MICROS_PER_DAY)
-        day_part = pl.when(same_sign).then(early_days).otherwise(day_part)
-        micro_part = pl.when(same_sign).then(early_micros).otherwise(micro_part)
-        month_part, day_part = _carry(month_part, day_part, DAYS_PER_MONTH)
-        down = (month_part > 0) & ((day_part < 0) | ((day_part == 0) & (micro_part < 0)))
-        up = (month_part < 0) & ((day_part > 0) | ((day_part == 0) & (micro_part > 0)))
-        month_part, day_part = (
-            pl.when(down).then(month_part - 1).when(up).then(month_part + 1).otherwise(month_part),
-            pl.when(down)
-            .then(day_part + DAYS_PER_MONTH)
-            .when(up)
-            .then(day_part - DAYS_PER_MONTH)
-            .otherwise(day_part),
+        # Days from the time first only when both have one sign (PostgreSQL: avoids overflow).
+        same_sign = ((d > 0) & (u > 0)) | ((d < 0) & (u < 0))
+        early_days, early_micros = _carry(d, u, MICROS_PER_DAY)
+        frame = step(
+            frame,
+            (
+                pl.when(same_sign).then(early_days).otherwise(d),
+                pl.when(same_sign).then(early_micros).otherwise(u),
+            ),
+            "du",
         )
-        day_part, micro_part = _one_sign(
-            *_carry(day_part, micro_part, MICROS_PER_DAY), MICROS_PER_DAY
+        frame = step(frame, _carry(m, d, DAYS_PER_MONTH), "md")
+        down = (m > 0) & ((d < 0) | ((d == 0) & (u < 0)))
+        up = (m < 0) & ((d > 0) | ((d == 0) & (u > 0)))
+        frame = step(
+            frame,
+            (
+                pl.when(down).then(m - 1).when(up).then(m + 1).otherwise(m),
+                pl.when(down)
+                .then(d + DAYS_PER_MONTH)
+                .when(up)
+                .then(d - DAYS_PER_MONTH)
+                .otherwise(d),
+            ),
+            "md",
         )
-    return checked(month_part, day_part, micro_part)
+        frame = step(frame, _carry(d, u, MICROS_PER_DAY), "du")
+        frame = step(frame, _one_sign(d, u, MICROS_PER_DAY), "du")
+    value, error = checked(m, d, u)
+    return frame.select(value.alias("v"), error.alias("e"))
 
 
 # Fields (extract, date_part) and date_trunc.

@@ -554,6 +554,14 @@ class Reduce(Operator):
                 )
             aggs.append(value.alias(f"c{len(self.keys) + i}"))
         grouped = rows.group_by(self.keys).agg(aggs) if self.keys else rows.select(aggs)
+        grouped = interval_averages(
+            grouped,
+            [
+                f"c{len(self.keys) + i}"
+                for i, agg in enumerate(self.node.aggregates)
+                if agg.func == "avg" and self.arg_types[i] == "interval"
+            ],
+        )
         grouped = grouped.filter(pl.col("_n") > 0).drop("_n")
         renamed = grouped.rename({k: f"c{i}" for i, k in enumerate(self.keys)})
         return renamed.with_columns(pl.lit(1, pl.Int64).alias(DIFF))
@@ -668,9 +676,24 @@ def _interval_aggregate(
         (intervals.days(values).cast(pl.Int64) * weights).sum().cast(pl.Int32),
         (intervals.micros(values).cast(pl.Int128) * weights).sum().cast(pl.Int64),
     )
-    if agg.func == "avg":
-        total = intervals.scale(total, count.cast(pl.Float64), divide=True)[0]
+    if agg.func == "avg":  # divided once grouped (``interval_averages``)
+        return pl.when(count > 0).then(
+            pl.struct(total.alias("sum"), count.cast(pl.Float64).alias("count"))
+        )
     return pl.when(count > 0).then(total)
+
+
+def interval_averages(frame: pl.DataFrame, columns: Sequence[str]) -> pl.DataFrame:
+    """avg of intervals in ``columns`` (a sum and a count each, from ``_interval_aggregate``)
+    as the sum divided by the count (``interval_div``)."""
+    if not columns or frame.height == 0:
+        return frame.with_columns(pl.lit(None, intervals.STRUCT).alias(c) for c in columns)
+    return frame.with_columns(
+        intervals.scale(
+            pl.col(c).struct.field("sum"), pl.col(c).struct.field("count"), divide=True
+        )[0].alias(c)
+        for c in columns
+    )
 
 
 def _current(

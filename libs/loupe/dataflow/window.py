@@ -53,6 +53,7 @@ from loupe.dataflow.operators import (
     _interval_aggregate,
     _positive,
     _touched_hashes,
+    interval_averages,
 )
 from loupe.interval import Interval
 from loupe.plan import lir, mir
@@ -553,4 +554,6 @@ def _row_by_row(
     grouped = members.group_by(_ROW).agg(
         function(aggregate, pl.col("_v"), one, one > 0).alias("_a")
     )
+    if over is _interval_aggregate and aggregate.func == "avg":
+        grouped = interval_averages(grouped, ["_a"])
     return bounds.select(_ROW).join(grouped, on=_ROW, how="left").sort(_ROW)["_a"]
