@@ -9,17 +9,16 @@ month counted as 30 days and a day as 24 hours (``interval_cmp_value``), so
 ``'1 month' = '30 days'`` is true; text output keeps the fields as they are
 (``'25:00:00'`` is not ``'1 day 01:00:00'``).
 
-This module holds the algorithms on single Python values (the planner's
-constants, clients' parameters, text input and output, ``age``). The engine
-holds intervals as a polars struct of the three fields (``STRUCT``) and
-evaluates the vectorisable operations itself (``loupe.dataflow.expr``).
+This module holds the value type and the algorithms the engine runs per
+value (text input and output, ``age``); the engine holds intervals as a polars
+struct of the three fields (``STRUCT``) and evaluates everything else itself,
+vectorised (``loupe.dataflow.intervals``): there is one evaluator.
 """
 
 from __future__ import annotations
 
 import calendar
 import datetime as dt
-import math
 import re
 from dataclasses import dataclass
 from decimal import Decimal
@@ -42,7 +41,6 @@ INT64 = (-(2**63), 2**63 - 1)
 DATETIME_OUT_OF_RANGE = "22008"
 INVALID_DATETIME_FORMAT = "22007"
 FIELD_OVERFLOW = "22015"
-DIVISION_BY_ZERO = "22012"
 
 # How the engine and persist hold an interval: one struct of the three fields.
 FIELDS = ("months", "days", "micros")
@@ -97,17 +95,6 @@ class Interval:
     def span(self) -> int:
         """``interval_cmp_value``: the total in microseconds, a month as 30 days."""
         return (self.months * DAYS_PER_MONTH + self.days) * MICROS_PER_DAY + self.micros
-
-    def __neg__(self) -> Interval:
-        return Interval.checked(-self.months, -self.days, -self.micros)
-
-    def __add__(self, other: Interval) -> Interval:
-        return Interval.checked(
-            self.months + other.months, self.days + other.days, self.micros + other.micros
-        )
-
-    def __sub__(self, other: Interval) -> Interval:
-        return self + Interval(-other.months, -other.days, -other.micros)
 
     def __str__(self) -> str:
         return format_interval(self)
@@ -278,127 +265,6 @@ def _clock(token: str) -> Decimal:
 
 def _bad(text: str) -> LoupeError:
     return LoupeError(INVALID_DATETIME_FORMAT, f'invalid input syntax for type interval: "{text}"')
-
-
-def is_interval_text(text: str) -> bool:
-    try:
-        parse_interval(text)
-    except LoupeError:
-        return False
-    return True
-
-
-# Arithmetic that needs more than the fields added one by one.
-
-
-def _tsround(value: float) -> float:
-    """PostgreSQL's TSROUND: to microsecond precision, which makes near-whole numbers whole."""
-    return round(value * 1e6) / 1e6
-
-
-def scale(value: Interval, factor: float, divide: bool = False) -> Interval:
-    """``interval_mul`` / ``interval_div``: whole months and days scaled, their fractions
-    cascaded down (a month's to 30 days, a day's to seconds), never up."""
-    if divide:
-        if factor == 0:
-            raise LoupeError(DIVISION_BY_ZERO, "division by zero")
-
-        def apply(x: float) -> float:
-            return x / factor
-    else:
-
-        def apply(x: float) -> float:
-            return x * factor
-
-    month_product, day_product = apply(float(value.months)), apply(float(value.days))
-    for product in (month_product, day_product):
-        if math.isnan(product) or not INT32[0] <= product <= INT32[1]:
-            raise out_of_range()
-    months, days = int(month_product), int(day_product)
-    month_remainder_days = _tsround((month_product - months) * DAYS_PER_MONTH)
-    seconds = _tsround(
-        (day_product - days + month_remainder_days - int(month_remainder_days)) * 86400
-    )
-    if abs(seconds) >= 86400:
-        days += int(seconds / 86400)
-        seconds -= int(seconds / 86400) * 86400
-    days += int(month_remainder_days)
-    micros = _rint(apply(float(value.micros)) + seconds * MICROS_PER_SECOND)
-    if math.isnan(micros) or not -(2.0**63) <= micros < 2.0**63:
-        raise out_of_range()
-    return Interval.checked(months, days, int(micros))
-
-
-def _rint(value: float) -> float:
-    """C's rint: to the nearest integer, halves to even (Python's round)."""
-    return float(round(value)) if math.isfinite(value) else value
-
-
-def justify_hours(value: Interval) -> Interval:
-    """Whole 24 hours as days; the day and time fields take one sign."""
-    days, micros = _truncated_divmod(value.micros, MICROS_PER_DAY)
-    days += value.days
-    if days > 0 and micros < 0:
-        micros += MICROS_PER_DAY
-        days -= 1
-    elif days < 0 and micros > 0:
-        micros -= MICROS_PER_DAY
-        days += 1
-    return Interval.checked(value.months, days, micros)
-
-
-def justify_days(value: Interval) -> Interval:
-    """Whole 30 days as months; the month and day fields take one sign."""
-    months, days = _truncated_divmod(value.days, DAYS_PER_MONTH)
-    months += value.months
-    if months > 0 and days < 0:
-        days += DAYS_PER_MONTH
-        months -= 1
-    elif months < 0 and days > 0:
-        days -= DAYS_PER_MONTH
-        months += 1
-    return Interval.checked(months, days, value.micros)
-
-
-def justify_interval(value: Interval) -> Interval:
-    """``justify_days`` and ``justify_hours`` together, one sign throughout."""
-    months, days, micros = value.months, value.days, value.micros
-    if (days > 0 and micros > 0) or (days < 0 and micros < 0):  # first, to avoid overflow
-        whole, micros = _truncated_divmod(micros, MICROS_PER_DAY)
-        days += whole
-    whole, days = _truncated_divmod(days, DAYS_PER_MONTH)
-    months += whole
-    if months > 0 and (days < 0 or (days == 0 and micros < 0)):
-        days += DAYS_PER_MONTH
-        months -= 1
-    elif months < 0 and (days > 0 or (days == 0 and micros > 0)):
-        days -= DAYS_PER_MONTH
-        months += 1
-    whole, micros = _truncated_divmod(micros, MICROS_PER_DAY)
-    days += whole
-    if days > 0 and micros < 0:
-        micros += MICROS_PER_DAY
-        days -= 1
-    elif days < 0 and micros > 0:
-        micros -= MICROS_PER_DAY
-        days += 1
-    return Interval.checked(months, days, micros)
-
-
-def add_to(moment: dt.datetime, value: Interval, sign: int = 1) -> dt.datetime:
-    """``moment ± value``: months first (the day clamped to the month's end), then days,
-    then microseconds."""
-    if value.months:
-        index = moment.year * 12 + moment.month - 1 + sign * value.months
-        year, month = divmod(index, 12)
-        if not 1 <= year <= 9999:
-            raise LoupeError(DATETIME_OUT_OF_RANGE, "timestamp out of range")
-        day = min(moment.day, calendar.monthrange(year, month + 1)[1])
-        moment = moment.replace(year=year, month=month + 1, day=day)
-    try:
-        return moment + sign * dt.timedelta(days=value.days, microseconds=value.micros)
-    except OverflowError:
-        raise LoupeError(DATETIME_OUT_OF_RANGE, "timestamp out of range") from None
 
 
 def age(later: dt.datetime, earlier: dt.datetime) -> Interval:
