@@ -182,21 +182,76 @@ _SPELLINGS = {
 _TOKEN = re.compile(
     r"""\s*(?:
         (?P<clock>[+-]?\d+:\d+(?::\d+(?:\.\d*)?)?)      # hh:mm[:ss[.fff]]
+      | (?P<year_month>[+-]?\d+-\d+)(?![\d.])          # SQL's year-month: 1-2
       | (?P<number>[+-]?(?:\d+(?:\.\d*)?|\.\d+))\s*(?P<unit>[a-z]+)?
       | (?P<word>[a-z@]+)
     )""",
     re.VERBOSE,
 )
+_NUMBER = r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)"
+# ISO 8601 with designators (P1Y2M3DT4H5M6S) and its alternative form (P0001-02-03T04:05:06).
+_ISO = re.compile(
+    rf"p(?:(?P<year>{_NUMBER})y)?(?:(?P<month>{_NUMBER})m)?(?:(?P<week>{_NUMBER})w)?"
+    rf"(?:(?P<day>{_NUMBER})d)?(?:t(?:(?P<hour>{_NUMBER})h)?(?:(?P<minute>{_NUMBER})m)?"
+    rf"(?:(?P<second>{_NUMBER})s)?)?"
+)
+_ISO_ALTERNATIVE = re.compile(r"p(\d+)-(\d+)-(\d+)(?:t(\d+):(\d+):(\d+(?:\.\d*)?))?")
+
+
+class _Fields:
+    """The fields of an interval being read; each unit may be given once (as PostgreSQL)."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self.months = self.days = 0
+        self.micros = Decimal(0)
+        self.given: set[str] = set()
+
+    def mark(self, *units: str) -> None:
+        if self.given.intersection(units):
+            raise _bad(self.text)
+        self.given.update(units)
+
+    def add(self, amount: Decimal, unit: str) -> None:
+        """``amount`` of ``unit``; a fraction cascades to the next smaller field."""
+        self.mark(unit)
+        field, scale = _UNITS[unit]
+        if field == "micros":
+            self.micros += amount * scale
+        elif field == "days":
+            whole = int(amount * scale)
+            self.days += whole
+            self.micros += (amount * scale - whole) * MICROS_PER_DAY
+        elif unit == "month":
+            whole = int(amount)
+            self.months += whole
+            fraction_days = (amount - whole) * DAYS_PER_MONTH
+            self.days += int(fraction_days)
+            self.micros += (fraction_days - int(fraction_days)) * MICROS_PER_DAY
+        else:  # years and longer: a fraction becomes whole months, rounded
+            whole = int(amount)
+            self.months += whole * scale + int(((amount - whole) * scale).to_integral_value())
+
+    def interval(self, negate: bool = False) -> Interval:
+        sign = -1 if negate else 1
+        micros = int(self.micros.to_integral_value())
+        try:
+            return Interval.checked(sign * self.months, sign * self.days, sign * micros)
+        except LoupeError:
+            raise LoupeError(
+                FIELD_OVERFLOW, f'interval field value out of range: "{self.text}"'
+            ) from None
 
 
 def parse_interval(text: str, unit: str | None = None) -> Interval:
     """PostgreSQL's interval input: ``'1 year 2 mons'``, ``'-1 day +02:00'``, ``'1.5 months'``
-    (fractions cascade: a month's to 30 days, a day's to 24 hours), ``'@ 3 days ago'``, a bare
-    number as seconds or as ``unit`` (``INTERVAL '90' DAY``). Bad text is 22007, fields too big
-    22015."""
+    (fractions cascade: a month's to 30 days, a day's to 24 hours), ``'@ 3 days ago'``, SQL's
+    ``'1-2'`` (a year and two months), ISO 8601's ``'P1Y2M3DT4H5M6S'``, a bare number as
+    seconds or as ``unit`` (``INTERVAL '90' DAY``). Bad text is 22007, fields too big 22015."""
     lowered = text.strip().lower()
-    months = days = 0
-    micros = Decimal(0)
+    if lowered.startswith("p"):
+        return _parse_iso(lowered, text)
+    fields = _Fields(text)
     position, seen, ago = 0, False, False
     while position < len(lowered):
         match = _TOKEN.match(lowered, position)
@@ -212,9 +267,16 @@ def parse_interval(text: str, unit: str | None = None) -> Interval:
             raise _bad(text)
         seen = True
         if match["clock"] is not None:
-            micros += _clock(match["clock"])
+            fields.mark("hour", "minute", "second")
+            fields.micros += _clock(match["clock"])
             continue
-        amount = Decimal(match["number"])
+        if match["year_month"] is not None:
+            negative = match["year_month"].startswith("-")
+            years, months = (int(p) for p in match["year_month"].lstrip("+-").split("-"))
+            sign = -1 if negative else 1
+            fields.mark("year", "month")
+            fields.months += sign * (years * 12 + months)
+            continue
         name = match["unit"]
         if name is None:
             # A number right before a clock counts days ('1 02:00'); alone, seconds or ``unit``.
@@ -226,31 +288,31 @@ def parse_interval(text: str, unit: str | None = None) -> Interval:
         canonical = _SPELLINGS.get(name)
         if canonical is None:
             raise _bad(text)
-        field, scale = _UNITS[canonical]
-        if field == "micros":
-            micros += amount * scale
-        elif field == "days":
-            whole = int(amount * scale)
-            days += whole
-            micros += (amount * scale - whole) * MICROS_PER_DAY
-        elif canonical == "month":
-            whole = int(amount)
-            months += whole
-            fraction_days = (amount - whole) * DAYS_PER_MONTH
-            days += int(fraction_days)
-            micros += (fraction_days - int(fraction_days)) * MICROS_PER_DAY
-        else:  # years and longer: a fraction becomes whole months, rounded
-            whole = int(amount)
-            months += whole * scale + int(((amount - whole) * scale).to_integral_value())
+        fields.add(Decimal(match["number"]), canonical)
     if not seen:
         raise _bad(text)
-    whole_micros = int(micros.to_integral_value())
-    if ago:
-        months, days, whole_micros = -months, -days, -whole_micros
-    try:
-        return Interval.checked(months, days, whole_micros)
-    except LoupeError:
-        raise LoupeError(FIELD_OVERFLOW, f'interval field value out of range: "{text}"') from None
+    return fields.interval(negate=ago)
+
+
+def _parse_iso(lowered: str, text: str) -> Interval:
+    fields = _Fields(text)
+    alternative = _ISO_ALTERNATIVE.fullmatch(lowered)
+    if alternative is not None:
+        years, months, days, hours, minutes, seconds = alternative.groups()
+        fields.add(Decimal(years), "year")
+        fields.add(Decimal(months), "month")
+        fields.add(Decimal(days), "day")
+        for amount, name in ((hours, "hour"), (minutes, "minute"), (seconds, "second")):
+            if amount is not None:
+                fields.add(Decimal(amount), name)
+        return fields.interval()
+    designated = _ISO.fullmatch(lowered)
+    if designated is None or not any(designated.groupdict().values()):
+        raise _bad(text)
+    for name, amount in designated.groupdict().items():
+        if amount is not None:
+            fields.add(Decimal(amount), name)
+    return fields.interval()
 
 
 def _clock(token: str) -> Decimal:
