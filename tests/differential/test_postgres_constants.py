@@ -509,6 +509,8 @@ QUERIES = [
     f"SELECT count(*) FROM (SELECT DISTINCT x FROM {_SPANS}) AS d",
     f"SELECT count(*) FROM (SELECT x FROM {_SPANS} UNION SELECT interval '24:00:00') AS u",
     f"SELECT count(*) FROM {_SPANS} GROUP BY x HAVING x > interval '1 day'",
+    # Peers by span: '1 mon' and '30 days' rank alike and share a RANGE frame.
+    f"SELECT g, rank() OVER (ORDER BY x) AS r, count(*) OVER (ORDER BY x) AS c FROM {_SPANS}",
     # Window aggregates of intervals (each frame's rows read: field by field, min/max by span).
     "SELECT g, (sum(x) OVER (ORDER BY g, x))::text AS s, (min(x) OVER (PARTITION BY g))::text "
     "AS lo, (avg(x) OVER (ORDER BY g, x ROWS BETWEEN 1 PRECEDING AND CURRENT ROW))::text AS a, "

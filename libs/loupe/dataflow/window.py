@@ -203,9 +203,15 @@ class Window(Operator):
         index = pl.int_range(pl.len(), dtype=pl.Int64)
         last = index == pl.len() - 1
 
+        def value(column: str) -> pl.Expr:
+            # Intervals of one span ('1 mon', '30 days') are peers, as PostgreSQL's = says.
+            if intervals.is_interval(frame.schema[column]):
+                return intervals.span_value(pl.col(column))
+            return pl.col(column)
+
         def changes(columns: list[str], step: int) -> pl.Expr:
             return pl.any_horizontal(
-                [pl.lit(False)] + [pl.col(c).ne_missing(pl.col(c).shift(step)) for c in columns]
+                [pl.lit(False)] + [value(c).ne_missing(value(c).shift(step)) for c in columns]
             )
 
         peers = [*self.groups, *self.order]
