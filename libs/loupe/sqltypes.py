@@ -29,6 +29,8 @@ from typing import Any
 import polars as pl
 import pyarrow as pa
 
+from loupe import interval
+
 # PostgreSQL's type categories (``pg_type.typcategory``).
 BOOLEAN = "B"
 DATETIME = "D"
@@ -109,6 +111,16 @@ def _spark(name: str) -> Callable[[Any], Any]:
     return lambda types: getattr(types, name)()
 
 
+def _spark_interval(types: Any) -> Any:
+    return types.StructType(
+        [
+            types.StructField("months", types.IntegerType()),
+            types.StructField("days", types.IntegerType()),
+            types.StructField("micros", types.LongType()),
+        ]
+    )
+
+
 _TYPES = (
     SqlType(
         "bool", "boolean", 16, BOOLEAN, pl.Boolean(), pa.bool_(),
@@ -184,9 +196,10 @@ _TYPES = (
         spark=_spark("TimestampType"), wire_kinds=("timestamp_us",),
     ),
     SqlType(
-        "interval", "interval", 1186, TIMESPAN, pl.Duration("us"), pa.duration("us"),
-        sqlglot=("INTERVAL",), spark=_spark("DayTimeIntervalType"),
-        wire_kinds=("interval_us",), python=(dt.timedelta,),
+        # PostgreSQL's three fields (loupe.interval): a struct in the engine, persist and Spark.
+        "interval", "interval", 1186, TIMESPAN, interval.STRUCT, interval.ARROW,
+        sqlglot=("INTERVAL",), column_type=True, spark=_spark_interval,
+        wire_kinds=("interval_value",), python=(interval.Interval, dt.timedelta),
     ),
     SqlType(
         "jsonb", "jsonb", 3802, USER, pl.Utf8(), pa.string(),

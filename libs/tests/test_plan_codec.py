@@ -11,6 +11,7 @@ import sqlglot
 
 from loupe.common.errors import LoupeError, SqlState
 from loupe.coordinator.plan import plan_query
+from loupe.interval import Interval
 from loupe.plan import codec, lir, mir
 from loupe.plan.dataflow import (
     BuildDesc,
@@ -83,7 +84,7 @@ def test_literals_of_every_type_round_trip() -> None:
         Literal(dt.date(2024, 2, 29), "date"),
         Literal(dt.datetime(2024, 2, 29, 12, 30), "timestamp"),
         Literal(dt.datetime(2024, 2, 29, 12, 30, tzinfo=dt.UTC), "timestamptz"),
-        Literal(dt.timedelta(days=1, seconds=5), "interval"),
+        Literal(Interval(14, 1, 5_000_000), "interval"),
     ]
     for literal in literals:
         expr = Case(

@@ -59,6 +59,7 @@ from loupe.compute_replica.protocol import (
 from loupe.compute_replica.shards import NEVER_WRITTEN
 from loupe.dataflow import DataflowProgress, SinkBatch
 from loupe.dataflow import PeekResult as EnginePeekResult
+from loupe.interval import python_values
 from loupe.persist import (
     DIFF_COLUMN,
     TIMESTAMP_COLUMN,
@@ -492,7 +493,7 @@ class DataflowRunner:
             )
         table: pa.Table = batch.updates
         data = [n for n in table.column_names if n not in (TIMESTAMP_COLUMN, DIFF_COLUMN)]
-        columns = [table.column(n).to_pylist() for n in data]
+        columns = [python_values(table.column(n)) for n in data]
         times = table.column(TIMESTAMP_COLUMN).to_pylist()
         diffs = table.column(DIFF_COLUMN).to_pylist()
         updates = [

@@ -26,9 +26,10 @@ from typing import Any
 
 import pyarrow as pa
 
-from loupe import sqltypes
+from loupe import interval, sqltypes
 from loupe.common.errors import LoupeError, SqlState
 from loupe.coordinator.sql.statements import ColumnDef, CreateTable, UniqueKey
+from loupe.interval import Interval, parse_interval, structs
 from loupe.persist import DIFF_COLUMN, TIMESTAMP_COLUMN
 from loupe.persist.shard import arrow_schema
 from loupe.proto.common.v1 import common_pb2
@@ -398,6 +399,15 @@ class Coercer:
             return value
         raise self._mismatch(value, column)
 
+    def _interval(self, value: Any, column: TableColumn) -> Interval:
+        if isinstance(value, UntypedString):
+            return parse_interval(value)
+        if isinstance(value, Interval):
+            return value
+        if isinstance(value, dt.timedelta):
+            return Interval.from_timedelta(value)
+        raise self._mismatch(value, column)
+
     # errors ---------------------------------------------------------------------------
 
     def _mismatch(self, value: Any, column: TableColumn) -> LoupeError:
@@ -430,6 +440,7 @@ _CONVERSIONS = {
     "timestamp": Coercer._timestamp,
     "time": Coercer._time,
     "date": Coercer._date,
+    "interval": Coercer._interval,
 }
 
 
@@ -446,8 +457,8 @@ def updates_table(
         diffs.append(diff)
     schema = arrow_schema(table.storage_columns)
     arrays = [
-        pa.array(values, type=schema.field(name).type)
-        for name, values in zip(names, columns, strict=True)
+        pa.array(structs(values) if field.type == interval.ARROW else values, type=field.type)
+        for field, values in ((schema.field(n), v) for n, v in zip(names, columns, strict=True))
     ]
     arrays.append(pa.array([timestamp] * len(diffs), type=pa.uint64()))
     arrays.append(pa.array(diffs, type=pa.int64()))

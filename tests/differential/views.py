@@ -95,6 +95,46 @@ VIEWS = (
         "SELECT d, d + INTERVAL '1 month' AS next_month, d - INTERVAL '1 year 2 days' AS earlier "
         "FROM t2",
     ),
+    # Intervals: months, days and microseconds kept apart through arithmetic, compared by
+    # their total span ('1 mon' = '30 days'), printed as PostgreSQL prints them.
+    View(
+        "interval_arithmetic",
+        "SELECT a, d, (d + a * INTERVAL '1 mon 1 day')::text AS shifted, "
+        "(d - TIMESTAMP '2024-06-15 12:00')::text AS since, "
+        "justify_interval((d - TIMESTAMP '2024-06-15 12:00') * 1.5)::text AS justified, "
+        "(age(d, DATE '2024-01-31') / 7)::text AS week_of_age, "
+        "extract(epoch FROM age(d, DATE '2024-01-31')) AS seconds, "
+        "age(d, DATE '2024-01-31') > INTERVAL '4 mons' AS later "
+        "FROM t2 WHERE age(d, DATE '2024-01-01') >= INTERVAL '2 mons' OR a > 3",
+    ),
+    View(
+        "interval_aggregates",
+        "SELECT a, sum(d - TIMESTAMP '2024-03-01')::text AS total, "
+        "avg(d - TIMESTAMP '2024-03-01')::text AS mean, "
+        "min(age(d, DATE '2024-03-31'))::text AS least, "
+        "max(age(d, DATE '2024-03-31'))::text AS most, count(*) AS n FROM t2 GROUP BY a",
+    ),
+    View(
+        "interval_join_by_span",
+        "SELECT x.a, x.d, g.m AS months FROM t2 x JOIN generate_series(0, 14) AS g(m) "
+        "ON date_trunc('month', age(x.d, DATE '2024-01-01')) = g.m * INTERVAL '30 days'",
+    ),
+    # Groups and DISTINCT by total span: '3 mons', '90 days' and '2160:00:00' are one group.
+    View(
+        "interval_group_by_span",
+        "SELECT count(*) AS n, sum(a) AS s, count(DISTINCT CASE WHEN a > 2 "
+        "THEN date_part('month', d) * INTERVAL '30 days' "
+        "ELSE date_part('month', d) * INTERVAL '1 mon' END) AS spans FROM t2 "
+        "GROUP BY CASE WHEN a > 1 THEN date_part('month', d) * INTERVAL '1 mon' "
+        "WHEN a > 0 THEN date_part('month', d) * INTERVAL '720 hours' "
+        "ELSE date_part('month', d) * INTERVAL '30 days' END",
+    ),
+    View(
+        "interval_distinct_by_span",
+        "SELECT count(*) AS n FROM (SELECT DISTINCT CASE WHEN a > 1 "
+        "THEN date_part('month', d) * INTERVAL '1 mon' "
+        "ELSE date_part('month', d) * INTERVAL '30 days' END AS m FROM t2) AS spans",
+    ),
     # Map, filter, project; NULLs; three-valued logic; CASE.
     View("filter_project", "SELECT a, b, a + b AS s, b * 2 AS d FROM t1 WHERE a > 0"),
     View(

@@ -40,7 +40,7 @@ from loupe.client import (
     StreamedRows,
 )
 from loupe.common.errors import LoupeError
-from loupe.common.values import format_interval
+from loupe.interval import Interval, format_interval
 
 EXIT_OK, EXIT_SQL_ERROR, EXIT_UNREACHABLE = 0, 1, 2
 # SQLSTATE of a request naming a session the coordinator does not have.
@@ -241,7 +241,7 @@ def format_value(value: Any) -> str:
         return "{" + ",".join(format_value(v) for v in value) + "}"
     if isinstance(value, dict):
         return json.dumps(value, sort_keys=True)
-    if isinstance(value, dt.timedelta):
+    if isinstance(value, Interval):
         return format_interval(value)
     return str(value)
 
@@ -290,7 +290,7 @@ def _json_value(value: Any) -> Any:
         return value.isoformat()
     if isinstance(value, bytes):
         return "\\x" + value.hex()
-    if isinstance(value, dt.timedelta):
+    if isinstance(value, Interval):
         return format_interval(value)
     return str(value)
 

@@ -1,4 +1,7 @@
-"""Python values <-> ``common.v1.Value`` and rows, at the transport edge."""
+"""Python values <-> ``common.v1.Value`` and rows, at the transport edge.
+
+An interval is ``loupe.interval.Interval``; ``format_interval`` (its text) is re-exported here.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +11,10 @@ from collections.abc import Sequence
 from decimal import Decimal
 from typing import Any
 
+from loupe.interval import Interval, format_interval
 from loupe.proto.common.v1 import common_pb2
+
+__all__ = ["format_interval", "from_row", "from_value", "to_row", "to_value"]
 
 EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 EPOCH_DATE = dt.date(1970, 1, 1)
@@ -55,8 +61,10 @@ def to_value(value: Any) -> common_pb2.Value:
         return common_pb2.Value(
             list_value=common_pb2.ValueList(values=[to_value(v) for v in value])
         )
-    if isinstance(value, dt.timedelta):
-        return common_pb2.Value(interval_us=value // dt.timedelta(microseconds=1))
+    if isinstance(value, Interval):
+        return common_pb2.Value(interval_value=interval_value(value))
+    if isinstance(value, dt.timedelta):  # a duration: an interval of microseconds
+        return common_pb2.Value(interval_value=interval_value(Interval.from_timedelta(value)))
     if isinstance(value, dt.time):
         return common_pb2.Value(time_us=_time_micros(value))
     raise TypeError(f"cannot encode {type(value).__name__} as a Value")
@@ -82,26 +90,13 @@ def from_value(value: common_pb2.Value) -> Any:
         return json.loads(raw)
     if kind == "list_value":
         return [from_value(v) for v in raw.values]
-    if kind == "interval_us":
-        return dt.timedelta(microseconds=raw)
+    if kind == "interval_value":
+        return Interval(raw.months, raw.days, raw.micros)
     return raw
 
 
-def format_interval(value: dt.timedelta) -> str:
-    """PostgreSQL's text form of an interval: ``1 day 02:03:04.5``."""
-    micros = value // dt.timedelta(microseconds=1)
-    sign = "-" if micros < 0 else ""
-    days, rest = divmod(abs(micros), 86_400_000_000)
-    seconds, fraction = divmod(rest, 1_000_000)
-    hours, seconds = divmod(seconds, 3600)
-    minutes, seconds = divmod(seconds, 60)
-    clock = f"{sign}{hours:02d}:{minutes:02d}:{seconds:02d}"
-    if fraction:
-        clock += f".{fraction:06d}".rstrip("0")
-    if days:
-        unit = "day" if days == 1 and not sign else "days"  # PostgreSQL prints "-1 days"
-        return f"{sign}{days} {unit}" + ("" if rest == 0 else f" {clock}")
-    return clock
+def interval_value(value: Interval) -> common_pb2.IntervalValue:
+    return common_pb2.IntervalValue(months=value.months, days=value.days, micros=value.micros)
 
 
 def to_row(values: Sequence[Any]) -> common_pb2.Row:

@@ -38,9 +38,10 @@ import polars as pl
 
 from loupe import sqltypes
 from loupe.common.errors import LoupeError, SqlState
-from loupe.dataflow import datetime_format
+from loupe.dataflow import datetime_format, intervals
 from loupe.dataflow.batches import empty_errors
 from loupe.dataflow.types import DIFF, TIME, numeric_text, polars_dtype
+from loupe.interval import Interval, parse_interval
 from loupe.plan.functions import (
     INTEGER_TYPES,
     TIME_TYPES,
@@ -149,6 +150,8 @@ def evaluate_closed(expr: Scalar) -> object:
     if error is not None:
         code, message = split_error(error)
         raise LoupeError(code, message)
+    if compiled.type == "interval":
+        return Interval.from_struct(value)
     return value
 
 
@@ -473,6 +476,8 @@ def literal(value: object, pg_type: str) -> pl.Expr:
     dtype = polars_dtype(pg_type)
     if value is None:
         return pl.lit(None, dtype)
+    if pg_type == "interval":
+        return intervals.literal(_interval_literal(value))
     try:
         parsed = _parse_literal(value, pg_type)
     except (TypeError, ValueError) as error:
@@ -508,8 +513,6 @@ def _parse_literal(value: object, pg_type: str) -> object:
         if pg_type == "timestamptz" and parsed.tzinfo is None:
             return parsed.replace(tzinfo=datetime.UTC)
         return parsed
-    if pg_type == "interval" and isinstance(value, str):
-        return parse_interval(value)
     if pg_type == "time" and isinstance(value, str):
         return datetime.time.fromisoformat(value.strip())
     return value
@@ -536,55 +539,21 @@ _NUMERIC_QUANTUM = decimal.Decimal(1).scaleb(-sqltypes.NUMERIC_SCALE)
 _WIDE = decimal.Context(prec=1000)
 
 
+def _interval_literal(value: object) -> Interval:
+    if isinstance(value, Interval):
+        return value
+    if isinstance(value, datetime.timedelta):
+        return Interval.from_timedelta(value)
+    if isinstance(value, str):
+        return parse_interval(value)
+    raise LoupeError(INVALID_TEXT, f'invalid input syntax for type interval: "{value}"')
+
+
 # Boolean input words PostgreSQL accepts (and their unambiguous prefixes).
 _BOOL_WORDS = {"1": True, "0": False, "on": True, "off": False, "of": False}
 for _word, _truth in (("true", True), ("false", False), ("yes", True), ("no", False)):
     for _end in range(1, len(_word) + 1):
         _BOOL_WORDS[_word[:_end]] = _truth
-
-_INTERVAL_UNITS = {
-    "microsecond": 1e-6,
-    "millisecond": 1e-3,
-    "second": 1,
-    "minute": 60,
-    "hour": 3600,
-    "day": 86400,
-    "week": 7 * 86400,
-    "month": 30 * 86400,
-    "year": 365.25 * 86400,
-}
-_INTERVAL_PART = re.compile(r"([+-]?\d+(?:\.\d+)?)\s*([a-z]+)")
-_CLOCK = re.compile(r"([+-]?)(\d+):(\d+)(?::(\d+(?:\.\d+)?))?")
-
-
-def parse_interval(text: str) -> datetime.timedelta:
-    """An interval literal (``'1 day 02:00:00'``, ``'3 hours'``) as a timedelta.
-
-    Months count 30 days and years 365.25 (the engine's interval is one
-    duration, not PostgreSQL's months/days/microseconds triple).
-    """
-    rest = text.strip().lower()
-    seconds = 0.0
-    clock = _CLOCK.search(rest)
-    if clock:
-        sign = -1 if clock.group(1) == "-" else 1
-        seconds += sign * (
-            int(clock.group(2)) * 3600 + int(clock.group(3)) * 60 + float(clock.group(4) or 0)
-        )
-        rest = rest[: clock.start()] + rest[clock.end() :]
-    parts = _INTERVAL_PART.findall(rest)
-    if not parts and not clock:
-        raise ValueError(text)
-    for amount, unit in parts:
-        name = {"mins": "minute", "min": "minute", "secs": "second", "sec": "second"}.get(
-            unit, unit
-        )
-        name = name.rstrip("s") if name not in _INTERVAL_UNITS else name
-        if name not in _INTERVAL_UNITS:
-            raise ValueError(text)
-        seconds += float(amount) * _INTERVAL_UNITS[name]
-    return datetime.timedelta(seconds=seconds)
-
 
 # Casts.
 
@@ -617,6 +586,10 @@ def _cast_value(value: pl.Expr, source: str, to: str) -> tuple[pl.Expr, pl.Expr 
         return value.dt.date(), None
     if to == "time" and source in TIME_TYPES:
         return value.dt.time(), None
+    if to == "time" and source == "interval":  # the time field, around the clock
+        return intervals.add_to_time_of_day(pl.lit(datetime.time(0)), value, 1), None
+    if to == "interval" and source == "time":
+        return intervals.of_micros(value.cast(pl.Int64) // 1000), None
     if to in TIME_TYPES:
         return _to_time(value, source, to), None
     if to == "uint8":
@@ -738,7 +711,7 @@ def _from_text(text: pl.Expr, to: str) -> tuple[pl.Expr, pl.Expr | None]:
         )
         return parsed, _bad_input(text, parsed, INVALID_DATETIME, "time")
     if to == "interval":
-        parsed = stripped.map_batches(_parse_intervals, return_dtype=pl.Duration("us"))
+        parsed = intervals.from_text(text)
         return parsed, _bad_input(text, parsed, INVALID_DATETIME, "interval")
     if to == "uint8":
         parsed = stripped.cast(pl.UInt64, strict=False)
@@ -761,17 +734,6 @@ def _parse_timestamp(text: pl.Expr, stripped: pl.Expr, to: str) -> tuple[pl.Expr
     else:
         parsed = naive
     return parsed, _bad_input(text, parsed, INVALID_DATETIME, to)
-
-
-def _parse_intervals(texts: pl.Series) -> pl.Series:
-    """Interval text to durations (per distinct value: interval input is rare and small)."""
-    parsed: dict[str, datetime.timedelta | None] = {}
-    for text in texts.unique().drop_nulls():
-        try:
-            parsed[text] = parse_interval(text)
-        except ValueError:
-            parsed[text] = None
-    return texts.replace_strict(parsed, default=None, return_dtype=pl.Duration("us"))
 
 
 # Types whose input errors name them as format_type does (the others by their own name).
@@ -801,7 +763,7 @@ def to_text(value: pl.Expr, source: str) -> pl.Expr:
     if source == "time":
         return pl.concat_str([value.dt.to_string("%H:%M:%S"), _fraction(value)])
     if source == "interval":
-        return _interval_text(value)
+        return intervals.to_text(value)
     return value.cast(pl.Utf8)
 
 
@@ -831,42 +793,6 @@ def _fraction(value: pl.Expr) -> pl.Expr:
     micros = value.dt.microsecond()
     digits = micros.cast(pl.Utf8).str.zfill(6).str.strip_chars_end("0")
     return pl.when(micros == 0).then(pl.lit("")).otherwise(pl.concat_str([pl.lit("."), digits]))
-
-
-def _interval_text(value: pl.Expr) -> pl.Expr:
-    """``1 day 02:03:04``-style text of a duration (days, then a clock if not midnight)."""
-    micros = value.dt.total_microseconds()
-    days = micros.abs() // 86_400_000_000
-    rest = micros.abs() % 86_400_000_000
-    sign = pl.when(micros < 0).then(pl.lit("-")).otherwise(pl.lit(""))
-    clock = pl.concat_str(
-        [
-            (rest // 3_600_000_000).cast(pl.Utf8).str.zfill(2),
-            pl.lit(":"),
-            (rest // 60_000_000 % 60).cast(pl.Utf8).str.zfill(2),
-            pl.lit(":"),
-            (rest // 1_000_000 % 60).cast(pl.Utf8).str.zfill(2),
-            pl.when(rest % 1_000_000 != 0)
-            .then(pl.concat_str([pl.lit("."), (rest % 1_000_000).cast(pl.Utf8).str.zfill(6)]))
-            .otherwise(pl.lit(""))
-            .str.replace(r"0+$", ""),
-        ]
-    )
-    day_text = pl.concat_str(
-        [
-            sign,
-            days.cast(pl.Utf8),
-            # PostgreSQL's singular is for +1 only: "-1 days".
-            pl.when((days == 1) & (micros > 0)).then(pl.lit(" day")).otherwise(pl.lit(" days")),
-        ]
-    )
-    return (
-        pl.when(days == 0)
-        .then(pl.concat_str([sign, clock]))
-        .when(rest == 0)
-        .then(day_text)
-        .otherwise(pl.concat_str([day_text, pl.lit(" "), sign, clock]))
-    )
 
 
 # Logic and comparison.
@@ -934,7 +860,10 @@ def _comparable_type(types: Sequence[str]) -> str | None:
 def _compare(compiler: _Compiler, call: Call) -> CompiledScalar:
     types = operand_types(call.func, call.args, compiler.input_types)
     args = compiler.args(call, _comparable_type(types))
-    value = _COMPARISONS[call.func](args.values[0], args.values[1])
+    if "interval" in args.types:  # by total span: '1 month' = '30 days'
+        value = intervals.compare(call.func, args.values[0], args.values[1])
+    else:
+        value = _COMPARISONS[call.func](args.values[0], args.values[1])
     return CompiledScalar(value, args.error, "bool")
 
 
@@ -943,7 +872,11 @@ def _between(compiler: _Compiler, call: Call) -> CompiledScalar:
     types = operand_types(call.func, call.args, compiler.input_types)
     args = compiler.args(call, _comparable_type(types))
     subject, low, high = args.values
-    above, below = subject >= low, subject <= high
+    if "interval" in args.types:
+        above = intervals.compare("gte", subject, low)
+        below = intervals.compare("lte", subject, high)
+    else:
+        above, below = subject >= low, subject <= high
     error = args.error
     if error is not None:
         # a >= low AND a <= high: a false side decides, whatever the other's error
@@ -1086,6 +1019,14 @@ def _time_arithmetic(
         if func == "add" and types[0] in ("interval", *INTEGER_TYPES) and types[1] != "interval":
             left, right = right, left  # commute so the date/time is on the left
             types = [types[1], types[0]]
+        sign = 1 if func == "add" else -1
+        if types == ["interval", "interval"]:
+            return intervals.add(left, right, sign)
+        if types == ["time", "interval"]:
+            return intervals.add_to_time_of_day(left, right, sign), None
+        if types == ["time", "time"]:
+            nanos = left.cast(pl.Int64) - right.cast(pl.Int64)
+            return intervals.of_micros(nanos // 1000), None
         if types[0] == "date" and types[1] in INTEGER_TYPES:
             days = left.cast(pl.Int64) + (right if func == "add" else -right).cast(pl.Int64)
             outside = (days < _FIRST_DAY) | (days > _LAST_DAY)
@@ -1101,7 +1042,9 @@ def _time_arithmetic(
             right = right.dt.replace_time_zone("UTC")
         if types[0] == "timestamp" and types[1] == "timestamptz":
             left = left.dt.replace_time_zone("UTC")
-        return (left + right if func == "add" else left - right), None
+        if types[1] == "interval":
+            return intervals.add_to_time(left, right, sign)
+        return intervals.time_difference(left, right), None
 
     return body
 
@@ -1178,12 +1121,7 @@ def _scale_interval(
         interval, factor = (
             (values[0], values[1]) if types[0] == "interval" else (values[1], values[0])
         )
-        micros = interval.dt.total_microseconds().cast(pl.Float64)
-        if func == "mul":
-            return (micros * factor).round(0).cast(pl.Int64).cast(pl.Duration("us")), None
-        zero = _error_when(factor == 0, DIVISION_BY_ZERO, "division by zero")
-        safe = pl.when(factor != 0).then(factor.cast(pl.Float64))
-        return (micros / safe).round(0).cast(pl.Int64).cast(pl.Duration("us")), zero
+        return intervals.scale(interval, factor, divide=func == "div")
 
     return body
 
@@ -1195,6 +1133,8 @@ def _neg(compiler: _Compiler, call: Call) -> CompiledScalar:
     ) -> tuple[pl.Expr, pl.Expr | None]:
         if result_type in _INT_RANGE:
             return _checked_integer(0 - _wide(values[0], result_type), result_type)
+        if result_type == "interval":
+            return intervals.negate(values[0])
         return -values[0], None
 
     return _strict(compiler, call, body)
@@ -1225,7 +1165,11 @@ def _nullif(compiler: _Compiler, call: Call) -> CompiledScalar:
     types = operand_types(call.func, call.args, compiler.input_types)
     args = compiler.args(call, _comparable_type(types))
     first = compiler.as_type(call.args[0], compiler.type_of(call)).value
-    value = pl.when(args.values[0] == args.values[1]).then(None).otherwise(first)
+    if "interval" in args.types:
+        same = intervals.compare("eq", args.values[0], args.values[1])
+    else:
+        same = args.values[0] == args.values[1]
+    value = pl.when(same).then(None).otherwise(first)
     return CompiledScalar(value, args.error, compiler.type_of(call))
 
 
@@ -1235,9 +1179,22 @@ def _greatest_least(compiler: _Compiler, call: Call) -> CompiledScalar:
     result_type = compiler.type_of(call)
     parts = [compiler.as_type(arg, result_type) for arg in call.args]
     dtype = polars_dtype(result_type)
+    if result_type == "interval":
+        value = _interval_extreme(call.func, [p.value for p in parts])
+        return CompiledScalar(value, _first_error([p.error for p in parts]), result_type)
     combine = pl.max_horizontal if call.func == "greatest" else pl.min_horizontal
     value = combine([p.value.cast(dtype) for p in parts])
     return CompiledScalar(value, _first_error([p.error for p in parts]), result_type)
+
+
+def _interval_extreme(func: str, values: list[pl.Expr]) -> pl.Expr:
+    """greatest/least of intervals by total span (the first of equal ones), NULLs ignored."""
+    best = values[0]
+    wins = "gt" if func == "greatest" else "lt"
+    for value in values[1:]:
+        better = best.is_null() | intervals.compare(wins, value, best).fill_null(False)
+        best = pl.when(better).then(value).otherwise(best)
+    return best
 
 
 # Strings.
@@ -1886,42 +1843,16 @@ def _date_trunc(compiler: _Compiler, call: Call) -> CompiledScalar:
     if subject.type == "date":
         subject = cast(subject, "timestamp")
     if subject.type == "interval":
-        value = _truncate_interval(subject.value, unit)
+        if unit == "week":
+            raise LoupeError(
+                SqlState.FEATURE_NOT_SUPPORTED, 'unit "week" not supported for type interval'
+            )
+        value = intervals.truncate(subject.value, unit)
         return CompiledScalar(value, subject.error, result_type)
     value = subject.value.dt.truncate(_TRUNC_EVERY[unit])
     if unit in ("decade", "century", "millennium"):
         value = _truncate_years(subject.value, unit)
     return CompiledScalar(value.cast(polars_dtype(result_type)), subject.error, result_type)
-
-
-_TIME_UNIT_MICROS = {
-    "microseconds": 1,
-    "milliseconds": 1_000,
-    "second": 1_000_000,
-    "minute": 60_000_000,
-    "hour": 3_600_000_000,
-    "day": 86_400_000_000,
-}
-
-
-def _truncate_interval(interval: pl.Expr, unit: str) -> pl.Expr:
-    """An interval's fields below ``unit`` zeroed, each toward zero as PostgreSQL truncates them.
-
-    The engine's interval has no month part, so truncating to a month or
-    longer leaves nothing; weeks are refused, as PostgreSQL refuses them.
-    """
-    if unit == "week":
-        raise LoupeError(
-            SqlState.FEATURE_NOT_SUPPORTED, 'unit "week" not supported for type interval'
-        )
-    magnitude = interval.dt.total_microseconds().abs()
-    step = _TIME_UNIT_MICROS.get(unit)
-    if step is None:  # month, quarter, year, decade, century, millennium
-        return interval * 0
-    days, time = magnitude // _DAY_MICROS * _DAY_MICROS, magnitude % _DAY_MICROS
-    kept = days + time // step * step
-    signed = pl.when(interval.dt.total_microseconds() < 0).then(-kept).otherwise(kept)
-    return pl.duration(microseconds=signed)
 
 
 def _truncate_years(value: pl.Expr, unit: str) -> pl.Expr:
@@ -1960,34 +1891,6 @@ _FIELDS: dict[str, Callable[[pl.Expr], pl.Expr]] = {
 _DAY_MICROS = 86_400_000_000
 
 
-def _interval_field(part: Callable[[pl.Expr], pl.Expr]) -> Callable[[pl.Expr], pl.Expr]:
-    """A field of the time within the day of an interval of ``us`` microseconds.
-
-    PostgreSQL's fields keep the interval's sign (``-(1 day 02:30)`` has day
-    -1 and hour -2), so they are taken from the magnitude and signed.
-    """
-
-    def field(us: pl.Expr) -> pl.Expr:
-        magnitude = us.abs() % _DAY_MICROS
-        return pl.when(us < 0).then(-part(magnitude)).otherwise(part(magnitude))
-
-    return field
-
-
-# The engine's interval has no month part (a duration): year and month are 0, quarter 1.
-_INTERVAL_FIELDS: dict[str, Callable[[pl.Expr], pl.Expr]] = {
-    "epoch": lambda us: us / 1e6,
-    "day": lambda us: pl.when(us < 0).then(-(us.abs() // _DAY_MICROS)).otherwise(us // _DAY_MICROS),
-    "hour": _interval_field(lambda t: t // 3_600_000_000),
-    "minute": _interval_field(lambda t: t // 60_000_000 % 60),
-    "second": _interval_field(lambda t: t % 60_000_000 / 1e6),
-    "milliseconds": _interval_field(lambda t: t % 60_000_000 / 1e3),
-    "microseconds": _interval_field(lambda t: t % 60_000_000),
-    **dict.fromkeys(("month", "year", "decade", "century", "millennium"), lambda us: us * 0),
-    "quarter": lambda us: us * 0 + 1,
-}
-
-
 @_handles("extract", "date_part")
 def _extract(compiler: _Compiler, call: Call) -> CompiledScalar:
     result_type = compiler.type_of(call)
@@ -1997,8 +1900,8 @@ def _extract(compiler: _Compiler, call: Call) -> CompiledScalar:
         return CompiledScalar(pl.lit(None, pl.Float64), subject.error, result_type)
     field = _unit(unit, f"{call.func}'s field")
     if subject.type == "interval":
-        fields = _INTERVAL_FIELDS
-        source = subject.value.dt.total_microseconds()
+        fields = intervals.FIELDS
+        source = subject.value
     else:
         fields = _FIELDS
         source = subject.value
@@ -2304,11 +2207,18 @@ def _date_bin(compiler: _Compiler, call: Call) -> CompiledScalar:
         raise LoupeError(UNDEFINED_FUNCTION, f"function date_bin({types}) does not exist")
     pieces = [compiler.bind(p) for p in (stride, source, origin)]
     width, moment, start = (p.value for p in pieces)
-    step = width.dt.total_microseconds()
+    step = intervals.days(width).cast(pl.Int64) * _DAY_MICROS + intervals.micros(width)
     offset = (moment - start).dt.total_microseconds()
-    positive = pl.when(step > 0).then(step)
+    positive = pl.when((step > 0) & (intervals.months(width) == 0)).then(step)
     binned = start + pl.duration(microseconds=offset // positive * positive)
-    error = _error_when(step <= 0, INVALID_DATE_FIELD, "stride must be greater than zero")
+    error = pl.coalesce(
+        _error_when(
+            intervals.months(width) != 0,
+            SqlState.FEATURE_NOT_SUPPORTED,
+            "timestamps cannot be binned into intervals containing months or years",
+        ),
+        _error_when(step <= 0, INVALID_DATE_FIELD, "stride must be greater than zero"),
+    )
     any_null = pl.any_horizontal([v.is_null() for v in (width, moment, start)])
     error = pl.when(any_null).then(pl.lit(None, pl.Utf8)).otherwise(error)
     return CompiledScalar(
@@ -2320,27 +2230,33 @@ def _date_bin(compiler: _Compiler, call: Call) -> CompiledScalar:
 
 @_handles("justify_hours", "justify_days", "justify_interval")
 def _justify(compiler: _Compiler, call: Call) -> CompiledScalar:
-    """PostgreSQL's justify functions on the engine's interval, which is one duration.
+    """PostgreSQL's justify functions: whole days as months, whole 24 hours as days."""
+    return _strict(compiler, call, lambda values, _t, _r: intervals.justify(call.func, values[0]))
 
-    A duration already holds its whole days as days and one sign throughout,
-    so justify_hours changes nothing. Turning 30 days into a month needs a
-    month part: justify_days and justify_interval refuse (0A000) an interval
-    of 30 days or more rather than print one that is not PostgreSQL's.
-    """
+
+@_handles("interval_span")
+def _interval_span(compiler: _Compiler, call: Call) -> CompiledScalar:
+    return _strict(compiler, call, lambda values, _t, _r: (intervals.span_value(values[0]), None))
+
+
+@_handles("age")
+def _age(compiler: _Compiler, call: Call) -> CompiledScalar:
+    """age(a, b): years, months and days between two times by the calendar."""
 
     def body(
-        values: list[pl.Expr], _types: list[str], _result: str
+        values: list[pl.Expr], types: list[str], _result: str
     ) -> tuple[pl.Expr, pl.Expr | None]:
-        interval = values[0]
-        if call.func == "justify_hours":
-            return interval, None
-        months = interval.dt.total_microseconds().abs() >= 30 * _DAY_MICROS
-        error = _error_when(
-            months,
-            SqlState.FEATURE_NOT_SUPPORTED,
-            f"{call.func} of 30 days or more: intervals with months not yet supported",
-        )
-        return interval, error
+        values = [
+            v.cast(pl.Datetime("us")) if t == "date" else v
+            for v, t in zip(values, types, strict=True)
+        ]
+        later, earlier = values
+        if "timestamptz" in types:
+            later, earlier = (
+                v.dt.replace_time_zone("UTC") if t == "timestamp" else v
+                for v, t in zip(values, types, strict=True)
+            )
+        return intervals.ages(later, earlier)
 
     return _strict(compiler, call, body)
 
@@ -2352,8 +2268,13 @@ _POSIX_OFFSET = re.compile(r"^(?:utc|gmt)?([+-])(\d{1,2})(?::(\d{2}))?$")
 
 def _zone_offset(zone: Literal) -> str | datetime.timedelta:
     """The IANA name, or the fixed offset east of UTC, of a constant zone (22023 if unknown)."""
-    if zone.type == "interval" and isinstance(zone.value, datetime.timedelta):
-        return zone.value
+    if zone.type == "interval" and isinstance(zone.value, Interval):
+        if zone.value.months or zone.value.days:
+            raise LoupeError(
+                INVALID_ARGUMENT,
+                f'interval time zone "{zone.value}" must not include months or days',
+            )
+        return datetime.timedelta(microseconds=zone.value.micros)
     text = str(zone.value).strip()
     named = _ZONE_NAMES.get(text.lower())
     if named is not None:
@@ -2411,24 +2332,3 @@ def _localized(local: pl.Expr, zone: str) -> pl.Expr:
     offset = before.dt.base_utc_offset() + before.dt.dst_offset()
     skipped = (local - offset).dt.replace_time_zone("UTC").dt.convert_time_zone(zone)
     return pl.coalesce([found, skipped])
-
-
-@_handles("add_calendar_interval")
-def _add_calendar_interval(compiler: _Compiler, call: Call) -> CompiledScalar:
-    """PostgreSQL's timestamp + interval: months (clamping the day), then days, then time."""
-    fields = [a.value for a in call.args[1:] if isinstance(a, Literal) and isinstance(a.value, int)]
-    if len(fields) != 3:
-        raise LoupeError(
-            SqlState.FEATURE_NOT_SUPPORTED, "add_calendar_interval takes constant fields"
-        )
-    months, days, micros = fields
-    result_type = compiler.type_of(call)
-    subject = compiler.as_type(call.args[0], result_type)
-    value = subject.value
-    if months:
-        value = value.dt.offset_by(f"{months}mo")
-    if days:
-        value = value.dt.offset_by(f"{days}d")
-    if micros:
-        value = value + pl.duration(microseconds=micros)
-    return CompiledScalar(value.cast(polars_dtype(result_type)), subject.error, result_type)

@@ -22,7 +22,7 @@ import polars as pl
 
 from loupe import sqltypes
 from loupe.common.errors import LoupeError, SqlState
-from loupe.dataflow import expr
+from loupe.dataflow import expr, intervals
 from loupe.dataflow.arrangement import Spine
 from loupe.dataflow.batches import (
     DIFF,
@@ -41,6 +41,7 @@ from loupe.dataflow.batches import (
 )
 from loupe.dataflow.expr import NUMERIC
 from loupe.dataflow.types import empty_frame, polars_dtype
+from loupe.interval import structs
 from loupe.plan import lir, mir
 from loupe.plan.scalar import Scalar, columns_of, scalar_type, shift
 
@@ -137,6 +138,8 @@ class Constant(Operator):
         columns: dict[str, pl.Series] = {}
         for i, (name, dtype) in enumerate(list(self.empty.schema.items())[: len(self.types)]):
             values = [row[i] for row in self.rows]
+            if self.types[i] == "interval":
+                values = structs(values)
             columns[name] = pl.Series(name, values, dtype=dtype, strict=False)
         columns[TIME] = pl.Series(TIME, [self.as_of] * count, dtype=pl.UInt64)
         columns[DIFF] = pl.Series(DIFF, [1] * count, dtype=pl.Int64)
@@ -189,15 +192,24 @@ def evaluate(
     input_types: Sequence[str],
     names: Sequence[str],
     dtypes: Sequence[pl.DataType] | None = None,
+    *,
+    match: bool = False,
 ) -> tuple[pl.DataFrame, pl.DataFrame]:
     """``frame`` with ``exprs`` appended as ``names``, minus rows where one fails; the error rows.
 
-    ``dtypes``: cast the values on to these (join keys compared across types).
+    ``dtypes``: cast the values on to these (join keys compared across types). ``match``:
+    keys that match when their values are equal, an interval as its total span (so
+    '1 mon' matches '30 days', as PostgreSQL's ``=`` says).
     """
     compiled = [expr.compile_scalar(e, input_types) for e in exprs]
     values = [c.value.cast(polars_dtype(c.type)) for c in compiled]
     if dtypes is not None:
         values = [v.cast(d) for v, d in zip(values, dtypes, strict=True)]
+    if match:
+        values = [
+            intervals.normalized(v) if c.type == "interval" else v
+            for v, c in zip(values, compiled, strict=True)
+        ]
     lets = [name for c in compiled for name in c.let_names]
     lazy = frame.lazy()
     for c in compiled:
@@ -569,6 +581,14 @@ class Reduce(Operator):
                 joined = _string_agg(agg, pl.col(name), extra, weight, positive)
                 aggs.append(joined.alias(f"c{width + i}"))
                 continue
+            if self.arg_types[i] == "interval" and agg.func in ("sum", "avg", "min", "max"):
+                interval = _interval_aggregate(agg, pl.col(name), weight, positive)
+                aggs.append(interval.alias(f"c{width + i}"))
+                continue
+            if self.arg_types[i] == "interval" and agg.distinct:  # count(DISTINCT): by span
+                spans = _aggregate_expr(agg, intervals.span_value(pl.col(name)), weight, positive)
+                aggs.append(spans.alias(f"c{width + i}"))
+                continue
             value = pl.col(name) if agg.expr is not None else None
             if i in self.shadowed:  # the integer sum, the count and the float shadow
                 present = pl.col(name).is_not_null()
@@ -596,6 +616,14 @@ class Reduce(Operator):
             exact.append(pl.when(count > 0).then(total).alias(f"c{width + i}"))
         grouped = grouped.with_columns(exact).drop(
             [f"_{kind}{i}" for i in self.shadowed for kind in "cf"]
+        )
+        grouped = interval_averages(
+            grouped,
+            [
+                f"c{width + i}"
+                for i, agg in enumerate(self.node.aggregates)
+                if agg.func == "avg" and self.arg_types[i] == "interval"
+            ],
         )
         grouped = grouped.filter(pl.col("_n") > 0).drop("_n")
         renamed = grouped.rename({k: f"c{i}" for i, k in enumerate(self.keys)})
@@ -718,6 +746,53 @@ def _mean(total: pl.Expr, count: pl.Expr, *, numeric: bool) -> pl.Expr:
     return total.cast(pl.Float64) / count
 
 
+def _interval_aggregate(
+    agg: mir.Aggregate, value: pl.Expr, weight: pl.Expr, positive: pl.Expr
+) -> pl.Expr:
+    """sum/avg (field by field; avg is the sum divided by the count, as ``interval_div``)
+    and min/max (by total span; of equal ones the smallest fields) of intervals."""
+    kept = positive & value.is_not_null()
+    if agg.distinct:
+        values = value.filter(kept).unique()
+        weights = pl.lit(1, pl.Int64).repeat_by(values.len()).explode()
+    else:
+        values, weights = value.filter(kept), weight.filter(kept)
+    if agg.func in ("min", "max"):
+        # Narrowed key by key (a sort_by of the struct in a group gives wrong values); of
+        # equal spans ('1 mon', '30 days') the one with the smallest fields, either way.
+        for key in range(5):
+            part = [*intervals.sort_keys(values), *intervals.field_values(values)][key]
+            largest = agg.func == "max" and key < 2
+            values = values.filter(part == (part.max() if largest else part.min()))
+        return values.first()
+    count = weights.sum()
+    # A sum beyond a field's width is PostgreSQL's 22008; a reduce has no error rows, so the
+    # strict casts fail the step (XX000, its input kept) rather than give a wrong value.
+    total = intervals.make(
+        (intervals.months(values).cast(pl.Int64) * weights).sum().cast(pl.Int32),
+        (intervals.days(values).cast(pl.Int64) * weights).sum().cast(pl.Int32),
+        (intervals.micros(values).cast(pl.Int128) * weights).sum().cast(pl.Int64),
+    )
+    if agg.func == "avg":  # divided once grouped (``interval_averages``)
+        return pl.when(count > 0).then(
+            pl.struct(total.alias("sum"), count.cast(pl.Float64).alias("count"))
+        )
+    return pl.when(count > 0).then(total)
+
+
+def interval_averages(frame: pl.DataFrame, columns: Sequence[str]) -> pl.DataFrame:
+    """avg of intervals in ``columns`` (a sum and a count each, from ``_interval_aggregate``)
+    as the sum divided by the count (``interval_div``)."""
+    if not columns or frame.height == 0:
+        return frame.with_columns(pl.lit(None, intervals.STRUCT).alias(c) for c in columns)
+    return frame.with_columns(
+        intervals.scale(
+            pl.col(c).struct.field("sum"), pl.col(c).struct.field("count"), divide=True
+        )[0].alias(c)
+        for c in columns
+    )
+
+
 def _current(
     found: pl.DataFrame | None, touched: pl.DataFrame, keys: Sequence[str]
 ) -> pl.DataFrame | None:
@@ -805,11 +880,12 @@ class TopK(Operator):
     def _top(self, rows: pl.DataFrame) -> pl.DataFrame:
         """The rows of each group inside the offset/limit window, with their multiplicities."""
         rows = self._candidates(rows.filter(pl.col(DIFF) > 0))
-        order = [f"c{k.column}" for k in self.node.order]
-        by = [*self.groups, *order, *self.columns]
-        descending = [False] * len(self.groups) + [k.desc for k in self.node.order]
+        keys = [(g, False, True) for g in self.groups]
+        keys += [(f"c{k.column}", k.desc, k.nulls_last) for k in self.node.order]
+        by, descending, nulls_last = intervals.order_by(rows.schema, keys)
+        # Ties are broken by the whole row (an interval's fields too: a stable choice).
+        by += [pl.col(c) for c in self.columns]
         descending += [False] * len(self.columns)
-        nulls_last = [True] * len(self.groups) + [k.nulls_last for k in self.node.order]
         nulls_last += [True] * len(self.columns)
         ordered = rows.sort(by, descending=descending, nulls_last=nulls_last)
         # A group's running count: the global one minus the count before the
@@ -844,8 +920,13 @@ class TopK(Operator):
         keys += [(c, False, True) for c in self.columns]
         for column, desc, nulls_last in keys:
             flag = pl.col(column).is_null() if nulls_last else pl.col(column).is_not_null()
-            by += [flag, pl.col(column)]
-            reverse += [False, desc]
+            values = (
+                intervals.sort_keys(pl.col(column))
+                if intervals.is_interval(rows.schema[column])
+                else [pl.col(column)]
+            )
+            by += [flag, *values]
+            reverse += [False] + [desc] * len(values)
         return rows.bottom_k(wanted, by=by, reverse=reverse)
 
     def spines(self) -> list[list[Spine]]:
@@ -918,10 +999,7 @@ class Join(Operator):
         ]
         self.all_types = tuple(t for s in sources for t in s.types)
         self.classes = _merge_classes(node.equivalences)
-        compiled = [[expr.compile_inline(e, self.all_types).value for e in c] for c in self.classes]
-        self.conditions = [
-            (members[0] == other).fill_null(False) for members in compiled for other in members[1:]
-        ]
+        self.conditions = self._checkable(set(range(len(sources))))
         # (input, key exprs) -> (the lookup that arranges it, one spine per worker)
         self.arrangements: dict[tuple[int, tuple[Scalar, ...]], tuple[_Lookup, list[Spine]]] = {}
         self.paths = [self._path_plan(i) for i in range(len(sources))]
@@ -969,8 +1047,18 @@ class Join(Operator):
         conditions = []
         for cls in self.classes:
             members = [e for e in cls if {self._input_of(c) for c in columns_of(e)} <= joined]
-            compiled = [expr.compile_inline(e, self.all_types).value for e in members]
-            conditions += [(compiled[0] == other).fill_null(False) for other in compiled[1:]]
+            compiled = [expr.compile_inline(e, self.all_types) for e in members]
+            if not compiled:
+                continue
+            first = compiled[0]
+            conditions += [
+                (
+                    intervals.compare("eq", first.value, other.value)
+                    if first.type == "interval"
+                    else first.value == other.value
+                ).fill_null(False)
+                for other in compiled[1:]
+            ]
         return conditions
 
     def _pairs(self, joined: set[int], j: int) -> list[tuple[Scalar, Scalar]]:
@@ -988,7 +1076,7 @@ class Join(Operator):
         self, frame: pl.DataFrame, exprs: Sequence[Scalar], types: Sequence[str], step: _Lookup
     ) -> tuple[pl.DataFrame, pl.DataFrame]:
         """``frame`` with key columns ``k0..`` (cast to compare equal), rows with NULL keys dropped."""
-        keyed, err = evaluate(frame, exprs, types, step.names, step.dtypes)
+        keyed, err = evaluate(frame, exprs, types, step.names, step.dtypes, match=True)
         return (keyed.drop_nulls(step.names) if step.names else keyed), err
 
     def run(self, lower: int, upper: int) -> None:

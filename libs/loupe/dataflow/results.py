@@ -8,6 +8,7 @@ import polars as pl
 import pyarrow as pa
 
 from loupe.common.errors import LoupeError
+from loupe.interval import Interval
 from loupe.plan import mir
 
 
@@ -45,7 +46,20 @@ class PeekResult:
     types: tuple[str, ...]
 
     def rows(self) -> list[tuple[object, ...]]:
-        return self.frame.rows()
+        """The rows as Python values (an interval as ``loupe.interval.Interval``)."""
+        rows = self.frame.rows()
+        intervals = [i for i, t in enumerate(self.types) if t == "interval"]
+        if not intervals or not rows:
+            return rows
+        return [python_row(row, intervals) for row in rows]
+
+
+def python_row(row: tuple[object, ...], intervals: list[int]) -> tuple[object, ...]:
+    """``row`` with the engine's interval structs at ``intervals`` as ``Interval`` values."""
+    values = list(row)
+    for i in intervals:
+        values[i] = Interval.from_struct(values[i])
+    return tuple(values)
 
 
 @dataclass(frozen=True)

@@ -28,10 +28,12 @@ errors of the partition, kept and retracted with it as its rows are.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Literal
 
 import polars as pl
 
+from loupe.dataflow import intervals
 from loupe.dataflow.arrangement import Spine
 from loupe.dataflow.batches import (
     DIFF,
@@ -49,9 +51,12 @@ from loupe.dataflow.operators import (
     _aggregate_expr,
     _by_time,
     _current,
+    _interval_aggregate,
     _positive,
     _touched_hashes,
+    interval_averages,
 )
+from loupe.interval import Interval
 from loupe.plan import lir, mir
 
 # SQLSTATEs of the arguments PostgreSQL rejects while computing a window.
@@ -191,20 +196,23 @@ class Window(Operator):
         ]
         if not keys or frame.height <= 1:
             return frame
-        return frame.sort(
-            [c for c, _, _ in keys],
-            descending=[d for _, d, _ in keys],
-            nulls_last=[n for _, _, n in keys],
-        )
+        by, descending, nulls_last = intervals.order_by(frame.schema, keys)
+        return frame.sort(by, descending=descending, nulls_last=nulls_last)
 
     def _positions(self, frame: pl.DataFrame) -> pl.DataFrame:
         """``frame`` with each row's index, its partition's and its peers' bounds."""
         index = pl.int_range(pl.len(), dtype=pl.Int64)
         last = index == pl.len() - 1
 
+        def value(column: str) -> pl.Expr:
+            # Intervals of one span ('1 mon', '30 days') are peers, as PostgreSQL's = says.
+            if intervals.is_interval(frame.schema[column]):
+                return intervals.span_value(pl.col(column))
+            return pl.col(column)
+
         def changes(columns: list[str], step: int) -> pl.Expr:
             return pl.any_horizontal(
-                [pl.lit(False)] + [pl.col(c).ne_missing(pl.col(c).shift(step)) for c in columns]
+                [pl.lit(False)] + [value(c).ne_missing(value(c).shift(step)) for c in columns]
             )
 
         peers = [*self.groups, *self.order]
@@ -294,7 +302,8 @@ class Window(Operator):
         assert bound.distance is not None
         dtype = frame.schema[name]
         key = pl.col(name)
-        distance = pl.lit(bound.distance.value)
+        value = bound.distance.value
+        distance = pl.lit(None) if isinstance(value, Interval) else pl.lit(value)
         if dtype == pl.Date:  # a date and an interval make a timestamp
             key = key.cast(pl.Datetime("us"))
         elif dtype.is_integer():
@@ -303,7 +312,11 @@ class Window(Operator):
             distance = distance.cast(dtype)
         # Toward lower keys: PRECEDING in ascending order, FOLLOWING in descending.
         lower = (bound.kind == "offset_preceding") != desc
-        target = key - distance if lower else key + distance
+        if isinstance(value, Interval):  # months first, as time + interval
+            offset = intervals.literal(value)
+            target = intervals.add_to_time(key, offset, -1 if lower else 1)[0]
+        else:
+            target = key - distance if lower else key + distance
         # Ascending keys: a start is the first row of the first peer group at or above the
         # target, an end the row after the last group at or below it; descending, the
         # other way round.
@@ -470,6 +483,9 @@ def _aggregate(
     elif dtype.is_integer():
         value = value.cast(pl.Int64)  # sums of int4 are int8, as PostgreSQL's
     aggregate = mir.Aggregate(func, mir.Column(0))
+    if intervals.is_interval(frame.schema[name]) and func in ("sum", "avg", "min", "max"):
+        # Intervals aggregate field by field (min/max by span): each frame's rows are read.
+        return pl.lit(_row_by_row(frame, value, aggregate, start, end, over=_interval_aggregate))
     if _is_whole(function.frame, ordered):
         one = pl.col(_ONE)
         return _aggregate_expr(aggregate, value, one, one > 0, numeric=numeric).over(_PARTITION)
@@ -544,6 +560,7 @@ def _row_by_row(
     end: pl.Expr,
     *,
     numeric: bool = False,
+    over: Callable[..., pl.Expr] | None = None,
 ) -> pl.Series:
     """The aggregate over each row's frame, reading the frame's rows one by one (bounded frames)."""
     bounds = frame.select(pl.col(_ROW), start.alias("_s"), end.alias("_e"), value.alias("_v"))
@@ -556,7 +573,12 @@ def _row_by_row(
         bounds["_v"].gather(members["_j"]).alias("_v"), pl.lit(1, pl.Int64).alias(_ONE)
     )
     one = pl.col(_ONE)
+    function = over or _aggregate_expr
     grouped = members.group_by(_ROW).agg(
-        _aggregate_expr(aggregate, pl.col("_v"), one, one > 0, numeric=numeric).alias("_a")
+        function(aggregate, pl.col("_v"), one, one > 0).alias("_a")
+        if over is not None
+        else _aggregate_expr(aggregate, pl.col("_v"), one, one > 0, numeric=numeric).alias("_a")
     )
+    if over is _interval_aggregate and aggregate.func == "avg":
+        grouped = interval_averages(grouped, ["_a"])
     return bounds.select(_ROW).join(grouped, on=_ROW, how="left").sort(_ROW)["_a"]

@@ -65,6 +65,7 @@ LITERAL_TYPES: dict[str, tuple[str | None, ...]] = {
     "make_timestamp": ("int4", "int4", "int4", "int4", "int4", "float8"),
     "chr": ("int4",),
     **dict.fromkeys(("justify_hours", "justify_days", "justify_interval"), ("interval",)),
+    "age": ("timestamp", "timestamp"),
 }
 
 
@@ -152,6 +153,8 @@ def _add(types: Sequence[str]) -> str:
         return "timestamp" if other == "date" else other
     if pair == {"interval"}:
         return "interval"
+    if pair == {"time", "interval"}:
+        return "time"
     return widest(types)
 
 
@@ -169,6 +172,8 @@ def _sub(types: Sequence[str]) -> str:
         return left
     if left == "interval" and right == "interval":
         return "interval"
+    if left == "time" and right in ("time", "interval"):
+        return "time" if right == "interval" else "interval"
     return widest(types)
 
 
@@ -317,28 +322,30 @@ _FUNCTIONS = (
         lambda t: "timestamptz" if t[1] == "timestamp" else "timestamp",
         "timezone(zone, time) = time AT TIME ZONE zone: a constant zone name, offset or interval",
     ),
-    Function(
-        "add_calendar_interval",
-        4,
-        4,
-        lambda t: "timestamp" if t[0] == "date" else t[0],
-        "time + an interval of (months, days, microseconds): months first (the day clamped to "
-        "the month's last), then days, then the rest; what time ± INTERVAL '1 month' plans to",
-    ),
     Function("justify_hours", 1, 1, _fixed("interval"), "whole 24 hours as days"),
-    Function(
-        "justify_days",
-        1,
-        1,
-        _fixed("interval"),
-        "whole 30 days as months (30 days or more: 0A000, the engine's intervals have no months)",
-    ),
+    Function("justify_days", 1, 1, _fixed("interval"), "whole 30 days as months"),
     Function(
         "justify_interval",
         1,
         1,
         _fixed("interval"),
-        "justify_days(justify_hours(x)), one sign (30 days or more: 0A000, as justify_days)",
+        "justify_days and justify_hours, the fields given one sign",
+    ),
+    Function(
+        "interval_span",
+        1,
+        1,
+        _fixed("interval"),
+        "the interval of the same total span with fewer than 30 days and 24 hours (floored): "
+        "equal intervals ('1 mon', '30 days') have one; what GROUP BY and DISTINCT key them by",
+    ),
+    Function(
+        "age",
+        2,
+        2,
+        _fixed("interval"),
+        "age(a, b): years, months and days from b to a by the calendar (age(x): from midnight "
+        "today)",
     ),
     Function("make_date", 3, 3, _fixed("date"), "make_date(year, month, day); invalid is 22008"),
     Function(

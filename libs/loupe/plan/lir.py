@@ -13,7 +13,7 @@ import enum
 from dataclasses import dataclass, field
 
 from loupe.plan import mir
-from loupe.plan.scalar import Column, Scalar, columns_of, remap, shift
+from loupe.plan.scalar import Column, Scalar, columns_of, remap, scalar_type, shift
 
 
 @dataclass(frozen=True)
@@ -380,15 +380,27 @@ class LoweringContext:
             lowered,
             relation.group_key,
             relation.aggregates,
-            reduce_kind(relation.aggregates),
+            reduce_kind(relation.aggregates, lowered.types),
         )
 
 
-def reduce_kind(aggregates: tuple[mir.Aggregate, ...]) -> ReduceKind:
-    """Accumulable for count/sum/avg, Hierarchical for min/max, Basic otherwise (DISTINCT, mixed)."""
+def reduce_kind(
+    aggregates: tuple[mir.Aggregate, ...], input_types: tuple[str, ...] = ()
+) -> ReduceKind:
+    """Accumulable for count/sum/avg, Hierarchical for min/max, Basic otherwise (DISTINCT, mixed,
+    sums of intervals: three fields, recomputed per group)."""
     if not aggregates:
         return ReduceKind.DISTINCT
-    if all(a.func in ("count", "sum", "avg") and not a.distinct for a in aggregates):
+    intervals = any(
+        a.func in ("sum", "avg")
+        and a.expr is not None
+        and input_types
+        and scalar_type(a.expr, input_types) == "interval"
+        for a in aggregates
+    )
+    if not intervals and all(
+        a.func in ("count", "sum", "avg") and not a.distinct for a in aggregates
+    ):
         return ReduceKind.ACCUMULABLE
     if all(a.func in ("min", "max") for a in aggregates):
         return ReduceKind.HIERARCHICAL

@@ -68,6 +68,8 @@ class Aggregate:
             return "text"
         assert self.expr is not None
         arg = scalar_type(self.expr, input_types)
+        if arg == "interval" and self.func in ("sum", "avg"):
+            return "interval"
         if self.func == "avg" or self.func in SPREAD_AGGREGATES:
             return "float8" if arg.startswith("float") else "numeric"
         if self.func == "sum":

@@ -172,21 +172,4 @@ def render_value(value: Any) -> str:
         return value.isoformat(sep=" ")
     if isinstance(value, datetime.date):
         return value.isoformat()
-    if isinstance(value, datetime.timedelta):
-        return _render_interval(value)
-    return str(value)
-
-
-def _render_interval(value: datetime.timedelta) -> str:
-    """``1 day 02:00:00`` style, as PostgreSQL prints intervals without months."""
-    sign = "-" if value < datetime.timedelta(0) else ""
-    value = abs(value)
-    hours, rest = divmod(value.seconds, 3600)
-    minutes, seconds = divmod(rest, 60)
-    clock = f"{hours:02}:{minutes:02}:{seconds:02}"
-    if value.microseconds:
-        clock += f".{value.microseconds:06}".rstrip("0")
-    if not value.days:
-        return sign + clock
-    days = f"{value.days} day{'s' if value.days != 1 else ''}"
-    return f"{sign}{days}" if clock == "00:00:00" else f"{sign}{days} {clock}"
+    return str(value)  # an Interval prints as PostgreSQL prints it

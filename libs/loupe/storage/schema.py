@@ -2,7 +2,7 @@
 
 Spark has no unsigned integers and no ``uint64`` timestamps, so parts are
 written with Spark's types (``uint8`` and ``mz_timestamp`` as ``LongType``,
-``interval`` as ``DayTimeIntervalType``, stored as int64 microseconds) and
+``interval`` as a struct of months, days and microseconds) and
 ``Shard`` casts each part to the shard's Arrow schema when it reads it.
 
 A flush writes every collection of a *write group* in one Spark job: the
@@ -23,6 +23,7 @@ from typing import Any
 import pyarrow as pa
 
 from loupe.builtins import BuiltinCollection
+from loupe.interval import Interval
 from loupe.persist import DIFF_COLUMN, TIMESTAMP_COLUMN
 from loupe.sqltypes import NUMERIC_LIMIT, TYPES, SqlType
 
@@ -90,7 +91,7 @@ def _check_value(pg_type: str, value: Any) -> str | None:
     elif pg_type == "date":
         ok = isinstance(value, dt.date) and not isinstance(value, dt.datetime)
     elif pg_type == "interval":
-        ok = isinstance(value, dt.timedelta)
+        ok = isinstance(value, Interval | dt.timedelta)
     elif pg_type == "bytea":
         ok = isinstance(value, bytes | bytearray)
     elif pg_type == "list":

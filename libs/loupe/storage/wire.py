@@ -57,7 +57,6 @@ _which = common_pb2.Value.WhichOneof
 _FROM_INTEGER: dict[str, pa.DataType] = {
     "timestamptz": pa.int64(),
     "timestamp": pa.int64(),
-    "interval": pa.int64(),
     "date": pa.int32(),
 }
 
@@ -351,6 +350,14 @@ def _to_arrow(kind: str, raw: list[Any]) -> pa.Array:
         return pa.array([None if v is None else float(v) for v in raw], type=target)
     if kind == "numeric":  # numeric_value and text_value are decimal text
         return pa.array([None if v is None else Decimal(v) for v in raw], type=target)
+    if kind == "interval":  # common.v1.IntervalValue messages
+        return pa.array(
+            [
+                None if v is None else {"months": v.months, "days": v.days, "micros": v.micros}
+                for v in raw
+            ],
+            type=target,
+        )
     if kind == "list":
         return pa.array(
             [None if v is None else [_list_item(item) for item in v.values] for v in raw],

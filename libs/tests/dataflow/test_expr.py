@@ -11,8 +11,9 @@ import pytest
 
 from loupe.common.errors import LoupeError
 from loupe.dataflow import expr as engine_expr
-from loupe.dataflow.expr import apply_mfp, compile_scalar, eval_keys, like_regex, parse_interval
+from loupe.dataflow.expr import apply_mfp, compile_scalar, eval_keys, like_regex
 from loupe.dataflow.types import polars_dtype
+from loupe.interval import Interval
 from loupe.plan.functions import FUNCTIONS, lookup
 from loupe.plan.lir import MapFilterProject
 from loupe.plan.scalar import Call, Case, Cast, Column, Literal, Scalar
@@ -195,13 +196,14 @@ def test_date_and_time_arithmetic() -> None:
     )
     assert value_of(
         call("sub", lit(start, "timestamp"), lit(datetime.datetime(2024, 1, 1), "timestamp"))
-    ) == datetime.timedelta(hours=12)
+    ) == {"months": 0, "days": 0, "micros": 12 * 3_600_000_000}
+    # timestamp - timestamp: whole days as days, the rest with the same sign (never months).
     assert value_of(call("sub", lit(start, "timestamp"), lit(day, "date"))) == (
-        start - datetime.datetime(2024, 2, 28)
+        {"months": 0, "days": -57, "micros": -12 * 3_600_000_000}
     )
     assert compile_scalar(call("sub", c(0), c(1)), ["timestamp", "date"]).type == "interval"
     assert value_of(call("mul", lit("1 hour", "interval"), lit(3, "int4"))) == (
-        datetime.timedelta(hours=3)
+        {"months": 0, "days": 0, "micros": 3 * 3_600_000_000}
     )
 
 
@@ -300,15 +302,9 @@ def test_casts_to_text_print_like_postgres() -> None:
         "2024-01-02 03:04:05.25",
     ]
     assert evaluate(Cast(c(0), "text"), ["date"], [moment.date()])[0] == ["2024-01-02"]
-    spans = [datetime.timedelta(days=1, hours=2), datetime.timedelta(minutes=5)]
-    assert evaluate(Cast(c(0), "text"), ["interval"], spans)[0] == ["1 day 02:00:00", "00:05:00"]
-
-
-def test_parse_interval() -> None:
-    assert parse_interval("1 day 02:30:00") == datetime.timedelta(days=1, hours=2, minutes=30)
-    assert parse_interval("2 hours 5 mins") == datetime.timedelta(hours=2, minutes=5)
-    with pytest.raises(ValueError):
-        parse_interval("fortnight")
+    spans = [Interval(0, 1, 2 * 3_600_000_000), Interval(micros=300_000_000), Interval(14, -1)]
+    texts = ["1 day 02:00:00", "00:05:00", "1 year 2 mons -1 days"]
+    assert evaluate(Cast(c(0), "text"), ["interval"], [i.to_struct() for i in spans])[0] == texts
 
 
 # Strings
@@ -504,7 +500,7 @@ def test_every_evaluable_registered_function_compiles() -> None:
     """Each registry entry has an implementation that accepts its minimum argument count."""
     samples: dict[int, list[Scalar]] = {0: [], 1: [c(0)], 2: [c(0), c(1)]}
     samples[3] = [c(0), c(1), lit(2, "int4")]
-    samples[4] = samples[6] = []  # add_calendar_interval, make_timestamp: special calls
+    samples[6] = []  # make_timestamp: a special call
     units = {"date_trunc", "extract", "date_part"}
     for function in FUNCTIONS.values():
         if not function.evaluable:
@@ -527,10 +523,7 @@ CONSTANT_ARGS = {"regexp_replace", "translate"}
 SPECIAL_CALLS: dict[str, tuple[list[Scalar], list[str]]] = {
     "to_char": ([c(0), lit("YYYY", "text")], ["timestamp"]),
     "timezone": ([lit("UTC", "text"), c(0)], ["timestamp"]),
-    "add_calendar_interval": (
-        [c(0), lit(1, "int4"), lit(2, "int4"), lit(3, "int8")],
-        ["date"],
-    ),
+    "age": ([c(0), c(0)], ["timestamp"]),
     "date_bin": ([c(0), c(1), c(1)], ["interval", "timestamp"]),
     "make_timestamp": ([c(0), c(0), c(0), c(0), c(0), c(1)], ["int4", "float8"]),
 }

@@ -37,7 +37,7 @@ def persist_table() -> pa.Table:
         "ok": [True, None],
         "day": [datetime.date(2024, 2, 29), None],
         "at": [at, None],
-        "span": [datetime.timedelta(hours=25), None],
+        "span": [{"months": 1, "days": 2, "micros": 25 * 3_600_000_000}, None],
         "mz_timestamp": [3, 4],
         "mz_diff": [1, -2],
     }
@@ -71,7 +71,7 @@ def test_empty_frame_has_the_engine_schema() -> None:
     assert dict(frame.schema) == {
         "c0": pl.Int32,
         "c1": pl.Utf8,
-        "c2": pl.Duration("us"),
+        "c2": pl.Struct({"months": pl.Int32, "days": pl.Int32, "micros": pl.Int64}),
         "time": pl.UInt64,
         "diff": pl.Int64,
     }

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import datetime as dt
 import json
 import urllib.request
 from collections.abc import AsyncIterator
@@ -26,6 +25,7 @@ from loupe.controller.service import (
     ControllerService,
     ControllerSettings,
 )
+from loupe.interval import Interval
 from loupe.proto.catalog.v1 import catalog_pb2
 from loupe.proto.common.v1 import common_pb2
 from loupe.proto.compute.v1 import compute_pb2, plan_pb2
@@ -194,7 +194,7 @@ async def test_list_collections_and_append_updates(controller, nats_connection):
     assert clusters.shard_id == MZ_CLUSTERS.shard_id
     assert clusters.blob_uri.startswith("file://")
 
-    row = ("u9", "analytics", "u1", True, "1", 1, dt.timedelta(seconds=1), False)
+    row = ("u9", "analytics", "u1", True, "1", 1, Interval(micros=1_000_000), False)
     request = controller_pb2.AppendUpdatesRequest(
         batch_id="b1",
         collections=[

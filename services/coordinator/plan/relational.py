@@ -306,3 +306,40 @@ def substitute(expr: Scalar, values: Mapping[int, Scalar]) -> Scalar:
         return Cast(substitute(expr.expr, values), expr.type)
     whens = tuple((substitute(c, values), substitute(r, values)) for c, r in expr.whens)
     return Case(whens, substitute(expr.otherwise, values))
+
+
+# Intervals are equal when their total spans are ('1 mon' = '30 days'): grouping and DISTINCT
+# key them by ``interval_span`` (one value per span) and keep, of the intervals of one span,
+# the one with the smallest fields (``min``), as the group's value.
+
+
+def grouped(
+    relation: mir.Relation,
+    keys: tuple[Scalar, ...],
+    aggregates: tuple[mir.Aggregate, ...],
+    names: tuple[str, ...],
+) -> mir.Relation:
+    """``mir.Reduce(relation, keys, aggregates, names)``, intervals among the keys grouped by
+    their total span; the columns are the Reduce's."""
+    spans = [i for i, k in enumerate(keys) if scalar_type(k, relation.types) == "interval"]
+    if not spans:
+        return mir.Reduce(relation, keys, aggregates, names)
+    chosen = tuple(mir.Aggregate("min", keys[i]) for i in spans)
+    span_keys = tuple(Call("interval_span", (k,)) if i in spans else k for i, k in enumerate(keys))
+    reduced = mir.Reduce(
+        relation,
+        span_keys,
+        aggregates + chosen,
+        names + tuple(f"_span{i}" for i in spans),
+    )
+    width = len(keys) + len(aggregates)
+    outputs = [width + spans.index(i) if i in spans else i for i in range(len(keys))]
+    return mir.Project(reduced, (*outputs, *range(len(keys), width)), names)
+
+
+def distinct(relation: mir.Relation) -> mir.Relation:
+    """``mir.Distinct(relation)``, interval columns compared by their total span."""
+    if "interval" not in relation.types:
+        return mir.Distinct(relation)
+    keys = tuple(Column(i) for i in range(relation.arity))
+    return grouped(relation, keys, (), tuple(name for name, _ in relation.columns))

@@ -21,8 +21,9 @@ import loupe.plan.mir as mir
 from loupe import sqltypes
 from loupe.common.errors import LoupeError, SqlState
 from loupe.coordinator.plan.scope import Scope
-from loupe.coordinator.plan.values import MonthInterval, add_interval, fold_cast, parse_interval
+from loupe.coordinator.plan.values import fold_cast
 from loupe.dataflow.expr import compile_scalar, evaluate_closed
+from loupe.interval import parse_interval
 from loupe.plan import functions
 from loupe.plan.scalar import Call, Case, Cast, Column, Literal, Scalar, columns_of, scalar_type
 
@@ -291,11 +292,8 @@ class Scalars:
         return scalar_type(scalar, self.types)
 
     def lower(self, node: exp.Expression) -> Scalar:
-        """The scalar of ``node``; refuses month intervals left unfolded."""
-        scalar = self._lower(node)
-        if _has_month_interval(scalar):
-            raise unsupported("intervals with months or years outside date/time constants")
-        return scalar
+        """The scalar of ``node``."""
+        return self._lower(node)
 
     def _lower(self, node: exp.Expression) -> Scalar:
         if isinstance(node, exp.Window):
@@ -539,6 +537,12 @@ class Scalars:
             name = str(node.name).lower()
             if name in TEMPORAL_FUNCTIONS and not node.expressions:
                 return self.context.temporal_literal(name)
+            if name == "age" and len(node.expressions) == 1:
+                # age(x) is age(current_date, x): from midnight today (at the query time).
+                today = self.context.temporal_literal("current_date")
+                return self.call(
+                    "age", [Cast(today, "timestamp"), self._lower(node.expressions[0])]
+                )
             return self.call(name, self._args(*node.expressions))
         if isinstance(node, exp.Trim):
             position = str(node.args.get("position") or "").upper()
@@ -605,41 +609,11 @@ class Scalars:
             _safe(args)
         ):
             return Literal(None, self.type_of(call))
-        folded = _fold_date_arithmetic(function.name, args)
-        if folded is not None:
-            return folded
-        shifted = self._calendar_shift(function.name, args)
-        if shifted is not None:
-            return shifted
         if function.name in functions.CHECKED_WHEN_PLANNED:
             # The engine's compiler checks what the registry cannot (argument types, constant
             # formats and zones): a call it refuses fails the statement, not a replica's render.
             compile_scalar(call, self.types)
         return _fold_constant(call) or call
-
-    def _calendar_shift(self, name: str, args: Sequence[Scalar]) -> Scalar | None:
-        """``time ± INTERVAL '1 month …'`` over a column: months are no fixed duration, so the
-        interval's fields are applied one after the other (``add_calendar_interval``)."""
-        if name not in ("add", "sub") or len(args) != 2:
-            return None
-        time, interval = args
-        if name == "add" and isinstance(time, Literal) and isinstance(time.value, MonthInterval):
-            time, interval = interval, time
-        if not (isinstance(interval, Literal) and isinstance(interval.value, MonthInterval)):
-            return None
-        if self.type_of(time) not in ("date", "timestamp", "timestamptz"):
-            return None
-        sign = 1 if name == "add" else -1
-        fields = interval.value
-        return Call(
-            "add_calendar_interval",
-            (
-                time,
-                Literal(sign * fields.months, "int4"),
-                Literal(sign * fields.days, "int4"),
-                Literal(sign * fields.micros, "int8"),
-            ),
-        )
 
     def _coerce(self, name: str, args: list[Scalar]) -> list[Scalar]:
         """Quoted literals and NULLs take the type of the call's other arguments, as in PostgreSQL
@@ -725,7 +699,9 @@ def _typed_like(arg: Scalar, type_: str, context: str) -> Scalar:
 
 
 # Result types a constant call folds to (their values are exact Python values).
-_FOLDABLE = frozenset({"bool", "int2", "int4", "int8", "float8", "text", "date"})
+_FOLDABLE = frozenset(
+    {"bool", "int2", "int4", "int8", "float8", "text", "date", "timestamp", "interval"}
+)
 
 
 def _fold_constant(call: Call) -> Literal | None:
@@ -761,43 +737,6 @@ def _safe(args: Sequence[Scalar]) -> bool:
         except LoupeError:
             return False
     return True
-
-
-def _fold_date_arithmetic(name: str, args: Sequence[Scalar]) -> Literal | None:
-    """``DATE '…' ± INTERVAL '…'`` (and ``± n`` days) as one constant, as PostgreSQL types it."""
-    if name not in ("add", "sub") or not all(isinstance(a, Literal) for a in args):
-        return None
-    left, right = args
-    assert isinstance(left, Literal)
-    assert isinstance(right, Literal)
-    if name == "add" and isinstance(left.value, datetime.timedelta | MonthInterval):
-        left, right = right, left
-    sign = 1 if name == "add" else -1
-    start, amount = left.value, right.value
-    if not isinstance(start, datetime.date) or start is None or amount is None:
-        return None
-    try:  # beyond Python's dates (years 1 to 9999) the engine computes (and checks) it
-        if isinstance(amount, datetime.timedelta | MonthInterval):
-            moment = add_interval(start, amount, sign)
-            return Literal(moment, "timestamp" if left.type == "date" else left.type)
-        if left.type == "date" and isinstance(amount, int) and not isinstance(amount, bool):
-            return Literal(start + datetime.timedelta(days=sign * amount), "date")
-    except (OverflowError, ValueError):
-        return None
-    return None
-
-
-def _has_month_interval(scalar: Scalar) -> bool:
-    if isinstance(scalar, Literal):
-        return isinstance(scalar.value, MonthInterval)
-    if isinstance(scalar, Call):
-        return any(_has_month_interval(a) for a in scalar.args)
-    if isinstance(scalar, Cast):
-        return _has_month_interval(scalar.expr)
-    if isinstance(scalar, Case):
-        parts = [e for pair in scalar.whens for e in pair] + [scalar.otherwise]
-        return any(_has_month_interval(p) for p in parts)
-    return False
 
 
 NUMERIC_ONLY_TWO_ARGUMENTS = frozenset({"log", "round", "trunc"})

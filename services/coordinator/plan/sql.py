@@ -1067,7 +1067,7 @@ class _Planner:
                     INVALID_COLUMN_REFERENCE,
                     "for SELECT DISTINCT, ORDER BY expressions must appear in select list",
                 )
-            relation = mir.Distinct(relation)
+            relation = relational.distinct(relation)
         limit, offset = _limit_offset(select)
         return _Ordered(relation, len(items), keys if ordering else (), limit, offset)
 
@@ -1100,7 +1100,7 @@ class _Planner:
                 grouping.aggregate(call)
         names = tuple(f"k{i}" for i in range(len(keys)))
         names += tuple(f"{a.func}{i}" for i, a in enumerate(grouping.aggregates))
-        reduced: mir.Relation = mir.Reduce(relation, keys, tuple(grouping.aggregates), names)
+        reduced = relational.grouped(relation, keys, tuple(grouping.aggregates), names)
         if not keys:
             defaults = [
                 Literal(0, "int8") if a.func == "count" else Literal(None, t)
@@ -1135,9 +1135,9 @@ class _Planner:
         distinct = bool(node.args.get("distinct"))
         if isinstance(node, exp.Union):
             union = mir.Union((left, right))
-            return mir.Distinct(union) if distinct else union
+            return relational.distinct(union) if distinct else union
         if distinct:
-            left, right = mir.Distinct(left), mir.Distinct(right)
+            left, right = relational.distinct(left), relational.distinct(right)
         except_ = mir.Threshold(mir.Union((left, mir.Negate(right))))
         if isinstance(node, exp.Except):
             return except_

@@ -13,13 +13,12 @@ Errors are PostgreSQL's: window functions outside the SELECT list and
 ORDER BY are 42P20, as are nested calls and invalid frames; unknown window
 functions 42883; functions that are neither window functions nor
 aggregates 42809. RANGE frames with offsets take PostgreSQL's offset types
-(numbers of the key's kind; intervals without months for dates and times).
+(numbers of the key's kind; intervals for dates and times).
 EXCLUDE is 0A000.
 """
 
 from __future__ import annotations
 
-import datetime as dt
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from decimal import ROUND_HALF_UP, Decimal
@@ -31,6 +30,7 @@ from loupe import sqltypes
 from loupe.common.errors import LoupeError, SqlState
 from loupe.coordinator.plan.scalars import AGGREGATES, Scalars, unsupported
 from loupe.coordinator.plan.values import fold_cast
+from loupe.interval import Interval
 from loupe.plan import functions
 from loupe.plan.scalar import NUMERIC_RANK, Case, Cast, Column, Literal, Scalar
 
@@ -349,9 +349,8 @@ def _distance(offset: Literal | None, key_type: str) -> Literal | None:
             f"{key_name} and offset type {offset_name}",
             hint="Cast the offset value to an appropriate type.",
         )
-    if target == "interval" and not isinstance(value, dt.timedelta):
-        raise unsupported("RANGE offsets with months or years")
-    if value < (dt.timedelta(0) if target == "interval" else 0):
+    negative = value.span() < 0 if isinstance(value, Interval) else value < 0
+    if negative:
         raise LoupeError(
             INVALID_PRECEDING_OR_FOLLOWING_SIZE,
             "invalid preceding or following size in window function",

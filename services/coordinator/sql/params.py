@@ -16,7 +16,7 @@ value type     literal
 ``numeric``    ``CAST('12.50' AS numeric)``
 ``text``       a string literal (typed like one written inline)
 ``date``, …    ``CAST('2024-01-02' AS date)``, also time, timestamptz, timestamp
-``interval``   ``INTERVAL 'n microseconds'``
+``interval``   ``INTERVAL '1 mon 2 days 03:00:00'`` (its text)
 ``jsonb``      ``CAST('{…}' AS jsonb)``
 =============  ================================================
 
@@ -52,7 +52,6 @@ from sqlglot import exp
 
 from loupe import sqltypes
 from loupe.common.errors import LoupeError, SqlState
-from loupe.common.values import format_interval
 from loupe.coordinator.sql.statements import (
     CreateView,
     Delete,
@@ -64,6 +63,7 @@ from loupe.coordinator.sql.statements import (
     Subscribe,
     Update,
 )
+from loupe.interval import Interval, format_interval
 
 UNDEFINED_PARAMETER = "42P02"
 PROTOCOL_VIOLATION = "08P01"
@@ -270,8 +270,8 @@ def literal(parameter: Parameter) -> exp.Expression:
         typed = _cast_type(kind)
         return exp.null() if typed is None else exp.cast(exp.null(), typed)
     if kind == "interval":
-        micros = value // dt.timedelta(microseconds=1)
-        return exp.Interval(this=exp.Literal.string(f"{micros} microseconds"))
+        interval = value if isinstance(value, Interval) else Interval.from_timedelta(value)
+        return exp.Interval(this=exp.Literal.string(format_interval(interval)))
     if kind == "bool":
         return exp.Boolean(this=bool(value))
     if kind == "text":
@@ -322,8 +322,10 @@ def text_form(value: Any, type_: str = "") -> str | None:
         return text[:-3] if text.endswith(":00") and text[-6] in "+-" else text
     if isinstance(value, dt.date):
         return value.isoformat()
-    if isinstance(value, dt.timedelta):
+    if isinstance(value, Interval):
         return format_interval(value)
+    if isinstance(value, dt.timedelta):
+        return format_interval(Interval.from_timedelta(value))
     if isinstance(value, dict | list):
         return json.dumps(value, sort_keys=True)
     if isinstance(value, bytes):

@@ -39,6 +39,7 @@ from loupe.coordinator.coordinator import (
     CONTROLLER_SERVICE,
 )
 from loupe.coordinator.service import CoordinatorService, CoordinatorSettings
+from loupe.interval import structs
 from loupe.persist import Shard, open_location
 from loupe.persist.location import default_uris
 from loupe.persist.shard import arrow_schema
@@ -415,7 +416,7 @@ class FakeController:
             names = [*builtin.column_names, "mz_timestamp", "mz_diff"]
             table = pa.Table.from_pylist(
                 [
-                    dict(zip(names, [*row, timestamp, diff], strict=True))
+                    dict(zip(names, [*structs(list(row)), timestamp, diff], strict=True))
                     for row, diff in updates.get(builtin.id, [])
                 ],
                 schema=arrow_schema(builtin.columns),
@@ -524,7 +525,7 @@ class FakeController:
         names = [*builtin.column_names, "mz_timestamp", "mz_diff"]
         return pa.Table.from_pylist(
             [
-                dict(zip(names, [*row, timestamp, count], strict=True))
+                dict(zip(names, [*structs(list(row)), timestamp, count], strict=True))
                 for row, count in self.counts(collection_id).items()
             ],
             schema=arrow_schema(builtin.columns),

@@ -60,7 +60,7 @@ def test_parameters_are_bound_as_literals_of_their_types():
     assert _sql(typed) == (
         "SELECT -7, CAST('1099511627776' AS BIGINT), CAST('1.5' AS DOUBLE PRECISION),"
         " CAST('12.50' AS DECIMAL), CAST('2024-01-02' AS DATE),"
-        " CAST('2024-01-02 03:04:05+00:00' AS TIMESTAMPTZ), INTERVAL '86401000000 microseconds'"
+        " CAST('2024-01-02 03:04:05+00:00' AS TIMESTAMPTZ), INTERVAL '1 day 00:00:01'"
     )
     # The parsed statement keeps its parameters: a prepared statement binds again and again.
     assert _sql(query) == "SELECT $1, $2, $3, $4, $2 || 'x'"

@@ -16,6 +16,7 @@ from typing import Any
 import psycopg
 import pytest
 
+from loupe.interval import Interval
 from loupe.sqltypes import TYPES, lookup
 
 # (column type as written, input literals). Each value round-trips through one table.
@@ -34,10 +35,32 @@ CASES = [
     ("timestamp without time zone", ["1999-12-31 23:59:59"]),
     ("timestamptz", ["2024-04-05 12:00:00+02", "2024-04-05 12:00:00"]),
     ("timestamp with time zone", ["2000-01-01 00:00:00.5+00"]),
+    # Months, days and microseconds stay apart: '25 hours' is not '1 day 01:00:00'.
+    (
+        "interval",
+        [
+            "1 year 2 mons 3 days 04:05:06.5",
+            "25 hours",
+            "-1 day +02:00",
+            "1.5 months",
+            "@ 3 days ago",
+            "-1 year -2 mons",
+            "0",
+        ],
+    ),
 ]
 
 
+def _as_psycopg_reads(value: Interval) -> dt.timedelta:
+    """An interval as psycopg reads PostgreSQL's text of it: a year 365 days, a month 30."""
+    years = abs(value.months) // 12 * (1 if value.months >= 0 else -1)
+    months = value.months - years * 12
+    return dt.timedelta(days=years * 365 + months * 30 + value.days, microseconds=value.micros)
+
+
 def _same(loupe: Any, postgres: Any) -> bool:
+    if isinstance(loupe, Interval):
+        return _as_psycopg_reads(loupe) == postgres
     if isinstance(postgres, Decimal):
         # Loupe's numeric drops trailing zeros (Materialize); compare by value.
         return Decimal(str(loupe)) == postgres
@@ -203,3 +226,26 @@ async def test_numeric_overflow_and_division_by_zero_are_postgresql_s_errors(
     ]
     error = await tables.error(session, "SELECT x / 0 FROM narrow")
     assert error.code == "22012"
+
+
+async def test_interval_columns_update_and_delete_by_span_as_in_postgresql(
+    tables: Any, postgres: Any
+) -> None:
+    """UPDATE and DELETE on an interval column: WHERE compares by total span
+    ('1 mon' = '30 days'), SET adds months first; the rows left are PostgreSQL's."""
+    session = await tables.session()
+    statements = [
+        "CREATE TABLE spans (k int, v interval)",
+        "INSERT INTO spans VALUES (1, '1 mon'), (2, '30 days'), (3, '25 hours'), "
+        "(4, '1 year 1 day'), (5, NULL), (6, '-720:00:00')",
+        "UPDATE spans SET v = v * 1.5 + interval '1 mon 01:00' WHERE v = interval '720 hours'",
+        "UPDATE spans SET v = -v WHERE v < interval '0'",
+        "DELETE FROM spans WHERE v > interval '1 year'",
+    ]
+    postgres.execute("DROP TABLE IF EXISTS spans")
+    for sql in statements:
+        postgres.execute(sql)
+        await tables.tag(session, sql)
+    query = "SELECT k, v::text FROM spans ORDER BY k"
+    expected = postgres.execute(query).fetchall()
+    assert [tuple(row) for row in await tables.rows(session, query)] == expected
