@@ -21,6 +21,7 @@ others exist in plans (``unknown``, ``list``) or builtin collections only.
 from __future__ import annotations
 
 import datetime as dt
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from decimal import Decimal
@@ -180,6 +181,12 @@ _TYPES = (
         "jsonb", "jsonb", 3802, USER, pl.Utf8(), pa.string(),
         sqlglot=("JSONB",), spark=_spark("StringType"),
         wire_kinds=("jsonb_value", "text_value"), python=(dict,),
+    ),
+    SqlType(
+        # Held as its canonical lowercase text: its order and equality are the bytes'.
+        "uuid", "uuid", 2950, USER, pl.Utf8(), pa.string(),
+        sqlglot=("UUID",), column_type=True, spark=_spark("StringType"),
+        wire_kinds=("uuid_value", "text_value"), python=(uuid.UUID,),
     ),
     SqlType(
         "bytea", "bytea", 17, USER, pl.Binary(), pa.binary(),

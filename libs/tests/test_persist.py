@@ -266,6 +266,7 @@ def test_consolidate_of_distinct_rows_equals_grouping_for_every_type():
         "bytea": b"x",
         "list": [1, 2],
         "mz_timestamp": 0,
+        "uuid": "a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11",
     }
     diffs = [1, 2, 0, -1, 1]
     # Distinct in int8; float8 has a -0.0 (hashes like 0.0, which no other row has).

@@ -19,6 +19,7 @@ import datetime as dt
 import functools
 import math
 import re
+import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
@@ -29,6 +30,7 @@ import pyarrow as pa
 from loupe import sqltypes
 from loupe.common.errors import LoupeError, SqlState
 from loupe.coordinator.sql.statements import ColumnDef, CreateTable, UniqueKey
+from loupe.dataflow.expr import uuid_text
 from loupe.persist import DIFF_COLUMN, TIMESTAMP_COLUMN
 from loupe.persist.shard import arrow_schema
 from loupe.proto.common.v1 import common_pb2
@@ -392,6 +394,16 @@ class Coercer:
             return value
         raise self._mismatch(value, column)
 
+    def _uuid(self, value: Any, column: TableColumn) -> str:
+        if isinstance(value, uuid.UUID):
+            return str(value)
+        if isinstance(value, UntypedString):
+            try:
+                return uuid_text(value)
+            except ValueError:
+                raise self._invalid(value, column) from None
+        raise self._mismatch(value, column)
+
     # errors ---------------------------------------------------------------------------
 
     def _mismatch(self, value: Any, column: TableColumn) -> LoupeError:
@@ -424,6 +436,7 @@ _CONVERSIONS = {
     "timestamp": Coercer._timestamp,
     "time": Coercer._time,
     "date": Coercer._date,
+    "uuid": Coercer._uuid,
 }
 
 

@@ -260,6 +260,21 @@ EXPRESSIONS = [
     "3 IN (1, 2, NULL)",
     "3 NOT IN (1, 2)",
     "2 BETWEEN 1 AND 3",
+    # uuid: input in any case, with braces or hyphens after any four digits; 22P02 otherwise.
+    "'A0EEBC99-9C0B-4EF8-BB6D-6BB9BD380A11'::uuid",
+    "'{a0eebc999c0b4ef8bb6d6bb9bd380a11}'::uuid::text",
+    "'a0ee-bc99-9c0b-4ef8-bb6d-6bb9-bd38-0a11'::uuid",
+    "' a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11'::uuid",
+    "'a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a1'::uuid",
+    "'{a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11'::uuid",
+    "'a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11-'::uuid",
+    "'a0eebc99-9c0b-4ef8-bb6d-6bb9bd380g11'::uuid",
+    "1::uuid",
+    "'a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11'::uuid::int",
+    "'a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11'::uuid < 'b0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11'::uuid",
+    "'a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11'::uuid = 'A0EEBC99-9C0B-4EF8-BB6D-6BB9BD380A11'",
+    "md5('x')::uuid",
+    "NULL::uuid",
     # Aggregates over a constant row.
     "(SELECT count(*))",
     "(SELECT sum(x) FROM (VALUES (2147483647), (2147483647)) t(x))",
@@ -391,6 +406,10 @@ QUERIES = [
     "(2, 'z')) AS u(k, s) WHERE u.k = t.a) FROM (VALUES (1), (2), (3)) AS t(a)",
     "SELECT timestamp '2024-07-01 12:00' AT TIME ZONE 'UTC', to_char(timestamp '2024-07-01', 'Q')",
     "SELECT string_agg(n, ',') FROM (VALUES (1)) AS t(n)",
+    "SELECT u, count(*) FROM (VALUES ('a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11'::uuid), "
+    "('A0EEBC99-9C0B-4EF8-BB6D-6BB9BD380A11'::uuid), (NULL), (md5('x')::uuid)) AS t(u) GROUP BY u",
+    "SELECT DISTINCT u FROM (VALUES ('a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11'::uuid), "
+    "('{a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11}'::uuid)) AS t(u)",
     "SELECT string_agg(DISTINCT s, ',' ORDER BY n) FROM (VALUES ('a', 1)) AS t(s, n)",
 ]
 

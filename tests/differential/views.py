@@ -51,6 +51,16 @@ VIEWS = (
         "SELECT piece, count(*) AS n FROM (SELECT regexp_split_to_table(s, 'p+|,', 'i') AS piece "
         "FROM t1) AS pieces GROUP BY piece",
     ),
+    # uuid: values made from text (an md5 digest is uuid input), grouped, compared and joined.
+    View(
+        "uuid_groups",
+        "SELECT md5(s)::uuid AS u, count(*) AS n, min(a) AS lo FROM t1 GROUP BY md5(s)::uuid",
+    ),
+    View(
+        "uuid_join_and_filter",
+        "SELECT t1.a, x.u::text AS u FROM t1 JOIN (SELECT md5(name)::uuid AS u FROM t3) AS x "
+        "ON md5(t1.s)::uuid = x.u WHERE x.u > '5000000000000000000000000000000F'",
+    ),
     # string_agg: the group's text recomputed when any of its rows changes.
     View(
         "string_agg",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import uuid
 from collections.abc import Sequence
 from decimal import Decimal
 from typing import Any
@@ -25,6 +26,8 @@ def to_value(value: Any) -> common_pb2.Value:
     if isinstance(value, bool):
         return common_pb2.Value(bool_value=value)
     if isinstance(value, int):
+        if value >= 2**63:  # only unsigned types reach past int8
+            return common_pb2.Value(uint_value=value)
         return common_pb2.Value(int_value=value)
     if isinstance(value, float):
         return common_pb2.Value(float_value=value)
@@ -51,6 +54,8 @@ def to_value(value: Any) -> common_pb2.Value:
         return common_pb2.Value(interval_us=value // dt.timedelta(microseconds=1))
     if isinstance(value, dt.time):
         return common_pb2.Value(time_us=_time_micros(value))
+    if isinstance(value, uuid.UUID):
+        return common_pb2.Value(uuid_value=str(value))
     raise TypeError(f"cannot encode {type(value).__name__} as a Value")
 
 
@@ -76,6 +81,8 @@ def from_value(value: common_pb2.Value) -> Any:
         return [from_value(v) for v in raw.values]
     if kind == "interval_us":
         return dt.timedelta(microseconds=raw)
+    if kind == "uuid_value":
+        return uuid.UUID(raw)
     return raw
 
 

@@ -65,6 +65,7 @@ INVALID_LOG = "2201E"
 INVALID_ESCAPE = "22025"
 PROGRAM_LIMIT_EXCEEDED = "54000"
 UNDEFINED_FUNCTION = "42883"
+CANNOT_COERCE = "42846"
 
 _INT_RANGE = {
     "int2": (-(2**15), 2**15 - 1, "smallint"),
@@ -506,6 +507,8 @@ def _parse_literal(value: object, pg_type: str) -> object:
         return parse_interval(value)
     if pg_type == "time" and isinstance(value, str):
         return datetime.time.fromisoformat(value.strip())
+    if pg_type == "uuid":
+        return uuid_text(str(value))
     return value
 
 
@@ -573,7 +576,17 @@ def cast(compiled: CompiledScalar, to: str) -> CompiledScalar:
     return CompiledScalar(converted, _first_error([compiled.error, error]), to)
 
 
+def check_cast(source: str, to: str) -> None:
+    """42846 for a cast PostgreSQL (or Materialize) does not have, as the planner reports it."""
+    if "uuid" in (source, to) and not {source, to} <= {"uuid", "text", "unknown"}:
+        raise LoupeError(
+            CANNOT_COERCE,
+            f"cannot cast type {sqltypes.display_name(source)} to {sqltypes.display_name(to)}",
+        )
+
+
 def _cast_value(value: pl.Expr, source: str, to: str) -> tuple[pl.Expr, pl.Expr | None]:
+    check_cast(source, to)
     if to in ("text", "jsonb") or (source in ("text", "jsonb") and to in ("text", "jsonb")):
         return to_text(value, source), None
     if source in ("text", "jsonb"):
@@ -680,6 +693,15 @@ def _from_text(text: pl.Expr, to: str) -> tuple[pl.Expr, pl.Expr | None]:
     if to == "uint8":
         parsed = stripped.cast(pl.UInt64, strict=False)
         return parsed, _bad_input(text, parsed, INVALID_TEXT, "uint8")
+    if to == "uuid":
+        # No white space, as PostgreSQL's uuid_in: braces, hyphens after any 4 digits.
+        valid = text.str.contains(_UUID_INPUT)
+        digits = text.str.replace_all(r"[{}-]", "").str.to_lowercase()
+        canonical = pl.concat_str(
+            [digits.str.slice(start, length) for start, length in _UUID_GROUPS], separator="-"
+        )
+        parsed = pl.when(valid).then(canonical).otherwise(pl.lit(None, pl.Utf8))
+        return parsed, _bad_input(text, parsed, INVALID_TEXT, "uuid")
     raise LoupeError(SqlState.FEATURE_NOT_SUPPORTED, f"cannot cast type text to {to}")
 
 
@@ -709,6 +731,20 @@ def _parse_intervals(texts: pl.Series) -> pl.Series:
         except ValueError:
             parsed[text] = None
     return texts.replace_strict(parsed, default=None, return_dtype=pl.Duration("us"))
+
+
+_UUID_INPUT = (
+    r"^(?:[0-9a-fA-F]{4}(?:-?[0-9a-fA-F]{4}){7}|\{[0-9a-fA-F]{4}(?:-?[0-9a-fA-F]{4}){7}\})$"
+)
+_UUID_GROUPS = ((0, 8), (8, 4), (12, 4), (16, 4), (20, 12))
+
+
+def uuid_text(text: str) -> str:
+    """A uuid's canonical text (lowercase, 8-4-4-4-12); ValueError when it is no uuid."""
+    if re.match(_UUID_INPUT, text) is None:
+        raise ValueError(text)
+    digits = re.sub(r"[{}-]", "", text).lower()
+    return "-".join(digits[start : start + length] for start, length in _UUID_GROUPS)
 
 
 # Types whose input errors name them as format_type does (the others by their own name).

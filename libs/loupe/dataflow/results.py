@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import polars as pl
 import pyarrow as pa
@@ -45,7 +48,24 @@ class PeekResult:
     types: tuple[str, ...]
 
     def rows(self) -> list[tuple[object, ...]]:
-        return self.frame.rows()
+        rows = self.frame.rows()
+        convert = [
+            (index, _PYTHON_VALUES[t]) for index, t in enumerate(self.types) if t in _PYTHON_VALUES
+        ]
+        if not convert or not rows:
+            return rows
+        converted = []
+        for row in rows:
+            values = list(row)
+            for index, to_python in convert:
+                if values[index] is not None:
+                    values[index] = to_python(values[index])
+            converted.append(tuple(values))
+        return converted
+
+
+# Types whose engine values (polars') are not the Python values clients get.
+_PYTHON_VALUES: dict[str, Callable[[Any], object]] = {"uuid": uuid.UUID}
 
 
 @dataclass(frozen=True)

@@ -65,7 +65,7 @@ def _check_value(pg_type: str, value: Any) -> str | None:
     """Why ``value`` cannot be stored in a ``pg_type`` column, or None if it can."""
     if value is None:
         return None
-    if pg_type == "text" or pg_type in ("numeric", "jsonb"):
+    if pg_type == "text" or pg_type in ("numeric", "jsonb", "uuid"):
         ok = isinstance(value, str)
     elif pg_type in ("int4", "int8"):
         ok = _is_int(value) and _INT64_MIN <= value <= _INT64_MAX

@@ -54,6 +54,9 @@ _ZERO: dict[str, object] = {
     "timestamp": datetime.datetime(1970, 1, 1),
     "timestamptz": datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC),
     "interval": datetime.timedelta(0),
+    "uuid": "00000000-0000-0000-0000-000000000000",
+    "uint2": 0,
+    "uint4": 0,
 }
 
 

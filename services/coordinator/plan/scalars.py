@@ -22,7 +22,7 @@ from loupe import sqltypes
 from loupe.common.errors import LoupeError, SqlState
 from loupe.coordinator.plan.scope import Scope
 from loupe.coordinator.plan.values import MonthInterval, add_interval, fold_cast, parse_interval
-from loupe.dataflow.expr import compile_scalar, evaluate_closed
+from loupe.dataflow.expr import check_cast, compile_scalar, evaluate_closed
 from loupe.plan import functions
 from loupe.plan.scalar import Call, Case, Cast, Column, Literal, Scalar, columns_of, scalar_type
 
@@ -470,6 +470,7 @@ class Scalars:
                 pass
         if self.type_of(operand) == to:
             return operand
+        check_cast(self.type_of(operand), to)
         return Cast(operand, to)
 
     def _case(self, node: exp.Case) -> Scalar:

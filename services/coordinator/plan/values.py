@@ -39,6 +39,7 @@ ENGINE_PARSED = (
     "date",
     "timestamp",
     "timestamptz",
+    "uuid",
 )
 FLOATS = ("float4", "float8")
 
