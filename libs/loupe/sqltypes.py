@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import datetime as dt
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
@@ -119,10 +119,27 @@ _TYPES = (
         spark=_spark("LongType"), wire_kinds=("int_value",),
     ),
     SqlType(
-        # Materialize's unsigned integer; Spark has none, so it travels as a long.
+        # Materialize's unsigned integers. Spark has none: uint2 and uint4 travel as the
+        # signed type holding them, uint8 as a long (builtins' values stay below 2^63).
+        "uint2", "uint2", 16460, NUMERIC, pl.UInt16(), pa.uint16(),
+        sqlglot=("USMALLINT",), column_type=True, numeric_rank=1,
+        spark=_spark("IntegerType"), spark_arrow=pa.int32(), wire_kinds=("int_value",),
+    ),
+    SqlType(
+        "uint4", "uint4", 16462, NUMERIC, pl.UInt32(), pa.uint32(),
+        sqlglot=("UINT",), column_type=True, numeric_rank=2,
+        spark=_spark("LongType"), spark_arrow=pa.int64(), wire_kinds=("int_value",),
+    ),
+    SqlType(
         "uint8", "uint8", 16464, NUMERIC, pl.UInt64(), pa.uint64(),
-        sqlglot=("UBIGINT",), spark=_spark("LongType"), spark_arrow=pa.int64(),
-        wire_kinds=("int_value",),
+        sqlglot=("UBIGINT",), column_type=True, numeric_rank=3,
+        spark=_spark("LongType"), spark_arrow=pa.int64(), wire_kinds=("int_value", "uint_value"),
+    ),
+    SqlType(
+        # Materialize's logical time: milliseconds since the epoch, unsigned; mz_now()'s type.
+        "mz_timestamp", "mz_timestamp", 16552, NUMERIC, pl.UInt64(), pa.uint64(),
+        column_type=True, spark=_spark("LongType"), spark_arrow=pa.int64(),
+        wire_kinds=("int_value", "uint_value"),
     ),
     SqlType(
         # Exact decimal; the engine holds it as Float64 (a documented gap), persist as text.
@@ -215,6 +232,44 @@ NUMERIC_RANK: dict[str, int] = {
     t.name: t.numeric_rank for t in _TYPES if t.numeric_rank is not None
 }
 INTEGER_TYPES = ("int2", "int4", "int8")
+UNSIGNED_TYPES = ("uint2", "uint4", "uint8")
+# The numeric types from narrowest to widest, signed and unsigned interleaved.
+_PROMOTION_ORDER = (
+    "int2",
+    "uint2",
+    "int4",
+    "uint4",
+    "int8",
+    "uint8",
+    "numeric",
+    "float4",
+    "float8",
+)
+# Materialize's implicit casts from unsigned integers to integer types (none go the other way).
+_UNSIGNED_IMPLICIT = {
+    "uint2": ("uint2", "uint4", "uint8", "int4", "int8"),
+    "uint4": ("uint4", "uint8", "int8"),
+    "uint8": ("uint8",),
+}
+
+
+def _implicitly(source: str, target: str) -> bool:
+    if target in ("numeric", "float4", "float8") or source == target:
+        return NUMERIC_RANK[source] <= NUMERIC_RANK[target] or source in UNSIGNED_TYPES
+    if source in UNSIGNED_TYPES:
+        return target in _UNSIGNED_IMPLICIT[source]
+    return target in INTEGER_TYPES and NUMERIC_RANK[source] <= NUMERIC_RANK[target]
+
+
+def common_numeric(types: Sequence[str]) -> str:
+    """The numeric type a mix of numeric types is promoted to: the narrowest that each
+    converts to implicitly (uint2 and int2 meet at int4, uint8 and int8 at numeric)."""
+    known = [t for t in types if t in NUMERIC_RANK]
+    if not any(t in UNSIGNED_TYPES for t in known):
+        return max(known, key=NUMERIC_RANK.__getitem__)
+    return next(c for c in _PROMOTION_ORDER if all(_implicitly(t, c) for t in known))
+
+
 TIME_TYPES = ("timestamp", "timestamptz")
 
 

@@ -43,8 +43,15 @@ NUMERIC_VALUE_OUT_OF_RANGE = "22003"
 STRING_DATA_RIGHT_TRUNCATION = "22001"
 NOT_NULL_VIOLATION = "23502"
 
-INTEGER_RANGES = {"integer": (-(2**31), 2**31 - 1), "bigint": (-(2**63), 2**63 - 1)}
-_MODIFIERS = re.compile(r"^([a-z ]+?)(?:\((\d+(?:,\d+)?)\))?$")
+INTEGER_RANGES = {
+    "integer": (-(2**31), 2**31 - 1),
+    "bigint": (-(2**63), 2**63 - 1),
+    "uint2": (0, 2**16 - 1),
+    "uint4": (0, 2**32 - 1),
+    "uint8": (0, 2**64 - 1),
+    "mz_timestamp": (0, 2**64 - 1),
+}
+_MODIFIERS = re.compile(r"^([a-z_0-9 ]+?)(?:\((\d+(?:,\d+)?)\))?$")
 
 
 @dataclass(frozen=True)
@@ -427,6 +434,10 @@ class Coercer:
 _CONVERSIONS = {
     "int4": Coercer._integer,
     "int8": Coercer._integer,
+    "uint2": Coercer._integer,
+    "uint4": Coercer._integer,
+    "uint8": Coercer._integer,
+    "mz_timestamp": Coercer._integer,
     "float8": Coercer._float,
     "numeric": Coercer._numeric,
     "text": Coercer._text,

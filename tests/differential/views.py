@@ -61,6 +61,22 @@ VIEWS = (
         "SELECT t1.a, x.u::text AS u FROM t1 JOIN (SELECT md5(name)::uuid AS u FROM t3) AS x "
         "ON md5(t1.s)::uuid = x.u WHERE x.u > '5000000000000000000000000000000F'",
     ),
+    # Materialize's unsigned integers (PostgreSQL computes the same numbers in its signed
+    # types): sums and maxima kept per group, and 22003 while a negative value is cast.
+    View(
+        "unsigned_sums",
+        "SELECT a, sum((b + 2)::uint4) AS s, max((b + 2)::uint2) AS m, "
+        "sum((b + 2)::uint2 * 3::uint2) AS t FROM t1 GROUP BY a",
+        postgres_sql="SELECT a, sum(b + 2) AS s, max(b + 2) AS m, sum((b + 2) * 3) AS t "
+        "FROM t1 GROUP BY a",
+    ),
+    View(
+        "unsigned_out_of_range",
+        "SELECT a, b::uint4 AS u FROM t1",
+        # b * 2^62 * 4 overflows bigint (22003) exactly where b is negative.
+        postgres_sql="SELECT a, CASE WHEN b < 0 THEN b * 4611686018427387904 * 4 ELSE b END AS u "
+        "FROM t1",
+    ),
     # string_agg: the group's text recomputed when any of its rows changes.
     View(
         "string_agg",

@@ -71,7 +71,12 @@ _INT_RANGE = {
     "int2": (-(2**15), 2**15 - 1, "smallint"),
     "int4": (-(2**31), 2**31 - 1, "integer"),
     "int8": (-(2**63), 2**63 - 1, "bigint"),
+    "uint2": (0, 2**16 - 1, "uint2"),
+    "uint4": (0, 2**32 - 1, "uint4"),
+    "uint8": (0, 2**64 - 1, "uint8"),
 }
+# Integer types whose arithmetic needs 128 bits before its range check.
+_WIDE_INTEGERS = frozenset({"int8", "uint4", "uint8"})
 _FLOATS = ("float4", "float8", "numeric")
 
 
@@ -490,7 +495,7 @@ def literal(value: object, pg_type: str) -> pl.Expr:
 
 
 def _parse_literal(value: object, pg_type: str) -> object:
-    if pg_type in INTEGER_TYPES or pg_type == "uint8":
+    if pg_type in _INT_RANGE or pg_type == "mz_timestamp":
         return int(value)  # type: ignore[call-overload]
     if pg_type in _FLOATS:
         return float(value)  # type: ignore[arg-type]
@@ -576,9 +581,19 @@ def cast(compiled: CompiledScalar, to: str) -> CompiledScalar:
     return CompiledScalar(converted, _first_error([compiled.error, error]), to)
 
 
+# Materialize's casts to and from mz_timestamp (besides text).
+_TO_MZ_TIMESTAMP = frozenset({"int4", "int8", "uint4", "uint8", "numeric", "date", *TIME_TYPES})
+_FROM_MZ_TIMESTAMP = frozenset(TIME_TYPES)
+
+
 def check_cast(source: str, to: str) -> None:
     """42846 for a cast PostgreSQL (or Materialize) does not have, as the planner reports it."""
-    if "uuid" in (source, to) and not {source, to} <= {"uuid", "text", "unknown"}:
+    plain = {"text", "unknown", "jsonb"}
+    if (
+        ("uuid" in (source, to) and not {source, to} <= {"uuid", *plain})
+        or (to == "mz_timestamp" and source not in (_TO_MZ_TIMESTAMP | plain | {to}))
+        or (source == "mz_timestamp" and to not in (_FROM_MZ_TIMESTAMP | plain | {source}))
+    ):
         raise LoupeError(
             CANNOT_COERCE,
             f"cannot cast type {sqltypes.display_name(source)} to {sqltypes.display_name(to)}",
@@ -587,6 +602,11 @@ def check_cast(source: str, to: str) -> None:
 
 def _cast_value(value: pl.Expr, source: str, to: str) -> tuple[pl.Expr, pl.Expr | None]:
     check_cast(source, to)
+    if to == "mz_timestamp" and source not in ("text", "jsonb"):
+        return _to_mz_timestamp(value, source)
+    if source == "mz_timestamp" and to in TIME_TYPES:
+        moment = (value.cast(pl.Int64) * 1000).cast(pl.Datetime("us"))
+        return moment.dt.replace_time_zone("UTC") if to == "timestamptz" else moment, None
     if to in ("text", "jsonb") or (source in ("text", "jsonb") and to in ("text", "jsonb")):
         return to_text(value, source), None
     if source in ("text", "jsonb"):
@@ -603,8 +623,6 @@ def _cast_value(value: pl.Expr, source: str, to: str) -> tuple[pl.Expr, pl.Expr 
         return value.dt.time(), None
     if to in TIME_TYPES:
         return _to_time(value, source, to), None
-    if to == "uint8":
-        return _to_integer(value, source, "int8")[0].cast(pl.UInt64, strict=False), None
     raise LoupeError(SqlState.FEATURE_NOT_SUPPORTED, f"cannot cast type {source} to {to}")
 
 
@@ -616,9 +634,27 @@ def _to_integer(value: pl.Expr, source: str, to: str) -> tuple[pl.Expr, pl.Expr 
         value = value.round(0, mode="half_to_even")
     elif source == "numeric":
         value = value.round(0, mode="half_away_from_zero")
-    if source in _INT_RANGE and _INT_RANGE[source][1] <= _INT_RANGE[to][1]:
+    if source in _INT_RANGE and (
+        _INT_RANGE[to][0] <= _INT_RANGE[source][0] and _INT_RANGE[source][1] <= _INT_RANGE[to][1]
+    ):
         return value.cast(polars_dtype(to)), None
+    if source in _INT_RANGE:
+        value = value.cast(pl.Int128)
     return _checked_integer(value, to)
+
+
+def _to_mz_timestamp(value: pl.Expr, source: str) -> tuple[pl.Expr, pl.Expr | None]:
+    """Milliseconds since the epoch: numbers as they are, times as their epoch."""
+    if source == "date":
+        value = value.cast(pl.Datetime("us"))
+    if source in ("date", *TIME_TYPES):
+        value = value.dt.epoch("ms")
+    elif source == "numeric":
+        value = value.round(0, mode="half_away_from_zero")
+    fits = (value >= 0) & (value <= 2**64 - 1)
+    converted = pl.when(fits).then(value).otherwise(None).cast(pl.UInt64, strict=False)
+    error = _error_when(value.is_not_null() & ~fits, OUT_OF_RANGE, "mz_timestamp out of range")
+    return converted, error
 
 
 def _checked_integer(value: pl.Expr, to: str) -> tuple[pl.Expr, pl.Expr]:
@@ -648,9 +684,8 @@ def _from_text(text: pl.Expr, to: str) -> tuple[pl.Expr, pl.Expr | None]:
     """Parse text as ``to``; unparsable input is 22P02 (22007 for dates and times)."""
     stripped = text.str.strip_chars()
     if to in _INT_RANGE:
-        parsed = stripped.cast(pl.Int64, strict=False)
-        if to == "int8":
-            parsed = stripped.cast(pl.Int128, strict=False)
+        # 128 bits: a number past the type's range is 22003, only what is no number 22P02.
+        parsed = stripped.cast(pl.Int128, strict=False)
         value, range_error = _checked_integer(parsed, to)
         return value, _first_error([_bad_input(text, parsed, INVALID_TEXT, to), range_error])
     if to in _FLOATS:
@@ -687,12 +722,16 @@ def _from_text(text: pl.Expr, to: str) -> tuple[pl.Expr, pl.Expr | None]:
             [stripped.str.strptime(pl.Time, f, strict=False) for f in ("%H:%M:%S%.f", "%H:%M")]
         )
         return parsed, _bad_input(text, parsed, INVALID_DATETIME, "time")
+    if to == "mz_timestamp":
+        # Milliseconds since the epoch, or a timestamp with time zone's text.
+        number = stripped.cast(pl.Int128, strict=False)
+        moment, _ = _parse_timestamp(text, stripped, "timestamptz")
+        millis = pl.coalesce([number, moment.dt.epoch("ms").cast(pl.Int128)])
+        stamp, stamp_error = _to_mz_timestamp(millis, "int8")
+        return stamp, _first_error([_bad_input(text, millis, INVALID_TEXT, to), stamp_error])
     if to == "interval":
         parsed = stripped.map_batches(_parse_intervals, return_dtype=pl.Duration("us"))
         return parsed, _bad_input(text, parsed, INVALID_DATETIME, "interval")
-    if to == "uint8":
-        parsed = stripped.cast(pl.UInt64, strict=False)
-        return parsed, _bad_input(text, parsed, INVALID_TEXT, "uint8")
     if to == "uuid":
         # No white space, as PostgreSQL's uuid_in: braces, hyphens after any 4 digits.
         valid = text.str.contains(_UUID_INPUT)
@@ -895,9 +934,13 @@ def _comparable_type(types: Sequence[str]) -> str | None:
     if len(set(known)) <= 1:
         return None
     if all(t in NUMERIC_RANK for t in known):
+        if any(t in sqltypes.UNSIGNED_TYPES for t in known):
+            return sqltypes.common_numeric(known)
         return "float8" if any(t in _FLOATS for t in known) else "int8"
     if set(known) <= {"date", *TIME_TYPES}:
         return "timestamptz" if "timestamptz" in known else "timestamp"
+    if "mz_timestamp" in known:  # the others convert to it implicitly
+        return "mz_timestamp"
     return None
 
 
@@ -974,7 +1017,7 @@ def _numeric_target(compiler: _Compiler, call: Call) -> str | None:
 
 def _wide(value: pl.Expr, result_type: str) -> pl.Expr:
     """Integers widened so that the operation cannot wrap before the range check."""
-    return value.cast(pl.Int128 if result_type == "int8" else pl.Int64)
+    return value.cast(pl.Int128 if result_type in _WIDE_INTEGERS else pl.Int64)
 
 
 def _float_overflow(value: pl.Expr, operands: list[pl.Expr], result_type: str) -> pl.Expr | None:

@@ -437,6 +437,8 @@ class Reduce(Operator):
         return (
             polars_dtype(self.arg_types[index]) == pl.Float64
             or self.node.aggregates[index].func == "avg"
+            # A sum of uint8 is numeric (a float in the engine): past int8's range.
+            or self.arg_types[index] == "uint8"
         )
 
     def _accumulate(self, worker: int, part: pl.DataFrame) -> pl.DataFrame:

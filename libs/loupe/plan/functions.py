@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from loupe.plan.scalar import ARITHMETIC, NUMERIC_RANK, Case, Cast, Column, Literal, Scalar
-from loupe.sqltypes import INTEGER_TYPES, TIME_TYPES
+from loupe.sqltypes import INTEGER_TYPES, TIME_TYPES, common_numeric
 
 TypeRule = Callable[[Sequence[str]], str]
 
@@ -88,7 +88,7 @@ def widest(types: Sequence[str]) -> str:
     """The numeric type PostgreSQL promotes a mix to (ignoring untyped NULLs)."""
     known = [t for t in types if t in NUMERIC_RANK]
     if known:
-        return max(known, key=NUMERIC_RANK.__getitem__)
+        return common_numeric(known)
     return next((t for t in types if t != "unknown"), "unknown")
 
 
@@ -376,7 +376,7 @@ _FUNCTIONS = (
         "mz_now",
         0,
         0,
-        _fixed("numeric"),
+        _fixed("mz_timestamp"),
         "the query's logical time (planner folds it)",
         evaluable=False,
     ),

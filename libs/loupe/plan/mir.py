@@ -71,9 +71,9 @@ class Aggregate:
         if self.func == "avg" or self.func in SPREAD_AGGREGATES:
             return "float8" if arg.startswith("float") else "numeric"
         if self.func == "sum":
-            return {"int2": "int8", "int4": "int8", "int8": "numeric"}.get(
-                arg, widest_numeric([arg])
-            )
+            # Materialize's sums of unsigned integers: uint8, and numeric for uint8.
+            sums = {"int2": "int8", "int4": "int8", "int8": "numeric", "uint2": "uint8"}
+            return {**sums, "uint4": "uint8", "uint8": "numeric"}.get(arg, widest_numeric([arg]))
         return arg
 
 

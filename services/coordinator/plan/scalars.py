@@ -168,7 +168,7 @@ class Context:
             raise TemporalError(function)
         self.folded.append(function)
         if function == "mz_now":
-            return Literal(self.query_time, "uint8")
+            return Literal(self.query_time, "mz_timestamp")
         moment = datetime.datetime.fromtimestamp(self.query_time / 1000, tz=datetime.UTC)
         if function == "current_date":
             return Literal(moment.date(), "date")
@@ -586,6 +586,8 @@ class Scalars:
                 raise LoupeError(UNDEFINED_FUNCTION, f"function {name}({names}) does not exist")
         if function.name == "concat":
             _check_text_operand([self.type_of(a) for a in args])
+        if function.name in _OPERATORS:
+            _check_arithmetic_operands(function.name, [self.type_of(a) for a in args])
         if function.name == "nullif":  # a is converted when the comparison converts it
             result = self.type_of(Call(function.name, tuple(args)))
             if self.type_of(args[0]) not in (result, "unknown"):
@@ -803,6 +805,21 @@ def _check_text_operand(types: Sequence[str]) -> None:
         return
     names = " || ".join(sqltypes.display_name(t) for t in types)
     raise LoupeError(UNDEFINED_FUNCTION, f"operator does not exist: {names}")
+
+
+_OPERATORS = {"add": "+", "sub": "-", "mul": "*", "div": "/", "mod": "%", "neg": "-"}
+# Types without arithmetic operators (Materialize's mz_timestamp has no operations at all).
+_NO_ARITHMETIC = frozenset({"uuid", "mz_timestamp"})
+
+
+def _check_arithmetic_operands(name: str, types: Sequence[str]) -> None:
+    if not any(t in _NO_ARITHMETIC for t in types):
+        return
+    names = [sqltypes.display_name(t) for t in types]
+    shown = (
+        f"{_OPERATORS[name]} {names[0]}" if len(names) == 1 else f" {_OPERATORS[name]} ".join(names)
+    )
+    raise LoupeError(UNDEFINED_FUNCTION, f"operator does not exist: {shown}")
 
 
 def _is_constant(node: exp.Expression) -> bool:

@@ -1227,7 +1227,7 @@ def _conform(
         if left_type == right_type or "unknown" in (left_type, right_type):
             targets.append(right_type if left_type == "unknown" else left_type)
         elif left_type in NUMERIC_RANK and right_type in NUMERIC_RANK:
-            targets.append(max(left_type, right_type, key=NUMERIC_RANK.__getitem__))
+            targets.append(sqltypes.common_numeric([left_type, right_type]))
         else:
             raise LoupeError(
                 DATATYPE_MISMATCH, f"{kind} types {left_type} and {right_type} cannot be matched"

@@ -29,10 +29,11 @@ INVALID_DATETIME_FORMAT = "22007"
 INTERVAL_FIELD_OVERFLOW = "22015"
 
 INTEGER_BOUNDS = {"int2": 2**15, "int4": 2**31, "int8": 2**63}
+UNSIGNED_BOUNDS = {"uint2": 2**16, "uint4": 2**32, "uint8": 2**64, "mz_timestamp": 2**64}
 # Types whose text input the engine parses exactly (numeric is a float there: parsed here).
 ENGINE_PARSED = (
     *INTEGER_BOUNDS,
-    "uint8",
+    *UNSIGNED_BOUNDS,
     "float4",
     "float8",
     "bool",
@@ -182,8 +183,8 @@ def parse_text(text: str, type_: str) -> Any:
 
 
 def _integer(value: int, type_: str) -> int:
-    bound = INTEGER_BOUNDS.get(type_, 2**64)
-    low = 0 if type_ == "uint8" else -bound
+    bound = INTEGER_BOUNDS.get(type_) or UNSIGNED_BOUNDS[type_]
+    low = 0 if type_ in UNSIGNED_BOUNDS else -bound
     if not low <= value < bound:
         raise LoupeError("22003", f"{type_} out of range")
     return value
@@ -204,7 +205,7 @@ def fold_cast(value: Any, from_type: str, to_type: str) -> Any:
         return value
     if from_type in ("text", "unknown") and isinstance(value, str):
         return parse_text(value, to_type)
-    numeric_types = (*INTEGER_BOUNDS, "uint8", "numeric", *FLOATS)
+    numeric_types = (*INTEGER_BOUNDS, "uint2", "uint4", "uint8", "numeric", *FLOATS)
     if from_type in numeric_types and to_type in numeric_types:
         if to_type in FLOATS:
             return float(value)

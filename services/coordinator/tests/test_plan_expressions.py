@@ -268,7 +268,7 @@ def test_temporal_functions_fold_to_the_query_time_in_one_off_selects() -> None:
     assert isinstance(planned.relation.input, mir.Map)
     assert planned.relation.input.scalars == (
         Literal(datetime.datetime(2023, 11, 14, 12, tzinfo=datetime.UTC), "timestamptz"),
-        Literal(NOON_2023_11_14, "uint8"),
+        Literal(NOON_2023_11_14, "mz_timestamp"),
         Literal(datetime.date(2023, 11, 14), "date"),
     )
     nested = plan_select(

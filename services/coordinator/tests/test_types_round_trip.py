@@ -37,6 +37,15 @@ CASES = [
     ("uuid", ["A0EEBC99-9C0B-4EF8-BB6D-6BB9BD380A11", "{00000000000000000000000000000001}"]),
 ]
 
+# Materialize's own types, which PostgreSQL lacks: (type, PostgreSQL's type holding the same
+# values, input literals). The values and their text must be what PostgreSQL stores in it.
+MATERIALIZE_CASES = [
+    ("uint2", "integer", ["0", "65535"]),
+    ("uint4", "bigint", ["4294967295", "7"]),
+    ("uint8", "numeric", ["18446744073709551615", "0"]),
+    ("mz_timestamp", "numeric", ["1700000000000", "0"]),
+]
+
 
 def _same(loupe: Any, postgres: Any) -> bool:
     if isinstance(postgres, Decimal):
@@ -99,9 +108,55 @@ async def test_every_column_type_round_trips_as_in_postgresql(
     assert [TYPES[t].oid for t in loupe_types] == pg_oids
 
 
+@pytest.mark.parametrize(
+    ("column_type", "holder", "literals"),
+    MATERIALIZE_CASES,
+    ids=[c for c, _, _ in MATERIALIZE_CASES],
+)
+async def test_materialize_column_types_round_trip(
+    tables: Any, postgres: Any, column_type: str, holder: str, literals: list[str]
+) -> None:
+    """Values and ``::text`` as PostgreSQL keeps them in the type holding them; the result
+    column has the type's own OID."""
+    session = await tables.session()
+    table = f"rt_{column_type}"
+    values = ", ".join(f"({i}, '{literal}')" for i, literal in enumerate(literals))
+    for sql, holding in (
+        (f"CREATE TABLE {table} (k int, v {column_type})", f"(k int, v {holder})"),
+        (f"INSERT INTO {table} VALUES {values}, ({len(literals)}, NULL)", None),
+    ):
+        await tables.tag(session, sql)
+        if holding is not None:
+            postgres.execute(f"DROP TABLE IF EXISTS {table}")
+            postgres.execute(f"CREATE TABLE {table} {holding}")
+        else:
+            postgres.execute(sql)
+    query = f"SELECT k, v, v::text FROM {table} ORDER BY k"
+    expected = postgres.execute(query).fetchall()
+    responses = await tables.execute(session, query)
+    loupe_types = [
+        c.type for r in responses if r.HasField("description") for c in r.description.columns
+    ]
+    assert loupe_types == ["int4", column_type, "text"]
+    assert [TYPES[t].oid for t in loupe_types] == [23, TYPES[column_type].oid, 25]
+    rows = await tables.rows(session, query)
+    assert [(k, None if v is None else int(v), t) for k, v, t in rows] == [
+        (k, None if v is None else int(v), t) for k, v, t in expected
+    ]
+
+
+async def test_unsigned_columns_refuse_values_out_of_range(tables: Any) -> None:
+    """A negative or too large value is 22003; a non-number 22P02."""
+    session = await tables.session()
+    await tables.tag(session, "CREATE TABLE rt_bounds (u uint2)")
+    for literal, code in (("-1", "22003"), ("65536", "22003"), ("'x'", "22P02")):
+        error = await tables.error(session, f"INSERT INTO rt_bounds VALUES ({literal})")
+        assert error.code == code
+
+
 def test_every_table_column_type_has_a_round_trip_case() -> None:
     """A new column type in ``loupe.sqltypes`` must be added to CASES above."""
-    covered = set()
+    covered = {column_type for column_type, _, _ in MATERIALIZE_CASES}
     for column_type, _ in CASES:
         entry = lookup(column_type.split("(")[0])
         assert entry is not None
