@@ -77,6 +77,8 @@ class SqlType:
     # Python types whose values are of this type when a client sends them (``type_of_value``);
     # each Python type belongs to one entry (ints and datetimes are decided by value).
     python: tuple[type, ...] = field(default=())
+    # Arrays and lists: the type of their elements.
+    element: str | None = None
 
     @property
     def storage(self) -> str:
@@ -98,7 +100,7 @@ def _spark(name: str) -> Callable[[Any], Any]:
     return lambda types: getattr(types, name)()
 
 
-_TYPES = (
+_TYPES: tuple[SqlType, ...] = (
     SqlType(
         "bool", "boolean", 16, BOOLEAN, pl.Boolean(), pa.bool_(),
         aliases=("boolean",), sqlglot=("BOOLEAN",), column_type=True,
@@ -221,6 +223,67 @@ _TYPES = (
     ),
 )  # fmt: skip
 
+# PostgreSQL's one-dimensional arrays and Materialize's lists, of these element types: the
+# element's name -> the array type's OID. Every list is OID 16384 on the wire (Materialize's
+# lists are anonymous types); "list" itself is the int8 list of builtin collections.
+_ARRAY_OIDS = {
+    "bool": 1000,
+    "int2": 1005,
+    "int4": 1007,
+    "int8": 1016,
+    "float8": 1022,
+    "numeric": 1231,
+    "text": 1009,
+    "date": 1182,
+    "time": 1183,
+    "timestamp": 1115,
+    "timestamptz": 1185,
+    "interval": 1187,
+    "uuid": 2951,
+    "jsonb": 3807,
+}
+_LIST_OID = 16384
+
+
+def _container(element: SqlType, oid: int, kind: str) -> SqlType:
+    array = kind == "array"
+
+    def spelled(name: str) -> str:
+        return f"{name}[]" if array else f"{name} list"
+
+    def spark(types: Any) -> Any:
+        assert element.spark is not None
+        return types.ArrayType(element.spark(types))
+
+    return SqlType(
+        f"_{element.name}" if array else f"{element.name} list",
+        spelled(element.display),
+        oid,
+        ARRAY if array else USER,
+        pl.List(element.polars),
+        pa.list_(element.arrow),
+        aliases=tuple(spelled(a) for a in (element.name, *element.aliases)),
+        # numeric is text in persist, converted as a column, not inside a list (yet).
+        column_type=element.column_type and element.name != "numeric",
+        spark=spark if element.spark is not None else None,
+        spark_arrow=pa.list_(element.ingest_arrow),
+        wire_kinds=("list_value",),
+        element=element.name,
+    )
+
+
+_BY_NAME = {t.name: t for t in _TYPES}
+_TYPES = (
+    *_TYPES,
+    *(_container(_BY_NAME[e], oid, "array") for e, oid in _ARRAY_OIDS.items()),
+    *(_container(_BY_NAME[e], _LIST_OID, "list") for e in _ARRAY_OIDS if e != "int8"),
+    # int8 list: the builtin "list" entry's own type under its Materialize name.
+    SqlType(
+        "int8 list", "bigint list", _LIST_OID, USER, pl.List(pl.Int64()), pa.list_(pa.int64()),
+        aliases=("int8 list",), column_type=True, element="int8",
+        spark=lambda types: types.ArrayType(types.LongType()), wire_kinds=("list_value",),
+    ),
+)  # fmt: skip
 TYPES: dict[str, SqlType] = {t.name: t for t in _TYPES}
 _SPELLINGS: dict[str, SqlType] = {
     spelling: t for t in _TYPES for spelling in (t.name, t.display, *t.aliases)
@@ -232,6 +295,34 @@ NUMERIC_RANK: dict[str, int] = {
     t.name: t.numeric_rank for t in _TYPES if t.numeric_rank is not None
 }
 INTEGER_TYPES = ("int2", "int4", "int8")
+
+
+def element_type(name: str) -> str | None:
+    """The element type of an array or list type (None for other types)."""
+    entry = TYPES.get(name)
+    return entry.element if entry is not None else None
+
+
+def is_array(name: str) -> bool:
+    entry = TYPES.get(name)
+    return entry is not None and entry.element is not None and entry.category == ARRAY
+
+
+def is_list(name: str) -> bool:
+    entry = TYPES.get(name)
+    return entry is not None and entry.element is not None and entry.category == USER
+
+
+def array_of(element: str) -> str:
+    """The array type of ``element`` values (UnknownType when Loupe has none)."""
+    return sql_type(f"_{element}").name
+
+
+def list_of(element: str) -> str:
+    """The list type of ``element`` values (UnknownType when Loupe has none)."""
+    return sql_type(f"{element} list").name
+
+
 UNSIGNED_TYPES = ("uint2", "uint4", "uint8")
 # The numeric types from narrowest to widest, signed and unsigned interleaved.
 _PROMOTION_ORDER = (

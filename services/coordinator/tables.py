@@ -30,9 +30,10 @@ import pyarrow as pa
 from loupe import sqltypes
 from loupe.common.errors import LoupeError, SqlState
 from loupe.coordinator.sql.statements import ColumnDef, CreateTable, UniqueKey
-from loupe.dataflow.expr import uuid_text
+from loupe.dataflow.expr import evaluate_closed, uuid_text
 from loupe.persist import DIFF_COLUMN, TIMESTAMP_COLUMN
 from loupe.persist.shard import arrow_schema
+from loupe.plan.scalar import Cast, Literal
 from loupe.proto.common.v1 import common_pb2
 from loupe.sqltypes import SqlType
 
@@ -51,7 +52,7 @@ INTEGER_RANGES = {
     "uint8": (0, 2**64 - 1),
     "mz_timestamp": (0, 2**64 - 1),
 }
-_MODIFIERS = re.compile(r"^([a-z_0-9 ]+?)(?:\((\d+(?:,\d+)?)\))?$")
+_MODIFIERS = re.compile(r"^([a-z_0-9 \[\]]+?)(?:\((\d+(?:,\d+)?)\))?$")
 
 
 @dataclass(frozen=True)
@@ -411,6 +412,20 @@ class Coercer:
                 raise self._invalid(value, column) from None
         raise self._mismatch(value, column)
 
+    def _container(self, value: Any, column: TableColumn) -> list[Any]:
+        """An array or list: its text read as the column's type, or a list whose elements
+        are assigned to the element type."""
+        if isinstance(value, UntypedString):
+            parsed = evaluate_closed(Cast(Literal(str(value), "text"), column.sql_type.name))
+            assert isinstance(parsed, list)
+            return parsed
+        if not isinstance(value, list | tuple):
+            raise self._mismatch(value, column)
+        element = sqltypes.sql_type(column.sql_type.element or "unknown")
+        as_element = TableColumn(column.name, element.display)
+        convert = _CONVERSIONS[element.name]
+        return [None if v is None else convert(self, v, as_element) for v in value]
+
     # errors ---------------------------------------------------------------------------
 
     def _mismatch(self, value: Any, column: TableColumn) -> LoupeError:
@@ -449,6 +464,11 @@ _CONVERSIONS = {
     "date": Coercer._date,
     "uuid": Coercer._uuid,
 }
+
+
+for _entry in sqltypes.TYPES.values():
+    if _entry.element is not None and _entry.element in _CONVERSIONS:
+        _CONVERSIONS[_entry.name] = Coercer._container
 
 
 def updates_table(

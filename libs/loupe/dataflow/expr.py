@@ -514,6 +514,8 @@ def _parse_literal(value: object, pg_type: str) -> object:
         return datetime.time.fromisoformat(value.strip())
     if pg_type == "uuid":
         return uuid_text(str(value))
+    if isinstance(value, tuple):  # an array or list constant
+        return list(value)
     return value
 
 
@@ -589,6 +591,15 @@ _FROM_MZ_TIMESTAMP = frozenset(TIME_TYPES)
 def check_cast(source: str, to: str) -> None:
     """42846 for a cast PostgreSQL (or Materialize) does not have, as the planner reports it."""
     plain = {"text", "unknown", "jsonb"}
+    containers_cast = (
+        sqltypes.element_type(source) is not None,
+        sqltypes.element_type(to) is not None,
+    )
+    if any(containers_cast) and not all(containers_cast) and not {source, to} & plain:
+        raise LoupeError(
+            CANNOT_COERCE,
+            f"cannot cast type {sqltypes.display_name(source)} to {sqltypes.display_name(to)}",
+        )
     if (
         ("uuid" in (source, to) and not {source, to} <= {"uuid", *plain})
         or (to == "mz_timestamp" and source not in (_TO_MZ_TIMESTAMP | plain | {to}))
@@ -602,6 +613,8 @@ def check_cast(source: str, to: str) -> None:
 
 def _cast_value(value: pl.Expr, source: str, to: str) -> tuple[pl.Expr, pl.Expr | None]:
     check_cast(source, to)
+    if sqltypes.element_type(source) is not None and sqltypes.element_type(to) is not None:
+        return containers.cast_elements(value, source, to)
     if to == "mz_timestamp" and source not in ("text", "jsonb"):
         return _to_mz_timestamp(value, source)
     if source == "mz_timestamp" and to in TIME_TYPES:
@@ -682,6 +695,8 @@ _TIMESTAMPTZ_FORMATS = ("%Y-%m-%d %H:%M:%S%.f%#z", "%Y-%m-%dT%H:%M:%S%.f%#z")
 
 def _from_text(text: pl.Expr, to: str) -> tuple[pl.Expr, pl.Expr | None]:
     """Parse text as ``to``; unparsable input is 22P02 (22007 for dates and times)."""
+    if sqltypes.element_type(to) is not None:
+        return containers.parse_container(text, to)
     stripped = text.str.strip_chars()
     if to in _INT_RANGE:
         # 128 bits: a number past the type's range is 22003, only what is no number 22P02.
@@ -798,6 +813,8 @@ def _bad_input(text: pl.Expr, parsed: pl.Expr, code: str, type_name: str) -> pl.
 
 def to_text(value: pl.Expr, source: str) -> pl.Expr:
     """PostgreSQL's text output of a value of type ``source``."""
+    if sqltypes.element_type(source) is not None:
+        return containers.container_text(value, source)
     if source in ("text", "jsonb", "unknown"):
         return value.cast(pl.Utf8)
     if source == "bool":
@@ -2364,3 +2381,7 @@ def _add_calendar_interval(compiler: _Compiler, call: Call) -> CompiledScalar:
     if micros:
         value = value + pl.duration(microseconds=micros)
     return CompiledScalar(value.cast(polars_dtype(result_type)), subject.error, result_type)
+
+
+# Arrays and lists register their functions with this module's handlers.
+from loupe.dataflow import containers  # noqa: E402

@@ -65,7 +65,11 @@ class PeekResult:
 
 
 # Types whose engine values (polars') are not the Python values clients get.
-_PYTHON_VALUES: dict[str, Callable[[Any], object]] = {"uuid": uuid.UUID}
+_PYTHON_VALUES: dict[str, Callable[[Any], object]] = {
+    "uuid": uuid.UUID,
+    "_uuid": lambda values: [None if v is None else uuid.UUID(v) for v in values],
+    "uuid list": lambda values: [None if v is None else uuid.UUID(v) for v in values],
+}
 
 
 @dataclass(frozen=True)

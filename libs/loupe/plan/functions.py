@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from loupe import sqltypes
 from loupe.plan.scalar import ARITHMETIC, NUMERIC_RANK, Case, Cast, Column, Literal, Scalar
 from loupe.sqltypes import INTEGER_TYPES, TIME_TYPES, common_numeric
 
@@ -36,7 +37,8 @@ STRICT = frozenset(
         *("octet_length", "substr", "substring", "strpos", "replace", "concat", "lpad"),
         *("rpad", "left", "right", "split_part", "starts_with", "btrim", "ltrim", "rtrim"),
         *("trim", "reverse", "repeat", "translate", "date_part", "extract", "date_trunc"),
-        *("make_date", "not"),
+        *("make_date", "not", "subscript", "cardinality", "list_length", "array_length"),
+        *("array_contains", "array_contained", "array_overlap"),
     }
 )
 COERCING |= {"greatest", "least"} | ARITHMETIC
@@ -177,6 +179,24 @@ def _scale(types: Sequence[str]) -> str:
     return "interval" if "interval" in types else widest(types)
 
 
+def _container(kind: str) -> TypeRule:
+    """ARRAY[…]/LIST[…]: a container of the elements' common type (text for untyped ones)."""
+
+    def rule(types: Sequence[str]) -> str:
+        element = _common(types)
+        element = "text" if element == "unknown" else element
+        try:
+            return sqltypes.array_of(element) if kind == "array" else sqltypes.list_of(element)
+        except sqltypes.UnknownType:
+            return f"{element}[]" if kind == "array" else f"{element} list"
+
+    return rule
+
+
+def _element(types: Sequence[str]) -> str:
+    return sqltypes.element_type(types[0]) or "unknown"
+
+
 _FUNCTIONS = (
     # Comparison and logic (operators).
     Function("eq", 2, 2, _fixed("bool"), "a = b"),
@@ -298,6 +318,24 @@ _FUNCTIONS = (
             ("atanh", "inverse hyperbolic tangent; input outside [-1, 1] is 22003"),
         )
     ),
+    # Arrays and lists.
+    Function("array", 1, None, _container("array"), "ARRAY[a, …]: a one-dimensional array"),
+    Function("list", 1, None, _container("list"), "LIST[a, …]: a Materialize list"),
+    Function("subscript", 2, 2, _element, "a[i]: the i-th element (from 1), NULL outside"),
+    Function("cardinality", 1, 1, _fixed("int4"), "the number of elements of an array"),
+    Function("list_length", 1, 1, _fixed("int4"), "the number of elements of a list"),
+    Function("array_length", 2, 2, _fixed("int4"), "array_length(a, 1): NULL for an empty array"),
+    Function(
+        "array_to_string",
+        2,
+        3,
+        _fixed("text"),
+        "array_to_string(a, delimiter [, null text]): elements' text, NULLs skipped or replaced",
+    ),
+    Function("array_contains", 2, 2, _fixed("bool"), "a @> b: every element of b is in a"),
+    Function("array_contained", 2, 2, _fixed("bool"), "a <@ b: every element of a is in b"),
+    Function("array_overlap", 2, 2, _fixed("bool"), "a && b: an element in common"),
+    Function("eq_any", 2, 2, _fixed("bool"), "x = ANY(array): x equals an element"),
     # Dates and times.
     Function(
         "date_trunc",

@@ -519,6 +519,14 @@ SPECIAL_CALLS: dict[str, tuple[list[Scalar], list[str]]] = {
     ),
     "date_bin": ([c(0), c(1), c(1)], ["interval", "timestamp"]),
     "make_timestamp": ([c(0), c(0), c(0), c(0), c(0), c(1)], ["int4", "float8"]),
+    # Arrays and lists.
+    **dict.fromkeys(("subscript", "array_length"), ([c(0), c(1)], ["_int4", "int4"])),
+    **dict.fromkeys(("cardinality", "list_length"), ([c(0)], ["_int4"])),
+    "array_to_string": ([c(0), c(1)], ["_int4", "text"]),
+    **dict.fromkeys(
+        ("array_contains", "array_contained", "array_overlap"), ([c(0), c(1)], ["_int4", "_int4"])
+    ),
+    "eq_any": ([c(0), c(1)], ["int4", "_int4"]),
 }
 NUMERIC_ARGS = {
     "chr",

@@ -91,6 +91,11 @@ _FUNCTION_ARGS: dict[type[exp.Expression], tuple[str, tuple[str, ...]]] = {
     exp.TimestampFromParts: ("make_timestamp", ("year", "month", "day", "hour", "min", "sec")),
 }
 TEMPORAL_FUNCTIONS = ("now", "current_timestamp", "mz_now", "current_date")
+_CONTAINER_OPERATORS: dict[type[exp.Expression], str] = {
+    exp.ArrayContainsAll: "array_contains",
+    exp.ArrayContainedBy: "array_contained",
+    exp.ArrayOverlaps: "array_overlap",
+}
 
 
 def unsupported(what: str) -> LoupeError:
@@ -348,6 +353,10 @@ class Scalars:
             return self.call(
                 "not", [self.call(_BINARY[type(node)], self._args(node.this, node.expression))]
             )
+        if isinstance(node, exp.EQ) and isinstance(node.expression, exp.Any):
+            container = self._container(node)
+            assert container is not None
+            return container
         if type(node) in _BINARY:
             return self.call(_BINARY[type(node)], self._args(node.this, node.expression))
         if isinstance(node, exp.Not):
@@ -368,7 +377,54 @@ class Scalars:
             return self._case(node)
         if isinstance(node, exp.Subquery):
             return self._subquery(node)
+        container = self._container(node)
+        if container is not None:
+            return container
         return self._function(node)
+
+    def _container(self, node: exp.Expression) -> Scalar | None:
+        """Arrays and lists: constructors, subscripts, ``= ANY``, containment operators."""
+        if isinstance(node, exp.Array | exp.List):
+            name = "array" if isinstance(node, exp.Array) else "list"
+            if not node.expressions:
+                raise LoupeError(
+                    "42P18",
+                    f"cannot determine type of empty {name}",
+                    hint=f"Explicitly cast to the desired type, for example {name.upper()}[]::integer[].",
+                )
+            return self.call(name, self._args(*node.expressions))
+        if isinstance(node, exp.Bracket):
+            if len(node.expressions) != 1:
+                raise unsupported("multidimensional subscripts")
+            index = node.expressions[0]
+            position = (
+                Literal(int(index.this) + 1, "int4")  # sqlglot stores a constant 0-based
+                if isinstance(index, exp.Literal) and not index.is_string
+                else self._lower(index)
+            )
+            container = self._lower(node.this)
+            if sqltypes.element_type(self.type_of(container)) is None:
+                raise LoupeError(
+                    "42804",
+                    f"cannot subscript type {sqltypes.display_name(self.type_of(container))} "
+                    "because it does not support subscripting",
+                )
+            return self.call("subscript", [container, position])
+        if isinstance(node, exp.EQ) and isinstance(node.expression, exp.Any):
+            target = node.expression.this
+            target = target.this if isinstance(target, exp.Paren) else target
+            return self.call("eq_any", self._args(node.this, target))
+        if type(node) in _CONTAINER_OPERATORS:
+            return self.call(
+                _CONTAINER_OPERATORS[type(node)], self._args(node.this, node.expression)
+            )
+        if isinstance(node, exp.ArraySize):
+            return self.call("array_length", self._args(*_present(node, ("this", "expression"))))
+        if isinstance(node, exp.ArrayToString):
+            return self.call(
+                "array_to_string", self._args(*_present(node, ("this", "expression", "null")))
+            )
+        return None
 
     def _window(self, node: exp.Window) -> Column:
         """The column the planner computed a window function call into."""
@@ -872,6 +928,14 @@ def literal(node: exp.Expression) -> Literal:
 
 def cast_type(to: exp.DataType) -> str:
     """The PostgreSQL type name a cast targets; 0A000 for types Loupe does not have."""
+    if to.this in (exp.DataType.Type.ARRAY, exp.DataType.Type.LIST) and to.expressions:
+        element = cast_type(to.expressions[0])
+        try:
+            if to.this == exp.DataType.Type.ARRAY:
+                return sqltypes.array_of(element)
+            return sqltypes.list_of(element)
+        except sqltypes.UnknownType:
+            raise unsupported(f"type {to.sql(dialect='postgres').lower()}") from None
     if to.this == exp.DataType.Type.USERDEFINED:
         entry = sqltypes.lookup(to.sql(dialect="postgres"))
     else:

@@ -1303,6 +1303,7 @@ _CALL_NAMES: dict[type[exp.Expression], str] = {
     exp.LogicalOr: "bool_or",
     exp.GenerateSeries: "generate_series",
     exp.GroupConcat: "string_agg",
+    exp.ArraySize: "array_length",
     exp.AtTimeZone: "timezone",
     exp.UnixToTime: "to_timestamp",
     exp.TimestampFromParts: "make_timestamp",
@@ -1348,7 +1349,13 @@ def _output_name(node: exp.Expression) -> str:
         inner: exp.Expression = node.this
         if isinstance(inner, exp.Column | exp.Func):
             return _output_name(inner)
-        return cast_type(node.to) if isinstance(inner, exp.Literal) else "?column?"
+        if not isinstance(inner, exp.Literal):
+            return "?column?"
+        type_ = cast_type(node.to)  # an array constant is named after its element type
+        return (sqltypes.element_type(type_) or type_) if sqltypes.is_array(type_) else type_
+    if isinstance(node, exp.Bracket):  # a[i] is named after a
+        inner = node.this.this if isinstance(node.this, exp.Paren) else node.this
+        return _output_name(inner)
     if isinstance(node, exp.Trim):
         position = str(node.args.get("position") or "").upper()
         return {"LEADING": "ltrim", "TRAILING": "rtrim"}.get(position, "btrim")

@@ -1500,6 +1500,16 @@ class _LoupeParser:
                 f'type "{token.text.lower()}" does not exist',
                 position=position,
             )
+        if entry.element is None and self.accept("[", "]"):
+            entry = sqltypes.lookup(f"{entry.name}[]")
+        elif entry.element is None and self.accept("LIST"):
+            entry = sqltypes.lookup(f"{entry.name} list")
+        if entry is None:
+            raise LoupeError(
+                SqlState.UNDEFINED_OBJECT,
+                f'type "{token.text.lower()}" has no array or list type in Loupe',
+                position=position,
+            )
         base = entry.display
         modifiers = self.type_modifiers() if entry.modifiers else ()
         if base == "character varying" and len(modifiers) > 1:
