@@ -458,6 +458,31 @@ QUERIES = [
     "(2, 'z')) AS u(k, s) WHERE u.k = t.a) FROM (VALUES (1), (2), (3)) AS t(a)",
     "SELECT timestamp '2024-07-01 12:00' AT TIME ZONE 'UTC', to_char(timestamp '2024-07-01', 'Q')",
     "SELECT string_agg(n, ',') FROM (VALUES (1)) AS t(n)",
+    # unnest in FROM and in the SELECT list: a row per element (none for NULL or empty).
+    "SELECT * FROM unnest(ARRAY[1, NULL, 3]) AS u(x)",
+    "SELECT x FROM unnest(ARRAY['a', 'b']) x",
+    "SELECT unnest(ARRAY[1, 2]), 'k'",
+    "SELECT n, unnest(a) FROM (VALUES (1, ARRAY[1, 2]), (2, '{}'::int[]), (3, NULL)) AS t(n, a)",
+    "SELECT unnest(1)",
+    "SELECT x, a[x] FROM (VALUES (ARRAY['p', 'q'])) AS t(a), generate_series(0, 3) AS g(x)",
+    # array_agg: NULLs kept, ORDER BY, DISTINCT, FILTER; NULL over no rows.
+    "SELECT array_agg(x ORDER BY x DESC), array_agg(DISTINCT x ORDER BY x), "
+    "array_agg(x ORDER BY x) FILTER (WHERE x > 1) FROM (VALUES (1), (NULL), (3), (3)) AS t(x)",
+    "SELECT g, array_agg(s ORDER BY s)::text FROM (VALUES (1, 'a b'), (1, NULL), (2, 'c')) "
+    "AS t(g, s) GROUP BY g",
+    "SELECT array_agg(x) FROM (VALUES (1)) AS t(x) WHERE false",
+    "SELECT cardinality(array_agg(x)) FROM generate_series(1, 5) AS t(x)",
+    # generate_series over numeric and over timestamps with an interval step.
+    "SELECT generate_series(1.5, 3, 0.5)",
+    "SELECT generate_series(1, 2.5)",
+    "SELECT generate_series(3, 1, -0.5)",
+    "SELECT generate_series(1, 2, 0.0)",
+    "SELECT * FROM generate_series(timestamp '2024-01-01', timestamp '2024-01-02', "
+    "interval '8 hours') AS g(t)",
+    "SELECT generate_series(timestamptz '2024-01-01 01:00:00+00', "
+    "timestamptz '2024-01-01 00:00:00+00', interval '-30 minutes')",
+    "SELECT generate_series(timestamp '2024-01-01', timestamp '2024-01-02', interval '0 hours')",
+    "SELECT generate_series(timestamp '2024-01-01', timestamp '2024-01-02')",
     "SELECT u, count(*) FROM (VALUES ('a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11'::uuid), "
     "('A0EEBC99-9C0B-4EF8-BB6D-6BB9BD380A11'::uuid), (NULL), (md5('x')::uuid)) AS t(u) GROUP BY u",
     "SELECT DISTINCT u FROM (VALUES ('a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11'::uuid), "

@@ -77,6 +77,45 @@ VIEWS = (
         postgres_sql="SELECT a, CASE WHEN b < 0 THEN b * 4611686018427387904 * 4 ELSE b END AS u "
         "FROM t1",
     ),
+    # Arrays and lists: aggregated per group (recomputed when a group changes), unnested per
+    # row (retracted with it), indexed, searched and printed.
+    View(
+        "array_agg_per_group",
+        "SELECT a, array_agg(s ORDER BY s) AS names, array_agg(b ORDER BY b DESC) AS bs, "
+        "array_agg(DISTINCT b ORDER BY b) FILTER (WHERE b > 0) AS positive FROM t1 GROUP BY a",
+    ),
+    View(
+        "array_functions_of_groups",
+        "SELECT a, (array_agg(b ORDER BY b))[1] AS lowest, cardinality(array_agg(b)) AS n, "
+        "array_to_string(array_agg(s ORDER BY s), ',', '?') AS names, "
+        "array_agg(f ORDER BY f)::text AS floats FROM t1 GROUP BY a",
+    ),
+    View(
+        "list_agg_per_group",
+        "SELECT a, list_agg(b ORDER BY b) AS l, list_length(list_agg(s)) AS n FROM t1 GROUP BY a",
+        postgres_sql="SELECT a, array_agg(b ORDER BY b) AS l, cardinality(array_agg(s)) AS n "
+        "FROM t1 GROUP BY a",
+    ),
+    View("unnest_per_row", "SELECT a, unnest(ARRAY[a, b, NULL]) AS x FROM t1"),
+    View(
+        "unnest_then_aggregate",
+        "SELECT x, count(*) AS n FROM (SELECT unnest(ARRAY[s, upper(s)]) AS x FROM t1) AS e "
+        "GROUP BY x",
+    ),
+    View(
+        "array_search",
+        "SELECT a, b, ARRAY[a, b] @> ARRAY[2] AS has_two, ARRAY[a] && ARRAY[b, 3] AS overlap "
+        "FROM t1 WHERE b = ANY(ARRAY[1, 3, a])",
+    ),
+    View(
+        "generate_series_of_times",
+        "SELECT a, generate_series(timestamp '2024-01-01', timestamp '2024-01-01 03:00', "
+        "interval '1 hour' * a) AS t FROM t1 WHERE a > 0",
+    ),
+    View(
+        "generate_series_of_numerics",
+        "SELECT a, generate_series(n, 3, 0.75) AS x FROM t2",
+    ),
     # string_agg: the group's text recomputed when any of its rows changes.
     View(
         "string_agg",

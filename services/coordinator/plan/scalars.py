@@ -22,6 +22,7 @@ from loupe import sqltypes
 from loupe.common.errors import LoupeError, SqlState
 from loupe.coordinator.plan.scope import Scope
 from loupe.coordinator.plan.values import MonthInterval, add_interval, fold_cast, parse_interval
+from loupe.coordinator.sql.parser import ListAgg
 from loupe.dataflow.expr import check_cast, compile_scalar, evaluate_closed
 from loupe.plan import functions
 from loupe.plan.scalar import Call, Case, Cast, Column, Literal, Scalar, columns_of, scalar_type
@@ -67,6 +68,8 @@ AGGREGATES: dict[type, str] = {
     exp.StddevSamp: "stddev_samp",
     exp.StddevPop: "stddev_pop",
     exp.GroupConcat: "string_agg",
+    exp.ArrayAgg: "array_agg",
+    ListAgg: "list_agg",
 }
 # sqlglot node -> (registry name, the node's argument keys in PostgreSQL's order).
 _FUNCTION_ARGS: dict[type[exp.Expression], tuple[str, tuple[str, ...]]] = {
@@ -219,6 +222,8 @@ class Grouping:
             raise unsupported(f"aggregate function {name.lower()}")
         if func == "string_agg":
             return self._string_agg(node, condition)
+        if func in ("array_agg", "list_agg"):
+            return self._collect(func, node, condition)
         arg = node.this
         if any(isinstance(n, exp.Window) for n in arg.walk()):
             raise LoupeError(
@@ -241,6 +246,42 @@ class Grouping:
         if condition is not None:
             expr = Case(((condition, expr),), _null(self.below.type_of(expr)))
         return mir.Aggregate(func, expr, distinct=distinct)
+
+    def _collect(self, func: str, node: exp.Expression, condition: Scalar | None) -> mir.Aggregate:
+        """``array_agg(x [ORDER BY …])`` / ``list_agg``: every row's value, NULLs included;
+        FILTER drops rows (its condition is the aggregate's argument after the value)."""
+        arg = node.this
+        order: list[exp.Ordered] = []
+        if isinstance(arg, exp.Order):
+            order = list(arg.expressions)
+            arg = arg.this
+        distinct = isinstance(arg, exp.Distinct)
+        if distinct:
+            arg = arg.expressions[0]
+        if any(isinstance(n, exp.AggFunc) for n in arg.walk()):
+            raise LoupeError(GROUPING_ERROR, "aggregate function calls cannot be nested")
+        value = self.below.lower(arg)
+        value_type = self.below.type_of(value)
+        if value_type == "unknown":
+            value, value_type = Cast(value, "text"), "text"
+        try:
+            sqltypes.array_of(value_type) if func == "array_agg" else sqltypes.list_of(value_type)
+        except sqltypes.UnknownType:
+            raise unsupported(f"{func} of {sqltypes.display_name(value_type)}") from None
+        keys = []
+        for ordered in order:
+            key = self.below.lower(ordered.this)
+            if distinct and key != value:
+                raise LoupeError(
+                    "42P10",
+                    "in an aggregate with DISTINCT, ORDER BY expressions must appear in argument list",
+                )
+            desc = bool(ordered.args.get("desc"))
+            nulls_first = ordered.args.get("nulls_first")
+            nulls_last = not desc if nulls_first is None else not nulls_first
+            keys.append(mir.AggregateOrder(key, desc, nulls_last))
+        kept = condition if condition is not None else Literal(True, "bool")
+        return mir.Aggregate(func, value, distinct, (kept,), tuple(keys))
 
     def _string_agg(self, node: exp.Expression, condition: Scalar | None) -> mir.Aggregate:
         """``string_agg(value, delimiter [ORDER BY …])``, both text, as PostgreSQL has it."""
@@ -789,13 +830,14 @@ def _fold_constant(call: Call) -> Literal | None:
     if function is None or not function.evaluable:
         return None
     type_ = scalar_type(call, ())
-    if type_ not in _FOLDABLE:
+    container = sqltypes.element_type(type_) in _FOLDABLE
+    if type_ not in _FOLDABLE and not container:
         return None
     try:
         value = evaluate_closed(call)
     except LoupeError:
         return None
-    return Literal(value, type_)
+    return Literal(tuple(value) if isinstance(value, list) else value, type_)
 
 
 def _is_null(scalar: Scalar) -> bool:

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
+from loupe import sqltypes
 from loupe.common.errors import LoupeError
 from loupe.dataflow.expr import evaluate_closed
 from loupe.plan.scalar import Cast, Literal
@@ -170,6 +171,8 @@ def parse_text(text: str, type_: str) -> Any:
     if type_ in ENGINE_PARSED:
         # The engine's own text input, so a constant reads as a column's text would.
         return evaluate_closed(Cast(Literal(text, "text"), type_))
+    if sqltypes.element_type(type_) is not None:  # an array or list: a tuple in plans
+        return tuple(evaluate_closed(Cast(Literal(text, "text"), type_)))  # type: ignore[arg-type]
     try:
         if type_ == "numeric":
             return Decimal(stripped)

@@ -209,6 +209,12 @@ _WORD = re.compile(r"^[A-Za-z_][A-Za-z0-9_$]*$")
 _ONE_INTERVAL_PART = re.compile(r"\s*[-+]?\d+(?:\.\d*)?\s*[a-zA-Z]+\s*")
 
 
+class ListAgg(exp.ArrayAgg):
+    """Materialize's ``list_agg(x [ORDER BY …])``: ``array_agg`` into a list."""
+
+    _sql_names = ["LIST_AGG"]
+
+
 class LoupeDialect(Postgres):
     """PostgreSQL with a tokenizer that never swallows a statement as a "command".
 
@@ -242,6 +248,7 @@ class LoupeDialect(Postgres):
             "TO_CHAR": lambda args: exp.Anonymous(this="to_char", expressions=args),
             # sqlglot reads date_bin's origin as a unit: a column there would be a VAR.
             "DATE_BIN": lambda args: exp.Anonymous(this="date_bin", expressions=args),
+            "LIST_AGG": ListAgg.from_arg_list,
         }
 
         def _parse_interval_span(
