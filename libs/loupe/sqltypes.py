@@ -197,8 +197,9 @@ _TYPES: tuple[SqlType, ...] = (
         wire_kinds=("interval_us",), python=(dt.timedelta,),
     ),
     SqlType(
+        # Held as its canonical text (loupe.common.jsonb): equal documents, equal texts.
         "jsonb", "jsonb", 3802, USER, pl.Utf8(), pa.string(),
-        sqlglot=("JSONB",), spark=_spark("StringType"),
+        sqlglot=("JSONB",), column_type=True, spark=_spark("StringType"),
         wire_kinds=("jsonb_value", "text_value"), python=(dict,),
     ),
     SqlType(

@@ -28,7 +28,9 @@ from typing import Any
 import pyarrow as pa
 
 from loupe import sqltypes
+from loupe.common import jsonb
 from loupe.common.errors import LoupeError, SqlState
+from loupe.common.jsonb import Jsonb
 from loupe.coordinator.sql.statements import ColumnDef, CreateTable, UniqueKey
 from loupe.dataflow.expr import evaluate_closed, uuid_text
 from loupe.persist import DIFF_COLUMN, TIMESTAMP_COLUMN
@@ -402,6 +404,20 @@ class Coercer:
             return value
         raise self._mismatch(value, column)
 
+    def _jsonb(self, value: Any, column: TableColumn) -> str:
+        if isinstance(value, Jsonb):
+            return str(value)
+        if isinstance(value, UntypedString):
+            try:
+                return jsonb.canonical(value)
+            except jsonb.InvalidJson:
+                raise LoupeError(
+                    INVALID_TEXT_REPRESENTATION, "invalid input syntax for type json"
+                ) from None
+        if isinstance(value, dict):
+            return jsonb.text(value)
+        raise self._mismatch(value, column)
+
     def _uuid(self, value: Any, column: TableColumn) -> str:
         if isinstance(value, uuid.UUID):
             return str(value)
@@ -463,6 +479,7 @@ _CONVERSIONS = {
     "time": Coercer._time,
     "date": Coercer._date,
     "uuid": Coercer._uuid,
+    "jsonb": Coercer._jsonb,
 }
 
 

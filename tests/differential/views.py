@@ -116,6 +116,20 @@ VIEWS = (
         "generate_series_of_numerics",
         "SELECT a, generate_series(n, 3, 0.75) AS x FROM t2",
     ),
+    # jsonb built from text: grouped by its canonical text, members read with -> and ->>,
+    # filtered with @> and ? (compared as PostgreSQL's text of the documents).
+    View(
+        "jsonb_groups",
+        "SELECT j::text AS doc, j -> 'b' ->> 0 AS first_b, jsonb_typeof(j -> 'k') AS kind, "
+        "count(*) AS n FROM (SELECT ('{\"k\": ' || coalesce(a, 0) || ', \"b\": [' "
+        "|| coalesce(b, 0) || ', 1]}')::jsonb AS j FROM t1) AS d GROUP BY j",
+    ),
+    View(
+        "jsonb_filters",
+        "SELECT a, (j -> 'b')::text AS b, jsonb_array_length(j -> 'b') AS len FROM "
+        "(SELECT a, ('{\"b\": [' || coalesce(b, 0) || ', 2], \"s\": 1}')::jsonb AS j FROM t1) "
+        "AS d WHERE j @> '{\"b\": [2]}' AND j ? 's' AND NOT j @> '{\"b\": [3]}'",
+    ),
     # string_agg: the group's text recomputed when any of its rows changes.
     View(
         "string_agg",

@@ -40,6 +40,7 @@ from loupe.client import (
     StreamedRows,
 )
 from loupe.common.errors import LoupeError
+from loupe.common.jsonb import text as jsonb_text
 from loupe.common.values import format_interval
 
 EXIT_OK, EXIT_SQL_ERROR, EXIT_UNREACHABLE = 0, 1, 2
@@ -242,7 +243,7 @@ def format_value(value: Any) -> str:
             "{" + ",".join("NULL" if v is None else _element(format_value(v)) for v in value) + "}"
         )
     if isinstance(value, dict):
-        return json.dumps(value, sort_keys=True)
+        return jsonb_text(value)  # as PostgreSQL prints jsonb
     if isinstance(value, dt.timedelta):
         return format_interval(value)
     return str(value)

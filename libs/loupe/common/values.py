@@ -9,6 +9,8 @@ from collections.abc import Sequence
 from decimal import Decimal
 from typing import Any
 
+from loupe.common.jsonb import Jsonb
+from loupe.common.jsonb import text as jsonb_text
 from loupe.proto.common.v1 import common_pb2
 
 EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
@@ -31,6 +33,8 @@ def to_value(value: Any) -> common_pb2.Value:
         return common_pb2.Value(int_value=value)
     if isinstance(value, float):
         return common_pb2.Value(float_value=value)
+    if isinstance(value, Jsonb):
+        return common_pb2.Value(jsonb_value=str(value))
     if isinstance(value, str):
         return common_pb2.Value(text_value=value)
     if isinstance(value, bytes):
@@ -45,7 +49,7 @@ def to_value(value: Any) -> common_pb2.Value:
     if isinstance(value, dt.date):
         return common_pb2.Value(date_days=(value - EPOCH_DATE).days)
     if isinstance(value, dict):
-        return common_pb2.Value(jsonb_value=json.dumps(value, sort_keys=True))
+        return common_pb2.Value(jsonb_value=jsonb_text(value))
     if isinstance(value, list | tuple):
         return common_pb2.Value(
             list_value=common_pb2.ValueList(values=[to_value(v) for v in value])

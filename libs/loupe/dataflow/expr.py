@@ -37,6 +37,7 @@ from typing import Any
 import polars as pl
 
 from loupe import sqltypes
+from loupe.common import jsonb as documents
 from loupe.common.errors import LoupeError, SqlState
 from loupe.dataflow import datetime_format
 from loupe.dataflow.batches import empty_errors
@@ -477,6 +478,8 @@ def literal(value: object, pg_type: str) -> pl.Expr:
         return pl.lit(None, dtype)
     try:
         parsed = _parse_literal(value, pg_type)
+    except documents.InvalidJson as error:
+        raise LoupeError(INVALID_TEXT, "invalid input syntax for type json") from error
     except (TypeError, ValueError) as error:
         raise LoupeError(
             INVALID_TEXT, f'invalid input syntax for type {pg_type}: "{value}"'
@@ -514,6 +517,8 @@ def _parse_literal(value: object, pg_type: str) -> object:
         return datetime.time.fromisoformat(value.strip())
     if pg_type == "uuid":
         return uuid_text(str(value))
+    if pg_type == "jsonb" and isinstance(value, str):
+        return documents.canonical(value)
     if isinstance(value, tuple):  # an array or list constant
         return list(value)
     return value
@@ -591,6 +596,11 @@ _FROM_MZ_TIMESTAMP = frozenset(TIME_TYPES)
 def check_cast(source: str, to: str) -> None:
     """42846 for a cast PostgreSQL (or Materialize) does not have, as the planner reports it."""
     plain = {"text", "unknown", "jsonb"}
+    if to == "jsonb" and source not in plain:
+        raise LoupeError(
+            CANNOT_COERCE,
+            f"cannot cast type {sqltypes.display_name(source)} to {sqltypes.display_name(to)}",
+        )
     containers_cast = (
         sqltypes.element_type(source) is not None,
         sqltypes.element_type(to) is not None,
@@ -613,6 +623,8 @@ def check_cast(source: str, to: str) -> None:
 
 def _cast_value(value: pl.Expr, source: str, to: str) -> tuple[pl.Expr, pl.Expr | None]:
     check_cast(source, to)
+    if to == "jsonb" and source == "text":
+        return jsonb.parse_jsonb(value)
     if sqltypes.element_type(source) is not None and sqltypes.element_type(to) is not None:
         return containers.cast_elements(value, source, to)
     if to == "mz_timestamp" and source not in ("text", "jsonb"):
@@ -697,6 +709,8 @@ def _from_text(text: pl.Expr, to: str) -> tuple[pl.Expr, pl.Expr | None]:
     """Parse text as ``to``; unparsable input is 22P02 (22007 for dates and times)."""
     if sqltypes.element_type(to) is not None:
         return containers.parse_container(text, to)
+    if to == "jsonb":
+        return jsonb.parse_jsonb(text)
     stripped = text.str.strip_chars()
     if to in _INT_RANGE:
         # 128 bits: a number past the type's range is 22003, only what is no number 22P02.
@@ -2384,4 +2398,4 @@ def _add_calendar_interval(compiler: _Compiler, call: Call) -> CompiledScalar:
 
 
 # Arrays and lists register their functions with this module's handlers.
-from loupe.dataflow import containers  # noqa: E402
+from loupe.dataflow import containers, jsonb  # noqa: E402

@@ -11,6 +11,7 @@ import polars as pl
 import pyarrow as pa
 
 from loupe.common.errors import LoupeError
+from loupe.common.jsonb import Jsonb
 from loupe.plan import mir
 
 
@@ -67,6 +68,9 @@ class PeekResult:
 # Types whose engine values (polars') are not the Python values clients get.
 _PYTHON_VALUES: dict[str, Callable[[Any], object]] = {
     "uuid": uuid.UUID,
+    "jsonb": Jsonb,
+    "_jsonb": lambda values: [None if v is None else Jsonb(v) for v in values],
+    "jsonb list": lambda values: [None if v is None else Jsonb(v) for v in values],
     "_uuid": lambda values: [None if v is None else uuid.UUID(v) for v in values],
     "uuid list": lambda values: [None if v is None else uuid.UUID(v) for v in values],
 }

@@ -38,7 +38,9 @@ STRICT = frozenset(
         *("rpad", "left", "right", "split_part", "starts_with", "btrim", "ltrim", "rtrim"),
         *("trim", "reverse", "repeat", "translate", "date_part", "extract", "date_trunc"),
         *("make_date", "not", "subscript", "cardinality", "list_length", "array_length"),
-        *("array_contains", "array_contained", "array_overlap"),
+        *("array_contains", "array_contained", "array_overlap", "jsonb_get", "jsonb_get_text"),
+        *("jsonb_exists", "jsonb_contains", "jsonb_contained", "jsonb_typeof"),
+        "jsonb_array_length",
     }
 )
 COERCING |= {"greatest", "least"} | ARITHMETIC
@@ -66,6 +68,9 @@ LITERAL_TYPES: dict[str, tuple[str | None, ...]] = {
     "to_timestamp": ("float8",),
     "make_timestamp": ("int4", "int4", "int4", "int4", "int4", "float8"),
     "chr": ("int4",),
+    "jsonb_contains": ("jsonb", "jsonb"),
+    "jsonb_contained": ("jsonb", "jsonb"),
+    **dict.fromkeys(("jsonb_typeof", "jsonb_array_length"), ("jsonb",)),
     **dict.fromkeys(("justify_hours", "justify_days", "justify_interval"), ("interval",)),
 }
 
@@ -336,6 +341,14 @@ _FUNCTIONS = (
     Function("array_contained", 2, 2, _fixed("bool"), "a <@ b: every element of a is in b"),
     Function("array_overlap", 2, 2, _fixed("bool"), "a && b: an element in common"),
     Function("eq_any", 2, 2, _fixed("bool"), "x = ANY(array): x equals an element"),
+    # jsonb.
+    Function("jsonb_get", 2, 2, _fixed("jsonb"), "j -> key or j -> n: a member or element"),
+    Function("jsonb_get_text", 2, 2, _fixed("text"), "j ->> key or j ->> n: as text"),
+    Function("jsonb_exists", 2, 2, _fixed("bool"), "j ? key: a top-level key or string"),
+    Function("jsonb_contains", 2, 2, _fixed("bool"), "a @> b: a contains b"),
+    Function("jsonb_contained", 2, 2, _fixed("bool"), "a <@ b: b contains a"),
+    Function("jsonb_typeof", 1, 1, _fixed("text"), "object, array, string, number, boolean, null"),
+    Function("jsonb_array_length", 1, 1, _fixed("int4"), "elements of an array; 22023 otherwise"),
     # Dates and times.
     Function(
         "date_trunc",

@@ -423,6 +423,20 @@ class Scalars:
             return container
         return self._function(node)
 
+    def _json_key(self, node: exp.Expression) -> Scalar:
+        """The key of ``->``/``->>``: sqlglot reads a constant one as a JSON path."""
+        if isinstance(node, exp.JSONPath):
+            parts = [p for p in node.expressions if not isinstance(p, exp.JSONPathRoot)]
+            if len(parts) != 1:
+                raise unsupported("this JSON path")
+            part = parts[0]
+            if isinstance(part, exp.JSONPathSubscript):
+                return Literal(int(part.this), "int4")
+            if isinstance(part, exp.JSONPathKey):
+                return Literal(str(part.this), "text")
+            raise unsupported("this JSON path")
+        return self._lower(node)
+
     def _container(self, node: exp.Expression) -> Scalar | None:
         """Arrays and lists: constructors, subscripts, ``= ANY``, containment operators."""
         if isinstance(node, exp.Array | exp.List):
@@ -455,10 +469,20 @@ class Scalars:
             target = node.expression.this
             target = target.this if isinstance(target, exp.Paren) else target
             return self.call("eq_any", self._args(node.this, target))
+        if isinstance(node, exp.JSONExtract | exp.JSONExtractScalar):
+            name = "jsonb_get" if isinstance(node, exp.JSONExtract) else "jsonb_get_text"
+            return self.call(name, [self._lower(node.this), self._json_key(node.expression)])
+        if isinstance(node, exp.JSONBContainsTopKey):
+            return self.call("jsonb_exists", self._args(node.this, node.expression))
         if type(node) in _CONTAINER_OPERATORS:
-            return self.call(
-                _CONTAINER_OPERATORS[type(node)], self._args(node.this, node.expression)
-            )
+            args = self._args(node.this, node.expression)
+            name = _CONTAINER_OPERATORS[type(node)]
+            if "jsonb" in (self.type_of(args[0]), self.type_of(args[1])):
+                name = {
+                    "array_contains": "jsonb_contains",
+                    "array_contained": "jsonb_contained",
+                }.get(name, name)
+            return self.call(name, args)
         if isinstance(node, exp.ArraySize):
             return self.call("array_length", self._args(*_present(node, ("this", "expression"))))
         if isinstance(node, exp.ArrayToString):

@@ -21,6 +21,7 @@ from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from loupe import sqltypes
+from loupe.common import jsonb
 from loupe.common.errors import LoupeError
 from loupe.dataflow.expr import evaluate_closed
 from loupe.plan.scalar import Cast, Literal
@@ -180,7 +181,14 @@ def parse_text(text: str, type_: str) -> Any:
         raise _bad(type_, text) from error
     if type_ == "interval":
         return parse_interval(stripped)
-    if type_ in ("text", "jsonb"):
+    if type_ == "jsonb":
+        try:
+            return jsonb.canonical(text)
+        except jsonb.InvalidJson:
+            raise LoupeError(
+                INVALID_TEXT_REPRESENTATION, "invalid input syntax for type json"
+            ) from None
+    if type_ == "text":
         return text
     raise ValueError(type_)
 

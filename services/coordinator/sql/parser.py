@@ -250,6 +250,8 @@ class LoupeDialect(Postgres):
             "DATE_BIN": lambda args: exp.Anonymous(this="date_bin", expressions=args),
             "LIST_AGG": ListAgg.from_arg_list,
         }
+        # PostgreSQL has no lambdas: ``f(j -> 'k')`` is the jsonb operator, not ``x -> …``.
+        LAMBDAS: ClassVar[dict[Any, Any]] = {}
 
         def _parse_interval_span(
             self, this: exp.Expr, parse_function_unit: bool = True

@@ -45,6 +45,8 @@ CASES = [
     ("timestamp[]", ['{"2024-01-02 03:04:05"}']),
     ("timestamptz[]", ['{"2024-01-02 03:04:05+00"}']),
     ("uuid[]", ["{a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11}"]),
+    ("jsonb", ['{"b": [1, 2], "a":1, "aa": {"z":null}}', '"text"', "null", "1.50"]),
+    ("jsonb[]", ['{"{\\"a\\": 1}",2,NULL}']),
 ]
 
 # Materialize's own types, which PostgreSQL lacks: (type, PostgreSQL's type holding the same
