@@ -110,6 +110,19 @@ def contains(left: Any, right: Any, *, top: bool = True) -> bool:
     return not isinstance(right, dict | list) and _same_scalar(left, right)
 
 
+def equal(left: Any, right: Any) -> bool:
+    """PostgreSQL's jsonb equality: numbers by value (``2`` = ``2.0``), the rest exactly."""
+    if isinstance(left, dict) and isinstance(right, dict):
+        return left.keys() == right.keys() and all(equal(left[k], right[k]) for k in left)
+    if isinstance(left, list) and isinstance(right, list):
+        return len(left) == len(right) and all(
+            equal(a, b) for a, b in zip(left, right, strict=True)
+        )
+    if isinstance(left, dict | list) or isinstance(right, dict | list):
+        return False
+    return _same_scalar(left, right)
+
+
 def _element_contains(left: Any, right: Any) -> bool:
     if isinstance(right, dict | list):
         return isinstance(left, type(right)) and contains(left, right, top=False)

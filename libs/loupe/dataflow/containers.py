@@ -190,6 +190,22 @@ def _construct(compiler: Any, call: Call) -> engine.CompiledScalar:
     return engine.CompiledScalar(value, engine._first_error([p.error for p in parts]), result)
 
 
+@engine._handles("container_concat")
+def _concat(compiler: Any, call: Call) -> engine.CompiledScalar:
+    """``a || b``: a NULL container is empty; both NULL, NULL."""
+    result = _container_of(compiler, call)
+    parts = [compiler.compile(arg) for arg in call.args]
+    dtype = sqltypes.polars_dtype(result)
+    containers = [p for p in parts if p.type == result]
+    values = [
+        p.value.cast(dtype).fill_null(pl.lit([], dtype)) if p.type == result else p.value
+        for p in parts
+    ]
+    all_null = pl.all_horizontal([p.value.is_null() for p in containers])
+    value = pl.when(all_null).then(None).otherwise(pl.concat_list(values)).cast(dtype)
+    return engine.CompiledScalar(value, engine._first_error([p.error for p in parts]), result)
+
+
 @engine._handles("subscript")
 def _subscript(compiler: Any, call: Call) -> engine.CompiledScalar:
     """``a[i]``: the i-th element (from 1); NULL outside the container."""
@@ -341,3 +357,34 @@ def _eq_any(compiler: Any, call: Call) -> engine.CompiledScalar:
     )
     error = engine._first_error([subject.error, container.error])
     return engine.CompiledScalar(value.cast(pl.Boolean), error, "bool")
+
+
+# Comparisons: element by element, a NULL element after every value, a prefix first.
+
+
+def _order_key(values: list[Any]) -> tuple[tuple[int, Any], ...]:
+    return tuple((1, None) if v is None else (0, v) for v in values)
+
+
+_ORDERED: dict[str, Callable[[tuple[Any, ...], tuple[Any, ...]], bool]] = {
+    "eq": lambda a, b: a == b,
+    "neq": lambda a, b: a != b,
+    "lt": lambda a, b: a < b,
+    "lte": lambda a, b: a <= b,
+    "gt": lambda a, b: a > b,
+    "gte": lambda a, b: a >= b,
+}
+
+
+def compare(func: str, args: Any) -> engine.CompiledScalar:
+    """``a < b`` (and the others) of two arrays or lists, as PostgreSQL orders them."""
+    operator = _ORDERED[func]
+
+    def ordered(left: list[Any] | None, right: list[Any] | None) -> bool | None:
+        if left is None or right is None:
+            return None
+        return operator(_order_key(left), _order_key(right))
+
+    pairs = pl.struct(args.values[0].alias("l"), args.values[1].alias("r"))
+    value = pairs.map_batches(_rowwise(ordered), return_dtype=pl.Boolean)
+    return engine.CompiledScalar(value, args.error, "bool")

@@ -979,6 +979,10 @@ def _comparable_type(types: Sequence[str]) -> str | None:
 def _compare(compiler: _Compiler, call: Call) -> CompiledScalar:
     types = operand_types(call.func, call.args, compiler.input_types)
     args = compiler.args(call, _comparable_type(types))
+    if any(sqltypes.element_type(t) is not None for t in args.types):
+        return containers.compare(call.func, args)
+    if "jsonb" in args.types and call.func in ("eq", "neq"):
+        return jsonb.equal(call.func, args)
     value = _COMPARISONS[call.func](args.values[0], args.values[1])
     return CompiledScalar(value, args.error, "bool")
 

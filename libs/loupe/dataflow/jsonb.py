@@ -168,3 +168,31 @@ def _jsonb_array_length(compiler: Any, call: Call) -> engine.CompiledScalar:
 
     compiled = _strict_rows(compiler, call, length, pl.Utf8())
     return engine.CompiledScalar(compiled.value.cast(pl.Int32), compiled.error, "int4")
+
+
+def equal(func: str, args: Any) -> engine.CompiledScalar:
+    """``a = b`` (``<>``) of jsonb values: equal texts are equal; others are compared as
+    documents, numbers by value (``2`` = ``2.0``, which print differently)."""
+    left, right = args.values
+
+    def same(a: str, b: str) -> bool:
+        return documents.equal(documents.parse(a), documents.parse(b))
+
+    def compare(rows: pl.Series) -> pl.Series:
+        lefts, rights = rows.struct.field("l").to_list(), rows.struct.field("r").to_list()
+        results = [
+            None if a is None or b is None else (a == b or same(a, b))
+            for a, b in zip(lefts, rights, strict=True)
+        ]
+        return pl.Series(results, dtype=pl.Boolean)
+
+    pairs = pl.struct(left.alias("l"), right.alias("r"))
+    value = (
+        pl.when(left == right)
+        .then(True)
+        .otherwise(pairs.map_batches(compare, return_dtype=pl.Boolean))
+    )
+    value = pl.when(left.is_null() | right.is_null()).then(None).otherwise(value)
+    if func == "neq":
+        value = ~value
+    return engine.CompiledScalar(value, args.error, "bool")

@@ -341,6 +341,13 @@ _FUNCTIONS = (
     Function("array_contained", 2, 2, _fixed("bool"), "a <@ b: every element of a is in b"),
     Function("array_overlap", 2, 2, _fixed("bool"), "a && b: an element in common"),
     Function("eq_any", 2, 2, _fixed("bool"), "x = ANY(array): x equals an element"),
+    Function(
+        "container_concat",
+        2,
+        2,
+        lambda t: next((x for x in t if sqltypes.element_type(x) is not None), "unknown"),
+        "a || b of arrays or lists: concatenated, or an element appended or prepended",
+    ),
     # jsonb.
     Function("jsonb_get", 2, 2, _fixed("jsonb"), "j -> key or j -> n: a member or element"),
     Function("jsonb_get_text", 2, 2, _fixed("text"), "j ->> key or j ->> n: as text"),

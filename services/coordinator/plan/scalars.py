@@ -243,6 +243,7 @@ class Grouping:
                 "count", Case(((condition, Literal(True, "bool")),), _null("bool"))
             )
         expr = self.below.lower(arg)
+        _check_aggregate_argument(func, self.below.type_of(expr))
         if condition is not None:
             expr = Case(((condition, expr),), _null(self.below.type_of(expr)))
         return mir.Aggregate(func, expr, distinct=distinct)
@@ -441,6 +442,8 @@ class Scalars:
         """Arrays and lists: constructors, subscripts, ``= ANY``, containment operators."""
         if isinstance(node, exp.Array | exp.List):
             name = "array" if isinstance(node, exp.Array) else "list"
+            if name == "array" and any(isinstance(e, exp.Array) for e in node.expressions):
+                raise unsupported("multidimensional arrays")
             if not node.expressions:
                 raise LoupeError(
                     "42P18",
@@ -705,6 +708,12 @@ class Scalars:
                 # cast to numeric implicitly.
                 names = ", ".join(sqltypes.display_name(t) for t in types)
                 raise LoupeError(UNDEFINED_FUNCTION, f"function {name}({names}) does not exist")
+        if function.name == "concat" and any(
+            sqltypes.element_type(self.type_of(a)) is not None for a in args
+        ):
+            return self._container_concat(args)
+        if function.name in COMPARISONS:
+            _check_comparable([self.type_of(a) for a in args], function.name)
         if function.name == "concat":
             _check_text_operand([self.type_of(a) for a in args])
         if function.name in _OPERATORS:
@@ -733,6 +742,33 @@ class Scalars:
             # formats and zones): a call it refuses fails the statement, not a replica's render.
             compile_scalar(call, self.types)
         return _fold_constant(call) or call
+
+    def _container_concat(self, args: Sequence[Scalar]) -> Scalar:
+        """``a || b`` of arrays (or lists): their concatenation, an element appended or
+        prepended; a NULL container counts as empty (as array_cat and array_append do)."""
+        types = [self.type_of(a) for a in args]
+        containers = [t for t in types if sqltypes.element_type(t) is not None]
+        result = containers[0]
+        if len(set(containers)) > 1:
+            names = " || ".join(sqltypes.display_name(t) for t in types)
+            raise LoupeError(UNDEFINED_FUNCTION, f"operator does not exist: {names}")
+        element = sqltypes.element_type(result)
+        assert element is not None
+        parts = [
+            a if t == result else self._as_element(a, t, element)
+            for a, t in zip(args, types, strict=True)
+        ]
+        return Call("container_concat", tuple(parts))
+
+    def _as_element(self, arg: Scalar, type_: str, element: str) -> Scalar:
+        typed = _typed_like(arg, type_, element)
+        typed_type = self.type_of(typed)
+        if typed_type not in (element, "unknown"):
+            if not (typed_type in NUMERIC_TYPES and element in NUMERIC_TYPES):
+                names = f"{sqltypes.display_name(element)}[] || {sqltypes.display_name(typed_type)}"
+                raise LoupeError(UNDEFINED_FUNCTION, f"operator does not exist: {names}")
+            typed = Cast(typed, element)
+        return typed
 
     def _calendar_shift(self, name: str, args: Sequence[Scalar]) -> Scalar | None:
         """``time ± INTERVAL '1 month …'`` over a column: months are no fixed duration, so the
@@ -919,6 +955,37 @@ def _has_month_interval(scalar: Scalar) -> bool:
 
 
 NUMERIC_ONLY_TWO_ARGUMENTS = frozenset({"log", "round", "trunc"})
+
+
+# Types compared only with their own type (PostgreSQL has no cross-type operators for them).
+_SELF_COMPARED = frozenset({"uuid", "jsonb"})
+NUMERIC_TYPES = frozenset(sqltypes.NUMERIC_RANK)
+
+
+def _check_aggregate_argument(func: str, type_: str) -> None:
+    """min/max of types PostgreSQL has no ordering aggregate for (42883), or Loupe has none
+    (arrays and lists: 0A000)."""
+    if func not in ("min", "max"):
+        return
+    if type_ in _SELF_COMPARED:
+        raise LoupeError(
+            UNDEFINED_FUNCTION, f"function {func}({sqltypes.display_name(type_)}) does not exist"
+        )
+    if sqltypes.element_type(type_) is not None:
+        raise unsupported(f"{func}({sqltypes.display_name(type_)})")
+
+
+def _check_comparable(types: Sequence[str], name: str) -> None:
+    known = {t for t in types if t != "unknown"}
+    if "jsonb" in known and name not in ("eq", "neq"):
+        # jsonb's order (objects after arrays after scalars, numbers by value…) is not its text's.
+        raise unsupported("ordering comparisons of jsonb values")
+    if len(known) > 1 and known & _SELF_COMPARED:
+        symbol = {"eq": "=", "neq": "<>", "lt": "<", "lte": "<=", "gt": ">", "gte": ">="}.get(name)
+        if symbol is None:
+            return
+        names = f" {symbol} ".join(sqltypes.display_name(t) for t in types)
+        raise LoupeError(UNDEFINED_FUNCTION, f"operator does not exist: {names}")
 
 
 def _check_text_operand(types: Sequence[str]) -> None:
