@@ -58,6 +58,7 @@ THREE_WORKER_VIEWS = (
     "array_agg_per_group",
     "unnest_then_aggregate",
     "uuid_groups",
+    "arrays_as_keys",
 )
 
 

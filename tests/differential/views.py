@@ -98,6 +98,11 @@ VIEWS = (
     ),
     View("unnest_per_row", "SELECT a, unnest(ARRAY[a, b, NULL]) AS x FROM t1"),
     View(
+        "arrays_as_keys",
+        "SELECT x.pair, count(*) AS n FROM (SELECT ARRAY[a, b] AS pair FROM t1) AS x "
+        "JOIN (SELECT ARRAY[a, a] AS pair FROM t2) AS y ON x.pair = y.pair GROUP BY x.pair",
+    ),
+    View(
         "unnest_then_aggregate",
         "SELECT x, count(*) AS n FROM (SELECT unnest(ARRAY[s, upper(s)]) AS x FROM t1) AS e "
         "GROUP BY x",

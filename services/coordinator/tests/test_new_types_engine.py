@@ -39,6 +39,9 @@ BATCHES = [
     "INSERT INTO items VALUES (4, 'a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11', '{red,\"big one\"}', "
     '\'{"size": 3, "color": "red"}\', 5)',
     "DELETE FROM items WHERE k = 1",
+    "UPDATE items SET tags = tags || 'new'::text, n = n + 1, doc = doc -> 'size' "
+    "WHERE id = 'b0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11' OR 'big one' = ANY(tags)",
+    "DELETE FROM items WHERE doc @> '3'",
 ]
 QUERIES = [
     "SELECT tag, n, ks FROM by_tag ORDER BY tag NULLS FIRST",

@@ -69,10 +69,26 @@ def test_parameters_are_bound_as_literals_of_their_types():
 def test_a_typed_null_keeps_its_type_and_unsupported_types_are_refused():
     assert literal(Parameter(None, "int4")).sql(dialect="postgres") == "CAST(NULL AS INT)"
     assert isinstance(literal(Parameter(None)), exp.Null)
-    for value in (b"\x00", [1, 2]):
+    for value in (b"\x00", [1, "x"], [[1]]):
         with pytest.raises(LoupeError) as refused:
             literal(Parameter(value, inline_type(value)))
         assert refused.value.code == "0A000"
+
+
+def test_lists_bind_as_arrays_of_their_elements_type():
+    """A list is an array literal that reads back into the same values, typed by them."""
+    from loupe.coordinator.constant import evaluate_constant
+
+    for values, array in (
+        ([1, None, 2**40], "_int8"),
+        (["a b", None, 'q"', "back\\slash", ""], "_text"),
+        ([None], "_text"),
+        ([True, False], "_bool"),
+    ):
+        bound = bind(parse_one("SELECT $1"), _p(values))
+        assert isinstance(bound, Query)
+        columns, rows = evaluate_constant(bound.expression)
+        assert (columns[0][1], rows[0][0]) == (array, values)
 
 
 def test_insert_update_delete_and_as_of_bind_their_parameters():
