@@ -10,14 +10,10 @@ from __future__ import annotations
 
 import psycopg
 import pytest
-import sqlglot
 
 from loupe import sqltypes
-from loupe.common.errors import LoupeError
-from loupe.coordinator.constant import evaluate_constant
-from loupe.coordinator.sql.parser import LoupeDialect
 
-from .harness import LOUPE_TYPES
+from .test_postgres_constants import loupe_answer, postgres_answer
 
 # (Loupe's list expression, PostgreSQL's array expression)
 TWINS = [
@@ -51,24 +47,6 @@ def postgres(postgres_url: str):
         yield connection
 
 
-def _postgres(connection, expression: str):
-    try:
-        row = connection.execute(f"SELECT {expression}, pg_typeof({expression})::text").fetchone()
-    except psycopg.Error as error:
-        return "error", error.sqlstate
-    return row[0], LOUPE_TYPES.get(row[1], row[1])
-
-
-def _loupe(expression: str):
-    try:
-        columns, rows = evaluate_constant(
-            sqlglot.parse_one(f"SELECT {expression}", read=LoupeDialect)
-        )
-    except LoupeError as error:
-        return "error", error.code
-    return rows[0][0], columns[0][1]
-
-
 def _as_array(type_: str) -> str:
     """A list type as the array type of its elements (other types as they are)."""
     if sqltypes.is_list(type_):
@@ -79,8 +57,8 @@ def _as_array(type_: str) -> str:
 @pytest.mark.parametrize(("ours", "theirs"), TWINS, ids=[t[0] for t in TWINS])
 def test_list_behaves_as_the_array_of_its_elements(postgres, ours: str, theirs: str) -> None:
     """Value, text and SQLSTATE of the array twin; the list type of its element type."""
-    loupe_value, loupe_type = _loupe(ours)
-    postgres_value, postgres_type = _postgres(postgres, theirs)
+    loupe_value, loupe_type = loupe_answer(ours)
+    postgres_value, postgres_type = postgres_answer(postgres, theirs)
     assert loupe_value == postgres_value
     if loupe_value != "error":
         assert _as_array(loupe_type) == postgres_type

@@ -16,6 +16,7 @@ this module once its own names exist.
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Callable
 from typing import Any
 
@@ -366,24 +367,14 @@ def _order_key(values: list[Any]) -> tuple[tuple[int, Any], ...]:
     return tuple((1, None) if v is None else (0, v) for v in values)
 
 
-_ORDERED: dict[str, Callable[[tuple[Any, ...], tuple[Any, ...]], bool]] = {
-    "eq": lambda a, b: a == b,
-    "neq": lambda a, b: a != b,
-    "lt": lambda a, b: a < b,
-    "lte": lambda a, b: a <= b,
-    "gt": lambda a, b: a > b,
-    "gte": lambda a, b: a >= b,
-}
-
-
 def compare(func: str, args: Any) -> engine.CompiledScalar:
     """``a < b`` (and the others) of two arrays or lists, as PostgreSQL orders them."""
-    operator = _ORDERED[func]
+    compare_keys = getattr(operator, {"neq": "ne", "lte": "le", "gte": "ge"}.get(func, func))
 
     def ordered(left: list[Any] | None, right: list[Any] | None) -> bool | None:
         if left is None or right is None:
             return None
-        return operator(_order_key(left), _order_key(right))
+        return bool(compare_keys(_order_key(left), _order_key(right)))
 
     pairs = pl.struct(args.values[0].alias("l"), args.values[1].alias("r"))
     value = pairs.map_batches(_rowwise(ordered), return_dtype=pl.Boolean)

@@ -174,6 +174,8 @@ def render_value(value: Any) -> str:
         return value.isoformat()
     if isinstance(value, datetime.timedelta):
         return _render_interval(value)
+    if isinstance(value, tuple | list):  # an array or list constant
+        return "{" + ",".join(render_value(v) for v in value) + "}"
     return str(value)
 
 

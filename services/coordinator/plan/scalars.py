@@ -251,16 +251,7 @@ class Grouping:
     def _collect(self, func: str, node: exp.Expression, condition: Scalar | None) -> mir.Aggregate:
         """``array_agg(x [ORDER BY …])`` / ``list_agg``: every row's value, NULLs included;
         FILTER drops rows (its condition is the aggregate's argument after the value)."""
-        arg = node.this
-        order: list[exp.Ordered] = []
-        if isinstance(arg, exp.Order):
-            order = list(arg.expressions)
-            arg = arg.this
-        distinct = isinstance(arg, exp.Distinct)
-        if distinct:
-            arg = arg.expressions[0]
-        if any(isinstance(n, exp.AggFunc) for n in arg.walk()):
-            raise LoupeError(GROUPING_ERROR, "aggregate function calls cannot be nested")
+        arg, order, distinct = _ordered_argument(node.this)
         value = self.below.lower(arg)
         value_type = self.below.type_of(value)
         if value_type == "unknown":
@@ -269,33 +260,14 @@ class Grouping:
             sqltypes.array_of(value_type) if func == "array_agg" else sqltypes.list_of(value_type)
         except sqltypes.UnknownType:
             raise unsupported(f"{func} of {sqltypes.display_name(value_type)}") from None
-        keys = []
-        for ordered in order:
-            key = self.below.lower(ordered.this)
-            if distinct and key != value:
-                raise LoupeError(
-                    "42P10",
-                    "in an aggregate with DISTINCT, ORDER BY expressions must appear in argument list",
-                )
-            desc = bool(ordered.args.get("desc"))
-            nulls_first = ordered.args.get("nulls_first")
-            nulls_last = not desc if nulls_first is None else not nulls_first
-            keys.append(mir.AggregateOrder(key, desc, nulls_last))
+        keys = self._order_keys(order, (value,) if distinct else None)
         kept = condition if condition is not None else Literal(True, "bool")
-        return mir.Aggregate(func, value, distinct, (kept,), tuple(keys))
+        return mir.Aggregate(func, value, distinct, (kept,), keys)
 
     def _string_agg(self, node: exp.Expression, condition: Scalar | None) -> mir.Aggregate:
         """``string_agg(value, delimiter [ORDER BY …])``, both text, as PostgreSQL has it."""
-        arg, separator = node.this, node.args.get("separator")
-        order: list[exp.Ordered] = []
-        if isinstance(arg, exp.Order):
-            order = list(arg.expressions)
-            arg = arg.this
-        distinct = isinstance(arg, exp.Distinct)
-        if distinct:
-            arg = arg.expressions[0]
-        if any(isinstance(n, exp.AggFunc) for n in arg.walk()):
-            raise LoupeError(GROUPING_ERROR, "aggregate function calls cannot be nested")
+        arg, order, distinct = _ordered_argument(node.this)
+        separator = node.args.get("separator")
         value = self.below.lower(arg)
         delimiter = self.below.lower(separator) if separator is not None else None
         types = [self.below.type_of(value)]
@@ -304,10 +276,19 @@ class Grouping:
         if delimiter is None or any(t not in ("text", "unknown") for t in types):
             names = ", ".join(sqltypes.display_name(t) for t in types)
             raise LoupeError(UNDEFINED_FUNCTION, f"function string_agg({names}) does not exist")
+        keys = self._order_keys(order, (value, delimiter) if distinct else None)
+        if condition is not None:
+            value = Case(((condition, value),), _null("text"))
+        return mir.Aggregate("string_agg", value, distinct, (delimiter,), keys)
+
+    def _order_keys(
+        self, order: Sequence[exp.Ordered], arguments: tuple[Scalar, ...] | None
+    ) -> tuple[mir.AggregateOrder, ...]:
+        """An aggregate's ORDER BY keys; with DISTINCT (``arguments``) each must be one."""
         keys = []
         for ordered in order:
             key = self.below.lower(ordered.this)
-            if distinct and key not in (value, delimiter):
+            if arguments is not None and key not in arguments:
                 raise LoupeError(
                     "42P10",
                     "in an aggregate with DISTINCT, ORDER BY expressions must appear in argument list",
@@ -317,9 +298,21 @@ class Grouping:
             # PostgreSQL's default: NULLs sort as the largest value.
             nulls_last = not desc if nulls_first is None else not nulls_first
             keys.append(mir.AggregateOrder(key, desc, nulls_last))
-        if condition is not None:
-            value = Case(((condition, value),), _null("text"))
-        return mir.Aggregate("string_agg", value, distinct, (delimiter,), tuple(keys))
+        return tuple(keys)
+
+
+def _ordered_argument(arg: exp.Expression) -> tuple[exp.Expression, list[exp.Ordered], bool]:
+    """An aggregate's argument without its ``ORDER BY`` and ``DISTINCT``, and those."""
+    order: list[exp.Ordered] = []
+    if isinstance(arg, exp.Order):
+        order = list(arg.expressions)
+        arg = arg.this
+    distinct = isinstance(arg, exp.Distinct)
+    if distinct:
+        arg = arg.expressions[0]
+    if any(isinstance(n, exp.AggFunc) for n in arg.walk()):
+        raise LoupeError(GROUPING_ERROR, "aggregate function calls cannot be nested")
+    return arg, order, distinct
 
 
 class Scalars:
