@@ -193,7 +193,8 @@ def _construct(compiler: Any, call: Call) -> engine.CompiledScalar:
 
 @engine._handles("container_concat")
 def _concat(compiler: Any, call: Call) -> engine.CompiledScalar:
-    """``a || b``: a NULL container is empty; both NULL, NULL."""
+    """``a || b``: a NULL container is empty; two NULL containers, NULL (an element is
+    appended or prepended to a NULL container: array_append(NULL, x) is {x})."""
     result = _container_of(compiler, call)
     parts = [compiler.compile(arg) for arg in call.args]
     dtype = sqltypes.polars_dtype(result)
@@ -203,6 +204,8 @@ def _concat(compiler: Any, call: Call) -> engine.CompiledScalar:
         for p in parts
     ]
     all_null = pl.all_horizontal([p.value.is_null() for p in containers])
+    if len(containers) < len(parts):
+        all_null = pl.lit(False)
     value = pl.when(all_null).then(None).otherwise(pl.concat_list(values)).cast(dtype)
     return engine.CompiledScalar(value, engine._first_error([p.error for p in parts]), result)
 

@@ -88,8 +88,10 @@ def _strict_rows(
 def _get(document: Any, key: Any) -> Any:
     if isinstance(key, str):
         return document.get(key, _MISSING) if isinstance(document, dict) else _MISSING
-    if not isinstance(document, list):
+    if isinstance(document, dict):
         return _MISSING
+    if not isinstance(document, list):  # a scalar is indexed as a one-element array
+        document = [document]
     index = key + len(document) if key < 0 else key
     return document[index] if 0 <= index < len(document) else _MISSING
 
