@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -49,20 +49,23 @@ class PeekResult:
     types: tuple[str, ...]
 
     def rows(self) -> list[tuple[object, ...]]:
-        rows = self.frame.rows()
-        convert = [
-            (index, _PYTHON_VALUES[t]) for index, t in enumerate(self.types) if t in _PYTHON_VALUES
-        ]
-        if not convert or not rows:
-            return rows
-        converted = []
-        for row in rows:
-            values = list(row)
-            for index, to_python in convert:
-                if values[index] is not None:
-                    values[index] = to_python(values[index])
-            converted.append(tuple(values))
-        return converted
+        return client_rows(self.frame.rows(), self.types)
+
+
+def client_rows(rows: list[tuple[Any, ...]], types: Sequence[str]) -> list[tuple[Any, ...]]:
+    """Rows of the engine's values as clients get them: a uuid as ``uuid.UUID``, jsonb as
+    ``Jsonb`` (its JSON on the wire), other values as they are."""
+    convert = [(index, _PYTHON_VALUES[t]) for index, t in enumerate(types) if t in _PYTHON_VALUES]
+    if not convert or not rows:
+        return rows
+    converted = []
+    for row in rows:
+        values = list(row)
+        for index, to_python in convert:
+            if values[index] is not None:
+                values[index] = to_python(values[index])
+        converted.append(tuple(values))
+    return converted
 
 
 # Types whose engine values (polars') are not the Python values clients get.

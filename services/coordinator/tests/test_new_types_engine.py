@@ -9,12 +9,16 @@ a bigint holding the same numbers).
 
 from __future__ import annotations
 
+import asyncio
+import uuid
 from typing import Any
 
 import psycopg
 import pytest
 
+from loupe.common.values import from_row
 from loupe.coordinator.tests.conftest import TableHarness
+from loupe.proto.sql.v1 import sql_pb2
 
 LOUPE_SETUP = [
     "CREATE TABLE items (k int, id uuid, tags text[], doc jsonb, n uint4)",
@@ -81,3 +85,34 @@ async def test_new_types_through_tables_indexes_and_materialized_views(
             expected = [_plain(r) for r in postgres.execute(query).fetchall()]
             rows = [_plain(r) for r in await engine.rows(session, query)]
             assert rows == expected, (batch, query)
+
+
+async def test_subscribe_streams_uuid_jsonb_and_arrays_as_clients_read_them(
+    engine: TableHarness,
+) -> None:
+    """A SUBSCRIBE row carries a uuid as a uuid and jsonb as its JSON value, as a SELECT does."""
+    session, writer = await engine.session(), await engine.session()
+    await engine.tag(session, "CREATE TABLE s (id uuid, doc jsonb, tags text[])")
+    await engine.tag(session, "CREATE VIEW sv AS SELECT id, doc -> 'a' AS a, tags FROM s")
+    call = engine.stub.Execute(
+        sql_pb2.ExecuteRequest(session_id=session, sql="SUBSCRIBE sv WITH (SNAPSHOT = false)")
+    )
+    responses = call.__aiter__()
+    description = await asyncio.wait_for(anext(responses), 20)
+    assert description.WhichOneof("kind") == "description"
+    await engine.tag(
+        writer,
+        "INSERT INTO s VALUES ('A0EEBC99-9C0B-4EF8-BB6D-6BB9BD380A11', "
+        "'{\"a\": {\"b\": [1, 2]}}', '{x,NULL}')",
+    )
+    batch = await asyncio.wait_for(anext(responses), 20)
+    [(_, diff, id_, a, tags)] = [from_row(r) for r in batch.rows.rows]
+    assert (diff, id_, a, tags) == (
+        1,
+        uuid.UUID("a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11"),
+        {"b": [1, 2]},
+        ["x", None],
+    )
+    call.cancel()
+    selected = await engine.rows(writer, "SELECT id, doc -> 'a', tags FROM s")
+    assert selected == [(id_, a, tags)]
