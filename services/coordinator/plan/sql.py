@@ -194,6 +194,13 @@ class _Ordered:
     limit: int | None = None
     offset: int = 0
 
+    def __post_init__(self) -> None:
+        types = self.relation.types
+        if any(types[key.column] == "jsonb" for key in self.order):
+            # jsonb's order (objects after arrays after scalars, numbers by value…) is not
+            # its text's: refused rather than sorted wrongly.
+            raise unsupported("ORDER BY of jsonb values")
+
     def maintained(self) -> mir.Relation:
         """The collection: a TopK when there is a LIMIT or OFFSET, without hidden columns."""
         relation = self.relation

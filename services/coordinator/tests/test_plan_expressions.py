@@ -355,3 +355,17 @@ def test_a_table_function_reading_another_from_item_is_refused_as_unsupported() 
             resolve,
         )
     assert raised.value.code == SqlState.FEATURE_NOT_SUPPORTED
+
+
+def test_jsonb_is_not_ordered_by_its_text() -> None:
+    """jsonb sorts by its own rules in PostgreSQL (2 before 10): refused, not sorted as text."""
+    for sql in (
+        "SELECT j FROM (VALUES ('2'::jsonb), ('10'::jsonb)) AS v(j) ORDER BY j",
+        "SELECT j FROM (VALUES ('2'::jsonb)) AS v(j) ORDER BY j LIMIT 1",
+        "SELECT '2'::jsonb < '10'::jsonb",
+    ):
+        with pytest.raises(LoupeError) as raised:
+            plan_select(sqlglot.parse_one(sql, read=LoupeDialect), resolve)
+        assert raised.value.code == SqlState.FEATURE_NOT_SUPPORTED
+    ordered = "SELECT j FROM (VALUES ('2'::jsonb)) AS v(j) ORDER BY j::text"
+    assert plan_select(sqlglot.parse_one(ordered, read=LoupeDialect), resolve)
