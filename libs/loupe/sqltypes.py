@@ -421,7 +421,10 @@ def type_of_value(value: Any) -> str:
     if isinstance(value, bool):
         return "bool"
     if isinstance(value, int):
-        return "int4" if -(2**31) <= value < 2**31 else "int8"
+        if -(2**31) <= value < 2**31:
+            return "int4"
+        # Past bigint (a uint8 a client sent) it is numeric, as such a literal is.
+        return "int8" if -(2**63) <= value < 2**63 else "numeric"
     if isinstance(value, dt.datetime):
         return "timestamptz" if value.tzinfo is not None else "timestamp"
     for entry in _TYPES:

@@ -46,6 +46,9 @@ BATCHES = [
     "UPDATE items SET tags = tags || 'new'::text, n = n + 1, doc = doc -> 'size' "
     "WHERE id = 'b0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11' OR 'big one' = ANY(tags)",
     "DELETE FROM items WHERE doc @> '3'",
+    "INSERT INTO items VALUES (5, md5('five')::uuid, ARRAY['red', upper('x')], "
+    "('{\"color\": \"' || lower('BLUE') || '\", \"size\": 1}')::jsonb, 2 + 3)",
+    "INSERT INTO items SELECT k + 10, id, tags || 'copy'::text, doc, n FROM items WHERE k = 5",
 ]
 QUERIES = [
     "SELECT tag, n, ks FROM by_tag ORDER BY tag NULLS FIRST",

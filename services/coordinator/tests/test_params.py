@@ -205,3 +205,12 @@ def test_parameters_are_logged_as_a_postgresql_text_array_with_nulls_kept():
     assert params_text(values) == '{1,NULL,"a b",t,Infinity,"2024-01-02 03:04:05+00",2024-01-02}'
     assert params_text([Parameter("a", "jsonb")]) == '{"\\"a\\""}'
     assert text_form(dt.timedelta(days=1, hours=2)) == "1 day 02:00:00"
+
+
+def test_an_integer_past_bigint_binds_as_numeric():
+    """An unsigned 64-bit value (uint_value on the wire) is a numeric, as its literal is."""
+    from loupe.common.values import from_value, to_value
+
+    value = from_value(to_value(2**64 - 1))
+    bound = literal(Parameter(value, inline_type(value)))
+    assert bound.sql(dialect="postgres") == "CAST('18446744073709551615' AS DECIMAL)"
