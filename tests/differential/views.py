@@ -70,6 +70,14 @@ VIEWS = (
         postgres_sql="SELECT a, sum(b + 2) AS s, max(b + 2) AS m, sum((b + 2) * 3) AS t "
         "FROM t1 GROUP BY a",
     ),
+    # mz_timestamp: dates as milliseconds since the epoch, compared with a number and grouped.
+    View(
+        "mz_timestamps_of_dates",
+        "SELECT d::mz_timestamp AS m, count(*) AS n FROM t2 "
+        "WHERE d::mz_timestamp >= 1717200000000 GROUP BY d::mz_timestamp",
+        postgres_sql="SELECT (extract(epoch FROM d) * 1000)::int8 AS m, count(*) AS n FROM t2 "
+        "WHERE extract(epoch FROM d) * 1000 >= 1717200000000 GROUP BY d",
+    ),
     View(
         "unsigned_out_of_range",
         "SELECT a, b::uint4 AS u FROM t1",
