@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import uuid
 from decimal import Decimal
 
 import pytest
@@ -22,12 +23,21 @@ SAMPLES = [
     dt.date(1999, 12, 31),
     {"k": [1, 2]},
     [1, 2, 3],
+    uuid.UUID("a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11"),
+    2**64 - 1,
 ]
 
 
 def test_row_round_trip():
     """Every supported type survives to_row/from_row unchanged."""
     assert from_row(to_row(SAMPLES)) == tuple(SAMPLES)
+
+
+def test_uuids_and_unsigned_integers_have_their_own_kinds():
+    """A uuid is no text on the other side; a uint8 above int8's range still fits."""
+    assert to_value(uuid.UUID(int=1)).WhichOneof("kind") == "uuid_value"
+    assert to_value(2**63).WhichOneof("kind") == "uint_value"
+    assert to_value(2**63 - 1).WhichOneof("kind") == "int_value"
 
 
 def test_unsupported_type_is_named():

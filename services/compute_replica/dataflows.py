@@ -59,6 +59,7 @@ from loupe.compute_replica.protocol import (
 from loupe.compute_replica.shards import NEVER_WRITTEN
 from loupe.dataflow import DataflowProgress, SinkBatch
 from loupe.dataflow import PeekResult as EnginePeekResult
+from loupe.dataflow.results import client_rows
 from loupe.interval import python_values
 from loupe.persist import (
     DIFF_COLUMN,
@@ -481,6 +482,22 @@ class DataflowRunner:
             elif batch.sink_id in self._exports:
                 await self._publish(self._subscribe_batch(batch))
 
+    def _subscribed_types(self, sink_id: str) -> list[str] | None:
+        """The column types of what a SUBSCRIBE streams, when its dataflow builds it."""
+        dataflow = self._dataflows.get(self._exports.get(sink_id, ""))
+        if dataflow is None:
+            return None
+        sink = next((s for s in dataflow.desc.sink_exports if s.sink_id == sink_id), None)
+        built = next(
+            (
+                b
+                for b in dataflow.desc.objects_to_build
+                if sink is not None and b.id == sink.from_id
+            ),
+            None,
+        )
+        return None if built is None else [t for _, t in built.columns]
+
     def _subscribe_batch(self, batch: SinkBatch) -> compute_pb2.ComputeResponse:
         if batch.error is not None:
             return self._response(
@@ -496,9 +513,13 @@ class DataflowRunner:
         columns = [python_values(table.column(n)) for n in data]
         times = table.column(TIMESTAMP_COLUMN).to_pylist()
         diffs = table.column(DIFF_COLUMN).to_pylist()
+        rows = list(zip(*columns, strict=True))
+        types = self._subscribed_types(batch.sink_id)
+        if types is not None and len(types) == len(data):
+            rows = client_rows(rows, types)
         updates = [
             compute_pb2.UpdateRow(row=values.to_row(row), time=t, diff=d)
-            for row, t, d in zip(zip(*columns, strict=True), times, diffs, strict=True)
+            for row, t, d in zip(rows, times, diffs, strict=True)
         ]
         return self._response(
             subscribe_batch=compute_pb2.SubscribeBatch(

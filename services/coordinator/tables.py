@@ -19,6 +19,7 @@ import datetime as dt
 import functools
 import math
 import re
+import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from decimal import ROUND_HALF_UP, Context, Decimal, InvalidOperation
@@ -27,11 +28,15 @@ from typing import Any
 import pyarrow as pa
 
 from loupe import interval, sqltypes
+from loupe.common import jsonb
 from loupe.common.errors import LoupeError, SqlState
+from loupe.common.jsonb import Jsonb
 from loupe.coordinator.sql.statements import ColumnDef, CreateTable, UniqueKey
+from loupe.dataflow.expr import evaluate_closed, uuid_text
 from loupe.interval import Interval, parse_interval, structs
 from loupe.persist import DIFF_COLUMN, TIMESTAMP_COLUMN
 from loupe.persist.shard import arrow_schema
+from loupe.plan.scalar import Cast, Literal
 from loupe.proto.common.v1 import common_pb2
 from loupe.sqltypes import SqlType
 
@@ -44,8 +49,15 @@ NOT_NULL_VIOLATION = "23502"
 
 _NUMERIC_QUANTUM = Decimal(1).scaleb(-sqltypes.NUMERIC_SCALE)
 _WIDE = Context(prec=1000)
-INTEGER_RANGES = {"integer": (-(2**31), 2**31 - 1), "bigint": (-(2**63), 2**63 - 1)}
-_MODIFIERS = re.compile(r"^([a-z ]+?)(?:\((\d+(?:,\d+)?)\))?$")
+INTEGER_RANGES = {
+    "integer": (-(2**31), 2**31 - 1),
+    "bigint": (-(2**63), 2**63 - 1),
+    "uint2": (0, 2**16 - 1),
+    "uint4": (0, 2**32 - 1),
+    "uint8": (0, 2**64 - 1),
+    "mz_timestamp": (0, 2**64 - 1),
+}
+_MODIFIERS = re.compile(r"^([a-z_0-9 \[\]]+?)(?:\((\d+(?:,\d+)?)\))?$")
 
 
 @dataclass(frozen=True)
@@ -408,6 +420,44 @@ class Coercer:
             return Interval.from_timedelta(value)
         raise self._mismatch(value, column)
 
+    def _jsonb(self, value: Any, column: TableColumn) -> str:
+        if isinstance(value, Jsonb):
+            return str(value)
+        if isinstance(value, UntypedString):
+            try:
+                return jsonb.canonical(value)
+            except jsonb.InvalidJson:
+                raise LoupeError(
+                    INVALID_TEXT_REPRESENTATION, "invalid input syntax for type json"
+                ) from None
+        if isinstance(value, dict):
+            return jsonb.text(value)
+        raise self._mismatch(value, column)
+
+    def _uuid(self, value: Any, column: TableColumn) -> str:
+        if isinstance(value, uuid.UUID):
+            return str(value)
+        if isinstance(value, UntypedString):
+            try:
+                return uuid_text(value)
+            except ValueError:
+                raise self._invalid(value, column) from None
+        raise self._mismatch(value, column)
+
+    def _container(self, value: Any, column: TableColumn) -> list[Any]:
+        """An array or list: its text read as the column's type, or a list whose elements
+        are assigned to the element type."""
+        if isinstance(value, UntypedString):
+            parsed = evaluate_closed(Cast(Literal(str(value), "text"), column.sql_type.name))
+            assert isinstance(parsed, list)
+            return parsed
+        if not isinstance(value, list | tuple):
+            raise self._mismatch(value, column)
+        element = sqltypes.sql_type(column.sql_type.element or "unknown")
+        as_element = TableColumn(column.name, element.display)
+        convert = _CONVERSIONS[element.name]
+        return [None if v is None else convert(self, v, as_element) for v in value]
+
     # errors ---------------------------------------------------------------------------
 
     def _mismatch(self, value: Any, column: TableColumn) -> LoupeError:
@@ -431,6 +481,10 @@ class Coercer:
 _CONVERSIONS = {
     "int4": Coercer._integer,
     "int8": Coercer._integer,
+    "uint2": Coercer._integer,
+    "uint4": Coercer._integer,
+    "uint8": Coercer._integer,
+    "mz_timestamp": Coercer._integer,
     "float8": Coercer._float,
     "numeric": Coercer._numeric,
     "text": Coercer._text,
@@ -441,7 +495,14 @@ _CONVERSIONS = {
     "time": Coercer._time,
     "date": Coercer._date,
     "interval": Coercer._interval,
+    "uuid": Coercer._uuid,
+    "jsonb": Coercer._jsonb,
 }
+
+
+for _entry in sqltypes.TYPES.values():
+    if _entry.element is not None and _entry.element in _CONVERSIONS:
+        _CONVERSIONS[_entry.name] = Coercer._container
 
 
 def updates_table(

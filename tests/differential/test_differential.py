@@ -55,6 +55,10 @@ THREE_WORKER_VIEWS = (
     "window_rows_frames",
     "string_agg",
     "regexp_split_per_row",
+    "array_agg_per_group",
+    "unnest_then_aggregate",
+    "uuid_groups",
+    "arrays_as_keys",
 )
 
 

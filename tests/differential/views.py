@@ -79,6 +79,98 @@ VIEWS = (
         "SELECT piece, count(*) AS n FROM (SELECT regexp_split_to_table(s, 'p+|,', 'i') AS piece "
         "FROM t1) AS pieces GROUP BY piece",
     ),
+    # uuid: values made from text (an md5 digest is uuid input), grouped, compared and joined.
+    View(
+        "uuid_groups",
+        "SELECT md5(s)::uuid AS u, count(*) AS n, min(a) AS lo FROM t1 GROUP BY md5(s)::uuid",
+    ),
+    View(
+        "uuid_join_and_filter",
+        "SELECT t1.a, x.u::text AS u FROM t1 JOIN (SELECT md5(name)::uuid AS u FROM t3) AS x "
+        "ON md5(t1.s)::uuid = x.u WHERE x.u > '5000000000000000000000000000000F'",
+    ),
+    # Materialize's unsigned integers (PostgreSQL computes the same numbers in its signed
+    # types): sums and maxima kept per group, and 22003 while a negative value is cast.
+    View(
+        "unsigned_sums",
+        "SELECT a, sum((b + 2)::uint4) AS s, max((b + 2)::uint2) AS m, "
+        "sum((b + 2)::uint2 * 3::uint2) AS t FROM t1 GROUP BY a",
+        postgres_sql="SELECT a, sum(b + 2) AS s, max(b + 2) AS m, sum((b + 2) * 3) AS t "
+        "FROM t1 GROUP BY a",
+    ),
+    # mz_timestamp: dates as milliseconds since the epoch, compared with a number and grouped.
+    View(
+        "mz_timestamps_of_dates",
+        "SELECT d::mz_timestamp AS m, count(*) AS n FROM t2 "
+        "WHERE d::mz_timestamp >= 1717200000000 GROUP BY d::mz_timestamp",
+        postgres_sql="SELECT (extract(epoch FROM d) * 1000)::int8 AS m, count(*) AS n FROM t2 "
+        "WHERE extract(epoch FROM d) * 1000 >= 1717200000000 GROUP BY d",
+    ),
+    View(
+        "unsigned_out_of_range",
+        "SELECT a, b::uint4 AS u FROM t1",
+        # b * 2^62 * 4 overflows bigint (22003) exactly where b is negative.
+        postgres_sql="SELECT a, CASE WHEN b < 0 THEN b * 4611686018427387904 * 4 ELSE b END AS u "
+        "FROM t1",
+    ),
+    # Arrays and lists: aggregated per group (recomputed when a group changes), unnested per
+    # row (retracted with it), indexed, searched and printed.
+    View(
+        "array_agg_per_group",
+        "SELECT a, array_agg(s ORDER BY s) AS names, array_agg(b ORDER BY b DESC) AS bs, "
+        "array_agg(DISTINCT b ORDER BY b) FILTER (WHERE b > 0) AS positive FROM t1 GROUP BY a",
+    ),
+    View(
+        "array_functions_of_groups",
+        "SELECT a, (array_agg(b ORDER BY b))[1] AS lowest, cardinality(array_agg(b)) AS n, "
+        "array_to_string(array_agg(s ORDER BY s), ',', '?') AS names, "
+        "array_agg(f ORDER BY f)::text AS floats FROM t1 GROUP BY a",
+    ),
+    View(
+        "list_agg_per_group",
+        "SELECT a, list_agg(b ORDER BY b) AS l, list_length(list_agg(s)) AS n FROM t1 GROUP BY a",
+        postgres_sql="SELECT a, array_agg(b ORDER BY b) AS l, cardinality(array_agg(s)) AS n "
+        "FROM t1 GROUP BY a",
+    ),
+    View("unnest_per_row", "SELECT a, unnest(ARRAY[a, b, NULL]) AS x FROM t1"),
+    View(
+        "arrays_as_keys",
+        "SELECT x.pair, count(*) AS n FROM (SELECT ARRAY[a, b] AS pair FROM t1) AS x "
+        "JOIN (SELECT ARRAY[a, a] AS pair FROM t2) AS y ON x.pair = y.pair GROUP BY x.pair",
+    ),
+    View(
+        "unnest_then_aggregate",
+        "SELECT x, count(*) AS n FROM (SELECT unnest(ARRAY[s, upper(s)]) AS x FROM t1) AS e "
+        "GROUP BY x",
+    ),
+    View(
+        "array_search",
+        "SELECT a, b, ARRAY[a, b] @> ARRAY[2] AS has_two, ARRAY[a] && ARRAY[b, 3] AS overlap "
+        "FROM t1 WHERE b = ANY(ARRAY[1, 3, a])",
+    ),
+    View(
+        "generate_series_of_times",
+        "SELECT a, generate_series(timestamp '2024-01-01', timestamp '2024-01-01 03:00', "
+        "interval '1 hour' * a) AS t FROM t1 WHERE a > 0",
+    ),
+    View(
+        "generate_series_of_numerics",
+        "SELECT a, generate_series(n, 3, 0.75) AS x FROM t2",
+    ),
+    # jsonb built from text: grouped by its canonical text, members read with -> and ->>,
+    # filtered with @> and ? (compared as PostgreSQL's text of the documents).
+    View(
+        "jsonb_groups",
+        "SELECT j::text AS doc, j -> 'b' ->> 0 AS first_b, jsonb_typeof(j -> 'k') AS kind, "
+        "count(*) AS n FROM (SELECT ('{\"k\": ' || coalesce(a, 0) || ', \"b\": [' "
+        "|| coalesce(b, 0) || ', 1]}')::jsonb AS j FROM t1) AS d GROUP BY j",
+    ),
+    View(
+        "jsonb_filters",
+        "SELECT a, (j -> 'b')::text AS b, jsonb_array_length(j -> 'b') AS len FROM "
+        "(SELECT a, ('{\"b\": [' || coalesce(b, 0) || ', 2], \"s\": 1}')::jsonb AS j FROM t1) "
+        "AS d WHERE j @> '{\"b\": [2]}' AND j ? 's' AND NOT j @> '{\"b\": [3]}'",
+    ),
     # string_agg: the group's text recomputed when any of its rows changes.
     View(
         "string_agg",

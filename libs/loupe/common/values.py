@@ -7,10 +7,13 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import uuid
 from collections.abc import Sequence
 from decimal import Decimal
 from typing import Any
 
+from loupe.common.jsonb import Jsonb
+from loupe.common.jsonb import text as jsonb_text
 from loupe.interval import Interval, format_interval
 from loupe.proto.common.v1 import common_pb2
 
@@ -39,9 +42,13 @@ def to_value(value: Any) -> common_pb2.Value:
     if isinstance(value, bool):
         return common_pb2.Value(bool_value=value)
     if isinstance(value, int):
+        if value >= 2**63:  # only unsigned types reach past int8
+            return common_pb2.Value(uint_value=value)
         return common_pb2.Value(int_value=value)
     if isinstance(value, float):
         return common_pb2.Value(float_value=value)
+    if isinstance(value, Jsonb):
+        return common_pb2.Value(jsonb_value=str(value))
     if isinstance(value, str):
         return common_pb2.Value(text_value=value)
     if isinstance(value, bytes):
@@ -56,7 +63,7 @@ def to_value(value: Any) -> common_pb2.Value:
     if isinstance(value, dt.date):
         return common_pb2.Value(date_days=(value - EPOCH_DATE).days)
     if isinstance(value, dict):
-        return common_pb2.Value(jsonb_value=json.dumps(value, sort_keys=True))
+        return common_pb2.Value(jsonb_value=jsonb_text(value))
     if isinstance(value, list | tuple):
         return common_pb2.Value(
             list_value=common_pb2.ValueList(values=[to_value(v) for v in value])
@@ -67,6 +74,8 @@ def to_value(value: Any) -> common_pb2.Value:
         return common_pb2.Value(interval_value=interval_value(Interval.from_timedelta(value)))
     if isinstance(value, dt.time):
         return common_pb2.Value(time_us=_time_micros(value))
+    if isinstance(value, uuid.UUID):
+        return common_pb2.Value(uuid_value=str(value))
     raise TypeError(f"cannot encode {type(value).__name__} as a Value")
 
 
@@ -92,6 +101,8 @@ def from_value(value: common_pb2.Value) -> Any:
         return [from_value(v) for v in raw.values]
     if kind == "interval_value":
         return Interval(raw.months, raw.days, raw.micros)
+    if kind == "uuid_value":
+        return uuid.UUID(raw)
     return raw
 
 

@@ -37,6 +37,7 @@ from typing import Any
 import polars as pl
 
 from loupe import sqltypes
+from loupe.common import jsonb as documents
 from loupe.common.errors import LoupeError, SqlState
 from loupe.dataflow import datetime_format, intervals
 from loupe.dataflow.batches import empty_errors
@@ -66,12 +67,18 @@ INVALID_LOG = "2201E"
 INVALID_ESCAPE = "22025"
 PROGRAM_LIMIT_EXCEEDED = "54000"
 UNDEFINED_FUNCTION = "42883"
+CANNOT_COERCE = "42846"
 
 _INT_RANGE = {
     "int2": (-(2**15), 2**15 - 1, "smallint"),
     "int4": (-(2**31), 2**31 - 1, "integer"),
     "int8": (-(2**63), 2**63 - 1, "bigint"),
+    "uint2": (0, 2**16 - 1, "uint2"),
+    "uint4": (0, 2**32 - 1, "uint4"),
+    "uint8": (0, 2**64 - 1, "uint8"),
 }
+# Integer types whose arithmetic needs 128 bits before its range check.
+_WIDE_INTEGERS = frozenset({"int8", "uint4", "uint8"})
 _FLOATS = ("float4", "float8")
 NUMERIC = sqltypes.polars_dtype("numeric")
 # |value| < 10^22: what a numeric (38 digits, 16 after the point) holds.
@@ -480,6 +487,8 @@ def literal(value: object, pg_type: str) -> pl.Expr:
         return intervals.literal(_interval_literal(value))
     try:
         parsed = _parse_literal(value, pg_type)
+    except documents.InvalidJson as error:
+        raise LoupeError(INVALID_TEXT, "invalid input syntax for type json") from error
     except (TypeError, ValueError) as error:
         raise LoupeError(
             INVALID_TEXT, f'invalid input syntax for type {pg_type}: "{value}"'
@@ -498,7 +507,7 @@ def literal(value: object, pg_type: str) -> pl.Expr:
 
 
 def _parse_literal(value: object, pg_type: str) -> object:
-    if pg_type in INTEGER_TYPES or pg_type == "uint8":
+    if pg_type in _INT_RANGE or pg_type == "mz_timestamp":
         return int(value)  # type: ignore[call-overload]
     if pg_type in _FLOATS:
         return float(value)  # type: ignore[arg-type]
@@ -515,6 +524,12 @@ def _parse_literal(value: object, pg_type: str) -> object:
         return parsed
     if pg_type == "time" and isinstance(value, str):
         return datetime.time.fromisoformat(value.strip())
+    if pg_type == "uuid":
+        return uuid_text(str(value))
+    if pg_type == "jsonb" and isinstance(value, str):
+        return documents.canonical(value)
+    if isinstance(value, tuple):  # an array or list constant
+        return list(value)
     return value
 
 
@@ -569,7 +584,50 @@ def cast(compiled: CompiledScalar, to: str) -> CompiledScalar:
     return CompiledScalar(converted, _first_error([compiled.error, error]), to)
 
 
+# Materialize's casts to and from mz_timestamp (besides text).
+_TO_MZ_TIMESTAMP = frozenset({"int4", "int8", "uint4", "uint8", "numeric", "date", *TIME_TYPES})
+_FROM_MZ_TIMESTAMP = frozenset(TIME_TYPES)
+
+
+def check_cast(source: str, to: str) -> None:
+    """42846 for a cast PostgreSQL (or Materialize) does not have, as the planner reports it."""
+    plain = {"text", "unknown", "jsonb"}
+    if to == "jsonb" and source not in plain:
+        raise LoupeError(
+            CANNOT_COERCE,
+            f"cannot cast type {sqltypes.display_name(source)} to {sqltypes.display_name(to)}",
+        )
+    containers_cast = (
+        sqltypes.element_type(source) is not None,
+        sqltypes.element_type(to) is not None,
+    )
+    if any(containers_cast) and not all(containers_cast) and not {source, to} & plain:
+        raise LoupeError(
+            CANNOT_COERCE,
+            f"cannot cast type {sqltypes.display_name(source)} to {sqltypes.display_name(to)}",
+        )
+    if (
+        ("uuid" in (source, to) and not {source, to} <= {"uuid", *plain})
+        or (to == "mz_timestamp" and source not in (_TO_MZ_TIMESTAMP | plain | {to}))
+        or (source == "mz_timestamp" and to not in (_FROM_MZ_TIMESTAMP | plain | {source}))
+    ):
+        raise LoupeError(
+            CANNOT_COERCE,
+            f"cannot cast type {sqltypes.display_name(source)} to {sqltypes.display_name(to)}",
+        )
+
+
 def _cast_value(value: pl.Expr, source: str, to: str) -> tuple[pl.Expr, pl.Expr | None]:
+    check_cast(source, to)
+    if to == "jsonb" and source == "text":
+        return jsonb.parse_jsonb(value)
+    if sqltypes.element_type(source) is not None and sqltypes.element_type(to) is not None:
+        return containers.cast_elements(value, source, to)
+    if to == "mz_timestamp" and source not in ("text", "jsonb"):
+        return _to_mz_timestamp(value, source)
+    if source == "mz_timestamp" and to in TIME_TYPES:
+        moment = (value.cast(pl.Int64) * 1000).cast(pl.Datetime("us"))
+        return moment.dt.replace_time_zone("UTC") if to == "timestamptz" else moment, None
     if to in ("text", "jsonb") or (source in ("text", "jsonb") and to in ("text", "jsonb")):
         return to_text(value, source), None
     if source in ("text", "jsonb"):
@@ -592,8 +650,6 @@ def _cast_value(value: pl.Expr, source: str, to: str) -> tuple[pl.Expr, pl.Expr 
         return intervals.of_micros(value.cast(pl.Int64) // 1000), None
     if to in TIME_TYPES:
         return _to_time(value, source, to), None
-    if to == "uint8":
-        return _to_integer(value, source, "int8")[0].cast(pl.UInt64, strict=False), None
     raise LoupeError(SqlState.FEATURE_NOT_SUPPORTED, f"cannot cast type {source} to {to}")
 
 
@@ -611,8 +667,12 @@ def _to_integer(value: pl.Expr, source: str, to: str) -> tuple[pl.Expr, pl.Expr 
         return converted, _error_when(
             value.is_not_null() & ~fits, OUT_OF_RANGE, f"{name} out of range"
         )
-    if source in _INT_RANGE and _INT_RANGE[source][1] <= _INT_RANGE[to][1]:
+    if source in _INT_RANGE and (
+        _INT_RANGE[to][0] <= _INT_RANGE[source][0] and _INT_RANGE[source][1] <= _INT_RANGE[to][1]
+    ):
         return value.cast(polars_dtype(to)), None
+    if source in _INT_RANGE:
+        value = value.cast(pl.Int128)
     return _checked_integer(value, to)
 
 
@@ -631,6 +691,20 @@ def _to_numeric(value: pl.Expr, source: str) -> tuple[pl.Expr, pl.Expr | None]:
         )
         return converted, _first_error([nan, overflow])
     raise LoupeError(SqlState.FEATURE_NOT_SUPPORTED, f"cannot cast type {source} to numeric")
+
+
+def _to_mz_timestamp(value: pl.Expr, source: str) -> tuple[pl.Expr, pl.Expr | None]:
+    """Milliseconds since the epoch: numbers as they are, times as their epoch."""
+    if source == "date":
+        value = value.cast(pl.Datetime("us"))
+    if source in ("date", *TIME_TYPES):
+        value = value.dt.epoch("ms")
+    elif source == "numeric":
+        value = value.round(0, mode="half_away_from_zero")
+    fits = (value >= 0) & (value <= 2**64 - 1)
+    converted = pl.when(fits).then(value).otherwise(None).cast(pl.UInt64, strict=False)
+    error = _error_when(value.is_not_null() & ~fits, OUT_OF_RANGE, "mz_timestamp out of range")
+    return converted, error
 
 
 def _checked_integer(value: pl.Expr, to: str) -> tuple[pl.Expr, pl.Expr]:
@@ -658,11 +732,14 @@ _TIMESTAMPTZ_FORMATS = ("%Y-%m-%d %H:%M:%S%.f%#z", "%Y-%m-%dT%H:%M:%S%.f%#z")
 
 def _from_text(text: pl.Expr, to: str) -> tuple[pl.Expr, pl.Expr | None]:
     """Parse text as ``to``; unparsable input is 22P02 (22007 for dates and times)."""
+    if sqltypes.element_type(to) is not None:
+        return containers.parse_container(text, to)
+    if to == "jsonb":
+        return jsonb.parse_jsonb(text)
     stripped = text.str.strip_chars()
     if to in _INT_RANGE:
-        parsed = stripped.cast(pl.Int64, strict=False)
-        if to == "int8":
-            parsed = stripped.cast(pl.Int128, strict=False)
+        # 128 bits: a number past the type's range is 22003, only what is no number 22P02.
+        parsed = stripped.cast(pl.Int128, strict=False)
         value, range_error = _checked_integer(parsed, to)
         return value, _first_error([_bad_input(text, parsed, INVALID_TEXT, to), range_error])
     if to in _FLOATS:
@@ -710,12 +787,25 @@ def _from_text(text: pl.Expr, to: str) -> tuple[pl.Expr, pl.Expr | None]:
             [stripped.str.strptime(pl.Time, f, strict=False) for f in ("%H:%M:%S%.f", "%H:%M")]
         )
         return parsed, _bad_input(text, parsed, INVALID_DATETIME, "time")
+    if to == "mz_timestamp":
+        # Milliseconds since the epoch, or a timestamp with time zone's text.
+        number = stripped.cast(pl.Int128, strict=False)
+        moment, _ = _parse_timestamp(text, stripped, "timestamptz")
+        millis = pl.coalesce([number, moment.dt.epoch("ms").cast(pl.Int128)])
+        stamp, stamp_error = _to_mz_timestamp(millis, "int8")
+        return stamp, _first_error([_bad_input(text, millis, INVALID_TEXT, to), stamp_error])
     if to == "interval":
         parsed = intervals.from_text(text)
         return parsed, _bad_input(text, parsed, INVALID_DATETIME, "interval")
-    if to == "uint8":
-        parsed = stripped.cast(pl.UInt64, strict=False)
-        return parsed, _bad_input(text, parsed, INVALID_TEXT, "uint8")
+    if to == "uuid":
+        # No white space, as PostgreSQL's uuid_in: braces, hyphens after any 4 digits.
+        valid = text.str.contains(_UUID_INPUT)
+        digits = text.str.replace_all(r"[{}-]", "").str.to_lowercase()
+        canonical = pl.concat_str(
+            [digits.str.slice(start, length) for start, length in _UUID_GROUPS], separator="-"
+        )
+        parsed = pl.when(valid).then(canonical).otherwise(pl.lit(None, pl.Utf8))
+        return parsed, _bad_input(text, parsed, INVALID_TEXT, "uuid")
     raise LoupeError(SqlState.FEATURE_NOT_SUPPORTED, f"cannot cast type text to {to}")
 
 
@@ -736,6 +826,20 @@ def _parse_timestamp(text: pl.Expr, stripped: pl.Expr, to: str) -> tuple[pl.Expr
     return parsed, _bad_input(text, parsed, INVALID_DATETIME, to)
 
 
+_UUID_INPUT = (
+    r"^(?:[0-9a-fA-F]{4}(?:-?[0-9a-fA-F]{4}){7}|\{[0-9a-fA-F]{4}(?:-?[0-9a-fA-F]{4}){7}\})$"
+)
+_UUID_GROUPS = ((0, 8), (8, 4), (12, 4), (16, 4), (20, 12))
+
+
+def uuid_text(text: str) -> str:
+    """A uuid's canonical text (lowercase, 8-4-4-4-12); ValueError when it is no uuid."""
+    if re.match(_UUID_INPUT, text) is None:
+        raise ValueError(text)
+    digits = re.sub(r"[{}-]", "", text).lower()
+    return "-".join(digits[start : start + length] for start, length in _UUID_GROUPS)
+
+
 # Types whose input errors name them as format_type does (the others by their own name).
 _DISPLAYED = frozenset({"int2", "int4", "int8", "float8"})
 
@@ -748,6 +852,8 @@ def _bad_input(text: pl.Expr, parsed: pl.Expr, code: str, type_name: str) -> pl.
 
 def to_text(value: pl.Expr, source: str) -> pl.Expr:
     """PostgreSQL's text output of a value of type ``source``."""
+    if sqltypes.element_type(source) is not None:
+        return containers.container_text(value, source)
     if source in ("text", "jsonb", "unknown"):
         return value.cast(pl.Utf8)
     if source == "bool":
@@ -848,11 +954,15 @@ def _comparable_type(types: Sequence[str]) -> str | None:
     if len(set(known)) <= 1:
         return None
     if all(t in NUMERIC_RANK for t in known):
+        if any(t in sqltypes.UNSIGNED_TYPES for t in known):
+            return sqltypes.common_numeric(known)
         if any(t in _FLOATS for t in known):
             return "float8"
         return "numeric" if "numeric" in known else "int8"
     if set(known) <= {"date", *TIME_TYPES}:
         return "timestamptz" if "timestamptz" in known else "timestamp"
+    if "mz_timestamp" in known:  # the others convert to it implicitly
+        return "mz_timestamp"
     return None
 
 
@@ -860,6 +970,10 @@ def _comparable_type(types: Sequence[str]) -> str | None:
 def _compare(compiler: _Compiler, call: Call) -> CompiledScalar:
     types = operand_types(call.func, call.args, compiler.input_types)
     args = compiler.args(call, _comparable_type(types))
+    if any(sqltypes.element_type(t) is not None for t in args.types):
+        return containers.compare(call.func, args)
+    if "jsonb" in args.types and call.func in ("eq", "neq"):
+        return jsonb.equal(call.func, args)
     if "interval" in args.types:  # by total span: '1 month' = '30 days'
         value = intervals.compare(call.func, args.values[0], args.values[1])
     else:
@@ -936,7 +1050,7 @@ def _numeric_target(compiler: _Compiler, call: Call) -> str | None:
 
 def _wide(value: pl.Expr, result_type: str) -> pl.Expr:
     """Integers widened so that the operation cannot wrap before the range check."""
-    return value.cast(pl.Int128 if result_type == "int8" else pl.Int64)
+    return value.cast(pl.Int128 if result_type in _WIDE_INTEGERS else pl.Int64)
 
 
 def _float_overflow(value: pl.Expr, operands: list[pl.Expr], result_type: str) -> pl.Expr | None:
@@ -2332,3 +2446,7 @@ def _localized(local: pl.Expr, zone: str) -> pl.Expr:
     offset = before.dt.base_utc_offset() + before.dt.dst_offset()
     skipped = (local - offset).dt.replace_time_zone("UTC").dt.convert_time_zone(zone)
     return pl.coalesce([found, skipped])
+
+
+# Arrays and lists register their functions with this module's handlers.
+from loupe.dataflow import containers, jsonb  # noqa: E402

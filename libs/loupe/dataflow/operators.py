@@ -44,6 +44,7 @@ from loupe.dataflow.types import empty_frame, polars_dtype
 from loupe.interval import structs
 from loupe.plan import lir, mir
 from loupe.plan.scalar import Scalar, columns_of, scalar_type, shift
+from loupe.sqltypes import TIME_TYPES
 
 UNIT = "_u"  # the key column of a reduce without group key
 
@@ -576,9 +577,10 @@ class Reduce(Operator):
         aggs = [weight.sum().alias("_n")]
         width = len(self.keys)
         for i, (agg, name) in enumerate(zip(self.node.aggregates, self.args, strict=True)):
-            if agg.func == "string_agg":
+            if agg.func in ("string_agg", "array_agg", "list_agg"):
                 extra = [pl.col(f"{name}_{j}") for j in range(1, len(agg.scalars))]
-                joined = _string_agg(agg, pl.col(name), extra, weight, positive)
+                collect = _string_agg if agg.func == "string_agg" else _collect
+                joined = collect(agg, pl.col(name), extra, weight, positive)
                 aggs.append(joined.alias(f"c{width + i}"))
                 continue
             if self.arg_types[i] == "interval" and agg.func in ("sum", "avg", "min", "max"):
@@ -679,6 +681,29 @@ def _string_agg(
     values, delimiters = ordered.struct.field("v"), ordered.struct.field("d")
     rest = pl.concat_str([delimiters, values]).slice(1).str.join("")
     return pl.concat_str([values.first(), rest])
+
+
+def _collect(
+    agg: mir.Aggregate, value: pl.Expr, extra: list[pl.Expr], weight: pl.Expr, positive: pl.Expr
+) -> pl.Expr:
+    """array_agg/list_agg: the values of the group's kept rows (NULLs too), in order.
+
+    Without ORDER BY the values are in ascending order (as string_agg's); each
+    value counts as often as its multiplicity. No kept row: NULL.
+    """
+    condition, keys = extra[0], extra[1:]
+    kept = positive & condition.fill_null(False)
+    rows = pl.struct([value.alias("v"), *(k.alias(f"k{j}") for j, k in enumerate(keys))])
+    rows = rows.filter(kept)
+    if agg.distinct:
+        rows = rows.unique(maintain_order=True)
+    else:
+        rows = rows.repeat_by(weight.filter(kept)).explode()
+    order = [rows.struct.field(f"k{j}") for j in range(len(keys))] + [rows.struct.field("v")]
+    descending = [k.desc for k in agg.order_by] + [False]
+    nulls_last = [k.nulls_last for k in agg.order_by] + [True]
+    ordered = rows.sort_by(order, descending=descending, nulls_last=nulls_last)
+    return pl.when(kept.any()).then(ordered.struct.field("v").implode())
 
 
 def _aggregate_expr(
@@ -1208,6 +1233,20 @@ def _split_texts(texts: pl.Series, splitter: Callable[[str], list[str]]) -> pl.S
     return joined["pieces"]
 
 
+def _series_number(value: pl.Expr, type_: str, kind: str) -> pl.Expr:
+    """A generate_series argument as the number the series counts in: integers, floats
+    (numeric), or microseconds (times, and their interval step)."""
+    if kind in ("numeric", "float8"):
+        return value.cast(pl.Float64)
+    if type_ == "interval":  # days as 24 hours, as timestamp + interval adds them here
+        return intervals.days(value).cast(pl.Int64) * 86_400_000_000 + intervals.micros(value)
+    if type_ == "date":
+        return value.cast(pl.Datetime("us")).dt.epoch("us")
+    if type_ in TIME_TYPES:
+        return value.dt.epoch("us")
+    return value.cast(pl.Int64)
+
+
 class FlatMap(Operator):
     """A table function per row (``generate_series``), then the node's MFP.
 
@@ -1219,11 +1258,12 @@ class FlatMap(Operator):
 
     def __init__(self, node: lir.FlatMap, source: Operator, workers: int) -> None:
         super().__init__(node.types, (source,), workers)
-        if node.func not in ("generate_series", "regexp_split_to_table"):
+        if node.func not in ("generate_series", "regexp_split_to_table", "unnest"):
             raise LoupeError(
                 SqlState.FEATURE_NOT_SUPPORTED, f"table function {node.func} is not supported"
             )
-        self.splitter = expr.regexp_splitter(node.exprs) if node.func != "generate_series" else None
+        splits = node.func == "regexp_split_to_table"
+        self.splitter = expr.regexp_splitter(node.exprs) if splits else None
         self.node = node
         self.input_types = source.types
         self.arity = len(source.types)
@@ -1238,13 +1278,37 @@ class FlatMap(Operator):
         def body(worker: int, part: pl.DataFrame) -> pl.DataFrame:
             if part.height == 0:
                 return self.empty
-            flat, failed = self._series(part) if self.splitter is None else self._split(part)
+            if self.node.func == "unnest":
+                flat, failed = self._unnest(part)
+            elif self.splitter is None:
+                flat, failed = self._series(part)
+            else:
+                flat, failed = self._split(part)
             ok, err = expr.apply_mfp(flat, self.node.mfp, self.flat_types)
             errors.extend([failed, err])
             return self.conform(ok)
 
         self.ok = self.per_worker(self.inputs[0].ok, body)
         self.err = concat(errors, empty_errors())
+
+    def _unnest(self, part: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
+        """unnest: a row per element of the array or list (none for NULL or empty)."""
+        container = self.compiled[0]
+        column = f"c{self.arity}"
+        lazy = container.with_lets(part.lazy()).with_columns(
+            container.value.alias(column),
+            (container.error if container.error is not None else pl.lit(None, pl.Utf8)).alias(
+                ERROR
+            ),
+        )
+        frame = lazy.collect()
+        errors = frame.filter(pl.col(ERROR).is_not_null()).select(ERROR, TIME, DIFF)
+        flat = (
+            frame.filter(pl.col(ERROR).is_null() & (pl.col(column).list.len() > 0))
+            .explode(column)
+            .select(*[f"c{i}" for i in range(self.arity)], column, TIME, DIFF)
+        )
+        return flat, errors
 
     def _split(self, part: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
         """regexp_split_to_table: a row per piece of the text (none for NULL)."""
@@ -1273,21 +1337,43 @@ class FlatMap(Operator):
         lazy = part.lazy()
         for compiled in self.compiled:
             lazy = compiled.with_lets(lazy)
-        args = [c.value.cast(pl.Int64).alias(f"_arg{i}") for i, c in enumerate(self.compiled)]
+        kind = self.series_type
+        args = [
+            _series_number(c.value, c.type, kind).alias(f"_arg{i}")
+            for i, c in enumerate(self.compiled)
+        ]
         lazy = lazy.with_columns(args)
         step = pl.col("_arg2") if len(args) == 3 else pl.lit(1, pl.Int64)
         zero_step = pl.when(step == 0).then(
             pl.lit(f"{SqlState.INVALID_PARAMETER_VALUE}|step size cannot equal zero")
         )
-        failed = pl.coalesce([*(c.error for c in self.compiled if c.error is not None), zero_step])
+        monthly = [
+            pl.when(intervals.months(c.value) != 0).then(
+                pl.lit(
+                    f"{SqlState.FEATURE_NOT_SUPPORTED}|generate_series with an interval step of "
+                    "months is not supported"
+                )
+            )
+            for c in self.compiled
+            if c.type == "interval"
+        ]
+        failed = pl.coalesce(
+            [*(c.error for c in self.compiled if c.error is not None), *monthly, zero_step]
+        )
         lazy = lazy.with_columns(failed.alias(ERROR))
         frame = lazy.collect()
         errors = frame.filter(pl.col(ERROR).is_not_null()).select(ERROR, TIME, DIFF)
         alive = frame.filter(pl.col(ERROR).is_null())
         present = pl.all_horizontal([pl.col(f"_arg{i}").is_not_null() for i in range(len(args))])
         start, stop = pl.col("_arg0"), pl.col("_arg1")
-        end = pl.when(step > 0).then(stop + 1).otherwise(stop - 1)
-        values = pl.int_ranges(start, end, step, dtype=pl.Int64)
+        if kind in ("numeric", "float8"):
+            # start + i * step for i from 0 while within stop (floats: the engine's numeric).
+            count = ((stop - start) / step).floor().cast(pl.Int64) + 1
+            steps = pl.int_ranges(0, pl.max_horizontal(count, pl.lit(0)), dtype=pl.Int64)
+            values = steps.list.eval(pl.element().cast(pl.Float64)) * step + start
+        else:
+            end = pl.when(step > 0).then(stop + 1).otherwise(stop - 1)
+            values = pl.int_ranges(start, end, step, dtype=pl.Int64)
         column = f"c{self.arity}"
         exploded = (
             alive.filter(present)
@@ -1296,9 +1382,13 @@ class FlatMap(Operator):
             .explode(column)
         )
         kept = [f"c{i}" for i in range(self.arity)]
+        series = pl.col(column)
+        if kind in TIME_TYPES:  # microseconds since the epoch back to the time type
+            series = series.cast(pl.Datetime("us"))
+            series = series.dt.replace_time_zone("UTC") if kind == "timestamptz" else series
         flat = exploded.select(
             *kept,
-            pl.col(column).cast(polars_dtype(self.series_type)),
+            series.cast(polars_dtype(self.series_type)),
             pl.col(TIME),
             pl.col(DIFF),
         )

@@ -76,6 +76,8 @@ def _literal_value(literal: plan_pb2.LiteralExpr) -> Any:
     # Values carry UTC instants; a `timestamp` (without time zone) is naive.
     if literal.type == "timestamp" and isinstance(value, dt.datetime):
         return value.replace(tzinfo=None)
+    if isinstance(value, list):  # an array or list constant: a tuple, as plans hold it
+        return tuple(value)
     return value
 
 

@@ -10,6 +10,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 
+from loupe import sqltypes
 from loupe.plan.scalar import Column, Literal, Scalar, scalar_type, widest_numeric
 
 ColumnSpec = tuple[str, str]
@@ -17,7 +18,7 @@ ColumnSpec = tuple[str, str]
 # Variance and standard deviation (sample and population).
 SPREAD_AGGREGATES = frozenset({"var_samp", "var_pop", "stddev_samp", "stddev_pop"})
 # Aggregates whose value depends on every value of the group: recomputed per changed group.
-RECOMPUTED_AGGREGATES = SPREAD_AGGREGATES | {"string_agg"}
+RECOMPUTED_AGGREGATES = SPREAD_AGGREGATES | {"string_agg", "array_agg", "list_agg"}
 AGGREGATES = ("count", "sum", "min", "max", "avg", *sorted(RECOMPUTED_AGGREGATES))
 
 
@@ -70,12 +71,16 @@ class Aggregate:
         arg = scalar_type(self.expr, input_types)
         if arg == "interval" and self.func in ("sum", "avg"):
             return "interval"
+        if self.func == "array_agg":
+            return sqltypes.array_of(arg)
+        if self.func == "list_agg":
+            return sqltypes.list_of(arg)
         if self.func == "avg" or self.func in SPREAD_AGGREGATES:
             return "float8" if arg.startswith("float") else "numeric"
         if self.func == "sum":
-            return {"int2": "int8", "int4": "int8", "int8": "numeric"}.get(
-                arg, widest_numeric([arg])
-            )
+            # Materialize's sums of unsigned integers: uint8, and numeric for uint8.
+            sums = {"int2": "int8", "int4": "int8", "int8": "numeric", "uint2": "uint8"}
+            return {**sums, "uint4": "uint8", "uint8": "numeric"}.get(arg, widest_numeric([arg]))
         return arg
 
 
@@ -261,11 +266,19 @@ def table_function_types(func: str, arg_types: Sequence[str]) -> tuple[str, ...]
     """The column types ``func`` produces for arguments of ``arg_types``."""
     if func == "generate_series":
         known = [t for t in arg_types if t != "unknown"]
+        if "timestamp" in known and "timestamptz" not in known and "date" not in known:
+            return ("timestamp",)
+        if set(known) & {"timestamptz", "date", "timestamp"}:
+            return ("timestamptz",)
+        if "numeric" in known:
+            return ("numeric",)
         if "int8" in known:
             return ("int8",)
         return ("int4",)
     if func == "regexp_split_to_table":
         return ("text",)
+    if func == "unnest":
+        return (sqltypes.element_type(arg_types[0]) or "unknown",)
     raise KeyError(func)
 
 

@@ -90,7 +90,7 @@ def scalar_type(expr: Scalar, input_types: tuple[str, ...]) -> str:
 def widest_numeric(types: list[str]) -> str:
     """The type PostgreSQL promotes a mix of numeric types to."""
     known = [t for t in types if t in NUMERIC_RANK]
-    return max(known, key=NUMERIC_RANK.__getitem__) if known else (types[0] if types else "unknown")
+    return sqltypes.common_numeric(known) if known else (types[0] if types else "unknown")
 
 
 def remap(expr: Scalar, mapping: Callable[[int], int]) -> Scalar:
@@ -172,4 +172,6 @@ def render_value(value: Any) -> str:
         return value.isoformat(sep=" ")
     if isinstance(value, datetime.date):
         return value.isoformat()
+    if isinstance(value, tuple | list):  # an array or list constant
+        return "{" + ",".join(render_value(v) for v in value) + "}"
     return str(value)  # an Interval prints as PostgreSQL prints it

@@ -33,6 +33,7 @@ RESERVED_COLUMNS = frozenset({TIMESTAMP_COLUMN, DIFF_COLUMN, SHARD_COLUMN})
 
 _INT64_MIN = -(2**63)
 _INT64_MAX = 2**63 - 1
+_UNSIGNED_MAX = {"uint2": 2**16 - 1, "uint4": 2**32 - 1}
 
 
 def ingest_type(pg_type: str) -> pa.DataType:
@@ -67,15 +68,17 @@ def _check_value(pg_type: str, value: Any) -> str | None:
     """Why ``value`` cannot be stored in a ``pg_type`` column, or None if it can."""
     if value is None:
         return None
-    if pg_type == "text" or pg_type == "jsonb":
+    if pg_type in ("text", "jsonb", "uuid"):
         ok = isinstance(value, str)
     elif pg_type == "numeric":
         ok = isinstance(value, Decimal) and abs(value) < NUMERIC_LIMIT
     elif pg_type in ("int4", "int8"):
         ok = _is_int(value) and _INT64_MIN <= value <= _INT64_MAX
-    elif pg_type == "uint8":
+    elif pg_type in ("uint8", "mz_timestamp"):
         # Spark stores it in a signed long; Shard reads it back as uint64.
         ok = _is_int(value) and 0 <= value <= _INT64_MAX
+    elif pg_type in _UNSIGNED_MAX:
+        ok = _is_int(value) and 0 <= value <= _UNSIGNED_MAX[pg_type]
     elif pg_type == "float8":
         ok = isinstance(value, float) or _is_int(value)
     elif pg_type == "bool":

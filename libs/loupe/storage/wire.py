@@ -61,6 +61,10 @@ _FROM_INTEGER: dict[str, pa.DataType] = {
 }
 
 
+# Column types whose values Spark holds in a signed type: a negative one is no value of theirs.
+_UNSIGNED = frozenset({"uint2", "uint4", "uint8", "mz_timestamp"})
+
+
 class BadBatch(ValueError):
     """A batch the writer cannot apply (unknown collection, wrong arity or value kind)."""
 
@@ -274,9 +278,9 @@ def decode_arrow(collection: BuiltinCollection, data: bytes) -> pa.Table:
         raise BadBatch(f"{collection.qualified_name}: an update without a diff")
     for name, kind in collection.columns:
         column = table.column(name)
-        if kind == "uint8" and column.null_count < len(column) and pc.min(column).as_py() < 0:
+        if kind in _UNSIGNED and column.null_count < len(column) and pc.min(column).as_py() < 0:
             raise BadBatch(
-                f"{collection.qualified_name}.{name}: a negative value in a uint8 column"
+                f"{collection.qualified_name}.{name}: a negative value in a {kind} column"
             )
     diffs = table.column(DIFF_COLUMN)
     if table.num_rows and pc.any(pc.equal(diffs, 0)).as_py():
@@ -364,8 +368,8 @@ def _to_arrow(kind: str, raw: list[Any]) -> pa.Array:
             type=target,
         )
     array = pa.array(raw, type=target)
-    if kind == "uint8" and array.null_count < len(array) and pc.min(array).as_py() < 0:
-        raise BadBatch("a negative value in a uint8 column")
+    if kind in _UNSIGNED and array.null_count < len(array) and pc.min(array).as_py() < 0:
+        raise BadBatch(f"a negative value in a {kind} column")
     return array
 
 

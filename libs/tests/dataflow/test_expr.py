@@ -526,6 +526,20 @@ SPECIAL_CALLS: dict[str, tuple[list[Scalar], list[str]]] = {
     "age": ([c(0), c(0)], ["timestamp"]),
     "date_bin": ([c(0), c(1), c(1)], ["interval", "timestamp"]),
     "make_timestamp": ([c(0), c(0), c(0), c(0), c(0), c(1)], ["int4", "float8"]),
+    # Arrays and lists.
+    **dict.fromkeys(("subscript", "array_length"), ([c(0), c(1)], ["_int4", "int4"])),
+    **dict.fromkeys(("cardinality", "list_length"), ([c(0)], ["_int4"])),
+    "array_to_string": ([c(0), c(1)], ["_int4", "text"]),
+    **dict.fromkeys(
+        ("array_contains", "array_contained", "array_overlap"), ([c(0), c(1)], ["_int4", "_int4"])
+    ),
+    "eq_any": ([c(0), c(1)], ["int4", "_int4"]),
+    "container_concat": ([c(0), c(1)], ["_int4", "int4"]),
+    **dict.fromkeys(
+        ("jsonb_get", "jsonb_get_text", "jsonb_exists"), ([c(0), c(1)], ["jsonb", "text"])
+    ),
+    **dict.fromkeys(("jsonb_contains", "jsonb_contained"), ([c(0), c(1)], ["jsonb", "jsonb"])),
+    **dict.fromkeys(("jsonb_typeof", "jsonb_array_length"), ([c(0)], ["jsonb"])),
 }
 NUMERIC_ARGS = {
     "chr",

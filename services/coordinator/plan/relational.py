@@ -26,6 +26,7 @@ import datetime
 from collections.abc import Mapping, Sequence
 
 import loupe.plan.mir as mir
+from loupe import sqltypes
 from loupe.plan.scalar import (
     NUMERIC_RANK,
     Call,
@@ -54,6 +55,9 @@ _ZERO: dict[str, object] = {
     "timestamp": datetime.datetime(1970, 1, 1),
     "timestamptz": datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC),
     "interval": datetime.timedelta(0),
+    "uuid": "00000000-0000-0000-0000-000000000000",
+    "uint2": 0,
+    "uint4": 0,
 }
 
 
@@ -74,9 +78,11 @@ def unify(left: Scalar, right: Scalar, types: Sequence[str]) -> tuple[Scalar, Sc
     left_type, right_type = scalar_type(left, tuple(types)), scalar_type(right, tuple(types))
     if left_type == right_type or left_type not in NUMERIC_RANK or right_type not in NUMERIC_RANK:
         return left, right
-    if NUMERIC_RANK[left_type] < NUMERIC_RANK[right_type]:
-        return Cast(left, right_type), right
-    return left, Cast(right, left_type)
+    common = sqltypes.common_numeric([left_type, right_type])
+    return (
+        left if left_type == common else Cast(left, common),
+        right if right_type == common else Cast(right, common),
+    )
 
 
 def keyed_join(

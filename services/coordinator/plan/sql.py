@@ -206,6 +206,13 @@ class _Ordered:
     limit: int | None = None
     offset: int = 0
 
+    def __post_init__(self) -> None:
+        types = self.relation.types
+        if any(types[key.column] == "jsonb" for key in self.order):
+            # jsonb's order (objects after arrays after scalars, numbers by value…) is not
+            # its text's: refused rather than sorted wrongly.
+            raise unsupported("ORDER BY of jsonb values")
+
     def maintained(self) -> mir.Relation:
         """The collection: a TopK when there is a LIMIT or OFFSET, without hidden columns."""
         relation = self.relation
@@ -643,6 +650,8 @@ class _Planner:
             return relation, Scope.of(node.alias or None, relation)
         if isinstance(node, exp.Table) and _table_function_name(node.this) is not None:
             return self._table_function(node)
+        if isinstance(node, exp.Unnest):
+            return self._table_function(node)
         if not isinstance(node, exp.Table) or not isinstance(node.this, exp.Identifier):
             raise unsupported(f"{describe(node)} in FROM")
         name = ".".join(p.name for p in node.parts)
@@ -977,6 +986,8 @@ class _Planner:
         func = _table_function_name(call)
         if func == "regexp_split_to_table":
             return func, _regexp_split_args(call, scalars)
+        if func == "unnest":
+            return func, _unnest_args(call, scalars)
         return "generate_series", self._series_args(call, scalars)
 
     def _series_args(self, call: exp.Expression, scalars: Scalars) -> list[Scalar]:
@@ -984,18 +995,29 @@ class _Planner:
         nodes = [call.args.get(k) for k in ("start", "end", "step")]
         args = [scalars.lower(a) for a in nodes if a is not None]
         types = [scalars.type_of(a) for a in args]
-        if not all(t in ("int2", "int4", "int8", "unknown") for t in types):
+        times = {"date", "timestamp", "timestamptz"}
+        if set(types[:2]) & times:
+            # generate_series(start, stop, interval): both ends times, a step is required.
+            if len(args) == 3 and set(types[:2]) <= times | {"unknown"} and types[2] == "interval":
+                return args
+            names = ", ".join(sqltypes.display_name(t) for t in types)
+            raise LoupeError(
+                UNDEFINED_FUNCTION, f"function generate_series({names}) does not exist"
+            )
+        if not all(t in ("int2", "int4", "int8", "numeric", "unknown") for t in types):
             raise LoupeError(
                 UNDEFINED_FUNCTION,
                 f"function generate_series({', '.join(types)}) does not exist",
             )
         return args
 
-    def _table_function(self, node: exp.Table) -> tuple[mir.Relation, Scope]:
+    def _table_function(self, node: exp.Table | exp.Unnest) -> tuple[mir.Relation, Scope]:
         """``FROM generate_series(a, b [, step]) [AS t(col)]``: one row per value (or per
-        piece of ``regexp_split_to_table(s, pattern [, flags])``)."""
+        piece of ``regexp_split_to_table(s, pattern [, flags])``, per element of
+        ``unnest(array or list)``)."""
+        call = node if isinstance(node, exp.Unnest) else node.this
         try:
-            func, args = self._table_function_args(node.this, Scalars(self.context, Scope(())))
+            func, args = self._table_function_args(call, Scalars(self.context, Scope(())))
         except LoupeError as error:
             missing = error.code in (SqlState.UNDEFINED_TABLE, SqlState.UNDEFINED_COLUMN)
             select = node.find_ancestor(exp.Select)
@@ -1534,7 +1556,7 @@ def _conform(
         if left_type == right_type or "unknown" in (left_type, right_type):
             targets.append(right_type if left_type == "unknown" else left_type)
         elif left_type in NUMERIC_RANK and right_type in NUMERIC_RANK:
-            targets.append(max(left_type, right_type, key=NUMERIC_RANK.__getitem__))
+            targets.append(sqltypes.common_numeric([left_type, right_type]))
         else:
             raise LoupeError(
                 DATATYPE_MISMATCH, f"{kind} types {left_type} and {right_type} cannot be matched"
@@ -1668,16 +1690,31 @@ _CALL_NAMES: dict[type[exp.Expression], str] = {
     exp.LogicalOr: "bool_or",
     exp.GenerateSeries: "generate_series",
     exp.GroupConcat: "string_agg",
+    exp.ArraySize: "array_length",
+    exp.Explode: "unnest",
     exp.AtTimeZone: "timezone",
     exp.UnixToTime: "to_timestamp",
     exp.TimestampFromParts: "make_timestamp",
 }
 
 
+def _unnest_args(call: exp.Expression, scalars: Scalars) -> list[Scalar]:
+    """unnest(array or list): one argument, a container."""
+    nodes = call.expressions if isinstance(call, exp.Unnest) else [call.this]
+    args = [scalars.lower(n) for n in nodes]
+    types = [scalars.type_of(a) for a in args]
+    if len(args) != 1 or sqltypes.element_type(types[0]) is None:
+        names = ", ".join(sqltypes.display_name(t) for t in types)
+        raise LoupeError(UNDEFINED_FUNCTION, f"function unnest({names}) does not exist")
+    return args
+
+
 def _table_function_name(node: exp.Expression) -> str | None:
     """The table function a call in FROM or the SELECT list is, if it is one."""
     if isinstance(node, _SERIES):
         return "generate_series"
+    if isinstance(node, exp.Explode | exp.Unnest):
+        return "unnest"
     if isinstance(node, exp.Anonymous) and str(node.name).lower() == "regexp_split_to_table":
         return "regexp_split_to_table"
     return None
@@ -1713,7 +1750,13 @@ def _output_name(node: exp.Expression) -> str:
         inner: exp.Expression = node.this
         if isinstance(inner, exp.Column | exp.Func):
             return _output_name(inner)
-        return cast_type(node.to) if isinstance(inner, exp.Literal) else "?column?"
+        if not isinstance(inner, exp.Literal):
+            return "?column?"
+        type_ = cast_type(node.to)  # an array constant is named after its element type
+        return (sqltypes.element_type(type_) or type_) if sqltypes.is_array(type_) else type_
+    if isinstance(node, exp.Bracket):  # a[i] is named after a
+        inner = node.this.this if isinstance(node.this, exp.Paren) else node.this
+        return _output_name(inner)
     if isinstance(node, exp.Trim):
         position = str(node.args.get("position") or "").upper()
         return {"LEADING": "ltrim", "TRAILING": "rtrim"}.get(position, "btrim")

@@ -13,6 +13,8 @@ import datetime
 from decimal import Decimal
 from typing import Any
 
+from loupe import sqltypes
+from loupe.common import jsonb
 from loupe.common.errors import LoupeError
 from loupe.dataflow.expr import evaluate_closed, numeric_value
 from loupe.interval import parse_interval
@@ -23,10 +25,11 @@ INVALID_DATETIME_FORMAT = "22007"
 INTERVAL_FIELD_OVERFLOW = "22015"
 
 INTEGER_BOUNDS = {"int2": 2**15, "int4": 2**31, "int8": 2**63}
+UNSIGNED_BOUNDS = {"uint2": 2**16, "uint4": 2**32, "uint8": 2**64, "mz_timestamp": 2**64}
 # Types whose text input the engine parses exactly.
 ENGINE_PARSED = (
     *INTEGER_BOUNDS,
-    "uint8",
+    *UNSIGNED_BOUNDS,
     "numeric",
     "time",
     "float4",
@@ -35,6 +38,7 @@ ENGINE_PARSED = (
     "date",
     "timestamp",
     "timestamptz",
+    "uuid",
 )
 FLOATS = ("float4", "float8")
 
@@ -57,16 +61,25 @@ def parse_text(text: str, type_: str) -> Any:
     if type_ in ENGINE_PARSED:
         # The engine's own text input, so a constant reads as a column's text would.
         return evaluate_closed(Cast(Literal(text, "text"), type_))
+    if sqltypes.element_type(type_) is not None:  # an array or list: a tuple in plans
+        return tuple(evaluate_closed(Cast(Literal(text, "text"), type_)))  # type: ignore[arg-type]
     if type_ == "interval":
         return parse_interval(stripped)
-    if type_ in ("text", "jsonb"):
+    if type_ == "jsonb":
+        try:
+            return jsonb.canonical(text)
+        except jsonb.InvalidJson:
+            raise LoupeError(
+                INVALID_TEXT_REPRESENTATION, "invalid input syntax for type json"
+            ) from None
+    if type_ == "text":
         return text
     raise ValueError(type_)
 
 
 def _integer(value: int, type_: str) -> int:
-    bound = INTEGER_BOUNDS.get(type_, 2**64)
-    low = 0 if type_ == "uint8" else -bound
+    bound = INTEGER_BOUNDS.get(type_) or UNSIGNED_BOUNDS[type_]
+    low = 0 if type_ in UNSIGNED_BOUNDS else -bound
     if not low <= value < bound:
         raise LoupeError("22003", f"{type_} out of range")
     return value
@@ -87,7 +100,7 @@ def fold_cast(value: Any, from_type: str, to_type: str) -> Any:
         return value
     if from_type in ("text", "unknown") and isinstance(value, str):
         return parse_text(value, to_type)
-    numeric_types = (*INTEGER_BOUNDS, "uint8", "numeric", *FLOATS)
+    numeric_types = (*INTEGER_BOUNDS, "uint2", "uint4", "uint8", "numeric", *FLOATS)
     if from_type in numeric_types and to_type in numeric_types:
         if to_type in FLOATS:
             return float(value)

@@ -448,7 +448,7 @@ def _common_type(name: str, args: list[Scalar], scalars: Scalars) -> list[Scalar
     if value_type == default_type or default_type == "unknown":
         return [value, offset, Literal(None, value_type) if default_type == "unknown" else default]
     if value_type in NUMERIC_RANK and default_type in NUMERIC_RANK:
-        wide = max(value_type, default_type, key=NUMERIC_RANK.__getitem__)
+        wide = sqltypes.common_numeric([value_type, default_type])
         return [_cast(value, value_type, wide), offset, _cast(default, default_type, wide)]
     if isinstance(default, Literal) and default_type == "text":
         try:

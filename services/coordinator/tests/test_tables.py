@@ -234,7 +234,7 @@ async def test_mz_now_is_the_read_timestamp(tables: Any) -> None:
     assert before - 5_000 <= alone <= now <= time.time_ns() // 1_000_000 + 1_000
     described = await tables.execute(session, "SELECT mz_now()")
     (column,) = [c for r in described if r.HasField("description") for c in r.description.columns]
-    assert (column.name, column.type) == ("mz_now", "uint8")
+    assert (column.name, column.type) == ("mz_now", "mz_timestamp")
 
 
 async def test_as_of_an_older_time_shows_the_old_contents(tables: Any) -> None:

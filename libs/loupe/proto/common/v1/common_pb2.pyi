@@ -7,7 +7,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class Value(_message.Message):
-    __slots__ = ("bool_value", "int_value", "float_value", "text_value", "bytes_value", "timestamp_us", "date_days", "numeric_value", "jsonb_value", "list_value", "interval_value", "timestamp_naive_us", "time_us")
+    __slots__ = ("bool_value", "int_value", "float_value", "text_value", "bytes_value", "timestamp_us", "date_days", "numeric_value", "jsonb_value", "list_value", "interval_value", "timestamp_naive_us", "time_us", "uuid_value", "uint_value")
     BOOL_VALUE_FIELD_NUMBER: _ClassVar[int]
     INT_VALUE_FIELD_NUMBER: _ClassVar[int]
     FLOAT_VALUE_FIELD_NUMBER: _ClassVar[int]
@@ -21,6 +21,8 @@ class Value(_message.Message):
     INTERVAL_VALUE_FIELD_NUMBER: _ClassVar[int]
     TIMESTAMP_NAIVE_US_FIELD_NUMBER: _ClassVar[int]
     TIME_US_FIELD_NUMBER: _ClassVar[int]
+    UUID_VALUE_FIELD_NUMBER: _ClassVar[int]
+    UINT_VALUE_FIELD_NUMBER: _ClassVar[int]
     bool_value: bool
     int_value: int
     float_value: float
@@ -34,7 +36,9 @@ class Value(_message.Message):
     interval_value: IntervalValue
     timestamp_naive_us: int
     time_us: int
-    def __init__(self, bool_value: _Optional[bool] = ..., int_value: _Optional[int] = ..., float_value: _Optional[float] = ..., text_value: _Optional[str] = ..., bytes_value: _Optional[bytes] = ..., timestamp_us: _Optional[int] = ..., date_days: _Optional[int] = ..., numeric_value: _Optional[str] = ..., jsonb_value: _Optional[str] = ..., list_value: _Optional[_Union[ValueList, _Mapping]] = ..., interval_value: _Optional[_Union[IntervalValue, _Mapping]] = ..., timestamp_naive_us: _Optional[int] = ..., time_us: _Optional[int] = ...) -> None: ...
+    uuid_value: str
+    uint_value: int
+    def __init__(self, bool_value: _Optional[bool] = ..., int_value: _Optional[int] = ..., float_value: _Optional[float] = ..., text_value: _Optional[str] = ..., bytes_value: _Optional[bytes] = ..., timestamp_us: _Optional[int] = ..., date_days: _Optional[int] = ..., numeric_value: _Optional[str] = ..., jsonb_value: _Optional[str] = ..., list_value: _Optional[_Union[ValueList, _Mapping]] = ..., interval_value: _Optional[_Union[IntervalValue, _Mapping]] = ..., timestamp_naive_us: _Optional[int] = ..., time_us: _Optional[int] = ..., uuid_value: _Optional[str] = ..., uint_value: _Optional[int] = ...) -> None: ...
 
 class IntervalValue(_message.Message):
     __slots__ = ("months", "days", "micros")
