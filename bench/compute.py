@@ -9,7 +9,7 @@ For TPC-H Q1-, Q3- and Q5-shaped views at ``--scale`` (default SF 0.1):
   frontier passes the as_of. Baseline: DuckDB (in process, its default
   threads) running the same SQL over the same generated Arrow tables
   (numeric as DECIMAL(15, 2); the engine receives persist's format, numeric
-  as text, and computes numeric as float8 today). Target <= 5x DuckDB.
+  as decimal128(38, 16), and computes numeric exactly). Target <= 5x DuckDB.
 - one-row insert: ``--inserts`` times, a new lineitem row (a copy of one
   that contributes to the view, with a fresh line number) pushed at the
   next time, then steps until the index's frontier passes it; p50 and p99.

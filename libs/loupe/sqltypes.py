@@ -21,13 +21,16 @@ others exist in plans (``unknown``, ``list``) or builtin collections only.
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Callable
+import uuid
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
 import polars as pl
 import pyarrow as pa
+
+from loupe import interval
 
 # PostgreSQL's type categories (``pg_type.typcategory``).
 BOOLEAN = "B"
@@ -76,6 +79,8 @@ class SqlType:
     # Python types whose values are of this type when a client sends them (``type_of_value``);
     # each Python type belongs to one entry (ints and datetimes are decided by value).
     python: tuple[type, ...] = field(default=())
+    # Arrays and lists: the type of their elements.
+    element: str | None = None
 
     @property
     def storage(self) -> str:
@@ -93,11 +98,33 @@ class SqlType:
         return self.spark_arrow if self.spark_arrow is not None else self.arrow
 
 
+# Every numeric value, in the engine and in persist, is a 128-bit decimal with this many
+# digits after the point and 38 in all: exact for + - and sums of values with up to 16
+# decimals and up to 22 digits before the point. Products are rounded to 16 decimals,
+# quotients and averages too (PostgreSQL picks a scale per value: at least 16
+# significant digits). Beyond 22 integer digits is 22003. Output trims trailing zeros,
+# as Materialize's does.
+NUMERIC_SCALE = 16
+NUMERIC_PRECISION = 38
+# The largest magnitude a numeric holds (exclusive).
+NUMERIC_LIMIT = Decimal(10) ** (NUMERIC_PRECISION - NUMERIC_SCALE)
+
+
 def _spark(name: str) -> Callable[[Any], Any]:
     return lambda types: getattr(types, name)()
 
 
-_TYPES = (
+def _spark_interval(types: Any) -> Any:
+    return types.StructType(
+        [
+            types.StructField("months", types.IntegerType()),
+            types.StructField("days", types.IntegerType()),
+            types.StructField("micros", types.LongType()),
+        ]
+    )
+
+
+_TYPES: tuple[SqlType, ...] = (
     SqlType(
         "bool", "boolean", 16, BOOLEAN, pl.Boolean(), pa.bool_(),
         aliases=("boolean",), sqlglot=("BOOLEAN",), column_type=True,
@@ -118,18 +145,35 @@ _TYPES = (
         spark=_spark("LongType"), wire_kinds=("int_value",),
     ),
     SqlType(
-        # Materialize's unsigned integer; Spark has none, so it travels as a long.
-        "uint8", "uint8", 16464, NUMERIC, pl.UInt64(), pa.uint64(),
-        sqlglot=("UBIGINT",), spark=_spark("LongType"), spark_arrow=pa.int64(),
-        wire_kinds=("int_value",),
+        # Materialize's unsigned integers. Spark has none: uint2 and uint4 travel as the
+        # signed type holding them, uint8 as a long (builtins' values stay below 2^63).
+        "uint2", "uint2", 16460, NUMERIC, pl.UInt16(), pa.uint16(),
+        sqlglot=("USMALLINT",), column_type=True, numeric_rank=1,
+        spark=_spark("IntegerType"), spark_arrow=pa.int32(), wire_kinds=("int_value",),
     ),
     SqlType(
-        # Exact decimal; the engine holds it as Float64 (a documented gap), persist as text.
-        "numeric", "numeric", 1700, NUMERIC, pl.Float64(), pa.string(),
-        aliases=("decimal",), sqlglot=("DECIMAL",), column_type=True,
-        modifiers="precision_scale", numeric_rank=3,
-        spark=_spark("StringType"), wire_kinds=("numeric_value", "text_value"),
-        python=(Decimal,),
+        "uint4", "uint4", 16462, NUMERIC, pl.UInt32(), pa.uint32(),
+        sqlglot=("UINT",), column_type=True, numeric_rank=2,
+        spark=_spark("LongType"), spark_arrow=pa.int64(), wire_kinds=("int_value",),
+    ),
+    SqlType(
+        "uint8", "uint8", 16464, NUMERIC, pl.UInt64(), pa.uint64(),
+        sqlglot=("UBIGINT",), column_type=True, numeric_rank=3,
+        spark=_spark("LongType"), spark_arrow=pa.int64(), wire_kinds=("int_value", "uint_value"),
+    ),
+    SqlType(
+        # Materialize's logical time: milliseconds since the epoch, unsigned; mz_now()'s type.
+        "mz_timestamp", "mz_timestamp", 16552, NUMERIC, pl.UInt64(), pa.uint64(),
+        column_type=True, spark=_spark("LongType"), spark_arrow=pa.int64(),
+        wire_kinds=("int_value", "uint_value"),
+    ),
+    SqlType(
+        # Exact decimal: 38 digits, NUMERIC_SCALE of them after the point (see NUMERIC_SCALE).
+        "numeric", "numeric", 1700, NUMERIC, pl.Decimal(38, NUMERIC_SCALE),
+        pa.decimal128(38, NUMERIC_SCALE), aliases=("decimal",), sqlglot=("DECIMAL",),
+        column_type=True, modifiers="precision_scale", numeric_rank=3,
+        spark=lambda types: types.DecimalType(38, NUMERIC_SCALE),
+        wire_kinds=("numeric_value", "text_value"), python=(Decimal,),
     ),
     SqlType(
         "float4", "real", 700, NUMERIC, pl.Float64(), pa.float64(),
@@ -172,14 +216,22 @@ _TYPES = (
         spark=_spark("TimestampType"), wire_kinds=("timestamp_us",),
     ),
     SqlType(
-        "interval", "interval", 1186, TIMESPAN, pl.Duration("us"), pa.duration("us"),
-        sqlglot=("INTERVAL",), spark=_spark("DayTimeIntervalType"),
-        wire_kinds=("interval_us",), python=(dt.timedelta,),
+        # PostgreSQL's three fields (loupe.interval): a struct in the engine, persist and Spark.
+        "interval", "interval", 1186, TIMESPAN, interval.STRUCT, interval.ARROW,
+        sqlglot=("INTERVAL",), column_type=True, spark=_spark_interval,
+        wire_kinds=("interval_value",), python=(interval.Interval, dt.timedelta),
     ),
     SqlType(
+        # Held as its canonical text (loupe.common.jsonb): equal documents, equal texts.
         "jsonb", "jsonb", 3802, USER, pl.Utf8(), pa.string(),
-        sqlglot=("JSONB",), spark=_spark("StringType"),
+        sqlglot=("JSONB",), column_type=True, spark=_spark("StringType"),
         wire_kinds=("jsonb_value", "text_value"), python=(dict,),
+    ),
+    SqlType(
+        # Held as its canonical lowercase text: its order and equality are the bytes'.
+        "uuid", "uuid", 2950, USER, pl.Utf8(), pa.string(),
+        sqlglot=("UUID",), column_type=True, spark=_spark("StringType"),
+        wire_kinds=("uuid_value", "text_value"), python=(uuid.UUID,),
     ),
     SqlType(
         "bytea", "bytea", 17, USER, pl.Binary(), pa.binary(),
@@ -197,6 +249,67 @@ _TYPES = (
     ),
 )  # fmt: skip
 
+# PostgreSQL's one-dimensional arrays and Materialize's lists, of these element types: the
+# element's name -> the array type's OID. Every list is OID 16384 on the wire (Materialize's
+# lists are anonymous types); "list" itself is the int8 list of builtin collections.
+_ARRAY_OIDS = {
+    "bool": 1000,
+    "int2": 1005,
+    "int4": 1007,
+    "int8": 1016,
+    "float8": 1022,
+    "numeric": 1231,
+    "text": 1009,
+    "date": 1182,
+    "time": 1183,
+    "timestamp": 1115,
+    "timestamptz": 1185,
+    "interval": 1187,
+    "uuid": 2951,
+    "jsonb": 3807,
+}
+_LIST_OID = 16384
+
+
+def _container(element: SqlType, oid: int, kind: str) -> SqlType:
+    array = kind == "array"
+
+    def spelled(name: str) -> str:
+        return f"{name}[]" if array else f"{name} list"
+
+    def spark(types: Any) -> Any:
+        assert element.spark is not None
+        return types.ArrayType(element.spark(types))
+
+    return SqlType(
+        f"_{element.name}" if array else f"{element.name} list",
+        spelled(element.display),
+        oid,
+        ARRAY if array else USER,
+        pl.List(element.polars),
+        pa.list_(element.arrow),
+        aliases=tuple(spelled(a) for a in (element.name, *element.aliases)),
+        # numeric is text in persist, converted as a column, not inside a list (yet).
+        column_type=element.column_type and element.name != "numeric",
+        spark=spark if element.spark is not None else None,
+        spark_arrow=pa.list_(element.ingest_arrow),
+        wire_kinds=("list_value",),
+        element=element.name,
+    )
+
+
+_BY_NAME = {t.name: t for t in _TYPES}
+_TYPES = (
+    *_TYPES,
+    *(_container(_BY_NAME[e], oid, "array") for e, oid in _ARRAY_OIDS.items()),
+    *(_container(_BY_NAME[e], _LIST_OID, "list") for e in _ARRAY_OIDS if e != "int8"),
+    # int8 list: the builtin "list" entry's own type under its Materialize name.
+    SqlType(
+        "int8 list", "bigint list", _LIST_OID, USER, pl.List(pl.Int64()), pa.list_(pa.int64()),
+        aliases=("int8 list",), column_type=True, element="int8",
+        spark=lambda types: types.ArrayType(types.LongType()), wire_kinds=("list_value",),
+    ),
+)  # fmt: skip
 TYPES: dict[str, SqlType] = {t.name: t for t in _TYPES}
 _SPELLINGS: dict[str, SqlType] = {
     spelling: t for t in _TYPES for spelling in (t.name, t.display, *t.aliases)
@@ -208,6 +321,72 @@ NUMERIC_RANK: dict[str, int] = {
     t.name: t.numeric_rank for t in _TYPES if t.numeric_rank is not None
 }
 INTEGER_TYPES = ("int2", "int4", "int8")
+
+
+def element_type(name: str) -> str | None:
+    """The element type of an array or list type (None for other types)."""
+    entry = TYPES.get(name)
+    return entry.element if entry is not None else None
+
+
+def is_array(name: str) -> bool:
+    entry = TYPES.get(name)
+    return entry is not None and entry.element is not None and entry.category == ARRAY
+
+
+def is_list(name: str) -> bool:
+    entry = TYPES.get(name)
+    return entry is not None and entry.element is not None and entry.category == USER
+
+
+def array_of(element: str) -> str:
+    """The array type of ``element`` values (UnknownType when Loupe has none)."""
+    return sql_type(f"_{element}").name
+
+
+def list_of(element: str) -> str:
+    """The list type of ``element`` values (UnknownType when Loupe has none)."""
+    return sql_type(f"{element} list").name
+
+
+UNSIGNED_TYPES = ("uint2", "uint4", "uint8")
+# The numeric types from narrowest to widest, signed and unsigned interleaved.
+_PROMOTION_ORDER = (
+    "int2",
+    "uint2",
+    "int4",
+    "uint4",
+    "int8",
+    "uint8",
+    "numeric",
+    "float4",
+    "float8",
+)
+# Materialize's implicit casts from unsigned integers to integer types (none go the other way).
+_UNSIGNED_IMPLICIT = {
+    "uint2": ("uint2", "uint4", "uint8", "int4", "int8"),
+    "uint4": ("uint4", "uint8", "int8"),
+    "uint8": ("uint8",),
+}
+
+
+def _implicitly(source: str, target: str) -> bool:
+    if target in ("numeric", "float4", "float8") or source == target:
+        return NUMERIC_RANK[source] <= NUMERIC_RANK[target] or source in UNSIGNED_TYPES
+    if source in UNSIGNED_TYPES:
+        return target in _UNSIGNED_IMPLICIT[source]
+    return target in INTEGER_TYPES and NUMERIC_RANK[source] <= NUMERIC_RANK[target]
+
+
+def common_numeric(types: Sequence[str]) -> str:
+    """The numeric type a mix of numeric types is promoted to: the narrowest that each
+    converts to implicitly (uint2 and int2 meet at int4, uint8 and int8 at numeric)."""
+    known = [t for t in types if t in NUMERIC_RANK]
+    if not any(t in UNSIGNED_TYPES for t in known):
+        return max(known, key=NUMERIC_RANK.__getitem__)
+    return next(c for c in _PROMOTION_ORDER if all(_implicitly(t, c) for t in known))
+
+
 TIME_TYPES = ("timestamp", "timestamptz")
 
 
@@ -267,7 +446,10 @@ def type_of_value(value: Any) -> str:
     if isinstance(value, bool):
         return "bool"
     if isinstance(value, int):
-        return "int4" if -(2**31) <= value < 2**31 else "int8"
+        if -(2**31) <= value < 2**31:
+            return "int4"
+        # Past bigint (a uint8 a client sent) it is numeric, as such a literal is.
+        return "int8" if -(2**63) <= value < 2**63 else "numeric"
     if isinstance(value, dt.datetime):
         return "timestamptz" if value.tzinfo is not None else "timestamp"
     for entry in _TYPES:

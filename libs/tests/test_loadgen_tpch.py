@@ -77,7 +77,7 @@ def test_unknown_tables_are_refused(tmp_path):
 
 
 def test_load_inserts_every_row_at_the_timestamp(tables, tmp_path):
-    """A loaded shard's snapshot at ts is the table, numeric as persist's text."""
+    """A loaded shard's snapshot at ts is the table, numeric as persist's decimal."""
     chosen = {name: tables[name] for name in ("orders", "nation")}
     states = tpch.load(chosen, shards_for(tmp_path, chosen), 7)
     for name, table in chosen.items():
@@ -90,7 +90,7 @@ def test_load_inserts_every_row_at_the_timestamp(tables, tmp_path):
         original = pl.from_arrow(table)
         key = table.schema.names[0]
         if name == "orders":
-            assert stored["o_totalprice"].dtype == pl.Utf8
+            assert stored["o_totalprice"].dtype == pl.Decimal(38, 16)
             stored = stored.with_columns(pl.col("o_totalprice").cast(pl.Decimal(15, 2)))
         assert stored.sort(key).equals(original.sort(key))
 

@@ -11,6 +11,7 @@ import sqlglot
 
 from loupe.common.errors import LoupeError, SqlState
 from loupe.coordinator.plan import plan_query
+from loupe.interval import Interval
 from loupe.plan import codec, lir, mir
 from loupe.plan.dataflow import (
     BuildDesc,
@@ -39,6 +40,9 @@ QUERIES = [
     "SELECT a FROM t EXCEPT ALL SELECT x FROM u",
     "SELECT CASE WHEN a > 1 THEN 'big' ELSE 'small' END, a::text FROM t",
     "SELECT t.a FROM t, u, t AS t2 WHERE t.a = u.x AND u.x = t2.a",
+    "SELECT a, row_number() OVER (PARTITION BY b ORDER BY a DESC), lag(a, 2, 0) OVER () FROM t",
+    "SELECT sum(a) OVER (ORDER BY a ROWS BETWEEN 2 PRECEDING AND 1 FOLLOWING) FROM t",
+    "SELECT count(*) OVER (ORDER BY y RANGE BETWEEN 3 PRECEDING AND CURRENT ROW) FROM u",
     "SELECT a, string_agg(b, ',' ORDER BY a DESC, b) FROM t GROUP BY a",
 ]
 
@@ -80,7 +84,7 @@ def test_literals_of_every_type_round_trip() -> None:
         Literal(dt.date(2024, 2, 29), "date"),
         Literal(dt.datetime(2024, 2, 29, 12, 30), "timestamp"),
         Literal(dt.datetime(2024, 2, 29, 12, 30, tzinfo=dt.UTC), "timestamptz"),
-        Literal(dt.timedelta(days=1, seconds=5), "interval"),
+        Literal(Interval(14, 1, 5_000_000), "interval"),
     ]
     for literal in literals:
         expr = Case(

@@ -7,6 +7,7 @@ import datetime as dt
 import pyarrow as pa
 import pytest
 
+from loupe import interval
 from loupe.builtins import (
     BY_ID,
     MZ_AUDIT_EVENTS,
@@ -14,12 +15,13 @@ from loupe.builtins import (
     MZ_CLUSTERS,
 )
 from loupe.controller.storage import BadBatch, decode_batch, encode_batch
+from loupe.interval import Interval
 from loupe.proto.storage.v1 import storage_pb2
 from loupe.storage.wire import encode_arrow
 
 UTC = dt.UTC
 AT = dt.datetime(2024, 5, 6, 7, 8, 9, 123456, tzinfo=UTC)
-CLUSTER = ("u1", "quickstart", "u1", True, "1", 3, dt.timedelta(seconds=90), None)
+CLUSTER = ("u1", "quickstart", "u1", True, "1", 3, Interval(micros=90_000_000), None)
 STATUS = ("u1", 0, "offline", "killed", AT, 2**40)
 
 
@@ -37,9 +39,14 @@ def test_rows_decode_into_arrow_in_the_types_spark_takes() -> None:
     assert batch_id == "b1"
     clusters = tables[MZ_CLUSTERS.id]
     assert clusters.num_rows == 1
-    assert tuple(clusters.to_pylist()[0].values()) == (*CLUSTER, 1)
+    assert tuple(clusters.to_pylist()[0].values()) == (
+        *CLUSTER[:6],
+        CLUSTER[6].to_struct(),
+        None,
+        1,
+    )
     assert clusters.schema.field("replication_factor").type == pa.int64()
-    assert clusters.schema.field("introspection_interval").type == pa.duration("us")
+    assert clusters.schema.field("introspection_interval").type == interval.ARROW
     statuses = tables[MZ_CLUSTER_REPLICA_STATUSES.id]
     assert tuple(statuses.to_pylist()[0].values()) == (*STATUS, -2)
 

@@ -59,6 +59,8 @@ from loupe.compute_replica.protocol import (
 from loupe.compute_replica.shards import NEVER_WRITTEN
 from loupe.dataflow import DataflowProgress, SinkBatch
 from loupe.dataflow import PeekResult as EnginePeekResult
+from loupe.dataflow.results import client_rows
+from loupe.interval import python_values
 from loupe.persist import (
     DIFF_COLUMN,
     TIMESTAMP_COLUMN,
@@ -131,7 +133,7 @@ class DataflowRunner:
         storage: StorageLocation,
         nats: Any = None,
         shards: ShardCache | None = None,
-        wait_timeout: float = 10.0,
+        slow_peek_log: float = 5.0,
         report_interval: float = 0.05,
         poll_interval: float = 0.05,
     ) -> None:
@@ -141,7 +143,7 @@ class DataflowRunner:
         self._storage = storage
         self._nats = nats
         self._shards = shards or ShardCache()
-        self.wait_timeout = wait_timeout
+        self.slow_peek_log = slow_peek_log
         self.report_interval = report_interval
         self.poll_interval = poll_interval
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="compute-engine")
@@ -315,9 +317,16 @@ class DataflowRunner:
         Timestamp 0 means the latest complete time, which exists only once
         the dataflow has passed its as_of: before that, ``frontier - 1`` is
         a time before the index's since, compacted away.
+
+        It waits as long as that takes: a busy replica answers late, never
+        with an error. What ends the wait early is an answer that cannot
+        change (the index is dropped or failed) or ``CancelPeek``, which
+        cancels this task. A wait longer than ``slow_peek_log`` seconds is
+        logged once, with the frontier it waits on.
         """
         target = request.target_id
-        deadline = time.monotonic() + self.wait_timeout
+        began = time.monotonic()
+        logged = False
         while True:
             self._check_peekable(target)
             stepped = self._stepped
@@ -326,15 +335,18 @@ class DataflowRunner:
             earliest = 0 if request.timestamp else self._dataflows[self._exports[target]].desc.as_of
             if frontier > timestamp >= earliest:
                 break
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise LoupeError(
-                    SqlState.INTERNAL_ERROR,
-                    f"timed out after {self.wait_timeout:g}s waiting for {target} to be readable"
-                    f" at {request.timestamp or 'any time'}: its write frontier is {frontier}",
+            if not logged and time.monotonic() - began > self.slow_peek_log:
+                logged = True
+                log.info(
+                    "peek waits for its index to become readable",
+                    uuid=request.uuid,
+                    target=target,
+                    timestamp=request.timestamp or "latest",
+                    write_frontier=frontier,
                 )
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stepped.wait(), remaining)
+                # Bounded only so that the log line above is written in time.
+                await asyncio.wait_for(stepped.wait(), self.slow_peek_log)
         result: EnginePeekResult = await self._call(
             self._engine.peek, target, timestamp, request.mfp, request.finishing
         )
@@ -470,6 +482,22 @@ class DataflowRunner:
             elif batch.sink_id in self._exports:
                 await self._publish(self._subscribe_batch(batch))
 
+    def _subscribed_types(self, sink_id: str) -> list[str] | None:
+        """The column types of what a SUBSCRIBE streams, when its dataflow builds it."""
+        dataflow = self._dataflows.get(self._exports.get(sink_id, ""))
+        if dataflow is None:
+            return None
+        sink = next((s for s in dataflow.desc.sink_exports if s.sink_id == sink_id), None)
+        built = next(
+            (
+                b
+                for b in dataflow.desc.objects_to_build
+                if sink is not None and b.id == sink.from_id
+            ),
+            None,
+        )
+        return None if built is None else [t for _, t in built.columns]
+
     def _subscribe_batch(self, batch: SinkBatch) -> compute_pb2.ComputeResponse:
         if batch.error is not None:
             return self._response(
@@ -482,12 +510,16 @@ class DataflowRunner:
             )
         table: pa.Table = batch.updates
         data = [n for n in table.column_names if n not in (TIMESTAMP_COLUMN, DIFF_COLUMN)]
-        columns = [table.column(n).to_pylist() for n in data]
+        columns = [python_values(table.column(n)) for n in data]
         times = table.column(TIMESTAMP_COLUMN).to_pylist()
         diffs = table.column(DIFF_COLUMN).to_pylist()
+        rows = list(zip(*columns, strict=True))
+        types = self._subscribed_types(batch.sink_id)
+        if types is not None and len(types) == len(data):
+            rows = client_rows(rows, types)
         updates = [
             compute_pb2.UpdateRow(row=values.to_row(row), time=t, diff=d)
-            for row, t, d in zip(zip(*columns, strict=True), times, diffs, strict=True)
+            for row, t, d in zip(rows, times, diffs, strict=True)
         ]
         return self._response(
             subscribe_batch=compute_pb2.SubscribeBatch(

@@ -273,7 +273,7 @@ class ComputeReplica(Service):
                 storage=self._config.storage,
                 nats=self._nc,
                 shards=self._shards,
-                wait_timeout=self.settings.peek_wait_timeout,
+                slow_peek_log=self.settings.slow_peek_log,
                 report_interval=self.settings.report_interval,
                 poll_interval=self.settings.source_poll_interval,
             )

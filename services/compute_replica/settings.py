@@ -18,8 +18,10 @@ class ComputeReplicaSettings(BaseSettings):
     workers: int = 1
     heartbeat_interval: float = 1.0
     hello_interval: float = 0.5
-    # How long a peek waits for its index to become readable at its timestamp before it fails.
-    peek_wait_timeout: float = 10.0
+    # A peek waits for its index to become readable at its timestamp as long as
+    # it takes (the coordinator's statement_timeout is the limit); one waiting
+    # longer than this many seconds is logged once.
+    slow_peek_log: float = 5.0
     # Frontier, hydration and error changes are coalesced and sent this often.
     report_interval: float = 0.05
     # How often sources are polled for new data between writers' NATS wake-ups.

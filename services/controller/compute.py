@@ -45,10 +45,14 @@ Promises of the controller
       reason; a new replica has no row until it is first online or gone.
     - A peek goes to every online replica of the cluster (or the one named);
       the first rows win (an error answer waits for the other targets, see
-      ``peeks.py``) and every other target gets ``CancelPeek``. A caller gets
-      exactly one answer: the winning response,
-      ``canceled`` after ``cancel_peek``, or an error (timeout; no online
-      replica; every target went away).
+      ``peeks.py``) and every other target gets ``CancelPeek``. A peek has
+      no deadline: with no online replica (none yet, every target crashed,
+      timed out its heartbeats or canceled) it waits, and goes to each
+      replica of its cluster that comes online. A peek gets exactly one
+      answer: the winning response, ``canceled`` after ``cancel_peek``, or
+      an error when what it reads is gone for good: its cluster, its pinned
+      replica or its index was dropped (42704, in Materialize's words:
+      ``query could not complete because cluster "c" was dropped``).
     - A ``PeekResponse`` after the peek was decided is dropped.
     - Every replica of a cluster sees the same commands in the same order:
       the history replay and every later command to the cluster go out
@@ -177,7 +181,6 @@ class ComputeController:
         startup_timeout: float = 30.0,
         hello_resend_interval: float = 1.0,
         metrics_history_interval: float = 10.0,
-        default_peek_timeout: float = 30.0,
     ) -> None:
         self._nc = nc
         self._orchestrator = orchestrator
@@ -189,7 +192,7 @@ class ComputeController:
         self.heartbeat_timeout = heartbeat_timeout
         self.startup_timeout = max(startup_timeout, heartbeat_timeout)
         self.hello_resend_interval = hello_resend_interval
-        self.peeks = PeekRouter(self._send, default_peek_timeout)
+        self.peeks = PeekRouter(self._send)
         self.reports = ReplicaReports()
         self.subscribes = SubscribeRelay(self._publish_subscribe_batch)
         self._histories: dict[str, CommandHistory] = {}
@@ -198,6 +201,8 @@ class ComputeController:
         # Responses dropped by zombie fencing, for tests and logs.
         self.stale_responses = 0
         self._clusters: dict[str, ClusterInfo] = {}
+        # The catalog was applied once: a cluster not known since is dropped.
+        self._applied = False
         self._replicas: dict[str, _Replica] = {}
         self._apply_lock = asyncio.Lock()
         self._tasks: set[asyncio.Task[Any]] = set()
@@ -244,11 +249,13 @@ class ComputeController:
         Idempotent. Returns the replica ids (started, stopped).
         """
         async with self._apply_lock:
-            previous = set(self._clusters)
+            previous = self._clusters
             self._clusters = {c.id: c for c in clusters}
-            for cluster_id in previous - set(self._clusters):
-                # Dropped: its dataflows go with its replicas.
+            self._applied = True
+            for cluster_id in set(previous) - set(self._clusters):
+                # Dropped: its dataflows go with its replicas, its peeks end.
                 self._histories.pop(cluster_id, None)
+                self.peeks.fail_cluster(cluster_id, dropped("cluster", previous[cluster_id].name))
             desired = {spec.replica_id: spec for spec in replicas}
             stopped = [rid for rid in self._replicas if rid not in desired]
             for replica_id in stopped:
@@ -287,6 +294,7 @@ class ComputeController:
             return
         await self._unsubscribe(replica)
         self.reports.forget_replica(replica_id)
+        self.peeks.fail_pinned(replica_id, dropped("cluster replica", replica_id))
         self.peeks.forget_replica(replica_id, f"replica {replica_id} was dropped")
         await self._orchestrator.drop_replica(replica_id)
         self.statuses.remove(replica_id)
@@ -413,7 +421,7 @@ class ComputeController:
         if kind == "hello":
             await self._create_instance(replica)
         elif kind == "heartbeat":
-            self._on_heartbeat(replica, response.heartbeat)
+            await self._on_heartbeat(replica, response.heartbeat)
         elif kind == "peek_response":
             await self.peeks.on_response(replica_id, replica.incarnation, response.peek_response)
         elif kind == "frontiers":
@@ -462,13 +470,19 @@ class ComputeController:
             history=len(commands) - 2,
         )
 
-    def _on_heartbeat(self, replica: _Replica, heartbeat: compute_pb2.Heartbeat) -> None:
+    async def _on_heartbeat(self, replica: _Replica, heartbeat: compute_pb2.Heartbeat) -> None:
         replica.last_heartbeat = time.monotonic()
+        was_online = self._is_online(replica)
         self._set_status(replica, ONLINE, None)
         self.statuses.set_metrics(
             replica.spec.replica_id,
             ReplicaMetrics(heartbeat.cpu_nano_cores, heartbeat.memory_bytes, heartbeat.disk_bytes),
         )
+        if not was_online and self._is_online(replica):
+            # Peeks waiting for a replica (or racing the others) get this one too.
+            await self.peeks.offer(
+                replica.spec.cluster_id, replica.spec.replica_id, replica.incarnation
+            )
 
     async def _send(
         self, replica_id: str, incarnation: int, command: compute_pb2.ComputeCommand
@@ -492,6 +506,7 @@ class ComputeController:
                     overdue = now - replica.started_at > self.startup_timeout
                 if overdue:
                     self._replace_hung(replica)
+            await self.peeks.expire(now)
 
     def _replace_hung(self, replica: _Replica) -> None:
         replica_id = replica.spec.replica_id
@@ -551,6 +566,8 @@ class ComputeController:
         self, cluster_id: str, collection_ids: Iterable[str], since: int, empty: bool
     ) -> None:
         """Let replicas compact these collections to ``since``; ``empty`` drops them."""
+        if cluster_id not in self._histories:
+            return  # nothing created there (or its cluster was dropped with its dataflows)
         history = self.history(cluster_id)
         commands = []
         for collection_id in collection_ids:
@@ -561,6 +578,8 @@ class ComputeController:
                 gone = dataflow_id if not history.has_dataflow(dataflow_id or "") else None
                 self.reports.forget_collection(collection_id, gone)
                 self.subscribes.close(collection_id)
+                # Nothing will make it readable again: peeks waiting on it end.
+                self.peeks.fail_target(cluster_id, collection_id, dropped("index", collection_id))
             commands.append(
                 compute_pb2.ComputeCommand(
                     allow_compaction=compute_pb2.AllowCompaction(
@@ -645,25 +664,37 @@ class ComputeController:
         peek: compute_pb2.Peek,
         *,
         replica_id: str = "",
-        timeout: float | None = None,
+        wait: float | None = None,
     ) -> compute_pb2.PeekResponse:
-        """Run ``peek`` on the cluster's online replicas (or one); the first answer wins."""
+        """Run ``peek`` on the cluster's online replicas (or one); the first answer wins.
+
+        It waits for a replica when none is online. ``wait`` bounds this call,
+        not the peek: ``DEADLINE_EXCEEDED`` then says what it waits for, and
+        the same peek (uuid) asked again keeps waiting (``peeks.py``).
+        """
+        if self._applied and cluster_id not in self._clusters:
+            raise LoupeError(
+                SqlState.UNDEFINED_OBJECT,
+                f"query could not complete because cluster {cluster_id} does not exist",
+            )
         name = self.cluster_name(cluster_id)
-        if peek.target_id:
+        if peek.target_id and peek.uuid not in self.peeks:
             self._check_readable(cluster_id, peek.target_id, peek.timestamp)
         if replica_id:
             replica = self._replicas.get(replica_id)
             if replica is None or replica.spec.cluster_id != cluster_id:
-                raise LoupeError("NOT_FOUND", f"cluster '{name}' has no replica {replica_id}")
-            if not self._is_online(replica):
                 raise LoupeError(
-                    "UNAVAILABLE", f"replica {replica_id} of cluster '{name}' is not online"
+                    SqlState.UNDEFINED_OBJECT,
+                    f"query could not complete because cluster replica {replica_id}"
+                    f" of cluster '{name}' does not exist",
                 )
-            candidates = [replica]
+            candidates = [replica] if self._is_online(replica) else []
         else:
             candidates = [self._replicas[rid] for rid in self.online_replicas(cluster_id)]
         targets = {r.spec.replica_id: r.incarnation for r in candidates}
-        return await self.peeks.run(name, targets, peek, timeout)
+        return await self.peeks.run(
+            cluster_id, name, targets, peek, replica_id=replica_id, wait=wait
+        )
 
     def _check_readable(self, cluster_id: str, target_id: str, timestamp: int) -> None:
         since = self.history(cluster_id).since(target_id)
@@ -682,6 +713,17 @@ class ComputeController:
     async def cancel_peek(self, peek_uuid: str) -> bool:
         """Cancel a running peek: its caller gets ``canceled``. False if it was not running."""
         return await self.peeks.cancel(peek_uuid)
+
+
+def dropped(kind: str, name: str) -> LoupeError:
+    """What a peek fails with when ``kind`` ``name`` it reads was dropped while it waited.
+
+    Materialize's words and code for a dependency dropped under a running
+    query (``ConcurrentDependencyDrop``: 42704).
+    """
+    return LoupeError(
+        SqlState.UNDEFINED_OBJECT, f'query could not complete because {kind} "{name}" was dropped'
+    )
 
 
 def _forget_gauge(replica_id: str) -> None:

@@ -85,8 +85,6 @@ class ControllerSettings(BaseSettings):
     replica_startup_timeout: float = 30.0
     # SIGTERM to SIGKILL, when stopping a replica.
     replica_terminate_grace: float = 5.0
-    # Peek timeout when the request sets none.
-    peek_timeout: float = 30.0
     # How long start-up waits for the catalog service.
     catalog_wait: float = 30.0
     # Empty: under the data dir (``loupe.persist.location.default_uris``).
@@ -148,7 +146,6 @@ class ControllerService(Service):
                 consensus_uri=consensus_uri,
                 heartbeat_timeout=settings.heartbeat_timeout,
                 startup_timeout=settings.replica_startup_timeout,
-                default_peek_timeout=settings.peek_timeout,
             )
             await self.compute.start()
             stack.push_async_callback(self.compute.stop)
@@ -160,6 +157,12 @@ class ControllerService(Service):
             endpoint = NatsServiceEndpoint(nc, CONTROLLER_SERVICE, servicer)
             await endpoint.start()
             stack.push_async_callback(endpoint.stop)
+            # Before the endpoint drains: waiting peeks answer at once, and their
+            # callers ask the next controller instead of waiting out the grace.
+            stack.callback(
+                self.compute.peeks.fail_all,
+                LoupeError("UNAVAILABLE", "the controller is shutting down"),
+            )
             changes = await subscribe(
                 nc, CATALOG_CHANGES_SUBJECT, catalog_pb2.CatalogSnapshot, follower.on_change
             )
@@ -311,9 +314,10 @@ class ControllerServicer:
     async def Peek(
         self, request: controller_pb2.PeekRequest, context: Any
     ) -> compute_pb2.PeekResponse:
-        timeout = request.timeout_ms / 1000 if request.timeout_ms else None
+        # One round of the caller's wait (``peeks.py``): the peek itself has no deadline.
+        wait = request.timeout_ms / 1000 if request.timeout_ms else None
         return await self._compute.peek(
-            request.cluster_id, request.peek, replica_id=request.replica_id, timeout=timeout
+            request.cluster_id, request.peek, replica_id=request.replica_id, wait=wait
         )
 
     async def CancelPeek(self, request: compute_pb2.CancelPeek, context: Any) -> common_pb2.Empty:

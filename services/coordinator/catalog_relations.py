@@ -30,6 +30,7 @@ from loupe.common.transport import NatsServiceClient
 from loupe.common.values import to_row
 from loupe.coordinator import metrics
 from loupe.coordinator.catalog_state import CATALOG_COLLECTIONS, Row, row_diff
+from loupe.interval import python_values
 from loupe.persist import Shard, expand, open_location
 from loupe.proto.common.v1 import common_pb2
 from loupe.proto.controller.v1 import controller_pb2
@@ -50,7 +51,7 @@ def read_collection_rows(metadata: common_pb2.CollectionMetadata) -> Counter[Row
     if state is None or state.upper == 0:
         return Counter()
     table = expand(shard.snapshot())
-    columns = [table.column(name).to_pylist() for name in builtin.column_names]
+    columns = [python_values(table.column(name)) for name in builtin.column_names]
     return Counter(zip(*columns, strict=True))
 
 

@@ -13,7 +13,6 @@ between two states' rows (``row_diff``).
 
 from __future__ import annotations
 
-import datetime as dt
 import re
 from collections import Counter
 from collections.abc import Iterable, Mapping
@@ -42,6 +41,7 @@ from loupe.common.logging import get_logger
 from loupe.coordinator.audit_log import AUDIT_COLLECTIONS, AuditLog, Row
 from loupe.coordinator.objects import ComputeObject, load_objects, relation_columns
 from loupe.coordinator.tables import Table, columns_of
+from loupe.interval import Interval
 from loupe.proto.catalog.v1 import catalog_pb2
 from loupe.sqltypes import display_name
 
@@ -250,7 +250,7 @@ def cluster_row(cluster: catalog_pb2.Cluster) -> Row:
     Materialize).
     """
     interval = (
-        dt.timedelta(microseconds=cluster.introspection_interval_ns // 1000)
+        Interval(micros=cluster.introspection_interval_ns // 1000)
         if cluster.introspection_interval_ns
         else None
     )

@@ -27,11 +27,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import functools
 import itertools
 import re
 import time
 import uuid
-from collections.abc import AsyncIterator, Iterable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -79,7 +80,13 @@ from loupe.coordinator.results import (
 )
 from loupe.coordinator.sequencer import ddl
 from loupe.coordinator.sequencer.cluster import catalog_op
-from loupe.coordinator.sequencer.peek import peek_target_replica, send_peek
+from loupe.coordinator.sequencer.peek import (
+    RETRY_PAUSE,
+    RETRY_PAUSE_CAP,
+    peek_target_replica,
+    send_peek,
+    until_answered,
+)
 from loupe.coordinator.session import Session
 from loupe.coordinator.sql.resolve import resolve_relations, search_path_schemas
 from loupe.coordinator.sql.statements import (
@@ -112,8 +119,6 @@ log = get_logger(__name__)
 DEPENDENT_OBJECTS_STILL_EXIST = "2BP01"
 WRONG_OBJECT_TYPE = "42809"
 SUBSCRIBE_SUBJECT = "loupe.controller.v1.subscribe.{sink_id}"
-# A strict read the replica could no longer serve at its timestamp is tried this often.
-STALE_READ_ATTEMPTS = 5
 SUBSCRIBE_COLUMNS = (("mz_timestamp", "numeric"), ("mz_diff", "int8"))
 
 
@@ -186,17 +191,24 @@ class Compute:
         (it keeps its inputs' history only from what its dataflows still need:
         a write that completed meanwhile moved them on) reads again at a later
         timestamp, with the oracle moved there first so no later read goes back.
+        It tries again as long as the since it missed moves on (each attempt
+        reads at or after the last since, so a failure means progress): under
+        a burst of writes a read waits, it does not fail. A since that does not
+        move is the error.
         """
-        for _ in range(STALE_READ_ATTEMPTS):
+        missed = -1
+        while True:
             try:
                 return await self._select_once(session, query, expression, relations)
             except LoupeError as error:
                 since = _since_of(error)
-                if query.as_of is not None or since is None:
+                if query.as_of is not None or since is None or since <= missed:
                     raise
+                missed = since
                 log.info("read timestamp no longer readable; reading later", since=since)
-                await self.c.oracle.write_timestamp(at_least=since)
-        return await self._select_once(session, query, expression, relations)
+                await until_answered(
+                    "WriteTimestamp", functools.partial(self.c.oracle.write_timestamp, since)
+                )
 
     async def _select_once(
         self, session: Session, query: Query, expression: exp.Expression, relations: dict[str, Any]
@@ -237,12 +249,21 @@ class Compute:
                 dataflow = transient_dataflow(dataflow_id, plan, inputs, timestamp)
         if query.as_of is not None:
             await self.check_readable(dataflow)
-        await self.create_dataflow(cluster.id, dataflow)
+        # Idempotent by dataflow id: asking a busy or restarting controller again is safe.
+        await until_answered("CreateDataflow", lambda: self.create_dataflow(cluster.id, dataflow))
         statement_logging.note_strategy(statement_logging.STANDARD, timestamp=timestamp)
         statement_logging.note_event(statement_logging.DEPENDENCIES_FINISHED)
         try:
             rows = await self.peek(
-                session, cluster, peek_index_id(dataflow_id), timestamp, finishing, columns
+                session,
+                cluster,
+                peek_index_id(dataflow_id),
+                timestamp,
+                finishing,
+                columns,
+                reinstall=lambda: until_answered(
+                    "CreateDataflow", lambda: self.create_dataflow(cluster.id, dataflow)
+                ),
             )
         except LoupeError as error:
             if query.as_of is None or not _is_since_error(error):
@@ -315,7 +336,7 @@ class Compute:
             *(asyncio.to_thread(_shard_frontiers, s) for s in dataflow.source_imports)
         )
         if not frontiers:
-            return await self.c.oracle.read_timestamp()
+            return await until_answered("ReadTimestamp", self.c.oracle.read_timestamp)
         since = max(s for s, _ in frontiers)
         return max(since, min(u for _, u in frontiers) - 1)
 
@@ -360,7 +381,7 @@ class Compute:
         """``AS OF`` if given, else the oracle's read timestamp (strict serializable)."""
         if as_of is not None:
             return as_of_timestamp(as_of, position)
-        return await self.c.oracle.read_timestamp()
+        return await until_answered("ReadTimestamp", self.c.oracle.read_timestamp)
 
     async def session_cluster(self, session: Session) -> ClusterInfo:
         cluster = await self.c.cluster(session.cluster)
@@ -377,8 +398,15 @@ class Compute:
         finishing: mir.Finishing,
         columns: tuple[tuple[str, str], ...],
         mfp: Any = None,
+        reinstall: Callable[[], Awaitable[None]] | None = None,
     ) -> list[tuple[Any, ...]]:
-        """Peek index ``target_id`` at ``timestamp`` on the session's cluster (or replica)."""
+        """Peek index ``target_id`` at ``timestamp`` on the session's cluster (or replica).
+
+        A controller that does not know the index (it restarted and was not
+        sent its dataflows again yet) is waited for: a catalog index comes back
+        with every other (``install_all`` on ``ControllerStarted``); a
+        transient dataflow is sent again by ``reinstall``.
+        """
         _, replica_id = await peek_target_replica(self.c, session, cluster)
         peek = compute_pb2.Peek(
             uuid=str(uuid.uuid4()),
@@ -393,10 +421,44 @@ class Compute:
             cluster_id=cluster.id,
             replica_id=replica_id,
             peek=peek,
-            timeout_ms=int(self.config.peek_timeout * 1000),
         )
-        _, rows = await send_peek(self.c, request)
+        obj = self.state.objects.get(target_id)
+        pause = RETRY_PAUSE
+        try:
+            while True:
+                try:
+                    _, rows = await send_peek(
+                        self.c, request, reading=self._reading(target_id, cluster)
+                    )
+                    break
+                except LoupeError as error:
+                    installed_again = reinstall is not None or target_id in self.state.objects
+                    if error.code != "NOT_FOUND" or not installed_again:
+                        raise
+                    if pause == RETRY_PAUSE:
+                        log.info(
+                            "the controller lacks the peeked index; waiting", error=error.message
+                        )
+                    if reinstall is not None:
+                        await reinstall()
+                    await asyncio.sleep(pause)
+                    pause = min(pause * 2, RETRY_PAUSE_CAP)
+        except LoupeError as error:
+            # The controller knows what was dropped by id only: name it as the user does.
+            if error.code == SqlState.UNDEFINED_OBJECT:
+                if obj is not None:
+                    error.message = error.message.replace(f'"{target_id}"', f'"{obj.full_name}"')
+                error.message = error.message.replace(
+                    f"cluster {cluster.id} does not exist", f'cluster "{cluster.name}" was dropped'
+                )
+            raise
         return rows
+
+    def _reading(self, target_id: str, cluster: ClusterInfo) -> str:
+        """What a peek of ``target_id`` reads, in words (for a log line about its wait)."""
+        obj = self.state.objects.get(target_id)
+        what = obj.full_name if obj is not None else f"transient dataflow {target_id}"
+        return f"{what} on cluster '{cluster.name}'"
 
     def transient_id(self) -> str:
         return f"t{next(self._transient)}"

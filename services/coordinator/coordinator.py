@@ -134,8 +134,11 @@ def unexpected_failure(event: str, **context: Any) -> Failure:
 
 @dataclass
 class CoordinatorConfig:
-    # How long a peek may run before it is canceled.
-    peek_timeout: float = 60.0
+    # A read waits as long as it must (the session's statement_timeout is its
+    # only limit); it asks the controller in rounds of this many seconds, and a
+    # read still waiting after the first round is logged once with what it
+    # waits for.
+    peek_round: float = 5.0
     # How long to wait for the controller and catalog at start.
     startup_timeout: float = 180.0
     # Timeout of one catalog or controller request (peeks excepted).

@@ -43,6 +43,7 @@ from loupe.coordinator.tables import (
 )
 from loupe.dataflow.oneshot import OneShotInput, evaluate_plan
 from loupe.dataflow.types import PERSIST_DIFF, PERSIST_TIME
+from loupe.interval import python_values
 from loupe.plan import lir
 
 _NOT_LITERAL = object()
@@ -375,5 +376,5 @@ def _stored_rows(contents: pa.Table, positions: Sequence[int]) -> list[tuple[Any
     """The rows at ``positions`` of ``contents`` as stored (data columns only)."""
     names = [n for n in contents.column_names if n not in (PERSIST_TIME, PERSIST_DIFF)]
     taken = contents.select(names).take(pa.array(positions, pa.int64()))
-    columns = [taken.column(i).to_pylist() for i in range(taken.num_columns)]
+    columns = [python_values(taken.column(i)) for i in range(taken.num_columns)]
     return list(zip(*columns, strict=True)) if columns else [() for _ in positions]

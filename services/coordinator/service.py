@@ -44,8 +44,10 @@ class CoordinatorSettings(BaseSettings):
     # With "password": the password of the superusers above whose role has no
     # password of its own (set it from a secret: LOUPE_SUPERUSER_PASSWORD).
     superuser_password: str = ""
-    # Seconds a peek may run before it is canceled.
-    peek_timeout: float = 60.0
+    # A read waits as long as it must (statement_timeout is the only limit);
+    # seconds between its rounds to the controller, and before a read still
+    # waiting is logged (once, with what it waits for).
+    peek_round: float = 5.0
     # Seconds to wait for the controller and catalog at start.
     startup_timeout: float = 180.0
     # Seconds to wait at start for the storage writer's next flush before
@@ -92,7 +94,7 @@ class CoordinatorService(Service):
                 connection,
                 SessionManager(settings.superusers),
                 CoordinatorConfig(
-                    peek_timeout=settings.peek_timeout,
+                    peek_round=settings.peek_round,
                     startup_timeout=settings.startup_timeout,
                     storage_settle_timeout=settings.storage_settle_timeout,
                     follow_timeout=settings.follow_timeout,

@@ -13,6 +13,7 @@ with Materialize's output columns:
 | ``SHOW DATABASES``, ``SHOW SCHEMAS [FROM database]`` | name |
 | ``SHOW COLUMNS FROM obj`` | name, nullable, type |
 | ``SHOW CREATE TABLE | VIEW | MATERIALIZED VIEW | INDEX | SOURCE obj`` | name, create_sql |
+| ``SHOW CREATE CLUSTER c`` (built from the catalog, ``sequencer/show.py``) | name, create_sql |
 
 Without ``FROM``, objects are those of the session's current schema (the
 first schema of ``search_path`` that exists) in its database.

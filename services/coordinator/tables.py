@@ -19,18 +19,24 @@ import datetime as dt
 import functools
 import math
 import re
+import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
+from decimal import ROUND_HALF_UP, Context, Decimal, InvalidOperation
 from typing import Any
 
 import pyarrow as pa
 
-from loupe import sqltypes
+from loupe import interval, sqltypes
+from loupe.common import jsonb
 from loupe.common.errors import LoupeError, SqlState
+from loupe.common.jsonb import Jsonb
 from loupe.coordinator.sql.statements import ColumnDef, CreateTable, UniqueKey
+from loupe.dataflow.expr import evaluate_closed, uuid_text
+from loupe.interval import Interval, parse_interval, structs
 from loupe.persist import DIFF_COLUMN, TIMESTAMP_COLUMN
 from loupe.persist.shard import arrow_schema
+from loupe.plan.scalar import Cast, Literal
 from loupe.proto.common.v1 import common_pb2
 from loupe.sqltypes import SqlType
 
@@ -41,8 +47,17 @@ NUMERIC_VALUE_OUT_OF_RANGE = "22003"
 STRING_DATA_RIGHT_TRUNCATION = "22001"
 NOT_NULL_VIOLATION = "23502"
 
-INTEGER_RANGES = {"integer": (-(2**31), 2**31 - 1), "bigint": (-(2**63), 2**63 - 1)}
-_MODIFIERS = re.compile(r"^([a-z ]+?)(?:\((\d+(?:,\d+)?)\))?$")
+_NUMERIC_QUANTUM = Decimal(1).scaleb(-sqltypes.NUMERIC_SCALE)
+_WIDE = Context(prec=1000)
+INTEGER_RANGES = {
+    "integer": (-(2**31), 2**31 - 1),
+    "bigint": (-(2**63), 2**63 - 1),
+    "uint2": (0, 2**16 - 1),
+    "uint4": (0, 2**32 - 1),
+    "uint8": (0, 2**64 - 1),
+    "mz_timestamp": (0, 2**64 - 1),
+}
+_MODIFIERS = re.compile(r"^([a-z_0-9 \[\]]+?)(?:\((\d+(?:,\d+)?)\))?$")
 
 
 @dataclass(frozen=True)
@@ -293,8 +308,8 @@ class Coercer:
         except ValueError:
             raise self._invalid(value, column) from None
 
-    def _numeric(self, value: Any, column: TableColumn) -> str:
-        # Text too: numeric columns read back as text (their storage type).
+    def _numeric(self, value: Any, column: TableColumn) -> Decimal:
+        # Text too: a text value of an INSERT … SELECT assigns as in a cast.
         if isinstance(value, bool) or not isinstance(value, int | float | Decimal | str):
             raise self._mismatch(value, column)
         try:
@@ -314,7 +329,11 @@ class Coercer:
                     detail=f"A field with precision {precision}, scale {scale} must round to an"
                     f" absolute value less than 10^{precision - scale}.",
                 )
-        return format(number, "f")
+        # The engine's numeric: rounded to its scale, 22003 beyond its range.
+        number = number.quantize(_NUMERIC_QUANTUM, rounding=ROUND_HALF_UP, context=_WIDE)
+        if abs(number) >= sqltypes.NUMERIC_LIMIT:
+            raise LoupeError(NUMERIC_VALUE_OUT_OF_RANGE, "value overflows numeric format")
+        return number
 
     def _text(self, value: Any, column: TableColumn) -> str:
         if isinstance(value, bool):
@@ -392,6 +411,53 @@ class Coercer:
             return value
         raise self._mismatch(value, column)
 
+    def _interval(self, value: Any, column: TableColumn) -> Interval:
+        if isinstance(value, UntypedString):
+            return parse_interval(value)
+        if isinstance(value, Interval):
+            return value
+        if isinstance(value, dt.timedelta):
+            return Interval.from_timedelta(value)
+        raise self._mismatch(value, column)
+
+    def _jsonb(self, value: Any, column: TableColumn) -> str:
+        if isinstance(value, Jsonb):
+            return str(value)
+        if isinstance(value, UntypedString):
+            try:
+                return jsonb.canonical(value)
+            except jsonb.InvalidJson:
+                raise LoupeError(
+                    INVALID_TEXT_REPRESENTATION, "invalid input syntax for type json"
+                ) from None
+        if isinstance(value, dict):
+            return jsonb.text(value)
+        raise self._mismatch(value, column)
+
+    def _uuid(self, value: Any, column: TableColumn) -> str:
+        if isinstance(value, uuid.UUID):
+            return str(value)
+        if isinstance(value, UntypedString):
+            try:
+                return uuid_text(value)
+            except ValueError:
+                raise self._invalid(value, column) from None
+        raise self._mismatch(value, column)
+
+    def _container(self, value: Any, column: TableColumn) -> list[Any]:
+        """An array or list: its text read as the column's type, or a list whose elements
+        are assigned to the element type."""
+        if isinstance(value, UntypedString):
+            parsed = evaluate_closed(Cast(Literal(str(value), "text"), column.sql_type.name))
+            assert isinstance(parsed, list)
+            return parsed
+        if not isinstance(value, list | tuple):
+            raise self._mismatch(value, column)
+        element = sqltypes.sql_type(column.sql_type.element or "unknown")
+        as_element = TableColumn(column.name, element.display)
+        convert = _CONVERSIONS[element.name]
+        return [None if v is None else convert(self, v, as_element) for v in value]
+
     # errors ---------------------------------------------------------------------------
 
     def _mismatch(self, value: Any, column: TableColumn) -> LoupeError:
@@ -415,6 +481,10 @@ class Coercer:
 _CONVERSIONS = {
     "int4": Coercer._integer,
     "int8": Coercer._integer,
+    "uint2": Coercer._integer,
+    "uint4": Coercer._integer,
+    "uint8": Coercer._integer,
+    "mz_timestamp": Coercer._integer,
     "float8": Coercer._float,
     "numeric": Coercer._numeric,
     "text": Coercer._text,
@@ -424,7 +494,15 @@ _CONVERSIONS = {
     "timestamp": Coercer._timestamp,
     "time": Coercer._time,
     "date": Coercer._date,
+    "interval": Coercer._interval,
+    "uuid": Coercer._uuid,
+    "jsonb": Coercer._jsonb,
 }
+
+
+for _entry in sqltypes.TYPES.values():
+    if _entry.element is not None and _entry.element in _CONVERSIONS:
+        _CONVERSIONS[_entry.name] = Coercer._container
 
 
 def updates_table(
@@ -440,8 +518,8 @@ def updates_table(
         diffs.append(diff)
     schema = arrow_schema(table.storage_columns)
     arrays = [
-        pa.array(values, type=schema.field(name).type)
-        for name, values in zip(names, columns, strict=True)
+        pa.array(structs(values) if field.type == interval.ARROW else values, type=field.type)
+        for field, values in ((schema.field(n), v) for n, v in zip(names, columns, strict=True))
     ]
     arrays.append(pa.array([timestamp] * len(diffs), type=pa.uint64()))
     arrays.append(pa.array(diffs, type=pa.int64()))

@@ -23,6 +23,8 @@ T = TypeVar("T")
 
 # The types the grammar writes expressions of.
 TYPES = ("int4", "int8", "float8", "numeric", "text", "bool", "date", "timestamp")
+# uuid, arrays and jsonb: made from and read into the types above (``extended=True``).
+EXTENDED_TYPES = ("uuid", "_int4", "_text", "jsonb")
 
 _LITERALS: dict[str, tuple[str, ...]] = {
     "int4": ("0", "1", "2", "-3", "7", "100", "2147483647"),
@@ -33,7 +35,15 @@ _LITERALS: dict[str, tuple[str, ...]] = {
     "bool": ("true", "false"),
     "date": ("DATE '2024-02-29'", "DATE '2023-12-31'", "DATE '2000-01-01'"),
     "timestamp": ("TIMESTAMP '2024-02-29 12:30:00'", "TIMESTAMP '2023-12-31 23:59:59.5'"),
+    "uuid": ("'A0EEBC99-9C0B4EF8-BB6D6BB9BD380A11'::uuid", "md5('')::uuid"),
+    "_int4": ("'{1,NULL,3}'::int[]", "'{}'::int[]", "ARRAY[2, 2]"),
+    "_text": ("'{a,\"b c\",NULL}'::text[]", "ARRAY['x', '']"),
+    "jsonb": ('\'{"a": 1, "b": [1, "x"]}\'::jsonb', "'[1, 2.50, null]'::jsonb", "'\"s\"'::jsonb"),
 }
+_SPELLED = {"_int4": "int[]", "_text": "text[]"}
+_JSON_KEYS = ("0", "1", "-1", "'a'", "'b'")
+_JSON_TEXT_KEYS = ("'a'", "'k'", "1")
+_JSON_EXISTS = ("'a'", "'k'", "'s'")
 _PATTERNS = ("'a%'", "'%p%'", "'_%'", "'%'", "''", "'x\\%y'", "'A_b'")
 _NUMBERS = ("int4", "int8", "float8", "numeric")
 _ORDERED = ("int4", "int8", "float8", "numeric", "text", "date", "timestamp")
@@ -69,7 +79,13 @@ class Expressions:
     """
 
     def __init__(
-        self, rng: random.Random, columns: Mapping[str, str], depth: int = 3, safe: bool = False
+        self,
+        rng: random.Random,
+        columns: Mapping[str, str],
+        depth: int = 3,
+        safe: bool = False,
+        *,
+        extended: bool = False,
     ) -> None:
         self.rng = rng
         self.columns = dict(columns)
@@ -77,7 +93,7 @@ class Expressions:
         self.safe = safe
         integer_operators = ("+", "-") if safe else ("+", "-", "*")
         modulo_types = ("int4",) if safe else ("int4", "float8")
-        rules: dict[str, list[Callable[[int], str]]] = {t: [] for t in TYPES}
+        rules: dict[str, list[Callable[[int], str]]] = {t: [] for t in TYPES + EXTENDED_TYPES}
         rules["int4"] += [
             lambda d: self._binary("int4", integer_operators, d),
             lambda d: f"({self.of('int4', d)} / {self._divisor('int4', d)})",
@@ -168,7 +184,60 @@ class Expressions:
                         f"{self._pick(('greatest', 'least'))}({self.of(t, d)}, {self.of(t, d)})"
                     )
                 )
+        if extended:
+            self._extend(rules)
         self.rules = rules
+
+    def _extend(self, rules: dict[str, list[Callable[[int], str]]]) -> None:
+        """Rules making and reading uuid, int[], text[] and jsonb values (only when asked for:
+        the base grammar's draws stay what they were)."""
+        rules["uuid"] += [lambda d: f"CAST(md5({self.of('text', d)}) AS uuid)"]
+        rules["_int4"] += [
+            lambda d: f"ARRAY[{self.of('int4', d)}, {self.of('int4', d)}]",
+            lambda d: f"({self.of('_int4', d)} || {self.of('int4', d)})",
+            lambda d: f"({self.of('_int4', d)} || {self.of('_int4', d)})",
+        ]
+        rules["_text"] += [
+            lambda d: f"ARRAY[{self.of('text', d)}, {self.of('text', d)}]",
+            lambda d: f"CAST({self.of('_int4', d)} AS text[])",
+        ]
+        rules["jsonb"] += [
+            lambda d: f"CAST(('{{\"k\": ' || {self.of('int4', d)} || '}}') AS jsonb)",
+            lambda d: f"({self.of('jsonb', d)} -> {self._pick(_JSON_KEYS)})",
+        ]
+        rules["int4"] += [
+            lambda d: f"cardinality({self.of('_int4', d)})",
+            lambda d: f"array_length({self.of(self._pick(('_int4', '_text')), d)}, 1)",
+            lambda d: f"({self.of('_int4', d)})[{self.of('int4', d)}]",
+        ]
+        rules["text"] += [
+            lambda d: f"CAST({self.of(self._pick(EXTENDED_TYPES), d)} AS text)",
+            lambda d: f"array_to_string({self.of('_text', d)}, ',', '*')",
+            lambda d: f"({self.of('_text', d)})[{self.rng.randint(0, 3)}]",
+            lambda d: f"({self.of('jsonb', d)} ->> {self._pick(_JSON_TEXT_KEYS)})",
+            lambda d: f"jsonb_typeof({self.of('jsonb', d)})",
+        ]
+        rules["bool"] += [
+            lambda d: f"({self.of('int4', d)} = ANY({self.of('_int4', d)}))",
+            lambda d: (
+                f"({self.of('_int4', d)} {self._pick(('@>', '<@', '&&'))} {self.of('_int4', d)})"
+            ),
+            lambda d: (
+                f"({self.of('_int4', d)} {self._pick(('=', '<>', '<', '>='))} "
+                f"{self.of('_int4', d)})"
+            ),
+            lambda d: f"({self.of('uuid', d)} {self._pick(('=', '<', '>='))} {self.of('uuid', d)})",
+            lambda d: f"({self.of('jsonb', d)} ? {self._pick(_JSON_EXISTS)})",
+            lambda d: f"({self.of('jsonb', d)} @> {self.of('jsonb', d)})",
+            lambda d: f"({self.of('jsonb', d)} = {self.of('jsonb', d)})",
+        ]
+        for type_ in EXTENDED_TYPES:
+            rules[type_] += [
+                lambda d, t=type_: (
+                    f"CASE WHEN {self.of('bool', d)} THEN {self.of(t, d)} ELSE {self.of(t, d)} END"
+                ),
+                lambda d, t=type_: f"coalesce({self.of(t, d)}, {self.of(t, d)})",
+            ]
 
     def of(self, type_: str, depth: int | None = None) -> str:
         """An expression of ``type_``; deeper calls lean to leaves."""
@@ -185,7 +254,7 @@ class Expressions:
         if columns and roll < 0.6:
             return self.rng.choice(columns)
         if roll < 0.68:
-            return f"CAST(NULL AS {type_})"
+            return f"CAST(NULL AS {_SPELLED.get(type_, type_)})"
         return self.rng.choice(_LITERALS[type_])
 
     def _safe_leaf(self, type_: str, columns: Sequence[str]) -> str:

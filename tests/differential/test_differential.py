@@ -51,13 +51,19 @@ THREE_WORKER_VIEWS = (
     "intersect",
     "left_join_aggregate",
     "not_in_with_nulls",
+    "window_ranking",
+    "window_rows_frames",
     "string_agg",
     "regexp_split_per_row",
+    "array_agg_per_group",
+    "unnest_then_aggregate",
+    "uuid_groups",
+    "arrays_as_keys",
 )
 
 
 def test_stateful_views_on_three_workers(postgres_url: str) -> None:
-    """Joins, reduces, top-k and set operations in one instance partitioned over three workers."""
+    """Joins, reduces, top-k, windows and set operations in one instance over three workers."""
     views = [v for v in VIEWS if v.name in THREE_WORKER_VIEWS]
     assert len(views) == len(THREE_WORKER_VIEWS)
     mismatches = run(views, seed=SEED + 1, steps=12, workers=3, postgres_url=postgres_url)

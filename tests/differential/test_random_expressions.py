@@ -11,20 +11,25 @@ refuses when planning must fail in PostgreSQL with the same SQLSTATE.
 
 from __future__ import annotations
 
+import json
 import os
 import random
+from collections.abc import Callable
 
 import polars as pl
 import psycopg
 import pytest
 
 from loupe.common.errors import LoupeError
+from loupe.common.jsonb import Jsonb
 from loupe.coordinator.plan import lower_to_lir, plan_query
 from loupe.coordinator.sql.parser import Query, parse_one
 from loupe.dataflow.expr import compile_scalar
+from loupe.dataflow.results import PeekResult
+from loupe.dataflow.types import polars_dtype
 from loupe.plan import lir
 
-from .randomized import TYPES, Expressions
+from .randomized import EXTENDED_TYPES, TYPES, Expressions
 from .test_scalars import COLUMNS, _pg_same, _resolve, grid, pg_grid  # noqa: F401
 
 COUNT = int(os.environ.get("LOUPE_RANDOM_EXPRESSIONS", "160"))
@@ -44,20 +49,30 @@ _OIDS = {
     1184: "timestamptz",
     1186: "interval",
     1700: "numeric",
+    2950: "uuid",
+    1007: "_int4",
+    1009: "_text",
+    3802: "jsonb",
 }
 
 
-def _expressions() -> list[tuple[str, str]]:
-    rng = random.Random(SEED)
-    grammar = Expressions(rng, {name: t for name, t in COLUMNS if name != "r"}, depth=3)
+def _expressions(
+    seed: int = SEED, count: int = COUNT, *, extended: bool = False
+) -> list[tuple[str, str]]:
+    rng = random.Random(seed)
+    columns = {name: t for name, t in COLUMNS if name != "r"}
+    grammar = Expressions(rng, columns, depth=3, extended=extended)
+    # The extended draw asks for the new types and what reads them (bool, int4, text).
+    types = (*EXTENDED_TYPES, "bool", "int4", "text") if extended else TYPES
     drawn = []
-    for _ in range(COUNT):
-        type_ = rng.choice(TYPES)
+    for _ in range(count):
+        type_ = rng.choice(types)
         drawn.append((type_, grammar.of(type_)))
     return drawn
 
 
-EXPRESSIONS = _expressions()
+# The base grammar, and the one making and reading uuid, arrays and jsonb (its own seed).
+EXPRESSIONS = _expressions() + _expressions(SEED + 1000, COUNT // 2, extended=True)
 
 
 Outcome = tuple[str, object]  # ("ok", value) or ("error", sqlstate)
@@ -85,10 +100,26 @@ def _loupe(sql: str, frame: pl.DataFrame) -> tuple[str, dict[int, Outcome]] | Lo
     # with_columns, as the engine's Map: a constant broadcasts to every row.
     computed = evaluated.with_columns(compiled.value.alias("v"), error.alias("e")).collect()
     rows = computed.select("c0", "v", "e").rows()
+    client = _client_value(relation.types[1])
     outcomes: dict[int, Outcome] = {
-        r: ("error", e.split("|")[0]) if e is not None else ("ok", v) for r, v, e in rows
+        r: ("error", e.split("|")[0]) if e is not None else ("ok", client(v)) for r, v, e in rows
     }
     return relation.types[1], outcomes
+
+
+def _client_value(type_: str) -> Callable[[object], object]:
+    """What a client reads of an engine value of ``type_`` (a uuid, jsonb's JSON value)."""
+    if type_ not in ("uuid", "jsonb"):
+        return lambda value: value
+
+    def convert(value: object) -> object:
+        if value is None:
+            return None
+        frame = pl.DataFrame({"c0": pl.Series([value], dtype=polars_dtype(type_))})
+        (converted,) = PeekResult(frame, (type_,)).rows()[0]
+        return json.loads(converted) if isinstance(converted, Jsonb) else converted
+
+    return convert
 
 
 def _postgres(sql: str, connection: psycopg.Connection) -> tuple[str | None, dict[int, Outcome]]:
@@ -171,7 +202,7 @@ def test_random_expression_matches_postgres(
 def test_the_grammar_covers_every_type_and_nests() -> None:
     """The draw is not degenerate: every type, calls inside calls, NULLs and CASE appear."""
     drawn = [sql for _, sql in EXPRESSIONS]
-    assert {t for t, _ in EXPRESSIONS} == set(TYPES)
+    assert {t for t, _ in EXPRESSIONS} == set(TYPES + EXTENDED_TYPES)
     assert sum(sql.count("(") >= 3 for sql in drawn) > len(drawn) // 4
     assert any("CASE WHEN" in sql for sql in drawn)
     assert any("CAST(NULL" in sql for sql in drawn)

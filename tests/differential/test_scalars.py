@@ -3,7 +3,7 @@
 Each expression is planned as ``SELECT r, <expr> FROM g`` (one Map over the
 grid table) and evaluated by ``loupe.dataflow.expr.apply_mfp``; PostgreSQL
 runs the same SQL over the same rows. Values are compared one for one with
-their types (floats within 1e-9; the engine's numeric is a float today), and
+their types (floats within 1e-9, numeric exactly: see ``_pg_same``), and
 failing expressions must fail on exactly the rows PostgreSQL fails on, with
 its SQLSTATE.
 """
@@ -13,6 +13,7 @@ from __future__ import annotations
 import datetime
 import math
 import random
+from decimal import ROUND_HALF_UP, Decimal
 
 import polars as pl
 import psycopg
@@ -23,6 +24,7 @@ from loupe.coordinator.plan import lower_to_lir, plan_query
 from loupe.coordinator.sql.parser import LoupeDialect
 from loupe.dataflow.expr import apply_mfp, compile_scalar
 from loupe.dataflow.types import polars_dtype
+from loupe.interval import Interval
 from loupe.plan import lir
 
 from .harness import LOUPE_TYPES, PG_COLUMN_TYPES, TEXTS
@@ -223,6 +225,22 @@ EXPRESSIONS: tuple[str, ...] = (
     "ts - INTERVAL '1 year 1 month 2 days 03:00'",
     "INTERVAL '2 months -1 day' + CAST(ts AS timestamptz)",
     "(d + INTERVAL '1 mon') - d",
+    # Intervals over columns: months, days and microseconds kept apart.
+    "d + i * INTERVAL '1 mon 1 day'",
+    "ts + (i * INTERVAL '1 mon') - (j * INTERVAL '1 day 02:00')",
+    "(ts - TIMESTAMP '2024-03-01') * f",
+    "CASE WHEN f <> 0 THEN INTERVAL '1 mon 1 day' / f END",
+    "-(i * INTERVAL '1 year 1 mon')",
+    "(i * INTERVAL '1 mon 2 days 03:00')::text",
+    "age(ts, TIMESTAMP '2024-01-31')",
+    "age(d, ts)",
+    "justify_interval(i * INTERVAL '1 mon' + j * INTERVAL '40 days 25 hours')",
+    "justify_days(j * INTERVAL '17 days')",
+    "i * INTERVAL '1 mon' = j * INTERVAL '30 days'",
+    "i * INTERVAL '1 mon' < ts - TIMESTAMP '2024-01-01'",
+    "extract(epoch FROM age(ts, TIMESTAMP '2024-01-31'))",
+    "date_part('day', ts - TIMESTAMP '2024-03-01')",
+    "date_trunc('month', age(ts, d))",
     "date_trunc('second', TIMESTAMP '2024-03-01' - ts)",
     "ts AT TIME ZONE 'America/New_York'",
     "CAST(ts AS timestamptz) AT TIME ZONE 'Asia/Kolkata'",
@@ -334,16 +352,31 @@ def pg_grid(postgres_url: str):
         connection.execute("DROP SCHEMA loupe_scalars CASCADE")
 
 
-def _pg_same(ours: object, theirs: object) -> bool:
-    """Equal as PostgreSQL's value; floats within 1e-9 (the engine's numeric is a float)."""
+# numeric functions Loupe evaluates in float8 (PostgreSQL: in numeric, to 16+ digits).
+FLOAT_COMPUTED = ("log(", "ln(", "sqrt(", "exp(", "power(")
+
+
+def _pg_same(ours: object, theirs: object, *, approximate: bool = False) -> bool:
+    """Equal as PostgreSQL's value; floats within 1e-9.
+
+    numeric is exact: equal at the smaller of PostgreSQL's scale and Loupe's 16
+    decimals (PostgreSQL's quotients may carry more), except the results of
+    functions Loupe computes in float8 (``FLOAT_COMPUTED``), within 1e-12.
+    """
     if ours is None or theirs is None:
         return ours is None and theirs is None
     if isinstance(theirs, bool) or isinstance(ours, bool):
         return ours is theirs
-    if type(theirs).__name__ == "Decimal":
-        return isinstance(ours, int | float) and math.isclose(
-            float(ours), float(theirs), rel_tol=1e-9, abs_tol=1e-9
-        )
+    if isinstance(theirs, Decimal):
+        if not isinstance(ours, Decimal):
+            return False
+        if approximate:
+            return math.isclose(ours, theirs, rel_tol=1e-12, abs_tol=1e-12)
+        exponent = theirs.as_tuple().exponent
+        assert isinstance(exponent, int)
+        quantum = Decimal(1).scaleb(max(exponent, -16))
+        rounded = [v.quantize(quantum, rounding=ROUND_HALF_UP) for v in (ours, theirs)]
+        return rounded[0] == rounded[1]
     if isinstance(theirs, float):
         return isinstance(ours, float) and (
             math.isclose(ours, theirs, rel_tol=1e-9, abs_tol=1e-12)
@@ -352,6 +385,11 @@ def _pg_same(ours: object, theirs: object) -> bool:
     if isinstance(theirs, datetime.datetime) and isinstance(ours, datetime.datetime):
         return ours.replace(tzinfo=None) == theirs.replace(tzinfo=None)
     return type(ours) is type(theirs) and ours == theirs
+
+
+def _interval_text(value: object) -> str | None:
+    interval = Interval.from_struct(value)
+    return None if interval is None else str(interval)
 
 
 @pytest.mark.parametrize("sql", EXPRESSIONS)
@@ -366,9 +404,14 @@ def test_expression_matches_postgres_on_every_row(sql: str, grid: pl.DataFrame, 
     assert typed is not None
     theirs_type = LOUPE_TYPES.get(typed[0], typed[0])
     assert ours_type == theirs_type, f"type {ours_type} where PostgreSQL says {theirs_type}"
+    if ours_type == "interval":  # psycopg reads intervals as timedeltas: compare PostgreSQL's text
+        theirs = dict(pg_grid.execute(f"SELECT r, ({sql})::text FROM g").fetchall())
+        engine = {r: _interval_text(v) for r, v in engine.items()}
     assert engine.keys() == theirs.keys()
     wrong = [
-        (r, engine[r], theirs[r]) for r in sorted(engine) if not _pg_same(engine[r], theirs[r])
+        (r, engine[r], theirs[r])
+        for r in sorted(engine)
+        if not _pg_same(engine[r], theirs[r], approximate=any(f in sql for f in FLOAT_COMPUTED))
     ]
     assert not wrong, f"{len(wrong)} rows differ (row, engine, postgresql): {wrong[:5]}"
 

@@ -40,7 +40,8 @@ from loupe.client import (
     StreamedRows,
 )
 from loupe.common.errors import LoupeError
-from loupe.common.values import format_interval
+from loupe.common.jsonb import text as jsonb_text
+from loupe.interval import Interval, format_interval
 
 EXIT_OK, EXIT_SQL_ERROR, EXIT_UNREACHABLE = 0, 1, 2
 # SQLSTATE of a request naming a session the coordinator does not have.
@@ -237,13 +238,21 @@ def format_value(value: Any) -> str:
         return value.isoformat()
     if isinstance(value, bytes):
         return "\\x" + value.hex()
-    if isinstance(value, list):
-        return "{" + ",".join(format_value(v) for v in value) + "}"
+    if isinstance(value, list):  # an array or list, quoted as PostgreSQL prints one
+        return (
+            "{" + ",".join("NULL" if v is None else _element(format_value(v)) for v in value) + "}"
+        )
     if isinstance(value, dict):
-        return json.dumps(value, sort_keys=True)
-    if isinstance(value, dt.timedelta):
+        return jsonb_text(value)  # as PostgreSQL prints jsonb
+    if isinstance(value, Interval):
         return format_interval(value)
     return str(value)
+
+
+def _element(text: str) -> str:
+    if text and text.upper() != "NULL" and not any(c in '{},"\\' or c.isspace() for c in text):
+        return text
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
 def render_table(result: StatementResult) -> str:
@@ -290,7 +299,7 @@ def _json_value(value: Any) -> Any:
         return value.isoformat()
     if isinstance(value, bytes):
         return "\\x" + value.hex()
-    if isinstance(value, dt.timedelta):
+    if isinstance(value, Interval):
         return format_interval(value)
     return str(value)
 

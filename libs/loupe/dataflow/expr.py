@@ -37,10 +37,12 @@ from typing import Any
 import polars as pl
 
 from loupe import sqltypes
+from loupe.common import jsonb as documents
 from loupe.common.errors import LoupeError, SqlState
-from loupe.dataflow import datetime_format
+from loupe.dataflow import datetime_format, intervals
 from loupe.dataflow.batches import empty_errors
 from loupe.dataflow.types import DIFF, TIME, numeric_text, polars_dtype
+from loupe.interval import Interval, parse_interval
 from loupe.plan.functions import (
     INTEGER_TYPES,
     TIME_TYPES,
@@ -65,13 +67,23 @@ INVALID_LOG = "2201E"
 INVALID_ESCAPE = "22025"
 PROGRAM_LIMIT_EXCEEDED = "54000"
 UNDEFINED_FUNCTION = "42883"
+CANNOT_COERCE = "42846"
 
 _INT_RANGE = {
     "int2": (-(2**15), 2**15 - 1, "smallint"),
     "int4": (-(2**31), 2**31 - 1, "integer"),
     "int8": (-(2**63), 2**63 - 1, "bigint"),
+    "uint2": (0, 2**16 - 1, "uint2"),
+    "uint4": (0, 2**32 - 1, "uint4"),
+    "uint8": (0, 2**64 - 1, "uint8"),
 }
-_FLOATS = ("float4", "float8", "numeric")
+# Integer types whose arithmetic needs 128 bits before its range check.
+_WIDE_INTEGERS = frozenset({"int8", "uint4", "uint8"})
+_FLOATS = ("float4", "float8")
+NUMERIC = sqltypes.polars_dtype("numeric")
+# |value| < 10^22: what a numeric (38 digits, 16 after the point) holds.
+_NUMERIC_LIMIT = float(sqltypes.NUMERIC_LIMIT)
+NUMERIC_OVERFLOW = "value overflows numeric format"
 
 
 @dataclass(frozen=True)
@@ -145,6 +157,8 @@ def evaluate_closed(expr: Scalar) -> object:
     if error is not None:
         code, message = split_error(error)
         raise LoupeError(code, message)
+    if compiled.type == "interval":
+        return Interval.from_struct(value)
     return value
 
 
@@ -469,8 +483,12 @@ def literal(value: object, pg_type: str) -> pl.Expr:
     dtype = polars_dtype(pg_type)
     if value is None:
         return pl.lit(None, dtype)
+    if pg_type == "interval":
+        return intervals.literal(_interval_literal(value))
     try:
         parsed = _parse_literal(value, pg_type)
+    except documents.InvalidJson as error:
+        raise LoupeError(INVALID_TEXT, "invalid input syntax for type json") from error
     except (TypeError, ValueError) as error:
         raise LoupeError(
             INVALID_TEXT, f'invalid input syntax for type {pg_type}: "{value}"'
@@ -489,10 +507,12 @@ def literal(value: object, pg_type: str) -> pl.Expr:
 
 
 def _parse_literal(value: object, pg_type: str) -> object:
-    if pg_type in INTEGER_TYPES or pg_type == "uint8":
+    if pg_type in _INT_RANGE or pg_type == "mz_timestamp":
         return int(value)  # type: ignore[call-overload]
     if pg_type in _FLOATS:
         return float(value)  # type: ignore[arg-type]
+    if pg_type == "numeric":
+        return numeric_value(value)
     if pg_type == "bool":
         return value if isinstance(value, bool) else _BOOL_WORDS[str(value).strip().lower()]
     if pg_type == "date" and isinstance(value, str):
@@ -502,11 +522,46 @@ def _parse_literal(value: object, pg_type: str) -> object:
         if pg_type == "timestamptz" and parsed.tzinfo is None:
             return parsed.replace(tzinfo=datetime.UTC)
         return parsed
-    if pg_type == "interval" and isinstance(value, str):
-        return parse_interval(value)
     if pg_type == "time" and isinstance(value, str):
         return datetime.time.fromisoformat(value.strip())
+    if pg_type == "uuid":
+        return uuid_text(str(value))
+    if pg_type == "jsonb" and isinstance(value, str):
+        return documents.canonical(value)
+    if isinstance(value, tuple):  # an array or list constant
+        return list(value)
     return value
+
+
+def numeric_value(value: object) -> decimal.Decimal:
+    """``value`` as an engine numeric: rounded half away from zero to the engine's scale.
+
+    Raises ``LoupeError`` 22003 beyond the numeric range, ValueError for bad text.
+    """
+    try:
+        number = decimal.Decimal(str(value).strip() if isinstance(value, str) else value)  # type: ignore[arg-type]
+    except (decimal.InvalidOperation, TypeError):
+        raise ValueError(value) from None
+    if not number.is_finite():
+        raise ValueError(value)
+    rounded = number.quantize(_NUMERIC_QUANTUM, rounding=decimal.ROUND_HALF_UP, context=_WIDE)
+    if abs(rounded) >= sqltypes.NUMERIC_LIMIT:
+        raise LoupeError(OUT_OF_RANGE, NUMERIC_OVERFLOW)
+    return rounded
+
+
+_NUMERIC_QUANTUM = decimal.Decimal(1).scaleb(-sqltypes.NUMERIC_SCALE)
+_WIDE = decimal.Context(prec=1000)
+
+
+def _interval_literal(value: object) -> Interval:
+    if isinstance(value, Interval):
+        return value
+    if isinstance(value, datetime.timedelta):
+        return Interval.from_timedelta(value)
+    if isinstance(value, str):
+        return parse_interval(value)
+    raise LoupeError(INVALID_TEXT, f'invalid input syntax for type interval: "{value}"')
 
 
 # Boolean input words PostgreSQL accepts (and their unambiguous prefixes).
@@ -514,50 +569,6 @@ _BOOL_WORDS = {"1": True, "0": False, "on": True, "off": False, "of": False}
 for _word, _truth in (("true", True), ("false", False), ("yes", True), ("no", False)):
     for _end in range(1, len(_word) + 1):
         _BOOL_WORDS[_word[:_end]] = _truth
-
-_INTERVAL_UNITS = {
-    "microsecond": 1e-6,
-    "millisecond": 1e-3,
-    "second": 1,
-    "minute": 60,
-    "hour": 3600,
-    "day": 86400,
-    "week": 7 * 86400,
-    "month": 30 * 86400,
-    "year": 365.25 * 86400,
-}
-_INTERVAL_PART = re.compile(r"([+-]?\d+(?:\.\d+)?)\s*([a-z]+)")
-_CLOCK = re.compile(r"([+-]?)(\d+):(\d+)(?::(\d+(?:\.\d+)?))?")
-
-
-def parse_interval(text: str) -> datetime.timedelta:
-    """An interval literal (``'1 day 02:00:00'``, ``'3 hours'``) as a timedelta.
-
-    Months count 30 days and years 365.25 (the engine's interval is one
-    duration, not PostgreSQL's months/days/microseconds triple).
-    """
-    rest = text.strip().lower()
-    seconds = 0.0
-    clock = _CLOCK.search(rest)
-    if clock:
-        sign = -1 if clock.group(1) == "-" else 1
-        seconds += sign * (
-            int(clock.group(2)) * 3600 + int(clock.group(3)) * 60 + float(clock.group(4) or 0)
-        )
-        rest = rest[: clock.start()] + rest[clock.end() :]
-    parts = _INTERVAL_PART.findall(rest)
-    if not parts and not clock:
-        raise ValueError(text)
-    for amount, unit in parts:
-        name = {"mins": "minute", "min": "minute", "secs": "second", "sec": "second"}.get(
-            unit, unit
-        )
-        name = name.rstrip("s") if name not in _INTERVAL_UNITS else name
-        if name not in _INTERVAL_UNITS:
-            raise ValueError(text)
-        seconds += float(amount) * _INTERVAL_UNITS[name]
-    return datetime.timedelta(seconds=seconds)
-
 
 # Casts.
 
@@ -573,7 +584,50 @@ def cast(compiled: CompiledScalar, to: str) -> CompiledScalar:
     return CompiledScalar(converted, _first_error([compiled.error, error]), to)
 
 
+# Materialize's casts to and from mz_timestamp (besides text).
+_TO_MZ_TIMESTAMP = frozenset({"int4", "int8", "uint4", "uint8", "numeric", "date", *TIME_TYPES})
+_FROM_MZ_TIMESTAMP = frozenset(TIME_TYPES)
+
+
+def check_cast(source: str, to: str) -> None:
+    """42846 for a cast PostgreSQL (or Materialize) does not have, as the planner reports it."""
+    plain = {"text", "unknown", "jsonb"}
+    if to == "jsonb" and source not in plain:
+        raise LoupeError(
+            CANNOT_COERCE,
+            f"cannot cast type {sqltypes.display_name(source)} to {sqltypes.display_name(to)}",
+        )
+    containers_cast = (
+        sqltypes.element_type(source) is not None,
+        sqltypes.element_type(to) is not None,
+    )
+    if any(containers_cast) and not all(containers_cast) and not {source, to} & plain:
+        raise LoupeError(
+            CANNOT_COERCE,
+            f"cannot cast type {sqltypes.display_name(source)} to {sqltypes.display_name(to)}",
+        )
+    if (
+        ("uuid" in (source, to) and not {source, to} <= {"uuid", *plain})
+        or (to == "mz_timestamp" and source not in (_TO_MZ_TIMESTAMP | plain | {to}))
+        or (source == "mz_timestamp" and to not in (_FROM_MZ_TIMESTAMP | plain | {source}))
+    ):
+        raise LoupeError(
+            CANNOT_COERCE,
+            f"cannot cast type {sqltypes.display_name(source)} to {sqltypes.display_name(to)}",
+        )
+
+
 def _cast_value(value: pl.Expr, source: str, to: str) -> tuple[pl.Expr, pl.Expr | None]:
+    check_cast(source, to)
+    if to == "jsonb" and source == "text":
+        return jsonb.parse_jsonb(value)
+    if sqltypes.element_type(source) is not None and sqltypes.element_type(to) is not None:
+        return containers.cast_elements(value, source, to)
+    if to == "mz_timestamp" and source not in ("text", "jsonb"):
+        return _to_mz_timestamp(value, source)
+    if source == "mz_timestamp" and to in TIME_TYPES:
+        moment = (value.cast(pl.Int64) * 1000).cast(pl.Datetime("us"))
+        return moment.dt.replace_time_zone("UTC") if to == "timestamptz" else moment, None
     if to in ("text", "jsonb") or (source in ("text", "jsonb") and to in ("text", "jsonb")):
         return to_text(value, source), None
     if source in ("text", "jsonb"):
@@ -582,16 +636,20 @@ def _cast_value(value: pl.Expr, source: str, to: str) -> tuple[pl.Expr, pl.Expr 
         return _to_integer(value, source, to)
     if to in _FLOATS:
         return value.cast(pl.Float64), None
+    if to == "numeric":
+        return _to_numeric(value, source)
     if to == "bool" and source in _INT_RANGE:
         return value != 0, None
     if to == "date" and source in TIME_TYPES:
         return value.dt.date(), None
     if to == "time" and source in TIME_TYPES:
         return value.dt.time(), None
+    if to == "time" and source == "interval":  # the time field, around the clock
+        return intervals.add_to_time_of_day(pl.lit(datetime.time(0)), value, 1), None
+    if to == "interval" and source == "time":
+        return intervals.of_micros(value.cast(pl.Int64) // 1000), None
     if to in TIME_TYPES:
         return _to_time(value, source, to), None
-    if to == "uint8":
-        return _to_integer(value, source, "int8")[0].cast(pl.UInt64, strict=False), None
     raise LoupeError(SqlState.FEATURE_NOT_SUPPORTED, f"cannot cast type {source} to {to}")
 
 
@@ -603,9 +661,50 @@ def _to_integer(value: pl.Expr, source: str, to: str) -> tuple[pl.Expr, pl.Expr 
         value = value.round(0, mode="half_to_even")
     elif source == "numeric":
         value = value.round(0, mode="half_away_from_zero")
-    if source in _INT_RANGE and _INT_RANGE[source][1] <= _INT_RANGE[to][1]:
+        low, high, name = _INT_RANGE[to]
+        fits = (value >= low) & (value <= high)
+        converted = pl.when(fits).then(value).cast(polars_dtype(to))
+        return converted, _error_when(
+            value.is_not_null() & ~fits, OUT_OF_RANGE, f"{name} out of range"
+        )
+    if source in _INT_RANGE and (
+        _INT_RANGE[to][0] <= _INT_RANGE[source][0] and _INT_RANGE[source][1] <= _INT_RANGE[to][1]
+    ):
         return value.cast(polars_dtype(to)), None
+    if source in _INT_RANGE:
+        value = value.cast(pl.Int128)
     return _checked_integer(value, to)
+
+
+def _to_numeric(value: pl.Expr, source: str) -> tuple[pl.Expr, pl.Expr | None]:
+    """Integers exactly; floats at their 15 significant digits (PostgreSQL's float8 to numeric)."""
+    if source in _INT_RANGE or source in ("uint8", "bool", "unknown"):
+        return value.cast(pl.Int64 if source == "bool" else pl.Int128).cast(NUMERIC), None
+    if source in _FLOATS:
+        fits = value.is_finite() & (value.abs() < _NUMERIC_LIMIT)
+        converted = _decimal_of_float(pl.when(fits).then(value))
+        nan = _error_when(
+            value.is_nan(), SqlState.FEATURE_NOT_SUPPORTED, "NaN is not supported in numeric"
+        )
+        overflow = _error_when(
+            value.is_not_null() & ~fits & ~value.is_nan(), OUT_OF_RANGE, NUMERIC_OVERFLOW
+        )
+        return converted, _first_error([nan, overflow])
+    raise LoupeError(SqlState.FEATURE_NOT_SUPPORTED, f"cannot cast type {source} to numeric")
+
+
+def _to_mz_timestamp(value: pl.Expr, source: str) -> tuple[pl.Expr, pl.Expr | None]:
+    """Milliseconds since the epoch: numbers as they are, times as their epoch."""
+    if source == "date":
+        value = value.cast(pl.Datetime("us"))
+    if source in ("date", *TIME_TYPES):
+        value = value.dt.epoch("ms")
+    elif source == "numeric":
+        value = value.round(0, mode="half_away_from_zero")
+    fits = (value >= 0) & (value <= 2**64 - 1)
+    converted = pl.when(fits).then(value).otherwise(None).cast(pl.UInt64, strict=False)
+    error = _error_when(value.is_not_null() & ~fits, OUT_OF_RANGE, "mz_timestamp out of range")
+    return converted, error
 
 
 def _checked_integer(value: pl.Expr, to: str) -> tuple[pl.Expr, pl.Expr]:
@@ -633,11 +732,14 @@ _TIMESTAMPTZ_FORMATS = ("%Y-%m-%d %H:%M:%S%.f%#z", "%Y-%m-%dT%H:%M:%S%.f%#z")
 
 def _from_text(text: pl.Expr, to: str) -> tuple[pl.Expr, pl.Expr | None]:
     """Parse text as ``to``; unparsable input is 22P02 (22007 for dates and times)."""
+    if sqltypes.element_type(to) is not None:
+        return containers.parse_container(text, to)
+    if to == "jsonb":
+        return jsonb.parse_jsonb(text)
     stripped = text.str.strip_chars()
     if to in _INT_RANGE:
-        parsed = stripped.cast(pl.Int64, strict=False)
-        if to == "int8":
-            parsed = stripped.cast(pl.Int128, strict=False)
+        # 128 bits: a number past the type's range is 22003, only what is no number 22P02.
+        parsed = stripped.cast(pl.Int128, strict=False)
         value, range_error = _checked_integer(parsed, to)
         return value, _first_error([_bad_input(text, parsed, INVALID_TEXT, to), range_error])
     if to in _FLOATS:
@@ -650,6 +752,17 @@ def _from_text(text: pl.Expr, to: str) -> tuple[pl.Expr, pl.Expr | None]:
             .otherwise(stripped.cast(pl.Float64, strict=False))
         )
         return parsed, _bad_input(text, parsed, INVALID_TEXT, to)
+    if to == "numeric":
+        parsed = stripped.cast(NUMERIC, strict=False)
+        # Well-formed but null: beyond 22 integer digits.
+        well_formed = stripped.str.contains(r"^[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?$")
+        overflow = _error_when(
+            parsed.is_null() & well_formed.fill_null(False), OUT_OF_RANGE, NUMERIC_OVERFLOW
+        )
+        invalid = _bad_input(
+            text, pl.when(well_formed).then(pl.lit(0)).otherwise(parsed), INVALID_TEXT, "numeric"
+        )
+        return parsed, _first_error([overflow, invalid])
     if to == "bool":
         parsed = stripped.str.to_lowercase().replace_strict(
             list(_BOOL_WORDS), list(_BOOL_WORDS.values()), default=None, return_dtype=pl.Boolean
@@ -674,12 +787,25 @@ def _from_text(text: pl.Expr, to: str) -> tuple[pl.Expr, pl.Expr | None]:
             [stripped.str.strptime(pl.Time, f, strict=False) for f in ("%H:%M:%S%.f", "%H:%M")]
         )
         return parsed, _bad_input(text, parsed, INVALID_DATETIME, "time")
+    if to == "mz_timestamp":
+        # Milliseconds since the epoch, or a timestamp with time zone's text.
+        number = stripped.cast(pl.Int128, strict=False)
+        moment, _ = _parse_timestamp(text, stripped, "timestamptz")
+        millis = pl.coalesce([number, moment.dt.epoch("ms").cast(pl.Int128)])
+        stamp, stamp_error = _to_mz_timestamp(millis, "int8")
+        return stamp, _first_error([_bad_input(text, millis, INVALID_TEXT, to), stamp_error])
     if to == "interval":
-        parsed = stripped.map_batches(_parse_intervals, return_dtype=pl.Duration("us"))
+        parsed = intervals.from_text(text)
         return parsed, _bad_input(text, parsed, INVALID_DATETIME, "interval")
-    if to == "uint8":
-        parsed = stripped.cast(pl.UInt64, strict=False)
-        return parsed, _bad_input(text, parsed, INVALID_TEXT, "uint8")
+    if to == "uuid":
+        # No white space, as PostgreSQL's uuid_in: braces, hyphens after any 4 digits.
+        valid = text.str.contains(_UUID_INPUT)
+        digits = text.str.replace_all(r"[{}-]", "").str.to_lowercase()
+        canonical = pl.concat_str(
+            [digits.str.slice(start, length) for start, length in _UUID_GROUPS], separator="-"
+        )
+        parsed = pl.when(valid).then(canonical).otherwise(pl.lit(None, pl.Utf8))
+        return parsed, _bad_input(text, parsed, INVALID_TEXT, "uuid")
     raise LoupeError(SqlState.FEATURE_NOT_SUPPORTED, f"cannot cast type text to {to}")
 
 
@@ -700,15 +826,18 @@ def _parse_timestamp(text: pl.Expr, stripped: pl.Expr, to: str) -> tuple[pl.Expr
     return parsed, _bad_input(text, parsed, INVALID_DATETIME, to)
 
 
-def _parse_intervals(texts: pl.Series) -> pl.Series:
-    """Interval text to durations (per distinct value: interval input is rare and small)."""
-    parsed: dict[str, datetime.timedelta | None] = {}
-    for text in texts.unique().drop_nulls():
-        try:
-            parsed[text] = parse_interval(text)
-        except ValueError:
-            parsed[text] = None
-    return texts.replace_strict(parsed, default=None, return_dtype=pl.Duration("us"))
+_UUID_INPUT = (
+    r"^(?:[0-9a-fA-F]{4}(?:-?[0-9a-fA-F]{4}){7}|\{[0-9a-fA-F]{4}(?:-?[0-9a-fA-F]{4}){7}\})$"
+)
+_UUID_GROUPS = ((0, 8), (8, 4), (12, 4), (16, 4), (20, 12))
+
+
+def uuid_text(text: str) -> str:
+    """A uuid's canonical text (lowercase, 8-4-4-4-12); ValueError when it is no uuid."""
+    if re.match(_UUID_INPUT, text) is None:
+        raise ValueError(text)
+    digits = re.sub(r"[{}-]", "", text).lower()
+    return "-".join(digits[start : start + length] for start, length in _UUID_GROUPS)
 
 
 # Types whose input errors name them as format_type does (the others by their own name).
@@ -723,6 +852,8 @@ def _bad_input(text: pl.Expr, parsed: pl.Expr, code: str, type_name: str) -> pl.
 
 def to_text(value: pl.Expr, source: str) -> pl.Expr:
     """PostgreSQL's text output of a value of type ``source``."""
+    if sqltypes.element_type(source) is not None:
+        return containers.container_text(value, source)
     if source in ("text", "jsonb", "unknown"):
         return value.cast(pl.Utf8)
     if source == "bool":
@@ -738,7 +869,7 @@ def to_text(value: pl.Expr, source: str) -> pl.Expr:
     if source == "time":
         return pl.concat_str([value.dt.to_string("%H:%M:%S"), _fraction(value)])
     if source == "interval":
-        return _interval_text(value)
+        return intervals.to_text(value)
     return value.cast(pl.Utf8)
 
 
@@ -768,42 +899,6 @@ def _fraction(value: pl.Expr) -> pl.Expr:
     micros = value.dt.microsecond()
     digits = micros.cast(pl.Utf8).str.zfill(6).str.strip_chars_end("0")
     return pl.when(micros == 0).then(pl.lit("")).otherwise(pl.concat_str([pl.lit("."), digits]))
-
-
-def _interval_text(value: pl.Expr) -> pl.Expr:
-    """``1 day 02:03:04``-style text of a duration (days, then a clock if not midnight)."""
-    micros = value.dt.total_microseconds()
-    days = micros.abs() // 86_400_000_000
-    rest = micros.abs() % 86_400_000_000
-    sign = pl.when(micros < 0).then(pl.lit("-")).otherwise(pl.lit(""))
-    clock = pl.concat_str(
-        [
-            (rest // 3_600_000_000).cast(pl.Utf8).str.zfill(2),
-            pl.lit(":"),
-            (rest // 60_000_000 % 60).cast(pl.Utf8).str.zfill(2),
-            pl.lit(":"),
-            (rest // 1_000_000 % 60).cast(pl.Utf8).str.zfill(2),
-            pl.when(rest % 1_000_000 != 0)
-            .then(pl.concat_str([pl.lit("."), (rest % 1_000_000).cast(pl.Utf8).str.zfill(6)]))
-            .otherwise(pl.lit(""))
-            .str.replace(r"0+$", ""),
-        ]
-    )
-    day_text = pl.concat_str(
-        [
-            sign,
-            days.cast(pl.Utf8),
-            # PostgreSQL's singular is for +1 only: "-1 days".
-            pl.when((days == 1) & (micros > 0)).then(pl.lit(" day")).otherwise(pl.lit(" days")),
-        ]
-    )
-    return (
-        pl.when(days == 0)
-        .then(pl.concat_str([sign, clock]))
-        .when(rest == 0)
-        .then(day_text)
-        .otherwise(pl.concat_str([day_text, pl.lit(" "), sign, clock]))
-    )
 
 
 # Logic and comparison.
@@ -859,9 +954,15 @@ def _comparable_type(types: Sequence[str]) -> str | None:
     if len(set(known)) <= 1:
         return None
     if all(t in NUMERIC_RANK for t in known):
-        return "float8" if any(t in _FLOATS for t in known) else "int8"
+        if any(t in sqltypes.UNSIGNED_TYPES for t in known):
+            return sqltypes.common_numeric(known)
+        if any(t in _FLOATS for t in known):
+            return "float8"
+        return "numeric" if "numeric" in known else "int8"
     if set(known) <= {"date", *TIME_TYPES}:
         return "timestamptz" if "timestamptz" in known else "timestamp"
+    if "mz_timestamp" in known:  # the others convert to it implicitly
+        return "mz_timestamp"
     return None
 
 
@@ -869,7 +970,14 @@ def _comparable_type(types: Sequence[str]) -> str | None:
 def _compare(compiler: _Compiler, call: Call) -> CompiledScalar:
     types = operand_types(call.func, call.args, compiler.input_types)
     args = compiler.args(call, _comparable_type(types))
-    value = _COMPARISONS[call.func](args.values[0], args.values[1])
+    if any(sqltypes.element_type(t) is not None for t in args.types):
+        return containers.compare(call.func, args)
+    if "jsonb" in args.types and call.func in ("eq", "neq"):
+        return jsonb.equal(call.func, args)
+    if "interval" in args.types:  # by total span: '1 month' = '30 days'
+        value = intervals.compare(call.func, args.values[0], args.values[1])
+    else:
+        value = _COMPARISONS[call.func](args.values[0], args.values[1])
     return CompiledScalar(value, args.error, "bool")
 
 
@@ -878,7 +986,11 @@ def _between(compiler: _Compiler, call: Call) -> CompiledScalar:
     types = operand_types(call.func, call.args, compiler.input_types)
     args = compiler.args(call, _comparable_type(types))
     subject, low, high = args.values
-    above, below = subject >= low, subject <= high
+    if "interval" in args.types:
+        above = intervals.compare("gte", subject, low)
+        below = intervals.compare("lte", subject, high)
+    else:
+        above, below = subject >= low, subject <= high
     error = args.error
     if error is not None:
         # a >= low AND a <= high: a false side decides, whatever the other's error
@@ -938,7 +1050,7 @@ def _numeric_target(compiler: _Compiler, call: Call) -> str | None:
 
 def _wide(value: pl.Expr, result_type: str) -> pl.Expr:
     """Integers widened so that the operation cannot wrap before the range check."""
-    return value.cast(pl.Int128 if result_type == "int8" else pl.Int64)
+    return value.cast(pl.Int128 if result_type in _WIDE_INTEGERS else pl.Int64)
 
 
 def _float_overflow(value: pl.Expr, operands: list[pl.Expr], result_type: str) -> pl.Expr | None:
@@ -968,10 +1080,35 @@ def _number_op(
             return _checked_integer(
                 op(_wide(left, result_type), _wide(right, result_type)), result_type
             )
+        if result_type == "numeric":
+            return _numeric_op(op, left, right)
         result = op(left, right)
         return result, _float_overflow(result, values, result_type)
 
     return body
+
+
+def _approximately(value: pl.Expr) -> pl.Expr:
+    """A numeric as Float64, through its 128-bit integer (a direct cast is ~40x slower)."""
+    return value.cast(NUMERIC).to_physical().cast(pl.Float64) * _UNIT
+
+
+_UNIT = 10.0**-sqltypes.NUMERIC_SCALE
+
+
+def _numeric_op(
+    op: Callable[[pl.Expr, pl.Expr], pl.Expr], left: pl.Expr, right: pl.Expr
+) -> tuple[pl.Expr, pl.Expr]:
+    """An exact decimal operation; 22003 where the result leaves numeric's range.
+
+    polars fails a whole batch on a decimal overflow, so the rows whose
+    result would overflow (judged in Float64, with a margin far wider than
+    its rounding) are masked before the exact operation runs.
+    """
+    approximate = op(_approximately(left), _approximately(right)).abs()
+    fits = approximate < _NUMERIC_LIMIT * (1 - 1e-9)
+    value = op(pl.when(fits).then(left), pl.when(fits).then(right))
+    return value, _error_when(fits.not_(), OUT_OF_RANGE, NUMERIC_OVERFLOW)
 
 
 @_handles("add", "sub")
@@ -996,6 +1133,14 @@ def _time_arithmetic(
         if func == "add" and types[0] in ("interval", *INTEGER_TYPES) and types[1] != "interval":
             left, right = right, left  # commute so the date/time is on the left
             types = [types[1], types[0]]
+        sign = 1 if func == "add" else -1
+        if types == ["interval", "interval"]:
+            return intervals.add(left, right, sign)
+        if types == ["time", "interval"]:
+            return intervals.add_to_time_of_day(left, right, sign), None
+        if types == ["time", "time"]:
+            nanos = left.cast(pl.Int64) - right.cast(pl.Int64)
+            return intervals.of_micros(nanos // 1000), None
         if types[0] == "date" and types[1] in INTEGER_TYPES:
             days = left.cast(pl.Int64) + (right if func == "add" else -right).cast(pl.Int64)
             outside = (days < _FIRST_DAY) | (days > _LAST_DAY)
@@ -1011,7 +1156,9 @@ def _time_arithmetic(
             right = right.dt.replace_time_zone("UTC")
         if types[0] == "timestamp" and types[1] == "timestamptz":
             left = left.dt.replace_time_zone("UTC")
-        return (left + right if func == "add" else left - right), None
+        if types[1] == "interval":
+            return intervals.add_to_time(left, right, sign)
+        return intervals.time_difference(left, right), None
 
     return body
 
@@ -1051,6 +1198,9 @@ def _div(compiler: _Compiler, call: Call) -> CompiledScalar:
             quotient = _truncated_division(_wide(left, result_type), _wide(safe, result_type))
             value, overflow = _checked_integer(quotient, result_type)
             return value, _first_error([zero, overflow])
+        if result_type == "numeric":
+            value, overflow = _numeric_op(lambda a, b: a / b, left, safe)
+            return value, _first_error([zero, overflow])
         quotient = left.cast(pl.Float64) / safe.cast(pl.Float64)
         return quotient, _first_error([zero, _float_overflow(quotient, values, result_type)])
 
@@ -1085,12 +1235,7 @@ def _scale_interval(
         interval, factor = (
             (values[0], values[1]) if types[0] == "interval" else (values[1], values[0])
         )
-        micros = interval.dt.total_microseconds().cast(pl.Float64)
-        if func == "mul":
-            return (micros * factor).round(0).cast(pl.Int64).cast(pl.Duration("us")), None
-        zero = _error_when(factor == 0, DIVISION_BY_ZERO, "division by zero")
-        safe = pl.when(factor != 0).then(factor.cast(pl.Float64))
-        return (micros / safe).round(0).cast(pl.Int64).cast(pl.Duration("us")), zero
+        return intervals.scale(interval, factor, divide=func == "div")
 
     return body
 
@@ -1102,6 +1247,8 @@ def _neg(compiler: _Compiler, call: Call) -> CompiledScalar:
     ) -> tuple[pl.Expr, pl.Expr | None]:
         if result_type in _INT_RANGE:
             return _checked_integer(0 - _wide(values[0], result_type), result_type)
+        if result_type == "interval":
+            return intervals.negate(values[0])
         return -values[0], None
 
     return _strict(compiler, call, body)
@@ -1132,7 +1279,11 @@ def _nullif(compiler: _Compiler, call: Call) -> CompiledScalar:
     types = operand_types(call.func, call.args, compiler.input_types)
     args = compiler.args(call, _comparable_type(types))
     first = compiler.as_type(call.args[0], compiler.type_of(call)).value
-    value = pl.when(args.values[0] == args.values[1]).then(None).otherwise(first)
+    if "interval" in args.types:
+        same = intervals.compare("eq", args.values[0], args.values[1])
+    else:
+        same = args.values[0] == args.values[1]
+    value = pl.when(same).then(None).otherwise(first)
     return CompiledScalar(value, args.error, compiler.type_of(call))
 
 
@@ -1142,9 +1293,22 @@ def _greatest_least(compiler: _Compiler, call: Call) -> CompiledScalar:
     result_type = compiler.type_of(call)
     parts = [compiler.as_type(arg, result_type) for arg in call.args]
     dtype = polars_dtype(result_type)
+    if result_type == "interval":
+        value = _interval_extreme(call.func, [p.value for p in parts])
+        return CompiledScalar(value, _first_error([p.error for p in parts]), result_type)
     combine = pl.max_horizontal if call.func == "greatest" else pl.min_horizontal
     value = combine([p.value.cast(dtype) for p in parts])
     return CompiledScalar(value, _first_error([p.error for p in parts]), result_type)
+
+
+def _interval_extreme(func: str, values: list[pl.Expr]) -> pl.Expr:
+    """greatest/least of intervals by total span (the first of equal ones), NULLs ignored."""
+    best = values[0]
+    wins = "gt" if func == "greatest" else "lt"
+    for value in values[1:]:
+        better = best.is_null() | intervals.compare(wins, value, best).fill_null(False)
+        best = pl.when(better).then(value).otherwise(best)
+    return best
 
 
 # Strings.
@@ -1542,7 +1706,11 @@ def _sign(compiler: _Compiler, call: Call) -> CompiledScalar:
 def _round(compiler: _Compiler, call: Call) -> CompiledScalar:
     """numeric rounds half away from zero, float8 half to even; trunc goes toward zero."""
 
+    places = _constant_places(call)
+
     def body(values: list[pl.Expr], _types: list[str], result_type: str) -> tuple[pl.Expr, None]:
+        if result_type == "numeric" and places is not None:
+            return _round_numeric(values[0].cast(NUMERIC), places, call.func == "trunc"), None
         value = values[0].cast(pl.Float64)
         scale = pl.lit(10.0).pow(values[1].cast(pl.Float64)) if len(values) > 1 else pl.lit(1.0)
         shifted = value * scale
@@ -1552,9 +1720,32 @@ def _round(compiler: _Compiler, call: Call) -> CompiledScalar:
             result = shifted.sign() * (shifted.abs() + 0.5).floor()
         else:
             result = shifted.round(0, mode="half_to_even")
-        return result / scale, None
+        return float_result(result / scale, result_type), None
 
     return _strict(compiler, call, body, compiler.type_of(call) if len(call.args) == 1 else None)
+
+
+def _constant_places(call: Call) -> int | None:
+    """The decimal places of ``round(x[, n])``/``trunc`` when they are a constant (0 without)."""
+    if len(call.args) == 1:
+        return 0
+    places = call.args[1]
+    if isinstance(places, Literal) and isinstance(places.value, int):
+        return max(-sqltypes.NUMERIC_SCALE, min(places.value, sqltypes.NUMERIC_SCALE))
+    return None
+
+
+def _round_numeric(value: pl.Expr, places: int, truncate: bool) -> pl.Expr:
+    """Exact decimal rounding (half away from zero) or truncation to ``places`` decimals."""
+    if not truncate and places >= 0:
+        return value.round(places, mode="half_away_from_zero")
+    # Through the remainder, which never overflows as multiplying by 10^places could.
+    quantum = pl.lit(decimal.Decimal(1).scaleb(-places), NUMERIC)
+    magnitude = value.abs()
+    rest = magnitude % quantum
+    down = magnitude - rest
+    result = down if truncate else pl.when(rest * 2 >= quantum).then(down + quantum).otherwise(down)
+    return pl.when(value < 0).then(0 - result).otherwise(result)
 
 
 _MATH: dict[str, Callable[[pl.Expr], pl.Expr]] = {
@@ -1572,20 +1763,43 @@ def _math(compiler: _Compiler, call: Call) -> CompiledScalar:
     def body(
         values: list[pl.Expr], _types: list[str], result_type: str
     ) -> tuple[pl.Expr, pl.Expr | None]:
+        if result_type == "numeric" and call.func in ("ceil", "floor"):
+            return function(values[0].cast(NUMERIC)), None  # exact
         result = function(values[0].cast(pl.Float64))
-        return result, _float_overflow(result, values, result_type)
+        return float_result(result, result_type), _float_overflow(result, values, result_type)
 
     return _strict(compiler, call, body)
 
 
+def float_result(value: pl.Expr, result_type: str) -> pl.Expr:
+    """A Float64 result of a numeric function (sqrt, ln, exp…: computed in float8) as numeric.
+
+    Kept to 15 significant digits, what a float8 holds: its binary noise
+    must not show up as digits of an exact type.
+    """
+    if result_type != "numeric":
+        return value
+    fits = value.is_finite() & (value.abs() < _NUMERIC_LIMIT)
+    return _decimal_of_float(pl.when(fits).then(value))
+
+
+def _decimal_of_float(value: pl.Expr) -> pl.Expr:
+    """A float8 as numeric at its 15 significant digits (PostgreSQL's cast).
+
+    Through its shortest text: polars' direct cast scales in binary floating
+    point and gets digits wrong beyond 2^53 (1716076800.0 becomes …799.99999…).
+    """
+    return value.round_sig_figs(15).cast(pl.Utf8).cast(NUMERIC, strict=False)
+
+
 @_handles("sqrt")
 def _sqrt(compiler: _Compiler, call: Call) -> CompiledScalar:
-    def body(values: list[pl.Expr], _types: list[str], _result: str) -> tuple[pl.Expr, pl.Expr]:
+    def body(values: list[pl.Expr], _types: list[str], result: str) -> tuple[pl.Expr, pl.Expr]:
         value = values[0].cast(pl.Float64)
         negative = _error_when(
             value < 0, INVALID_POWER, "cannot take square root of a negative number"
         )
-        return pl.when(value >= 0).then(value.sqrt()), negative
+        return float_result(pl.when(value >= 0).then(value.sqrt()), result), negative
 
     return _strict(compiler, call, body)
 
@@ -1593,16 +1807,16 @@ def _sqrt(compiler: _Compiler, call: Call) -> CompiledScalar:
 @_handles("ln", "log10", "log")
 def _log(compiler: _Compiler, call: Call) -> CompiledScalar:
     def body(
-        values: list[pl.Expr], _types: list[str], _result: str
+        values: list[pl.Expr], _types: list[str], result: str
     ) -> tuple[pl.Expr, pl.Expr | None]:
         value = values[-1].cast(pl.Float64)
         zero = _error_when(value == 0, INVALID_LOG, "cannot take logarithm of zero")
         negative = _error_when(value < 0, INVALID_LOG, "cannot take logarithm of a negative number")
         positive = pl.when(value > 0).then(value)
         if call.func == "ln":
-            return positive.log(), _first_error([zero, negative])
+            return float_result(positive.log(), result), _first_error([zero, negative])
         if call.func == "log10" or len(values) == 1:
-            return positive.log10(), _first_error([zero, negative])
+            return float_result(positive.log10(), result), _first_error([zero, negative])
         base = values[0].cast(pl.Float64)
         bad_base = _error_when(
             (base <= 0) | (base == 1),
@@ -1610,7 +1824,8 @@ def _log(compiler: _Compiler, call: Call) -> CompiledScalar:
             "cannot take logarithm of a non-positive base or one",
         )
         ok_base = pl.when((base > 0) & (base != 1)).then(base)
-        return positive.log() / ok_base.log(), _first_error([zero, negative, bad_base])
+        quotient = float_result(positive.log() / ok_base.log(), result)
+        return quotient, _first_error([zero, negative, bad_base])
 
     return _strict(compiler, call, body)
 
@@ -1623,7 +1838,9 @@ def _power(compiler: _Compiler, call: Call) -> CompiledScalar:
         base, exponent = (v.cast(pl.Float64) for v in values)
         zero_negative = (base == 0) & (exponent < 0)
         fractional_of_negative = (base < 0) & (exponent != exponent.floor())
-        value = pl.when(~zero_negative & ~fractional_of_negative).then(base.pow(exponent))
+        value: pl.Expr = pl.when(~zero_negative & ~fractional_of_negative).then(base.pow(exponent))
+        if result_type == "numeric":
+            value = float_result(value, result_type)
         errors = [
             _error_when(
                 zero_negative, INVALID_POWER, "zero raised to a negative power is undefined"
@@ -1740,42 +1957,16 @@ def _date_trunc(compiler: _Compiler, call: Call) -> CompiledScalar:
     if subject.type == "date":
         subject = cast(subject, "timestamp")
     if subject.type == "interval":
-        value = _truncate_interval(subject.value, unit)
+        if unit == "week":
+            raise LoupeError(
+                SqlState.FEATURE_NOT_SUPPORTED, 'unit "week" not supported for type interval'
+            )
+        value = intervals.truncate(subject.value, unit)
         return CompiledScalar(value, subject.error, result_type)
     value = subject.value.dt.truncate(_TRUNC_EVERY[unit])
     if unit in ("decade", "century", "millennium"):
         value = _truncate_years(subject.value, unit)
     return CompiledScalar(value.cast(polars_dtype(result_type)), subject.error, result_type)
-
-
-_TIME_UNIT_MICROS = {
-    "microseconds": 1,
-    "milliseconds": 1_000,
-    "second": 1_000_000,
-    "minute": 60_000_000,
-    "hour": 3_600_000_000,
-    "day": 86_400_000_000,
-}
-
-
-def _truncate_interval(interval: pl.Expr, unit: str) -> pl.Expr:
-    """An interval's fields below ``unit`` zeroed, each toward zero as PostgreSQL truncates them.
-
-    The engine's interval has no month part, so truncating to a month or
-    longer leaves nothing; weeks are refused, as PostgreSQL refuses them.
-    """
-    if unit == "week":
-        raise LoupeError(
-            SqlState.FEATURE_NOT_SUPPORTED, 'unit "week" not supported for type interval'
-        )
-    magnitude = interval.dt.total_microseconds().abs()
-    step = _TIME_UNIT_MICROS.get(unit)
-    if step is None:  # month, quarter, year, decade, century, millennium
-        return interval * 0
-    days, time = magnitude // _DAY_MICROS * _DAY_MICROS, magnitude % _DAY_MICROS
-    kept = days + time // step * step
-    signed = pl.when(interval.dt.total_microseconds() < 0).then(-kept).otherwise(kept)
-    return pl.duration(microseconds=signed)
 
 
 def _truncate_years(value: pl.Expr, unit: str) -> pl.Expr:
@@ -1814,34 +2005,6 @@ _FIELDS: dict[str, Callable[[pl.Expr], pl.Expr]] = {
 _DAY_MICROS = 86_400_000_000
 
 
-def _interval_field(part: Callable[[pl.Expr], pl.Expr]) -> Callable[[pl.Expr], pl.Expr]:
-    """A field of the time within the day of an interval of ``us`` microseconds.
-
-    PostgreSQL's fields keep the interval's sign (``-(1 day 02:30)`` has day
-    -1 and hour -2), so they are taken from the magnitude and signed.
-    """
-
-    def field(us: pl.Expr) -> pl.Expr:
-        magnitude = us.abs() % _DAY_MICROS
-        return pl.when(us < 0).then(-part(magnitude)).otherwise(part(magnitude))
-
-    return field
-
-
-# The engine's interval has no month part (a duration): year and month are 0, quarter 1.
-_INTERVAL_FIELDS: dict[str, Callable[[pl.Expr], pl.Expr]] = {
-    "epoch": lambda us: us / 1e6,
-    "day": lambda us: pl.when(us < 0).then(-(us.abs() // _DAY_MICROS)).otherwise(us // _DAY_MICROS),
-    "hour": _interval_field(lambda t: t // 3_600_000_000),
-    "minute": _interval_field(lambda t: t // 60_000_000 % 60),
-    "second": _interval_field(lambda t: t % 60_000_000 / 1e6),
-    "milliseconds": _interval_field(lambda t: t % 60_000_000 / 1e3),
-    "microseconds": _interval_field(lambda t: t % 60_000_000),
-    **dict.fromkeys(("month", "year", "decade", "century", "millennium"), lambda us: us * 0),
-    "quarter": lambda us: us * 0 + 1,
-}
-
-
 @_handles("extract", "date_part")
 def _extract(compiler: _Compiler, call: Call) -> CompiledScalar:
     result_type = compiler.type_of(call)
@@ -1851,8 +2014,8 @@ def _extract(compiler: _Compiler, call: Call) -> CompiledScalar:
         return CompiledScalar(pl.lit(None, pl.Float64), subject.error, result_type)
     field = _unit(unit, f"{call.func}'s field")
     if subject.type == "interval":
-        fields = _INTERVAL_FIELDS
-        source = subject.value.dt.total_microseconds()
+        fields = intervals.FIELDS
+        source = subject.value
     else:
         fields = _FIELDS
         source = subject.value
@@ -1863,7 +2026,7 @@ def _extract(compiler: _Compiler, call: Call) -> CompiledScalar:
         raise LoupeError(
             SqlState.FEATURE_NOT_SUPPORTED, f'unit "{field}" not supported for type {type_name}'
         )
-    value = fields[field](source).cast(pl.Float64)
+    value = float_result(fields[field](source).cast(pl.Float64), result_type)
     return CompiledScalar(value, subject.error, result_type)
 
 
@@ -2158,11 +2321,18 @@ def _date_bin(compiler: _Compiler, call: Call) -> CompiledScalar:
         raise LoupeError(UNDEFINED_FUNCTION, f"function date_bin({types}) does not exist")
     pieces = [compiler.bind(p) for p in (stride, source, origin)]
     width, moment, start = (p.value for p in pieces)
-    step = width.dt.total_microseconds()
+    step = intervals.days(width).cast(pl.Int64) * _DAY_MICROS + intervals.micros(width)
     offset = (moment - start).dt.total_microseconds()
-    positive = pl.when(step > 0).then(step)
+    positive = pl.when((step > 0) & (intervals.months(width) == 0)).then(step)
     binned = start + pl.duration(microseconds=offset // positive * positive)
-    error = _error_when(step <= 0, INVALID_DATE_FIELD, "stride must be greater than zero")
+    error = pl.coalesce(
+        _error_when(
+            intervals.months(width) != 0,
+            SqlState.FEATURE_NOT_SUPPORTED,
+            "timestamps cannot be binned into intervals containing months or years",
+        ),
+        _error_when(step <= 0, INVALID_DATE_FIELD, "stride must be greater than zero"),
+    )
     any_null = pl.any_horizontal([v.is_null() for v in (width, moment, start)])
     error = pl.when(any_null).then(pl.lit(None, pl.Utf8)).otherwise(error)
     return CompiledScalar(
@@ -2174,27 +2344,33 @@ def _date_bin(compiler: _Compiler, call: Call) -> CompiledScalar:
 
 @_handles("justify_hours", "justify_days", "justify_interval")
 def _justify(compiler: _Compiler, call: Call) -> CompiledScalar:
-    """PostgreSQL's justify functions on the engine's interval, which is one duration.
+    """PostgreSQL's justify functions: whole days as months, whole 24 hours as days."""
+    return _strict(compiler, call, lambda values, _t, _r: intervals.justify(call.func, values[0]))
 
-    A duration already holds its whole days as days and one sign throughout,
-    so justify_hours changes nothing. Turning 30 days into a month needs a
-    month part: justify_days and justify_interval refuse (0A000) an interval
-    of 30 days or more rather than print one that is not PostgreSQL's.
-    """
+
+@_handles("interval_span")
+def _interval_span(compiler: _Compiler, call: Call) -> CompiledScalar:
+    return _strict(compiler, call, lambda values, _t, _r: (intervals.span_value(values[0]), None))
+
+
+@_handles("age")
+def _age(compiler: _Compiler, call: Call) -> CompiledScalar:
+    """age(a, b): years, months and days between two times by the calendar."""
 
     def body(
-        values: list[pl.Expr], _types: list[str], _result: str
+        values: list[pl.Expr], types: list[str], _result: str
     ) -> tuple[pl.Expr, pl.Expr | None]:
-        interval = values[0]
-        if call.func == "justify_hours":
-            return interval, None
-        months = interval.dt.total_microseconds().abs() >= 30 * _DAY_MICROS
-        error = _error_when(
-            months,
-            SqlState.FEATURE_NOT_SUPPORTED,
-            f"{call.func} of 30 days or more: intervals with months not yet supported",
-        )
-        return interval, error
+        values = [
+            v.cast(pl.Datetime("us")) if t == "date" else v
+            for v, t in zip(values, types, strict=True)
+        ]
+        later, earlier = values
+        if "timestamptz" in types:
+            later, earlier = (
+                v.dt.replace_time_zone("UTC") if t == "timestamp" else v
+                for v, t in zip(values, types, strict=True)
+            )
+        return intervals.ages(later, earlier)
 
     return _strict(compiler, call, body)
 
@@ -2206,8 +2382,13 @@ _POSIX_OFFSET = re.compile(r"^(?:utc|gmt)?([+-])(\d{1,2})(?::(\d{2}))?$")
 
 def _zone_offset(zone: Literal) -> str | datetime.timedelta:
     """The IANA name, or the fixed offset east of UTC, of a constant zone (22023 if unknown)."""
-    if zone.type == "interval" and isinstance(zone.value, datetime.timedelta):
-        return zone.value
+    if zone.type == "interval" and isinstance(zone.value, Interval):
+        if zone.value.months or zone.value.days:
+            raise LoupeError(
+                INVALID_ARGUMENT,
+                f'interval time zone "{zone.value}" must not include months or days',
+            )
+        return datetime.timedelta(microseconds=zone.value.micros)
     text = str(zone.value).strip()
     named = _ZONE_NAMES.get(text.lower())
     if named is not None:
@@ -2267,22 +2448,5 @@ def _localized(local: pl.Expr, zone: str) -> pl.Expr:
     return pl.coalesce([found, skipped])
 
 
-@_handles("add_calendar_interval")
-def _add_calendar_interval(compiler: _Compiler, call: Call) -> CompiledScalar:
-    """PostgreSQL's timestamp + interval: months (clamping the day), then days, then time."""
-    fields = [a.value for a in call.args[1:] if isinstance(a, Literal) and isinstance(a.value, int)]
-    if len(fields) != 3:
-        raise LoupeError(
-            SqlState.FEATURE_NOT_SUPPORTED, "add_calendar_interval takes constant fields"
-        )
-    months, days, micros = fields
-    result_type = compiler.type_of(call)
-    subject = compiler.as_type(call.args[0], result_type)
-    value = subject.value
-    if months:
-        value = value.dt.offset_by(f"{months}mo")
-    if days:
-        value = value.dt.offset_by(f"{days}d")
-    if micros:
-        value = value + pl.duration(microseconds=micros)
-    return CompiledScalar(value.cast(polars_dtype(result_type)), subject.error, result_type)
+# Arrays and lists register their functions with this module's handlers.
+from loupe.dataflow import containers, jsonb  # noqa: E402

@@ -21,7 +21,7 @@ import pyarrow as pa
 
 from loupe.common.errors import LoupeError, SqlState
 from loupe.common.logging import get_logger
-from loupe.dataflow import expr, types
+from loupe.dataflow import expr, intervals, types
 from loupe.dataflow.arrangement import Log, Trace
 from loupe.dataflow.batches import (
     DIFF,
@@ -39,6 +39,7 @@ from loupe.dataflow.hooks import LoggingHooks
 from loupe.dataflow.operators import Input, Operator
 from loupe.dataflow.render import LirRegion, Renderer
 from loupe.dataflow.results import Finishing, HydrationStatus, NotReady, PeekResult, SinkBatch
+from loupe.interval import structs
 from loupe.plan import lir
 from loupe.plan.dataflow import ColumnDesc, DataflowDescription, PersistSink, Sink
 from loupe.plan.scalar import Call, Column, Literal
@@ -123,8 +124,8 @@ class _Source:
     def read(self, table: pa.Table, readers: Sequence[Dataflow]) -> pl.DataFrame:
         """``table`` as an engine batch with the columns ``readers`` read (the others NULL).
 
-        Converting persist's format costs (numeric is text there); a TPC-H
-        join reads 4 of lineitem's 16 columns.
+        Converting persist's format costs; a TPC-H join reads 4 of
+        lineitem's 16 columns.
         """
         wanted: set[int] = set()
         for reader in readers:
@@ -294,7 +295,7 @@ class Dataflow:
             operator.pending_err = err
         try:
             self._run_operators(lower, upper, hooks)
-        except Exception:
+        except Exception as error:
             incident = uuid.uuid4().hex[:12]
             log.exception(
                 "dataflow step failed; the dataflow stops", dataflow=self.desc.id, incident=incident
@@ -306,6 +307,11 @@ class Dataflow:
                 queue.ok.insert(0, ok)
                 queue.err.insert(0, err)
                 queue.records -= ok.height
+            if isinstance(error, LoupeError) and not error.code.startswith("XX"):
+                # A SQL error the step could not give as error rows (an exact sum past
+                # numeric's range): the dataflow's reads fail with it.
+                self.failed = error
+                return False
             self.failed = LoupeError(
                 SqlState.INTERNAL_ERROR,
                 f"dataflow {self.desc.debug_name or self.desc.id} failed: internal error"
@@ -801,7 +807,7 @@ def _point(
     columns = {}
     for i in key:
         name = f"c{i}"
-        value = pl.Series(name, [pinned[i]]).cast(empty.schema[name], strict=False)
+        value = pl.Series(name, structs([pinned[i]])).cast(empty.schema[name], strict=False)
         if value.null_count():
             return None  # a literal the column cannot hold: let the predicates decide
         columns[name] = value
@@ -811,11 +817,10 @@ def _point(
 def _finish(rows: pl.DataFrame, result_types: Sequence[str], finishing: Finishing) -> PeekResult:
     """ORDER BY, OFFSET, LIMIT, then the projection, as a peek's RowSetFinishing says."""
     if finishing.order:
-        rows = rows.sort(
-            [f"c{k.column}" for k in finishing.order],
-            descending=[k.desc for k in finishing.order],
-            nulls_last=[k.nulls_last for k in finishing.order],
+        by, descending, nulls_last = intervals.order_by(
+            rows.schema, [(f"c{k.column}", k.desc, k.nulls_last) for k in finishing.order]
         )
+        rows = rows.sort(by, descending=descending, nulls_last=nulls_last)
     if finishing.offset or finishing.limit is not None:
         rows = rows.slice(finishing.offset, finishing.limit)
     result_types = tuple(result_types)

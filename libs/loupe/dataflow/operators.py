@@ -16,11 +16,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from decimal import Decimal
 
 import polars as pl
 
+from loupe import sqltypes
 from loupe.common.errors import LoupeError, SqlState
-from loupe.dataflow import expr
+from loupe.dataflow import expr, intervals
 from loupe.dataflow.arrangement import Spine
 from loupe.dataflow.batches import (
     DIFF,
@@ -37,9 +39,12 @@ from loupe.dataflow.batches import (
     spread,
     sum_by,
 )
+from loupe.dataflow.expr import NUMERIC
 from loupe.dataflow.types import empty_frame, polars_dtype
+from loupe.interval import structs
 from loupe.plan import lir, mir
 from loupe.plan.scalar import Scalar, columns_of, scalar_type, shift
+from loupe.sqltypes import TIME_TYPES
 
 UNIT = "_u"  # the key column of a reduce without group key
 
@@ -134,6 +139,8 @@ class Constant(Operator):
         columns: dict[str, pl.Series] = {}
         for i, (name, dtype) in enumerate(list(self.empty.schema.items())[: len(self.types)]):
             values = [row[i] for row in self.rows]
+            if self.types[i] == "interval":
+                values = structs(values)
             columns[name] = pl.Series(name, values, dtype=dtype, strict=False)
         columns[TIME] = pl.Series(TIME, [self.as_of] * count, dtype=pl.UInt64)
         columns[DIFF] = pl.Series(DIFF, [1] * count, dtype=pl.Int64)
@@ -186,15 +193,24 @@ def evaluate(
     input_types: Sequence[str],
     names: Sequence[str],
     dtypes: Sequence[pl.DataType] | None = None,
+    *,
+    match: bool = False,
 ) -> tuple[pl.DataFrame, pl.DataFrame]:
     """``frame`` with ``exprs`` appended as ``names``, minus rows where one fails; the error rows.
 
-    ``dtypes``: cast the values on to these (join keys compared across types).
+    ``dtypes``: cast the values on to these (join keys compared across types). ``match``:
+    keys that match when their values are equal, an interval as its total span (so
+    '1 mon' matches '30 days', as PostgreSQL's ``=`` says).
     """
     compiled = [expr.compile_scalar(e, input_types) for e in exprs]
     values = [c.value.cast(polars_dtype(c.type)) for c in compiled]
     if dtypes is not None:
         values = [v.cast(d) for v, d in zip(values, dtypes, strict=True)]
+    if match:
+        values = [
+            intervals.normalized(v) if c.type == "interval" else v
+            for v, c in zip(values, compiled, strict=True)
+        ]
     lets = [name for c in compiled for name in c.let_names]
     lazy = frame.lazy()
     for c in compiled:
@@ -378,9 +394,20 @@ class Reduce(Operator):
                 raise LoupeError(
                     SqlState.FEATURE_NOT_SUPPORTED, f"aggregate {a.func} is not supported"
                 )
+        self.result_types = [a.result_type(tuple(source.types)) for a in node.aggregates]
         self.accumulable = node.kind in (lir.ReduceKind.ACCUMULABLE, lir.ReduceKind.DISTINCT)
+        # Exact decimal sums are sums of the decimals' 128-bit integers: integer sums
+        # wrap around, so a total that fits is exact even when a partial sum does not
+        # (polars' decimal sums fail then, or wrap silently when grouped). A float
+        # shadow of each sum says when the total itself left numeric's range.
+        self.shadowed = [
+            i
+            for i, a in enumerate(node.aggregates)
+            if a.func in ("sum", "avg") and self.result_types[i] == "numeric" and not a.distinct
+        ]
         if self.accumulable:
             self.sums = ["_n"] + [c for i in range(len(self.args)) for c in (f"s{i}", f"n{i}")]
+            self.sums += [f"f{i}" for i in self.shadowed]
             self.state: list = [Accumulator(self.keys, self.sums, "_n") for _ in range(workers)]
         else:
             self.state = [(Spine(self.keys), Spine(self.keys)) for _ in range(workers)]
@@ -416,28 +443,44 @@ class Reduce(Operator):
     def _contributions(self, part: pl.DataFrame) -> pl.DataFrame:
         """Per key and time: the row count, and each aggregate's sum and non-NULL count."""
         columns = [pl.col(DIFF).alias("_n")]
+        diffs = part[DIFF]
+        # Inserts only (a hydration): the values are their own contributions, with no
+        # multiplication by the diff (costly for exact decimals).
+        inserts = diffs.min() == 1 and diffs.max() == 1
         for i, (agg, name) in enumerate(zip(self.node.aggregates, self.args, strict=True)):
             if agg.expr is None:
                 columns += [pl.lit(0, pl.Int64).alias(f"s{i}"), pl.col(DIFF).alias(f"n{i}")]
                 continue
             present = pl.col(name).is_not_null()
-            kind = pl.Float64 if self._is_float(i) else pl.Int64
+            kind = self._accumulator_dtype(i)
+            summand = pl.col(name).cast(kind)
+            if i in self.shadowed:
+                summand = pl.col(name).cast(NUMERIC).to_physical()
             if agg.func == "count":  # only the non-NULL count: the values may be any type
                 value = pl.lit(0, pl.Int64)
+            elif inserts:
+                value = summand.fill_null(0)
             else:
-                value = pl.when(present).then(pl.col(name).cast(kind) * pl.col(DIFF)).otherwise(0)
+                value = pl.when(present).then(summand * pl.col(DIFF)).otherwise(0)
             columns += [
                 value.cast(kind).alias(f"s{i}"),
                 (present.cast(pl.Int64) * pl.col(DIFF)).alias(f"n{i}"),
             ]
+            if i in self.shadowed:  # from the integer, not the product that may wrap around
+                shadow = summand.cast(pl.Float64)
+                shadow = shadow if inserts else shadow * pl.col(DIFF)
+                columns.append(shadow.fill_null(0).alias(f"f{i}"))
         selected = [pl.col(k) for k in self.keys] + [pl.col(TIME), *columns]
         return sum_by(part, self.keys, self.sums, selected)
 
-    def _is_float(self, index: int) -> bool:
-        return (
-            polars_dtype(self.arg_types[index]) == pl.Float64
-            or self.node.aggregates[index].func == "avg"
-        )
+    def _accumulator_dtype(self, index: int) -> pl.DataType:
+        """What a running sum is kept in: a float, a decimal's 128-bit integer, else Int64."""
+        if self.node.aggregates[index].func == "count":
+            return pl.Int64()
+        if index in self.shadowed:
+            return pl.Int128()
+        result = polars_dtype(self.result_types[index])
+        return result if result in (pl.Float64, NUMERIC) else pl.Int64()
 
     def _accumulate(self, worker: int, part: pl.DataFrame) -> pl.DataFrame:
         """Retract each changed key's old output row, insert its new one.
@@ -449,6 +492,7 @@ class Reduce(Operator):
             return self.empty
         # On one worker ``_contributions`` already summed the batch per key and time.
         steps = self.state[worker].step(part, summed=self.workers == 1)
+        _check_sums(steps, [f"new_f{i}" for i in self.shadowed])
         before, after = self._values("prev_"), self._values("new_")
         alive_before, alive_after = pl.col("prev__n") > 0, pl.col("new__n") > 0
         equal = [b.eq_missing(a) for b, a in zip(before, after, strict=True)]
@@ -469,12 +513,15 @@ class Reduce(Operator):
         width = len(self.keys)
         for i, agg in enumerate(self.node.aggregates):
             total, count = pl.col(f"{prefix}s{i}"), pl.col(f"{prefix}n{i}")
+            if i in self.shadowed:
+                total = _from_integer(total)
             if agg.func == "count":
                 value = count
             elif agg.func == "sum":
                 value = pl.when(count > 0).then(total)
             else:
-                value = pl.when(count > 0).then(total.cast(pl.Float64) / count)
+                numeric = self.result_types[i] == "numeric"
+                value = pl.when(count > 0).then(_mean(total, count, numeric=numeric))
             outputs.append(value.alias(f"c{width + i}"))
         return outputs
 
@@ -528,16 +575,58 @@ class Reduce(Operator):
         weight = pl.col(DIFF)
         positive = weight > 0
         aggs = [weight.sum().alias("_n")]
+        width = len(self.keys)
         for i, (agg, name) in enumerate(zip(self.node.aggregates, self.args, strict=True)):
-            if agg.func == "string_agg":
+            if agg.func in ("string_agg", "array_agg", "list_agg"):
                 extra = [pl.col(f"{name}_{j}") for j in range(1, len(agg.scalars))]
-                value = _string_agg(agg, pl.col(name), extra, weight, positive)
-            else:
-                value = _aggregate_expr(
-                    agg, pl.col(name) if agg.expr is not None else None, weight, positive
-                )
-            aggs.append(value.alias(f"c{len(self.keys) + i}"))
+                collect = _string_agg if agg.func == "string_agg" else _collect
+                joined = collect(agg, pl.col(name), extra, weight, positive)
+                aggs.append(joined.alias(f"c{width + i}"))
+                continue
+            if self.arg_types[i] == "interval" and agg.func in ("sum", "avg", "min", "max"):
+                interval = _interval_aggregate(agg, pl.col(name), weight, positive)
+                aggs.append(interval.alias(f"c{width + i}"))
+                continue
+            if self.arg_types[i] == "interval" and agg.distinct:  # count(DISTINCT): by span
+                spans = _aggregate_expr(agg, intervals.span_value(pl.col(name)), weight, positive)
+                aggs.append(spans.alias(f"c{width + i}"))
+                continue
+            value = pl.col(name) if agg.expr is not None else None
+            if i in self.shadowed:  # the integer sum, the count and the float shadow
+                present = pl.col(name).is_not_null()
+                integer = pl.col(name).cast(NUMERIC).to_physical()
+                aggs += [
+                    (integer * weight).filter(present).sum().alias(f"c{width + i}"),
+                    weight.filter(present).sum().alias(f"_c{i}"),
+                    (integer.cast(pl.Float64) * weight).filter(present).sum().alias(f"_f{i}"),
+                ]
+                continue
+            if value is not None and agg.func in ("sum", "avg"):
+                value = value.cast(polars_dtype(self.result_types[i]))  # sum(int8) is numeric
+            aggs.append(
+                _aggregate_expr(
+                    agg, value, weight, positive, numeric=self.result_types[i] == "numeric"
+                ).alias(f"c{width + i}")
+            )
         grouped = rows.group_by(self.keys).agg(aggs) if self.keys else rows.select(aggs)
+        _check_sums(grouped, [f"_f{i}" for i in self.shadowed])
+        exact = []
+        for i in self.shadowed:
+            total, count = _from_integer(pl.col(f"c{width + i}")), pl.col(f"_c{i}")
+            if self.node.aggregates[i].func == "avg":
+                total = _mean(total, count, numeric=True)
+            exact.append(pl.when(count > 0).then(total).alias(f"c{width + i}"))
+        grouped = grouped.with_columns(exact).drop(
+            [f"_{kind}{i}" for i in self.shadowed for kind in "cf"]
+        )
+        grouped = interval_averages(
+            grouped,
+            [
+                f"c{width + i}"
+                for i, agg in enumerate(self.node.aggregates)
+                if agg.func == "avg" and self.arg_types[i] == "interval"
+            ],
+        )
         grouped = grouped.filter(pl.col("_n") > 0).drop("_n")
         renamed = grouped.rename({k: f"c{i}" for i, k in enumerate(self.keys)})
         return renamed.with_columns(pl.lit(1, pl.Int64).alias(DIFF))
@@ -594,8 +683,36 @@ def _string_agg(
     return pl.concat_str([values.first(), rest])
 
 
+def _collect(
+    agg: mir.Aggregate, value: pl.Expr, extra: list[pl.Expr], weight: pl.Expr, positive: pl.Expr
+) -> pl.Expr:
+    """array_agg/list_agg: the values of the group's kept rows (NULLs too), in order.
+
+    Without ORDER BY the values are in ascending order (as string_agg's); each
+    value counts as often as its multiplicity. No kept row: NULL.
+    """
+    condition, keys = extra[0], extra[1:]
+    kept = positive & condition.fill_null(False)
+    rows = pl.struct([value.alias("v"), *(k.alias(f"k{j}") for j, k in enumerate(keys))])
+    rows = rows.filter(kept)
+    if agg.distinct:
+        rows = rows.unique(maintain_order=True)
+    else:
+        rows = rows.repeat_by(weight.filter(kept)).explode()
+    order = [rows.struct.field(f"k{j}") for j in range(len(keys))] + [rows.struct.field("v")]
+    descending = [k.desc for k in agg.order_by] + [False]
+    nulls_last = [k.nulls_last for k in agg.order_by] + [True]
+    ordered = rows.sort_by(order, descending=descending, nulls_last=nulls_last)
+    return pl.when(kept.any()).then(ordered.struct.field("v").implode())
+
+
 def _aggregate_expr(
-    agg: mir.Aggregate, value: pl.Expr | None, weight: pl.Expr, positive: pl.Expr
+    agg: mir.Aggregate,
+    value: pl.Expr | None,
+    weight: pl.Expr,
+    positive: pl.Expr,
+    *,
+    numeric: bool = False,
 ) -> pl.Expr:
     """One aggregate over a group's consolidated rows (``weight`` = multiplicity)."""
     if value is None:
@@ -608,21 +725,97 @@ def _aggregate_expr(
         if agg.func == "sum":
             return pl.when(distinct.len() > 0).then(distinct.sum())
         if agg.func == "avg":
-            return distinct.cast(pl.Float64).mean()
+            return pl.when(distinct.len() > 0).then(
+                _mean(distinct.sum(), distinct.len(), numeric=numeric)
+            )
     if agg.func == "count":
         return weight.filter(present).sum()
     if agg.func in mir.SPREAD_AGGREGATES:
-        return _spread(agg.func, value, weight, present & positive)
+        spread = _spread(agg.func, value, weight, present & positive)
+        # Computed in float8; a numeric result keeps the float's 15 significant digits.
+        return expr.float_result(spread, "numeric") if numeric else spread
     if agg.func == "min":
         return value.filter(positive).min()
     if agg.func == "max":
         return value.filter(positive).max()
     count = weight.filter(present).sum()
-    weighted = value.cast(pl.Float64) if agg.func == "avg" else value
-    total = (weighted * weight).filter(present).sum()
+    total = (value * weight).filter(present).sum()
     if agg.func == "sum":
         return pl.when(count > 0).then(total)
-    return pl.when(count > 0).then(total / count)
+    return pl.when(count > 0).then(_mean(total, count, numeric=numeric))
+
+
+def _from_integer(total: pl.Expr) -> pl.Expr:
+    """The numeric whose 128-bit integer is ``total`` (a sum of decimals' integers)."""
+    return (total.cast(pl.Decimal(38, 0)) * _LAST_DIGIT).cast(NUMERIC)
+
+
+_LAST_DIGIT = pl.lit(Decimal(1).scaleb(-sqltypes.NUMERIC_SCALE), NUMERIC)
+
+
+# 10^38: numeric's range (10^22) in units of its last digit, less a margin for float error.
+_SHADOW_LIMIT = float(sqltypes.NUMERIC_LIMIT.scaleb(sqltypes.NUMERIC_SCALE)) * (1 - 1e-9)
+
+
+def _check_sums(frame: pl.DataFrame, shadows: Sequence[str]) -> None:
+    """22003 when an exact sum left numeric's range (its integer may have wrapped around)."""
+    for shadow in shadows:
+        if frame.height and (frame[shadow].abs() >= _SHADOW_LIMIT).any():
+            raise LoupeError(expr.OUT_OF_RANGE, expr.NUMERIC_OVERFLOW)
+
+
+def _mean(total: pl.Expr, count: pl.Expr, *, numeric: bool) -> pl.Expr:
+    """``total / count``: decimal division for numeric (rounded to its scale), else float."""
+    if numeric:  # a decimal division by zero raises; callers make those rows NULL
+        return total / count.clip(1).cast(NUMERIC)
+    return total.cast(pl.Float64) / count
+
+
+def _interval_aggregate(
+    agg: mir.Aggregate, value: pl.Expr, weight: pl.Expr, positive: pl.Expr
+) -> pl.Expr:
+    """sum/avg (field by field; avg is the sum divided by the count, as ``interval_div``)
+    and min/max (by total span; of equal ones the smallest fields) of intervals."""
+    kept = positive & value.is_not_null()
+    if agg.distinct:
+        values = value.filter(kept).unique()
+        weights = pl.lit(1, pl.Int64).repeat_by(values.len()).explode()
+    else:
+        values, weights = value.filter(kept), weight.filter(kept)
+    if agg.func in ("min", "max"):
+        # Narrowed key by key (a sort_by of the struct in a group gives wrong values); of
+        # equal spans ('1 mon', '30 days') the one with the smallest fields, either way.
+        for key in range(5):
+            part = [*intervals.sort_keys(values), *intervals.field_values(values)][key]
+            largest = agg.func == "max" and key < 2
+            values = values.filter(part == (part.max() if largest else part.min()))
+        return values.first()
+    count = weights.sum()
+    # A sum beyond a field's width is PostgreSQL's 22008; a reduce has no error rows, so the
+    # strict casts fail the step (XX000, its input kept) rather than give a wrong value.
+    total = intervals.make(
+        (intervals.months(values).cast(pl.Int64) * weights).sum().cast(pl.Int32),
+        (intervals.days(values).cast(pl.Int64) * weights).sum().cast(pl.Int32),
+        (intervals.micros(values).cast(pl.Int128) * weights).sum().cast(pl.Int64),
+    )
+    if agg.func == "avg":  # divided once grouped (``interval_averages``)
+        return pl.when(count > 0).then(
+            pl.struct(total.alias("sum"), count.cast(pl.Float64).alias("count"))
+        )
+    return pl.when(count > 0).then(total)
+
+
+def interval_averages(frame: pl.DataFrame, columns: Sequence[str]) -> pl.DataFrame:
+    """avg of intervals in ``columns`` (a sum and a count each, from ``_interval_aggregate``)
+    as the sum divided by the count (``interval_div``)."""
+    if not columns or frame.height == 0:
+        return frame.with_columns(pl.lit(None, intervals.STRUCT).alias(c) for c in columns)
+    return frame.with_columns(
+        intervals.scale(
+            pl.col(c).struct.field("sum"), pl.col(c).struct.field("count"), divide=True
+        )[0].alias(c)
+        for c in columns
+    )
 
 
 def _current(
@@ -712,11 +905,12 @@ class TopK(Operator):
     def _top(self, rows: pl.DataFrame) -> pl.DataFrame:
         """The rows of each group inside the offset/limit window, with their multiplicities."""
         rows = self._candidates(rows.filter(pl.col(DIFF) > 0))
-        order = [f"c{k.column}" for k in self.node.order]
-        by = [*self.groups, *order, *self.columns]
-        descending = [False] * len(self.groups) + [k.desc for k in self.node.order]
+        keys = [(g, False, True) for g in self.groups]
+        keys += [(f"c{k.column}", k.desc, k.nulls_last) for k in self.node.order]
+        by, descending, nulls_last = intervals.order_by(rows.schema, keys)
+        # Ties are broken by the whole row (an interval's fields too: a stable choice).
+        by += [pl.col(c) for c in self.columns]
         descending += [False] * len(self.columns)
-        nulls_last = [True] * len(self.groups) + [k.nulls_last for k in self.node.order]
         nulls_last += [True] * len(self.columns)
         ordered = rows.sort(by, descending=descending, nulls_last=nulls_last)
         # A group's running count: the global one minus the count before the
@@ -751,8 +945,13 @@ class TopK(Operator):
         keys += [(c, False, True) for c in self.columns]
         for column, desc, nulls_last in keys:
             flag = pl.col(column).is_null() if nulls_last else pl.col(column).is_not_null()
-            by += [flag, pl.col(column)]
-            reverse += [False, desc]
+            values = (
+                intervals.sort_keys(pl.col(column))
+                if intervals.is_interval(rows.schema[column])
+                else [pl.col(column)]
+            )
+            by += [flag, *values]
+            reverse += [False] + [desc] * len(values)
         return rows.bottom_k(wanted, by=by, reverse=reverse)
 
     def spines(self) -> list[list[Spine]]:
@@ -825,10 +1024,7 @@ class Join(Operator):
         ]
         self.all_types = tuple(t for s in sources for t in s.types)
         self.classes = _merge_classes(node.equivalences)
-        compiled = [[expr.compile_inline(e, self.all_types).value for e in c] for c in self.classes]
-        self.conditions = [
-            (members[0] == other).fill_null(False) for members in compiled for other in members[1:]
-        ]
+        self.conditions = self._checkable(set(range(len(sources))))
         # (input, key exprs) -> (the lookup that arranges it, one spine per worker)
         self.arrangements: dict[tuple[int, tuple[Scalar, ...]], tuple[_Lookup, list[Spine]]] = {}
         self.paths = [self._path_plan(i) for i in range(len(sources))]
@@ -876,8 +1072,18 @@ class Join(Operator):
         conditions = []
         for cls in self.classes:
             members = [e for e in cls if {self._input_of(c) for c in columns_of(e)} <= joined]
-            compiled = [expr.compile_inline(e, self.all_types).value for e in members]
-            conditions += [(compiled[0] == other).fill_null(False) for other in compiled[1:]]
+            compiled = [expr.compile_inline(e, self.all_types) for e in members]
+            if not compiled:
+                continue
+            first = compiled[0]
+            conditions += [
+                (
+                    intervals.compare("eq", first.value, other.value)
+                    if first.type == "interval"
+                    else first.value == other.value
+                ).fill_null(False)
+                for other in compiled[1:]
+            ]
         return conditions
 
     def _pairs(self, joined: set[int], j: int) -> list[tuple[Scalar, Scalar]]:
@@ -895,7 +1101,7 @@ class Join(Operator):
         self, frame: pl.DataFrame, exprs: Sequence[Scalar], types: Sequence[str], step: _Lookup
     ) -> tuple[pl.DataFrame, pl.DataFrame]:
         """``frame`` with key columns ``k0..`` (cast to compare equal), rows with NULL keys dropped."""
-        keyed, err = evaluate(frame, exprs, types, step.names, step.dtypes)
+        keyed, err = evaluate(frame, exprs, types, step.names, step.dtypes, match=True)
         return (keyed.drop_nulls(step.names) if step.names else keyed), err
 
     def run(self, lower: int, upper: int) -> None:
@@ -1027,6 +1233,20 @@ def _split_texts(texts: pl.Series, splitter: Callable[[str], list[str]]) -> pl.S
     return joined["pieces"]
 
 
+def _series_number(value: pl.Expr, type_: str, kind: str) -> pl.Expr:
+    """A generate_series argument as the number the series counts in: integers, floats
+    (numeric), or microseconds (times, and their interval step)."""
+    if kind in ("numeric", "float8"):
+        return value.cast(pl.Float64)
+    if type_ == "interval":  # days as 24 hours, as timestamp + interval adds them here
+        return intervals.days(value).cast(pl.Int64) * 86_400_000_000 + intervals.micros(value)
+    if type_ == "date":
+        return value.cast(pl.Datetime("us")).dt.epoch("us")
+    if type_ in TIME_TYPES:
+        return value.dt.epoch("us")
+    return value.cast(pl.Int64)
+
+
 class FlatMap(Operator):
     """A table function per row (``generate_series``), then the node's MFP.
 
@@ -1038,11 +1258,12 @@ class FlatMap(Operator):
 
     def __init__(self, node: lir.FlatMap, source: Operator, workers: int) -> None:
         super().__init__(node.types, (source,), workers)
-        if node.func not in ("generate_series", "regexp_split_to_table"):
+        if node.func not in ("generate_series", "regexp_split_to_table", "unnest"):
             raise LoupeError(
                 SqlState.FEATURE_NOT_SUPPORTED, f"table function {node.func} is not supported"
             )
-        self.splitter = expr.regexp_splitter(node.exprs) if node.func != "generate_series" else None
+        splits = node.func == "regexp_split_to_table"
+        self.splitter = expr.regexp_splitter(node.exprs) if splits else None
         self.node = node
         self.input_types = source.types
         self.arity = len(source.types)
@@ -1057,13 +1278,37 @@ class FlatMap(Operator):
         def body(worker: int, part: pl.DataFrame) -> pl.DataFrame:
             if part.height == 0:
                 return self.empty
-            flat, failed = self._series(part) if self.splitter is None else self._split(part)
+            if self.node.func == "unnest":
+                flat, failed = self._unnest(part)
+            elif self.splitter is None:
+                flat, failed = self._series(part)
+            else:
+                flat, failed = self._split(part)
             ok, err = expr.apply_mfp(flat, self.node.mfp, self.flat_types)
             errors.extend([failed, err])
             return self.conform(ok)
 
         self.ok = self.per_worker(self.inputs[0].ok, body)
         self.err = concat(errors, empty_errors())
+
+    def _unnest(self, part: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
+        """unnest: a row per element of the array or list (none for NULL or empty)."""
+        container = self.compiled[0]
+        column = f"c{self.arity}"
+        lazy = container.with_lets(part.lazy()).with_columns(
+            container.value.alias(column),
+            (container.error if container.error is not None else pl.lit(None, pl.Utf8)).alias(
+                ERROR
+            ),
+        )
+        frame = lazy.collect()
+        errors = frame.filter(pl.col(ERROR).is_not_null()).select(ERROR, TIME, DIFF)
+        flat = (
+            frame.filter(pl.col(ERROR).is_null() & (pl.col(column).list.len() > 0))
+            .explode(column)
+            .select(*[f"c{i}" for i in range(self.arity)], column, TIME, DIFF)
+        )
+        return flat, errors
 
     def _split(self, part: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
         """regexp_split_to_table: a row per piece of the text (none for NULL)."""
@@ -1092,21 +1337,43 @@ class FlatMap(Operator):
         lazy = part.lazy()
         for compiled in self.compiled:
             lazy = compiled.with_lets(lazy)
-        args = [c.value.cast(pl.Int64).alias(f"_arg{i}") for i, c in enumerate(self.compiled)]
+        kind = self.series_type
+        args = [
+            _series_number(c.value, c.type, kind).alias(f"_arg{i}")
+            for i, c in enumerate(self.compiled)
+        ]
         lazy = lazy.with_columns(args)
         step = pl.col("_arg2") if len(args) == 3 else pl.lit(1, pl.Int64)
         zero_step = pl.when(step == 0).then(
             pl.lit(f"{SqlState.INVALID_PARAMETER_VALUE}|step size cannot equal zero")
         )
-        failed = pl.coalesce([*(c.error for c in self.compiled if c.error is not None), zero_step])
+        monthly = [
+            pl.when(intervals.months(c.value) != 0).then(
+                pl.lit(
+                    f"{SqlState.FEATURE_NOT_SUPPORTED}|generate_series with an interval step of "
+                    "months is not supported"
+                )
+            )
+            for c in self.compiled
+            if c.type == "interval"
+        ]
+        failed = pl.coalesce(
+            [*(c.error for c in self.compiled if c.error is not None), *monthly, zero_step]
+        )
         lazy = lazy.with_columns(failed.alias(ERROR))
         frame = lazy.collect()
         errors = frame.filter(pl.col(ERROR).is_not_null()).select(ERROR, TIME, DIFF)
         alive = frame.filter(pl.col(ERROR).is_null())
         present = pl.all_horizontal([pl.col(f"_arg{i}").is_not_null() for i in range(len(args))])
         start, stop = pl.col("_arg0"), pl.col("_arg1")
-        end = pl.when(step > 0).then(stop + 1).otherwise(stop - 1)
-        values = pl.int_ranges(start, end, step, dtype=pl.Int64)
+        if kind in ("numeric", "float8"):
+            # start + i * step for i from 0 while within stop (floats: the engine's numeric).
+            count = ((stop - start) / step).floor().cast(pl.Int64) + 1
+            steps = pl.int_ranges(0, pl.max_horizontal(count, pl.lit(0)), dtype=pl.Int64)
+            values = steps.list.eval(pl.element().cast(pl.Float64)) * step + start
+        else:
+            end = pl.when(step > 0).then(stop + 1).otherwise(stop - 1)
+            values = pl.int_ranges(start, end, step, dtype=pl.Int64)
         column = f"c{self.arity}"
         exploded = (
             alive.filter(present)
@@ -1115,9 +1382,13 @@ class FlatMap(Operator):
             .explode(column)
         )
         kept = [f"c{i}" for i in range(self.arity)]
+        series = pl.col(column)
+        if kind in TIME_TYPES:  # microseconds since the epoch back to the time type
+            series = series.cast(pl.Datetime("us"))
+            series = series.dt.replace_time_zone("UTC") if kind == "timestamptz" else series
         flat = exploded.select(
             *kept,
-            pl.col(column).cast(polars_dtype(self.series_type)),
+            series.cast(polars_dtype(self.series_type)),
             pl.col(TIME),
             pl.col(DIFF),
         )

@@ -12,6 +12,7 @@ from loupe.common.errors import LoupeError, SqlState
 from loupe.dataflow import operators as ops
 from loupe.dataflow.batches import TIME, concat, consolidate
 from loupe.dataflow.recursion import LetRec
+from loupe.dataflow.window import Window
 from loupe.plan import lir
 from loupe.plan.dataflow import BuildDesc, DataflowDescription, SourceImport
 from loupe.plan.scalar import columns_of
@@ -124,6 +125,8 @@ class Renderer:
             return ops.Reduce(node, inputs[0], workers)
         if isinstance(node, lir.TopK):
             return ops.TopK(node, inputs[0], workers)
+        if isinstance(node, lir.Window):
+            return Window(node, inputs[0], workers)
         if isinstance(node, lir.Negate):
             return ops.Negate(node.types, inputs, workers)
         if isinstance(node, lir.Threshold):

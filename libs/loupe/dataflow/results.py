@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import uuid
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import polars as pl
 import pyarrow as pa
 
 from loupe.common.errors import LoupeError
+from loupe.common.jsonb import Jsonb
+from loupe.interval import Interval
 from loupe.plan import mir
 
 
@@ -45,7 +50,52 @@ class PeekResult:
     types: tuple[str, ...]
 
     def rows(self) -> list[tuple[object, ...]]:
-        return self.frame.rows()
+        """The rows as Python values, as clients get them (``client_rows``; an interval
+        as ``loupe.interval.Interval``)."""
+        rows = client_rows(self.frame.rows(), self.types)
+        intervals = [i for i, t in enumerate(self.types) if t == "interval"]
+        if not intervals or not rows:
+            return rows
+        return [python_row(row, intervals) for row in rows]
+
+
+def python_row(row: tuple[object, ...], intervals: list[int]) -> tuple[object, ...]:
+    """``row`` with the engine's interval structs at ``intervals`` as ``Interval`` values."""
+    values = list(row)
+    for i in intervals:
+        values[i] = Interval.from_struct(values[i])
+    return tuple(values)
+
+
+def client_rows(rows: list[tuple[Any, ...]], types: Sequence[str]) -> list[tuple[Any, ...]]:
+    """Rows of the engine's values as clients get them: a uuid as ``uuid.UUID``, jsonb as
+    ``Jsonb`` (its JSON on the wire), other values as they are."""
+    convert = [(index, _PYTHON_VALUES[t]) for index, t in enumerate(types) if t in _PYTHON_VALUES]
+    if not convert or not rows:
+        return rows
+    converted = []
+    for row in rows:
+        values = list(row)
+        for index, to_python in convert:
+            if values[index] is not None:
+                values[index] = to_python(values[index])
+        converted.append(tuple(values))
+    return converted
+
+
+# Types whose engine values (polars') are not the Python values clients get.
+_PYTHON_VALUES: dict[str, Callable[[Any], object]] = {
+    "uuid": uuid.UUID,
+    "jsonb": Jsonb,
+    "_jsonb": lambda values: [None if v is None else Jsonb(v) for v in values],
+    "jsonb list": lambda values: [None if v is None else Jsonb(v) for v in values],
+    "_uuid": lambda values: [None if v is None else uuid.UUID(v) for v in values],
+    "uuid list": lambda values: [None if v is None else uuid.UUID(v) for v in values],
+    "_interval": lambda values: [None if v is None else Interval.from_struct(v) for v in values],
+    "interval list": lambda values: [
+        None if v is None else Interval.from_struct(v) for v in values
+    ],
+}
 
 
 @dataclass(frozen=True)

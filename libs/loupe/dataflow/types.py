@@ -5,18 +5,17 @@ Inside the engine a collection batch is a polars DataFrame with data columns
 boundary (pushed source updates, sink batches) tables are pyarrow in
 persist's format: the shard's column names, ``mz_timestamp`` and ``mz_diff``.
 
-Each type's polars dtype is ``loupe.sqltypes``'s. ``numeric`` is Float64 inside the engine (exact decimals are a documented
-gap); persist stores it as text, so it is cast on the way in and out.
+Each type's polars dtype and Arrow type are ``loupe.sqltypes``'s (``numeric``
+is a 128-bit decimal in both). Parts written before numeric was a decimal
+hold it as text; it is parsed on the way in.
 """
 
 from __future__ import annotations
 
-import decimal
 from collections.abc import Sequence
 
 import polars as pl
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from loupe.sqltypes import polars_dtype, storage_type
 
@@ -24,9 +23,6 @@ TIME = "time"
 DIFF = "diff"
 PERSIST_TIME = "mz_timestamp"
 PERSIST_DIFF = "mz_diff"
-
-# Persist's arrow type when it differs from the engine's (see loupe.sqltypes).
-_PERSIST_TEXT = {"numeric"}
 
 
 def column_names(arity: int) -> list[str]:
@@ -50,14 +46,10 @@ def from_persist(
     """A persist-format update table as an engine batch (``c0..``, ``time``, ``diff``).
 
     ``positions`` names the columns ``c<position>`` instead (a reader of
-    some of a shard's columns). numeric text is parsed by Arrow before the
-    frame exists: several times faster than polars' string cast.
+    some of a shard's columns).
     """
     names = [f"c{i}" for i in (positions if positions is not None else range(len(columns)))]
-    arrays = {
-        out: _import_array(table.column(name), pg_type)
-        for out, (name, pg_type) in zip(names, columns, strict=True)
-    }
+    arrays = {out: table.column(name) for out, (name, _) in zip(names, columns, strict=True)}
     arrays[TIME] = table.column(PERSIST_TIME)
     arrays[DIFF] = table.column(PERSIST_DIFF)
     frame = pl.from_arrow(pa.table(arrays))
@@ -69,16 +61,6 @@ def from_persist(
     return frame.select(
         _import_column(pl.col(out), frame.schema[out], dtype) for out, dtype in wanted.items()
     )
-
-
-def _import_array(column: pa.ChunkedArray, pg_type: str) -> pa.ChunkedArray:
-    """numeric text as float64 when Arrow can parse all of it (else polars does, leniently)."""
-    if pg_type not in _PERSIST_TEXT:
-        return column
-    try:
-        return pc.cast(column, pa.float64())
-    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
-        return column
 
 
 def to_persist(frame: pl.DataFrame, columns: Sequence[tuple[str, str]]) -> pa.Table:
@@ -105,15 +87,13 @@ def _small_offsets(field: pa.Field) -> pa.Field:
 
 
 def _import_column(column: pl.Expr, held: pl.DataType, dtype: pl.DataType) -> pl.Expr:
-    """A column held as ``held`` as ``dtype``; numeric text Arrow could not parse, leniently."""
-    if held == pl.Utf8 and dtype == pl.Float64:
-        return column.str.strip_chars().cast(pl.Float64, strict=False)
+    """A column held as ``held`` as ``dtype`` (numeric text of older parts, leniently)."""
+    if held == pl.Utf8 and isinstance(dtype, pl.Decimal):
+        return column.str.strip_chars().cast(dtype, strict=False)
     return column.cast(dtype)
 
 
 def _export_column(column: pl.Expr, pg_type: str) -> pl.Expr:
-    if pg_type in _PERSIST_TEXT:
-        return numeric_text(column)
     stored = storage_type(pg_type)
     if stored != pg_type:  # e.g. int2 in an int4 column
         return column.cast(polars_dtype(stored))
@@ -121,32 +101,5 @@ def _export_column(column: pl.Expr, pg_type: str) -> pl.Expr:
 
 
 def numeric_text(column: pl.Expr) -> pl.Expr:
-    """A Float64 ``numeric`` as PostgreSQL prints it: no ``.0``, no exponent, no float noise.
-
-    Values are rounded to 15 significant digits (what a Float64 holds
-    exactly), so ``0.1 + 0.2`` prints ``0.3`` as an exact numeric would.
-    """
-    integral = column.is_finite() & (column == column.round(0)) & (column.abs() < 1e18)
-    rounded = column.round_sig_figs(_SIGNIFICANT_DIGITS).cast(pl.Utf8)
-    fractional = rounded.map_batches(_without_exponent, return_dtype=pl.Utf8)
-    return (
-        pl.when(integral)
-        .then(column.cast(pl.Int64, strict=False).cast(pl.Utf8))
-        .when(column.is_nan())
-        .then(pl.lit("NaN"))
-        .when(column.is_infinite())
-        .then(pl.when(column > 0).then(pl.lit("Infinity")).otherwise(pl.lit("-Infinity")))
-        .otherwise(fractional)
-    )
-
-
-_SIGNIFICANT_DIGITS = 15
-
-
-def _without_exponent(texts: pl.Series) -> pl.Series:
-    """``1e-7`` as ``0.0000001`` (numeric never prints an exponent); rare, so per distinct value."""
-    exponent = texts.str.contains("e", literal=True).fill_null(False)
-    if not exponent.any():
-        return texts
-    plain = {t: format(decimal.Decimal(t), "f") for t in texts.filter(exponent).unique()}
-    return texts.replace(plain)
+    """A ``numeric`` as Materialize prints it: no trailing zeros, no point when integral."""
+    return column.cast(pl.Utf8).str.strip_chars_end("0").str.strip_chars_end(".")

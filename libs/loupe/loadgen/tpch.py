@@ -6,8 +6,8 @@ environment (the ``tpchgen-cli`` wheel, a Rust port of dbgen: deterministic,
 Loupe's types (the column lists of ``TPCH_TABLES``): keys int8, small
 integers int4, money and quantities numeric (kept as ``decimal128(15, 2)``
 here), dates date, strings text. ``load(tables, shards, ts)`` appends each
-table to its shard at timestamp ``ts`` in persist's format (numeric as text,
-as persist stores it today); ``load_files(files, shards, ts)`` does the same
+table to its shard at timestamp ``ts`` in persist's format (numeric as
+``decimal128(38, 16)``); ``load_files(files, shards, ts)`` does the same
 straight from the files, one part in memory at a time (SF 1: 8.7 million
 rows in 40 to 50 s on two busy cores, 0.5 GB peak RSS). Both report ``progress(table, rows_written, total_rows)`` after
 every part, so a CLI can show the load moving.
@@ -188,7 +188,7 @@ def _read_typed(path: Path, columns: Columns) -> pa.Table:
 
 
 def storage_updates(table: pa.Table, columns: Columns, ts: int) -> pa.Table:
-    """``table`` as persist updates: every row inserted (diff 1) at ``ts``, numeric as text."""
+    """``table`` as persist updates: every row inserted (diff 1) at ``ts``."""
     data = table.cast(arrow_schema(columns, updates=False))
     times = pa.repeat(pa.scalar(ts, pa.uint64()), table.num_rows)
     diffs = pa.repeat(pa.scalar(1, pa.int64()), table.num_rows)

@@ -76,6 +76,8 @@ def _literal_value(literal: plan_pb2.LiteralExpr) -> Any:
     # Values carry UTC instants; a `timestamp` (without time zone) is naive.
     if literal.type == "timestamp" and isinstance(value, dt.datetime):
         return value.replace(tzinfo=None)
+    if isinstance(value, list):  # an array or list constant: a tuple, as plans hold it
+        return tuple(value)
     return value
 
 
@@ -139,6 +141,37 @@ def order_from_proto(messages: Sequence[plan_pb2.OrderKey]) -> tuple[mir.OrderKe
     return tuple(mir.OrderKey(m.column, m.desc, m.nulls_last) for m in messages)
 
 
+def _window_function_to_proto(function: mir.WindowFunction) -> plan_pb2.WindowFunctionExpr:
+    frame = function.frame
+    return plan_pb2.WindowFunctionExpr(
+        func=function.func,
+        args=list(function.args),
+        mode=frame.mode,
+        start=_frame_bound_to_proto(frame.start),
+        end=_frame_bound_to_proto(frame.end),
+    )
+
+
+def _frame_bound_to_proto(bound: mir.FrameBound) -> plan_pb2.WindowFrameBound:
+    message = plan_pb2.WindowFrameBound(kind=bound.kind, offset=bound.offset)
+    if bound.distance is not None:
+        message.distance.CopyFrom(scalar_to_proto(bound.distance))
+    return message
+
+
+def _frame_bound_from_proto(message: plan_pb2.WindowFrameBound) -> mir.FrameBound:
+    distance = scalar_from_proto(message.distance) if message.HasField("distance") else None
+    assert distance is None or isinstance(distance, Literal)
+    return mir.FrameBound(message.kind, message.offset, distance)
+
+
+def _window_function_from_proto(message: plan_pb2.WindowFunctionExpr) -> mir.WindowFunction:
+    frame = mir.WindowFrame(
+        message.mode, _frame_bound_from_proto(message.start), _frame_bound_from_proto(message.end)
+    )
+    return mir.WindowFunction(message.func, tuple(message.args), frame)
+
+
 # -- LIR ----------------------------------------------------------------------------
 
 
@@ -178,6 +211,12 @@ def lir_to_proto(node: lir.Node) -> plan_pb2.LirNode:
             top_k.limit = node.limit
         top_k.offset = node.offset
         top_k.group_key.extend(node.group_key)
+    elif isinstance(node, lir.Window):
+        window = message.window
+        window.input.CopyFrom(lir_to_proto(node.input))
+        window.partition_by.extend(node.partition_by)
+        window.order.extend(order_to_proto(node.order))
+        window.functions.extend(_window_function_to_proto(f) for f in node.functions)
     elif isinstance(node, lir.Negate):
         message.negate.input.CopyFrom(lir_to_proto(node.input))
     elif isinstance(node, lir.Threshold):
@@ -250,6 +289,16 @@ def lir_from_proto(message: plan_pb2.LirNode) -> lir.Node:
             top_k.limit if top_k.HasField("limit") else None,
             top_k.offset,
             tuple(top_k.group_key),
+            types=types,
+        )
+    if kind == "window":
+        window = message.window
+        return lir.Window(
+            node_id,
+            lir_from_proto(window.input),
+            tuple(window.partition_by),
+            order_from_proto(window.order),
+            tuple(_window_function_from_proto(f) for f in window.functions),
             types=types,
         )
     if kind == "negate":

@@ -101,6 +101,42 @@ def _top_k_attributes(
     return " ".join(parts)
 
 
+_BOUND_TEXT = {
+    "unbounded_preceding": "unbounded preceding",
+    "offset_preceding": "{} preceding",
+    "current_row": "current row",
+    "offset_following": "{} following",
+    "unbounded_following": "unbounded following",
+}
+
+
+def _window_function(function: mir.WindowFunction) -> str:
+    """``rank()``, ``sum(#2) rows between 1 preceding and current row`` (default frames unsaid)."""
+    args = ", ".join(f"#{a}" for a in function.args)
+    text = f"{function.func}({args or '*' if function.func == 'count' else args})"
+    frame = function.frame
+    if function.func in (*mir.RANKING_FUNCTIONS, "lag", "lead") or frame == mir.WindowFrame():
+        return text
+    start, end = _bound(frame.start), _bound(frame.end)
+    return f"{text} {frame.mode} between {start} and {end}"
+
+
+def _bound(bound: mir.FrameBound) -> str:
+    distance = bound.offset if bound.distance is None else render_value(bound.distance.value)
+    return _BOUND_TEXT[bound.kind].format(distance)
+
+
+def _window_attributes(
+    partition_by: Sequence[int],
+    order: Sequence[mir.OrderKey],
+    functions: Sequence[mir.WindowFunction],
+) -> str:
+    parts = ["partition_by=" + _list([f"#{c}" for c in partition_by])] if partition_by else []
+    parts += [f"order_by={_order(order)}"] if order else []
+    parts.append("functions=[" + ", ".join(_window_function(f) for f in functions) + "]")
+    return " ".join(parts)
+
+
 def _equivalences(classes: Sequence[Sequence[Scalar]]) -> str:
     return _list([_scalars(c) for c in classes])
 
@@ -152,6 +188,8 @@ def _mir_header(node: mir.Relation) -> str:
     if isinstance(node, mir.TopK):
         attributes = _top_k_attributes(node.limit, node.offset, node.order, node.group_key)
         return f"TopK {attributes}".rstrip()
+    if isinstance(node, mir.Window):
+        return f"Window {_window_attributes(node.partition_by, node.order, node.functions)}"
     return type(node).__name__  # Distinct, Negate, Threshold, Union
 
 
@@ -195,6 +233,9 @@ def _lir_parts(node: lir.Node) -> tuple[str, list[str]]:
     if isinstance(node, lir.TopK):
         attributes = _top_k_attributes(node.limit, node.offset, node.order, node.group_key)
         return f"TopK::Basic {attributes}".rstrip(), []
+    if isinstance(node, lir.Window):
+        attributes = _window_attributes(node.partition_by, node.order, node.functions)
+        return f"Window::Basic {attributes}", []
     if isinstance(node, lir.Threshold):
         return "Threshold::Basic", []
     return type(node).__name__, []  # Negate, Union

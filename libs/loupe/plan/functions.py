@@ -16,8 +16,9 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from loupe import sqltypes
 from loupe.plan.scalar import ARITHMETIC, NUMERIC_RANK, Case, Cast, Column, Literal, Scalar
-from loupe.sqltypes import INTEGER_TYPES, TIME_TYPES
+from loupe.sqltypes import INTEGER_TYPES, TIME_TYPES, common_numeric
 
 TypeRule = Callable[[Sequence[str]], str]
 
@@ -36,7 +37,11 @@ STRICT = frozenset(
         *("octet_length", "substr", "substring", "strpos", "replace", "concat", "lpad"),
         *("rpad", "left", "right", "split_part", "starts_with", "btrim", "ltrim", "rtrim"),
         *("trim", "reverse", "repeat", "translate", "date_part", "extract", "date_trunc"),
-        *("make_date", "not"),
+        # Not subscript: PostgreSQL folds a[i] with a NULL array only when i is constant too.
+        *("make_date", "not", "cardinality", "list_length", "array_length"),
+        *("array_contains", "array_contained", "array_overlap", "jsonb_get", "jsonb_get_text"),
+        *("jsonb_exists", "jsonb_contains", "jsonb_contained", "jsonb_typeof"),
+        "jsonb_array_length",
     }
 )
 COERCING |= {"greatest", "least"} | ARITHMETIC
@@ -64,7 +69,11 @@ LITERAL_TYPES: dict[str, tuple[str | None, ...]] = {
     "to_timestamp": ("float8",),
     "make_timestamp": ("int4", "int4", "int4", "int4", "int4", "float8"),
     "chr": ("int4",),
+    "jsonb_contains": ("jsonb", "jsonb"),
+    "jsonb_contained": ("jsonb", "jsonb"),
+    **dict.fromkeys(("jsonb_typeof", "jsonb_array_length"), ("jsonb",)),
     **dict.fromkeys(("justify_hours", "justify_days", "justify_interval"), ("interval",)),
+    "age": ("timestamp", "timestamp"),
 }
 
 
@@ -88,7 +97,7 @@ def widest(types: Sequence[str]) -> str:
     """The numeric type PostgreSQL promotes a mix to (ignoring untyped NULLs)."""
     known = [t for t in types if t in NUMERIC_RANK]
     if known:
-        return max(known, key=NUMERIC_RANK.__getitem__)
+        return common_numeric(known)
     return next((t for t in types if t != "unknown"), "unknown")
 
 
@@ -152,6 +161,8 @@ def _add(types: Sequence[str]) -> str:
         return "timestamp" if other == "date" else other
     if pair == {"interval"}:
         return "interval"
+    if pair == {"time", "interval"}:
+        return "time"
     return widest(types)
 
 
@@ -169,12 +180,32 @@ def _sub(types: Sequence[str]) -> str:
         return left
     if left == "interval" and right == "interval":
         return "interval"
+    if left == "time" and right in ("time", "interval"):
+        return "time" if right == "interval" else "interval"
     return widest(types)
 
 
 def _scale(types: Sequence[str]) -> str:
     """mul/div: an interval scaled by a number stays an interval."""
     return "interval" if "interval" in types else widest(types)
+
+
+def _container(kind: str) -> TypeRule:
+    """ARRAY[…]/LIST[…]: a container of the elements' common type (text for untyped ones)."""
+
+    def rule(types: Sequence[str]) -> str:
+        element = _common(types)
+        element = "text" if element == "unknown" else element
+        try:
+            return sqltypes.array_of(element) if kind == "array" else sqltypes.list_of(element)
+        except sqltypes.UnknownType:
+            return f"{element}[]" if kind == "array" else f"{element} list"
+
+    return rule
+
+
+def _element(types: Sequence[str]) -> str:
+    return sqltypes.element_type(types[0]) or "unknown"
 
 
 _FUNCTIONS = (
@@ -298,6 +329,39 @@ _FUNCTIONS = (
             ("atanh", "inverse hyperbolic tangent; input outside [-1, 1] is 22003"),
         )
     ),
+    # Arrays and lists.
+    Function("array", 1, None, _container("array"), "ARRAY[a, …]: a one-dimensional array"),
+    Function("list", 1, None, _container("list"), "LIST[a, …]: a Materialize list"),
+    Function("subscript", 2, 2, _element, "a[i]: the i-th element (from 1), NULL outside"),
+    Function("cardinality", 1, 1, _fixed("int4"), "the number of elements of an array"),
+    Function("list_length", 1, 1, _fixed("int4"), "the number of elements of a list"),
+    Function("array_length", 2, 2, _fixed("int4"), "array_length(a, 1): NULL for an empty array"),
+    Function(
+        "array_to_string",
+        2,
+        3,
+        _fixed("text"),
+        "array_to_string(a, delimiter [, null text]): elements' text, NULLs skipped or replaced",
+    ),
+    Function("array_contains", 2, 2, _fixed("bool"), "a @> b: every element of b is in a"),
+    Function("array_contained", 2, 2, _fixed("bool"), "a <@ b: every element of a is in b"),
+    Function("array_overlap", 2, 2, _fixed("bool"), "a && b: an element in common"),
+    Function("eq_any", 2, 2, _fixed("bool"), "x = ANY(array): x equals an element"),
+    Function(
+        "container_concat",
+        2,
+        2,
+        lambda t: next((x for x in t if sqltypes.element_type(x) is not None), "unknown"),
+        "a || b of arrays or lists: concatenated, or an element appended or prepended",
+    ),
+    # jsonb.
+    Function("jsonb_get", 2, 2, _fixed("jsonb"), "j -> key or j -> n: a member or element"),
+    Function("jsonb_get_text", 2, 2, _fixed("text"), "j ->> key or j ->> n: as text"),
+    Function("jsonb_exists", 2, 2, _fixed("bool"), "j ? key: a top-level key or string"),
+    Function("jsonb_contains", 2, 2, _fixed("bool"), "a @> b: a contains b"),
+    Function("jsonb_contained", 2, 2, _fixed("bool"), "a <@ b: b contains a"),
+    Function("jsonb_typeof", 1, 1, _fixed("text"), "object, array, string, number, boolean, null"),
+    Function("jsonb_array_length", 1, 1, _fixed("int4"), "elements of an array; 22023 otherwise"),
     # Dates and times.
     Function(
         "date_trunc",
@@ -317,28 +381,30 @@ _FUNCTIONS = (
         lambda t: "timestamptz" if t[1] == "timestamp" else "timestamp",
         "timezone(zone, time) = time AT TIME ZONE zone: a constant zone name, offset or interval",
     ),
-    Function(
-        "add_calendar_interval",
-        4,
-        4,
-        lambda t: "timestamp" if t[0] == "date" else t[0],
-        "time + an interval of (months, days, microseconds): months first (the day clamped to "
-        "the month's last), then days, then the rest; what time ± INTERVAL '1 month' plans to",
-    ),
     Function("justify_hours", 1, 1, _fixed("interval"), "whole 24 hours as days"),
-    Function(
-        "justify_days",
-        1,
-        1,
-        _fixed("interval"),
-        "whole 30 days as months (30 days or more: 0A000, the engine's intervals have no months)",
-    ),
+    Function("justify_days", 1, 1, _fixed("interval"), "whole 30 days as months"),
     Function(
         "justify_interval",
         1,
         1,
         _fixed("interval"),
-        "justify_days(justify_hours(x)), one sign (30 days or more: 0A000, as justify_days)",
+        "justify_days and justify_hours, the fields given one sign",
+    ),
+    Function(
+        "interval_span",
+        1,
+        1,
+        _fixed("interval"),
+        "the interval of the same total span with fewer than 30 days and 24 hours (floored): "
+        "equal intervals ('1 mon', '30 days') have one; what GROUP BY and DISTINCT key them by",
+    ),
+    Function(
+        "age",
+        2,
+        2,
+        _fixed("interval"),
+        "age(a, b): years, months and days from b to a by the calendar (age(x): from midnight "
+        "today)",
     ),
     Function("make_date", 3, 3, _fixed("date"), "make_date(year, month, day); invalid is 22008"),
     Function(
@@ -376,7 +442,7 @@ _FUNCTIONS = (
         "mz_now",
         0,
         0,
-        _fixed("numeric"),
+        _fixed("mz_timestamp"),
         "the query's logical time (planner folds it)",
         evaluable=False,
     ),

@@ -13,7 +13,7 @@ import enum
 from dataclasses import dataclass, field
 
 from loupe.plan import mir
-from loupe.plan.scalar import Column, Scalar, columns_of, remap, shift
+from loupe.plan.scalar import Column, Scalar, columns_of, remap, scalar_type, shift
 
 
 @dataclass(frozen=True)
@@ -172,6 +172,19 @@ class TopK(Node):
 
 
 @dataclass(frozen=True)
+class Window(Node):
+    """Window functions per partition (``mir.Window``), recomputed for each changed partition."""
+
+    input: Node
+    partition_by: tuple[int, ...]
+    order: tuple[mir.OrderKey, ...]
+    functions: tuple[mir.WindowFunction, ...]
+
+    def inputs(self) -> tuple[Node, ...]:
+        return (self.input,)
+
+
+@dataclass(frozen=True)
 class Negate(Node):
     input: Node
 
@@ -270,6 +283,15 @@ class LoweringContext:
                 relation.offset,
                 relation.group_key,
             )
+        if isinstance(relation, mir.Window):
+            window_input = self.lower(relation.input)
+            return Window(
+                self.new_id(),
+                window_input,
+                relation.partition_by,
+                relation.order,
+                relation.functions,
+            )
         if isinstance(relation, mir.Union):
             inputs = tuple(self.lower(i) for i in relation.inputs)
             return Union(self.new_id(), inputs)
@@ -358,15 +380,27 @@ class LoweringContext:
             lowered,
             relation.group_key,
             relation.aggregates,
-            reduce_kind(relation.aggregates),
+            reduce_kind(relation.aggregates, lowered.types),
         )
 
 
-def reduce_kind(aggregates: tuple[mir.Aggregate, ...]) -> ReduceKind:
-    """Accumulable for count/sum/avg, Hierarchical for min/max, Basic otherwise (DISTINCT, mixed)."""
+def reduce_kind(
+    aggregates: tuple[mir.Aggregate, ...], input_types: tuple[str, ...] = ()
+) -> ReduceKind:
+    """Accumulable for count/sum/avg, Hierarchical for min/max, Basic otherwise (DISTINCT, mixed,
+    sums of intervals: three fields, recomputed per group)."""
     if not aggregates:
         return ReduceKind.DISTINCT
-    if all(a.func in ("count", "sum", "avg") and not a.distinct for a in aggregates):
+    intervals = any(
+        a.func in ("sum", "avg")
+        and a.expr is not None
+        and input_types
+        and scalar_type(a.expr, input_types) == "interval"
+        for a in aggregates
+    )
+    if not intervals and all(
+        a.func in ("count", "sum", "avg") and not a.distinct for a in aggregates
+    ):
         return ReduceKind.ACCUMULABLE
     if all(a.func in ("min", "max") for a in aggregates):
         return ReduceKind.HIERARCHICAL

@@ -10,14 +10,15 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 
-from loupe.plan.scalar import Scalar, scalar_type, widest_numeric
+from loupe import sqltypes
+from loupe.plan.scalar import Column, Literal, Scalar, scalar_type, widest_numeric
 
 ColumnSpec = tuple[str, str]
 
 # Variance and standard deviation (sample and population).
 SPREAD_AGGREGATES = frozenset({"var_samp", "var_pop", "stddev_samp", "stddev_pop"})
 # Aggregates whose value depends on every value of the group: recomputed per changed group.
-RECOMPUTED_AGGREGATES = SPREAD_AGGREGATES | {"string_agg"}
+RECOMPUTED_AGGREGATES = SPREAD_AGGREGATES | {"string_agg", "array_agg", "list_agg"}
 AGGREGATES = ("count", "sum", "min", "max", "avg", *sorted(RECOMPUTED_AGGREGATES))
 
 
@@ -68,12 +69,18 @@ class Aggregate:
             return "text"
         assert self.expr is not None
         arg = scalar_type(self.expr, input_types)
+        if arg == "interval" and self.func in ("sum", "avg"):
+            return "interval"
+        if self.func == "array_agg":
+            return sqltypes.array_of(arg)
+        if self.func == "list_agg":
+            return sqltypes.list_of(arg)
         if self.func == "avg" or self.func in SPREAD_AGGREGATES:
             return "float8" if arg.startswith("float") else "numeric"
         if self.func == "sum":
-            return {"int2": "int8", "int4": "int8", "int8": "numeric"}.get(
-                arg, widest_numeric([arg])
-            )
+            # Materialize's sums of unsigned integers: uint8, and numeric for uint8.
+            sums = {"int2": "int8", "int4": "int8", "int8": "numeric", "uint2": "uint8"}
+            return {**sums, "uint4": "uint8", "uint8": "numeric"}.get(arg, widest_numeric([arg]))
         return arg
 
 
@@ -259,11 +266,19 @@ def table_function_types(func: str, arg_types: Sequence[str]) -> tuple[str, ...]
     """The column types ``func`` produces for arguments of ``arg_types``."""
     if func == "generate_series":
         known = [t for t in arg_types if t != "unknown"]
+        if "timestamp" in known and "timestamptz" not in known and "date" not in known:
+            return ("timestamp",)
+        if set(known) & {"timestamptz", "date", "timestamp"}:
+            return ("timestamptz",)
+        if "numeric" in known:
+            return ("numeric",)
         if "int8" in known:
             return ("int8",)
         return ("int4",)
     if func == "regexp_split_to_table":
         return ("text",)
+    if func == "unnest":
+        return (sqltypes.element_type(arg_types[0]) or "unknown",)
     raise KeyError(func)
 
 
@@ -275,6 +290,101 @@ class TopK(_Unary):
     limit: int | None = None
     offset: int = 0
     group_key: tuple[int, ...] = ()
+
+
+# Window functions: ranking (frames do not apply), values at other rows, then aggregates.
+RANKING_FUNCTIONS = ("row_number", "rank", "dense_rank", "percent_rank", "cume_dist", "ntile")
+VALUE_FUNCTIONS = ("lag", "lead", "first_value", "last_value", "nth_value")
+WINDOW_FUNCTIONS = (*RANKING_FUNCTIONS, *VALUE_FUNCTIONS)
+# The argument counts PostgreSQL defines for each.
+WINDOW_ARGUMENTS = {
+    "row_number": (0,),
+    "rank": (0,),
+    "dense_rank": (0,),
+    "percent_rank": (0,),
+    "cume_dist": (0,),
+    "ntile": (1,),
+    "lag": (1, 2, 3),
+    "lead": (1, 2, 3),
+    "first_value": (1,),
+    "last_value": (1,),
+    "nth_value": (2,),
+}
+# Frame bound kinds, in PostgreSQL's order (a frame's start may not come after its end).
+FRAME_BOUNDS = (
+    "unbounded_preceding",
+    "offset_preceding",
+    "current_row",
+    "offset_following",
+    "unbounded_following",
+)
+
+
+@dataclass(frozen=True)
+class FrameBound:
+    """One end of a window frame. For the two ``offset_*`` kinds, ``offset`` counts rows in
+    a ROWS frame; in a RANGE frame ``distance`` is how far the ORDER BY key may be from the
+    current row's (a constant of the key's type, an interval for dates and times)."""
+
+    kind: str
+    offset: int = 0
+    distance: Literal | None = None
+
+
+@dataclass(frozen=True)
+class WindowFrame:
+    """The rows an aggregate or first/last/nth_value reads: ``rows`` counts rows,
+    ``groups`` counts peer groups (rows equal in the window's ORDER BY, every row of
+    the partition without one), ``range`` measures the ORDER BY key (its CURRENT ROW
+    is the row's peers). The default is PostgreSQL's: RANGE BETWEEN UNBOUNDED
+    PRECEDING AND CURRENT ROW."""
+
+    mode: str = "range"
+    start: FrameBound = FrameBound("unbounded_preceding")
+    end: FrameBound = FrameBound("current_row")
+
+
+@dataclass(frozen=True)
+class WindowFunction:
+    """``func`` of the input columns ``args`` for every row, over ``frame``.
+
+    ``func`` is a ranking or value function (``WINDOW_FUNCTIONS``) or an
+    aggregate (``AGGREGATES``; ``count`` without args is ``count(*)``).
+    """
+
+    func: str
+    args: tuple[int, ...] = ()
+    frame: WindowFrame = WindowFrame()
+
+    def result_type(self, input_types: tuple[str, ...]) -> str:
+        """The PostgreSQL result type."""
+        if self.func in ("row_number", "rank", "dense_rank"):
+            return "int8"
+        if self.func in ("percent_rank", "cume_dist"):
+            return "float8"
+        if self.func == "ntile":
+            return "int4"
+        if self.func in VALUE_FUNCTIONS:
+            return input_types[self.args[0]]
+        expr = Column(self.args[0]) if self.args else None
+        return Aggregate(self.func, expr).result_type(input_types)
+
+
+@dataclass(frozen=True)
+class Window(_Unary):
+    """Every input row with one more column per window function, computed over the rows of
+    its partition (equal ``partition_by`` columns) in ``order`` (ties: by the whole row)."""
+
+    partition_by: tuple[int, ...]
+    order: tuple[OrderKey, ...]
+    functions: tuple[WindowFunction, ...]
+    names: tuple[str, ...]
+
+    @property
+    def columns(self) -> tuple[ColumnSpec, ...]:
+        types = self.input.types
+        added = [f.result_type(types) for f in self.functions]
+        return (*self.input.columns, *zip(self.names, added, strict=True))
 
 
 @dataclass(frozen=True)

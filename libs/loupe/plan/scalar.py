@@ -90,7 +90,7 @@ def scalar_type(expr: Scalar, input_types: tuple[str, ...]) -> str:
 def widest_numeric(types: list[str]) -> str:
     """The type PostgreSQL promotes a mix of numeric types to."""
     known = [t for t in types if t in NUMERIC_RANK]
-    return max(known, key=NUMERIC_RANK.__getitem__) if known else (types[0] if types else "unknown")
+    return sqltypes.common_numeric(known) if known else (types[0] if types else "unknown")
 
 
 def remap(expr: Scalar, mapping: Callable[[int], int]) -> Scalar:
@@ -172,21 +172,6 @@ def render_value(value: Any) -> str:
         return value.isoformat(sep=" ")
     if isinstance(value, datetime.date):
         return value.isoformat()
-    if isinstance(value, datetime.timedelta):
-        return _render_interval(value)
-    return str(value)
-
-
-def _render_interval(value: datetime.timedelta) -> str:
-    """``1 day 02:00:00`` style, as PostgreSQL prints intervals without months."""
-    sign = "-" if value < datetime.timedelta(0) else ""
-    value = abs(value)
-    hours, rest = divmod(value.seconds, 3600)
-    minutes, seconds = divmod(rest, 60)
-    clock = f"{hours:02}:{minutes:02}:{seconds:02}"
-    if value.microseconds:
-        clock += f".{value.microseconds:06}".rstrip("0")
-    if not value.days:
-        return sign + clock
-    days = f"{value.days} day{'s' if value.days != 1 else ''}"
-    return f"{sign}{days}" if clock == "00:00:00" else f"{sign}{days} {clock}"
+    if isinstance(value, tuple | list):  # an array or list constant
+        return "{" + ",".join(render_value(v) for v in value) + "}"
+    return str(value)  # an Interval prints as PostgreSQL prints it

@@ -2,7 +2,7 @@
 
 Spark has no unsigned integers and no ``uint64`` timestamps, so parts are
 written with Spark's types (``uint8`` and ``mz_timestamp`` as ``LongType``,
-``interval`` as ``DayTimeIntervalType``, stored as int64 microseconds) and
+``interval`` as a struct of months, days and microseconds) and
 ``Shard`` casts each part to the shard's Arrow schema when it reads it.
 
 A flush writes every collection of a *write group* in one Spark job: the
@@ -17,13 +17,15 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from decimal import Decimal
 from typing import Any
 
 import pyarrow as pa
 
 from loupe.builtins import BuiltinCollection
+from loupe.interval import Interval
 from loupe.persist import DIFF_COLUMN, TIMESTAMP_COLUMN
-from loupe.sqltypes import TYPES, SqlType
+from loupe.sqltypes import NUMERIC_LIMIT, TYPES, SqlType
 
 # The column a group's Spark job partitions its output by (one directory per shard).
 SHARD_COLUMN = "mz_shard"
@@ -31,6 +33,7 @@ RESERVED_COLUMNS = frozenset({TIMESTAMP_COLUMN, DIFF_COLUMN, SHARD_COLUMN})
 
 _INT64_MIN = -(2**63)
 _INT64_MAX = 2**63 - 1
+_UNSIGNED_MAX = {"uint2": 2**16 - 1, "uint4": 2**32 - 1}
 
 
 def ingest_type(pg_type: str) -> pa.DataType:
@@ -65,13 +68,17 @@ def _check_value(pg_type: str, value: Any) -> str | None:
     """Why ``value`` cannot be stored in a ``pg_type`` column, or None if it can."""
     if value is None:
         return None
-    if pg_type == "text" or pg_type in ("numeric", "jsonb"):
+    if pg_type in ("text", "jsonb", "uuid"):
         ok = isinstance(value, str)
+    elif pg_type == "numeric":
+        ok = isinstance(value, Decimal) and abs(value) < NUMERIC_LIMIT
     elif pg_type in ("int4", "int8"):
         ok = _is_int(value) and _INT64_MIN <= value <= _INT64_MAX
-    elif pg_type == "uint8":
+    elif pg_type in ("uint8", "mz_timestamp"):
         # Spark stores it in a signed long; Shard reads it back as uint64.
         ok = _is_int(value) and 0 <= value <= _INT64_MAX
+    elif pg_type in _UNSIGNED_MAX:
+        ok = _is_int(value) and 0 <= value <= _UNSIGNED_MAX[pg_type]
     elif pg_type == "float8":
         ok = isinstance(value, float) or _is_int(value)
     elif pg_type == "bool":
@@ -87,7 +94,7 @@ def _check_value(pg_type: str, value: Any) -> str | None:
     elif pg_type == "date":
         ok = isinstance(value, dt.date) and not isinstance(value, dt.datetime)
     elif pg_type == "interval":
-        ok = isinstance(value, dt.timedelta)
+        ok = isinstance(value, Interval | dt.timedelta)
     elif pg_type == "bytea":
         ok = isinstance(value, bytes | bytearray)
     elif pg_type == "list":

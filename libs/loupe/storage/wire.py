@@ -24,6 +24,7 @@ import operator
 import struct
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from decimal import Decimal, InvalidOperation
 from typing import Any
 
 import pyarrow as pa
@@ -56,9 +57,12 @@ _which = common_pb2.Value.WhichOneof
 _FROM_INTEGER: dict[str, pa.DataType] = {
     "timestamptz": pa.int64(),
     "timestamp": pa.int64(),
-    "interval": pa.int64(),
     "date": pa.int32(),
 }
+
+
+# Column types whose values Spark holds in a signed type: a negative one is no value of theirs.
+_UNSIGNED = frozenset({"uint2", "uint4", "uint8", "mz_timestamp"})
 
 
 class BadBatch(ValueError):
@@ -274,9 +278,9 @@ def decode_arrow(collection: BuiltinCollection, data: bytes) -> pa.Table:
         raise BadBatch(f"{collection.qualified_name}: an update without a diff")
     for name, kind in collection.columns:
         column = table.column(name)
-        if kind == "uint8" and column.null_count < len(column) and pc.min(column).as_py() < 0:
+        if kind in _UNSIGNED and column.null_count < len(column) and pc.min(column).as_py() < 0:
             raise BadBatch(
-                f"{collection.qualified_name}.{name}: a negative value in a uint8 column"
+                f"{collection.qualified_name}.{name}: a negative value in a {kind} column"
             )
     diffs = table.column(DIFF_COLUMN)
     if table.num_rows and pc.any(pc.equal(diffs, 0)).as_py():
@@ -338,7 +342,7 @@ def _decode_column(
         raw = [None if k is None else getattr(v, k) for v, k in zip(values, kinds, strict=True)]
     try:
         return _to_arrow(kind, raw)
-    except (pa.ArrowInvalid, OverflowError, TypeError) as error:
+    except (pa.ArrowInvalid, OverflowError, TypeError, InvalidOperation) as error:
         raise BadBatch(f"{collection.qualified_name}.{name}: {error}") from None
 
 
@@ -348,14 +352,24 @@ def _to_arrow(kind: str, raw: list[Any]) -> pa.Array:
         return pa.array(raw, type=_FROM_INTEGER[kind]).cast(target)
     if kind == "float8":
         return pa.array([None if v is None else float(v) for v in raw], type=target)
+    if kind == "numeric":  # numeric_value and text_value are decimal text
+        return pa.array([None if v is None else Decimal(v) for v in raw], type=target)
+    if kind == "interval":  # common.v1.IntervalValue messages
+        return pa.array(
+            [
+                None if v is None else {"months": v.months, "days": v.days, "micros": v.micros}
+                for v in raw
+            ],
+            type=target,
+        )
     if kind == "list":
         return pa.array(
             [None if v is None else [_list_item(item) for item in v.values] for v in raw],
             type=target,
         )
     array = pa.array(raw, type=target)
-    if kind == "uint8" and array.null_count < len(array) and pc.min(array).as_py() < 0:
-        raise BadBatch("a negative value in a uint8 column")
+    if kind in _UNSIGNED and array.null_count < len(array) and pc.min(array).as_py() < 0:
+        raise BadBatch(f"a negative value in a {kind} column")
     return array
 
 

@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import datetime
 from collections.abc import Sequence
+from decimal import Decimal
 
 import polars as pl
 import pytest
 
 from loupe.common.errors import LoupeError
 from loupe.dataflow import expr as engine_expr
-from loupe.dataflow.expr import apply_mfp, compile_scalar, eval_keys, like_regex, parse_interval
+from loupe.dataflow.expr import apply_mfp, compile_scalar, eval_keys, like_regex
 from loupe.dataflow.types import polars_dtype
+from loupe.interval import Interval
 from loupe.plan.functions import FUNCTIONS, lookup
 from loupe.plan.lir import MapFilterProject
 from loupe.plan.scalar import Call, Case, Cast, Column, Literal, Scalar
@@ -33,12 +35,17 @@ def batch(types: list[str], *columns: Sequence[object]) -> pl.DataFrame:
     """A batch with data columns of ``types``, at time 0 with diff 1."""
     rows = len(columns[0]) if columns else 1
     data = {
-        f"c{i}": pl.Series(values, dtype=polars_dtype(t))
+        f"c{i}": pl.Series(_exact(values) if t == "numeric" else values, dtype=polars_dtype(t))
         for i, (t, values) in enumerate(zip(types, columns, strict=True))
     }
     data["time"] = pl.Series([0] * rows, dtype=pl.UInt64)
     data["diff"] = pl.Series([1] * rows, dtype=pl.Int64)
     return pl.DataFrame(data)
+
+
+def _exact(values: Sequence[object]) -> list[object]:
+    """numeric column values written as floats, as the decimals they are written as."""
+    return [Decimal(repr(v)) if isinstance(v, float | int) else v for v in values]
 
 
 def evaluate(
@@ -138,7 +145,7 @@ def test_integer_division_truncates_toward_zero_and_mod_takes_the_dividends_sign
 
 
 def test_division_by_zero_is_an_error_row_for_every_numeric_type() -> None:
-    for pg_type, one in (("int4", 1), ("int8", 1), ("float8", 1.0), ("numeric", 1.0)):
+    for pg_type, one in (("int4", 1), ("int8", 1), ("float8", 1.0), ("numeric", Decimal(1))):
         values, errors = evaluate(call("div", c(0), c(1)), [pg_type, pg_type], [one, one], [one, 0])
         assert errors == [None, "22012"], pg_type
         assert values[0] == one
@@ -189,13 +196,14 @@ def test_date_and_time_arithmetic() -> None:
     )
     assert value_of(
         call("sub", lit(start, "timestamp"), lit(datetime.datetime(2024, 1, 1), "timestamp"))
-    ) == datetime.timedelta(hours=12)
+    ) == {"months": 0, "days": 0, "micros": 12 * 3_600_000_000}
+    # timestamp - timestamp: whole days as days, the rest with the same sign (never months).
     assert value_of(call("sub", lit(start, "timestamp"), lit(day, "date"))) == (
-        start - datetime.datetime(2024, 2, 28)
+        {"months": 0, "days": -57, "micros": -12 * 3_600_000_000}
     )
     assert compile_scalar(call("sub", c(0), c(1)), ["timestamp", "date"]).type == "interval"
     assert value_of(call("mul", lit("1 hour", "interval"), lit(3, "int4"))) == (
-        datetime.timedelta(hours=3)
+        {"months": 0, "days": 0, "micros": 3 * 3_600_000_000}
     )
 
 
@@ -294,15 +302,9 @@ def test_casts_to_text_print_like_postgres() -> None:
         "2024-01-02 03:04:05.25",
     ]
     assert evaluate(Cast(c(0), "text"), ["date"], [moment.date()])[0] == ["2024-01-02"]
-    spans = [datetime.timedelta(days=1, hours=2), datetime.timedelta(minutes=5)]
-    assert evaluate(Cast(c(0), "text"), ["interval"], spans)[0] == ["1 day 02:00:00", "00:05:00"]
-
-
-def test_parse_interval() -> None:
-    assert parse_interval("1 day 02:30:00") == datetime.timedelta(days=1, hours=2, minutes=30)
-    assert parse_interval("2 hours 5 mins") == datetime.timedelta(hours=2, minutes=5)
-    with pytest.raises(ValueError):
-        parse_interval("fortnight")
+    spans = [Interval(0, 1, 2 * 3_600_000_000), Interval(micros=300_000_000), Interval(14, -1)]
+    texts = ["1 day 02:00:00", "00:05:00", "1 year 2 mons -1 days"]
+    assert evaluate(Cast(c(0), "text"), ["interval"], [i.to_struct() for i in spans])[0] == texts
 
 
 # Strings
@@ -420,11 +422,19 @@ def test_concat_operator_is_null_on_null_but_concat_function_skips_nulls() -> No
 
 def test_rounding_functions() -> None:
     values = [2.5, -2.5, 1.25]
-    assert evaluate(call("round", c(0)), ["numeric"], values)[0] == [3.0, -3.0, 1.0]
+    assert evaluate(call("round", c(0)), ["numeric"], values)[0] == [3, -3, 1]
     assert evaluate(call("round", c(0)), ["float8"], values)[0] == [2.0, -2.0, 1.0]
     assert evaluate(call("round", c(0), lit(1, "int4")), ["numeric"], [1.25, -1.25])[0] == [
-        1.3,
-        -1.3,
+        Decimal("1.3"),
+        Decimal("-1.3"),
+    ]
+    assert evaluate(call("trunc", c(0), lit(1, "int4")), ["numeric"], [1.29, -1.29])[0] == [
+        Decimal("1.2"),
+        Decimal("-1.2"),
+    ]
+    assert evaluate(call("round", c(0), lit(-2, "int4")), ["numeric"], [1250, -1249.9])[0] == [
+        1300,
+        -1200,
     ]
     assert evaluate(call("trunc", c(0)), ["float8"], [2.7, -2.7])[0] == [2.0, -2.0]
     assert evaluate(call("ceil", c(0)), ["float8"], [2.1, -2.1])[0] == [3.0, -2.0]
@@ -490,7 +500,7 @@ def test_every_evaluable_registered_function_compiles() -> None:
     """Each registry entry has an implementation that accepts its minimum argument count."""
     samples: dict[int, list[Scalar]] = {0: [], 1: [c(0)], 2: [c(0), c(1)]}
     samples[3] = [c(0), c(1), lit(2, "int4")]
-    samples[4] = samples[6] = []  # add_calendar_interval, make_timestamp: special calls
+    samples[6] = []  # make_timestamp: a special call
     units = {"date_trunc", "extract", "date_part"}
     for function in FUNCTIONS.values():
         if not function.evaluable:
@@ -513,12 +523,23 @@ CONSTANT_ARGS = {"regexp_replace", "translate"}
 SPECIAL_CALLS: dict[str, tuple[list[Scalar], list[str]]] = {
     "to_char": ([c(0), lit("YYYY", "text")], ["timestamp"]),
     "timezone": ([lit("UTC", "text"), c(0)], ["timestamp"]),
-    "add_calendar_interval": (
-        [c(0), lit(1, "int4"), lit(2, "int4"), lit(3, "int8")],
-        ["date"],
-    ),
+    "age": ([c(0), c(0)], ["timestamp"]),
     "date_bin": ([c(0), c(1), c(1)], ["interval", "timestamp"]),
     "make_timestamp": ([c(0), c(0), c(0), c(0), c(0), c(1)], ["int4", "float8"]),
+    # Arrays and lists.
+    **dict.fromkeys(("subscript", "array_length"), ([c(0), c(1)], ["_int4", "int4"])),
+    **dict.fromkeys(("cardinality", "list_length"), ([c(0)], ["_int4"])),
+    "array_to_string": ([c(0), c(1)], ["_int4", "text"]),
+    **dict.fromkeys(
+        ("array_contains", "array_contained", "array_overlap"), ([c(0), c(1)], ["_int4", "_int4"])
+    ),
+    "eq_any": ([c(0), c(1)], ["int4", "_int4"]),
+    "container_concat": ([c(0), c(1)], ["_int4", "int4"]),
+    **dict.fromkeys(
+        ("jsonb_get", "jsonb_get_text", "jsonb_exists"), ([c(0), c(1)], ["jsonb", "text"])
+    ),
+    **dict.fromkeys(("jsonb_contains", "jsonb_contained"), ([c(0), c(1)], ["jsonb", "jsonb"])),
+    **dict.fromkeys(("jsonb_typeof", "jsonb_array_length"), ([c(0)], ["jsonb"])),
 }
 NUMERIC_ARGS = {
     "chr",
@@ -592,7 +613,7 @@ def test_mfp_output_dtypes_follow_the_inferred_types() -> None:
         MapFilterProject.identity(1).map((call("add", c(0), lit("0.5", "numeric")),)).project((1,))
     )
     ok, _ = apply_mfp(frame, mfp, ["int4"])
-    assert ok.schema["c0"] == pl.Float64
+    assert ok.schema["c0"] == polars_dtype("numeric")
     assert engine_expr.mfp_output_types(mfp, ["int4"]) == ("numeric",)
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import random
 from collections import Counter
+from decimal import Decimal
 
 import duckdb
 import pytest
@@ -161,7 +162,9 @@ VIEWS: dict[str, tuple[lir.Node, str]] = {
 def normalize(row: tuple[object, ...]) -> tuple[object, ...]:
     """Numbers compared as floats to 6 decimals (DuckDB's sums are HUGEINT/DECIMAL)."""
     return tuple(
-        round(float(v), 6) if isinstance(v, int | float) and not isinstance(v, bool) else v
+        round(float(v), 6)
+        if isinstance(v, int | float | Decimal) and not isinstance(v, bool)
+        else v
         for v in row
     )
 

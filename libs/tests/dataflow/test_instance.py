@@ -413,7 +413,7 @@ def test_create_dataflow_is_idempotent_and_refuses_what_it_cannot_render() -> No
     flat = lir.FlatMap(
         1,
         get(),
-        "unnest",
+        "generate_subscripts",
         (Column(1),),
         MapFilterProject.identity(3),
         types=(*TYPES, "int8"),

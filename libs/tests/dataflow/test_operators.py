@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
+from decimal import ROUND_HALF_UP, Context, Decimal, localcontext
 
 import pytest
 
@@ -386,3 +387,47 @@ def test_topk_over_many_rows_picks_the_first_in_order(workers: int) -> None:
 
     everything = sorted((row for row, _, _ in rows), key=order)
     assert h.rows() == Counter(everything[1:4])
+
+
+def test_exact_sums_of_bigints_never_wrap_around(workers: int) -> None:
+    """sum(int8) is an exact numeric; past numeric's range the dataflow fails with 22003."""
+    plan = lir.Reduce(
+        1,
+        get("u", ("text", "int8")),
+        (Column(0),),
+        (mir.Aggregate("sum", Column(1)), mir.Aggregate("avg", Column(1))),
+        lir.ReduceKind.ACCUMULABLE,
+        types=("text", "numeric", "numeric"),
+    )
+    h = Harness(plan, workers)
+    big = 2**63 - 1
+    h.feed(u=[(("a", big), 0, 1000), (("a", -big), 0, 1), (("a", big), 0, 1)])
+    # Beyond bigint's range: exact, as PostgreSQL's numeric sum of bigints.
+    with localcontext(Context(prec=60)):
+        mean = (Decimal(big) * 1000 / 1002).quantize(Decimal("1e-16"), rounding=ROUND_HALF_UP)
+    assert h.rows() == Counter({("a", Decimal(big) * 1000, mean): 1})
+    h.feed(u=[(("a", big), h.upper, 1000)])  # 1.8e22: beyond numeric's 10^22
+    failed = h.instance.dataflows["df"].failed
+    assert failed is not None
+    assert failed.code == "22003"
+
+
+def test_exact_sums_with_min_re_evaluate_without_wrapping(workers: int) -> None:
+    """A Basic reduce (sum next to min) sums exactly too, and fails with 22003 past the range."""
+    plan = lir.Reduce(
+        1,
+        get("u", ("text", "int8")),
+        (Column(0),),
+        (mir.Aggregate("sum", Column(1)), mir.Aggregate("min", Column(1))),
+        lir.ReduceKind.BASIC,
+        types=("text", "numeric", "int8"),
+    )
+    h = Harness(plan, workers)
+    big = 2**63 - 1
+    # Added in this order, the first two pass numeric's range; the total is within it.
+    h.feed(u=[(("a", big), 0, 1000), (("a", big - 1), 0, 1000), (("a", -big), 0, 1000)])
+    assert h.rows() == Counter({("a", Decimal(big - 1) * 1000, -big): 1})
+    h.feed(u=[(("a", big), h.upper, 2000)])
+    failed = h.instance.dataflows["df"].failed
+    assert failed is not None
+    assert failed.code == "22003"

@@ -12,6 +12,7 @@ stored.
 
 from __future__ import annotations
 
+import os
 import random
 import signal
 import subprocess
@@ -19,10 +20,12 @@ import sys
 import time
 from pathlib import Path
 
+import psycopg
 import pytest
 
 from loupe.catalog import create_backend
 from loupe.common.nats_server import die_with_parent
+from loupe.testing.postgres import CATALOG_URL_ENV
 
 ROWS = 50
 EXIT_FENCED = 3
@@ -94,7 +97,33 @@ class Writer:
         self.process.wait()
 
 
+def settle(backend: str) -> None:
+    """Wait until PostgreSQL has finished the work of killed writers.
+
+    A writer killed while its COMMIT is on the wire leaves a server backend
+    that still completes (or rolls back) that transaction: reading before it
+    has ended could miss a commit that then lands. Wait until no other
+    catalog connection (``application_name`` loupe-catalog) is inside a
+    transaction.
+    """
+    if backend != "stash-postgres":
+        return
+    url = os.environ[CATALOG_URL_ENV]
+    deadline = time.monotonic() + 30
+    with psycopg.connect(url, autocommit=True) as connection:
+        while time.monotonic() < deadline:
+            row = connection.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                "AND application_name = 'loupe-catalog' "
+                "AND (state <> 'idle' OR xact_start IS NOT NULL)"
+            ).fetchone()
+            if row is not None and row[0] == 0:
+                return
+            time.sleep(0.05)
+
+
 def stored_variables(backend: str, data_dir: Path) -> dict[str, str]:
+    settle(backend)
     catalog = create_backend(backend, data_dir)
     try:
         catalog.open_read_only()

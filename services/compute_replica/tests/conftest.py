@@ -184,7 +184,6 @@ async def start_replica(nats_url: str, replica_id: str) -> AsyncIterator[Callabl
                 "nats_url": nats_url,
                 "heartbeat_interval": 0.2,
                 "hello_interval": 0.1,
-                "peek_wait_timeout": 5.0,
                 "metrics_port": -1,
                 **overrides,
             }

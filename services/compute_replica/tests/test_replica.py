@@ -7,6 +7,7 @@ import os
 import time
 import uuid
 
+import structlog
 from prometheus_client import REGISTRY
 
 from loupe.builtins import MZ_CLUSTER_REPLICAS
@@ -193,18 +194,46 @@ async def test_peek_at_latest_waits_for_a_source_never_written(created, controll
     assert rows_of(response) == [as_tuple(replica_row("u1", "r1"))]
 
 
-async def test_peek_times_out_when_the_upper_does_not_advance(start_replica, controller, storage):
-    """A peek whose timestamp never becomes readable fails with a clear error."""
-    await start_replica(peek_wait_timeout=0.3)
+async def test_a_peek_waits_for_its_timestamp_however_long_and_logs_once(
+    start_replica, controller, storage
+):
+    """A peek whose timestamp is not readable yet waits (no internal deadline) and is
+    answered once the upper passes it; the wait is logged once, with the frontier."""
+    await start_replica(slow_peek_log=0.3)
     await controller.wait_for("hello")
     await controller.create_instance(storage)
     storage.append(REPLICAS, [replica_row("u1", "r1")], timestamp=10)
     await controller.create_index(REPLICAS, as_of=10)
+    with structlog.testing.capture_logs() as logs:
+        peek_id = await controller.peek(timestamp=50)
+        await asyncio.sleep(1.5)  # five times the old deadline of such a test
+        assert not controller.peek_responses(peek_id)
+        storage.append(REPLICAS, [replica_row("u2", "r2")], timestamp=50)
+        response = await controller.peek_response(peek_id)
+    assert sorted(rows_of(response)) == sorted(
+        [as_tuple(replica_row("u1", "r1")), as_tuple(replica_row("u2", "r2"))]
+    )
+    waits = [e for e in logs if e["event"] == "peek waits for its index to become readable"]
+    assert len(waits) == 1, waits
+    assert (waits[0]["log_level"], waits[0]["write_frontier"]) == ("info", 11)
+
+
+async def test_a_waiting_peek_of_a_dropped_index_fails_with_a_clear_error(
+    created, controller, storage
+):
+    """Dropping the index a peek waits on ends the wait: 42704, naming the index."""
+    storage.append(REPLICAS, [replica_row("u1", "r1")], timestamp=10)
+    index_id = "i"
+    await controller.create_index(REPLICAS, as_of=10, index=index_id)
     peek_id = await controller.peek(timestamp=50)
+    await asyncio.sleep(0.3)
+    assert not controller.peek_responses(peek_id)
+    await controller.send(
+        allow_compaction=compute_pb2.AllowCompaction(collection_id=index_id, empty=True)
+    )
     error = (await controller.peek_response(peek_id)).error
-    assert error.code == "XX000"
-    assert "timed out" in error.message
-    assert "write frontier is 11" in error.message
+    assert error.code == "42704"
+    assert index_id in error.message
 
 
 async def test_cancel_peek_answers_canceled_and_nothing_after(created, controller, storage):

@@ -76,6 +76,7 @@ from loupe.controller.storage.compaction import (
 from loupe.controller.storage.inbox import Inbox, Received
 from loupe.controller.storage.metrics import METRICS, StorageWriterMetrics
 from loupe.controller.storage.parts import PartStore, SparkPartStore, part_size
+from loupe.interval import python_values
 from loupe.persist import Blob, Consensus, Part, Shard, ShardState, UpperMismatch, expand
 from loupe.proto.storage.v1 import storage_pb2
 from loupe.storage.schema import SHARD_COLUMN, WriteGroup, check_row, plan_write_groups
@@ -414,7 +415,7 @@ class StorageWriter:
         if shard.upper == 0:
             return []
         table = expand(shard.snapshot())
-        columns = [table.column(name).to_pylist() for name in collection.column_names]
+        columns = [python_values(table.column(name)) for name in collection.column_names]
         return list(zip(*columns, strict=True))
 
     # -- staging and publishing ----------------------------------------------------

@@ -28,6 +28,7 @@ from loupe.common.errors import LoupeError
 from loupe.compute_replica import ComputeReplica, ComputeReplicaSettings
 from loupe.controller.compute import ComputeController
 from loupe.controller.orchestrators.base import Orchestrator, ReplicaEvent, ReplicaSpec
+from loupe.interval import python_values
 from loupe.persist import DIFF_COLUMN, TIMESTAMP_COLUMN, Blob, Consensus, Shard, expand
 from loupe.persist.location import default_uris, open_location
 from loupe.persist.shard import arrow_schema
@@ -131,7 +132,7 @@ class ArrowStorageWriter:
             return []
         table = expand(shard.snapshot())
         names = self._collections[collection_id].column_names
-        return list(zip(*(table.column(n).to_pylist() for n in names), strict=True))
+        return list(zip(*(python_values(table.column(n)) for n in names), strict=True))
 
     async def flush(self) -> int:
         async with self._lock:
@@ -179,7 +180,6 @@ class RealReplica:
                 nats_url=nats_url,
                 heartbeat_interval=0.2,
                 hello_interval=0.1,
-                peek_wait_timeout=10.0,
                 metrics_port=-1,
             )
         )

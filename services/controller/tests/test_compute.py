@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Any
 
 import pytest
@@ -16,7 +17,7 @@ from loupe.builtins import (
 from loupe.common.errors import LoupeError
 from loupe.controller.compute import ClusterInfo, ComputeController
 from loupe.controller.orchestrators.base import ReplicaSpec
-from loupe.proto.compute.v1 import compute_pb2
+from loupe.proto.compute.v1 import compute_pb2, plan_pb2
 from loupe.testing import assert_eventually
 
 
@@ -195,9 +196,7 @@ async def test_zombie_responses_change_nothing(make_compute, nats_connection, ki
     # Now incarnation 2 heartbeats; a zombie's quick peek answer must not win.
     orchestrator.replicas[replica_id].behaviour.silent = False
     await become(compute, replica_id, ("online", None, 2))
-    peek = asyncio.create_task(
-        compute.peek(info.id, compute_pb2.Peek(uuid=f"p{unique}"), timeout=5)
-    )
+    peek = asyncio.create_task(compute.peek(info.id, compute_pb2.Peek(uuid=f"p{unique}"), wait=5))
     await assert_eventually(lambda: _has_peek(commands, f"p{unique}"))
     bogus = compute_pb2.ComputeResponse(
         replica_id=replica_id,
@@ -278,17 +277,41 @@ async def test_peek_for_one_replica_goes_only_there(make_compute, kit, unique):
     assert "peek" not in orchestrator.replicas[f"fast{unique}"].kinds()
     with pytest.raises(LoupeError) as error:
         await compute.peek(info.id, compute_pb2.Peek(), replica_id="nope")
-    assert error.value.code == "NOT_FOUND"
+    assert error.value.code == "42704"
 
 
-async def test_peek_timeout_is_an_error_and_cancels(make_compute, kit, unique):
-    """No answer within the timeout: DEADLINE_EXCEEDED, and the replicas get CancelPeek."""
-    compute, orchestrator, info = await two_replicas(make_compute, kit, unique, None, None)
+async def test_a_round_ends_but_the_peek_goes_on_until_answered(make_compute, kit, unique):
+    """A caller's round (``wait``) ends with DEADLINE_EXCEEDED saying what the peek waits
+    for; the peek is not canceled, and the next round with its uuid gets the answer."""
+    delays: dict[str, float | None] = {f"r{unique}": 1.0}
+    compute, orchestrator = await make_compute(
+        lambda rid, _inc: kit.Behaviour(peek_delay=delays[rid])
+    )
+    info = cluster(unique)
+    await compute.apply([info], [ReplicaSpec(f"r{unique}", info.id)])
+    await become(compute, f"r{unique}", ("online", None, 1))
+    peek = compute_pb2.Peek(uuid=f"t{unique}", target_id="")
     with pytest.raises(LoupeError) as error:
-        await compute.peek(info.id, compute_pb2.Peek(uuid=f"t{unique}"), timeout=0.3)
+        await compute.peek(info.id, peek, wait=0.3)
     assert error.value.code == "DEADLINE_EXCEEDED"
+    assert f"waits for replica r{unique} of cluster 'quickstart' to answer" in error.value.message
+    answer = await compute.peek(info.id, peek, wait=5)
+    assert answer.rows.rows[0].values[0].text_value == f"r{unique}"
+    replica = orchestrator.replicas[f"r{unique}"]
+    assert replica.kinds().count("peek") == 1  # joined, not sent again
+    assert f"t{unique}" not in replica.canceled
+
+
+async def test_a_peek_nobody_waits_for_is_canceled_after_its_lease(make_compute, kit, unique):
+    """A caller that stops asking (a coordinator that died) leaves no peek behind."""
+    compute, orchestrator, info = await two_replicas(make_compute, kit, unique, None, None)
+    with pytest.raises(LoupeError):
+        await compute.peek(info.id, compute_pb2.Peek(uuid=f"a{unique}"), wait=0.1)
+    assert f"a{unique}" in compute.peeks
+    assert await compute.peeks.expire(time.monotonic() + 3600) == [f"a{unique}"]
     for replica in orchestrator.replicas.values():
-        await assert_eventually(lambda replica=replica: _cancelled(replica, f"t{unique}"))
+        await assert_eventually(lambda replica=replica: _cancelled(replica, f"a{unique}"))
+    assert f"a{unique}" not in compute.peeks
 
 
 async def test_cancel_peek_answers_canceled_and_forwards(make_compute, kit, unique):
@@ -309,30 +332,113 @@ def _asked(replica: Any) -> None:
     assert "peek" in replica.kinds()
 
 
-async def test_peek_without_online_replicas_is_unavailable(make_compute, kit, unique):
-    """A cluster with no online replica answers UNAVAILABLE, naming the cluster."""
-    compute, _ = await make_compute(lambda _rid, _inc: kit.Behaviour(silent=True))
-    info = cluster(unique, "quickstart")
-    await compute.apply([info], [ReplicaSpec(f"u{unique}", info.id)])
+async def test_a_cluster_without_replicas_waits_until_one_is_added(make_compute, kit, unique):
+    """As in Materialize, a peek on a cluster with no replica waits: it is answered by
+    the first replica that comes online, not refused."""
+    compute, _ = await make_compute(lambda _rid, _inc: kit.Behaviour())
+    info = cluster(unique)
+    await compute.apply([info], [])
+    running = asyncio.create_task(compute.peek(info.id, compute_pb2.Peek(uuid=f"z{unique}")))
     with pytest.raises(LoupeError) as error:
-        await compute.peek(info.id, compute_pb2.Peek())
-    assert error.value.code == "UNAVAILABLE"
-    assert error.value.message == "cluster 'quickstart' has no online replicas"
+        await compute.peek(info.id, compute_pb2.Peek(uuid=f"z{unique}"), wait=0.2)
+    assert error.value.message == (
+        f"peek z{unique} waits for cluster 'quickstart' to have an online replica"
+    )
+    assert not running.done()
+    await compute.apply([info], [ReplicaSpec(f"late{unique}", info.id)])
+    answer = await asyncio.wait_for(running, 10)
+    assert answer.rows.rows[0].values[0].text_value == f"late{unique}"
 
 
-async def test_peek_fails_fast_when_its_replica_dies(make_compute, kit, unique):
-    """A peek whose only replica crashes fails at once rather than at its timeout."""
-    compute, orchestrator = await make_compute(lambda _rid, _inc: kit.Behaviour(peek_delay=None))
+async def test_a_peek_whose_replica_crashes_goes_to_its_next_incarnation(make_compute, kit, unique):
+    """The only replica crashes while a peek waits: the restarted incarnation answers it."""
+    compute, orchestrator = await make_compute(
+        lambda _rid, incarnation: kit.Behaviour(peek_delay=None if incarnation == 1 else 0.0)
+    )
     info = cluster(unique)
     replica_id = f"u{unique}"
     await compute.apply([info], [ReplicaSpec(replica_id, info.id)])
     await become(compute, replica_id, ("online", None, 1))
-    running = asyncio.create_task(compute.peek(info.id, compute_pb2.Peek(), timeout=30))
+    running = asyncio.create_task(compute.peek(info.id, compute_pb2.Peek(uuid=f"k{unique}")))
     await assert_eventually(lambda: _asked(orchestrator.replicas[replica_id]))
     await orchestrator.kill(replica_id)
+    answer = await asyncio.wait_for(running, 10)
+    assert answer.rows.rows[0].values[0].text_value == replica_id
+    assert orchestrator.replicas[replica_id].incarnation == 2
+
+
+async def test_a_peek_survives_a_heartbeat_timeout_restart(make_compute, kit, unique):
+    """A hung replica is restarted after its heartbeat timeout; its peek goes to the new one."""
+    compute, orchestrator = await make_compute(
+        lambda _rid, incarnation: kit.Behaviour(
+            silent=incarnation == 1, peek_delay=None if incarnation == 1 else 0.0
+        ),
+        heartbeat_timeout=0.5,
+        startup_timeout=0.5,
+    )
+    info = cluster(unique)
+    replica_id = f"h{unique}"
+    await compute.apply([info], [ReplicaSpec(replica_id, info.id)])
+    answer = await asyncio.wait_for(compute.peek(info.id, compute_pb2.Peek(uuid=f"h{unique}")), 15)
+    assert answer.rows.rows[0].values[0].text_value == replica_id
+    assert orchestrator.replicas[replica_id].incarnation >= 2
+
+
+async def test_dropping_the_cluster_ends_its_waiting_peeks(make_compute, kit, unique):
+    """A peek waiting on a cluster that is dropped fails with Materialize's words (42704)."""
+    compute, _ = await make_compute(lambda _rid, _inc: kit.Behaviour(peek_delay=None))
+    info = cluster(unique, "analytics")
+    await compute.apply([info], [ReplicaSpec(f"d{unique}", info.id)])
+    await become(compute, f"d{unique}", ("online", None, 1))
+    running = asyncio.create_task(compute.peek(info.id, compute_pb2.Peek()))
+    await asyncio.sleep(0.2)
+    await compute.apply([], [])
     with pytest.raises(LoupeError) as error:
-        await asyncio.wait_for(running, 2)
-    assert error.value.code == "UNAVAILABLE"
+        await asyncio.wait_for(running, 5)
+    assert (error.value.code, error.value.message) == (
+        "42704",
+        'query could not complete because cluster "analytics" was dropped',
+    )
+    assert len(compute.peeks) == 0
+
+
+async def test_dropping_a_pinned_replica_ends_its_peeks(make_compute, kit, unique):
+    """A peek for one replica (SET cluster_replica) ends when that replica is dropped."""
+    compute, _orchestrator, info = await two_replicas(make_compute, kit, unique, None, None)
+    running = asyncio.create_task(
+        compute.peek(info.id, compute_pb2.Peek(), replica_id=f"slow{unique}")
+    )
+    await asyncio.sleep(0.2)
+    await compute.apply([info], [ReplicaSpec(f"fast{unique}", info.id)])
+    with pytest.raises(LoupeError) as error:
+        await asyncio.wait_for(running, 5)
+    assert error.value.code == "42704"
+    assert f'cluster replica "slow{unique}" was dropped' in error.value.message
+
+
+async def test_dropping_the_index_ends_the_peeks_waiting_on_it(make_compute, kit, unique):
+    """AllowCompaction to the empty frontier (DROP INDEX) ends the peeks of that index."""
+    compute, orchestrator, info = await two_replicas(make_compute, kit, unique, None, None)
+    await compute.create_dataflow(
+        info.id,
+        plan_pb2.DataflowDescription(
+            id="d1", as_of=5, index_exports=[plan_pb2.IndexExport(index_id="i1", on_id="d1")]
+        ),
+    )
+    running = asyncio.create_task(
+        compute.peek(info.id, compute_pb2.Peek(uuid=f"i{unique}", target_id="i1", timestamp=7))
+    )
+    for replica in orchestrator.replicas.values():
+        await assert_eventually(lambda replica=replica: _asked(replica))
+    await compute.allow_compaction(info.id, ["i1"], 0, True)
+    with pytest.raises(LoupeError) as error:
+        await asyncio.wait_for(running, 5)
+    assert (error.value.code, error.value.message) == (
+        "42704",
+        'query could not complete because index "i1" was dropped',
+    )
+    for replica in orchestrator.replicas.values():
+        await assert_eventually(lambda replica=replica: _cancelled(replica, f"i{unique}"))
 
 
 # -- a controller restart ------------------------------------------------------------------

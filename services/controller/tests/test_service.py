@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import datetime as dt
 import json
 import urllib.request
 from collections.abc import AsyncIterator
@@ -26,6 +25,7 @@ from loupe.controller.service import (
     ControllerService,
     ControllerSettings,
 )
+from loupe.interval import Interval
 from loupe.proto.catalog.v1 import catalog_pb2
 from loupe.proto.common.v1 import common_pb2
 from loupe.proto.compute.v1 import compute_pb2, plan_pb2
@@ -150,12 +150,18 @@ async def test_serves_the_controller_api_and_follows_the_catalog(
         )
     )
     assert answer.rows.rows[0].values[0].text_value == first
-    with pytest.raises(LoupeError) as error:
-        await client.Peek(controller_pb2.PeekRequest(cluster_id=f"e{unique}"))
-    assert (error.value.code, error.value.message) == (
-        "UNAVAILABLE",
-        "cluster 'empty' has no online replicas",
+    # A cluster without replicas: the peek waits (as in Materialize); the round says why.
+    waiting = controller_pb2.PeekRequest(
+        cluster_id=f"e{unique}", peek=compute_pb2.Peek(uuid=f"w{unique}"), timeout_ms=200
     )
+    with pytest.raises(LoupeError) as error:
+        await client.Peek(waiting)
+    assert (error.value.code, error.value.message) == (
+        "DEADLINE_EXCEEDED",
+        f"peek w{unique} waits for cluster 'empty' to have an online replica",
+    )
+    assert await client.CancelPeek(compute_pb2.CancelPeek(uuid=f"w{unique}")) == common_pb2.Empty()
+    assert len(compute.peeks) == 0
     assert await client.CancelPeek(compute_pb2.CancelPeek(uuid="nothing")) == common_pb2.Empty()
 
     await writer.flush()
@@ -188,7 +194,7 @@ async def test_list_collections_and_append_updates(controller, nats_connection):
     assert clusters.shard_id == MZ_CLUSTERS.shard_id
     assert clusters.blob_uri.startswith("file://")
 
-    row = ("u9", "analytics", "u1", True, "1", 1, dt.timedelta(seconds=1), False)
+    row = ("u9", "analytics", "u1", True, "1", 1, Interval(micros=1_000_000), False)
     request = controller_pb2.AppendUpdatesRequest(
         batch_id="b1",
         collections=[

@@ -122,6 +122,8 @@ def _prune(relation: mir.Relation, demand: set[int]) -> tuple[mir.Relation, list
         )
         top_group = tuple(position[c] for c in relation.group_key)
         return mir.TopK(inner, order, relation.limit, relation.offset, top_group), kept
+    if isinstance(relation, mir.Window):
+        return _prune_window(relation, demand)
     if isinstance(relation, mir.Negate):
         inner, kept = _prune(relation.input, demand)
         return mir.Negate(inner), kept
@@ -158,6 +160,28 @@ def _prune_map(relation: mir.Map, demand: set[int]) -> tuple[mir.Relation, list[
     if not scalars:
         return inner, kept
     return mir.Map(inner, scalars, names), layout
+
+
+def _prune_window(relation: mir.Window, demand: set[int]) -> tuple[mir.Relation, list[int]]:
+    """Only the functions read above; none read: the input's rows, which the Window keeps one
+    for one."""
+    width = relation.input.arity
+    used = [(i, f) for i, f in enumerate(relation.functions) if width + i in demand]
+    need = {c for c in demand if c < width}
+    if not used:
+        return _prune(relation.input, need)
+    need |= set(relation.partition_by) | {k.column for k in relation.order}
+    need |= {a for _, f in used for a in f.args}
+    inner, kept = _prune(relation.input, need)
+    position = {column: index for index, column in enumerate(kept)}
+    window = mir.Window(
+        inner,
+        tuple(position[c] for c in relation.partition_by),
+        tuple(mir.OrderKey(position[k.column], k.desc, k.nulls_last) for k in relation.order),
+        tuple(replace(f, args=tuple(position[a] for a in f.args)) for _, f in used),
+        tuple(relation.names[i] for i, _ in used),
+    )
+    return window, [*kept, *(width + i for i, _ in used)]
 
 
 def _prune_join(relation: mir.Join, demand: set[int]) -> tuple[mir.Relation, list[int]]:

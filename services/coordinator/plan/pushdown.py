@@ -1,7 +1,8 @@
 """Predicate pushdown: filters move towards the collections they filter.
 
 A Filter above a Project, Union, Negate, Threshold or Distinct filters the
-same rows below it; above a Join, a predicate over one input filters that
+same rows below it; above a Window or a grouped TopK, only predicates over the
+partition (group) keys move below it; above a Join, a predicate over one input filters that
 input and an equality across two inputs joins them; above a Reduce, a
 predicate over group keys filters whole groups, so it filters the input.
 Filtering early keeps arrangements small and lets joins use equalities
@@ -84,6 +85,14 @@ def _filtered(relation: mir.Relation, predicates: list[Scalar]) -> mir.Relation:
             relation.group_key,
         )
         return _keep(top, above)
+    if isinstance(relation, mir.Window):
+        # Only predicates over partition keys: they drop whole partitions, leaving the
+        # others' rows, and so their window values, as they were.
+        keys = set(relation.partition_by)
+        below = [p for p in predicates if columns_of(p) and columns_of(p) <= keys]
+        above = [p for p in predicates if p not in below]
+        window = dataclasses.replace(relation, input=_filtered(relation.input, below))
+        return _keep(window, above)
     return mir.Filter(relation, tuple(predicates))
 
 

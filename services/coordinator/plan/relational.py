@@ -26,6 +26,7 @@ import datetime
 from collections.abc import Mapping, Sequence
 
 import loupe.plan.mir as mir
+from loupe import sqltypes
 from loupe.plan.scalar import (
     NUMERIC_RANK,
     Call,
@@ -54,6 +55,9 @@ _ZERO: dict[str, object] = {
     "timestamp": datetime.datetime(1970, 1, 1),
     "timestamptz": datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC),
     "interval": datetime.timedelta(0),
+    "uuid": "00000000-0000-0000-0000-000000000000",
+    "uint2": 0,
+    "uint4": 0,
 }
 
 
@@ -74,9 +78,11 @@ def unify(left: Scalar, right: Scalar, types: Sequence[str]) -> tuple[Scalar, Sc
     left_type, right_type = scalar_type(left, tuple(types)), scalar_type(right, tuple(types))
     if left_type == right_type or left_type not in NUMERIC_RANK or right_type not in NUMERIC_RANK:
         return left, right
-    if NUMERIC_RANK[left_type] < NUMERIC_RANK[right_type]:
-        return Cast(left, right_type), right
-    return left, Cast(right, left_type)
+    common = sqltypes.common_numeric([left_type, right_type])
+    return (
+        left if left_type == common else Cast(left, common),
+        right if right_type == common else Cast(right, common),
+    )
 
 
 def keyed_join(
@@ -147,6 +153,8 @@ def null_safe(exprs: Sequence[Scalar], types: Sequence[str]) -> list[Scalar]:
         keys.append(Call("is_null", (expr,)))
         if type_ in _ZERO:
             keys.append(Call("coalesce", (expr, Literal(_ZERO[type_], type_))))
+        elif type_ != "unknown":  # no zero literal of the type: its text stands for it
+            keys.append(Call("coalesce", (Cast(expr, "text"), Literal("", "text"))))
     return keys
 
 
@@ -304,3 +312,40 @@ def substitute(expr: Scalar, values: Mapping[int, Scalar]) -> Scalar:
         return Cast(substitute(expr.expr, values), expr.type)
     whens = tuple((substitute(c, values), substitute(r, values)) for c, r in expr.whens)
     return Case(whens, substitute(expr.otherwise, values))
+
+
+# Intervals are equal when their total spans are ('1 mon' = '30 days'): grouping and DISTINCT
+# key them by ``interval_span`` (one value per span) and keep, of the intervals of one span,
+# the one with the smallest fields (``min``), as the group's value.
+
+
+def grouped(
+    relation: mir.Relation,
+    keys: tuple[Scalar, ...],
+    aggregates: tuple[mir.Aggregate, ...],
+    names: tuple[str, ...],
+) -> mir.Relation:
+    """``mir.Reduce(relation, keys, aggregates, names)``, intervals among the keys grouped by
+    their total span; the columns are the Reduce's."""
+    spans = [i for i, k in enumerate(keys) if scalar_type(k, relation.types) == "interval"]
+    if not spans:
+        return mir.Reduce(relation, keys, aggregates, names)
+    chosen = tuple(mir.Aggregate("min", keys[i]) for i in spans)
+    span_keys = tuple(Call("interval_span", (k,)) if i in spans else k for i, k in enumerate(keys))
+    reduced = mir.Reduce(
+        relation,
+        span_keys,
+        aggregates + chosen,
+        names + tuple(f"_span{i}" for i in spans),
+    )
+    width = len(keys) + len(aggregates)
+    outputs = [width + spans.index(i) if i in spans else i for i in range(len(keys))]
+    return mir.Project(reduced, (*outputs, *range(len(keys), width)), names)
+
+
+def distinct(relation: mir.Relation) -> mir.Relation:
+    """``mir.Distinct(relation)``, interval columns compared by their total span."""
+    if "interval" not in relation.types:
+        return mir.Distinct(relation)
+    keys = tuple(Column(i) for i in range(relation.arity))
+    return grouped(relation, keys, (), tuple(name for name, _ in relation.columns))

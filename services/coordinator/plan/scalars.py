@@ -13,7 +13,7 @@ from __future__ import annotations
 import datetime
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from decimal import Decimal
+from decimal import ROUND_HALF_UP, Decimal
 
 from sqlglot import exp
 
@@ -21,12 +21,16 @@ import loupe.plan.mir as mir
 from loupe import sqltypes
 from loupe.common.errors import LoupeError, SqlState
 from loupe.coordinator.plan.scope import Scope
-from loupe.coordinator.plan.values import MonthInterval, add_interval, fold_cast, parse_interval
-from loupe.dataflow.expr import compile_scalar, evaluate_closed
+from loupe.coordinator.plan.values import fold_cast
+from loupe.coordinator.sql.parser import ListAgg
+from loupe.dataflow.expr import check_cast, compile_scalar, evaluate_closed
+from loupe.interval import parse_interval
 from loupe.plan import functions
 from loupe.plan.scalar import Call, Case, Cast, Column, Literal, Scalar, columns_of, scalar_type
 
 GROUPING_ERROR = SqlState.GROUPING_ERROR
+WINDOWING_ERROR = "42P20"
+WRONG_OBJECT_TYPE = "42809"
 UNDEFINED_FUNCTION = "42883"
 COMPARISONS = {"eq", "neq", "lt", "lte", "gt", "gte", "between"}
 
@@ -65,6 +69,8 @@ AGGREGATES: dict[type, str] = {
     exp.StddevSamp: "stddev_samp",
     exp.StddevPop: "stddev_pop",
     exp.GroupConcat: "string_agg",
+    exp.ArrayAgg: "array_agg",
+    ListAgg: "list_agg",
 }
 # sqlglot node -> (registry name, the node's argument keys in PostgreSQL's order).
 _FUNCTION_ARGS: dict[type[exp.Expression], tuple[str, tuple[str, ...]]] = {
@@ -89,6 +95,11 @@ _FUNCTION_ARGS: dict[type[exp.Expression], tuple[str, tuple[str, ...]]] = {
     exp.TimestampFromParts: ("make_timestamp", ("year", "month", "day", "hour", "min", "sec")),
 }
 TEMPORAL_FUNCTIONS = ("now", "current_timestamp", "mz_now", "current_date")
+_CONTAINER_OPERATORS: dict[type[exp.Expression], str] = {
+    exp.ArrayContainsAll: "array_contains",
+    exp.ArrayContainedBy: "array_contained",
+    exp.ArrayOverlaps: "array_overlap",
+}
 
 
 def unsupported(what: str) -> LoupeError:
@@ -131,6 +142,8 @@ class Context:
     subquery_columns: dict[int, int] = field(default_factory=dict)
     # The temporal functions folded into literals; one list shared with subqueries' contexts.
     folded: list[str] = field(default_factory=list)
+    # id() of a window function call node -> the column holding its value (``windows``).
+    window_columns: dict[int, int] = field(default_factory=dict)
     # The local names given to WITH MUTUALLY RECURSIVE bindings (l0, l1, …); shared too.
     bindings: list[str] = field(default_factory=list)
 
@@ -164,7 +177,7 @@ class Context:
             raise TemporalError(function)
         self.folded.append(function)
         if function == "mz_now":
-            return Literal(self.query_time, "uint8")
+            return Literal(self.query_time, "mz_timestamp")
         moment = datetime.datetime.fromtimestamp(self.query_time / 1000, tz=datetime.UTC)
         if function == "current_date":
             return Literal(moment.date(), "date")
@@ -210,7 +223,13 @@ class Grouping:
             raise unsupported(f"aggregate function {name.lower()}")
         if func == "string_agg":
             return self._string_agg(node, condition)
+        if func in ("array_agg", "list_agg"):
+            return self._collect(func, node, condition)
         arg = node.this
+        if any(isinstance(n, exp.Window) for n in arg.walk()):
+            raise LoupeError(
+                GROUPING_ERROR, "aggregate function calls cannot contain window function calls"
+            )
         if any(isinstance(n, exp.AggFunc) for n in arg.walk()):
             raise LoupeError(GROUPING_ERROR, "aggregate function calls cannot be nested")
         distinct = isinstance(arg, exp.Distinct)
@@ -225,22 +244,31 @@ class Grouping:
                 "count", Case(((condition, Literal(True, "bool")),), _null("bool"))
             )
         expr = self.below.lower(arg)
+        _check_aggregate_argument(func, self.below.type_of(expr))
         if condition is not None:
             expr = Case(((condition, expr),), _null(self.below.type_of(expr)))
         return mir.Aggregate(func, expr, distinct=distinct)
 
+    def _collect(self, func: str, node: exp.Expression, condition: Scalar | None) -> mir.Aggregate:
+        """``array_agg(x [ORDER BY …])`` / ``list_agg``: every row's value, NULLs included;
+        FILTER drops rows (its condition is the aggregate's argument after the value)."""
+        arg, order, distinct = _ordered_argument(node.this)
+        value = self.below.lower(arg)
+        value_type = self.below.type_of(value)
+        if value_type == "unknown":
+            value, value_type = Cast(value, "text"), "text"
+        try:
+            sqltypes.array_of(value_type) if func == "array_agg" else sqltypes.list_of(value_type)
+        except sqltypes.UnknownType:
+            raise unsupported(f"{func} of {sqltypes.display_name(value_type)}") from None
+        keys = self._order_keys(order, (value,) if distinct else None)
+        kept = condition if condition is not None else Literal(True, "bool")
+        return mir.Aggregate(func, value, distinct, (kept,), keys)
+
     def _string_agg(self, node: exp.Expression, condition: Scalar | None) -> mir.Aggregate:
         """``string_agg(value, delimiter [ORDER BY …])``, both text, as PostgreSQL has it."""
-        arg, separator = node.this, node.args.get("separator")
-        order: list[exp.Ordered] = []
-        if isinstance(arg, exp.Order):
-            order = list(arg.expressions)
-            arg = arg.this
-        distinct = isinstance(arg, exp.Distinct)
-        if distinct:
-            arg = arg.expressions[0]
-        if any(isinstance(n, exp.AggFunc) for n in arg.walk()):
-            raise LoupeError(GROUPING_ERROR, "aggregate function calls cannot be nested")
+        arg, order, distinct = _ordered_argument(node.this)
+        separator = node.args.get("separator")
         value = self.below.lower(arg)
         delimiter = self.below.lower(separator) if separator is not None else None
         types = [self.below.type_of(value)]
@@ -249,10 +277,19 @@ class Grouping:
         if delimiter is None or any(t not in ("text", "unknown") for t in types):
             names = ", ".join(sqltypes.display_name(t) for t in types)
             raise LoupeError(UNDEFINED_FUNCTION, f"function string_agg({names}) does not exist")
+        keys = self._order_keys(order, (value, delimiter) if distinct else None)
+        if condition is not None:
+            value = Case(((condition, value),), _null("text"))
+        return mir.Aggregate("string_agg", value, distinct, (delimiter,), keys)
+
+    def _order_keys(
+        self, order: Sequence[exp.Ordered], arguments: tuple[Scalar, ...] | None
+    ) -> tuple[mir.AggregateOrder, ...]:
+        """An aggregate's ORDER BY keys; with DISTINCT (``arguments``) each must be one."""
         keys = []
         for ordered in order:
             key = self.below.lower(ordered.this)
-            if distinct and key not in (value, delimiter):
+            if arguments is not None and key not in arguments:
                 raise LoupeError(
                     "42P10",
                     "in an aggregate with DISTINCT, ORDER BY expressions must appear in argument list",
@@ -262,9 +299,21 @@ class Grouping:
             # PostgreSQL's default: NULLs sort as the largest value.
             nulls_last = not desc if nulls_first is None else not nulls_first
             keys.append(mir.AggregateOrder(key, desc, nulls_last))
-        if condition is not None:
-            value = Case(((condition, value),), _null("text"))
-        return mir.Aggregate("string_agg", value, distinct, (delimiter,), tuple(keys))
+        return tuple(keys)
+
+
+def _ordered_argument(arg: exp.Expression) -> tuple[exp.Expression, list[exp.Ordered], bool]:
+    """An aggregate's argument without its ``ORDER BY`` and ``DISTINCT``, and those."""
+    order: list[exp.Ordered] = []
+    if isinstance(arg, exp.Order):
+        order = list(arg.expressions)
+        arg = arg.this
+    distinct = isinstance(arg, exp.Distinct)
+    if distinct:
+        arg = arg.expressions[0]
+    if any(isinstance(n, exp.AggFunc) for n in arg.walk()):
+        raise LoupeError(GROUPING_ERROR, "aggregate function calls cannot be nested")
+    return arg, order, distinct
 
 
 class Scalars:
@@ -283,13 +332,12 @@ class Scalars:
         return scalar_type(scalar, self.types)
 
     def lower(self, node: exp.Expression) -> Scalar:
-        """The scalar of ``node``; refuses month intervals left unfolded."""
-        scalar = self._lower(node)
-        if _has_month_interval(scalar):
-            raise unsupported("intervals with months or years outside date/time constants")
-        return scalar
+        """The scalar of ``node``."""
+        return self._lower(node)
 
     def _lower(self, node: exp.Expression) -> Scalar:
+        if isinstance(node, exp.Window):
+            return self._window(node)
         if self.grouping is not None:
             grouped = self._grouped(node, self.grouping)
             if grouped is not None:
@@ -303,7 +351,10 @@ class Scalars:
             isinstance(node, exp.Filter) and isinstance(node.this, exp.AggFunc)
         ):
             return grouping.aggregate(node)
-        if node.find(exp.AggFunc) is None and node.find(exp.Subquery, exp.Exists) is None:
+        if (
+            node.find(exp.AggFunc) is None
+            and node.find(exp.Subquery, exp.Exists, exp.Window) is None
+        ):
             below = grouping.below.lower(node)
             if below in grouping.keys:
                 return Column(grouping.keys.index(below))
@@ -335,6 +386,10 @@ class Scalars:
             return self.call(
                 "not", [self.call(_BINARY[type(node)], self._args(node.this, node.expression))]
             )
+        if isinstance(node, exp.EQ) and isinstance(node.expression, exp.Any):
+            container = self._container(node)
+            assert container is not None
+            return container
         if type(node) in _BINARY:
             return self.call(_BINARY[type(node)], self._args(node.this, node.expression))
         if isinstance(node, exp.Not):
@@ -355,7 +410,87 @@ class Scalars:
             return self._case(node)
         if isinstance(node, exp.Subquery):
             return self._subquery(node)
+        container = self._container(node)
+        if container is not None:
+            return container
         return self._function(node)
+
+    def _json_key(self, node: exp.Expression) -> Scalar:
+        """The key of ``->``/``->>``: sqlglot reads a constant one as a JSON path."""
+        if isinstance(node, exp.JSONPath):
+            parts = [p for p in node.expressions if not isinstance(p, exp.JSONPathRoot)]
+            if len(parts) != 1:
+                raise unsupported("this JSON path")
+            part = parts[0]
+            if isinstance(part, exp.JSONPathSubscript):
+                return Literal(int(part.this), "int4")
+            if isinstance(part, exp.JSONPathKey):
+                return Literal(str(part.this), "text")
+            raise unsupported("this JSON path")
+        return self._lower(node)
+
+    def _container(self, node: exp.Expression) -> Scalar | None:
+        """Arrays and lists: constructors, subscripts, ``= ANY``, containment operators."""
+        if isinstance(node, exp.Array | exp.List):
+            name = "array" if isinstance(node, exp.Array) else "list"
+            if name == "array" and any(isinstance(e, exp.Array) for e in node.expressions):
+                raise unsupported("multidimensional arrays")
+            if not node.expressions:
+                raise LoupeError(
+                    "42P18",
+                    f"cannot determine type of empty {name}",
+                    hint=f"Explicitly cast to the desired type, for example {name.upper()}[]::integer[].",
+                )
+            return self.call(name, self._args(*node.expressions))
+        if isinstance(node, exp.Bracket):
+            if len(node.expressions) != 1:
+                raise unsupported("multidimensional subscripts")
+            index = node.expressions[0]
+            position = (
+                Literal(int(index.this) + 1, "int4")  # sqlglot stores a constant 0-based
+                if isinstance(index, exp.Literal) and not index.is_string
+                else self._lower(index)
+            )
+            container = self._lower(node.this)
+            if sqltypes.element_type(self.type_of(container)) is None:
+                raise LoupeError(
+                    "42804",
+                    f"cannot subscript type {sqltypes.display_name(self.type_of(container))} "
+                    "because it does not support subscripting",
+                )
+            return self.call("subscript", [container, position])
+        if isinstance(node, exp.EQ) and isinstance(node.expression, exp.Any):
+            target = node.expression.this
+            target = target.this if isinstance(target, exp.Paren) else target
+            return self.call("eq_any", self._args(node.this, target))
+        if isinstance(node, exp.JSONExtract | exp.JSONExtractScalar):
+            name = "jsonb_get" if isinstance(node, exp.JSONExtract) else "jsonb_get_text"
+            return self.call(name, [self._lower(node.this), self._json_key(node.expression)])
+        if isinstance(node, exp.JSONBContainsTopKey):
+            return self.call("jsonb_exists", self._args(node.this, node.expression))
+        if type(node) in _CONTAINER_OPERATORS:
+            args = self._args(node.this, node.expression)
+            name = _CONTAINER_OPERATORS[type(node)]
+            if "jsonb" in (self.type_of(args[0]), self.type_of(args[1])):
+                name = {
+                    "array_contains": "jsonb_contains",
+                    "array_contained": "jsonb_contained",
+                }.get(name, name)
+            return self.call(name, args)
+        if isinstance(node, exp.ArraySize):
+            return self.call("array_length", self._args(*_present(node, ("this", "expression"))))
+        if isinstance(node, exp.ArrayToString):
+            return self.call(
+                "array_to_string", self._args(*_present(node, ("this", "expression", "null")))
+            )
+        return None
+
+    def _window(self, node: exp.Window) -> Column:
+        """The column the planner computed a window function call into."""
+        position = self.context.window_columns.get(id(node))
+        if position is None:
+            raise LoupeError(WINDOWING_ERROR, "window functions are not allowed here")
+        return Column(position)
 
     def _args(self, *nodes: exp.Expression) -> list[Scalar]:
         return [self._lower(n) for n in nodes]
@@ -443,14 +578,23 @@ class Scalars:
     def _cast(self, node: exp.Cast) -> Scalar:
         to = cast_type(node.to)
         operand = self._lower(node.this)
+        modifiers = _numeric_modifiers(node.to) if to == "numeric" else None
         if isinstance(operand, Literal):
             try:
-                return Literal(fold_cast(operand.value, operand.type, to), to)
+                folded = fold_cast(operand.value, operand.type, to)
             except ValueError:
                 pass
-        if self.type_of(operand) == to:
-            return operand
-        return Cast(operand, to)
+            else:
+                if modifiers is not None and folded is not None:
+                    folded = numeric_with_modifiers(folded, *modifiers)
+                return Literal(folded, to)
+        if self.type_of(operand) != to:
+            check_cast(self.type_of(operand), to)
+        cast = operand if self.type_of(operand) == to else Cast(operand, to)
+        if modifiers is not None:
+            # numeric(p, s): rounded to s decimals (the precision is checked for constants only).
+            return Call("round", (cast, Literal(modifiers[1], "int4")))
+        return cast
 
     def _case(self, node: exp.Case) -> Scalar:
         subject = node.this
@@ -499,16 +643,25 @@ class Scalars:
             raise LoupeError(GROUPING_ERROR, "aggregate functions are not allowed here")
         if isinstance(node, exp.Exists):
             return self._subquery(node)
-        if isinstance(node, exp.Window):
-            raise unsupported("window functions")
         if isinstance(node, exp.CurrentTimestamp):
             return self.context.temporal_literal("now")
         if isinstance(node, exp.CurrentDate):
             return self.context.temporal_literal("current_date")
+        window_name = _window_function_name(node)
+        if window_name is not None:
+            raise LoupeError(
+                WRONG_OBJECT_TYPE, f"window function {window_name} requires an OVER clause"
+            )
         if isinstance(node, exp.Anonymous):
             name = str(node.name).lower()
             if name in TEMPORAL_FUNCTIONS and not node.expressions:
                 return self.context.temporal_literal(name)
+            if name == "age" and len(node.expressions) == 1:
+                # age(x) is age(current_date, x): from midnight today (at the query time).
+                today = self.context.temporal_literal("current_date")
+                return self.call(
+                    "age", [Cast(today, "timestamp"), self._lower(node.expressions[0])]
+                )
             return self.call(name, self._args(*node.expressions))
         if isinstance(node, exp.Trim):
             position = str(node.args.get("position") or "").upper()
@@ -560,8 +713,16 @@ class Scalars:
                 # cast to numeric implicitly.
                 names = ", ".join(sqltypes.display_name(t) for t in types)
                 raise LoupeError(UNDEFINED_FUNCTION, f"function {name}({names}) does not exist")
+        if function.name == "concat" and any(
+            sqltypes.element_type(self.type_of(a)) is not None for a in args
+        ):
+            return self._container_concat(args)
+        if function.name in COMPARISONS:
+            _check_comparable([self.type_of(a) for a in args], function.name)
         if function.name == "concat":
             _check_text_operand([self.type_of(a) for a in args])
+        if function.name in _OPERATORS:
+            _check_arithmetic_operands(function.name, [self.type_of(a) for a in args])
         if function.name == "nullif":  # a is converted when the comparison converts it
             result = self.type_of(Call(function.name, tuple(args)))
             if self.type_of(args[0]) not in (result, "unknown"):
@@ -575,41 +736,38 @@ class Scalars:
             _safe(args)
         ):
             return Literal(None, self.type_of(call))
-        folded = _fold_date_arithmetic(function.name, args)
-        if folded is not None:
-            return folded
-        shifted = self._calendar_shift(function.name, args)
-        if shifted is not None:
-            return shifted
         if function.name in functions.CHECKED_WHEN_PLANNED:
             # The engine's compiler checks what the registry cannot (argument types, constant
             # formats and zones): a call it refuses fails the statement, not a replica's render.
             compile_scalar(call, self.types)
         return _fold_constant(call) or call
 
-    def _calendar_shift(self, name: str, args: Sequence[Scalar]) -> Scalar | None:
-        """``time ± INTERVAL '1 month …'`` over a column: months are no fixed duration, so the
-        interval's fields are applied one after the other (``add_calendar_interval``)."""
-        if name not in ("add", "sub") or len(args) != 2:
-            return None
-        time, interval = args
-        if name == "add" and isinstance(time, Literal) and isinstance(time.value, MonthInterval):
-            time, interval = interval, time
-        if not (isinstance(interval, Literal) and isinstance(interval.value, MonthInterval)):
-            return None
-        if self.type_of(time) not in ("date", "timestamp", "timestamptz"):
-            return None
-        sign = 1 if name == "add" else -1
-        fields = interval.value
-        return Call(
-            "add_calendar_interval",
-            (
-                time,
-                Literal(sign * fields.months, "int4"),
-                Literal(sign * fields.days, "int4"),
-                Literal(sign * fields.micros, "int8"),
-            ),
-        )
+    def _container_concat(self, args: Sequence[Scalar]) -> Scalar:
+        """``a || b`` of arrays (or lists): their concatenation, an element appended or
+        prepended; a NULL container counts as empty (as array_cat and array_append do)."""
+        types = [self.type_of(a) for a in args]
+        containers = [t for t in types if sqltypes.element_type(t) is not None]
+        result = containers[0]
+        if len(set(containers)) > 1:
+            names = " || ".join(sqltypes.display_name(t) for t in types)
+            raise LoupeError(UNDEFINED_FUNCTION, f"operator does not exist: {names}")
+        element = sqltypes.element_type(result)
+        assert element is not None
+        parts = [
+            a if t == result else self._as_element(a, t, element)
+            for a, t in zip(args, types, strict=True)
+        ]
+        return Call("container_concat", tuple(parts))
+
+    def _as_element(self, arg: Scalar, type_: str, element: str) -> Scalar:
+        typed = _typed_like(arg, type_, element)
+        typed_type = self.type_of(typed)
+        if typed_type not in (element, "unknown"):
+            if not (typed_type in NUMERIC_TYPES and element in NUMERIC_TYPES):
+                names = f"{sqltypes.display_name(element)}[] || {sqltypes.display_name(typed_type)}"
+                raise LoupeError(UNDEFINED_FUNCTION, f"operator does not exist: {names}")
+            typed = Cast(typed, element)
+        return typed
 
     def _coerce(self, name: str, args: list[Scalar]) -> list[Scalar]:
         """Quoted literals and NULLs take the type of the call's other arguments, as in PostgreSQL
@@ -654,6 +812,17 @@ class Scalars:
 _TIME_RANK = ("date", "timestamp", "timestamptz")
 
 
+def _window_function_name(node: exp.Expression) -> str | None:
+    """The name of a window-only function (row_number, lag, …) ``node`` calls, if it does."""
+    if isinstance(node, exp.Anonymous):
+        name = str(node.name).lower()
+    elif isinstance(node, exp.Func):
+        name = node.sql_name().lower()
+    else:
+        return None
+    return name if name in mir.WINDOW_FUNCTIONS else None
+
+
 def _narrowed(arg: Scalar, type_: str, target: str) -> Scalar | None:
     """``arg`` as a ``target`` value when that is exact: the column itself, or a constant."""
     if type_ == target:
@@ -684,7 +853,9 @@ def _typed_like(arg: Scalar, type_: str, context: str) -> Scalar:
 
 
 # Result types a constant call folds to (their values are exact Python values).
-_FOLDABLE = frozenset({"bool", "int2", "int4", "int8", "float8", "text", "date"})
+_FOLDABLE = frozenset(
+    {"bool", "int2", "int4", "int8", "float8", "text", "date", "timestamp", "interval"}
+)
 
 
 def _fold_constant(call: Call) -> Literal | None:
@@ -696,13 +867,14 @@ def _fold_constant(call: Call) -> Literal | None:
     if function is None or not function.evaluable:
         return None
     type_ = scalar_type(call, ())
-    if type_ not in _FOLDABLE:
+    container = sqltypes.element_type(type_) in _FOLDABLE
+    if type_ not in _FOLDABLE and not container:
         return None
     try:
         value = evaluate_closed(call)
     except LoupeError:
         return None
-    return Literal(value, type_)
+    return Literal(tuple(value) if isinstance(value, list) else value, type_)
 
 
 def _is_null(scalar: Scalar) -> bool:
@@ -722,44 +894,38 @@ def _safe(args: Sequence[Scalar]) -> bool:
     return True
 
 
-def _fold_date_arithmetic(name: str, args: Sequence[Scalar]) -> Literal | None:
-    """``DATE '…' ± INTERVAL '…'`` (and ``± n`` days) as one constant, as PostgreSQL types it."""
-    if name not in ("add", "sub") or not all(isinstance(a, Literal) for a in args):
-        return None
-    left, right = args
-    assert isinstance(left, Literal)
-    assert isinstance(right, Literal)
-    if name == "add" and isinstance(left.value, datetime.timedelta | MonthInterval):
-        left, right = right, left
-    sign = 1 if name == "add" else -1
-    start, amount = left.value, right.value
-    if not isinstance(start, datetime.date) or start is None or amount is None:
-        return None
-    try:  # beyond Python's dates (years 1 to 9999) the engine computes (and checks) it
-        if isinstance(amount, datetime.timedelta | MonthInterval):
-            moment = add_interval(start, amount, sign)
-            return Literal(moment, "timestamp" if left.type == "date" else left.type)
-        if left.type == "date" and isinstance(amount, int) and not isinstance(amount, bool):
-            return Literal(start + datetime.timedelta(days=sign * amount), "date")
-    except (OverflowError, ValueError):
-        return None
-    return None
-
-
-def _has_month_interval(scalar: Scalar) -> bool:
-    if isinstance(scalar, Literal):
-        return isinstance(scalar.value, MonthInterval)
-    if isinstance(scalar, Call):
-        return any(_has_month_interval(a) for a in scalar.args)
-    if isinstance(scalar, Cast):
-        return _has_month_interval(scalar.expr)
-    if isinstance(scalar, Case):
-        parts = [e for pair in scalar.whens for e in pair] + [scalar.otherwise]
-        return any(_has_month_interval(p) for p in parts)
-    return False
-
-
 NUMERIC_ONLY_TWO_ARGUMENTS = frozenset({"log", "round", "trunc"})
+
+
+# Types compared only with their own type (PostgreSQL has no cross-type operators for them).
+_SELF_COMPARED = frozenset({"uuid", "jsonb"})
+NUMERIC_TYPES = frozenset(sqltypes.NUMERIC_RANK)
+
+
+def _check_aggregate_argument(func: str, type_: str) -> None:
+    """min/max of types PostgreSQL has no ordering aggregate for (42883), or Loupe has none
+    (arrays and lists: 0A000)."""
+    if func not in ("min", "max"):
+        return
+    if type_ in _SELF_COMPARED:
+        raise LoupeError(
+            UNDEFINED_FUNCTION, f"function {func}({sqltypes.display_name(type_)}) does not exist"
+        )
+    if sqltypes.element_type(type_) is not None:
+        raise unsupported(f"{func}({sqltypes.display_name(type_)})")
+
+
+def _check_comparable(types: Sequence[str], name: str) -> None:
+    known = {t for t in types if t != "unknown"}
+    if "jsonb" in known and name not in ("eq", "neq"):
+        # jsonb's order (objects after arrays after scalars, numbers by value…) is not its text's.
+        raise unsupported("ordering comparisons of jsonb values")
+    if len(known) > 1 and known & _SELF_COMPARED:
+        symbol = {"eq": "=", "neq": "<>", "lt": "<", "lte": "<=", "gt": ">", "gte": ">="}.get(name)
+        if symbol is None:
+            return
+        names = f" {symbol} ".join(sqltypes.display_name(t) for t in types)
+        raise LoupeError(UNDEFINED_FUNCTION, f"operator does not exist: {names}")
 
 
 def _check_text_operand(types: Sequence[str]) -> None:
@@ -768,6 +934,21 @@ def _check_text_operand(types: Sequence[str]) -> None:
         return
     names = " || ".join(sqltypes.display_name(t) for t in types)
     raise LoupeError(UNDEFINED_FUNCTION, f"operator does not exist: {names}")
+
+
+_OPERATORS = {"add": "+", "sub": "-", "mul": "*", "div": "/", "mod": "%", "neg": "-"}
+# Types without arithmetic operators (Materialize's mz_timestamp has no operations at all).
+_NO_ARITHMETIC = frozenset({"uuid", "mz_timestamp"})
+
+
+def _check_arithmetic_operands(name: str, types: Sequence[str]) -> None:
+    if not any(t in _NO_ARITHMETIC for t in types):
+        return
+    names = [sqltypes.display_name(t) for t in types]
+    shown = (
+        f"{_OPERATORS[name]} {names[0]}" if len(names) == 1 else f" {_OPERATORS[name]} ".join(names)
+    )
+    raise LoupeError(UNDEFINED_FUNCTION, f"operator does not exist: {shown}")
 
 
 def _is_constant(node: exp.Expression) -> bool:
@@ -818,8 +999,37 @@ def literal(node: exp.Expression) -> Literal:
     return Literal(Decimal(text), "numeric")
 
 
+def _numeric_modifiers(to: exp.DataType) -> tuple[int, int] | None:
+    """(precision, scale) of ``numeric(p[, s])``; None for an unconstrained numeric."""
+    params = [int(p.name) for p in to.expressions if p.name.isdigit()]
+    if not params:
+        return None
+    return params[0], params[1] if len(params) > 1 else 0
+
+
+def numeric_with_modifiers(value: Decimal, precision: int, scale: int) -> Decimal:
+    """``value`` as a ``numeric(precision, scale)``: rounded; 22003 when it does not fit."""
+    rounded = value.quantize(Decimal(1).scaleb(-scale), rounding=ROUND_HALF_UP)
+    if rounded and rounded.adjusted() >= precision - scale:
+        raise LoupeError(
+            "22003",
+            "numeric field overflow",
+            detail=f"A field with precision {precision}, scale {scale} must round to an"
+            f" absolute value less than 10^{precision - scale}.",
+        )
+    return rounded
+
+
 def cast_type(to: exp.DataType) -> str:
     """The PostgreSQL type name a cast targets; 0A000 for types Loupe does not have."""
+    if to.this in (exp.DataType.Type.ARRAY, exp.DataType.Type.LIST) and to.expressions:
+        element = cast_type(to.expressions[0])
+        try:
+            if to.this == exp.DataType.Type.ARRAY:
+                return sqltypes.array_of(element)
+            return sqltypes.list_of(element)
+        except sqltypes.UnknownType:
+            raise unsupported(f"type {to.sql(dialect='postgres').lower()}") from None
     if to.this == exp.DataType.Type.USERDEFINED:
         entry = sqltypes.lookup(to.sql(dialect="postgres"))
     else:

@@ -12,7 +12,9 @@ bool_and, bool_or and FILTER; DISTINCT and DISTINCT ON; ORDER BY with LIMIT
 or OFFSET (a TopK); UNION [ALL], EXCEPT [ALL], INTERSECT [ALL];
 generate_series(start, stop [, step]) over integers in FROM and (one call) in
 the SELECT list (a FlatMap); WITH MUTUALLY RECURSIVE (a LetRec whose bindings
-are read by LocalGet). Anything else is a 0A000 error naming the construct.
+are read by LocalGet); window functions in the SELECT list and ORDER BY
+(``windows``: mir.Window nodes). Anything else is a 0A000 error naming the
+construct.
 
 Subqueries may be correlated when they are plain SELECTs (no grouping,
 DISTINCT or LIMIT) or aggregates without GROUP BY: equalities with the
@@ -60,6 +62,12 @@ from loupe.coordinator.plan.scalars import (
 )
 from loupe.coordinator.plan.scope import Scope, ScopeColumn
 from loupe.coordinator.plan.values import fold_cast
+from loupe.coordinator.plan.windows import (
+    calls_in,
+    plan_windows,
+    refuse_misplaced,
+    window_operands,
+)
 from loupe.dataflow.expr import regexp_splitter
 from loupe.plan import functions
 from loupe.plan.scalar import (
@@ -198,6 +206,13 @@ class _Ordered:
     limit: int | None = None
     offset: int = 0
 
+    def __post_init__(self) -> None:
+        types = self.relation.types
+        if any(types[key.column] == "jsonb" for key in self.order):
+            # jsonb's order (objects after arrays after scalars, numbers by value…) is not
+            # its text's: refused rather than sorted wrongly.
+            raise unsupported("ORDER BY of jsonb values")
+
     def maintained(self) -> mir.Relation:
         """The collection: a TopK when there is a LIMIT or OFFSET, without hidden columns."""
         relation = self.relation
@@ -231,6 +246,10 @@ class _Planner:
         self.context = context
         self.ctes = dict(ctes or {})
         self.parent = parent
+        # FROM items planned already (a LATERAL item joined with what precedes it), by name.
+        self.planned: dict[str, tuple[mir.Relation, Scope]] = {}
+        # The outer values a LATERAL subquery reads, joined into its FROM (``_lateral``).
+        self.outer_values: tuple[mir.Relation, Scope] | None = None
 
     def child(self, outer: Scope | None) -> _Planner:
         """A planner for a subquery; ``outer`` is the scope a correlated subquery may refer to."""
@@ -250,8 +269,13 @@ class _Planner:
                 return _ordered_by_output(self.query(node.this), node, ordering)
             return self.ordered(node.this, finishing=finishing)
         with_ = node.args.get("with_") or node.args.get("with")
-        if with_ is not None and with_.args.get("mutually_recursive"):
-            planner, let_rec = self._mutually_recursive(with_)
+        if with_ is not None and (with_.args.get("mutually_recursive") or _recursive_ctes(with_)):
+            recursive = (
+                self._mutually_recursive
+                if with_.args.get("mutually_recursive")
+                else (self._recursive)
+            )
+            planner, let_rec = recursive(with_)
             body = planner.ordered(_without_with(node), finishing=finishing)
             return replace(body, relation=let_rec(body.relation))
         if with_ is not None:
@@ -291,8 +315,6 @@ class _Planner:
 
     def _with(self, with_: exp.With) -> _Planner:
         """A planner that sees the CTEs of ``with_`` (each may use the ones before it)."""
-        if with_.args.get("recursive"):
-            raise unsupported("WITH RECURSIVE")
         planner = _Planner(self.resolve, self.context, self.ctes, self.parent)
         for cte in with_.expressions:
             relation = planner.query(cte.this)
@@ -300,6 +322,62 @@ class _Planner:
                 relation, _alias_columns(cte.args.get("alias"))
             )
         return planner
+
+    def _recursive(
+        self, with_: exp.With
+    ) -> tuple[_Planner, Callable[[mir.Relation], mir.Relation]]:
+        """PostgreSQL's ``WITH RECURSIVE``: each recursive CTE, ``base UNION [ALL] step``, is a
+        binding of a ``LetRec`` (the others are inlined as in a plain WITH).
+
+        PostgreSQL iterates ``step`` over the rows the previous iteration added;
+        a LetRec iterates ``base UNION step(t)`` to its fixpoint. For the linear
+        recursions PostgreSQL accepts (one reference to ``t``, in ``step``, not
+        in a subquery) both give the same rows, duplicates included. Columns
+        take the base term's types; the step's must convert to them (42804).
+        """
+        recursive = _recursive_ctes(with_)
+        planner = _Planner(self.resolve, self.context, self.ctes, self.parent)
+        names: list[str] = []
+        bindings: list[mir.Relation] = []
+        for cte in with_.expressions:
+            name = cte.alias_or_name
+            columns = _alias_columns(cte.args.get("alias"))
+            if name not in recursive:
+                planner.ctes[name] = _renamed(planner.query(cte.this), columns)
+                continue
+            base, step, distinct = _recursive_terms(cte.this, name)
+            first = _renamed(planner.query(base), columns)
+            schema = first.columns
+            local = f"l{len(self.context.bindings)}"
+            self.context.bindings.append(local)
+            planner.ctes[name] = mir.LocalGet(local, schema)
+            following = planner.query(step)
+            if following.arity != first.arity:
+                raise LoupeError(
+                    SqlState.SYNTAX_ERROR, "each UNION query must have the same number of columns"
+                )
+            for index, (have, want) in enumerate(
+                zip(following.types, first.types, strict=True), start=1
+            ):
+                widens = have in NUMERIC_RANK and want in NUMERIC_RANK
+                if have not in (want, "unknown") and not (
+                    widens and NUMERIC_RANK[have] <= NUMERIC_RANK[want]
+                ):
+                    overall = functions.widest([have, want]) if widens else have
+                    raise LoupeError(
+                        DATATYPE_MISMATCH,
+                        f'recursive query "{name}" column {index} has type '
+                        f"{sqltypes.display_name(want)} in non-recursive term but type "
+                        f"{sqltypes.display_name(overall)} overall",
+                    )
+            union: mir.Relation = mir.Union((first, _as_declared(following, name, schema)))
+            names.append(local)
+            bindings.append(mir.Distinct(union) if distinct else union)
+
+        def let_rec(body: mir.Relation) -> mir.Relation:
+            return mir.LetRec(tuple(names), tuple(bindings), body)
+
+        return planner, let_rec
 
     def _mutually_recursive(
         self, with_: exp.With
@@ -357,6 +435,12 @@ class _Planner:
         relation joined after the FROM items (a decorrelated subquery's
         outer values).
         """
+        lateral = _first_lateral(select)
+        while lateral is not None:
+            select = self._without_lateral(select, lateral)
+            lateral = _first_lateral(select)
+        if extra is None and self.outer_values is not None:
+            extra, self.outer_values = self.outer_values, None
         tables = self._tables(select)
         scopes = join_scopes(select, [s for _, s in tables])
         if extra is not None:
@@ -385,6 +469,163 @@ class _Planner:
             relation = self._subquery_predicate(relation, scope, predicate)
         return relation, scope
 
+    # LATERAL
+
+    def _without_lateral(self, select: exp.Select, index: int) -> exp.Select:
+        """``select`` with its FROM items up to LATERAL item ``index`` planned as one item.
+
+        The items before it are planned (with their joins) as one relation, the
+        LATERAL item over it (``_lateral``), and that pair stands in the FROM in
+        their place, under a name only the planner uses.
+        """
+        joins = select.args.get("joins") or []
+        before = exp.Select(expressions=[exp.Star()])
+        before.set("from_", select.args["from_"].copy())
+        if index > 1:
+            before.set("joins", [j.copy() for j in joins[: index - 1]])
+        left, left_scope = self._from_where(before)
+        relation, scope = self._lateral(left, left_scope, joins[index - 1])
+        name = f"__loupe_lateral{len(self.planned)}"
+        self.planned[name] = (relation, scope)
+        rewritten = select.copy()
+        rewritten.set("from_", exp.From(this=exp.to_table(name)))
+        rewritten.set("joins", rewritten.args["joins"][index:] or None)
+        return rewritten
+
+    def _lateral(
+        self, left: mir.Relation, left_scope: Scope, join: exp.Join
+    ) -> tuple[mir.Relation, Scope]:
+        """``left`` joined with a LATERAL item, which reads ``left``'s columns.
+
+        A table function becomes a FlatMap over ``left``. A subquery is planned
+        once for the distinct values of the columns it reads (Materialize's
+        decorrelation), keyed by those values, and joined back to ``left`` on
+        them, NULL-safely; with aggregates and no GROUP BY, each of its columns
+        is a correlated scalar subquery (one row for every row of ``left``).
+        ``LEFT JOIN LATERAL … ON c`` pads the rows of ``left`` that match none.
+        """
+        node = join.this
+        alias = node.args.get("alias")
+        inner = node.this if isinstance(node, exp.Lateral | exp.Table) else node
+        side = (join.side or "").upper()
+        on = join.args.get("on")
+        if side not in ("", "LEFT"):
+            raise unsupported(f"{side} JOIN LATERAL")
+        if isinstance(inner, _SERIES) or _table_function_name(inner) is not None:
+            func, args = self._table_function_args(inner, Scalars(self.context, left_scope))
+            columns = _alias_columns(alias)
+            table = (alias.name if isinstance(alias, exp.TableAlias) else "") or func
+            name = columns[0] if columns else table
+            relation: mir.Relation = mir.FlatMap(left, func, tuple(args), (name,))
+            column = ScopeColumn(table, name, relation.types[-1])
+            scope = Scope((*left_scope.columns, column))
+        elif isinstance(inner, exp.Subquery):
+            relation, own = self._lateral_subquery(left, left_scope, inner.this, alias)
+            scope = left_scope + own
+        else:
+            raise unsupported(f"{describe(inner)} in LATERAL")
+        predicates = [
+            p for c in _conjuncts(on) for p in factor_or(Scalars(self.context, scope).lower(c))
+        ]
+        matched = mir.Filter(relation, tuple(predicates)) if predicates else relation
+        if side != "LEFT":
+            return matched, scope
+        width = left.arity
+        right_columns = relation.columns[width:]
+        matched_left = mir.Distinct(mir.Project(matched, tuple(range(width))))
+        unmatched = relational.antijoin(
+            left,
+            relational.null_safe_keys(left),
+            matched_left,
+            relational.null_safe_keys(matched_left),
+        )
+        padded = relational.pad(unmatched, (), right_columns)
+        return mir.Union((matched, padded)), scope
+
+    def _lateral_subquery(
+        self,
+        left: mir.Relation,
+        left_scope: Scope,
+        query: exp.Expression,
+        alias: exp.Expression | None,
+    ) -> tuple[mir.Relation, Scope]:
+        """``left``'s columns followed by its LATERAL subquery's, for each row of ``left``
+        and each of its subquery's rows; and the scope of the subquery's columns."""
+        names = _alias_columns(alias)
+        table = alias.name if isinstance(alias, exp.TableAlias) and alias.name else None
+        if not isinstance(query, exp.Select):  # a set operation: it reads nothing of left
+            right = _renamed(self.child(None).query(query), names)
+            return mir.Join((left, right)), Scope.of(table, right)
+        tables = self.child(None)._tables(query)
+        inner_scope = join_scopes(query, [s for _, s in tables])[-1]
+        read = sorted(_lateral_reads(query, inner_scope, left_scope))
+        if not read:
+            right = _renamed(self.child(None).query(query), names)
+            return mir.Join((left, right)), Scope.of(table, right)
+        if _is_global_aggregate(query) and not query.args.get("distinct"):
+            return self._lateral_aggregate(left, left_scope, query, table, names)
+        columns = tuple(
+            replace(
+                left_scope.columns[p],
+                qualified_only=inner_scope.has(None, left_scope.columns[p].name),
+            )
+            for p in read
+        )
+        planner = self.child(None)
+        planner.outer_values = (mir.Distinct(mir.Project(left, tuple(read))), Scope(columns))
+        ordered = planner.ordered(_with_outer_keys(query, columns), finishing=False)
+        width = len(read)
+        relation = ordered.relation
+        if ordered.limit is not None or ordered.offset:  # the top rows of each outer value
+            group = tuple(range(width))
+            relation = mir.TopK(relation, ordered.order, ordered.limit, ordered.offset, group)
+        right = mir.Project(relation, tuple(range(ordered.visible)))
+        left_keys = relational.null_safe([Column(p) for p in read], [left.types[p] for p in read])
+        right_keys = relational.null_safe(
+            [Column(i) for i in range(width)], list(right.types[:width])
+        )
+        joined = relational.keyed_join(left, left_keys, right, right_keys)
+        outputs = (*range(left.arity), *range(left.arity + width, left.arity + right.arity))
+        own = _renamed(mir.Project(right, tuple(range(width, right.arity))), names)
+        return mir.Project(joined, outputs), Scope.of(table, own)
+
+    def _lateral_aggregate(
+        self,
+        left: mir.Relation,
+        left_scope: Scope,
+        query: exp.Select,
+        table: str | None,
+        names: list[str],
+    ) -> tuple[mir.Relation, Scope]:
+        """A LATERAL aggregate without GROUP BY: one row for every row of ``left``.
+
+        Each aggregate call becomes a correlated scalar subquery over the
+        LATERAL's FROM and WHERE (count 0, the others NULL, over no rows); the
+        SELECT list is then computed per row of ``left`` from those values and
+        ``left``'s own columns (``count(*) + a.v``).
+        """
+        items = []
+        for item in query.expressions:
+            rewritten = _unalias(item).copy()
+            for call in _aggregate_calls(rewritten):
+                single = query.copy()
+                single.set("expressions", [call.copy()])
+                subquery = exp.Subquery(this=single)
+                if call is rewritten:
+                    rewritten = subquery
+                else:
+                    call.replace(subquery)
+            items.append(rewritten)
+        relation, scope = self._attach_scalar_subqueries(left, left_scope, items)
+        scalars = Scalars(self.context, scope)
+        values = tuple(scalars.lower(item) for item in items)
+        own_names = names + [_output_name(i) for i in query.expressions][len(names) :]
+        mapped = mir.Map(relation, values, tuple(own_names))
+        outputs = (*range(left.arity), *range(relation.arity, mapped.arity))
+        relation = mir.Project(mapped, outputs)
+        right = _renamed(mir.Project(relation, tuple(range(left.arity, relation.arity))), own_names)
+        return relation, Scope.of(table, right)
+
     def _tables(self, select: exp.Select) -> list[tuple[mir.Relation, Scope]]:
         from_ = select.args.get("from_")
         if from_ is None:
@@ -395,6 +636,10 @@ class _Planner:
         return [self._table(node) for node in nodes]
 
     def _table(self, node: exp.Expression) -> tuple[mir.Relation, Scope]:
+        if isinstance(node, exp.Table) and node.name in self.planned and not node.db:
+            return self.planned[node.name]
+        if isinstance(node, exp.Lateral):
+            raise unsupported("LATERAL as the first FROM item")  # it has nothing to read
         alias = node.args.get("alias")
         if isinstance(node, exp.Values):
             relation = _renamed(self._values(node), _alias_columns(alias))
@@ -404,6 +649,8 @@ class _Planner:
             relation = _renamed(relation, _alias_columns(alias))
             return relation, Scope.of(node.alias or None, relation)
         if isinstance(node, exp.Table) and _table_function_name(node.this) is not None:
+            return self._table_function(node)
+        if isinstance(node, exp.Unnest):
             return self._table_function(node)
         if not isinstance(node, exp.Table) or not isinstance(node.this, exp.Identifier):
             raise unsupported(f"{describe(node)} in FROM")
@@ -538,7 +785,10 @@ class _Planner:
         """
         node = node.this if isinstance(node, exp.Subquery) else node
         planner = self.child(scope)
-        if not _is_plain(node):
+        # A window in the value reads the subquery's rows across outer values: it is
+        # not computed per outer row over a filter of FROM (EXISTS reads no value).
+        windowed = value and any(any(True for _ in calls_in(e)) for e in node.expressions)
+        if not _is_plain(node) or windowed:
             relation = planner.query(node)
             if not value:
                 return relation, [], []
@@ -736,6 +986,8 @@ class _Planner:
         func = _table_function_name(call)
         if func == "regexp_split_to_table":
             return func, _regexp_split_args(call, scalars)
+        if func == "unnest":
+            return func, _unnest_args(call, scalars)
         return "generate_series", self._series_args(call, scalars)
 
     def _series_args(self, call: exp.Expression, scalars: Scalars) -> list[Scalar]:
@@ -743,18 +995,29 @@ class _Planner:
         nodes = [call.args.get(k) for k in ("start", "end", "step")]
         args = [scalars.lower(a) for a in nodes if a is not None]
         types = [scalars.type_of(a) for a in args]
-        if not all(t in ("int2", "int4", "int8", "unknown") for t in types):
+        times = {"date", "timestamp", "timestamptz"}
+        if set(types[:2]) & times:
+            # generate_series(start, stop, interval): both ends times, a step is required.
+            if len(args) == 3 and set(types[:2]) <= times | {"unknown"} and types[2] == "interval":
+                return args
+            names = ", ".join(sqltypes.display_name(t) for t in types)
+            raise LoupeError(
+                UNDEFINED_FUNCTION, f"function generate_series({names}) does not exist"
+            )
+        if not all(t in ("int2", "int4", "int8", "numeric", "unknown") for t in types):
             raise LoupeError(
                 UNDEFINED_FUNCTION,
                 f"function generate_series({', '.join(types)}) does not exist",
             )
         return args
 
-    def _table_function(self, node: exp.Table) -> tuple[mir.Relation, Scope]:
+    def _table_function(self, node: exp.Table | exp.Unnest) -> tuple[mir.Relation, Scope]:
         """``FROM generate_series(a, b [, step]) [AS t(col)]``: one row per value (or per
-        piece of ``regexp_split_to_table(s, pattern [, flags])``)."""
+        piece of ``regexp_split_to_table(s, pattern [, flags])``, per element of
+        ``unnest(array or list)``)."""
+        call = node if isinstance(node, exp.Unnest) else node.this
         try:
-            func, args = self._table_function_args(node.this, Scalars(self.context, Scope(())))
+            func, args = self._table_function_args(call, Scalars(self.context, Scope(())))
         except LoupeError as error:
             missing = error.code in (SqlState.UNDEFINED_TABLE, SqlState.UNDEFINED_COLUMN)
             select = node.find_ancestor(exp.Select)
@@ -784,6 +1047,7 @@ class _Planner:
         return items
 
     def _select(self, select: exp.Select, ordering: bool) -> _Ordered:
+        refuse_misplaced(select)
         relation, scope = self._from_where(select)
         relation, scope, select = self._set_returning(select, relation, scope)
         items = self._items(select, scope)
@@ -807,6 +1071,9 @@ class _Planner:
             expressions = [i.node for i in items if i.node is not None] + extra
             relation, scope = self._attach_scalar_subqueries(relation, scope, expressions)
             scalars = Scalars(self.context, scope)
+        relation, scalars = plan_windows(
+            relation, scalars, [*(i.node for i in items if i.node is not None), *extra]
+        )
         relation = _project(relation, scalars, items, extra)
 
         def position(target: int | exp.Expression) -> int:
@@ -822,7 +1089,7 @@ class _Planner:
                     INVALID_COLUMN_REFERENCE,
                     "for SELECT DISTINCT, ORDER BY expressions must appear in select list",
                 )
-            relation = mir.Distinct(relation)
+            relation = relational.distinct(relation)
         limit, offset = _limit_offset(select)
         return _Ordered(relation, len(items), keys if ordering else (), limit, offset)
 
@@ -855,7 +1122,7 @@ class _Planner:
                 grouping.aggregate(call)
         names = tuple(f"k{i}" for i in range(len(keys)))
         names += tuple(f"{a.func}{i}" for i, a in enumerate(grouping.aggregates))
-        reduced: mir.Relation = mir.Reduce(relation, keys, tuple(grouping.aggregates), names)
+        reduced = relational.grouped(relation, keys, tuple(grouping.aggregates), names)
         if not keys:
             defaults = [
                 Literal(0, "int8") if a.func == "count" else Literal(None, t)
@@ -890,9 +1157,9 @@ class _Planner:
         distinct = bool(node.args.get("distinct"))
         if isinstance(node, exp.Union):
             union = mir.Union((left, right))
-            return mir.Distinct(union) if distinct else union
+            return relational.distinct(union) if distinct else union
         if distinct:
-            left, right = mir.Distinct(left), mir.Distinct(right)
+            left, right = relational.distinct(left), relational.distinct(right)
         except_ = mir.Threshold(mir.Union((left, mir.Negate(right))))
         if isinstance(node, exp.Except):
             return except_
@@ -1067,11 +1334,19 @@ def _has_aggregate(node: exp.Expression) -> bool:
 
 
 def _walk_level(node: exp.Expression) -> Iterator[exp.Expression]:
-    """``node`` and its descendants, not entering subqueries."""
+    """``node`` and its descendants, not entering subqueries.
+
+    A window call's function is not this level's aggregate (``sum(x) OVER ()``
+    groups nothing), but its arguments, PARTITION BY and ORDER BY are
+    expressions of this level (``rank() OVER (ORDER BY sum(x))``).
+    """
+    if isinstance(node, exp.Window):
+        for operand in window_operands(node):
+            yield from _walk_level(operand)
+        return
     yield node
     for child in node.iter_expressions():
-        # A window function's aggregate is not this level's (and is refused later).
-        if not isinstance(child, exp.Subquery | exp.Select | exp.SetOperation | exp.Window):
+        if not isinstance(child, exp.Subquery | exp.Select | exp.SetOperation):
             yield from _walk_level(child)
 
 
@@ -1147,6 +1422,59 @@ def _at_most_one_row(node: exp.Expression) -> bool:
     if limit is None:
         return False
     return (_constant_int(limit, "LIMIT") or 0) <= 1
+
+
+def _first_lateral(select: exp.Select) -> int | None:
+    """The position (1-based among the joins) of the first LATERAL FROM item, or None.
+
+    A table function reading an earlier item is LATERAL too, as in PostgreSQL
+    (``FROM t, generate_series(1, t.n)``): one whose arguments name a column.
+    """
+    for index, join in enumerate(select.args.get("joins") or [], start=1):
+        node = join.this
+        if isinstance(node, exp.Lateral):
+            return index
+        call = node.this if isinstance(node, exp.Table) else None
+        if call is None or _table_function_name(call) is None:
+            continue
+        if any(isinstance(c, exp.Column) for c in call.walk()):
+            return index
+    return None
+
+
+def _lateral_reads(select: exp.Select, inner: Scope, outer: Scope) -> set[int]:
+    """The positions in ``outer`` of the columns a LATERAL subquery reads from the items
+    before it, anywhere in it (SELECT list, WHERE, GROUP BY, HAVING, ORDER BY, ON…)."""
+    positions = set()
+    for node in select.walk():
+        if not isinstance(node, exp.Column) or isinstance(node.this, exp.Star):
+            continue
+        table = node.table or None
+        if not inner.has(table, node.name) and outer.has(table, node.name):
+            positions.add(outer.lookup(table, node.name))
+    return positions
+
+
+def _with_outer_keys(select: exp.Select, columns: Sequence[ScopeColumn]) -> exp.Select:
+    """A LATERAL subquery that also outputs, first, the outer values it is planned for, and
+    groups and picks DISTINCT ON by them too: its result is keyed by them."""
+    keyed = select.copy()
+    references = [
+        exp.column(c.name, table=c.table, quoted=True) if c.table else exp.column(c.name)
+        for c in columns
+    ]
+    aliased = [exp.alias_(r, f"__loupe_outer{i}", quoted=True) for i, r in enumerate(references)]
+    keyed.set("expressions", aliased + list(keyed.expressions))
+    group = keyed.args.get("group")
+    if group is not None:
+        group.set("expressions", [r.copy() for r in references] + list(group.expressions))
+    elif any(_has_aggregate(e) for e in select.expressions) or select.args.get("having"):
+        keyed.set("group", exp.Group(expressions=[r.copy() for r in references]))
+    distinct = keyed.args.get("distinct")
+    on = distinct.args.get("on") if distinct is not None else None
+    if on is not None:
+        on.set("expressions", [r.copy() for r in references] + list(on.expressions))
+    return keyed
 
 
 def _outer_positions(select: exp.Select, inner: Scope, outer: Scope) -> set[int]:
@@ -1228,12 +1556,70 @@ def _conform(
         if left_type == right_type or "unknown" in (left_type, right_type):
             targets.append(right_type if left_type == "unknown" else left_type)
         elif left_type in NUMERIC_RANK and right_type in NUMERIC_RANK:
-            targets.append(max(left_type, right_type, key=NUMERIC_RANK.__getitem__))
+            targets.append(sqltypes.common_numeric([left_type, right_type]))
         else:
             raise LoupeError(
                 DATATYPE_MISMATCH, f"{kind} types {left_type} and {right_type} cannot be matched"
             )
     return _cast_columns(left, targets), _cast_columns(right, targets)
+
+
+INVALID_RECURSION = "42P19"
+
+
+def _recursive_ctes(with_: exp.With) -> set[str]:
+    """The CTEs of a ``WITH RECURSIVE`` that read themselves (none for a plain WITH)."""
+    if not with_.args.get("recursive") or with_.args.get("mutually_recursive"):
+        return set()
+    return {
+        cte.alias_or_name
+        for cte in with_.expressions
+        if any(_names(t, cte.alias_or_name) for t in cte.this.find_all(exp.Table))
+    }
+
+
+def _names(table: exp.Table, name: str) -> bool:
+    return not table.db and table.name == name
+
+
+def _recursive_terms(
+    query: exp.Expression, name: str
+) -> tuple[exp.Expression, exp.Expression, bool]:
+    """``base UNION [ALL] step`` of recursive CTE ``name``, checked as PostgreSQL checks it:
+    (base, step, whether UNION is distinct)."""
+    if isinstance(query, exp.Union) and any(
+        _names(t, name) for t in query.this.find_all(exp.Table)
+    ):
+        raise LoupeError(
+            INVALID_RECURSION,
+            f'recursive reference to query "{name}" must not appear within its non-recursive term',
+        )
+    if not isinstance(query, exp.Union):
+        raise LoupeError(
+            INVALID_RECURSION,
+            f'recursive query "{name}" does not have the form '
+            "non-recursive-term UNION [ALL] recursive-term",
+        )
+    step = query.expression
+    references = [t for t in step.find_all(exp.Table) if _names(t, name)]
+    if len(references) > 1:
+        raise LoupeError(
+            INVALID_RECURSION,
+            f'recursive reference to query "{name}" must not appear more than once',
+        )
+    for reference in references:
+        subquery = reference.find_ancestor(exp.Subquery)
+        if (
+            subquery is not None
+            and subquery.find_ancestor(exp.Union) is query
+            and (subquery.parent_select is not None)
+            and not isinstance(subquery.parent, exp.From | exp.Join)
+        ):
+            raise LoupeError(
+                INVALID_RECURSION,
+                f'recursive reference to query "{name}" must not appear within a subquery',
+            )
+    return query.this, step, bool(query.args.get("distinct"))
 
 
 def _as_declared(
@@ -1300,18 +1686,35 @@ _CALL_NAMES: dict[type[exp.Expression], str] = {
     exp.Pow: "power",
     exp.ExplodingGenerateSeries: "generate_series",
     exp.VariancePop: "var_pop",
+    exp.LogicalAnd: "bool_and",
+    exp.LogicalOr: "bool_or",
     exp.GenerateSeries: "generate_series",
     exp.GroupConcat: "string_agg",
+    exp.ArraySize: "array_length",
+    exp.Explode: "unnest",
     exp.AtTimeZone: "timezone",
     exp.UnixToTime: "to_timestamp",
     exp.TimestampFromParts: "make_timestamp",
 }
 
 
+def _unnest_args(call: exp.Expression, scalars: Scalars) -> list[Scalar]:
+    """unnest(array or list): one argument, a container."""
+    nodes = call.expressions if isinstance(call, exp.Unnest) else [call.this]
+    args = [scalars.lower(n) for n in nodes]
+    types = [scalars.type_of(a) for a in args]
+    if len(args) != 1 or sqltypes.element_type(types[0]) is None:
+        names = ", ".join(sqltypes.display_name(t) for t in types)
+        raise LoupeError(UNDEFINED_FUNCTION, f"function unnest({names}) does not exist")
+    return args
+
+
 def _table_function_name(node: exp.Expression) -> str | None:
     """The table function a call in FROM or the SELECT list is, if it is one."""
     if isinstance(node, _SERIES):
         return "generate_series"
+    if isinstance(node, exp.Explode | exp.Unnest):
+        return "unnest"
     if isinstance(node, exp.Anonymous) and str(node.name).lower() == "regexp_split_to_table":
         return "regexp_split_to_table"
     return None
@@ -1338,13 +1741,22 @@ def _regexp_split_args(call: exp.Expression, scalars: Scalars) -> list[Scalar]:
 def _output_name(node: exp.Expression) -> str:
     if isinstance(node, exp.Alias):
         return node.alias
+    if isinstance(node, exp.Window):  # named after the function, as in PostgreSQL
+        function = node.this
+        return _output_name(function.this if isinstance(function, exp.Filter) else function)
     if isinstance(node, exp.Column):
         return node.name
     if isinstance(node, exp.Cast):  # PostgreSQL names x::t after x, or after t for a constant
         inner: exp.Expression = node.this
         if isinstance(inner, exp.Column | exp.Func):
             return _output_name(inner)
-        return cast_type(node.to) if isinstance(inner, exp.Literal) else "?column?"
+        if not isinstance(inner, exp.Literal):
+            return "?column?"
+        type_ = cast_type(node.to)  # an array constant is named after its element type
+        return (sqltypes.element_type(type_) or type_) if sqltypes.is_array(type_) else type_
+    if isinstance(node, exp.Bracket):  # a[i] is named after a
+        inner = node.this.this if isinstance(node.this, exp.Paren) else node.this
+        return _output_name(inner)
     if isinstance(node, exp.Trim):
         position = str(node.args.get("position") or "").upper()
         return {"LEADING": "ltrim", "TRAILING": "rtrim"}.get(position, "btrim")

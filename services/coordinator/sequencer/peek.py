@@ -1,19 +1,33 @@
 """The peek round trip: which replica answers, the controller's ``Peek``, canceling it.
 
 ``loupe.coordinator.compute`` decides what to peek (an index on the fast
-path, or a transient dataflow's result); this module sends it. A peek
-canceled with its statement, or one that runs out of time, is canceled at
-the controller too (``CancelPeek``), in the background.
+path, or a transient dataflow's result); this module sends it.
+
+A read waits as long as it must: for its timestamp to become readable, for a
+replica to come back, for the controller to answer. Nothing here gives up on
+a clock; the one limit is the session's ``statement_timeout`` (57014) or the
+client's cancel, both of which cancel the statement's task, and a canceled
+peek is canceled at the controller too (``CancelPeek`` reaches the
+replicas), in the background. The controller is asked in rounds of
+``peek_round`` seconds with the same peek uuid (the controller's peek goes on
+between them, see ``loupe.controller.peeks``): a round that ends unanswered,
+or a controller that is away (restarting), only means asking again, and a
+read still waiting after its first round is logged once with what it waits
+for. What ends a wait early is an answer that cannot change: what it reads
+was dropped (42704, in Materialize's words).
 """
 
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING, Any
+import time
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from loupe.common.errors import LoupeError, SqlState
 from loupe.common.logging import get_logger
 from loupe.common.values import from_row
+from loupe.coordinator.catalog_relations import TRANSIENT
 from loupe.coordinator.catalog_state import ClusterInfo
 from loupe.coordinator.session import Session
 from loupe.proto.compute.v1 import compute_pb2
@@ -23,6 +37,10 @@ if TYPE_CHECKING:
     from loupe.coordinator.sequencer.context import SequencerContext
 
 log = get_logger(__name__)
+
+T = TypeVar("T")
+# A wait for another service longer than this is logged (once).
+LOG_AFTER = 5.0
 
 
 def canceled_error() -> LoupeError:
@@ -49,23 +67,58 @@ async def peek_target_replica(
     return cluster.id, replica_id
 
 
+# Pause before asking a service that was away again; doubled up to the cap.
+RETRY_PAUSE = 0.05
+RETRY_PAUSE_CAP = 1.0
+
+
 async def send_peek(
-    ctx: SequencerContext, request: controller_pb2.PeekRequest
+    ctx: SequencerContext, request: controller_pb2.PeekRequest, *, reading: str = ""
 ) -> tuple[tuple[tuple[str, str], ...], list[tuple[Any, ...]]]:
-    """Send a peek to the controller: (columns, rows); canceled with the statement."""
+    """Send a peek to the controller and wait for its answer: (columns, rows).
+
+    Canceled with the statement. ``reading`` says what it reads, for the log.
+    """
     peek_id = request.peek.uuid
+    round_seconds = ctx.config.peek_round
+    request.timeout_ms = max(1, int(round_seconds * 1000))
+    began = time.monotonic()
+    logged = False
+    pause = RETRY_PAUSE
     try:
-        response = await ctx.controller.call("Peek", request, timeout=ctx.config.peek_timeout + 5)
+        while True:
+            try:
+                # The transport's own limit is the round plus room for a busy controller.
+                response = await ctx.controller.call(
+                    "Peek", request, timeout=round_seconds + ctx.config.request_timeout
+                )
+                break
+            except LoupeError as error:
+                if error.code not in TRANSIENT:
+                    raise
+                why = error.message
+                if error.code == "UNAVAILABLE":
+                    # No controller now (restarting): ask again shortly.
+                    await asyncio.sleep(pause)
+                    pause = min(pause * 2, RETRY_PAUSE_CAP)
+                else:
+                    pause = RETRY_PAUSE
+            waited = time.monotonic() - began
+            if not logged and waited >= round_seconds:
+                logged = True
+                log.info(
+                    "read is waiting",
+                    uuid=peek_id,
+                    reading=reading or request.peek.target_id,
+                    timestamp=request.peek.timestamp or "latest",
+                    waited=round(waited, 1),
+                    waiting_for=why,
+                )
     except asyncio.CancelledError:
         ctx.spawn(cancel_peek(ctx, peek_id))
         raise
-    except LoupeError as error:
-        if error.code == "DEADLINE_EXCEEDED":
-            ctx.spawn(cancel_peek(ctx, peek_id))
-            raise LoupeError(
-                SqlState.QUERY_CANCELED, "canceling statement due to statement timeout"
-            ) from None
-        raise
+    if logged:
+        log.info("waiting read answered", uuid=peek_id, waited=round(time.monotonic() - began, 1))
     kind = response.WhichOneof("result")
     if kind == "error":
         raise LoupeError.from_proto(response.error)
@@ -73,6 +126,30 @@ async def send_peek(
         raise canceled_error()
     columns = tuple((c.name, c.type) for c in response.rows.desc.columns)
     return columns, [from_row(row) for row in response.rows.rows]
+
+
+async def until_answered(what: str, call: Callable[[], Awaitable[T]]) -> T:
+    """``call()`` until another service answers it: a read waits, it does not fail.
+
+    Only for calls that are safe to repeat (reads, idempotent commands). A
+    service that is away or slow (UNAVAILABLE, DEADLINE_EXCEEDED) is asked
+    again after a pause; any other error is the answer. The statement's
+    ``statement_timeout`` or cancel ends the wait by canceling the task.
+    """
+    pause = RETRY_PAUSE
+    began = time.monotonic()
+    logged = False
+    while True:
+        try:
+            return await call()
+        except LoupeError as error:
+            if error.code not in TRANSIENT:
+                raise
+            if not logged and time.monotonic() - began > LOG_AFTER:
+                logged = True
+                log.info("read waits for a service", call=what, error=error.message)
+        await asyncio.sleep(pause)
+        pause = min(pause * 2, RETRY_PAUSE_CAP)
 
 
 async def cancel_peek(ctx: SequencerContext, peek_id: str) -> None:

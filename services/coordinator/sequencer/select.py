@@ -22,6 +22,7 @@ from loupe.coordinator import statement_logging as stmtlog
 from loupe.coordinator.constant import evaluate_constant
 from loupe.coordinator.plan import TemporalError
 from loupe.coordinator.results import Column, StatementResult
+from loupe.coordinator.sequencer.peek import until_answered
 from loupe.coordinator.session import Session
 from loupe.coordinator.sql.statements import Query, Statement
 from loupe.coordinator.statement_logging_views import inline_builtin_views
@@ -64,7 +65,7 @@ async def constant(
     try:
         columns, rows = await asyncio.to_thread(evaluate_constant, expression, query_time=timestamp)
     except TemporalError:
-        timestamp = await ctx.oracle.read_timestamp()
+        timestamp = await until_answered("ReadTimestamp", ctx.oracle.read_timestamp)
         columns, rows = await asyncio.to_thread(evaluate_constant, expression, query_time=timestamp)
     stmtlog.note_event(stmtlog.OPTIMIZATION_FINISHED)
     stmtlog.note_strategy(stmtlog.CONSTANT)

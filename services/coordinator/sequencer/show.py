@@ -66,6 +66,13 @@ async def show_objects(
 ) -> StatementResult:
     """``SHOW TABLES``, ``SHOW COLUMNS FROM t``, ``SHOW CREATE VIEW v``…: a catalog query."""
     target_id = None
+    if statement.kind == "CREATE CLUSTER" and statement.target is not None:
+        name = statement.target.name
+        return StatementResult(
+            tag="SELECT 1",
+            columns=(("name", "text"), ("create_sql", "text")),
+            rows=[(name, create_cluster_sql(ctx, name, statement))],
+        )
     if statement.target is not None:
         if statement.kind == "CREATE INDEX":
             index = await ctx.compute._object_named(session, statement.target)
@@ -92,3 +99,55 @@ async def show_objects(
     sql = show_sql(statement, database=session.database, schema=schema, target_id=target_id)
     result = await select.select(ctx, session, parse_one(sql))
     return dataclasses.replace(result, tag=f"SELECT {len(result.rows)}")
+
+
+def create_cluster_sql(ctx: SequencerContext, name: str, statement: ShowObjects) -> str:
+    """A ``CREATE CLUSTER`` that makes the cluster as it is now (42704 for no such cluster).
+
+    A managed cluster shows its options as Materialize prints them; an
+    unmanaged one lists its replicas and their sizes.
+    """
+    snapshot = ctx.state.snapshot
+    cluster = next((c for c in snapshot.clusters if c.name == name), None)
+    if cluster is None:
+        raise LoupeError(
+            SqlState.UNDEFINED_OBJECT,
+            f"unknown cluster '{name}'",
+            position=statement.target.position if statement.target else 0,
+        )
+    quoted = quote_identifier(cluster.name)
+    interval = cluster.introspection_interval_ns
+    if cluster.managed:
+        options = [
+            f"INTROSPECTION DEBUGGING = {str(cluster.introspection_debugging).lower()}",
+            f"INTROSPECTION INTERVAL = {_interval_literal(interval)}",
+            "MANAGED = true",
+            f"REPLICATION FACTOR = {cluster.replication_factor}",
+            f"SIZE = {quote_literal(cluster.size)}",
+        ]
+        return f"CREATE CLUSTER {quoted} ({', '.join(options)})"
+    replicas = sorted(
+        (r for r in snapshot.replicas if r.cluster_id == cluster.id), key=lambda r: r.name
+    )
+    listed = ", ".join(
+        f"{quote_identifier(r.name)} (SIZE {quote_literal(r.size)})" for r in replicas
+    )
+    return f"CREATE CLUSTER {quoted} REPLICAS ({listed})"
+
+
+def _interval_literal(nanoseconds: int) -> str:
+    """An introspection interval as CREATE CLUSTER takes it back (0 disables introspection)."""
+    if nanoseconds == 0:
+        return "0"
+    for unit, size in (("s", 1_000_000_000), ("ms", 1_000_000), ("us", 1_000)):
+        if nanoseconds % size == 0:
+            return f"'{nanoseconds // size}{unit}'"
+    return f"'{nanoseconds}ns'"
+
+
+def quote_identifier(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+def quote_literal(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"

@@ -16,11 +16,13 @@ value type     literal
 ``numeric``    ``CAST('12.50' AS numeric)``
 ``text``       a string literal (typed like one written inline)
 ``date``, …    ``CAST('2024-01-02' AS date)``, also time, timestamptz, timestamp
-``interval``   ``INTERVAL 'n microseconds'``
+``interval``   ``INTERVAL '1 mon 2 days 03:00:00'`` (its text)
 ``jsonb``      ``CAST('{…}' AS jsonb)``
+``uuid``       ``CAST('…' AS uuid)``
 =============  ================================================
 
-``bytea`` and list values are refused (0A000): Loupe has no literal for them.
+A list is an array of its elements' type: ``CAST('{1,2}' AS integer[])``.
+``bytea`` values are refused (0A000): Loupe has no literal for them.
 
 Where a statement's parameters live: the query of a SELECT (and its ``AS
 OF``), the rows and query of INSERT, the assignments and WHERE of UPDATE,
@@ -42,7 +44,6 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-import json
 import math
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -52,7 +53,7 @@ from sqlglot import exp
 
 from loupe import sqltypes
 from loupe.common.errors import LoupeError, SqlState
-from loupe.common.values import format_interval
+from loupe.common.jsonb import text as jsonb_text
 from loupe.coordinator.sql.statements import (
     CreateView,
     Delete,
@@ -64,6 +65,7 @@ from loupe.coordinator.sql.statements import (
     Subscribe,
     Update,
 )
+from loupe.interval import Interval, format_interval
 
 UNDEFINED_PARAMETER = "42P02"
 PROTOCOL_VIOLATION = "08P01"
@@ -262,6 +264,8 @@ def _rebuild(statement: Statement, substitute: Callable[[exp.Expression], exp.Ex
 def literal(parameter: Parameter) -> exp.Expression:
     """The typed literal a parameter is bound as (see the module's table)."""
     value, kind = parameter.value, parameter.type
+    if kind == "list" and isinstance(value, list | tuple):
+        return _array_literal(list(value))
     if kind in ("bytea", "list"):
         raise LoupeError(
             SqlState.FEATURE_NOT_SUPPORTED, f"parameters of type {kind} are not supported"
@@ -270,8 +274,8 @@ def literal(parameter: Parameter) -> exp.Expression:
         typed = _cast_type(kind)
         return exp.null() if typed is None else exp.cast(exp.null(), typed)
     if kind == "interval":
-        micros = value // dt.timedelta(microseconds=1)
-        return exp.Interval(this=exp.Literal.string(f"{micros} microseconds"))
+        interval = value if isinstance(value, Interval) else Interval.from_timedelta(value)
+        return exp.Interval(this=exp.Literal.string(format_interval(interval)))
     if kind == "bool":
         return exp.Boolean(this=bool(value))
     if kind == "text":
@@ -284,8 +288,26 @@ def literal(parameter: Parameter) -> exp.Expression:
         raise LoupeError(
             SqlState.FEATURE_NOT_SUPPORTED, f"parameters of type {kind} are not supported"
         )
-    text = json.dumps(value, sort_keys=True) if kind == "jsonb" else _cast_text(value)
+    text = jsonb_text(value) if kind == "jsonb" else _cast_text(value)
     return exp.cast(exp.Literal.string(text), typed)
+
+
+def _array_literal(values: list[Any]) -> exp.Expression:
+    """A list of values as ``CAST('{…}' AS type[])``: an array of its elements' type
+    (bigint if any integer needs it, text for a list of NULLs)."""
+    kinds = {sqltypes.type_of_value(v) for v in values if v is not None}
+    if kinds == {"int4", "int8"}:
+        kinds = {"int8"}
+    element = kinds.pop() if len(kinds) == 1 else ("text" if not kinds else "")
+    try:
+        array = sqltypes.sql_type(sqltypes.array_of(element))
+    except sqltypes.UnknownType:
+        raise LoupeError(
+            SqlState.FEATURE_NOT_SUPPORTED,
+            "parameters that are lists of mixed or unsupported types are not supported",
+        ) from None
+    text = array_text([None if v is None else _cast_text(v) for v in values])
+    return exp.cast(exp.Literal.string(text), exp.DataType.build(array.display, dialect="postgres"))
 
 
 def _cast_text(value: Any) -> str:
@@ -307,7 +329,7 @@ def text_form(value: Any, type_: str = "") -> str | None:
     if value is None:
         return None
     if type_ == "jsonb":
-        return json.dumps(value, sort_keys=True)
+        return jsonb_text(value)
     if isinstance(value, bool):
         return "t" if value else "f"
     if isinstance(value, float):
@@ -322,10 +344,14 @@ def text_form(value: Any, type_: str = "") -> str | None:
         return text[:-3] if text.endswith(":00") and text[-6] in "+-" else text
     if isinstance(value, dt.date):
         return value.isoformat()
-    if isinstance(value, dt.timedelta):
+    if isinstance(value, Interval):
         return format_interval(value)
-    if isinstance(value, dict | list):
-        return json.dumps(value, sort_keys=True)
+    if isinstance(value, dt.timedelta):
+        return format_interval(Interval.from_timedelta(value))
+    if isinstance(value, list | tuple):  # an array, as PostgreSQL prints one
+        return array_text([text_form(v) for v in value])
+    if isinstance(value, dict):
+        return jsonb_text(value)
     if isinstance(value, bytes):
         return "\\x" + value.hex()
     return str(value)

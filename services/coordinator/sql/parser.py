@@ -200,13 +200,26 @@ _SHOW_LISTS = (
     ("DATABASES",),
     ("SCHEMAS",),
 )
-_SHOW_CREATES = (("TABLE",), ("VIEW",), ("MATERIALIZED", "VIEW"), ("INDEX",), ("SOURCE",))
+_SHOW_CREATES = (
+    ("TABLE",),
+    ("VIEW",),
+    ("MATERIALIZED", "VIEW"),
+    ("INDEX",),
+    ("SOURCE",),
+    ("CLUSTER",),
+)
 
 _WORD = re.compile(r"^[A-Za-z_][A-Za-z0-9_$]*$")
 
 
 # An interval literal sqlglot may rewrite as 'n' UNIT without losing anything.
 _ONE_INTERVAL_PART = re.compile(r"\s*[-+]?\d+(?:\.\d*)?\s*[a-zA-Z]+\s*")
+
+
+class ListAgg(exp.ArrayAgg):
+    """Materialize's ``list_agg(x [ORDER BY …])``: ``array_agg`` into a list."""
+
+    _sql_names = ["LIST_AGG"]
 
 
 class LoupeDialect(Postgres):
@@ -242,7 +255,10 @@ class LoupeDialect(Postgres):
             "TO_CHAR": lambda args: exp.Anonymous(this="to_char", expressions=args),
             # sqlglot reads date_bin's origin as a unit: a column there would be a VAR.
             "DATE_BIN": lambda args: exp.Anonymous(this="date_bin", expressions=args),
+            "LIST_AGG": ListAgg.from_arg_list,
         }
+        # PostgreSQL has no lambdas: ``f(j -> 'k')`` is the jsonb operator, not ``x -> …``.
+        LAMBDAS: ClassVar[dict[Any, Any]] = {}
 
         def _parse_interval_span(
             self, this: exp.Expr, parse_function_unit: bool = True
@@ -1498,6 +1514,16 @@ class _LoupeParser:
             raise LoupeError(
                 SqlState.UNDEFINED_OBJECT,
                 f'type "{token.text.lower()}" does not exist',
+                position=position,
+            )
+        if entry.element is None and self.accept("[", "]"):
+            entry = sqltypes.lookup(f"{entry.name}[]")
+        elif entry.element is None and self.accept("LIST"):
+            entry = sqltypes.lookup(f"{entry.name} list")
+        if entry is None:
+            raise LoupeError(
+                SqlState.UNDEFINED_OBJECT,
+                f'type "{token.text.lower()}" has no array or list type in Loupe',
                 position=position,
             )
         base = entry.display

@@ -62,7 +62,7 @@ class ResolvedQuery:
         return self.expression is not None and any(_is_mz_now(f) for f in self.expression.walk())
 
     def sql_at(self, timestamp: int) -> str:
-        """The SQL with every ``mz_now()`` replaced by ``timestamp`` (a uint8 literal)."""
+        """The SQL with every ``mz_now()`` replaced by ``timestamp`` (an mz_timestamp literal)."""
         if self.expression is None or not self.uses_mz_now:
             return self.sql
         rewritten = self.expression.copy().transform(
@@ -82,7 +82,8 @@ def _is_mz_now(node: Any) -> bool:
 def mz_now_literal(timestamp: int) -> exp.Expression:
     """``mz_now()`` as the value it has in a query reading at ``timestamp``."""
     return exp.Cast(
-        this=exp.Literal.number(timestamp), to=exp.DataType(this=exp.DataType.Type.UBIGINT)
+        this=exp.Literal.number(timestamp),
+        to=exp.DataType.build("mz_timestamp", dialect="postgres", udt=True),
     )
 
 

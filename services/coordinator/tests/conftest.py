@@ -39,6 +39,7 @@ from loupe.coordinator.coordinator import (
     CONTROLLER_SERVICE,
 )
 from loupe.coordinator.service import CoordinatorService, CoordinatorSettings
+from loupe.interval import structs
 from loupe.persist import Shard, open_location
 from loupe.persist.location import default_uris
 from loupe.persist.shard import arrow_schema
@@ -359,8 +360,12 @@ class FakeController:
         self.dropped: set[str] = set()
         self.answers: dict[str, Any] = {}
         self._compacted = asyncio.Event()
+        # Peeks wait (in the controller's rounds of ``timeout_ms``: DEADLINE_EXCEEDED,
+        # the peek goes on) until CancelPeek, or until ``release_peeks()``.
         self.block_peeks = False
         self._blocked: dict[str, asyncio.Event] = {}
+        self.unavailable_peeks = 0  # Peek calls to refuse first, as a controller that is away
+        self.missing_peeks = 0  # Peek calls answered NOT_FOUND first, as a restarted controller
         self.unavailable_for = 0  # ListCollections calls to refuse first
 
     def metadata(self, collection_id: str) -> common_pb2.CollectionMetadata:
@@ -411,7 +416,7 @@ class FakeController:
             names = [*builtin.column_names, "mz_timestamp", "mz_diff"]
             table = pa.Table.from_pylist(
                 [
-                    dict(zip(names, [*row, timestamp, diff], strict=True))
+                    dict(zip(names, [*structs(list(row)), timestamp, diff], strict=True))
                     for row, diff in updates.get(builtin.id, [])
                 ],
                 schema=arrow_schema(builtin.columns),
@@ -460,10 +465,24 @@ class FakeController:
     async def Peek(self, request: Any, context: Any) -> compute_pb2.PeekResponse:
         self.peeks.append(request)
         peek = request.peek
-        if self.block_peeks:
-            event = self._blocked.setdefault(peek.uuid, asyncio.Event())
-            await event.wait()
-            return compute_pb2.PeekResponse(uuid=peek.uuid, canceled=True)
+        if self.unavailable_peeks > 0:
+            self.unavailable_peeks -= 1
+            raise LoupeError("UNAVAILABLE", "the controller is shutting down")
+        if self.missing_peeks > 0:
+            self.missing_peeks -= 1
+            raise LoupeError("NOT_FOUND", f"cluster 'quickstart' has no index {peek.target_id}")
+        if self.block_peeks and peek.uuid not in self._blocked:
+            self._blocked[peek.uuid] = asyncio.Event()
+        event = self._blocked.get(peek.uuid)
+        if event is not None:
+            try:
+                await asyncio.wait_for(event.wait(), request.timeout_ms / 1000 or None)
+            except TimeoutError:
+                raise LoupeError(
+                    "DEADLINE_EXCEEDED", f"peek {peek.uuid} waits for the test to release it"
+                ) from None
+            if peek.uuid in self.canceled:
+                return compute_pb2.PeekResponse(uuid=peek.uuid, canceled=True)
         dataflow_id = self.exports().get(peek.target_id)
         if dataflow_id is None:
             error = LoupeError(SqlState.INTERNAL_ERROR, f"no collection {peek.target_id!r}")
@@ -506,7 +525,7 @@ class FakeController:
         names = [*builtin.column_names, "mz_timestamp", "mz_diff"]
         return pa.Table.from_pylist(
             [
-                dict(zip(names, [*row, timestamp, count], strict=True))
+                dict(zip(names, [*structs(list(row)), timestamp, count], strict=True))
                 for row, count in self.counts(collection_id).items()
             ],
             schema=arrow_schema(builtin.columns),
@@ -516,6 +535,12 @@ class FakeController:
         self.canceled.append(request.uuid)
         self._blocked.setdefault(request.uuid, asyncio.Event()).set()
         return common_pb2.Empty()
+
+    def release_peeks(self) -> None:
+        """Blocked peeks are answered (and new ones no longer block)."""
+        self.block_peeks = False
+        for event in self._blocked.values():
+            event.set()
 
 
 class Harness:
@@ -861,7 +886,6 @@ class EngineController(StorageController):
             responses=Responses("u1", 1),
             publish=self._on_response,
             storage=StorageLocation(self.blob_uri, self.consensus_uri),
-            wait_timeout=20.0,
             poll_interval=0.02,
         )
         self.runner.start()
@@ -913,7 +937,7 @@ class EngineController(StorageController):
 
     async def Peek(self, request: Any, context: Any) -> compute_pb2.PeekResponse:
         peek = request.peek
-        if peek.target_id in self.answers:
+        if peek.target_id in self.answers or self.block_peeks:
             return await super().Peek(request, context)
         self.peeks.append(request)
         try:

@@ -7,7 +7,6 @@ password, creates roles with passwords, and grants ``mz_monitor`` /
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import grpc
@@ -103,7 +102,8 @@ async def test_role_management_is_for_superusers(secured):
         admin,
         "SELECT id, event_type, details FROM mz_catalog.mz_audit_events WHERE object_type = 'role'",
     )
-    named = [(kind, json.loads(details)["name"]) for _, kind, details in sorted(events)]
+    # jsonb reaches a client as its JSON value (as psycopg gives it), not as text.
+    named = [(kind, details["name"]) for _, kind, details in sorted(events)]
     assert [(kind, name) for kind, name in named if name in ("bob", "carol")] == [
         ("create", "bob"),
         ("alter", "bob"),

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import datetime as dt
 from collections import Counter
 
 from loupe.coordinator.catalog_state import CatalogState, catalog_rows, cluster_row, row_diff
+from loupe.interval import Interval
 from loupe.proto.catalog.v1 import catalog_pb2
 
 
@@ -30,7 +30,16 @@ MANAGED = catalog_pb2.Cluster(
 
 def test_cluster_rows_follow_materialize_columns() -> None:
     """Managed clusters have size and factor; unmanaged ones NULL; a 0 interval is NULL."""
-    assert cluster_row(MANAGED) == ("u2", "c", "u1", True, "2", 2, dt.timedelta(seconds=1), False)
+    assert cluster_row(MANAGED) == (
+        "u2",
+        "c",
+        "u1",
+        True,
+        "2",
+        2,
+        Interval(micros=1_000_000),
+        False,
+    )
     unmanaged = catalog_pb2.Cluster(id="u3", name="d", owner_id="u1", managed=False)
     assert cluster_row(unmanaged) == ("u3", "d", "u1", False, None, None, None, False)
 

@@ -260,3 +260,17 @@ async def test_the_repl_describes_with_psql_backslash_commands(
         await asyncio.to_thread(client.close)
     assert out.getvalue().splitlines()[:2] == ["name", "materialize"]
     assert "unknown command \\nope" in capsys.readouterr().out
+
+
+def test_arrays_print_as_postgresql_prints_them(postgres_url: str) -> None:
+    """Elements quoted where PostgreSQL quotes them, NULL bare, booleans t/f."""
+    import psycopg
+
+    from loupe.cli.sql import format_value
+
+    values = ["a b", None, 'x"y', "back\\slash", "", "NULL", "plain"]
+    with psycopg.connect(postgres_url) as connection:
+        row = connection.execute("SELECT %s::text[]::text, ARRAY[true, false]::text", (values,))
+        texts, booleans = row.fetchone()  # type: ignore[misc]
+    assert format_value(values) == texts
+    assert format_value([True, False]) == booleans

@@ -60,7 +60,7 @@ def test_parameters_are_bound_as_literals_of_their_types():
     assert _sql(typed) == (
         "SELECT -7, CAST('1099511627776' AS BIGINT), CAST('1.5' AS DOUBLE PRECISION),"
         " CAST('12.50' AS DECIMAL), CAST('2024-01-02' AS DATE),"
-        " CAST('2024-01-02 03:04:05+00:00' AS TIMESTAMPTZ), INTERVAL '86401000000 microseconds'"
+        " CAST('2024-01-02 03:04:05+00:00' AS TIMESTAMPTZ), INTERVAL '1 day 00:00:01'"
     )
     # The parsed statement keeps its parameters: a prepared statement binds again and again.
     assert _sql(query) == "SELECT $1, $2, $3, $4, $2 || 'x'"
@@ -69,10 +69,26 @@ def test_parameters_are_bound_as_literals_of_their_types():
 def test_a_typed_null_keeps_its_type_and_unsupported_types_are_refused():
     assert literal(Parameter(None, "int4")).sql(dialect="postgres") == "CAST(NULL AS INT)"
     assert isinstance(literal(Parameter(None)), exp.Null)
-    for value in (b"\x00", [1, 2]):
+    for value in (b"\x00", [1, "x"], [[1]]):
         with pytest.raises(LoupeError) as refused:
             literal(Parameter(value, inline_type(value)))
         assert refused.value.code == "0A000"
+
+
+def test_lists_bind_as_arrays_of_their_elements_type():
+    """A list is an array literal that reads back into the same values, typed by them."""
+    from loupe.coordinator.constant import evaluate_constant
+
+    for values, array in (
+        ([1, None, 2**40], "_int8"),
+        (["a b", None, 'q"', "back\\slash", ""], "_text"),
+        ([None], "_text"),
+        ([True, False], "_bool"),
+    ):
+        bound = bind(parse_one("SELECT $1"), _p(values))
+        assert isinstance(bound, Query)
+        columns, rows = evaluate_constant(bound.expression)
+        assert (columns[0][1], rows[0][0]) == (array, values)
 
 
 def test_insert_update_delete_and_as_of_bind_their_parameters():
@@ -189,3 +205,12 @@ def test_parameters_are_logged_as_a_postgresql_text_array_with_nulls_kept():
     assert params_text(values) == '{1,NULL,"a b",t,Infinity,"2024-01-02 03:04:05+00",2024-01-02}'
     assert params_text([Parameter("a", "jsonb")]) == '{"\\"a\\""}'
     assert text_form(dt.timedelta(days=1, hours=2)) == "1 day 02:00:00"
+
+
+def test_an_integer_past_bigint_binds_as_numeric():
+    """An unsigned 64-bit value (uint_value on the wire) is a numeric, as its literal is."""
+    from loupe.common.values import from_value, to_value
+
+    value = from_value(to_value(2**64 - 1))
+    bound = literal(Parameter(value, inline_type(value)))
+    assert bound.sql(dialect="postgres") == "CAST('18446744073709551615' AS DECIMAL)"

@@ -54,6 +54,15 @@ QUERIES = {
         "SELECT k, n::float8 * 2, extract(year FROM d) FROM v "
         "WHERE d <= DATE '1998-12-01' - INTERVAL '90' DAY AND k IN (1, 2, 3)"
     ),
+    "window_functions": (
+        "SELECT * FROM (SELECT x, y, rank() OVER (PARTITION BY x ORDER BY y DESC) AS r, "
+        "sum(y) OVER (PARTITION BY x ORDER BY y ROWS BETWEEN 1 PRECEDING AND CURRENT ROW) AS s, "
+        "lag(y) OVER (ORDER BY x, y) AS p FROM u) w WHERE x > 1 AND r = 1"
+    ),
+    "window_range_offset": (
+        "SELECT k, count(*) OVER (PARTITION BY k ORDER BY d "
+        "RANGE BETWEEN INTERVAL '7 days' PRECEDING AND CURRENT ROW) FROM v"
+    ),
 }
 STATEMENTS = ("EXPLAIN OPTIMIZED PLAN FOR", "EXPLAIN PHYSICAL PLAN WITH (node_ids) FOR")
 

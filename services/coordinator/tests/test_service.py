@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import datetime as dt
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +16,7 @@ from loupe.common.errors import LoupeError, client_error
 from loupe.common.transport import connect, publish
 from loupe.common.values import from_row
 from loupe.coordinator.coordinator import CATALOG_CHANGES_SUBJECT
+from loupe.interval import Interval, structs
 from loupe.persist import Shard, open_location
 from loupe.persist.location import default_uris
 from loupe.persist.shard import arrow_schema
@@ -68,7 +68,7 @@ async def test_create_cluster_transacts_applies_and_appends_catalog_rows(harness
     }
     cluster_id = next(c.id for c in harness.catalog.clusters if c.name == "c")
     assert updates["s101"] == [
-        ((cluster_id, "c", "u1", True, "2", 2, dt.timedelta(seconds=1), False), 1)
+        ((cluster_id, "c", "u1", True, "2", 2, Interval(micros=1_000_000), False), 1)
     ]
     assert sorted((row[1], row[3]) for row, _ in updates["s102"]) == [("r1", "2"), ("r2", "2")]
     assert all(diff == 1 for _, diff in updates["s102"])
@@ -220,7 +220,11 @@ async def test_explain_errors_are_sql_errors(harness: Harness) -> None:
         23,
     )
     refused = error_of(
-        await harness.execute(session, "EXPLAIN SELECT rank() OVER () FROM mz_clusters")
+        await harness.execute(
+            session,
+            "EXPLAIN SELECT count(*) OVER (ORDER BY name ROWS 1 PRECEDING EXCLUDE CURRENT ROW) "
+            "FROM mz_clusters",
+        )
     )
     assert refused.code == "0A000"
 
@@ -416,14 +420,14 @@ async def test_start_reconciles_storage_with_the_catalog(
     blob, consensus = open_location(*default_uris(data_dir))
     shard = Shard(MZ_CLUSTERS.shard_id, blob, consensus)
     shard.ensure(MZ_CLUSTERS.columns)
-    ghost = ("u99", "ghost", "u1", True, "1", 1, dt.timedelta(seconds=1), False)
-    quickstart = ("u1", "quickstart", "s1", True, "1", 1, dt.timedelta(seconds=1), False)
+    ghost = ("u99", "ghost", "u1", True, "1", 1, Interval(micros=1_000_000), False)
+    quickstart = ("u1", "quickstart", "s1", True, "1", 1, Interval(micros=1_000_000), False)
     table = pa.Table.from_pylist(
         [
             dict(
                 zip(
                     [*MZ_CLUSTERS.column_names, "mz_timestamp", "mz_diff"],
-                    [*row, 1, 1],
+                    [*structs(list(row)), 1, 1],
                     strict=True,
                 )
             )
@@ -445,8 +449,8 @@ async def test_start_reconciles_storage_with_the_catalog(
             for c in reconcile[0].collections
         }
         assert updates["s101"] == [
-            (("u99", "ghost", "u1", True, "1", 1, dt.timedelta(seconds=1), False), -1),
-            (("s1", "mz_catalog_server", "s1", True, "1", 1, dt.timedelta(seconds=1), False), 1),
+            (("u99", "ghost", "u1", True, "1", 1, Interval(micros=1_000_000), False), -1),
+            (("s1", "mz_catalog_server", "s1", True, "1", 1, Interval(micros=1_000_000), False), 1),
         ]
         assert len(updates["s102"]) == 2  # both bootstrap replicas were missing
         assert controller.applied, "the catalog is applied to the controller at start"

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import time
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -45,7 +46,7 @@ async def test_table_round_trip_with_every_type_and_nulls(tables: Any) -> None:
             "abc",
             True,
             1.5,
-            3.14,  # numeric(6,2), rounded; a float in the engine (exact decimals: a known gap)
+            Decimal("3.14"),  # numeric(6,2), rounded, exact
             dt.datetime(2024, 4, 5, 10, 0, tzinfo=UTC),
             dt.datetime(2024, 4, 5, 12, 0),  # timestamp without time zone: naive
             dt.date(2024, 4, 5),
@@ -233,7 +234,7 @@ async def test_mz_now_is_the_read_timestamp(tables: Any) -> None:
     assert before - 5_000 <= alone <= now <= time.time_ns() // 1_000_000 + 1_000
     described = await tables.execute(session, "SELECT mz_now()")
     (column,) = [c for r in described if r.HasField("description") for c in r.description.columns]
-    assert (column.name, column.type) == ("mz_now", "uint8")
+    assert (column.name, column.type) == ("mz_now", "mz_timestamp")
 
 
 async def test_as_of_an_older_time_shows_the_old_contents(tables: Any) -> None:
@@ -486,6 +487,31 @@ async def test_show_lists_objects_columns_and_definitions(tables: Any) -> None:
     assert ("materialize",) in await tables.rows(session, "SHOW DATABASES")
     missing = await tables.error(session, "SHOW COLUMNS FROM nope")
     assert missing.code == "42P01"
+
+
+async def test_show_create_cluster_recreates_the_cluster(tables: Any) -> None:
+    """SHOW CREATE CLUSTER prints a statement that makes the same cluster again."""
+    session = await tables.session()
+    await tables.tag(
+        session,
+        "CREATE CLUSTER managed_c (SIZE '2', REPLICATION FACTOR 0, INTROSPECTION INTERVAL '250ms')",
+    )
+    await tables.tag(session, "CREATE CLUSTER listed_c REPLICAS ()")
+    shown = {}
+    for name in ("managed_c", "listed_c"):
+        [(got_name, create_sql)] = await tables.rows(session, f"SHOW CREATE CLUSTER {name}")
+        assert got_name == name
+        shown[name] = create_sql
+    assert shown["managed_c"] == (
+        'CREATE CLUSTER "managed_c" (INTROSPECTION DEBUGGING = false, INTROSPECTION INTERVAL = '
+        "'250ms', MANAGED = true, REPLICATION FACTOR = 0, SIZE = '2')"
+    )
+    assert shown["listed_c"] == 'CREATE CLUSTER "listed_c" REPLICAS ()'
+    for name, create_sql in shown.items():
+        await tables.tag(session, f"DROP CLUSTER {name}")
+        await tables.tag(session, create_sql)
+        assert await tables.rows(session, f"SHOW CREATE CLUSTER {name}") == [(name, create_sql)]
+    assert (await tables.error(session, "SHOW CREATE CLUSTER nope")).code == "42704"
 
 
 async def test_statement_timeout_cancels_with_57014_and_zero_means_none(tables: Any) -> None:

@@ -24,12 +24,13 @@ from prometheus_client import REGISTRY
 
 from loupe.builtins import MZ_CLUSTER_REPLICA_STATUSES, MZ_CLUSTERS
 from loupe.controller.storage import SparkPartStore, StreamConfig, is_disk_full
+from loupe.interval import Interval
 from loupe.persist import LocalBlob, Shard
 from loupe.testing import assert_eventually
 
 pytestmark = [pytest.mark.spark]
 
-CLUSTER = ("u1", "quickstart", "u1", True, "1", 1, dt.timedelta(seconds=1), False)
+CLUSTER = ("u1", "quickstart", "u1", True, "1", 1, Interval(micros=1_000_000), False)
 
 
 def metric(name: str) -> float:

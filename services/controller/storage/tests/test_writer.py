@@ -14,6 +14,7 @@ import pyarrow as pa
 import pytest
 from prometheus_client import REGISTRY
 
+from loupe import interval
 from loupe.builtins import (
     BUILTIN_COLLECTIONS,
     MZ_AUDIT_EVENTS,
@@ -30,6 +31,7 @@ from loupe.controller.storage import (
     decode_batch,
     encode_batch,
 )
+from loupe.interval import Interval
 from loupe.persist import Consensus, LocalBlob, Shard
 from loupe.proto.storage.v1 import storage_pb2
 from loupe.storage.wire import encode_arrow
@@ -38,7 +40,7 @@ from loupe.testing import assert_eventually
 pytestmark = [pytest.mark.spark]
 
 UTC = dt.UTC
-CLUSTER = ("u1", "quickstart", "u1", True, "1", 1, dt.timedelta(seconds=1), False)
+CLUSTER = ("u1", "quickstart", "u1", True, "1", 1, Interval(micros=1_000_000), False)
 REPLICA = ("u1", "r1", "u1", "1", "u1")
 
 
@@ -107,7 +109,7 @@ async def test_staged_rows_are_visible_with_their_types(
     assert row[4] == at.astimezone(UTC)
     snapshot = Shard(MZ_CLUSTERS.id, blob, consensus).snapshot()
     assert snapshot.schema.field("replication_factor").type == pa.uint64()
-    assert snapshot.schema.field("introspection_interval").type == pa.duration("us")
+    assert snapshot.schema.field("introspection_interval").type == interval.ARROW
     assert snapshot.schema.field("managed").type == pa.bool_()
     statuses = Shard(MZ_CLUSTER_REPLICA_STATUSES.id, blob, consensus).snapshot()
     assert statuses.schema.field("updated_at").type == pa.timestamp("us", tz="UTC")

@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\"loupe/proto/common/v1/common.proto\x12\x15loupe.proto.common.v1\"\xdb\x02\n\x05Value\x12\x14\n\nbool_value\x18\x01 \x01(\x08H\x00\x12\x13\n\tint_value\x18\x02 \x01(\x12H\x00\x12\x15\n\x0b\x66loat_value\x18\x03 \x01(\x01H\x00\x12\x14\n\ntext_value\x18\x04 \x01(\tH\x00\x12\x15\n\x0b\x62ytes_value\x18\x05 \x01(\x0cH\x00\x12\x16\n\x0ctimestamp_us\x18\x06 \x01(\x12H\x00\x12\x13\n\tdate_days\x18\x07 \x01(\x11H\x00\x12\x17\n\rnumeric_value\x18\x08 \x01(\tH\x00\x12\x15\n\x0bjsonb_value\x18\t \x01(\tH\x00\x12\x36\n\nlist_value\x18\n \x01(\x0b\x32 .loupe.proto.common.v1.ValueListH\x00\x12\x15\n\x0binterval_us\x18\x0b \x01(\x12H\x00\x12\x1c\n\x12timestamp_naive_us\x18\x0c \x01(\x12H\x00\x12\x11\n\x07time_us\x18\r \x01(\x12H\x00\x42\x06\n\x04kind\"9\n\tValueList\x12,\n\x06values\x18\x01 \x03(\x0b\x32\x1c.loupe.proto.common.v1.Value\"3\n\x03Row\x12,\n\x06values\x18\x01 \x03(\x0b\x32\x1c.loupe.proto.common.v1.Value\"6\n\x06\x43olumn\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0c\n\x04type\x18\x02 \x01(\t\x12\x10\n\x08nullable\x18\x03 \x01(\x08\">\n\x0cRelationDesc\x12.\n\x07\x63olumns\x18\x01 \x03(\x0b\x32\x1d.loupe.proto.common.v1.Column\"V\n\x05\x45rror\x12\x0c\n\x04\x63ode\x18\x01 \x01(\t\x12\x0f\n\x07message\x18\x02 \x01(\t\x12\x0e\n\x06\x64\x65tail\x18\x03 \x01(\t\x12\x0c\n\x04hint\x18\x04 \x01(\t\x12\x10\n\x08position\x18\x05 \x01(\r\"\xa2\x01\n\x12\x43ollectionMetadata\x12\x15\n\rcollection_id\x18\x01 \x01(\t\x12\x10\n\x08shard_id\x18\x02 \x01(\t\x12\x10\n\x08\x62lob_uri\x18\x03 \x01(\t\x12\x15\n\rconsensus_uri\x18\x04 \x01(\t\x12:\n\rrelation_desc\x18\x05 \x01(\x0b\x32#.loupe.proto.common.v1.RelationDesc\"\x07\n\x05\x45mptyb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\"loupe/proto/common/v1/common.proto\x12\x15loupe.proto.common.v1\"\xb0\x03\n\x05Value\x12\x14\n\nbool_value\x18\x01 \x01(\x08H\x00\x12\x13\n\tint_value\x18\x02 \x01(\x12H\x00\x12\x15\n\x0b\x66loat_value\x18\x03 \x01(\x01H\x00\x12\x14\n\ntext_value\x18\x04 \x01(\tH\x00\x12\x15\n\x0b\x62ytes_value\x18\x05 \x01(\x0cH\x00\x12\x16\n\x0ctimestamp_us\x18\x06 \x01(\x12H\x00\x12\x13\n\tdate_days\x18\x07 \x01(\x11H\x00\x12\x17\n\rnumeric_value\x18\x08 \x01(\tH\x00\x12\x15\n\x0bjsonb_value\x18\t \x01(\tH\x00\x12\x36\n\nlist_value\x18\n \x01(\x0b\x32 .loupe.proto.common.v1.ValueListH\x00\x12>\n\x0einterval_value\x18\x0b \x01(\x0b\x32$.loupe.proto.common.v1.IntervalValueH\x00\x12\x1c\n\x12timestamp_naive_us\x18\x0c \x01(\x12H\x00\x12\x11\n\x07time_us\x18\r \x01(\x12H\x00\x12\x14\n\nuuid_value\x18\x14 \x01(\tH\x00\x12\x14\n\nuint_value\x18\x15 \x01(\x04H\x00\x42\x06\n\x04kind\"=\n\rIntervalValue\x12\x0e\n\x06months\x18\x01 \x01(\x11\x12\x0c\n\x04\x64\x61ys\x18\x02 \x01(\x11\x12\x0e\n\x06micros\x18\x03 \x01(\x12\"9\n\tValueList\x12,\n\x06values\x18\x01 \x03(\x0b\x32\x1c.loupe.proto.common.v1.Value\"3\n\x03Row\x12,\n\x06values\x18\x01 \x03(\x0b\x32\x1c.loupe.proto.common.v1.Value\"6\n\x06\x43olumn\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0c\n\x04type\x18\x02 \x01(\t\x12\x10\n\x08nullable\x18\x03 \x01(\x08\">\n\x0cRelationDesc\x12.\n\x07\x63olumns\x18\x01 \x03(\x0b\x32\x1d.loupe.proto.common.v1.Column\"V\n\x05\x45rror\x12\x0c\n\x04\x63ode\x18\x01 \x01(\t\x12\x0f\n\x07message\x18\x02 \x01(\t\x12\x0e\n\x06\x64\x65tail\x18\x03 \x01(\t\x12\x0c\n\x04hint\x18\x04 \x01(\t\x12\x10\n\x08position\x18\x05 \x01(\r\"\xa2\x01\n\x12\x43ollectionMetadata\x12\x15\n\rcollection_id\x18\x01 \x01(\t\x12\x10\n\x08shard_id\x18\x02 \x01(\t\x12\x10\n\x08\x62lob_uri\x18\x03 \x01(\t\x12\x15\n\rconsensus_uri\x18\x04 \x01(\t\x12:\n\rrelation_desc\x18\x05 \x01(\x0b\x32#.loupe.proto.common.v1.RelationDesc\"\x07\n\x05\x45mptyb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -32,19 +32,21 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'loupe.proto.common.v1.commo
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_VALUE']._serialized_start=62
-  _globals['_VALUE']._serialized_end=409
-  _globals['_VALUELIST']._serialized_start=411
-  _globals['_VALUELIST']._serialized_end=468
-  _globals['_ROW']._serialized_start=470
-  _globals['_ROW']._serialized_end=521
-  _globals['_COLUMN']._serialized_start=523
-  _globals['_COLUMN']._serialized_end=577
-  _globals['_RELATIONDESC']._serialized_start=579
-  _globals['_RELATIONDESC']._serialized_end=641
-  _globals['_ERROR']._serialized_start=643
-  _globals['_ERROR']._serialized_end=729
-  _globals['_COLLECTIONMETADATA']._serialized_start=732
-  _globals['_COLLECTIONMETADATA']._serialized_end=894
-  _globals['_EMPTY']._serialized_start=896
-  _globals['_EMPTY']._serialized_end=903
+  _globals['_VALUE']._serialized_end=494
+  _globals['_INTERVALVALUE']._serialized_start=496
+  _globals['_INTERVALVALUE']._serialized_end=557
+  _globals['_VALUELIST']._serialized_start=559
+  _globals['_VALUELIST']._serialized_end=616
+  _globals['_ROW']._serialized_start=618
+  _globals['_ROW']._serialized_end=669
+  _globals['_COLUMN']._serialized_start=671
+  _globals['_COLUMN']._serialized_end=725
+  _globals['_RELATIONDESC']._serialized_start=727
+  _globals['_RELATIONDESC']._serialized_end=789
+  _globals['_ERROR']._serialized_start=791
+  _globals['_ERROR']._serialized_end=877
+  _globals['_COLLECTIONMETADATA']._serialized_start=880
+  _globals['_COLLECTIONMETADATA']._serialized_end=1042
+  _globals['_EMPTY']._serialized_start=1044
+  _globals['_EMPTY']._serialized_end=1051
 # @@protoc_insertion_point(module_scope)

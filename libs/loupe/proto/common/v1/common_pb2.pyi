@@ -7,7 +7,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class Value(_message.Message):
-    __slots__ = ("bool_value", "int_value", "float_value", "text_value", "bytes_value", "timestamp_us", "date_days", "numeric_value", "jsonb_value", "list_value", "interval_us", "timestamp_naive_us", "time_us")
+    __slots__ = ("bool_value", "int_value", "float_value", "text_value", "bytes_value", "timestamp_us", "date_days", "numeric_value", "jsonb_value", "list_value", "interval_value", "timestamp_naive_us", "time_us", "uuid_value", "uint_value")
     BOOL_VALUE_FIELD_NUMBER: _ClassVar[int]
     INT_VALUE_FIELD_NUMBER: _ClassVar[int]
     FLOAT_VALUE_FIELD_NUMBER: _ClassVar[int]
@@ -18,9 +18,11 @@ class Value(_message.Message):
     NUMERIC_VALUE_FIELD_NUMBER: _ClassVar[int]
     JSONB_VALUE_FIELD_NUMBER: _ClassVar[int]
     LIST_VALUE_FIELD_NUMBER: _ClassVar[int]
-    INTERVAL_US_FIELD_NUMBER: _ClassVar[int]
+    INTERVAL_VALUE_FIELD_NUMBER: _ClassVar[int]
     TIMESTAMP_NAIVE_US_FIELD_NUMBER: _ClassVar[int]
     TIME_US_FIELD_NUMBER: _ClassVar[int]
+    UUID_VALUE_FIELD_NUMBER: _ClassVar[int]
+    UINT_VALUE_FIELD_NUMBER: _ClassVar[int]
     bool_value: bool
     int_value: int
     float_value: float
@@ -31,10 +33,22 @@ class Value(_message.Message):
     numeric_value: str
     jsonb_value: str
     list_value: ValueList
-    interval_us: int
+    interval_value: IntervalValue
     timestamp_naive_us: int
     time_us: int
-    def __init__(self, bool_value: _Optional[bool] = ..., int_value: _Optional[int] = ..., float_value: _Optional[float] = ..., text_value: _Optional[str] = ..., bytes_value: _Optional[bytes] = ..., timestamp_us: _Optional[int] = ..., date_days: _Optional[int] = ..., numeric_value: _Optional[str] = ..., jsonb_value: _Optional[str] = ..., list_value: _Optional[_Union[ValueList, _Mapping]] = ..., interval_us: _Optional[int] = ..., timestamp_naive_us: _Optional[int] = ..., time_us: _Optional[int] = ...) -> None: ...
+    uuid_value: str
+    uint_value: int
+    def __init__(self, bool_value: _Optional[bool] = ..., int_value: _Optional[int] = ..., float_value: _Optional[float] = ..., text_value: _Optional[str] = ..., bytes_value: _Optional[bytes] = ..., timestamp_us: _Optional[int] = ..., date_days: _Optional[int] = ..., numeric_value: _Optional[str] = ..., jsonb_value: _Optional[str] = ..., list_value: _Optional[_Union[ValueList, _Mapping]] = ..., interval_value: _Optional[_Union[IntervalValue, _Mapping]] = ..., timestamp_naive_us: _Optional[int] = ..., time_us: _Optional[int] = ..., uuid_value: _Optional[str] = ..., uint_value: _Optional[int] = ...) -> None: ...
+
+class IntervalValue(_message.Message):
+    __slots__ = ("months", "days", "micros")
+    MONTHS_FIELD_NUMBER: _ClassVar[int]
+    DAYS_FIELD_NUMBER: _ClassVar[int]
+    MICROS_FIELD_NUMBER: _ClassVar[int]
+    months: int
+    days: int
+    micros: int
+    def __init__(self, months: _Optional[int] = ..., days: _Optional[int] = ..., micros: _Optional[int] = ...) -> None: ...
 
 class ValueList(_message.Message):
     __slots__ = ("values",)

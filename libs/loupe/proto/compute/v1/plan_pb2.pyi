@@ -114,7 +114,7 @@ class OrderKey(_message.Message):
     def __init__(self, column: _Optional[int] = ..., desc: _Optional[bool] = ..., nulls_last: _Optional[bool] = ...) -> None: ...
 
 class LirNode(_message.Message):
-    __slots__ = ("id", "types", "constant", "get", "mfp", "flat_map", "arrange_by", "join", "reduce", "top_k", "negate", "threshold", "union", "let_rec")
+    __slots__ = ("id", "types", "constant", "get", "mfp", "flat_map", "arrange_by", "join", "reduce", "top_k", "negate", "threshold", "union", "window", "let_rec")
     ID_FIELD_NUMBER: _ClassVar[int]
     TYPES_FIELD_NUMBER: _ClassVar[int]
     CONSTANT_FIELD_NUMBER: _ClassVar[int]
@@ -128,6 +128,7 @@ class LirNode(_message.Message):
     NEGATE_FIELD_NUMBER: _ClassVar[int]
     THRESHOLD_FIELD_NUMBER: _ClassVar[int]
     UNION_FIELD_NUMBER: _ClassVar[int]
+    WINDOW_FIELD_NUMBER: _ClassVar[int]
     LET_REC_FIELD_NUMBER: _ClassVar[int]
     id: int
     types: _containers.RepeatedScalarFieldContainer[str]
@@ -142,8 +143,9 @@ class LirNode(_message.Message):
     negate: NegateNode
     threshold: ThresholdNode
     union: UnionNode
+    window: WindowNode
     let_rec: LetRecNode
-    def __init__(self, id: _Optional[int] = ..., types: _Optional[_Iterable[str]] = ..., constant: _Optional[_Union[ConstantNode, _Mapping]] = ..., get: _Optional[_Union[GetNode, _Mapping]] = ..., mfp: _Optional[_Union[MfpNode, _Mapping]] = ..., flat_map: _Optional[_Union[FlatMapNode, _Mapping]] = ..., arrange_by: _Optional[_Union[ArrangeByNode, _Mapping]] = ..., join: _Optional[_Union[JoinNode, _Mapping]] = ..., reduce: _Optional[_Union[ReduceNode, _Mapping]] = ..., top_k: _Optional[_Union[TopKNode, _Mapping]] = ..., negate: _Optional[_Union[NegateNode, _Mapping]] = ..., threshold: _Optional[_Union[ThresholdNode, _Mapping]] = ..., union: _Optional[_Union[UnionNode, _Mapping]] = ..., let_rec: _Optional[_Union[LetRecNode, _Mapping]] = ...) -> None: ...
+    def __init__(self, id: _Optional[int] = ..., types: _Optional[_Iterable[str]] = ..., constant: _Optional[_Union[ConstantNode, _Mapping]] = ..., get: _Optional[_Union[GetNode, _Mapping]] = ..., mfp: _Optional[_Union[MfpNode, _Mapping]] = ..., flat_map: _Optional[_Union[FlatMapNode, _Mapping]] = ..., arrange_by: _Optional[_Union[ArrangeByNode, _Mapping]] = ..., join: _Optional[_Union[JoinNode, _Mapping]] = ..., reduce: _Optional[_Union[ReduceNode, _Mapping]] = ..., top_k: _Optional[_Union[TopKNode, _Mapping]] = ..., negate: _Optional[_Union[NegateNode, _Mapping]] = ..., threshold: _Optional[_Union[ThresholdNode, _Mapping]] = ..., union: _Optional[_Union[UnionNode, _Mapping]] = ..., window: _Optional[_Union[WindowNode, _Mapping]] = ..., let_rec: _Optional[_Union[LetRecNode, _Mapping]] = ...) -> None: ...
 
 class ConstantNode(_message.Message):
     __slots__ = ("rows",)
@@ -206,6 +208,42 @@ class ReduceNode(_message.Message):
     aggregates: _containers.RepeatedCompositeFieldContainer[AggregateExpr]
     kind: str
     def __init__(self, input: _Optional[_Union[LirNode, _Mapping]] = ..., group_key: _Optional[_Iterable[_Union[ScalarExpr, _Mapping]]] = ..., aggregates: _Optional[_Iterable[_Union[AggregateExpr, _Mapping]]] = ..., kind: _Optional[str] = ...) -> None: ...
+
+class WindowFrameBound(_message.Message):
+    __slots__ = ("kind", "offset", "distance")
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    DISTANCE_FIELD_NUMBER: _ClassVar[int]
+    kind: str
+    offset: int
+    distance: ScalarExpr
+    def __init__(self, kind: _Optional[str] = ..., offset: _Optional[int] = ..., distance: _Optional[_Union[ScalarExpr, _Mapping]] = ...) -> None: ...
+
+class WindowFunctionExpr(_message.Message):
+    __slots__ = ("func", "args", "mode", "start", "end")
+    FUNC_FIELD_NUMBER: _ClassVar[int]
+    ARGS_FIELD_NUMBER: _ClassVar[int]
+    MODE_FIELD_NUMBER: _ClassVar[int]
+    START_FIELD_NUMBER: _ClassVar[int]
+    END_FIELD_NUMBER: _ClassVar[int]
+    func: str
+    args: _containers.RepeatedScalarFieldContainer[int]
+    mode: str
+    start: WindowFrameBound
+    end: WindowFrameBound
+    def __init__(self, func: _Optional[str] = ..., args: _Optional[_Iterable[int]] = ..., mode: _Optional[str] = ..., start: _Optional[_Union[WindowFrameBound, _Mapping]] = ..., end: _Optional[_Union[WindowFrameBound, _Mapping]] = ...) -> None: ...
+
+class WindowNode(_message.Message):
+    __slots__ = ("input", "partition_by", "order", "functions")
+    INPUT_FIELD_NUMBER: _ClassVar[int]
+    PARTITION_BY_FIELD_NUMBER: _ClassVar[int]
+    ORDER_FIELD_NUMBER: _ClassVar[int]
+    FUNCTIONS_FIELD_NUMBER: _ClassVar[int]
+    input: LirNode
+    partition_by: _containers.RepeatedScalarFieldContainer[int]
+    order: _containers.RepeatedCompositeFieldContainer[OrderKey]
+    functions: _containers.RepeatedCompositeFieldContainer[WindowFunctionExpr]
+    def __init__(self, input: _Optional[_Union[LirNode, _Mapping]] = ..., partition_by: _Optional[_Iterable[int]] = ..., order: _Optional[_Iterable[_Union[OrderKey, _Mapping]]] = ..., functions: _Optional[_Iterable[_Union[WindowFunctionExpr, _Mapping]]] = ...) -> None: ...
 
 class TopKNode(_message.Message):
     __slots__ = ("input", "order", "limit", "offset", "group_key")
