@@ -7,8 +7,8 @@ steps, each inserting or deleting a few rows at the next timestamp. The
 a ``loupe.dataflow.ComputeInstance`` with an index on it, and feeds it the
 updates in persist's format; the ``PostgresSide`` runs the view's own SQL on
 the tables' current contents in a schema of its own. After every step both
-answers are compared as multisets (floats within a relative tolerance; the
-engine's numeric is a float today), at the new time and at the one before;
+answers are compared as multisets (floats within a relative tolerance, numerics
+exactly: see ``_close``), at the new time and at the one before;
 ORDER BY … LIMIT views are compared as top-k sets, where rows tied on the
 order keys at the boundary may differ; where PostgreSQL fails, the engine must
 fail with the same SQLSTATE. ``DuckDBSide`` (transpiled SQL, hand-written
@@ -25,6 +25,7 @@ import uuid
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from decimal import Decimal
 
 import duckdb
 import pyarrow as pa
@@ -351,8 +352,10 @@ def normalize(value: object) -> object:
     """One representation per value across both sides: numbers as float, dates as midnight."""
     if isinstance(value, bool) or value is None or isinstance(value, str):
         return value
-    if isinstance(value, int | float) or type(value).__name__ == "Decimal":
-        return float(value)  # type: ignore[arg-type]
+    if isinstance(value, Decimal):  # numeric is exact: compared exactly (``_close``)
+        return value
+    if isinstance(value, int | float):
+        return float(value)
     if isinstance(value, datetime.datetime):
         return value.replace(tzinfo=None)
     if isinstance(value, datetime.date):
@@ -364,7 +367,9 @@ def _sort_key(row: Row) -> tuple[object, ...]:
     """Rows ordered by type then value, floats rounded so near-equal values sort together."""
     key: list[tuple[int, object]] = []
     for value in row:
-        if isinstance(value, float):
+        if isinstance(value, Decimal):
+            key.append((1, round(float(value), 6)))
+        elif isinstance(value, float):
             key.append((1, round(value, 6) if math.isfinite(value) else value))
         else:
             key.append((0 if value is None else 2, repr(value)))
@@ -372,6 +377,19 @@ def _sort_key(row: Row) -> tuple[object, ...]:
 
 
 def _close(left: object, right: object) -> bool:
+    """``left`` (Loupe's) is ``right`` (PostgreSQL's): floats within a relative tolerance,
+    numerics exactly, to PostgreSQL's scale or the 16 decimals Loupe keeps (a quotient of
+    PostgreSQL's may have 20: see the README)."""
+    if isinstance(left, Decimal) and isinstance(right, Decimal):
+        exponent = right.as_tuple().exponent
+        assert isinstance(exponent, int)
+        # Equal once rounded to PostgreSQL's scale, or to the 16 decimals Loupe keeps.
+        if abs(left - right) <= Decimal(5).scaleb(max(exponent, -16) - 1):
+            return True
+        # sqrt, stddev, variance… of numeric are computed in float8 and kept to 15
+        # significant digits (README): such a value, and only such, is compared at those.
+        digits = left.normalize().as_tuple().digits
+        return len(digits) <= 15 and abs(left - right) <= abs(right) * Decimal("1e-14")
     if isinstance(left, float) and isinstance(right, float):
         return math.isclose(left, right, rel_tol=1e-9, abs_tol=1e-9) or (
             math.isnan(left) and math.isnan(right)

@@ -5,8 +5,8 @@ Every query runs in PostgreSQL over table ``w`` and in Loupe (planned by
 same rows: several partitions, a NULL partition, ties in the window
 ORDER BY, a duplicate row and NULLs in every column. Queries whose outer
 ORDER BY orders every row are compared in order; the others as multisets.
-Values are compared with their types (floats within 1e-12; the engine's
-numeric is a float today). Failing queries must fail with PostgreSQL's
+Values are compared with their types (floats within 1e-12, numerics exactly).
+Failing queries must fail with PostgreSQL's
 SQLSTATE and message.
 """
 

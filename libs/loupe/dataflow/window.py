@@ -476,9 +476,11 @@ def _aggregate(
     name = f"c{function.args[0]}"
     value = pl.col(name)
     dtype = frame.schema[name]
-    # avg of integers and numerics is an exact numeric, as PostgreSQL's.
-    numeric = func == "avg" and (dtype.is_integer() or dtype.is_decimal())
-    if numeric:
+    # avg of integers and numerics is an exact numeric, as PostgreSQL's; their stddev and
+    # variance are numeric too, computed in float8 (kept to its 15 significant digits).
+    exact = dtype.is_integer() or dtype.is_decimal()
+    numeric = exact and (func == "avg" or func in mir.SPREAD_AGGREGATES)
+    if func == "avg" and exact:
         value = value.cast(NUMERIC)
     elif dtype.is_integer():
         value = value.cast(pl.Int64)  # sums of int4 are int8, as PostgreSQL's
