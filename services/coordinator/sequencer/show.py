@@ -14,11 +14,11 @@ import dataclasses
 from typing import TYPE_CHECKING
 
 from loupe.common.errors import LoupeError, SqlState
-from loupe.coordinator.objects import ComputeObject
+from loupe.coordinator.objects import ComputeObject, quote
 from loupe.coordinator.results import StatementResult
 from loupe.coordinator.sequencer import select
 from loupe.coordinator.session import Session
-from loupe.coordinator.show import builtin_columns_sql, show_sql
+from loupe.coordinator.show import builtin_columns_sql, quote_literal, show_sql
 from loupe.coordinator.sql.parser import parse_one
 from loupe.coordinator.sql.resolve import search_path_schemas
 from loupe.coordinator.sql.statements import (
@@ -115,7 +115,7 @@ def create_cluster_sql(ctx: SequencerContext, name: str, statement: ShowObjects)
             f"unknown cluster '{name}'",
             position=statement.target.position if statement.target else 0,
         )
-    quoted = quote_identifier(cluster.name)
+    quoted = quote(cluster.name)
     interval = cluster.introspection_interval_ns
     if cluster.managed:
         options = [
@@ -129,9 +129,7 @@ def create_cluster_sql(ctx: SequencerContext, name: str, statement: ShowObjects)
     replicas = sorted(
         (r for r in snapshot.replicas if r.cluster_id == cluster.id), key=lambda r: r.name
     )
-    listed = ", ".join(
-        f"{quote_identifier(r.name)} (SIZE {quote_literal(r.size)})" for r in replicas
-    )
+    listed = ", ".join(f"{quote(r.name)} (SIZE {quote_literal(r.size)})" for r in replicas)
     return f"CREATE CLUSTER {quoted} REPLICAS ({listed})"
 
 
@@ -143,11 +141,3 @@ def _interval_literal(nanoseconds: int) -> str:
         if nanoseconds % size == 0:
             return f"'{nanoseconds // size}{unit}'"
     return f"'{nanoseconds}ns'"
-
-
-def quote_identifier(name: str) -> str:
-    return '"' + name.replace('"', '""') + '"'
-
-
-def quote_literal(text: str) -> str:
-    return "'" + text.replace("'", "''") + "'"
