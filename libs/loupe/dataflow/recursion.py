@@ -25,7 +25,7 @@ from collections.abc import Callable, Mapping, Sequence
 import polars as pl
 
 from loupe.common.errors import SqlState
-from loupe.dataflow.batches import DIFF, ERROR, TIME, Parts, concat, consolidate, empty_errors
+from loupe.dataflow.batches import DIFF, ERROR, TIME, concat, consolidate, empty_errors
 from loupe.dataflow.operators import Operator
 from loupe.dataflow.types import empty_frame
 from loupe.plan import lir
@@ -164,6 +164,3 @@ def _limit_error(limit: int, implicit: bool) -> pl.DataFrame:
         {ERROR: [f"{SqlState.PROGRAM_LIMIT_EXCEEDED}|{message}"], TIME: [0], DIFF: [1]},
         schema={ERROR: pl.Utf8(), TIME: pl.UInt64(), DIFF: pl.Int64()},
     )
-
-
-__all__ = ["MAX_ITERATIONS", "Evaluate", "LetRec", "Parts"]

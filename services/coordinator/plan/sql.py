@@ -1445,14 +1445,7 @@ def _first_lateral(select: exp.Select) -> int | None:
 def _lateral_reads(select: exp.Select, inner: Scope, outer: Scope) -> set[int]:
     """The positions in ``outer`` of the columns a LATERAL subquery reads from the items
     before it, anywhere in it (SELECT list, WHERE, GROUP BY, HAVING, ORDER BY, ON…)."""
-    positions = set()
-    for node in select.walk():
-        if not isinstance(node, exp.Column) or isinstance(node.this, exp.Star):
-            continue
-        table = node.table or None
-        if not inner.has(table, node.name) and outer.has(table, node.name):
-            positions.add(outer.lookup(table, node.name))
-    return positions
+    return _outer_positions(select, inner, outer, [select])
 
 
 def _with_outer_keys(select: exp.Select, columns: Sequence[ScopeColumn]) -> exp.Select:
@@ -1477,11 +1470,18 @@ def _with_outer_keys(select: exp.Select, columns: Sequence[ScopeColumn]) -> exp.
     return keyed
 
 
-def _outer_positions(select: exp.Select, inner: Scope, outer: Scope) -> set[int]:
-    """The positions in ``outer`` of the enclosing query's columns ``select`` reads,
-    its own subqueries included (they reach them through ``select``'s scope)."""
+def _outer_positions(
+    select: exp.Select,
+    inner: Scope,
+    outer: Scope,
+    nodes: Sequence[exp.Expression | None] | None = None,
+) -> set[int]:
+    """The positions in ``outer`` of the enclosing query's columns ``select`` reads (in its
+    SELECT list and WHERE, or in ``nodes``), its own subqueries included (they reach them
+    through ``select``'s scope)."""
     positions = set()
-    nodes = [*select.expressions, select.args.get("where")]
+    if nodes is None:
+        nodes = [*select.expressions, select.args.get("where")]
     for node in nodes:
         for column in node.walk() if node is not None else []:
             if not isinstance(column, exp.Column) or isinstance(column.this, exp.Star):
