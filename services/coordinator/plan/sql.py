@@ -359,11 +359,9 @@ class _Planner:
             for index, (have, want) in enumerate(
                 zip(following.types, first.types, strict=True), start=1
             ):
-                widens = have in NUMERIC_RANK and want in NUMERIC_RANK
-                if have not in (want, "unknown") and not (
-                    widens and NUMERIC_RANK[have] <= NUMERIC_RANK[want]
-                ):
-                    overall = functions.widest([have, want]) if widens else have
+                if not _converts_to(have, want):
+                    numbers = have in NUMERIC_RANK and want in NUMERIC_RANK
+                    overall = functions.widest([have, want]) if numbers else have
                     raise LoupeError(
                         DATATYPE_MISMATCH,
                         f'recursive query "{name}" column {index} has type '
@@ -1622,6 +1620,14 @@ def _recursive_terms(
     return query.this, step, bool(query.args.get("distinct"))
 
 
+def _converts_to(have: str, want: str) -> bool:
+    """Whether a recursive binding's column of type ``have`` may stand for ``want``: the
+    same type, an untyped NULL, or a number that widens to it."""
+    return have in (want, "unknown") or (
+        have in NUMERIC_RANK and want in NUMERIC_RANK and NUMERIC_RANK[have] <= NUMERIC_RANK[want]
+    )
+
+
 def _as_declared(
     relation: mir.Relation, name: str, schema: tuple[mir.ColumnSpec, ...]
 ) -> mir.Relation:
@@ -1633,14 +1639,7 @@ def _as_declared(
     declared = [t for _, t in schema]
     inferred = list(relation.types)
     matches = len(declared) == len(inferred) and all(
-        have == want
-        or have == "unknown"
-        or (
-            have in NUMERIC_RANK
-            and want in NUMERIC_RANK
-            and NUMERIC_RANK[have] <= NUMERIC_RANK[want]
-        )
-        for have, want in zip(inferred, declared, strict=True)
+        _converts_to(have, want) for have, want in zip(inferred, declared, strict=True)
     )
     if not matches:
         want, have = ", ".join(declared), ", ".join(inferred)
