@@ -49,6 +49,7 @@ from prometheus_client import Counter
 from loupe.common import values
 from loupe.common.errors import LoupeError, SqlState
 from loupe.common.logging import get_logger
+from loupe.compute_replica.process_metrics import EngineActivity
 from loupe.compute_replica.protocol import (
     PeekRequest,
     PeekResult,
@@ -147,6 +148,8 @@ class DataflowRunner:
         self.report_interval = report_interval
         self.poll_interval = poll_interval
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="compute-engine")
+        # Read by heartbeats: a replica busy in a long step says so.
+        self.activity = EngineActivity()
         self._notify = nats_upper_notifier(nats) if nats is not None else None
         self._dataflows: dict[str, _Dataflow] = {}
         # Export id (index or sink) -> the dataflow exporting it.
@@ -188,7 +191,12 @@ class DataflowRunner:
     async def _call(self, function: Callable[..., Any], *args: Any) -> Any:
         """Run ``function(*args)`` on the engine thread, after every call made before it."""
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._executor, functools.partial(function, *args))
+        call = functools.partial(self.activity.run, functools.partial(function, *args))
+        return await loop.run_in_executor(self._executor, call)
+
+    async def run_on_engine(self, function: Callable[..., Any], *args: Any) -> Any:
+        """``function(*args)`` on the engine thread, in turn (tests make the engine busy so)."""
+        return await self._call(function, *args)
 
     # -- state, for the curious ------------------------------------------------------------
 

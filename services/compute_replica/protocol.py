@@ -225,6 +225,9 @@ class HeartbeatReport:
     initialized: bool
     sent_at_ms: int
     process_id: int = 0
+    engine_calls: int = 0
+    engine_busy_ms: int = 0
+    loop_lag_ms: int = 0
 
 
 class Responses:
@@ -252,6 +255,9 @@ class Responses:
                 workers=report.workers,
                 initialized=report.initialized,
                 sent_at_ms=report.sent_at_ms,
+                engine_calls=report.engine_calls,
+                engine_busy_ms=report.engine_busy_ms,
+                loop_lag_ms=report.loop_lag_ms,
             )
         )
 

@@ -28,6 +28,8 @@ class ComputeReplicaSettings(BaseSettings):
     source_poll_interval: float = 0.05
     # A negative port serves no /metrics endpoint (tests run many replicas in one process).
     metrics_port: int = 0
+    # Tests only: honour debug parameters in UpdateConfiguration (``replica._run_debug_commands``).
+    debug_commands: bool = False
 
     def validate(self) -> None:
         if not self.replica_id:

@@ -83,6 +83,9 @@ class ControllerSettings(BaseSettings):
     heartbeat_timeout: float = 5.0
     # Time a new incarnation has to send its first heartbeat.
     replica_startup_timeout: float = 30.0
+    # A silent replica whose process is busy (using CPU) is left this long
+    # before a restart; so is one whose command loop stopped (liveness.py).
+    replica_busy_timeout: float = 60.0
     # SIGTERM to SIGKILL, when stopping a replica.
     replica_terminate_grace: float = 5.0
     # How long start-up waits for the catalog service.
@@ -146,6 +149,7 @@ class ControllerService(Service):
                 consensus_uri=consensus_uri,
                 heartbeat_timeout=settings.heartbeat_timeout,
                 startup_timeout=settings.replica_startup_timeout,
+                busy_timeout=settings.replica_busy_timeout,
             )
             await self.compute.start()
             stack.push_async_callback(self.compute.stop)

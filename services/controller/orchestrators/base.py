@@ -83,6 +83,23 @@ class ReplicaEvent:
 ReplicaListener = Callable[[ReplicaEvent], None]
 
 
+@dataclass(frozen=True)
+class ProcessProbe:
+    """What an orchestrator can see of a replica's process, for telling busy from dead.
+
+    ``running``: it exists and may run (CPU time in ``cpu_seconds`` when
+    known); ``stopped``: it is stopped (SIGSTOP, a debugger) and cannot
+    answer, which counts as dead; ``exited``: gone or a zombie (the exit
+    event follows); ``unknown``: the orchestrator cannot tell.
+    """
+
+    state: Literal["running", "stopped", "exited", "unknown"]
+    cpu_seconds: float | None = None
+
+
+UNKNOWN_PROBE = ProcessProbe("unknown")
+
+
 class Orchestrator(abc.ABC):
     """Runs compute replicas; one implementation per platform (processes, Kubernetes)."""
 
@@ -132,6 +149,10 @@ class Orchestrator(abc.ABC):
     @abc.abstractmethod
     async def stop(self) -> None:
         """Stop every replica (controller shutdown); nothing is left running."""
+
+    def probe(self, replica_id: str) -> ProcessProbe:
+        """The state of the replica's current process (``unknown`` unless overridden)."""
+        return UNKNOWN_PROBE
 
     @abc.abstractmethod
     def incarnation(self, replica_id: str) -> int | None:

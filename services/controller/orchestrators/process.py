@@ -24,8 +24,10 @@ from typing import Any
 from loupe.common.logging import get_logger
 from loupe.common.nats_server import die_with_parent
 from loupe.controller.orchestrators.base import (
+    UNKNOWN_PROBE,
     IncarnationCounter,
     Orchestrator,
+    ProcessProbe,
     ReplicaEvent,
     ReplicaSpec,
 )
@@ -109,6 +111,10 @@ class ProcessOrchestrator(Orchestrator):
         """The pid of the replica's current process, if it is running."""
         supervisor = self._supervisors.get(replica_id)
         return supervisor.pid if supervisor else None
+
+    def probe(self, replica_id: str) -> ProcessProbe:
+        pid = self.pid(replica_id)
+        return ProcessProbe("exited") if pid is None else probe_process(pid)
 
     def command(self, spec: ReplicaSpec, incarnation: int) -> list[str]:
         return [
@@ -212,7 +218,11 @@ class _Supervisor:
             return
         self._terminated_incarnation = self.incarnation
         with contextlib.suppress(ProcessLookupError):
-            process.terminate()
+            if probe_process(process.pid).state == "stopped":
+                # It cannot act on SIGTERM until continued: no grace to wait out.
+                process.kill()
+            else:
+                process.terminate()
         try:
             await asyncio.wait_for(process.wait(), self.orchestrator.terminate_grace)
         except TimeoutError:
@@ -299,3 +309,26 @@ def oom_kill_count() -> int | None:
     except (OSError, ValueError):
         return None
     return None
+
+
+def probe_process(pid: int) -> ProcessProbe:
+    """State and CPU time of process ``pid`` from ``/proc/<pid>/stat`` (Linux; else unknown)."""
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            stat = handle.read()
+    except FileNotFoundError:
+        return ProcessProbe("exited")
+    except OSError:
+        return UNKNOWN_PROBE
+    # The command name (field 2) may hold spaces and parentheses: fields follow its last ')'.
+    fields = stat[stat.rfind(")") + 2 :].split()
+    try:
+        state, utime, stime = fields[0], int(fields[11]), int(fields[12])
+    except (IndexError, ValueError):
+        return UNKNOWN_PROBE
+    cpu = (utime + stime) / os.sysconf("SC_CLK_TCK")
+    if state in ("T", "t"):
+        return ProcessProbe("stopped", cpu)
+    if state in ("Z", "X", "x"):
+        return ProcessProbe("exited", cpu)
+    return ProcessProbe("running", cpu)

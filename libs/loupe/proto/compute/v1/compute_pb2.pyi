@@ -196,7 +196,7 @@ class Hello(_message.Message):
     def __init__(self, pid: _Optional[int] = ..., hostname: _Optional[str] = ...) -> None: ...
 
 class Heartbeat(_message.Message):
-    __slots__ = ("process_id", "cpu_nano_cores", "memory_bytes", "disk_bytes", "workers", "initialized", "sent_at_ms")
+    __slots__ = ("process_id", "cpu_nano_cores", "memory_bytes", "disk_bytes", "workers", "initialized", "sent_at_ms", "engine_calls", "engine_busy_ms", "loop_lag_ms")
     PROCESS_ID_FIELD_NUMBER: _ClassVar[int]
     CPU_NANO_CORES_FIELD_NUMBER: _ClassVar[int]
     MEMORY_BYTES_FIELD_NUMBER: _ClassVar[int]
@@ -204,6 +204,9 @@ class Heartbeat(_message.Message):
     WORKERS_FIELD_NUMBER: _ClassVar[int]
     INITIALIZED_FIELD_NUMBER: _ClassVar[int]
     SENT_AT_MS_FIELD_NUMBER: _ClassVar[int]
+    ENGINE_CALLS_FIELD_NUMBER: _ClassVar[int]
+    ENGINE_BUSY_MS_FIELD_NUMBER: _ClassVar[int]
+    LOOP_LAG_MS_FIELD_NUMBER: _ClassVar[int]
     process_id: int
     cpu_nano_cores: int
     memory_bytes: int
@@ -211,7 +214,10 @@ class Heartbeat(_message.Message):
     workers: int
     initialized: bool
     sent_at_ms: int
-    def __init__(self, process_id: _Optional[int] = ..., cpu_nano_cores: _Optional[int] = ..., memory_bytes: _Optional[int] = ..., disk_bytes: _Optional[int] = ..., workers: _Optional[int] = ..., initialized: _Optional[bool] = ..., sent_at_ms: _Optional[int] = ...) -> None: ...
+    engine_calls: int
+    engine_busy_ms: int
+    loop_lag_ms: int
+    def __init__(self, process_id: _Optional[int] = ..., cpu_nano_cores: _Optional[int] = ..., memory_bytes: _Optional[int] = ..., disk_bytes: _Optional[int] = ..., workers: _Optional[int] = ..., initialized: _Optional[bool] = ..., sent_at_ms: _Optional[int] = ..., engine_calls: _Optional[int] = ..., engine_busy_ms: _Optional[int] = ..., loop_lag_ms: _Optional[int] = ...) -> None: ...
 
 class PeekResponse(_message.Message):
     __slots__ = ("uuid", "rows", "error", "canceled")

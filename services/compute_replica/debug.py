@@ -1,0 +1,49 @@
+"""CPU-bound steps for liveness tests: how a replica is made busy on purpose.
+
+Reached only through ``UpdateConfiguration`` parameters of a replica started
+with ``debug_commands`` (see ``ComputeReplica._run_debug_commands``). The
+kinds differ in how they hold the GIL, which decides whether other threads
+(the heartbeat thread) run meanwhile:
+
+``python``
+    a pure-Python loop: the interpreter hands the GIL over every switch
+    interval (5 ms), so other threads run, slower.
+``polars``
+    repeated sorts of a large frame: polars releases the GIL while it works.
+``gil``
+    a regular expression backtracking exponentially: one C call that holds
+    the GIL throughout, each round twice as long as the one before (the
+    last one about half of ``seconds``), starving every other thread of
+    the process. Only the controller's look at the process (CPU time
+    advancing) tells such a replica busy rather than dead.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+
+import polars as pl
+
+
+def busy_step(kind: str, seconds: float) -> int:
+    """Burn CPU on the calling thread for ``seconds`` the ``kind`` way; returns rounds run."""
+    deadline = time.monotonic() + seconds
+    rounds = 0
+    if kind == "python":
+        while time.monotonic() < deadline:
+            sum(i * i for i in range(10_000))
+            rounds += 1
+    elif kind == "polars":
+        frame = pl.DataFrame({"a": pl.int_range(0, 2_000_000, eager=True).shuffle(seed=1)})
+        while time.monotonic() < deadline:
+            frame.sort("a").select(pl.col("a").cum_sum())
+            rounds += 1
+    elif kind == "gil":
+        backtracking = re.compile(r"(a+)+$")
+        while time.monotonic() < deadline:
+            backtracking.match("a" * (16 + rounds) + "b")
+            rounds += 1
+    else:
+        raise ValueError(f"unknown busy step kind {kind!r}: python, polars or gil")
+    return rounds
