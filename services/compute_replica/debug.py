@@ -20,30 +20,46 @@ kinds differ in how they hold the GIL, which decides whether other threads
 
 from __future__ import annotations
 
+import functools
 import re
 import time
+from collections.abc import Callable
 
 import polars as pl
 
 
 def busy_step(kind: str, seconds: float) -> int:
-    """Burn CPU on the calling thread for ``seconds`` the ``kind`` way; returns rounds run."""
+    """Burn CPU on the calling thread for ``seconds`` the ``kind`` way; returns rounds run (>= 1)."""
     deadline = time.monotonic() + seconds
-    rounds = 0
+    work: Callable[[int], None]
     if kind == "python":
-        while time.monotonic() < deadline:
-            sum(i * i for i in range(10_000))
-            rounds += 1
+        work = _python_round
     elif kind == "polars":
         frame = pl.DataFrame({"a": pl.int_range(0, 2_000_000, eager=True).shuffle(seed=1)})
-        while time.monotonic() < deadline:
-            frame.sort("a").select(pl.col("a").cum_sum())
-            rounds += 1
+        work = functools.partial(_polars_round, frame)
     elif kind == "gil":
-        backtracking = re.compile(r"(a+)+$")
-        while time.monotonic() < deadline:
-            backtracking.match("a" * (16 + rounds) + "b")
-            rounds += 1
+        work = _gil_round
     else:
         raise ValueError(f"unknown busy step kind {kind!r}: python, polars or gil")
-    return rounds
+    rounds = 0
+    while True:
+        work(rounds)
+        rounds += 1
+        if time.monotonic() >= deadline:
+            return rounds
+
+
+def _python_round(_round: int) -> None:
+    sum(i * i for i in range(10_000))
+
+
+def _polars_round(frame: pl.DataFrame, _round: int) -> None:
+    frame.sort("a").select(pl.col("a").cum_sum())
+
+
+_BACKTRACKING = re.compile(r"(a+)+$")
+
+
+def _gil_round(round_: int) -> None:
+    # Fails to match after trying 2**n ways to split the a's, all in one C call.
+    _BACKTRACKING.match("a" * (16 + round_) + "b")
