@@ -220,6 +220,9 @@ class ComputeController:
         self._apply_lock = asyncio.Lock()
         self._tasks: set[asyncio.Task[Any]] = set()
         self._watchdog: asyncio.Task[None] | None = None
+        # The replicas silent at the last check (logged when most are, once per change).
+        self._herd: frozenset[str] = frozenset()
+        self._disconnected = False
         orchestrator.add_listener(self._on_replica_event)
 
     # -- lifecycle -----------------------------------------------------------------
@@ -525,16 +528,20 @@ class ComputeController:
             if unseen:
                 self._forgive_silence(unseen)
             else:
+                self._disconnected = False
                 self._check_silent(now)
             await self.peeks.expire(now)
 
     def _forgive_silence(self, seconds: float) -> None:
         """Time the controller could not hear heartbeats does not count against replicas."""
-        log.warning(
-            "controller_not_listening_silence_forgiven",
-            seconds=round(seconds, 3),
-            connected=self._nc.is_connected,
-        )
+        connected = self._nc.is_connected
+        if connected or not self._disconnected:  # a lost connection is logged once
+            log.warning(
+                "controller_not_listening_silence_forgiven",
+                seconds=round(seconds, 3),
+                connected=connected,
+            )
+        self._disconnected = not connected
         for replica in self._replicas.values():
             replica.started_at += seconds
             if replica.last_heartbeat is not None:
@@ -547,13 +554,15 @@ class ComputeController:
             ((self._silent_for(r, now), r) for r in watched if self._is_silent(r, now)),
             key=lambda pair: -pair[0],
         )
-        if len(silent) >= 2 and 2 * len(silent) >= len(watched):
+        herd = frozenset(r.spec.replica_id for _, r in silent)
+        if len(herd) >= 2 and 2 * len(herd) >= len(watched) and herd != self._herd:
             log.warning(
                 "most_replicas_silent_at_once",
-                silent=[r.spec.replica_id for _, r in silent],
+                silent=sorted(herd),
                 replicas=len(watched),
                 hint="the machine, NATS or the controller is slow: one restart per window",
             )
+        self._herd = herd
         for silent_for, replica in silent:
             replica_id = replica.spec.replica_id
             started = replica.last_heartbeat is not None
@@ -575,10 +584,12 @@ class ComputeController:
             self._replace_hung(replica, reason, silent_for=silent_for, probe=probe.state)
 
     def _silent_for(self, replica: _Replica, now: float) -> float:
-        return now - (replica.last_heartbeat or replica.started_at)
+        heard = replica.last_heartbeat
+        return now - (replica.started_at if heard is None else heard)
 
     def _is_silent(self, replica: _Replica, now: float) -> bool:
-        limit = self.heartbeat_timeout if replica.last_heartbeat else self.startup_timeout
+        heard = replica.last_heartbeat is not None
+        limit = self.heartbeat_timeout if heard else self.startup_timeout
         return self._silent_for(replica, now) > limit
 
     def _replace_hung(self, replica: _Replica, reason: str, **context: Any) -> None:

@@ -11,9 +11,13 @@ the machine ran out of memory. The rules, checked every ``check_interval``:
 2. A silent replica's process is looked at (``Orchestrator.probe``):
    stopped (SIGSTOP) counts as dead and is restarted at once
    (``process-stopped``); exited is left to the orchestrator's exit event;
-   running with CPU time advancing by at least ``BUSY_CPU_SHARE`` of a core
-   is busy and gets up to ``busy_timeout`` of silence (then ``busy-timeout``);
-   anything else is restarted (``heartbeat-timeout``, or ``startup-timeout``).
+   running and busy gets up to ``busy_timeout`` of silence (then
+   ``busy-timeout``); anything else is restarted (``heartbeat-timeout``, or
+   ``startup-timeout``). Busy is measured over at least ``CPU_SAMPLE_SECONDS``:
+   CPU time advancing by ``BUSY_CPU_SHARE`` of a core, or the process found
+   working (runnable, or waiting in the kernel for memory) at both ends of
+   the window: on a machine with load 14 on 2 cores a busy process gets a
+   seventh of a core, but it is always runnable, while an idle one sleeps.
 3. Restarts on uncertain evidence (every reason but ``process-stopped``) go
    one per ``heartbeat_timeout`` window: when many replicas fall silent at
    once the cause is more likely the machine than all of them, and one
@@ -58,8 +62,8 @@ REPLICA_RESTARTS = Counter(
 class Silence:
     """What the controller learned of one replica since its last heartbeat."""
 
-    # (monotonic time, CPU seconds of its process) when last sampled.
-    sample: tuple[float, float] | None = None
+    # (monotonic time, CPU seconds of its process, working) when last sampled.
+    sample: tuple[float, float, bool] | None = None
     # Known busy (True), known idle (False) or not known yet (None).
     busy: bool | None = None
 
@@ -90,22 +94,23 @@ class LivenessPolicy:
         if probe.state == "exited":
             return None  # the orchestrator reports the exit and restarts it
         if probe.state == "running" and probe.cpu_seconds is not None:
-            self._sample(silence, probe.cpu_seconds, now)
+            self._sample(silence, probe, probe.cpu_seconds, now)
             if silence.busy is None:
                 return None  # the CPU rate is known at the next look
             if silence.busy:
                 return BUSY_TIMEOUT if silent_for > self.busy_timeout else None
         return HEARTBEAT_TIMEOUT if started else STARTUP_TIMEOUT
 
-    def _sample(self, silence: Silence, cpu: float, now: float) -> None:
+    def _sample(self, silence: Silence, probe: ProcessProbe, cpu: float, now: float) -> None:
         if silence.sample is None:
-            silence.sample = (now, cpu)
+            silence.sample = (now, cpu, probe.working)
             return
-        since, before = silence.sample
+        since, before, working = silence.sample
         if now - since < CPU_SAMPLE_SECONDS:
             return
-        silence.busy = (cpu - before) / (now - since) >= BUSY_CPU_SHARE
-        silence.sample = (now, cpu)
+        share = (cpu - before) / (now - since)
+        silence.busy = share >= BUSY_CPU_SHARE or (working and probe.working)
+        silence.sample = (now, cpu, probe.working)
 
     def may_restart(self, reason: str, now: float) -> bool:
         """Whether a restart for ``reason`` may happen now (rule 3); True claims the window."""

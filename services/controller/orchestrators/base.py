@@ -88,13 +88,16 @@ class ProcessProbe:
     """What an orchestrator can see of a replica's process, for telling busy from dead.
 
     ``running``: it exists and may run (CPU time in ``cpu_seconds`` when
-    known); ``stopped``: it is stopped (SIGSTOP, a debugger) and cannot
-    answer, which counts as dead; ``exited``: gone or a zombie (the exit
-    event follows); ``unknown``: the orchestrator cannot tell.
+    known; ``working`` when it is on a CPU's run queue or waiting in the
+    kernel, e.g. for memory, rather than asleep); ``stopped``: it is stopped
+    (SIGSTOP, a debugger) and cannot answer, which counts as dead;
+    ``exited``: gone or a zombie (the exit event follows); ``unknown``: the
+    orchestrator cannot tell.
     """
 
     state: Literal["running", "stopped", "exited", "unknown"]
     cpu_seconds: float | None = None
+    working: bool = False
 
 
 UNKNOWN_PROBE = ProcessProbe("unknown")

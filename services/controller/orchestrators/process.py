@@ -331,4 +331,6 @@ def probe_process(pid: int) -> ProcessProbe:
         return ProcessProbe("stopped", cpu)
     if state in ("Z", "X", "x"):
         return ProcessProbe("exited", cpu)
-    return ProcessProbe("running", cpu)
+    # R: running or runnable (a busy process on a crowded machine waits here);
+    # D: waiting in the kernel (paging under memory pressure); S: asleep.
+    return ProcessProbe("running", cpu, working=state in ("R", "D"))

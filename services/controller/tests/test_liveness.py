@@ -20,6 +20,8 @@ from typing import Any
 import pytest
 from prometheus_client import REGISTRY
 
+from loupe.common.nats_server import NatsServerProcess
+from loupe.common.transport import connect
 from loupe.controller.compute import ClusterInfo, ComputeController
 from loupe.controller.liveness import (
     BUSY_TIMEOUT,
@@ -33,6 +35,7 @@ from loupe.controller.liveness import (
 from loupe.controller.orchestrators import ReplicaSpec
 from loupe.controller.orchestrators.base import ProcessProbe, ReplicaEvent
 from loupe.controller.orchestrators.process import ProcessOrchestrator, probe_process
+from loupe.persist.location import default_uris
 from loupe.proto.compute.v1 import compute_pb2
 from loupe.testing import assert_eventually
 
@@ -281,9 +284,15 @@ def test_verdicts_for_a_silent_replica() -> None:
 
     idle = Silence()
     assert policy.verdict(idle, 1.5, True, ProcessProbe("running", 10.0), 100.0) is None
-    # A hundredth of a core: asleep, not working.
-    idle_probe = ProcessProbe("running", 10.01)
+    # A hundredth of a core, asleep at the first look: not working.
+    idle_probe = ProcessProbe("running", 10.01, working=True)
     assert policy.verdict(idle, 2.5, True, idle_probe, 101.0) == HEARTBEAT_TIMEOUT
+
+    # A twentieth of a core on a crowded machine, but runnable whenever looked at: busy.
+    crowded = Silence()
+    assert policy.verdict(crowded, 1.5, True, ProcessProbe("running", 10.0, True), 100.0) is None
+    assert policy.verdict(crowded, 2.5, True, ProcessProbe("running", 10.05, True), 101.0) is None
+    assert crowded.busy is True
 
 
 def test_uncertain_restarts_take_turns_and_stalls_are_measured() -> None:
@@ -296,3 +305,50 @@ def test_uncertain_restarts_take_turns_and_stalls_are_measured() -> None:
     assert policy.stalled_for(0.25, 3.25) == pytest.approx(3.0)
     assert policy.wedged(61_000)
     assert not policy.wedged(5_000)
+
+
+async def test_a_nats_outage_restarts_no_replica(arrow_writer, data_dir, tmp_path, kit, unique):
+    """NATS down for longer than the timeout: nobody could heartbeat, so nobody is restarted."""
+    server = NatsServerProcess(tmp_path / "outage-nats")
+    server.start()
+    nc = await connect(server.url, name="test-controller")
+    orchestrator = kit.InProcessOrchestrator(server.url)
+    blob_uri, consensus_uri = default_uris(data_dir)
+    compute = ComputeController(
+        nc,
+        orchestrator,
+        arrow_writer,
+        blob_uri=blob_uri,
+        consensus_uri=consensus_uri,
+        heartbeat_timeout=3.0,
+        hello_resend_interval=0.3,
+    )
+    await compute.start()
+    try:
+        info = ClusterInfo(f"c{unique}", "quickstart")
+        replica_ids = [f"u{unique}{n}" for n in range(2)]
+        await compute.apply([info], [ReplicaSpec(rid, info.id) for rid in replica_ids])
+        for replica_id in replica_ids:
+            await online(compute, replica_id, 1)
+        before = liveness_restarts()
+
+        server.stop()
+        await asyncio.sleep(5.0)
+        server.start()
+        logs = {rid: HeartbeatLog() for rid in replica_ids}
+        listener = await connect(server.url, name="test-listener")
+        for replica_id, log in logs.items():
+            await log.listen(listener, replica_id)
+
+        def heard_again() -> None:
+            assert all(log.heartbeats for log in logs.values())
+
+        await assert_eventually(heard_again, timeout=20)
+        await asyncio.sleep(1.0)  # the controller handles what it heard
+        await listener.close()
+        assert liveness_restarts() == before
+        assert [compute.replica_incarnation(rid) for rid in replica_ids] == [1, 1]
+    finally:
+        await compute.stop()
+        await nc.close()
+        server.stop()
