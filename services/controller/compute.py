@@ -581,7 +581,13 @@ class ComputeController:
                         window=self.heartbeat_timeout,
                     )
                 continue
-            self._replace_hung(replica, reason, silent_for=silent_for, probe=probe.state)
+            self._replace_hung(
+                replica,
+                reason,
+                silent_for=round(silent_for, 3),
+                probe=probe.state,
+                cpu_share=replica.silence.cpu_share,
+            )
 
     def _silent_for(self, replica: _Replica, now: float) -> float:
         heard = replica.last_heartbeat

@@ -66,6 +66,8 @@ class Silence:
     sample: tuple[float, float, bool] | None = None
     # Known busy (True), known idle (False) or not known yet (None).
     busy: bool | None = None
+    # Share of a core its process used over the last sample window, for logs.
+    cpu_share: float | None = None
 
 
 class LivenessPolicy:
@@ -110,6 +112,7 @@ class LivenessPolicy:
             return
         share = (cpu - before) / (now - since)
         silence.busy = share >= BUSY_CPU_SHARE or (working and probe.working)
+        silence.cpu_share = round(share, 3)
         silence.sample = (now, cpu, probe.working)
 
     def may_restart(self, reason: str, now: float) -> bool:

@@ -312,25 +312,48 @@ def oom_kill_count() -> int | None:
 
 
 def probe_process(pid: int) -> ProcessProbe:
-    """State and CPU time of process ``pid`` from ``/proc/<pid>/stat`` (Linux; else unknown)."""
+    """State and CPU time of process ``pid`` from ``/proc/<pid>/stat`` (Linux; else unknown).
+
+    The process's own line gives its state and the CPU time of all its
+    threads; whether it is working takes every thread's line
+    (``/proc/<pid>/task/*/stat``): the replica's main thread sleeps in its
+    event loop while its engine thread computes.
+    """
     try:
-        with open(f"/proc/{pid}/stat") as handle:
-            stat = handle.read()
+        state, cpu = _stat(f"/proc/{pid}/stat")
     except FileNotFoundError:
         return ProcessProbe("exited")
-    except OSError:
+    except (OSError, IndexError, ValueError):
         return UNKNOWN_PROBE
-    # The command name (field 2) may hold spaces and parentheses: fields follow its last ')'.
-    fields = stat[stat.rfind(")") + 2 :].split()
-    try:
-        state, utime, stime = fields[0], int(fields[11]), int(fields[12])
-    except (IndexError, ValueError):
-        return UNKNOWN_PROBE
-    cpu = (utime + stime) / os.sysconf("SC_CLK_TCK")
     if state in ("T", "t"):
         return ProcessProbe("stopped", cpu)
     if state in ("Z", "X", "x"):
         return ProcessProbe("exited", cpu)
-    # R: running or runnable (a busy process on a crowded machine waits here);
-    # D: waiting in the kernel (paging under memory pressure); S: asleep.
-    return ProcessProbe("running", cpu, working=state in ("R", "D"))
+    return ProcessProbe("running", cpu, working=_any_thread_working(pid))
+
+
+def _stat(path: str) -> tuple[str, float]:
+    """(state letter, user + system CPU seconds) of one ``stat`` file."""
+    with open(path) as handle:
+        stat = handle.read()
+    # The command name (field 2) may hold spaces and parentheses: fields follow its last ')'.
+    fields = stat[stat.rfind(")") + 2 :].split()
+    return fields[0], (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _any_thread_working(pid: int) -> bool:
+    """Some thread is runnable (R: on a CPU or waiting for one, as busy threads on a
+    crowded machine are) or waiting in the kernel (D: e.g. paging under memory
+    pressure), rather than asleep."""
+    try:
+        threads = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return False
+    for thread in threads:
+        try:
+            state, _ = _stat(f"/proc/{pid}/task/{thread}/stat")
+        except (OSError, IndexError, ValueError):
+            continue  # the thread ended meanwhile
+        if state in ("R", "D"):
+            return True
+    return False

@@ -352,3 +352,29 @@ async def test_a_nats_outage_restarts_no_replica(arrow_writer, data_dir, tmp_pat
         await compute.stop()
         await nc.close()
         server.stop()
+
+
+async def test_probing_a_process_tells_asleep_working_stopped_and_exited() -> None:
+    """``/proc`` says what a process does: the facts the verdicts are made of."""
+    sleeper = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", "import time; time.sleep(60)"
+    )
+    spinner = await asyncio.create_subprocess_exec(sys.executable, "-c", BURN, "60")
+    try:
+        await assert_eventually(lambda: _assert(probe_process(spinner.pid).working))
+        # Once its interpreter has started, the sleeper sleeps.
+        await assert_eventually(lambda: _assert(not probe_process(sleeper.pid).working))
+        asleep = probe_process(sleeper.pid)
+        assert asleep.state == "running"
+        assert asleep.cpu_seconds is not None
+
+        os.kill(spinner.pid, signal.SIGSTOP)
+        await assert_eventually(lambda: _assert(probe_process(spinner.pid).state == "stopped"))
+        sleeper.kill()
+        await sleeper.wait()
+        assert probe_process(sleeper.pid).state == "exited"
+    finally:
+        for process in (sleeper, spinner):
+            with contextlib.suppress(ProcessLookupError):
+                process.kill()
+            await process.wait()
