@@ -50,11 +50,6 @@ class ReplicaSize:
     disk_bytes: int = 0
     credits_per_hour: Decimal = Decimal(0)
 
-    @property
-    def os_limit_bytes(self) -> int:
-        """The data-segment limit of the replica process: above the budget, below the machine."""
-        return self.memory_bytes * OS_LIMIT_FACTOR + OS_LIMIT_BASELINE_BYTES
-
     def row(self) -> tuple[Any, ...]:
         """The size as a row of ``mz_cluster_replica_sizes``."""
         return (
@@ -66,6 +61,14 @@ class ReplicaSize:
             self.disk_bytes,
             self.credits_per_hour,
         )
+
+
+def os_limit_bytes(memory_bytes: int) -> int:
+    """The OS data limit of a replica process with ``memory_bytes`` of budget.
+
+    Above the budget (temporaries, the interpreter), far below the machine.
+    """
+    return memory_bytes * OS_LIMIT_FACTOR + OS_LIMIT_BASELINE_BYTES
 
 
 def _scaled(size: str, workers: int, memory_bytes: int, credits: str) -> ReplicaSize:

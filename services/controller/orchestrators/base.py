@@ -38,8 +38,10 @@ class ReplicaSpec:
 
     replica_id: str
     cluster_id: str
-    # Timely-style workers of the replica: its SIZE.
+    # Timely-style workers of the replica, and its memory budget: its SIZE (``loupe.sizes``).
     workers: int = 1
+    # 0: no budget, no OS limit.
+    memory_limit_bytes: int = 0
 
 
 @dataclass(frozen=True)

@@ -121,6 +121,8 @@ class ProcessOrchestrator(Orchestrator):
             str(incarnation),
             "--workers",
             str(spec.workers),
+            "--memory-limit-bytes",
+            str(spec.memory_limit_bytes),
             "--nats-url",
             self.nats_url,
             "--data-dir",
