@@ -880,12 +880,23 @@ class ComputeInstance:
             sum(table.nbytes for log in logs for table in log.tables),
         )
 
+    def failed(self) -> dict[str, LoupeError]:
+        """The exports of dataflows that stopped for good (out of memory, a failed step).
+
+        Reads of them answer this error at any time: their frontier will not move again.
+        """
+        return {
+            export_id: dataflow.failed
+            for dataflow in self.dataflows.values()
+            if dataflow.failed is not None
+            for export_id in dataflow.export_ids()
+        }
+
     def errors(self) -> dict[str, LoupeError]:
         """The error each export currently holds (exports without errors are absent)."""
-        current: dict[str, LoupeError] = {}
+        current = self.failed()
         for dataflow in self.dataflows.values():
             if dataflow.failed is not None:
-                current.update((export_id, dataflow.failed) for export_id in dataflow.export_ids())
                 continue
             latest = max(dataflow.frontier, 1) - 1
             for index_id, index in dataflow.index_exports.items():
