@@ -331,8 +331,8 @@ class Dataflow:
         except Exception as error:
             out_of_memory = _out_of_memory(error, self.name)
             if out_of_memory is not None:
-                # Its state goes: retrying the step would only run out again.
-                self.release(out_of_memory)
+                # The instance releases its state: retrying the step would only run out again.
+                self.failed = out_of_memory
             else:
                 self._stop(error, taken)
             return False
@@ -509,6 +509,10 @@ class ComputeInstance:
         self.dataflows[desc.id] = dataflow
         if self.hooks is not None:
             self._log_created(dataflow)
+        failed = [self.exports[i.index_id].failed for i in desc.index_imports]
+        inherited = next((error for error in failed if error is not None), None)
+        if inherited is not None:
+            self._release(dataflow, inherited)  # it would wait forever on the failed index
 
     def _readable_as_of(self, desc: DataflowDescription) -> DataflowDescription:
         """``desc`` starting no earlier than what the instance still distinguishes of its sources.
@@ -682,7 +686,7 @@ class ComputeInstance:
             with self.memory.charging(f"dataflow {dataflow.name}", held):
                 stepped = dataflow.step(self._input_frontier(dataflow), self.hooks)
             if dataflow.failed is not None and dataflow.failed.code == SqlState.OUT_OF_MEMORY:
-                self._detach(dataflow)
+                self._release(dataflow, dataflow.failed)
                 held = self._held_bytes()
                 continue
             if stepped:
@@ -700,6 +704,23 @@ class ComputeInstance:
             newest = max(min(d.frontier for d in state.readers), 1) - 1
             state.log.since = max(state.log.since, newest - FEED_HISTORY_MS)
         return changed
+
+    def _release(self, dataflow: Dataflow, error: LoupeError) -> None:
+        """Stop ``dataflow`` for good with ``error``, its state released, and its readers too.
+
+        A dataflow reading one of its indexes would wait forever for a
+        frontier that no longer moves: it fails with the same error.
+        """
+        readers = [
+            reader
+            for export in dataflow.index_exports.values()
+            for reader, _ in export.readers
+            if reader.failed is None
+        ]
+        dataflow.release(error)
+        self._detach(dataflow)
+        for reader in readers:
+            self._release(reader, error)
 
     def _enforce_budget(self) -> bool:
         """Release the largest dataflows while the instance holds more than its budget.
@@ -720,12 +741,10 @@ class ComputeInstance:
             needed = self._dataflow_bytes(largest)
             if needed == 0:
                 break  # what is held is no running dataflow's to give back
-            largest.release(
-                memory.out_of_memory(
-                    f"dataflow {largest.name}", needed, held - needed, self.memory.limit_bytes
-                )
+            error = memory.out_of_memory(
+                f"dataflow {largest.name}", needed, held - needed, self.memory.limit_bytes
             )
-            self._detach(largest)
+            self._release(largest, error)
             released = True
         return released
 

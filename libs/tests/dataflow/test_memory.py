@@ -12,6 +12,7 @@ from loupe.dataflow import ComputeInstance, Finishing
 from loupe.dataflow import memory as budget
 from loupe.dataflow.testing import index_dataflow, persist_updates, read
 from loupe.plan import lir
+from loupe.plan.dataflow import IndexImport
 from loupe.sizes import MIB
 
 T = (("k", "int8"),)
@@ -63,6 +64,20 @@ def test_a_cross_join_past_the_budget_fails_53200_and_the_others_keep_running() 
         instance.peek("big_index", 0)
     instance.drop("big_index")
     assert "big" not in instance.dataflows
+
+
+def test_readers_of_a_failed_index_fail_with_its_error_instead_of_waiting() -> None:
+    """An index import whose exporter ran out: the reader's frontier could never move."""
+    instance = ComputeInstance(memory_limit_bytes=16 * MIB)
+    instance.create_dataflow(index_dataflow("big", cross_join(), {"t": T}, as_of=0))
+    on_big = IndexImport("big_index", "big_view", (("a", "int8"), ("b", "int8")), ())
+    count = lir.Get(0, "big_view", types=TYPES * 2)
+    instance.create_dataflow(index_dataflow("before", count, {}, 0, index_imports=(on_big,)))
+    feed(instance, "t", range(3_000), 0)
+    assert instance.failed()["before_index"].message == instance.failed()["big_index"].message
+    instance.create_dataflow(index_dataflow("after", count, {}, 0, index_imports=(on_big,)))
+    with pytest.raises(LoupeError, match="out of memory: dataflow big"):
+        instance.peek("after_index", 0)
 
 
 def test_a_cross_join_within_the_budget_is_computed() -> None:
