@@ -1,7 +1,8 @@
 """Issue 11 item 2, end to end: replicas live within their size.
 
 A cluster of a small size (``2xsmall``: 128 MiB) gets an index on a cross
-join built to exceed that: reading it fails with 53200, while a small index
+join built to exceed that: reading it fails with 53200 (and so does a
+materialized view of the cross join), while a small index
 on the same replica keeps answering and following its table, a SELECT that
 would exceed the budget fails and the next one works, and the replica never
 restarts nor grows to hold the join. ``mz_cluster_replica_sizes`` lists the
@@ -86,6 +87,13 @@ async def test_a_cross_join_past_the_budget_fails_alone(system):
     system.sql("INSERT INTO s VALUES (2)")
     assert sorted(on_small(system, "SELECT a FROM sv")) == [(1,), (2,)]
 
+    # A materialized view of it: reads answer its error rather than wait for it to write.
+    system.sql(
+        "CREATE MATERIALIZED VIEW bigmv IN CLUSTER small AS"
+        " SELECT x.a AS a, y.a AS b FROM t AS x CROSS JOIN t AS y"
+    )
+    assert error_of(system, "SELECT count(*) FROM bigmv").code == "53200"
+
     # A SELECT that would exceed the budget fails; the next one works.
     assert error_of(system, "SELECT count(*) FROM t AS x, t AS y").code == "53200"
     assert on_small(system, "SELECT count(*) FROM t") == [(ROWS,)]
@@ -103,6 +111,6 @@ async def test_a_cross_join_past_the_budget_fails_alone(system):
 
     assert await assert_eventually(metrics, timeout=30) < GIB
 
-    # Dropping the failed index lets go of it; the cluster serves on.
-    system.sql("DROP INDEX big_primary_idx")
+    # Dropping the failed index and view lets go of them; the cluster serves on.
+    system.sql("DROP INDEX big_primary_idx; DROP MATERIALIZED VIEW bigmv")
     assert sorted(on_small(system, "SELECT a FROM sv")) == [(1,), (2,)]
