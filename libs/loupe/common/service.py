@@ -85,6 +85,11 @@ def remove_ready_file(data_dir: Path, name: str) -> None:
 def configure_for(settings: BaseSettings, service: str) -> None:
     json_format = {"json": True, "console": False}.get(settings.log_format)
     configure_logging(settings.log_level, json=json_format, service=service)
+    configure_sizes(settings)
+
+
+def configure_sizes(settings: BaseSettings) -> None:
+    """Install the ``cluster_replica_sizes`` table (``loupe.sizes``) every service shares."""
     try:
         sizes.configure(settings.cluster_replica_sizes)
     except ValueError as error:
