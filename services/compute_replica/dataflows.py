@@ -104,6 +104,7 @@ class Engine(Protocol):
     def take_sink_batches(self) -> list[Any]: ...
     def progress(self) -> list[DataflowProgress]: ...
     def errors(self) -> dict[str, LoupeError]: ...
+    def failed(self) -> dict[str, LoupeError]: ...
 
 
 @dataclass
@@ -113,6 +114,9 @@ class _Outputs:
     frontiers: dict[str, int] = field(default_factory=dict)
     progress: dict[str, DataflowProgress] = field(default_factory=dict)
     errors: dict[str, LoupeError] = field(default_factory=dict)
+    # Exports of dataflows stopped for good (53200 out of memory, a failed step).
+    failed: dict[str, LoupeError] = field(default_factory=dict)
+    sources: frozenset[str] = frozenset()
     sink_batches: list[SinkBatch] = field(default_factory=list)
 
 
@@ -364,7 +368,7 @@ class DataflowRunner:
         return PeekResult(_result_columns(request, result), rows)
 
     def _check_peekable(self, target: str) -> None:
-        failure = self._failed.get(target)
+        failure = self._failed.get(target) or self._outputs.failed.get(target)
         if failure is not None:
             raise failure
         if target not in self._exports:
@@ -450,6 +454,8 @@ class DataflowRunner:
                 log.exception("engine step failed")
                 continue
             self._outputs = outputs
+            if set(self._feeders) - outputs.sources:
+                await self._sync_feeders()  # a dataflow out of memory let go of its sources
             self._add_feed_errors(outputs)
             batches, outputs.sink_batches = outputs.sink_batches, []
             await self._ship_sink_batches(batches)
@@ -463,6 +469,8 @@ class DataflowRunner:
             frontiers={e: self._engine.write_frontier(e) for e in exports},
             progress={p.dataflow_id: p for p in self._engine.progress()},
             errors=self._engine.errors(),
+            failed=self._engine.failed(),
+            sources=frozenset(self._engine.source_ids()),
             sink_batches=self._engine.take_sink_batches(),
         )
 

@@ -128,6 +128,8 @@ class InstanceConfig:
     incarnation: int
     workers: int
     storage: StorageLocation
+    # The replica's memory budget (0: none): see ``loupe.dataflow.memory``.
+    memory_limit_bytes: int = 0
     # Kept as the wire message: the logging dataflows that consume it arrive
     # with the compute engine; until then the replica only stores it.
     logging: compute_pb2.LoggingConfig = field(default_factory=compute_pb2.LoggingConfig)
@@ -140,6 +142,7 @@ class InstanceConfig:
             incarnation=message.incarnation,
             workers=message.workers,
             storage=StorageLocation(message.blob_uri, message.consensus_uri),
+            memory_limit_bytes=message.memory_limit_bytes,
             logging=message.logging,
         )
 

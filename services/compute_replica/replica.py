@@ -268,6 +268,7 @@ class ComputeReplica(Service):
             incarnation=self.incarnation,
             cluster_id=config.cluster_id or self.settings.cluster_id,
             workers=config.workers or self.settings.workers,
+            memory_limit_bytes=config.memory_limit_bytes or self.settings.memory_limit_bytes,
         )
         repeated = self._config is not None
         self._config = config
@@ -280,6 +281,7 @@ class ComputeReplica(Service):
             "instance re-created (reconciliation)" if repeated else "instance created",
             cluster_id=config.cluster_id,
             workers=config.workers,
+            memory_limit_bytes=config.memory_limit_bytes,
             blob_uri=config.storage.blob_uri,
             consensus_uri=config.storage.consensus_uri,
             logging_enabled=config.logging.enable_logging,
@@ -290,7 +292,10 @@ class ComputeReplica(Service):
         assert self._config is not None
         if self._dataflows is None:
             self._dataflows = DataflowRunner(
-                ComputeInstance(workers=self._config.workers),
+                ComputeInstance(
+                    workers=self._config.workers,
+                    memory_limit_bytes=self._config.memory_limit_bytes,
+                ),
                 responses=self._responses,
                 publish=self._publish,
                 storage=self._config.storage,

@@ -468,6 +468,7 @@ class ComputeController:
             cluster_id=spec.cluster_id,
             incarnation=replica.incarnation,
             workers=spec.workers,
+            memory_limit_bytes=spec.memory_limit_bytes,
             logging=logging_config(cluster),
             blob_uri=self.blob_uri,
             consensus_uri=self.consensus_uri,

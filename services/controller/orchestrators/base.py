@@ -38,8 +38,10 @@ class ReplicaSpec:
 
     replica_id: str
     cluster_id: str
-    # Timely-style workers of the replica: its SIZE.
+    # Timely-style workers of the replica, and its memory budget: its SIZE (``loupe.sizes``).
     workers: int = 1
+    # 0: no budget, no OS limit.
+    memory_limit_bytes: int = 0
 
 
 @dataclass(frozen=True)
@@ -52,6 +54,7 @@ class ReplicaEvent:
     pid: int | None = None
     exit_code: int | None = None
     signal: int | None = None
+    # The kernel's OOM killer, or the process's own OS memory limit (its SIZE's).
     oom_killed: bool = False
     # The orchestrator stopped it itself (drop, restart on request, shutdown).
     requested: bool = False
@@ -77,6 +80,8 @@ class ReplicaEvent:
                 name = "unknown"
             what = f"signal {self.signal} ({name})"
             return f"oom-killed, {what}" if self.oom_killed else f"killed by {what}"
+        if self.oom_killed:
+            return f"out of memory, exited with code {self.exit_code}"
         return f"exited with code {self.exit_code}"
 
 

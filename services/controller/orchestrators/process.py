@@ -127,6 +127,8 @@ class ProcessOrchestrator(Orchestrator):
             str(incarnation),
             "--workers",
             str(spec.workers),
+            "--memory-limit-bytes",
+            str(spec.memory_limit_bytes),
             "--nats-url",
             self.nats_url,
             "--data-dir",
@@ -149,6 +151,9 @@ class _Supervisor:
         self.process: asyncio.subprocess.Process | None = None
         self._started_at = 0.0
         self._oom_kills_at_start: int | None = None
+        # Where the current incarnation's output starts in the replica's log.
+        self._log_path: Path | None = None
+        self._log_offset = 0
         # The incarnation this supervisor terminated itself (drop, restart, shutdown).
         self._terminated_incarnation = 0
         self._stopping = False
@@ -196,6 +201,7 @@ class _Supervisor:
         with open(log_path, "ab") as output:  # noqa: ASYNC230
             output.write(f"--- incarnation {incarnation}: {' '.join(command)}\n".encode())
             output.flush()
+            self._log_path, self._log_offset = log_path, output.tell()
             self._oom_kills_at_start = oom_kill_count()
             self.process = await asyncio.create_subprocess_exec(
                 *command,
@@ -258,10 +264,16 @@ class _Supervisor:
 
     def _report_exit(self, returncode: int, requested: bool) -> None:
         signal_number = -returncode if returncode < 0 else None
-        oom = (
+        oom_killed = (
             signal_number == signal.SIGKILL
             and self._oom_kills_at_start is not None
             and (oom_kill_count() or 0) > self._oom_kills_at_start
+        )
+        oom = oom_killed or (
+            returncode != 0
+            and not requested
+            and self._log_path is not None
+            and ran_out_of_memory(self._log_path, self._log_offset)
         )
         self.orchestrator._emit(
             ReplicaEvent(
@@ -292,6 +304,25 @@ class _Supervisor:
             return
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._wake.wait(), delay)
+
+
+# What a replica that hit its OS memory limit (``loupe.compute_replica.os_limit``) last says:
+# Rust's allocation failure (polars, then SIGABRT) or Python's.
+_OUT_OF_MEMORY_MARKS = (b"memory allocation of ", b"MemoryError")
+# How much of the end of an incarnation's output is searched for them.
+_LOG_TAIL_BYTES = 64 * 1024
+
+
+def ran_out_of_memory(log_path: Path, offset: int) -> bool:
+    """Whether the output an incarnation wrote from ``offset`` on ends with an out-of-memory."""
+    try:
+        with open(log_path, "rb") as log_file:
+            size = log_file.seek(0, os.SEEK_END)
+            log_file.seek(max(offset, size - _LOG_TAIL_BYTES))
+            tail = log_file.read()
+    except OSError:
+        return False
+    return any(mark in tail for mark in _OUT_OF_MEMORY_MARKS)
 
 
 def oom_kill_count() -> int | None:

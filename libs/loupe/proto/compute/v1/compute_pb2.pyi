@@ -59,7 +59,7 @@ class LoggingConfig(_message.Message):
     def __init__(self, interval_ns: _Optional[int] = ..., enable_logging: _Optional[bool] = ..., log_logging: _Optional[bool] = ..., index_logs: _Optional[_Mapping[str, str]] = ..., sink_logs: _Optional[_Mapping[str, _common_pb2.CollectionMetadata]] = ...) -> None: ...
 
 class CreateInstance(_message.Message):
-    __slots__ = ("replica_id", "cluster_id", "incarnation", "workers", "logging", "blob_uri", "consensus_uri")
+    __slots__ = ("replica_id", "cluster_id", "incarnation", "workers", "logging", "blob_uri", "consensus_uri", "memory_limit_bytes")
     REPLICA_ID_FIELD_NUMBER: _ClassVar[int]
     CLUSTER_ID_FIELD_NUMBER: _ClassVar[int]
     INCARNATION_FIELD_NUMBER: _ClassVar[int]
@@ -67,6 +67,7 @@ class CreateInstance(_message.Message):
     LOGGING_FIELD_NUMBER: _ClassVar[int]
     BLOB_URI_FIELD_NUMBER: _ClassVar[int]
     CONSENSUS_URI_FIELD_NUMBER: _ClassVar[int]
+    MEMORY_LIMIT_BYTES_FIELD_NUMBER: _ClassVar[int]
     replica_id: str
     cluster_id: str
     incarnation: int
@@ -74,7 +75,8 @@ class CreateInstance(_message.Message):
     logging: LoggingConfig
     blob_uri: str
     consensus_uri: str
-    def __init__(self, replica_id: _Optional[str] = ..., cluster_id: _Optional[str] = ..., incarnation: _Optional[int] = ..., workers: _Optional[int] = ..., logging: _Optional[_Union[LoggingConfig, _Mapping]] = ..., blob_uri: _Optional[str] = ..., consensus_uri: _Optional[str] = ...) -> None: ...
+    memory_limit_bytes: int
+    def __init__(self, replica_id: _Optional[str] = ..., cluster_id: _Optional[str] = ..., incarnation: _Optional[int] = ..., workers: _Optional[int] = ..., logging: _Optional[_Union[LoggingConfig, _Mapping]] = ..., blob_uri: _Optional[str] = ..., consensus_uri: _Optional[str] = ..., memory_limit_bytes: _Optional[int] = ...) -> None: ...
 
 class InitializationComplete(_message.Message):
     __slots__ = ()
