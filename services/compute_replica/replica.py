@@ -108,6 +108,11 @@ class ComputeReplica(Service):
         return self._initialized
 
     @property
+    def heartbeats(self) -> HeartbeatThread | None:
+        """The heartbeat sender, once serving."""
+        return self._heartbeats
+
+    @property
     def dataflows(self) -> DataflowRunner | None:
         """The instance's dataflows, or None before its first ``CreateDataflow``."""
         return self._dataflows
