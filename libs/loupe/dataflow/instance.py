@@ -721,6 +721,7 @@ class ComputeInstance:
         self._detach(dataflow)
         for reader in readers:
             self._release(reader, error)
+        memory.return_freed()
 
     def _enforce_budget(self) -> bool:
         """Release the largest dataflows while the instance holds more than its budget.
