@@ -403,6 +403,15 @@ class Dataflow:
         self.channels = []
         log.warning("dataflow out of memory; its state is released", dataflow=self.desc.id)
 
+    def log_released(self, hooks: LoggingHooks) -> None:
+        """Its arrangements hold nothing any more (mz_arrangement_sizes), as ``release`` will make so."""
+        for operator in self.operators:
+            for worker, spines in enumerate(operator.spines()):
+                if spines:
+                    hooks.arrangement_size(worker, operator.operator_id, 0, 0, 0)
+        for index in self.index_exports.values():
+            hooks.arrangement_size(0, index.operator_id, 0, 0, 0)
+
     def footprint_bytes(self) -> int:
         """Bytes this dataflow's operators and index histories hold (``estimated_size``)."""
         spines = sum(
@@ -717,6 +726,8 @@ class ComputeInstance:
             for reader, _ in export.readers
             if reader.failed is None
         ]
+        if self.hooks is not None:
+            dataflow.log_released(self.hooks)
         dataflow.release(error)
         self._detach(dataflow)
         for reader in readers:
