@@ -413,7 +413,7 @@ class Dataflow:
             hooks.arrangement_size(0, index.operator_id, 0, 0, 0)
 
     def footprint_bytes(self) -> int:
-        """Bytes this dataflow's operators and index histories hold (``estimated_size``)."""
+        """Bytes this dataflow's operators, index histories and queued input hold (``estimated_size``)."""
         spines = sum(
             spine.size
             for operator in self.operators
@@ -421,7 +421,12 @@ class Dataflow:
             for spine in worker_spines
         )
         traces = sum(i.ok.size + i.err.size for i in self.index_exports.values())
-        return spines + traces
+        queued = sum(
+            int(frame.estimated_size())
+            for queue in self.queues.values()
+            for frame in (*queue.ok, *queue.err)
+        )
+        return spines + traces + queued
 
     def _run_operators(self, lower: int, upper: int, hooks: LoggingHooks | None) -> None:
         for step_operator in self.operators:
@@ -771,8 +776,9 @@ class ComputeInstance:
         return dataflow.footprint_bytes() + logs
 
     def _held_bytes(self) -> int:
-        footprint = self.footprint()
-        return footprint.arranged_bytes + footprint.logged_bytes
+        """What the budget counts: every dataflow's state and queued input, and the source logs."""
+        dataflows = sum(d.footprint_bytes() for d in self.dataflows.values())
+        return dataflows + sum(t.nbytes for s in self.sources.values() for t in s.log.tables)
 
     def _input_frontier(self, dataflow: Dataflow) -> int:
         frontiers = {s.id: self.sources[s.id].upper for s in dataflow.desc.source_imports}
