@@ -490,6 +490,9 @@ class ComputeInstance:
         self.workers = workers
         # The replica's budget (its SIZE); 0: none (``loupe.dataflow.memory``).
         self.memory = MemoryBudget(memory_limit_bytes, self._held_bytes)
+        # What the budget counted at the end of the last step: peeks charge against it
+        # (measuring again would cost a point lookup more than the lookup).
+        self._held_after_step = 0
         # Checked once per event site: None when logging is off.
         self.hooks = logging if logging is not None and logging.enabled else None
         self.dataflows: dict[str, Dataflow] = {}
@@ -711,6 +714,7 @@ class ComputeInstance:
                 if held > self.memory.limit_bytes:
                     changed |= self._enforce_budget()
                     held = self._held_bytes()
+        self._held_after_step = held
         for state in self.sources.values():
             # Keep the latest complete time distinct: dataflows created later read as of it.
             # History is kept for FEED_HISTORY_MS behind the readers, so a dataflow created
@@ -859,7 +863,8 @@ class ComputeInstance:
         needed = (
             int(count * memory.row_bytes(rows)) + returned * columns * memory.PYTHON_VALUE_BYTES
         )
-        with self.memory.charging(f"the result of reading {name}") as reservation:
+        held = self._held_after_step
+        with self.memory.charging(f"the result of reading {name}", held) as reservation:
             reservation.reserve(needed)
 
     def take_sink_batches(self) -> list[SinkBatch]:
