@@ -7,7 +7,9 @@ writes until killed. With ``CRASH_AFTER_APPENDS=n`` in the environment it
 kills itself (SIGKILL) right after its n-th successful compare-and-append
 of a non-empty part, i.e. in the middle of a flush, between two shards.
 Compaction runs every ``COMPACTION_INTERVAL`` seconds (default 0.5), so
-kills also land in compactions.
+kills also land in compactions. Spark's scratch directory is
+``DATA_DIR/spark`` (as the controller's), and its jobs run under a
+``SparkSupervisor`` with ``SPARK_JOB_TIMEOUT`` seconds (default 120).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from loupe.controller.storage import (
     ArrowPartStore,
     CompactionPolicy,
     SparkPartStore,
+    SparkSupervisor,
     StorageWriter,
     StreamConfig,
 )
@@ -58,7 +61,10 @@ async def main(data_dir: str, nats_url: str, tag: str, store: str, interval: str
     if store == "spark":
         from loupe.common.spark import get_spark
 
-        spark = get_spark()
+        spark = SparkSupervisor(
+            get_spark(scratch_dir=Path(data_dir) / "spark"),
+            job_timeout=float(os.environ.get("SPARK_JOB_TIMEOUT", "120")),
+        )
     writer = StorageWriter(
         spark,
         blob,
@@ -76,5 +82,5 @@ async def main(data_dir: str, nats_url: str, tag: str, store: str, interval: str
 
 
 if __name__ == "__main__":
-    configure_logging("warning", json=True)
+    configure_logging(os.environ.get("LOG_LEVEL", "warning"), json=True)
     asyncio.run(main(*sys.argv[1:6]))
