@@ -145,6 +145,8 @@ def spark_problem(session: Any = None, timeout: float = PROBE_TIMEOUT_S) -> str 
     if proc is not None and proc.poll() is not None:
         return f"the Spark JVM (pid {proc.pid}) exited with {proc.returncode}"
     context = session.sparkContext
+    if getattr(context, "_jsc", None) is None:
+        return "the SparkContext is stopped"
     if _scratch is not None:
         for name in SCRATCH_DIRS:
             if not (_scratch / name).is_dir():

@@ -595,12 +595,17 @@ class StorageWriter:
         return "running", spark.reason if spark else None, incarnation, pid, restarts
 
     async def _replace_status_rows(self) -> None:
-        """Retract the status rows an earlier run left, and stage this run's."""
+        """Replace the status rows an earlier run left with this run's, durably: ``start``
+        returns with the relation current and nothing of the writer's own pending."""
         if MZ_STORAGE_WRITER_STATUS.id not in self._collections:
             return
         for row in await asyncio.to_thread(self.snapshot, MZ_STORAGE_WRITER_STATUS.id):
             self.stage(MZ_STORAGE_WRITER_STATUS.id, row, -1)
         self._stage_status()
+        try:
+            await self.flush()
+        except Exception:
+            log.exception("storage_writer_status_not_flushed")
 
     def _stage_status(self) -> None:
         """Replace the status row when the writer's health changed (event loop only).
