@@ -172,16 +172,18 @@ class SparkSupervisor:
 
     # -- running jobs -----------------------------------------------------------------
 
-    def run(self, job: Callable[[Any], T], what: str) -> T:
-        """Run ``job(spark)`` with the deadline; diagnose its failure (see the module doc)."""
+    def run(self, job: Callable[[Any], T], what: str, *, timeout: float | None = None) -> T:
+        """Run ``job(spark)`` with a deadline (``timeout``, default ``job_timeout``);
+        diagnose its failure (see the module docstring)."""
+        timeout = self.job_timeout if timeout is None else timeout
         spark = self.session()
         future = self._executor.submit(job, spark)
         try:
-            result = future.result(timeout=self.job_timeout)
+            result = future.result(timeout=timeout)
         except FutureTimeout:
-            self._timed_out(spark, future, what)
+            self._timed_out(spark, future, what, timeout)
             raise SparkJobTimeout(
-                f"the Spark job {what} ran past {self.job_timeout:g}s and was cancelled"
+                f"the Spark job {what} ran past {timeout:g}s and was cancelled"
             ) from None
         except Exception as error:
             self._job_failed(spark, error, what)
@@ -204,9 +206,9 @@ class SparkSupervisor:
         if problem is not None:
             self._mark_broken(spark, problem, cause=what)
 
-    def _timed_out(self, spark: Any, future: Future[Any], what: str) -> None:
+    def _timed_out(self, spark: Any, future: Future[Any], what: str, timeout: float) -> None:
         """Cancel a job past its deadline; kill the JVM if cancelling does not end it."""
-        log.warning("storage_spark_job_timed_out", job=what, timeout_s=self.job_timeout)
+        log.warning("storage_spark_job_timed_out", job=what, timeout_s=timeout)
         self.metrics.spark_job_timeouts.inc()
         # If the JVM does not answer this, the job is not ending either (checked next).
         with contextlib.suppress(Exception):
@@ -218,7 +220,7 @@ class SparkSupervisor:
             pass
         except Exception:
             return  # cancelled: the session is fine
-        problem = f"a Spark job ({what}) hung past {self.job_timeout:g}s and did not cancel"
+        problem = f"a Spark job ({what}) hung past {timeout:g}s and did not cancel"
         self._mark_broken(spark, problem, cause=what)
         # The hung call ends when its JVM does; the next job gets a new session.
         spark_session.kill_spark_jvm()

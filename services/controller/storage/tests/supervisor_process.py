@@ -37,10 +37,10 @@ def sleep_forever(spark: Any) -> None:
     spark.sparkContext.parallelize([1], 1).map(lambda _: time.sleep(600)).collect()
 
 
-def step(name: str, supervisor: SparkSupervisor, job: Any) -> None:
+def step(name: str, supervisor: SparkSupervisor, job: Any, timeout: float | None = None) -> None:
     began = time.monotonic()
     try:
-        outcome: Any = supervisor.run(job, name)
+        outcome: Any = supervisor.run(job, name, timeout=timeout)
         error = None
     except Exception as failure:
         outcome, error = None, type(failure).__name__
@@ -71,14 +71,16 @@ def dead(scratch: Path) -> None:
 
 
 def hung(scratch: Path) -> None:
-    supervisor = SparkSupervisor(get_spark(scratch_dir=scratch), job_timeout=3, cancel_grace=5)
+    # Ordinary jobs get the default (generous: a loaded machine is slow), the
+    # broken ones a short deadline.
+    supervisor = SparkSupervisor(get_spark(scratch_dir=scratch), job_timeout=120, cancel_grace=5)
     step("healthy", supervisor, count_rows)
-    step("job never ends", supervisor, sleep_forever)
+    step("job never ends", supervisor, sleep_forever, timeout=5)
     step("after the cancel", supervisor, count_rows)
     pid = spark_pid()
     assert pid is not None
     os.kill(pid, signal.SIGSTOP)
-    step("jvm frozen", supervisor, count_rows)
+    step("jvm frozen", supervisor, count_rows, timeout=5)
     step("after the freeze", supervisor, count_rows)
 
 
