@@ -39,6 +39,10 @@ def spark_jvm(data_dir: Path) -> int | None:
     return None
 
 
+# The machine may be loaded (a JVM starting takes a minute then): generous per statement.
+SQL_TIMEOUT_S = 90.0
+
+
 def wait_until(check: Any, timeout: float) -> Any:
     deadline = time.monotonic() + timeout
     while True:
@@ -53,7 +57,7 @@ def wait_until(check: Any, timeout: float) -> Any:
 def ddl(system: LoupeUp, statement: str) -> None:
     """DDL while storage may be down: committed either way (the catalog relations follow)."""
     try:
-        system.sql(statement, timeout=90)
+        system.sql(statement, timeout=SQL_TIMEOUT_S)
     except LoupeError as error:
         if "committed" not in error.message:
             raise
@@ -61,12 +65,12 @@ def ddl(system: LoupeUp, statement: str) -> None:
 
 def test_spark_killed_and_scratch_deleted_the_writer_recovers(system: LoupeUp) -> None:
     data_dir = system.data_dir
-    system.sql("CREATE TABLE before_kill (a int)")
-    system.sql("CREATE TABLE dropped_while_down (a int)")
+    system.sql("CREATE TABLE before_kill (a int)", timeout=SQL_TIMEOUT_S)
+    system.sql("CREATE TABLE dropped_while_down (a int)", timeout=SQL_TIMEOUT_S)
     jvm = spark_jvm(data_dir)
     assert jvm is not None, "the controller's Spark scratch is under the data dir"
     [(status, restarts)] = system.sql(
-        "SELECT status, restarts FROM mz_internal.mz_storage_writer_status"
+        "SELECT status, restarts FROM mz_internal.mz_storage_writer_status", timeout=SQL_TIMEOUT_S
     )
     assert (status, restarts) == ("running", 0)
 
@@ -79,7 +83,8 @@ def test_spark_killed_and_scratch_deleted_the_writer_recovers(system: LoupeUp) -
     def restarted() -> tuple[Any, ...]:
         rows = system.sql(
             "SELECT status, restarts, spark_incarnation, reason"
-            " FROM mz_internal.mz_storage_writer_status"
+            " FROM mz_internal.mz_storage_writer_status",
+            timeout=SQL_TIMEOUT_S,
         )
         assert len(rows) == 1, rows
         assert rows[0][:3] == ("running", 1, 2), rows
@@ -90,13 +95,16 @@ def test_spark_killed_and_scratch_deleted_the_writer_recovers(system: LoupeUp) -
     recovered_s = time.monotonic() - killed
 
     def tables_match_catalog() -> None:
-        names = system.sql("SELECT name FROM mz_catalog.mz_objects WHERE type = 'table'")
+        names = system.sql(
+            "SELECT name FROM mz_catalog.mz_objects WHERE type = 'table' AND id LIKE 'u%'",
+            timeout=SQL_TIMEOUT_S,
+        )
         assert sorted(names) == [("before_kill",), ("created_while_down",)], names
 
     wait_until(tables_match_catalog, timeout=60)
     new_jvm = spark_jvm(data_dir)
     assert new_jvm not in (None, jvm), "a new JVM"
     assert not os.path.exists(f"/proc/{jvm}"), "the killed JVM is reaped, not left defunct"
-    system.sql("INSERT INTO before_kill VALUES (1)")
-    assert system.sql("SELECT a FROM before_kill") == [(1,)]
+    system.sql("INSERT INTO before_kill VALUES (1)", timeout=SQL_TIMEOUT_S)
+    assert system.sql("SELECT a FROM before_kill", timeout=SQL_TIMEOUT_S) == [(1,)]
     print(f"storage writer status back to running {recovered_s:.1f}s after the kill")
