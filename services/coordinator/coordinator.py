@@ -115,6 +115,8 @@ from loupe.proto.controller.v1 import controller_pb2
 log = get_logger(__name__)
 
 CATALOG_SERVICE = catalog_pb2.DESCRIPTOR.services_by_name["Catalog"]
+# How often a coordinator whose catalog relations append went unconfirmed tries again.
+CATALOG_RESYNC_INTERVAL_S = 5.0
 CONTROLLER_SERVICE = controller_pb2.DESCRIPTOR.services_by_name["Controller"]
 CATALOG_CHANGES_SUBJECT = "loupe.catalog.v1.changes"
 CONTROLLER_STARTED_SUBJECT = "loupe.controller.v1.started"
@@ -272,6 +274,8 @@ class Coordinator:
             self._ticker = asyncio.create_task(self._tick_tables())
         if self.config.idle_session_timeout > 0:
             self.context.spawn(self._reap_idle_sessions())
+        # After a storage writer outage the catalog relations catch up without new DDL.
+        self.context.spawn(self.follower.keep_storage_in_sync(CATALOG_RESYNC_INTERVAL_S))
         # A controller that (re)starts has no dataflows: send ours again then too.
         self._controller_started = await subscribe(
             self._nc,

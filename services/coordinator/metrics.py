@@ -17,6 +17,11 @@ CATALOG_APPENDS = Counter(
     "loupe_coordinator_catalog_appends",
     "Batches of catalog-derived rows appended to storage",
 )
+CATALOG_RESYNCS = Counter(
+    "loupe_coordinator_catalog_resyncs",
+    "Times the catalog relations were read from storage again after an unconfirmed append"
+    " (behind a barrier), so the next append brings storage to the catalog",
+)
 CATALOG_COMMITS_MISSED = Counter(
     "loupe_coordinator_catalog_commits_missed",
     "Catalog commits noticed missing from loupe.catalog.v1.changes (a hole in audit event ids)",

@@ -365,6 +365,7 @@ class FakeController:
         self.block_peeks = False
         self._blocked: dict[str, asyncio.Event] = {}
         self.unavailable_peeks = 0  # Peek calls to refuse first, as a controller that is away
+        self.refuse_appends = False  # AppendUpdates fails (its storage writer is broken)
         self.missing_peeks = 0  # Peek calls answered NOT_FOUND first, as a restarted controller
         self.unavailable_for = 0  # ListCollections calls to refuse first
 
@@ -393,6 +394,8 @@ class FakeController:
         return controller_pb2.ApplyCatalogResponse()
 
     async def AppendUpdates(self, request: Any, context: Any) -> Any:
+        if self.refuse_appends:
+            raise LoupeError("INTERNAL", "the storage writer cannot write")
         self.appends.append(request)
         if request.batch_id not in self.batch_ids:
             self.batch_ids.add(request.batch_id)

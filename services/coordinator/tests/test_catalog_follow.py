@@ -341,3 +341,23 @@ def _create_cluster(name: str) -> catalog_pb2.CatalogOp:
 
 def _missed() -> float:
     return REGISTRY.get_sample_value("loupe_coordinator_catalog_commits_missed_total") or 0.0
+
+
+async def test_storage_catches_up_after_an_outage_without_further_ddl(fleet: Any) -> None:
+    """DDL while the storage writer fails is committed but not in storage; once the writer
+    works again the coordinator brings storage to the catalog by itself (issue 11)."""
+    fleet.controller.persist = True  # storage is read back from the shards it writes
+    harness = await fleet.add()
+    session = await harness.session()
+    fleet.controller.refuse_appends = True
+    responses = await harness.execute(session, "CREATE CLUSTER c REPLICAS (r1 (SIZE '1'))")
+    [error] = [r.error for r in responses if r.HasField("error")]
+    assert "committed" in error.message
+    assert fleet.catalog.cluster("c") is not None
+    relations = harness.service.coordinator.writer
+    assert relations.stale
+    fleet.controller.refuse_appends = False
+    await assert_eventually(
+        lambda: assert_storage_matches_catalog(fleet.controller, fleet.catalog), timeout=30
+    )
+    assert not relations.stale
