@@ -45,6 +45,7 @@ from loupe.common.logging import get_logger
 from loupe.common.transport import subscribe as nats_subscribe
 from loupe.common.values import from_row
 from loupe.coordinator import statement_logging
+from loupe.coordinator.admission import RETRY_PAUSE, RETRY_PAUSE_CAP, until_answered
 from loupe.coordinator.catalog_state import CatalogState, ClusterInfo
 from loupe.coordinator.dataflows import (
     Inputs,
@@ -80,13 +81,7 @@ from loupe.coordinator.results import (
 )
 from loupe.coordinator.sequencer import ddl
 from loupe.coordinator.sequencer.cluster import catalog_op
-from loupe.coordinator.sequencer.peek import (
-    RETRY_PAUSE,
-    RETRY_PAUSE_CAP,
-    peek_target_replica,
-    send_peek,
-    until_answered,
-)
+from loupe.coordinator.sequencer.peek import peek_target_replica, send_peek
 from loupe.coordinator.session import Session
 from loupe.coordinator.sql.resolve import resolve_relations, search_path_schemas
 from loupe.coordinator.sql.statements import (

@@ -18,8 +18,10 @@ from nats.aio.client import Client as NatsConnection
 from loupe.common.errors import LoupeError, SqlState
 from loupe.common.logging import get_logger
 from loupe.common.transport import NatsServiceClient
+from loupe.coordinator.admission import AdmissionQueue
 from loupe.coordinator.catalog_relations import CatalogRelationsWriter
 from loupe.coordinator.catalog_state import CatalogState, ClusterInfo
+from loupe.coordinator.catch_up import RelationsCatchUp
 from loupe.coordinator.follower import CatalogFollower
 from loupe.coordinator.table_store import TableStore, TimestampOracle
 from loupe.proto.common.v1 import common_pb2
@@ -65,10 +67,17 @@ class SequencerContext:
         self.oracle = oracle
         self.tables = tables
         self.collections: dict[str, common_pb2.CollectionMetadata] = {}
-        # This coordinator's DDL runs one statement at a time.
-        self.ddl_lock = asyncio.Lock()
+        # This coordinator's DDL runs one statement at a time, the others wait in
+        # order; peeks in flight to the controller are bounded (admission).
+        queued = config.max_queued_statements
+        self.ddl = AdmissionQueue("ddl", capacity=1, max_waiting=queued, what="DDL")
+        self.peeks = AdmissionQueue(
+            "peek", capacity=config.peek_concurrency, max_waiting=queued, what="a peek"
+        )
         # Fire-and-forget work (canceling a peek, reaping sessions), canceled at stop.
         self.background: set[asyncio.Task[Any]] = set()
+        # Brings mz_catalog up to date with DDL commits storage has not confirmed yet.
+        self.catch_up = RelationsCatchUp(follower, self.spawn)
         # Compute takes this context (it sequences views, indexes and reads with it).
         self.compute = compute(self)
 
@@ -105,8 +114,9 @@ class SequencerContext:
             cluster = (await self.refreshed_state()).cluster(name)
         return cluster
 
-    def spawn(self, coroutine: Awaitable[None]) -> None:
+    def spawn(self, coroutine: Awaitable[None]) -> asyncio.Task[Any]:
         """Run ``coroutine`` in the background; the coordinator cancels it at stop."""
         task = asyncio.ensure_future(coroutine)
         self.background.add(task)
         task.add_done_callback(self.background.discard)
+        return task

@@ -86,6 +86,26 @@ async def create_table(
 
 
 async def drop_table(
+    ctx: SequencerContext, session: Session, statement: DropTable, *, again: bool = False
+) -> StatementResult:
+    """Drop the tables; one another session dropped meanwhile is looked up again.
+
+    The names are resolved before the catalog commits the drop: when another
+    session dropped one of the tables in between, the catalog refuses the
+    drop (42704, by id) and the names are resolved once more on a fresh
+    catalog, so the statement answers as it would have after that drop
+    (42P01, or a NOTICE with IF EXISTS).
+    """
+    try:
+        return await _drop_tables(ctx, session, statement)
+    except LoupeError as error:
+        if again or error.code != SqlState.UNDEFINED_OBJECT:
+            raise
+    await ctx.refreshed_state()
+    return await drop_table(ctx, session, statement, again=True)
+
+
+async def _drop_tables(
     ctx: SequencerContext, session: Session, statement: DropTable
 ) -> StatementResult:
     ddl.require_superuser(session, statement)

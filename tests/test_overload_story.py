@@ -1,0 +1,145 @@
+"""Overload slows Loupe down; it never breaks it (issue 11, item 4), every service a real process.
+
+More concurrent clients than the machine has cores run a mix of SELECT,
+INSERT, CREATE TABLE and DROP TABLE for a while. Statements queue and take
+longer, but each either succeeds or fails with the SQLSTATE its SQL calls for
+(a duplicate name or a table another client dropped a moment ago); none fails
+with an internal timeout, XX000, a service status name or a gRPC error. The
+coordinator's queues show in its metrics.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import json
+import os
+import random
+import statistics
+import time
+import urllib.request
+from collections import Counter, defaultdict
+from pathlib import Path
+
+import pytest
+
+from loupe.client import SqlClient
+from loupe.common.errors import LoupeError
+from loupe.testing.system import LoupeUp
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
+
+CLIENTS = max(16, 4 * (os.cpu_count() or 1))
+DURATION = float(os.environ.get("LOUPE_OVERLOAD_SECONDS", "40"))
+# Names every client uses, so that CREATE and DROP race for them.
+SHARED_NAMES = [f"contested_{i}" for i in range(4)]
+
+DUPLICATE = {"42710", "42P07"}  # Loupe answers 42710 (duplicate_object), PostgreSQL 42P07
+UNDEFINED = {"42P01"}
+# What each kind of statement may fail with under this workload: the SQL's own answers.
+EXPECTED = {
+    "select": UNDEFINED,
+    "select_catalog": set(),
+    "insert": UNDEFINED,
+    "create": DUPLICATE,
+    "drop": UNDEFINED,
+}
+
+
+@pytest.fixture(scope="module")
+def system(tmp_path_factory):
+    loupe = LoupeUp(tmp_path_factory.mktemp("overload") / "data")
+    loupe.start()
+    loupe.sql("CREATE TABLE shared (client int, n int)")
+    yield loupe
+    loupe.stop()
+
+
+def statement(rng: random.Random, client: int, step: int) -> tuple[str, str]:
+    """(kind, sql): a random statement of the mix."""
+    name = rng.choice(SHARED_NAMES)
+    roll = rng.random()
+    if roll < 0.35:
+        return "select", rng.choice(["SELECT count(*) FROM shared", f"SELECT count(*) FROM {name}"])
+    if roll < 0.45:
+        return "select_catalog", "SELECT count(*) FROM mz_catalog.mz_tables"
+    if roll < 0.75:
+        table = rng.choice(["shared", name])
+        return "insert", f"INSERT INTO {table} VALUES ({client}, {step})"
+    if roll < 0.88:
+        return "create", f"CREATE TABLE {name} (client int, n int)"
+    return "drop", f"DROP TABLE {name}"
+
+
+def run_client(port: int, client: int, until: float) -> list[tuple[str, float, str]]:
+    """Run the mix until ``until``: (kind, seconds, outcome: "ok" or the error's code)."""
+    rng = random.Random(client)
+    results: list[tuple[str, float, str]] = []
+    with SqlClient("127.0.0.1", port, application_name=f"overload-{client}") as sql:
+        step = 0
+        while time.monotonic() < until:
+            kind, text = statement(rng, client, step)
+            step += 1
+            began = time.monotonic()
+            try:
+                sql.execute(text)
+                outcome = "ok"
+            except LoupeError as error:
+                outcome = f"{error.code}: {error.message}"
+            except Exception as error:  # a gRPC error or a dropped connection: a failure
+                outcome = f"{type(error).__name__}: {error}"
+            results.append((kind, time.monotonic() - began, outcome))
+    return results
+
+
+def coordinator_metrics(data_dir: Path) -> str:
+    (ready,) = data_dir.rglob("coordinator.ready.json")
+    port = json.loads(ready.read_text())["metrics_port"]
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
+        return response.read().decode()
+
+
+def percentile(values: list[float], share: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(share * len(ordered)))]
+
+
+def test_more_clients_than_cores_only_wait(system: LoupeUp) -> None:
+    began = time.monotonic()
+    until = began + DURATION
+    with concurrent.futures.ThreadPoolExecutor(max_workers=CLIENTS) as pool:
+        futures = [pool.submit(run_client, system.sql_port, c, until) for c in range(CLIENTS)]
+        per_client = [f.result(timeout=DURATION + 600) for f in futures]
+    elapsed = time.monotonic() - began
+    results = [r for client in per_client for r in client]
+    unexpected = [
+        (kind, outcome)
+        for kind, _, outcome in results
+        if outcome != "ok" and outcome.split(":")[0] not in EXPECTED[kind]
+    ]
+    latencies: dict[str, list[float]] = defaultdict(list)
+    outcomes: Counter[tuple[str, str]] = Counter()
+    for kind, seconds, outcome in results:
+        latencies[kind].append(seconds)
+        outcomes[kind, outcome.split(":")[0]] += 1
+    every = [seconds for _, seconds, _ in results]
+    print(  # the numbers for the report (pytest -s)
+        f"\n{CLIENTS} clients on {os.cpu_count()} cores, {elapsed:.1f}s: {len(results)} statements,"
+        f" {len(results) / elapsed:.1f}/s; p50 {statistics.median(every):.3f}s"
+        f" p99 {percentile(every, 0.99):.3f}s max {max(every):.3f}s"
+    )
+    for kind, values in sorted(latencies.items()):
+        print(
+            f"  {kind:15} n={len(values):5} p50 {statistics.median(values):.3f}s"
+            f" p99 {percentile(values, 0.99):.3f}s max {max(values):.3f}s"
+        )
+    print("  outcomes:", dict(outcomes))
+    assert not unexpected, Counter(unexpected).most_common(10)
+    assert all(client for client in per_client), "a client finished no statement"
+    assert all(any(o == "ok" for *_, o in client) for client in per_client)
+    # The system is still whole: a fresh session's statements run.
+    assert system.sql("SELECT count(*) FROM shared")[0][0] > 0
+    text = coordinator_metrics(system.data_dir)
+    for queue in ("peek", "ddl", "table_write"):
+        assert f'loupe_coordinator_queue_waiting{{queue="{queue}"}}' in text, queue
+        assert f'loupe_coordinator_queue_admitted_total{{queue="{queue}"}}' in text, queue
+    assert "loupe_statement_logging_queue_depth" in text
