@@ -15,11 +15,11 @@ from typing import Any
 
 import grpc
 
-from loupe.common.errors import LoupeError
+from loupe.common.errors import LoupeError, SqlState
 from loupe.common.logging import get_logger
 from loupe.common.values import from_value, to_row
 from loupe.coordinator import metrics
-from loupe.coordinator.coordinator import Coordinator
+from loupe.coordinator.coordinator import Coordinator, unexpected_failure
 from loupe.coordinator.results import (
     Complete,
     Description,
@@ -129,10 +129,18 @@ class SqlServicer(sql_pb2_grpc.SqlServicer):
         except LoupeError as error:
             yield sql_pb2.ExecuteResponse(error=error.to_proto())
             return
-        params = [parameter_from_proto(value) for value in request.params]
+        try:
+            params = [parameter_from_proto(value) for value in request.params]
+        except (ValueError, TypeError) as error:
+            bad = LoupeError(SqlState.INVALID_PARAMETER_VALUE, f"invalid parameter: {error}")
+            yield sql_pb2.ExecuteResponse(error=bad.to_proto())
+            return
         try:
             async for event in self.coordinator.execute(session, request.sql, params):
                 yield event_to_proto(event)
+        except Exception:
+            # A bug: the client still gets a SQLSTATE (XX000), not a gRPC UNKNOWN.
+            yield event_to_proto(unexpected_failure("execute failed unexpectedly"))
         finally:
             session.touch()  # idle from when its last statement ended
 

@@ -73,6 +73,7 @@ class FakeCatalog:
         self.audit_unimplemented = False
         self.publish_changes = True
         self.publish_delay = 0.0
+        self.snapshot_delay = 0.0  # seconds Snapshot takes, as a busy catalog's would
         self._outbox: asyncio.Queue[catalog_pb2.CatalogSnapshot] | None = None
         self.databases = [catalog_pb2.Database(id="u1", name="materialize", owner_id="s1")]
         self.schemas = [
@@ -165,6 +166,7 @@ class FakeCatalog:
         self.record(event_type, "cluster-replica", user, **details)
 
     async def Snapshot(self, request: Any, context: Any) -> catalog_pb2.CatalogSnapshot:
+        await asyncio.sleep(self.snapshot_delay)
         return self.snapshot()
 
     async def ReadTimestamp(self, request: Any, context: Any) -> catalog_pb2.TimestampResponse:

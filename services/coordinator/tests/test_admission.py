@@ -17,9 +17,12 @@ import pytest
 from prometheus_client import REGISTRY
 
 from loupe.builtins import MZ_TABLES
+from loupe.client import SqlClient
 from loupe.common.errors import LoupeError
 from loupe.coordinator import admission
 from loupe.coordinator.admission import AdmissionQueue, until_answered
+from loupe.proto.common.v1 import common_pb2
+from loupe.proto.sql.v1 import sql_pb2
 from loupe.testing import assert_eventually
 
 
@@ -259,3 +262,32 @@ async def test_drop_table_racing_another_drop_answers_42p01(fleet: Any) -> None:
     assert any(t.name == "contested" for t in first.service.coordinator.state.tables.values())
     failed = errors(await first.execute(one, "DROP TABLE contested"))
     assert [(e.code, e.message) for e in failed] == [("42P01", "unknown catalog item 'contested'")]
+
+
+async def test_a_client_waits_for_a_busy_coordinator_to_open_its_session(fleet: Any) -> None:
+    """The client's connect timeout bounds reaching the server, not how long it takes to answer."""
+    fleet.catalog.publish_changes = False
+    busy, other = await fleet.add(), await fleet.add()
+    assert not errors(await other.execute(await other.session(), "CREATE ROLE newcomer LOGIN"))
+    # ``busy`` has not heard of the role: it asks the catalog, which is slow to answer.
+    fleet.catalog.snapshot_delay = 1.5
+
+    def open_session() -> str:
+        client = SqlClient("127.0.0.1", busy.service.sql_port, user="newcomer", connect_timeout=0.5)
+        with client:
+            return client.session_id
+
+    assert await asyncio.to_thread(open_session)
+
+
+async def test_a_parameter_that_does_not_decode_is_a_sqlstate_not_a_grpc_error(
+    fleet: Any,
+) -> None:
+    harness = await fleet.add()
+    request = sql_pb2.ExecuteRequest(
+        session_id=await harness.session(),
+        sql="SELECT $1",
+        params=[common_pb2.Value(jsonb_value="{not json")],
+    )
+    responses = [r async for r in harness.stub.Execute(request)]
+    assert [e.code for e in errors(responses)] == ["22023"]
