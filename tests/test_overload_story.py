@@ -14,6 +14,7 @@ import concurrent.futures
 import json
 import os
 import random
+import re
 import statistics
 import time
 import urllib.request
@@ -139,7 +140,13 @@ def test_more_clients_than_cores_only_wait(system: LoupeUp) -> None:
     # The system is still whole: a fresh session's statements run.
     assert system.sql("SELECT count(*) FROM shared")[0][0] > 0
     text = coordinator_metrics(system.data_dir)
-    for queue in ("peek", "ddl", "table_write"):
+    peek_queues = set(re.findall(r'queue_admitted_total\{queue="(peek:[^"]+)"\}', text))
+    assert len(peek_queues) == 2, peek_queues  # the system cluster's and quickstart's
+    for queue in (*peek_queues, "ddl", "table_write"):
         assert f'loupe_coordinator_queue_waiting{{queue="{queue}"}}' in text, queue
         assert f'loupe_coordinator_queue_admitted_total{{queue="{queue}"}}' in text, queue
+    # DDL arrived faster than it could be done: it waited (it did not fail).
+    waited = re.search(r'loupe_coordinator_queue_waited_total\{queue="ddl"\} (\S+)', text)
+    assert waited is not None
+    assert float(waited.group(1)) > 0
     assert "loupe_statement_logging_queue_depth" in text

@@ -1,7 +1,7 @@
 """Overload slows statements down; it does not fail them (issue 11, item 4).
 
 Work that arrives faster than it can be done waits in a bounded queue in
-front of it (``AdmissionQueue``): peeks in flight to the controller, DDL (one
+front of it (``AdmissionQueue``): peeks in flight to each cluster, DDL (one
 catalog transaction at a time), table writes (one at a time). A statement
 waiting in a queue, or asking a service that is away or slow
 (``until_answered``), is limited only by its ``statement_timeout`` (57014,

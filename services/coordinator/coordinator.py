@@ -141,7 +141,7 @@ class CoordinatorConfig:
     # read still waiting after the first round is logged once with what it
     # waits for.
     peek_round: float = 5.0
-    # Peeks in flight to the controller at once; more wait their turn (admission).
+    # Peeks in flight to one cluster at once; more wait their turn (admission).
     peek_concurrency: int = 16
     # Statements that may wait in one admission queue (peek, ddl, table_write)
     # before more are refused with 53000.

@@ -43,10 +43,10 @@ SESSIONS_REAPED = Counter(
     "loupe_coordinator_sessions_reaped",
     "Sessions closed for being idle longer than idle_session_timeout",
 )
-# The coordinator's admission queues (loupe.coordinator.admission): peek, ddl, table_write.
+# The admission queues (loupe.coordinator.admission): peek:<cluster id>, ddl, table_write.
 QUEUE_WAITING = Gauge(
     "loupe_coordinator_queue_waiting",
-    "Statements waiting for a place in a queue (peek, ddl, table_write)",
+    "Statements waiting for a place in a queue (peek:<cluster id>, ddl, table_write)",
     ["queue"],
 )
 QUEUE_IN_FLIGHT = Gauge(

@@ -48,7 +48,7 @@ class CoordinatorSettings(BaseSettings):
     # seconds between its rounds to the controller, and before a read still
     # waiting is logged (once, with what it waits for).
     peek_round: float = 5.0
-    # Peeks in flight to the controller at once; more wait their turn.
+    # Peeks in flight to one cluster at once; more wait their turn.
     peek_concurrency: int = 16
     # Statements that may wait in one of the coordinator's queues (peek, ddl,
     # table_write) before more are refused with 53000 (insufficient_resources).

@@ -68,12 +68,11 @@ class SequencerContext:
         self.tables = tables
         self.collections: dict[str, common_pb2.CollectionMetadata] = {}
         # This coordinator's DDL runs one statement at a time, the others wait in
-        # order; peeks in flight to the controller are bounded (admission).
-        queued = config.max_queued_statements
-        self.ddl = AdmissionQueue("ddl", capacity=1, max_waiting=queued, what="DDL")
-        self.peeks = AdmissionQueue(
-            "peek", capacity=config.peek_concurrency, max_waiting=queued, what="a peek"
+        # order; peeks in flight to each cluster are bounded (``peek_queue``).
+        self.ddl = AdmissionQueue(
+            "ddl", capacity=1, max_waiting=config.max_queued_statements, what="DDL"
         )
+        self._peek_queues: dict[str, AdmissionQueue] = {}
         # Fire-and-forget work (canceling a peek, reaping sessions), canceled at stop.
         self.background: set[asyncio.Task[Any]] = set()
         # Brings mz_catalog up to date with DDL commits storage has not confirmed yet.
@@ -113,6 +112,19 @@ class SequencerContext:
         if cluster is None:
             cluster = (await self.refreshed_state()).cluster(name)
         return cluster
+
+    def peek_queue(self, cluster_id: str) -> AdmissionQueue:
+        """The queue of peeks to ``cluster_id``: one per cluster, so that reads waiting
+        for a cluster whose replicas are down never hold up reads of another."""
+        queue = self._peek_queues.get(cluster_id)
+        if queue is None:
+            queue = self._peek_queues[cluster_id] = AdmissionQueue(
+                f"peek:{cluster_id}",
+                capacity=self.config.peek_concurrency,
+                max_waiting=self.config.max_queued_statements,
+                what=f"a peek on cluster {cluster_id}",
+            )
+        return queue
 
     def spawn(self, coroutine: Awaitable[None]) -> asyncio.Task[Any]:
         """Run ``coroutine`` in the background; the coordinator cancels it at stop."""

@@ -14,8 +14,9 @@ between them, see ``loupe.controller.peeks``): a round that ends unanswered,
 or a controller that is away (restarting), only means asking again, and a
 read still waiting after its first round is logged once with what it waits
 for. What ends a wait early is an answer that cannot change: what it reads
-was dropped (42704, in Materialize's words). Peeks in flight are bounded
-(``loupe.coordinator.admission``): a read past the bound waits its turn.
+was dropped (42704, in Materialize's words). Peeks in flight to a cluster
+are bounded (``loupe.coordinator.admission``): a read past the bound waits
+its turn.
 """
 
 from __future__ import annotations
@@ -73,11 +74,11 @@ async def send_peek(
     """Send a peek to the controller and wait for its answer: (columns, rows).
 
     Canceled with the statement. ``reading`` says what it reads, for the log.
-    At most ``peek_concurrency`` peeks are in flight at once; the others wait
-    their turn in ``ctx.peeks`` (a controller and replicas flooded with more
-    peeks than they can run answer all of them later, not sooner).
+    At most ``peek_concurrency`` peeks are in flight to a cluster at once; the
+    others wait their turn in its ``ctx.peek_queue`` (replicas flooded with
+    more peeks than they can run answer all of them later, not sooner).
     """
-    async with ctx.peeks.admitted():
+    async with ctx.peek_queue(request.cluster_id).admitted():
         return await _send_peek(ctx, request, reading)
 
 

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from prometheus_client import REGISTRY
 
-from loupe.builtins import MZ_TABLES
+from loupe.builtins import MZ_TABLES, SYSTEM_CLUSTER_NAME
 from loupe.client import SqlClient
 from loupe.common.errors import LoupeError
 from loupe.coordinator import admission
@@ -188,7 +188,10 @@ async def test_table_writes_wait_for_the_queue_and_statement_timeout_ends_the_wa
 
 async def test_peeks_past_the_bound_wait_their_turn(fleet: Any) -> None:
     harness = await fleet.add(peek_concurrency=1)
-    peeks = harness.service.coordinator.context.peeks
+    context = harness.service.coordinator.context
+    peeks = context.peek_queue(context.state.cluster(SYSTEM_CLUSTER_NAME).id)
+    # Another cluster's peeks are not held up by this one's.
+    other = context.peek_queue(context.state.cluster("quickstart").id)
     release = asyncio.Event()
     held = asyncio.Event()
 
@@ -207,6 +210,8 @@ async def test_peeks_past_the_bound_wait_their_turn(fleet: Any) -> None:
     impatient = await harness.session(statement_timeout="200ms")
     timed_out = errors(await harness.execute(impatient, "SELECT name FROM mz_clusters"))
     assert [e.code for e in timed_out] == ["57014"]
+    async with other.admitted():
+        pass  # free
     release.set()
     await holder
     assert ("quickstart",) in await asyncio.wait_for(read, 20)
