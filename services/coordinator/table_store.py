@@ -24,6 +24,11 @@ retractions and insertions with that upper as the expected one: if another
 writer moved it meanwhile the compare-and-append fails and the statement is
 planned again on the new contents, at a new timestamp.
 
+Writes go one at a time through the ``table_write`` admission queue
+(``loupe.coordinator.admission``): under load they wait their turn. A write
+that loses a race is planned again after a growing pause, with no limit on
+how often: only its ``statement_timeout`` (57014, before it commits) ends it.
+
 History: every tick moves each table's ``since`` to ``ts - retention`` and
 compacts its parts (``parts_to_merge``), so a table keeps ``retention`` of
 history for ``AS OF`` and a bounded number of parts.

@@ -296,3 +296,34 @@ async def test_a_parameter_that_does_not_decode_is_a_sqlstate_not_a_grpc_error(
     )
     responses = [r async for r in harness.stub.Execute(request)]
     assert [e.code for e in errors(responses)] == ["22023"]
+
+
+async def test_a_write_losing_many_races_is_planned_again_until_it_commits(fleet: Any) -> None:
+    """No retry limit (it was 40001 after 10 lost races): only statement_timeout ends it."""
+    harness = await fleet.add()
+    coordinator = harness.service.coordinator
+    session = await harness.session()
+    assert not errors(await harness.execute(session, "CREATE TABLE raced (a int)"))
+    (table,) = [t for t in coordinator.state.tables.values() if t.name == "raced"]
+    store = coordinator.tables
+    retries = REGISTRY.get_sample_value("loupe_coordinator_table_write_retries_total") or 0.0
+    races = 12
+
+    def plan(_contents: Any) -> tuple[list[Any], int]:
+        nonlocal races
+        if races:
+            # Another writer (a read's advance, a tick) moves the upper first.
+            races -= 1
+            shard = store.shard(table.id)
+            upper = shard.state().upper
+            shard.compare_and_append(None, upper, upper + 1)
+        return [((7,), 1)], 1
+
+    written = await store.write(table, plan)
+    assert written.count == 1
+    assert races == 0
+    assert REGISTRY.get_sample_value("loupe_coordinator_table_write_retries_total") == (
+        retries + 12
+    )
+    contents = await store.contents(table)
+    assert contents.column("a").to_pylist() == [7]
