@@ -163,6 +163,10 @@ QUEUE_DROPPED = Counter(
     "loupe_statement_logging_queue_dropped_executions",
     "Sampled executions not logged because the publish queue was full (overload)",
 )
+LOST_UPDATES = Counter(
+    "loupe_statement_logging_lost_updates",
+    "Statement log updates lost because the storage writer's stream did not take them",
+)
 # Entries (an execution's start or its end) that may wait to be published; past
 # it, new executions are not logged (counted) rather than making a client wait.
 MAX_QUEUED = 10_000
@@ -653,7 +657,9 @@ class StatementLogger:
                     for session_id, live in _net_session_ops(s for _, _, s in taken).items():
                         await self._remember_session(session_id, live)
                 except Exception as error:
-                    # Statement logging may lose records under adverse conditions (seed 000).
+                    # Statement logging may lose records under adverse conditions (seed 000);
+                    # counted, so that an operator sees it happen.
+                    LOST_UPDATES.inc(len(updates))
                     log.warning(
                         "statement log records lost", error=str(error), updates=len(updates)
                     )

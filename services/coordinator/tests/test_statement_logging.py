@@ -65,6 +65,9 @@ def test_builtin_views_are_inlined_as_subqueries():
     assert inline_builtin_views(untouched) is untouched
 
 
+LOST = "loupe_statement_logging_lost_updates_total"
+
+
 def _logger(nc: Any, stream: Any, config: dict[str, str], owner: str, **kwargs: Any) -> Any:
     return stmtlog.StatementLogger(
         nc,
@@ -454,11 +457,14 @@ async def test_a_refused_message_leaves_the_open_executions_as_they_were(nats_co
         assert running is not None
         await logger.drain()
         await nats_connection.jetstream().delete_stream(stream.name)  # refuses what follows
+        lost_before = REGISTRY.get_sample_value(LOST) or 0.0
         lost = logger.begin(session, "SUBSCRIBE b", "subscribe")
         assert lost is not None
         logger.end(running, stmtlog.SUCCESS)
         await logger.drain()
         assert await _open_keys(nats_connection, owner) == [f"{owner}.{running.id}"]
+        # Lost, and counted.
+        assert (REGISTRY.get_sample_value(LOST) or 0.0) > lost_before
     finally:
         await logger.stop()
         await ensure_stream(nats_connection, stream.name, [stream.subject])  # for the fixture
