@@ -15,6 +15,7 @@ import json
 import os
 import random
 import re
+import signal
 import statistics
 import time
 import urllib.request
@@ -23,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from loupe.client import SqlClient
+from loupe.client import ServerNotice, SqlClient, StatementResult
 from loupe.common.errors import LoupeError
 from loupe.testing.system import LoupeUp
 
@@ -150,3 +151,36 @@ def test_more_clients_than_cores_only_wait(system: LoupeUp) -> None:
     assert waited is not None
     assert float(waited.group(1)) > 0
     assert "loupe_statement_logging_queue_depth" in text
+
+
+def controller_pid(system: LoupeUp) -> int:
+    (pid,) = [pid for pid, cmdline in system.processes() if "loupe.cli.main controller " in cmdline]
+    return pid
+
+
+def test_ddl_while_the_storage_writer_is_stuck_answers_and_mz_catalog_catches_up(
+    system: LoupeUp,
+) -> None:
+    """The user trial's failure: DDL answered ``no answer on … AppendUpdates within 30.0s``.
+
+    With the controller (and its storage writer) stopped, CREATE TABLE commits
+    and answers with a notice; once the controller runs again, mz_catalog
+    shows the table without another DDL.
+    """
+    pid = controller_pid(system)
+    began = time.monotonic()
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        with SqlClient("127.0.0.1", system.sql_port) as sql:
+            items = list(sql.stream("CREATE TABLE made_while_stuck (a int)"))
+        answered = time.monotonic() - began
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    notices = [item.message for item in items if isinstance(item, ServerNotice)]
+    assert [item.tag for item in items if isinstance(item, StatementResult)] == ["CREATE TABLE"]
+    assert any("mz_catalog does not show it yet" in notice for notice in notices), notices
+    assert answered < 120
+    deadline = time.monotonic() + 120
+    while not system.sql("SELECT 1 FROM mz_catalog.mz_tables WHERE name = 'made_while_stuck'"):
+        assert time.monotonic() < deadline, "mz_catalog did not catch up"
+        time.sleep(1)
