@@ -37,6 +37,7 @@ from loupe.proto.sql.v1 import sql_pb2, sql_pb2_grpc
 log = get_logger(__name__)
 
 SQLSTATE_TRAILER = "loupe-sqlstate"
+TOO_MANY_CONNECTIONS = "53300"
 
 
 def event_to_proto(event: Event) -> sql_pb2.ExecuteResponse:
@@ -102,6 +103,7 @@ class SqlServicer(sql_pb2_grpc.SqlServicer):
                 trailing_metadata=((SQLSTATE_TRAILER, error.code),),
             )
             raise  # abort raises; this keeps type checkers honest
+        await self._admit_session(context)
         try:
             session = self.sessions.open(
                 user,
@@ -120,6 +122,20 @@ class SqlServicer(sql_pb2_grpc.SqlServicer):
         metrics.SESSIONS.set(len(self.sessions))
         log.info("session opened", session_id=session.id, user=session.user)
         return sql_pb2.OpenSessionResponse(session_id=session.id, parameters=session.parameters())
+
+    async def _admit_session(self, context: Any) -> None:
+        """53300 when ``max_connections`` sessions are open (RESOURCE_EXHAUSTED on the wire)."""
+        limit = int(self.coordinator.system_variable("max_connections"))
+        current = len(self.sessions)
+        if current < limit:
+            return
+        metrics.SESSIONS_REFUSED.inc()
+        await context.abort(
+            grpc.StatusCode.RESOURCE_EXHAUSTED,
+            "creating connection would violate max_connections limit"
+            f" (desired: {current + 1}, limit: {limit}, current: {current})",
+            trailing_metadata=((SQLSTATE_TRAILER, TOO_MANY_CONNECTIONS),),
+        )
 
     async def Execute(
         self, request: sql_pb2.ExecuteRequest, context: Any

@@ -13,6 +13,10 @@ STATEMENT_SECONDS = Histogram(
     "loupe_coordinator_statement_seconds", "Time to run a statement, by kind", ["kind"]
 )
 SESSIONS = Gauge("loupe_coordinator_sessions", "Open client sessions")
+SESSIONS_REFUSED = Counter(
+    "loupe_coordinator_sessions_refused",
+    "Sessions refused (53300) because max_connections sessions were open",
+)
 CATALOG_APPENDS = Counter(
     "loupe_coordinator_catalog_appends",
     "Batches of catalog-derived rows appended to storage",

@@ -327,3 +327,23 @@ async def test_a_write_losing_many_races_is_planned_again_until_it_commits(fleet
     )
     contents = await store.contents(table)
     assert contents.column("a").to_pylist() == [7]
+
+
+async def test_sessions_past_max_connections_are_refused_with_53300(tables: Any) -> None:
+    """The system variable lives in the catalog: the real catalog service is used here."""
+    harness = tables
+    admin = await harness.session()
+    assert not errors(await harness.execute(admin, "ALTER SYSTEM SET max_connections = 2"))
+    second = await harness.session()
+
+    def open_one() -> None:
+        with SqlClient("127.0.0.1", harness.service.sql_port):
+            pass
+
+    with pytest.raises(LoupeError) as refused:
+        await asyncio.to_thread(open_one)
+    assert refused.value.code == "53300"
+    assert "max_connections limit (desired: 3, limit: 2, current: 2)" in refused.value.message
+    assert REGISTRY.get_sample_value("loupe_coordinator_sessions_refused_total")
+    await harness.stub.CloseSession(sql_pb2.CloseSessionRequest(session_id=second))
+    await asyncio.to_thread(open_one)  # room again
