@@ -16,7 +16,7 @@ commit (following it covers every earlier one). While it runs, the gauge
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable, Coroutine
 from typing import Any
 
 from loupe.common.errors import LoupeError
@@ -39,7 +39,7 @@ class RelationsCatchUp:
     def __init__(
         self,
         follower: CatalogFollower,
-        spawn: Callable[[Awaitable[None]], asyncio.Task[Any]],
+        spawn: Callable[[Coroutine[Any, Any, None]], asyncio.Task[Any]],
     ) -> None:
         self._follower = follower
         self._spawn = spawn

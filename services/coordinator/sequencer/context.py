@@ -10,7 +10,8 @@ here the state they touch is this one object).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+import contextvars
+from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from nats.aio.client import Client as NatsConnection
@@ -18,6 +19,7 @@ from nats.aio.client import Client as NatsConnection
 from loupe.common.errors import LoupeError, SqlState
 from loupe.common.logging import get_logger
 from loupe.common.transport import NatsServiceClient
+from loupe.coordinator import admission
 from loupe.coordinator.admission import AdmissionQueue
 from loupe.coordinator.catalog_relations import CatalogRelationsWriter
 from loupe.coordinator.catalog_state import CatalogState, ClusterInfo
@@ -126,9 +128,15 @@ class SequencerContext:
             )
         return queue
 
-    def spawn(self, coroutine: Awaitable[None]) -> asyncio.Task[Any]:
-        """Run ``coroutine`` in the background; the coordinator cancels it at stop."""
-        task = asyncio.ensure_future(coroutine)
+    def spawn(self, coroutine: Coroutine[Any, Any, None]) -> asyncio.Task[Any]:
+        """Run ``coroutine`` in the background; the coordinator cancels it at stop.
+
+        It outlives the statement that started it: the statement's deadline
+        (``admission.STATEMENT_DEADLINE``) does not apply to it.
+        """
+        context = contextvars.copy_context()
+        context.run(admission.STATEMENT_DEADLINE.set, None)
+        task = asyncio.get_running_loop().create_task(coroutine, context=context)
         self.background.add(task)
         task.add_done_callback(self.background.discard)
         return task

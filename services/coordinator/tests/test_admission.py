@@ -347,3 +347,21 @@ async def test_sessions_past_max_connections_are_refused_with_53300(tables: Any)
     assert REGISTRY.get_sample_value("loupe_coordinator_sessions_refused_total")
     await harness.stub.CloseSession(sql_pb2.CloseSessionRequest(session_id=second))
     await asyncio.to_thread(open_one)  # room again
+
+
+async def test_background_work_a_statement_starts_outlives_its_deadline(fleet: Any) -> None:
+    """A catch-up a DDL started goes on after the DDL's statement_timeout."""
+    harness = await fleet.add()
+    context = harness.service.coordinator.context
+    seen: list[float | None] = []
+
+    async def background() -> None:
+        seen.append(admission.remaining())  # 57014 if it had the statement's deadline
+
+    async def statement() -> None:
+        with_deadline(0.01)
+        await asyncio.sleep(0.05)  # past its deadline
+        await context.spawn(background())
+
+    await asyncio.create_task(statement())
+    assert seen == [None]
