@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from loupe.common.errors import LoupeError, SqlState
@@ -69,21 +70,30 @@ async def peek_target_replica(
 
 
 async def send_peek(
-    ctx: SequencerContext, request: controller_pb2.PeekRequest, *, reading: str = ""
+    ctx: SequencerContext,
+    request: controller_pb2.PeekRequest,
+    *,
+    reading: str = "",
+    dropped: Callable[[], str | None] | None = None,
 ) -> tuple[tuple[tuple[str, str], ...], list[tuple[Any, ...]]]:
     """Send a peek to the controller and wait for its answer: (columns, rows).
 
     Canceled with the statement. ``reading`` says what it reads, for the log.
-    At most ``peek_concurrency`` peeks are in flight to a cluster at once; the
+    ``dropped`` is asked after every unanswered round: a relation the read
+    depends on that was dropped meanwhile ends it (42704, Materialize's
+    words), and the peek is canceled. At most ``peek_concurrency`` peeks are in flight to a cluster at once; the
     others wait their turn in its ``ctx.peek_queue`` (replicas flooded with
     more peeks than they can run answer all of them later, not sooner).
     """
     async with ctx.peek_queue(request.cluster_id).admitted():
-        return await _send_peek(ctx, request, reading)
+        return await _send_peek(ctx, request, reading, dropped)
 
 
 async def _send_peek(
-    ctx: SequencerContext, request: controller_pb2.PeekRequest, reading: str
+    ctx: SequencerContext,
+    request: controller_pb2.PeekRequest,
+    reading: str,
+    dropped: Callable[[], str | None] | None,
 ) -> tuple[tuple[tuple[str, str], ...], list[tuple[Any, ...]]]:
     peek_id = request.peek.uuid
     round_seconds = ctx.config.peek_round
@@ -109,6 +119,13 @@ async def _send_peek(
                     pause = min(pause * 2, RETRY_PAUSE_CAP)
                 else:
                     pause = RETRY_PAUSE
+                gone = dropped() if dropped is not None else None
+                if gone is not None:
+                    ctx.spawn(cancel_peek(ctx, peek_id))
+                    raise LoupeError(
+                        SqlState.UNDEFINED_OBJECT,
+                        f"query could not complete because {gone} was dropped",
+                    ) from None
             waited = time.monotonic() - began
             if not logged and waited >= round_seconds:
                 logged = True

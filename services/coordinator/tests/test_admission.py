@@ -365,3 +365,20 @@ async def test_background_work_a_statement_starts_outlives_its_deadline(fleet: A
 
     await asyncio.create_task(statement())
     assert seen == [None]
+
+
+async def test_a_read_waiting_on_a_table_dropped_meanwhile_ends_with_42704(fleet: Any) -> None:
+    """Found by the load test: the dropped table's upper no longer moves, the read waited forever."""
+    harness = await fleet.add(peek_round=0.2)
+    session, other = await harness.session(), await harness.session()
+    assert not errors(await harness.execute(session, "CREATE TABLE doomed (a int)"))
+    harness.controller.block_peeks = True
+    read = asyncio.create_task(harness.execute(session, "SELECT count(*) FROM doomed"))
+    await assert_eventually(lambda: holds(len(harness.controller.peeks) >= 2), timeout=10)
+    assert not errors(await harness.execute(other, "DROP TABLE doomed"))
+    failed = errors(await asyncio.wait_for(read, 20))
+    assert [(e.code, e.message) for e in failed] == [
+        ("42704", 'query could not complete because table "materialize.public.doomed" was dropped')
+    ]
+    peek_ids = {p.peek.uuid for p in harness.controller.peeks}
+    await assert_eventually(lambda: holds(peek_ids <= set(harness.controller.canceled)))
