@@ -26,12 +26,13 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from contextvars import ContextVar
 from typing import TypeVar
 
-__all__ = ["TRANSIENT", "AdmissionQueue", "until_answered"]
-
 from loupe.common.errors import LoupeError, SqlState
 from loupe.common.logging import get_logger
 from loupe.coordinator import metrics
 from loupe.coordinator.catalog_relations import TRANSIENT
+
+# TRANSIENT is re-exported: what counts as "away or busy" is the writer's definition.
+__all__ = ["TRANSIENT", "AdmissionQueue", "until_answered"]
 
 log = get_logger(__name__)
 
