@@ -48,6 +48,15 @@ class CoordinatorSettings(BaseSettings):
     # seconds between its rounds to the controller, and before a read still
     # waiting is logged (once, with what it waits for).
     peek_round: float = 5.0
+    # Peeks in flight to one cluster at once; more wait their turn.
+    peek_concurrency: int = 16
+    # Statements that may wait in one of the coordinator's queues (peek, ddl,
+    # table_write) before more are refused with 53000 (insufficient_resources).
+    max_queued_statements: int = 1024
+    # Seconds DDL waits (within its statement_timeout) for its commit to reach
+    # mz_catalog in storage before answering with a NOTICE; mz_catalog then
+    # catches up in the background.
+    catalog_relations_wait: float = 30.0
     # Seconds to wait for the controller and catalog at start.
     startup_timeout: float = 180.0
     # Seconds to wait at start for the storage writer's next flush before
@@ -95,6 +104,9 @@ class CoordinatorService(Service):
                 SessionManager(settings.superusers),
                 CoordinatorConfig(
                     peek_round=settings.peek_round,
+                    peek_concurrency=settings.peek_concurrency,
+                    max_queued_statements=settings.max_queued_statements,
+                    catalog_relations_wait=settings.catalog_relations_wait,
                     startup_timeout=settings.startup_timeout,
                     storage_settle_timeout=settings.storage_settle_timeout,
                     follow_timeout=settings.follow_timeout,
