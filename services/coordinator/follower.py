@@ -33,6 +33,7 @@ its rows reach storage with the next commit followed.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
@@ -40,6 +41,7 @@ from loupe.common.errors import LoupeError
 from loupe.common.logging import get_logger
 from loupe.common.transport import NatsServiceClient
 from loupe.coordinator import metrics
+from loupe.coordinator.admission import RETRY_PAUSE, backoff
 from loupe.coordinator.audit_log import AuditLog
 from loupe.coordinator.catalog_relations import CatalogRelationsWriter
 from loupe.coordinator.catalog_state import (
@@ -90,6 +92,15 @@ class CatalogFollower:
         self.apply_failure: str | None = None
         self._lock = asyncio.Lock()
         self._progress = asyncio.Condition()
+        # Wakes ``keep_storage_in_sync`` (an append failed; a controller started).
+        self._resync_wanted = asyncio.Event()
+        # Set while storage is known to hold the last commit followed.
+        self._in_sync = asyncio.Event()
+        self._in_sync.set()
+        # Why storage is behind the catalog (the last failure), None once it is not.
+        self.behind_because: str | None = None
+        # Own commits (``reach_storage``) not yet confirmed in storage.
+        self._unconfirmed = 0
 
     @property
     def followed_key(self) -> tuple[int, int]:
@@ -224,6 +235,50 @@ class CatalogFollower:
         async with self._lock:
             await self.writer.sync(self._target(), batch_id(self._followed))
 
+    @property
+    def storage_behind(self) -> bool:
+        """Whether storage lacks a commit: an own commit not confirmed yet, or an append
+        of the catalog relations that went unconfirmed and is not made good."""
+        return self.writer.stale or self._unconfirmed > 0
+
+    def _show_behind(self) -> None:
+        metrics.CATALOG_RELATIONS_BEHIND.set(1 if self.storage_behind else 0)
+
+    async def reach_storage(self, snapshot: catalog_pb2.CatalogSnapshot) -> None:
+        """Follow our own commit into storage (``after_commit``); when its append fails,
+        wait until ``keep_storage_in_sync`` has brought storage up to date."""
+        self._unconfirmed += 1
+        self._show_behind()
+        try:
+            try:
+                await self.after_commit(snapshot)
+            except LoupeError as error:
+                if not self.writer.stale:
+                    raise
+                log.warning(
+                    "catalog relations are behind the catalog; catching up", error=error.message
+                )
+                self.resync_soon(error.message)
+                self._show_behind()
+                await self.wait_in_sync()
+        finally:
+            self._unconfirmed -= 1
+            self._show_behind()
+
+    def resync_soon(self, because: str | None = None) -> None:
+        """Have ``keep_storage_in_sync`` try at once (after a failed append, or when a
+        controller, and with it the storage writer, starts)."""
+        if because is not None:
+            self.behind_because = because
+        self._resync_wanted.set()
+
+    async def wait_in_sync(self) -> None:
+        """Until storage holds the last commit followed (``keep_storage_in_sync`` gets it there)."""
+        while self.writer.stale:
+            self._in_sync.clear()
+            self.resync_soon()
+            await self._in_sync.wait()
+
     async def resync(self) -> bool:
         """Bring storage to the last commit followed if an append to it went unconfirmed
         (the storage writer was down); True once storage is known to match."""
@@ -236,16 +291,40 @@ class CatalogFollower:
                 await self.writer.sync(self._target(), batch_id(self._followed))
             except LoupeError as error:
                 log.info("catalog relations not yet in storage", error=error.message)
+                self.behind_because = error.message
                 return False
         log.info("catalog relations caught up with the catalog after a storage outage")
         return True
 
     async def keep_storage_in_sync(self, interval: float) -> None:
-        """``resync`` every ``interval`` seconds, so storage converges on the catalog after
-        an outage of the storage writer even when no further commit comes."""
+        """The one loop that makes storage converge on the catalog after an outage of the
+        storage writer, whether or not more commits come: while the catalog relations
+        writer is stale, ``resync`` with growing pauses (at most ``interval``), at once
+        when woken (``resync_soon``). The gauge ``..._catalog_relations_behind`` is 1
+        meanwhile, and DDL waiting in ``wait_in_sync`` is answered once it is done."""
+        pause = RETRY_PAUSE
         while True:
-            await asyncio.sleep(interval)
-            await self.resync()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(
+                    self._resync_wanted.wait(), pause if self.writer.stale else interval
+                )
+            self._resync_wanted.clear()
+            if not self.writer.stale:
+                continue
+            self._show_behind()
+            try:
+                caught_up = await self.resync()
+            except Exception:  # the loop must outlive any one failure
+                log.exception("catalog relations resync failed")
+                caught_up = False
+            if caught_up and not self.writer.stale:
+                pause = RETRY_PAUSE
+                self.behind_because = None
+                self._show_behind()
+                self._in_sync.set()
+            else:
+                metrics.CATALOG_RELATIONS_RETRIES.inc()
+                pause = backoff(pause, interval)
 
     async def refresh(self) -> CatalogState:
         """Ask the catalog for its latest snapshot, for name resolution (storage is not touched)."""

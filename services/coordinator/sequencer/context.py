@@ -23,7 +23,6 @@ from loupe.coordinator import admission
 from loupe.coordinator.admission import AdmissionQueue
 from loupe.coordinator.catalog_relations import CatalogRelationsWriter
 from loupe.coordinator.catalog_state import CatalogState, ClusterInfo
-from loupe.coordinator.catch_up import RelationsCatchUp
 from loupe.coordinator.follower import CatalogFollower
 from loupe.coordinator.table_store import TableStore, TimestampOracle
 from loupe.proto.common.v1 import common_pb2
@@ -78,7 +77,6 @@ class SequencerContext:
         # Fire-and-forget work (canceling a peek, reaping sessions), canceled at stop.
         self.background: set[asyncio.Task[Any]] = set()
         # Brings mz_catalog up to date with DDL commits storage has not confirmed yet.
-        self.catch_up = RelationsCatchUp(follower, self.spawn)
         # Compute takes this context (it sequences views, indexes and reads with it).
         self.compute = compute(self)
 

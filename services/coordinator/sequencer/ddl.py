@@ -8,7 +8,7 @@ gets its answer; ``after_ddl`` then moves the oracle past that append, so a
 SELECT right after sees the change in ``mz_catalog``. The statement's success
 is its commit: when storage is too slow to take the relations' append in
 ``catalog_relations_wait``, it answers with a NOTICE and the relations catch
-up in the background (``loupe.coordinator.catch_up``).
+up in the background (``CatalogFollower.keep_storage_in_sync``).
 """
 
 from __future__ import annotations
@@ -137,21 +137,21 @@ async def follow_commit(ctx: SequencerContext, snapshot: catalog_pb2.CatalogSnap
     """Wait for the commit to reach mz_catalog; None once it has, else why not yet.
 
     The statement committed: its success does not depend on the catalog
-    relations (``loupe.coordinator.catch_up`` brings them up to date in the
-    background). It waits ``catalog_relations_wait`` seconds at most (within
+    relations (``CatalogFollower.keep_storage_in_sync`` brings them up to date
+    in the background). It waits ``catalog_relations_wait`` seconds at most (within
     its ``statement_timeout``), and only ``follow_timeout`` when storage was
     already behind before it: a storage writer that is down does not make
     every DDL wait the full time.
     """
-    already_behind = ctx.catch_up.behind
-    catching_up = ctx.catch_up.follow(snapshot)
+    already_behind = ctx.follower.storage_behind
+    catching_up = ctx.spawn(ctx.follower.reach_storage(snapshot))
     wait = ctx.config.follow_timeout if already_behind else ctx.config.catalog_relations_wait
     deadline = admission.STATEMENT_DEADLINE.get()
     if deadline is not None:
         wait = max(0.0, min(wait, deadline - time.monotonic()))
     done, _ = await asyncio.wait({catching_up}, timeout=wait)
     if not done:
-        return ctx.catch_up.last_error or f"storage did not confirm it within {wait:.3g}s"
+        return ctx.follower.behind_because or f"storage did not confirm it within {wait:.3g}s"
     error = None if catching_up.cancelled() else catching_up.exception()
     if catching_up.cancelled() or error is not None:
         log.error("catching up the catalog relations failed", error=repr(error))

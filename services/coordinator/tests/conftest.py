@@ -370,6 +370,7 @@ class FakeController:
         self.missing_peeks = 0  # Peek calls answered NOT_FOUND first, as a restarted controller
         self.unavailable_for = 0  # ListCollections calls to refuse first
         self.refuse_appends = False  # AppendUpdates refused, as by a storage writer that is down
+        self.refuse_code = "UNAVAILABLE"  # how: retried by the caller, or INTERNAL (not retried)
 
     def metadata(self, collection_id: str) -> common_pb2.CollectionMetadata:
         builtin = BY_ID[collection_id]
@@ -397,7 +398,7 @@ class FakeController:
 
     async def AppendUpdates(self, request: Any, context: Any) -> Any:
         if self.refuse_appends:
-            raise LoupeError("UNAVAILABLE", "the storage writer is down")
+            raise LoupeError(self.refuse_code, "the storage writer is down")
         self.appends.append(request)
         if request.batch_id not in self.batch_ids:
             self.batch_ids.add(request.batch_id)
