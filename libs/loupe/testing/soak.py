@@ -34,6 +34,7 @@ from loupe.testing.postgres import postgres_database
 from loupe.testing.procs import Tracker, disk_bytes, rss_bytes
 from loupe.testing.system import LoupeUp
 
+LOUPE_ROLES = ("catalog", "controller", "coordinator", "nats", "spark")
 MIB = 1024 * 1024
 GROWTH_FRACTION = 0.10
 GROWTH_FLOOR = 16 * MIB
@@ -50,7 +51,8 @@ class Sample:
 def sample(tracker: Tracker, data_dir: Path, seconds: float) -> list[Sample]:
     rss: dict[str, int] = defaultdict(int)
     for proc in tracker.snapshot():
-        rss[proc.role] += rss_bytes(proc.pid) or 0
+        if proc.role in LOUPE_ROLES or proc.role.startswith("replica:"):
+            rss[proc.role] += rss_bytes(proc.pid) or 0  # not Spark's passing `chmod`s
     samples = [Sample(seconds, "rss", role, value) for role, value in sorted(rss.items())]
     for entry in sorted(data_dir.iterdir()):
         if entry.is_dir():
