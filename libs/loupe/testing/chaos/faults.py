@@ -17,6 +17,7 @@ import os
 import random
 import signal
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from loupe.cli.probe import query_once
@@ -41,7 +42,7 @@ SERVICE_OF = {
 HEARTBEAT_TIMEOUT = 5.0
 STOPPED_REPLICA_GRACE = 30.0
 # How many recovery bounds to keep waiting for a recovery that is late.
-GIVE_UP = 3
+GIVE_UP = 2
 PROBES = ("SELECT count(*) FROM chaos_by_grp", "SELECT count(*) FROM mz_catalog.mz_tables")
 
 
@@ -83,12 +84,28 @@ def inject(kind: str, target: Proc) -> Fault:
 def await_recovery(fault: Fault, port: int, bound: float, probe_id: int) -> None:
     """Fill in the recovery times. Past ``bound`` seconds that is a finding, but the wait
     goes on (up to ``GIVE_UP`` times the bound) to measure how long recovery does take;
-    a time stays None when it did not happen at all."""
+    a time stays None when it did not happen at all.
+
+    A write has recovered once a probe row is acknowledged and a query sees it: an
+    acknowledged write that no read can see (the storage writer stuck) is no recovery."""
     give_up = fault.at + GIVE_UP * bound
-    fault.query_seconds = _first_success(fault, port, PROBES, give_up)
+
+    def query() -> bool:
+        for probe in PROBES:
+            query_once("127.0.0.1", port, probe, timeout=5)
+        return True
+
+    def write() -> bool:
+        if not acknowledged:
+            query_once("127.0.0.1", port, f"INSERT INTO chaos_probe VALUES ({probe_id})", timeout=5)
+            acknowledged.append(True)
+        seen = f"SELECT count(*) FROM chaos_probe WHERE id = {probe_id}"
+        return query_once("127.0.0.1", port, seen, timeout=5)[0][0] > 0
+
+    acknowledged: list[bool] = []
+    fault.query_seconds = _first_success(fault, query, give_up)
     if fault.query_seconds is not None:
-        probe = (f"INSERT INTO chaos_probe VALUES ({probe_id})",)
-        fault.write_seconds = _first_success(fault, port, probe, give_up)
+        fault.write_seconds = _first_success(fault, write, give_up)
     for what in ("query", "write"):
         seconds = getattr(fault, f"{what}_seconds")
         if seconds is None:
@@ -99,18 +116,15 @@ def await_recovery(fault: Fault, port: int, bound: float, probe_id: int) -> None
             )
 
 
-def _first_success(
-    fault: Fault, port: int, statements: tuple[str, ...], give_up: float
-) -> float | None:
-    """Seconds from the fault until ``statements`` all succeed (in fresh sessions)."""
+def _first_success(fault: Fault, attempt: Callable[[], bool], give_up: float) -> float | None:
+    """Seconds from the fault until ``attempt`` returns True (None: not before ``give_up``)."""
     while time.monotonic() < give_up:
         try:
-            for statement in statements:
-                query_once("127.0.0.1", port, statement, timeout=5)
+            if attempt():
+                return time.monotonic() - fault.at
         except Exception:  # not answering yet: that is what is being measured
-            time.sleep(0.25)
-            continue
-        return time.monotonic() - fault.at
+            pass
+        time.sleep(0.25)
     return None
 
 

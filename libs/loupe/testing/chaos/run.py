@@ -107,7 +107,7 @@ def _run(
                 f" queries after {_seconds(fault.query_seconds)}, writes after"
                 f" {_seconds(fault.write_seconds)}"
             )
-            if fault.query_seconds is None:
+            if fault.query_seconds is None or fault.write_seconds is None:
                 say("chaos: the system did not recover; stopping the run")
                 break
             fault.findings += _check(workload, checker, tracker, system, report)
