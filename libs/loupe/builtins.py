@@ -81,6 +81,22 @@ MZ_CLUSTER_REPLICAS = BuiltinCollection(
     ),
     "catalog",
 )
+# Issue 11: the cluster replica size table (``loupe.sizes``), Materialize's columns.
+MZ_CLUSTER_REPLICA_SIZES = BuiltinCollection(
+    "s115",
+    "mz_catalog",
+    "mz_cluster_replica_sizes",
+    (
+        ("size", "text"),
+        ("processes", "uint8"),
+        ("workers", "uint8"),
+        ("cpu_nano_cores", "uint8"),
+        ("memory_bytes", "uint8"),
+        ("disk_bytes", "uint8"),
+        ("credits_per_hour", "numeric"),
+    ),
+    "catalog",
+)
 MZ_DATABASES = BuiltinCollection(
     "s103",
     "mz_catalog",
@@ -380,6 +396,7 @@ STATEMENT_LOG_COLLECTIONS = (
 BUILTIN_COLLECTIONS: tuple[BuiltinCollection, ...] = (
     MZ_CLUSTERS,
     MZ_CLUSTER_REPLICAS,
+    MZ_CLUSTER_REPLICA_SIZES,
     MZ_DATABASES,
     MZ_SCHEMAS,
     MZ_ROLES,

@@ -11,10 +11,10 @@ timestamp) and makes its writes durable at once.
 from __future__ import annotations
 
 import dataclasses
-import re
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from loupe import sizes
 from loupe.catalog.kinds import KINDS, kind_named
 from loupe.catalog.migrations import Write
 from loupe.catalog.objects import (
@@ -45,8 +45,6 @@ from loupe.common.errors import LoupeError, SqlState
 INVALID_NAME = "42602"
 DUPLICATE_DATABASE = "42P04"
 DUPLICATE_SCHEMA = "42P06"
-# A size is the number of workers of each replica process.
-SIZE_PATTERN = re.compile(r"[1-9][0-9]*")
 
 # Allocator name -> id prefix. Each allocator holds the next id to hand out.
 ALLOCATORS = {
@@ -69,9 +67,8 @@ FIRST_SYSTEM_ITEM_ID = 10_000
 
 
 def validate_size(size: str) -> str:
-    if not SIZE_PATTERN.fullmatch(size):
-        raise LoupeError(SqlState.INVALID_PARAMETER_VALUE, f"invalid SIZE '{size}'")
-    return size
+    """``size`` if the size table (``loupe.sizes``) lists it; 22023 naming the valid ones if not."""
+    return sizes.lookup(size).size
 
 
 def is_system(obj: Cluster | Role | Schema) -> bool:

@@ -14,6 +14,7 @@ import sys
 from loupe.common.cli_args import add_common_arguments, settings_from_args
 from loupe.common.logging import bind_context
 from loupe.common.settings import SettingsError
+from loupe.compute_replica.os_limit import limit_memory
 
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:
@@ -21,6 +22,11 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--cluster-id", help="the replica's cluster (known from CreateInstance)")
     parser.add_argument("--incarnation", type=int, help="which life of the replica this process is")
     parser.add_argument("--workers", type=int, help="worker threads (the replica's SIZE)")
+    parser.add_argument(
+        "--memory-limit-bytes",
+        type=int,
+        help="the memory budget of the replica's SIZE; the process gets an OS limit above it",
+    )
     add_common_arguments(parser)
 
 
@@ -37,11 +43,13 @@ def run(args: argparse.Namespace) -> int:
             cluster_id=args.cluster_id,
             incarnation=args.incarnation,
             workers=args.workers,
+            memory_limit_bytes=args.memory_limit_bytes,
         )
         settings.validate()
     except SettingsError as error:
         print(f"compute-replica: {error}", file=sys.stderr)
         return 2
+    limit_memory(settings.memory_limit_bytes)
     os.environ.setdefault("POLARS_MAX_THREADS", str(settings.workers))
 
     from loupe.common.service import configure_for, run_service

@@ -49,6 +49,7 @@ from prometheus_client import Counter
 from loupe.common import values
 from loupe.common.errors import LoupeError, SqlState
 from loupe.common.logging import get_logger
+from loupe.compute_replica.process_metrics import EngineActivity
 from loupe.compute_replica.protocol import (
     PeekRequest,
     PeekResult,
@@ -103,6 +104,7 @@ class Engine(Protocol):
     def take_sink_batches(self) -> list[Any]: ...
     def progress(self) -> list[DataflowProgress]: ...
     def errors(self) -> dict[str, LoupeError]: ...
+    def failed(self) -> dict[str, LoupeError]: ...
 
 
 @dataclass
@@ -112,6 +114,9 @@ class _Outputs:
     frontiers: dict[str, int] = field(default_factory=dict)
     progress: dict[str, DataflowProgress] = field(default_factory=dict)
     errors: dict[str, LoupeError] = field(default_factory=dict)
+    # Exports of dataflows stopped for good (53200 out of memory, a failed step).
+    failed: dict[str, LoupeError] = field(default_factory=dict)
+    sources: frozenset[str] = frozenset()
     sink_batches: list[SinkBatch] = field(default_factory=list)
 
 
@@ -147,6 +152,8 @@ class DataflowRunner:
         self.report_interval = report_interval
         self.poll_interval = poll_interval
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="compute-engine")
+        # Read by heartbeats: a replica busy in a long step says so.
+        self.activity = EngineActivity()
         self._notify = nats_upper_notifier(nats) if nats is not None else None
         self._dataflows: dict[str, _Dataflow] = {}
         # Export id (index or sink) -> the dataflow exporting it.
@@ -188,7 +195,12 @@ class DataflowRunner:
     async def _call(self, function: Callable[..., Any], *args: Any) -> Any:
         """Run ``function(*args)`` on the engine thread, after every call made before it."""
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._executor, functools.partial(function, *args))
+        call = functools.partial(self.activity.run, functools.partial(function, *args))
+        return await loop.run_in_executor(self._executor, call)
+
+    async def run_on_engine(self, function: Callable[..., Any], *args: Any) -> Any:
+        """``function(*args)`` on the engine thread, in turn (tests make the engine busy so)."""
+        return await self._call(function, *args)
 
     # -- state, for the curious ------------------------------------------------------------
 
@@ -356,7 +368,7 @@ class DataflowRunner:
         return PeekResult(_result_columns(request, result), rows)
 
     def _check_peekable(self, target: str) -> None:
-        failure = self._failed.get(target)
+        failure = self._failed.get(target) or self._outputs.failed.get(target)
         if failure is not None:
             raise failure
         if target not in self._exports:
@@ -442,6 +454,8 @@ class DataflowRunner:
                 log.exception("engine step failed")
                 continue
             self._outputs = outputs
+            if set(self._feeders) - outputs.sources:
+                await self._sync_feeders()  # a dataflow out of memory let go of its sources
             self._add_feed_errors(outputs)
             batches, outputs.sink_batches = outputs.sink_batches, []
             await self._ship_sink_batches(batches)
@@ -455,6 +469,8 @@ class DataflowRunner:
             frontiers={e: self._engine.write_frontier(e) for e in exports},
             progress={p.dataflow_id: p for p in self._engine.progress()},
             errors=self._engine.errors(),
+            failed=self._engine.failed(),
+            sources=frozenset(self._engine.source_ids()),
             sink_batches=self._engine.take_sink_batches(),
         )
 

@@ -5,6 +5,10 @@ from __future__ import annotations
 import os
 import resource
 import time
+from collections.abc import Callable
+from typing import TypeVar
+
+T = TypeVar("T")
 
 
 class ProcessMetrics:
@@ -35,3 +39,30 @@ class ProcessMetrics:
             # Not Linux: the peak is the best cheap approximation (KiB on Linux, bytes on macOS).
             peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
             return peak if os.uname().sysname == "Darwin" else peak * 1024
+
+
+class EngineActivity:
+    """Calls into the engine: how many finished, and since when the current one runs.
+
+    Written by the engine thread only and read by the heartbeat thread: a
+    heartbeat then says "busy in a step for 40 s" rather than nothing, so
+    the controller can tell a replica at work from a dead one.
+    """
+
+    def __init__(self) -> None:
+        self.calls = 0
+        self._busy_since: float | None = None
+
+    def run(self, function: Callable[[], T]) -> T:
+        """``function()``, counted and timed (on the engine thread)."""
+        self._busy_since = time.monotonic()
+        try:
+            return function()
+        finally:
+            self.calls += 1
+            self._busy_since = None
+
+    def busy_seconds(self) -> float:
+        """How long the running engine call has run; 0 when the engine is idle."""
+        since = self._busy_since
+        return 0.0 if since is None else max(0.0, time.monotonic() - since)

@@ -128,6 +128,8 @@ class InstanceConfig:
     incarnation: int
     workers: int
     storage: StorageLocation
+    # The replica's memory budget (0: none): see ``loupe.dataflow.memory``.
+    memory_limit_bytes: int = 0
     # Kept as the wire message: the logging dataflows that consume it arrive
     # with the compute engine; until then the replica only stores it.
     logging: compute_pb2.LoggingConfig = field(default_factory=compute_pb2.LoggingConfig)
@@ -140,6 +142,7 @@ class InstanceConfig:
             incarnation=message.incarnation,
             workers=message.workers,
             storage=StorageLocation(message.blob_uri, message.consensus_uri),
+            memory_limit_bytes=message.memory_limit_bytes,
             logging=message.logging,
         )
 
@@ -225,6 +228,9 @@ class HeartbeatReport:
     initialized: bool
     sent_at_ms: int
     process_id: int = 0
+    engine_calls: int = 0
+    engine_busy_ms: int = 0
+    loop_lag_ms: int = 0
 
 
 class Responses:
@@ -252,6 +258,9 @@ class Responses:
                 workers=report.workers,
                 initialized=report.initialized,
                 sent_at_ms=report.sent_at_ms,
+                engine_calls=report.engine_calls,
+                engine_busy_ms=report.engine_busy_ms,
+                loop_lag_ms=report.loop_lag_ms,
             )
         )
 

@@ -28,6 +28,8 @@ from loupe.common.metrics import serve_metrics
 from loupe.common.service import Service
 from loupe.common.transport import connect, publish, subscribe
 from loupe.compute_replica.dataflows import DataflowRunner
+from loupe.compute_replica.debug import busy_step
+from loupe.compute_replica.heartbeats import HeartbeatThread, LoopWatch
 from loupe.compute_replica.process_metrics import ProcessMetrics
 from loupe.compute_replica.protocol import (
     HeartbeatReport,
@@ -82,6 +84,8 @@ class ComputeReplica(Service):
         self._dataflows: DataflowRunner | None = None
         self._pending = PendingPeeks()
         self._process = ProcessMetrics()
+        self._loop_watch = LoopWatch(min(0.5, settings.heartbeat_interval))
+        self._heartbeats: HeartbeatThread | None = None
         self._config: InstanceConfig | None = None
         self._created = asyncio.Event()
         self._initialized = False
@@ -89,6 +93,7 @@ class ComputeReplica(Service):
         self._nc: NatsConnection | None = None
         # Strong references: a task only weakly held by the loop may be collected.
         self._peek_tasks: set[asyncio.Task[None]] = set()
+        self._debug_tasks: set[asyncio.Task[Any]] = set()
 
     # -- state, for the curious (tests, logs) ---------------------------------------
 
@@ -120,6 +125,8 @@ class ComputeReplica(Service):
                 name=f"compute-replica-{self.replica_id}-{self.incarnation}",
             )
             stack.push_async_callback(self._close_connection)
+            self._heartbeats = self._start_heartbeats()
+            stack.push_async_callback(asyncio.to_thread, self._heartbeats.stop)
             subscription = await subscribe(
                 self._nc,
                 command_subject(self.replica_id),
@@ -130,9 +137,10 @@ class ComputeReplica(Service):
             log.info("listening for commands", subject=command_subject(self.replica_id))
             async with asyncio.TaskGroup() as loops:
                 loops.create_task(self._say_hello(), name="hello")
-                loops.create_task(self._send_heartbeats(), name="heartbeats")
+                watch = loops.create_task(self._loop_watch.run(), name="loop-watch")
                 await self.wait_for_shutdown()
                 log.info("compute replica stopping")
+                watch.cancel()
                 with contextlib.suppress(Exception):
                     await subscription.unsubscribe()
                 await self._abandon_peeks()
@@ -179,16 +187,22 @@ class ComputeReplica(Service):
             await self._publish(hello)
             await self._wait_any(self.settings.hello_interval, self._created, self._stop)
 
-    async def _send_heartbeats(self) -> None:
-        await self._wait_any(None, self._created, self._stop)
-        self._process.cpu_nano_cores()  # start the first CPU interval now
-        while not self.stopping:
-            await self._publish(self._responses.heartbeat(self.heartbeat_report()))
-            await self._wait_any(self.settings.heartbeat_interval, self._stop)
+    def _start_heartbeats(self) -> HeartbeatThread:
+        """The heartbeat sender: its own thread and connection (see ``heartbeats.py``)."""
+        sender = HeartbeatThread(
+            self.settings.nats_url,
+            self._subject,
+            lambda: self._responses.heartbeat(self.heartbeat_report()),
+            interval=self.settings.heartbeat_interval,
+            name=f"compute-replica-{self.replica_id}-{self.incarnation}-heartbeats",
+        )
+        sender.start()
+        return sender
 
     def heartbeat_report(self) -> HeartbeatReport:
-        """What the next heartbeat says about this process."""
+        """What the next heartbeat says about this process (built on the heartbeat thread)."""
         workers = (self._config.workers if self._config else 0) or self.settings.workers
+        activity = self._dataflows.activity if self._dataflows is not None else None
         return HeartbeatReport(
             cpu_nano_cores=self._process.cpu_nano_cores(),
             memory_bytes=self._process.memory_bytes(),
@@ -197,6 +211,9 @@ class ComputeReplica(Service):
             workers=workers,
             initialized=self._initialized,
             sent_at_ms=time.time_ns() // 1_000_000,
+            engine_calls=activity.calls if activity else 0,
+            engine_busy_ms=round(activity.busy_seconds() * 1000) if activity else 0,
+            loop_lag_ms=round(self._loop_watch.lag_seconds() * 1000),
         )
 
     # -- commands -------------------------------------------------------------------------
@@ -217,6 +234,8 @@ class ComputeReplica(Service):
         elif kind == "update_configuration":
             self._parameters.update(command.update_configuration.parameters)
             log.info("configuration updated", parameters=dict(self._parameters))
+            if self.settings.debug_commands:
+                self._run_debug_commands(command.update_configuration.parameters)
         elif kind == "create_dataflow":
             if self._config is None:
                 self._ignore("create dataflow before create instance")
@@ -249,14 +268,20 @@ class ComputeReplica(Service):
             incarnation=self.incarnation,
             cluster_id=config.cluster_id or self.settings.cluster_id,
             workers=config.workers or self.settings.workers,
+            memory_limit_bytes=config.memory_limit_bytes or self.settings.memory_limit_bytes,
         )
         repeated = self._config is not None
         self._config = config
+        if not repeated:
+            self._process.cpu_nano_cores()  # the first heartbeat's CPU interval starts now
         self._created.set()
+        if self._heartbeats is not None:
+            self._heartbeats.begin()
         log.info(
             "instance re-created (reconciliation)" if repeated else "instance created",
             cluster_id=config.cluster_id,
             workers=config.workers,
+            memory_limit_bytes=config.memory_limit_bytes,
             blob_uri=config.storage.blob_uri,
             consensus_uri=config.storage.consensus_uri,
             logging_enabled=config.logging.enable_logging,
@@ -267,7 +292,10 @@ class ComputeReplica(Service):
         assert self._config is not None
         if self._dataflows is None:
             self._dataflows = DataflowRunner(
-                ComputeInstance(workers=self._config.workers),
+                ComputeInstance(
+                    workers=self._config.workers,
+                    memory_limit_bytes=self._config.memory_limit_bytes,
+                ),
                 responses=self._responses,
                 publish=self._publish,
                 storage=self._config.storage,
@@ -279,6 +307,23 @@ class ComputeReplica(Service):
             )
             self._dataflows.start()
         return self._dataflows
+
+    def _run_debug_commands(self, parameters: Any) -> None:
+        """Test-only parameters (``debug_commands``): ``debug_busy_step=<kind>:<seconds>``.
+
+        Occupies the engine thread with a CPU-bound step of that kind
+        (``debug.busy_step``) as a task, so commands go on being handled:
+        how liveness tests make a replica busy without a slow dataflow.
+        """
+        spec = parameters.get("debug_busy_step")
+        if not spec or self._config is None:
+            return
+        kind, _, seconds = spec.partition(":")
+        runner = self._running_dataflows()
+        log.info("debug busy step", kind=kind, seconds=float(seconds))
+        task = asyncio.create_task(runner.run_on_engine(busy_step, kind, float(seconds)))
+        self._debug_tasks.add(task)
+        task.add_done_callback(self._debug_tasks.discard)
 
     def _complete_initialization(self) -> None:
         if self._config is None:

@@ -16,6 +16,8 @@ class ComputeReplicaSettings(BaseSettings):
     cluster_id: str = ""
     incarnation: int = 0
     workers: int = 1
+    # The budget of the replica's SIZE (``loupe.sizes``), until CreateInstance says; 0: none.
+    memory_limit_bytes: int = 0
     heartbeat_interval: float = 1.0
     hello_interval: float = 0.5
     # A peek waits for its index to become readable at its timestamp as long as
@@ -28,11 +30,17 @@ class ComputeReplicaSettings(BaseSettings):
     source_poll_interval: float = 0.05
     # A negative port serves no /metrics endpoint (tests run many replicas in one process).
     metrics_port: int = 0
+    # Tests only: honour debug parameters in UpdateConfiguration (``replica._run_debug_commands``).
+    debug_commands: bool = False
 
     def validate(self) -> None:
         if not self.replica_id:
             raise SettingsError("a compute replica needs a replica id (--replica-id)")
         if self.workers < 1:
             raise SettingsError(f"workers must be at least 1, not {self.workers}")
+        if self.memory_limit_bytes < 0:
+            raise SettingsError(
+                f"memory_limit_bytes must not be negative: {self.memory_limit_bytes}"
+            )
         if self.heartbeat_interval <= 0 or self.hello_interval <= 0:
             raise SettingsError("heartbeat and hello intervals must be positive")

@@ -38,8 +38,9 @@ Promises of the controller
       ``loupe_controller_stale_responses_total`` and change nothing.
     - A replica is ``online`` from the first heartbeat of its current
       incarnation; it goes ``offline`` when its process exits (reason
-      ``exited``, ``killed`` or ``oom-killed``) or when no heartbeat came for
-      ``heartbeat_timeout`` (reason ``heartbeat-timeout``, and it is restarted);
+      ``exited``, ``killed`` or ``oom-killed``) or when the liveness rules
+      (``liveness.py``) restart it after its heartbeats stopped (reason
+      ``heartbeat-timeout``; a busy replica is not restarted, a stopped one is);
       ``controller-stopped`` when the controller stops it at shutdown,
       ``restarted`` when it is replaced on purpose. Every offline row has a
       reason; a new replica has no row until it is first online or gone.
@@ -70,7 +71,7 @@ import asyncio
 import contextlib
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from nats.aio.client import Client as NatsConnection
@@ -83,6 +84,12 @@ from loupe.common.logging import get_logger
 from loupe.common.transport import publish, subscribe
 from loupe.controller.collections import ReplicaReports, SubscribeRelay
 from loupe.controller.history import CommandHistory, export_ids
+from loupe.controller.liveness import (
+    LOOP_STALLED,
+    REPLICA_RESTARTS,
+    LivenessPolicy,
+    Silence,
+)
 from loupe.controller.orchestrators.base import Orchestrator, ReplicaEvent, ReplicaSpec
 from loupe.controller.peeks import PeekRouter
 from loupe.controller.status import (
@@ -154,6 +161,10 @@ class _Replica:
     started_at: float = 0.0
     last_heartbeat: float | None = None
     created_at: float | None = None
+    # What liveness learned since the last heartbeat (reset by every heartbeat).
+    silence: Silence = field(default_factory=Silence)
+    # A restart for silence waits for its window (logged once per silence).
+    deferred: bool = False
 
 
 @dataclass(frozen=True)
@@ -179,6 +190,7 @@ class ComputeController:
         consensus_uri: str,
         heartbeat_timeout: float = 5.0,
         startup_timeout: float = 30.0,
+        busy_timeout: float = 60.0,
         hello_resend_interval: float = 1.0,
         metrics_history_interval: float = 10.0,
     ) -> None:
@@ -189,8 +201,9 @@ class ComputeController:
         )
         self.blob_uri = blob_uri
         self.consensus_uri = consensus_uri
+        self.liveness = LivenessPolicy(heartbeat_timeout, startup_timeout, busy_timeout)
         self.heartbeat_timeout = heartbeat_timeout
-        self.startup_timeout = max(startup_timeout, heartbeat_timeout)
+        self.startup_timeout = self.liveness.startup_timeout
         self.hello_resend_interval = hello_resend_interval
         self.peeks = PeekRouter(self._send)
         self.reports = ReplicaReports()
@@ -207,6 +220,9 @@ class ComputeController:
         self._apply_lock = asyncio.Lock()
         self._tasks: set[asyncio.Task[Any]] = set()
         self._watchdog: asyncio.Task[None] | None = None
+        # The replicas silent at the last check (logged when most are, once per change).
+        self._herd: frozenset[str] = frozenset()
+        self._disconnected = False
         orchestrator.add_listener(self._on_replica_event)
 
     # -- lifecycle -----------------------------------------------------------------
@@ -358,6 +374,7 @@ class ComputeController:
             replica.started_at = time.monotonic()
             replica.last_heartbeat = None
             replica.created_at = None
+            replica.silence, replica.deferred = Silence(), False
             # The new incarnation starts from nothing and reports afresh.
             self.reports.forget_replica(event.replica_id)
             # No status yet: a replica's row says what is known (online from
@@ -371,6 +388,8 @@ class ComputeController:
         self.peeks.forget_replica(
             event.replica_id, f"replica {event.replica_id} went away ({event.describe()})"
         )
+        if not event.requested and event.reason:
+            REPLICA_RESTARTS.labels(reason=event.reason).inc()  # the orchestrator restarts it
         if event.requested:
             # Stopped on purpose: either the reason is recorded already
             # (heartbeat-timeout) or the replica is being replaced (new spec).
@@ -449,6 +468,7 @@ class ComputeController:
             cluster_id=spec.cluster_id,
             incarnation=replica.incarnation,
             workers=spec.workers,
+            memory_limit_bytes=spec.memory_limit_bytes,
             logging=logging_config(cluster),
             blob_uri=self.blob_uri,
             consensus_uri=self.consensus_uri,
@@ -472,6 +492,10 @@ class ComputeController:
 
     async def _on_heartbeat(self, replica: _Replica, heartbeat: compute_pb2.Heartbeat) -> None:
         replica.last_heartbeat = time.monotonic()
+        replica.silence, replica.deferred = Silence(), False
+        if self.liveness.wedged(heartbeat.loop_lag_ms):
+            self._replace_hung(replica, LOOP_STALLED, loop_lag_ms=heartbeat.loop_lag_ms)
+            return
         was_online = self._is_online(replica)
         self._set_status(replica, ONLINE, None)
         self.statuses.set_metrics(
@@ -493,29 +517,100 @@ class ComputeController:
     # -- heartbeats ------------------------------------------------------------------------------
 
     async def _watch_heartbeats(self) -> None:
-        interval = min(0.25, self.heartbeat_timeout / 4)
+        """Apply the liveness rules (``liveness.py``) every check interval."""
+        interval = self.liveness.check_interval
         while True:
+            asked = time.monotonic()
             await asyncio.sleep(interval)
             now = time.monotonic()
-            for replica in list(self._replicas.values()):
-                if not replica.alive or replica.replacing:
-                    continue
-                if replica.last_heartbeat is not None:
-                    overdue = now - replica.last_heartbeat > self.heartbeat_timeout
-                else:
-                    overdue = now - replica.started_at > self.startup_timeout
-                if overdue:
-                    self._replace_hung(replica)
+            unseen = self.liveness.stalled_for(interval, now - asked)
+            if not self._nc.is_connected:
+                unseen = now - asked  # heartbeats cannot reach a disconnected controller
+            if unseen:
+                self._forgive_silence(unseen)
+            else:
+                self._disconnected = False
+                self._check_silent(now)
             await self.peeks.expire(now)
 
-    def _replace_hung(self, replica: _Replica) -> None:
+    def _forgive_silence(self, seconds: float) -> None:
+        """Time the controller could not hear heartbeats does not count against replicas."""
+        connected = self._nc.is_connected
+        if connected or not self._disconnected:  # a lost connection is logged once
+            log.warning(
+                "controller_not_listening_silence_forgiven",
+                seconds=round(seconds, 3),
+                connected=connected,
+            )
+        self._disconnected = not connected
+        for replica in self._replicas.values():
+            replica.started_at += seconds
+            if replica.last_heartbeat is not None:
+                replica.last_heartbeat += seconds
+            replica.silence = Silence()
+
+    def _check_silent(self, now: float) -> None:
+        watched = [r for r in self._replicas.values() if r.alive and not r.replacing]
+        silent = sorted(
+            ((self._silent_for(r, now), r) for r in watched if self._is_silent(r, now)),
+            key=lambda pair: -pair[0],
+        )
+        herd = frozenset(r.spec.replica_id for _, r in silent)
+        if len(herd) >= 2 and 2 * len(herd) >= len(watched) and herd != self._herd:
+            log.warning(
+                "most_replicas_silent_at_once",
+                silent=sorted(herd),
+                replicas=len(watched),
+                hint="the machine, NATS or the controller is slow: one restart per window",
+            )
+        self._herd = herd
+        for silent_for, replica in silent:
+            replica_id = replica.spec.replica_id
+            started = replica.last_heartbeat is not None
+            probe = self._orchestrator.probe(replica_id)
+            reason = self.liveness.verdict(replica.silence, silent_for, started, probe, now)
+            if reason is None:
+                continue
+            if not self.liveness.may_restart(reason, now):
+                if not replica.deferred:
+                    replica.deferred = True
+                    log.warning(
+                        "replica_restart_deferred",
+                        replica_id=replica_id,
+                        reason=reason,
+                        silent_for=round(silent_for, 3),
+                        window=self.heartbeat_timeout,
+                    )
+                continue
+            self._replace_hung(
+                replica,
+                reason,
+                silent_for=round(silent_for, 3),
+                probe=probe.state,
+                cpu_share=replica.silence.cpu_share,
+            )
+
+    def _silent_for(self, replica: _Replica, now: float) -> float:
+        heard = replica.last_heartbeat
+        return now - (replica.started_at if heard is None else heard)
+
+    def _is_silent(self, replica: _Replica, now: float) -> bool:
+        heard = replica.last_heartbeat is not None
+        limit = self.heartbeat_timeout if heard else self.startup_timeout
+        return self._silent_for(replica, now) > limit
+
+    def _replace_hung(self, replica: _Replica, reason: str, **context: Any) -> None:
+        """Restart a replica the liveness rules gave up on; its status says heartbeat-timeout."""
         replica_id = replica.spec.replica_id
         log.warning(
-            "no heartbeat; restarting replica",
+            "replica_restarted_by_liveness",
             replica_id=replica_id,
             incarnation=replica.incarnation,
+            reason=reason,
             timeout=self.heartbeat_timeout,
+            **context,
         )
+        REPLICA_RESTARTS.labels(reason=reason).inc()
         replica.replacing = True
         self.reports.forget_replica(replica_id)
         self._set_status(replica, OFFLINE, HEARTBEAT_TIMEOUT_REASON)

@@ -25,6 +25,7 @@ from typing import Any
 from nats.aio.client import Client as NatsConnection
 from nats.aio.msg import Msg
 
+from loupe import sizes
 from loupe.builtins import (
     BUILTIN_COLLECTIONS,
     MZ_STATEMENT_EXECUTION_HISTORY,
@@ -83,6 +84,9 @@ class ControllerSettings(BaseSettings):
     heartbeat_timeout: float = 5.0
     # Time a new incarnation has to send its first heartbeat.
     replica_startup_timeout: float = 30.0
+    # A silent replica whose process is busy (using CPU) is left this long
+    # before a restart; so is one whose command loop stopped (liveness.py).
+    replica_busy_timeout: float = 60.0
     # SIGTERM to SIGKILL, when stopping a replica.
     replica_terminate_grace: float = 5.0
     # How long start-up waits for the catalog service.
@@ -146,6 +150,7 @@ class ControllerService(Service):
                 consensus_uri=consensus_uri,
                 heartbeat_timeout=settings.heartbeat_timeout,
                 startup_timeout=settings.replica_startup_timeout,
+                busy_timeout=settings.replica_busy_timeout,
             )
             await self.compute.start()
             stack.push_async_callback(self.compute.stop)
@@ -410,19 +415,24 @@ def desired_state(
         )
         for c in snapshot.clusters
     ]
-    replicas = [
-        ReplicaSpec(replica_id=r.id, cluster_id=r.cluster_id, workers=workers_for_size(r.size))
-        for r in snapshot.replicas
-    ]
+    replicas = [replica_spec(r.id, r.cluster_id, r.size) for r in snapshot.replicas]
     return clusters, replicas
 
 
-def workers_for_size(size: str) -> int:
-    """Workers of a replica of ``size``: SIZE 'n' runs n workers."""
+def replica_spec(replica_id: str, cluster_id: str, size: str) -> ReplicaSpec:
+    """What a replica of ``size`` runs with: the size table's workers and memory budget.
+
+    A size the table no longer lists (the table was changed under an existing
+    catalog) keeps its replica running, with one worker and no budget, and is logged.
+    """
     try:
-        return max(1, int(size))
-    except ValueError:
-        return 1
+        row = sizes.lookup(size)
+    except LoupeError:
+        log.warning("replica of an unknown size", replica_id=replica_id, size=size)
+        return ReplicaSpec(replica_id, cluster_id)
+    return ReplicaSpec(
+        replica_id, cluster_id, workers=row.workers, memory_limit_bytes=row.memory_bytes
+    )
 
 
 def collection_metadata(

@@ -6,7 +6,9 @@
 ``mz_objects``, ``mz_columns``; the builtin collections are listed there as
 Materialize lists its builtin tables) are pure functions of a catalog snapshot;
 ``mz_catalog.mz_audit_events`` and ``mz_internal.mz_cluster_replica_history``
-of the audit log (``loupe.coordinator.audit_log``). ``catalog_rows`` gives
+of the audit log (``loupe.coordinator.audit_log``), and
+``mz_cluster_replica_sizes`` is the size table (``loupe.sizes``) the
+coordinator was configured with. ``catalog_rows`` gives
 them all; the coordinator keeps them in storage by appending the difference
 between two states' rows (``row_diff``).
 """
@@ -19,9 +21,11 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from loupe import sizes
 from loupe.builtins import (
     BUILTIN_COLLECTIONS,
     BY_QUALIFIED_NAME,
+    MZ_CLUSTER_REPLICA_SIZES,
     MZ_CLUSTER_REPLICAS,
     MZ_CLUSTERS,
     MZ_COLUMNS,
@@ -60,6 +64,7 @@ ITEM_COLLECTIONS = (
 SNAPSHOT_COLLECTIONS = (
     MZ_CLUSTERS,
     MZ_CLUSTER_REPLICAS,
+    MZ_CLUSTER_REPLICA_SIZES,
     MZ_DATABASES,
     MZ_SCHEMAS,
     MZ_ROLES,
@@ -347,6 +352,8 @@ def catalog_rows(
     rows = {
         MZ_CLUSTERS.id: Counter(cluster_row(c) for c in snapshot.clusters),
         MZ_CLUSTER_REPLICAS.id: Counter(replica_row(r) for r in snapshot.replicas),
+        # Not from the snapshot: the size table this process was configured with.
+        MZ_CLUSTER_REPLICA_SIZES.id: Counter(s.row() for s in sizes.sizes()),
         MZ_DATABASES.id: Counter(database_row(d) for d in snapshot.databases),
         MZ_SCHEMAS.id: Counter(schema_row(s) for s in snapshot.schemas),
         MZ_ROLES.id: Counter(role_row(r) for r in snapshot.roles),

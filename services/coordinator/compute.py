@@ -235,6 +235,7 @@ class Compute:
             statement_logging.note_event(statement_logging.DEPENDENCIES_FINISHED)
             rows = await self.peek(session, cluster, index_id, timestamp, finishing, columns, mfp)
             return columns, rows
+        await self.check_materialized_views(relations)
         dataflow_id = self.transient_id()
         dataflow = transient_dataflow(dataflow_id, plan, inputs, timestamp)
         if serializable:
@@ -278,25 +279,58 @@ class Compute:
 
     def tables_under(self, ids: Iterable[str]) -> list[Table]:
         """The user tables that the relations ``ids`` read, through views, indexes and MVs."""
-        state = self.state
-        found: dict[str, Table] = {}
-        seen: set[str] = set()
+        tables = self.state.tables
+        return [tables[i] for i in self._relations_under(ids) if i in tables]
+
+    def _relations_under(self, ids: Iterable[str]) -> list[str]:
+        """``ids`` and every relation they read, through views, indexes and MVs."""
+        objects = self.state.objects
+        seen: dict[str, None] = {}
         pending = list(ids)
         while pending:
             relation_id = pending.pop()
             if relation_id in seen:
                 continue
-            seen.add(relation_id)
-            table = state.tables.get(relation_id)
-            if table is not None:
-                found[table.id] = table
-                continue
-            obj = state.objects.get(relation_id)
+            seen[relation_id] = None
+            obj = objects.get(relation_id)
             if obj is not None:
                 pending.extend(obj.depends_on)
                 if obj.on_id:
                     pending.append(obj.on_id)
-        return list(found.values())
+        return list(seen)
+
+    async def check_materialized_views(self, relations: Mapping[str, Any]) -> None:
+        """Raise the error a materialized view under ``relations`` holds, if one does.
+
+        A materialized view whose dataflow holds an error (53200 out of
+        memory, a division by zero) writes nothing more to storage, so a read
+        of it would wait for a time it never reaches: the read answers the
+        error instead. A controller that does not answer in time is not
+        waited for (the read goes on).
+        """
+        ids = [r.id for r in relations.values() if isinstance(r, Table | ComputeObject)]
+        views = [
+            obj
+            for i in self._relations_under(ids)
+            if (obj := self.state.objects.get(i)) is not None and obj.type == "materialized-view"
+        ]
+        by_cluster: dict[str, list[str]] = {}
+        for view in views:
+            by_cluster.setdefault(view.cluster_id, []).append(view.id)
+        for cluster_id, collection_ids in by_cluster.items():
+            try:
+                response = await self.c.controller.CollectionStatus(
+                    controller_pb2.ListFrontiersRequest(
+                        cluster_id=cluster_id, collection_ids=collection_ids
+                    ),
+                    timeout=5,
+                )
+            except LoupeError as error:
+                log.debug("no collection status", ids=collection_ids, error=error.message)
+                continue
+            for status in response.collections:
+                if status.HasField("error") and status.error.code:
+                    raise LoupeError.from_proto(status.error)
 
     def maintained_with(self, table: Table) -> list[Table]:
         """Tables read together with ``table`` by an index or materialized view."""

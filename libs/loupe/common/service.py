@@ -21,8 +21,9 @@ import sys
 from pathlib import Path
 from typing import Any, Self
 
+from loupe import sizes
 from loupe.common.logging import configure_logging, get_logger
-from loupe.common.settings import BaseSettings
+from loupe.common.settings import BaseSettings, SettingsError
 from loupe.common.transport import NatsUnavailable
 
 log = get_logger(__name__)
@@ -84,6 +85,15 @@ def remove_ready_file(data_dir: Path, name: str) -> None:
 def configure_for(settings: BaseSettings, service: str) -> None:
     json_format = {"json": True, "console": False}.get(settings.log_format)
     configure_logging(settings.log_level, json=json_format, service=service)
+    configure_sizes(settings)
+
+
+def configure_sizes(settings: BaseSettings) -> None:
+    """Install the ``cluster_replica_sizes`` table (``loupe.sizes``) every service shares."""
+    try:
+        sizes.configure(settings.cluster_replica_sizes)
+    except ValueError as error:
+        raise SettingsError(f"cluster_replica_sizes: {error}") from error
 
 
 def run_service(service: Service) -> int:

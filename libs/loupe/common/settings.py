@@ -35,6 +35,9 @@ class BaseSettings:
     # Port of the Prometheus /metrics endpoint; 0 picks a free one.
     metrics_port: int = 0
     metrics_host: str = "127.0.0.1"
+    # The cluster replica size table as JSON ('' for the default; ``loupe.sizes``).
+    # Shared: set it once (environment or top-level TOML key) for every service.
+    cluster_replica_sizes: str = ""
 
     @classmethod
     def load(

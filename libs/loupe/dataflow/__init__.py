@@ -4,9 +4,13 @@ Pure library (no NATS, no persist I/O): the replica feeds it storage updates
 and ships what it produces. Not thread-safe: serialise calls. The contract
 every caller codes against:
 
-``ComputeInstance(workers: int = 1, logging: LoggingHooks | None = None)``
+``ComputeInstance(workers: int = 1, logging: LoggingHooks | None = None, memory_limit_bytes: int = 0)``
   All dataflows of one replica. ``workers`` partitions every collection by
-  key hash (exchanged before stateful operators).
+  key hash (exchanged before stateful operators). ``memory_limit_bytes`` is
+  the replica's budget (its SIZE; 0: none, see ``loupe.dataflow.memory``): a
+  dataflow that would hold more fails for good with 53200 ``out of memory``
+  (its state released, its exports' reads and the dataflows importing its
+  indexes failing with it); a peek whose result would not fit raises 53200.
 
 ``create_dataflow(desc: loupe.plan.dataflow.DataflowDescription) -> None``
   Render the LIR of ``desc.objects_to_build`` on every worker. Inputs are
@@ -71,7 +75,8 @@ every caller codes against:
   passed the as_of (seed 002). ``progress() -> list[DataflowProgress]``
   sums that up per dataflow for the ``Hydration`` response (nodes, records
   read). ``errors() -> dict[str, LoupeError]``: the error each export holds
-  now (exports without errors are absent). ``footprint()``: records and
+  now (exports without errors are absent); ``failed()`` those of them whose
+dataflow stopped for good (a read answers it at any time). ``footprint()``: records and
   bytes arranged (operator state, index histories) and logged (sources).
 
 Logging (DESIGN §6): every operator has an id, an address and a name and

@@ -21,7 +21,7 @@ import pyarrow as pa
 
 from loupe.common.errors import LoupeError, SqlState
 from loupe.common.logging import get_logger
-from loupe.dataflow import expr, intervals, types
+from loupe.dataflow import expr, intervals, memory, types
 from loupe.dataflow.arrangement import Log, Trace
 from loupe.dataflow.batches import (
     DIFF,
@@ -36,6 +36,7 @@ from loupe.dataflow.batches import (
     spread,
 )
 from loupe.dataflow.hooks import LoggingHooks
+from loupe.dataflow.memory import MemoryBudget
 from loupe.dataflow.operators import Input, Operator
 from loupe.dataflow.render import LirRegion, Renderer
 from loupe.dataflow.results import Finishing, HydrationStatus, NotReady, PeekResult, SinkBatch
@@ -225,6 +226,38 @@ def _time_bound(value: object) -> int:
     return value
 
 
+def _out_of_memory(error: Exception, name: str) -> LoupeError | None:
+    """``error`` as the dataflow's 53200 if it is running out of memory, else None.
+
+    The budget's refusal (``loupe.dataflow.memory``) comes as a 53200
+    already; a ``MemoryError`` is the process's OS limit refusing an
+    allocation the budget did not see coming.
+    """
+    if isinstance(error, LoupeError) and error.code == SqlState.OUT_OF_MEMORY:
+        return error
+    if isinstance(error, MemoryError):
+        return LoupeError(
+            SqlState.OUT_OF_MEMORY,
+            f"out of memory: dataflow {name} could not allocate memory",
+            detail="The replica process reached its OS memory limit.",
+        )
+    return None
+
+
+def _husk(operator: Operator) -> Operator:
+    """A stateless stand-in for ``operator``: same id, name and types, no state, no inputs."""
+    husk = Operator(operator.types, (), operator.workers)
+    husk.name = operator.name
+    husk.operator_id = operator.operator_id
+    return husk
+
+
+def _husk_input(operator: Input) -> Input:
+    husk = Input(operator.types, operator.workers, operator.name)
+    husk.operator_id = operator.operator_id
+    return husk
+
+
 def _first_error(errors: pl.DataFrame) -> LoupeError | None:
     """The error to report for an error collection (the least message, for determinism)."""
     if errors.height == 0:  # the usual case: not even a filter
@@ -296,28 +329,12 @@ class Dataflow:
         try:
             self._run_operators(lower, upper, hooks)
         except Exception as error:
-            incident = uuid.uuid4().hex[:12]
-            log.exception(
-                "dataflow step failed; the dataflow stops", dataflow=self.desc.id, incident=incident
-            )
-            # Nothing is dropped: the step's input goes back to its queues, and the
-            # frontier stays, so no read ever sees a result without these updates.
-            for name, (ok, err) in taken.items():
-                queue = self.queues[name]
-                queue.ok.insert(0, ok)
-                queue.err.insert(0, err)
-                queue.records -= ok.height
-            if isinstance(error, LoupeError) and not error.code.startswith("XX"):
-                # A SQL error the step could not give as error rows (an exact sum past
-                # numeric's range): the dataflow's reads fail with it.
-                self.failed = error
-                return False
-            self.failed = LoupeError(
-                SqlState.INTERNAL_ERROR,
-                f"dataflow {self.desc.debug_name or self.desc.id} failed: internal error"
-                f" (incident {incident})",
-                detail=f"The replica's log has the details under incident={incident}.",
-            )
+            out_of_memory = _out_of_memory(error, self.name)
+            if out_of_memory is not None:
+                # The instance releases its state: retrying the step would only run out again.
+                self.failed = out_of_memory
+            else:
+                self._stop(error, taken)
             return False
         for index in self.index_exports.values():
             index.absorb()
@@ -328,6 +345,74 @@ class Dataflow:
             self._log_messages(hooks)
             self._log_progress(hooks, lower, workers)
         return True
+
+    @property
+    def name(self) -> str:
+        return self.desc.debug_name or self.desc.id
+
+    def _stop(self, error: Exception, taken: dict[str, tuple[pl.DataFrame, pl.DataFrame]]) -> None:
+        """Fail the dataflow where it was, keeping the step's input (see ``failed``).
+
+        Called while ``error`` is handled: its traceback is logged.
+        """
+        incident = uuid.uuid4().hex[:12]
+        log.exception(
+            "dataflow step failed; the dataflow stops", dataflow=self.desc.id, incident=incident
+        )
+        # Nothing is dropped: the step's input goes back to its queues, and the
+        # frontier stays, so no read ever sees a result without these updates.
+        for name, (ok, err) in taken.items():
+            queue = self.queues[name]
+            queue.ok.insert(0, ok)
+            queue.err.insert(0, err)
+            queue.records -= ok.height
+        if isinstance(error, LoupeError) and not error.code.startswith("XX"):
+            # A SQL error the step could not give as error rows (an exact sum past
+            # numeric's range): the dataflow's reads fail with it.
+            self.failed = error
+            return
+        self.failed = LoupeError(
+            SqlState.INTERNAL_ERROR,
+            f"dataflow {self.name} failed: internal error (incident {incident})",
+            detail=f"The replica's log has the details under incident={incident}.",
+        )
+
+    def release(self, error: LoupeError) -> None:
+        """Fail with ``error`` for good and let go of every byte of state (out of memory).
+
+        Operators become empty husks keeping their ids, names and types (for
+        logging and for the exports' descriptions); index histories, sink
+        batches and queued input go. The instance detaches the dataflow
+        from its sources (``ComputeInstance._release``).
+        """
+        self.failed = error
+        husks = {id(o): _husk(o) for o in self.operators}
+        self.operators = [husks[id(o)] for o in self.operators]
+        self.inputs = {name: _husk_input(o) for name, o in self.inputs.items()}
+        self.collections = {
+            name: husks.get(id(o)) or _husk(o) for name, o in self.collections.items()
+        }
+        for index in self.index_exports.values():
+            index.operator = husks.get(id(index.operator)) or _husk(index.operator)
+            index.ok = Trace(index.operator.empty, index.ok.since, index.ok.keys)
+            index.err = Trace(empty_errors(), index.err.since)
+        for sink in self.sinks.values():
+            sink.operator = husks.get(id(sink.operator)) or _husk(sink.operator)
+            sink.batches = []
+        self.queues = {name: _Queue(records=q.records) for name, q in self.queues.items()}
+        self.channels = []
+        log.warning("dataflow out of memory; its state is released", dataflow=self.desc.id)
+
+    def footprint_bytes(self) -> int:
+        """Bytes this dataflow's operators and index histories hold (``estimated_size``)."""
+        spines = sum(
+            spine.size
+            for operator in self.operators
+            for worker_spines in operator.spines()
+            for spine in worker_spines
+        )
+        traces = sum(i.ok.size + i.err.size for i in self.index_exports.values())
+        return spines + traces
 
     def _run_operators(self, lower: int, upper: int, hooks: LoggingHooks | None) -> None:
         for step_operator in self.operators:
@@ -380,10 +465,17 @@ class Dataflow:
 class ComputeInstance:
     """All dataflows of one replica (see ``loupe.dataflow`` for the contract)."""
 
-    def __init__(self, workers: int = 1, logging: LoggingHooks | None = None) -> None:
+    def __init__(
+        self,
+        workers: int = 1,
+        logging: LoggingHooks | None = None,
+        memory_limit_bytes: int = 0,
+    ) -> None:
         if workers < 1:
             raise ValueError("workers must be at least 1")
         self.workers = workers
+        # The replica's budget (its SIZE); 0: none (``loupe.dataflow.memory``).
+        self.memory = MemoryBudget(memory_limit_bytes, self._held_bytes)
         # Checked once per event site: None when logging is off.
         self.hooks = logging if logging is not None and logging.enabled else None
         self.dataflows: dict[str, Dataflow] = {}
@@ -417,6 +509,10 @@ class ComputeInstance:
         self.dataflows[desc.id] = dataflow
         if self.hooks is not None:
             self._log_created(dataflow)
+        failed = [self.exports[i.index_id].failed for i in desc.index_imports]
+        inherited = next((error for error in failed if error is not None), None)
+        if inherited is not None:
+            self._release(dataflow, inherited)  # it would wait forever on the failed index
 
     def _readable_as_of(self, desc: DataflowDescription) -> DataflowDescription:
         """``desc`` starting no earlier than what the instance still distinguishes of its sources.
@@ -531,18 +627,24 @@ class ComputeInstance:
         self.dataflows.pop(dataflow.desc.id, None)
         for key in [k for k, d in self.exports.items() if d is dataflow]:
             del self.exports[key]
-        for source_id in [s.id for s in dataflow.desc.source_imports]:
-            state = self.sources[source_id]
-            state.readers = [r for r in state.readers if r is not dataflow]
-            if not state.readers:
-                del self.sources[source_id]
-        for export in self.indexes.values():
-            export.readers = [(d, n) for d, n in export.readers if d is not dataflow]
+        self._detach(dataflow)
         if self.hooks is not None:
             for operator_id in self._operator_ids(dataflow):
                 for worker in range(self.workers):
                     self.hooks.operator_dropped(worker, operator_id)
             self.hooks.dataflow_dropped(dataflow.index, dataflow.desc.id)
+
+    def _detach(self, dataflow: Dataflow) -> None:
+        """Stop feeding ``dataflow``: a source nobody reads any more goes, with its log."""
+        for source_id in [s.id for s in dataflow.desc.source_imports]:
+            state = self.sources.get(source_id)
+            if state is None:
+                continue  # detached already (released)
+            state.readers = [r for r in state.readers if r is not dataflow]
+            if not state.readers:
+                del self.sources[source_id]
+        for export in self.indexes.values():
+            export.readers = [(d, n) for d, n in export.readers if d is not dataflow]
 
     def allow_compaction(self, collection_id: str, since: int) -> None:
         """Peeks of ``collection_id`` will not ask for times before ``since``."""
@@ -574,10 +676,27 @@ class ComputeInstance:
     def step(self) -> bool:
         """Advance every dataflow as far as its inputs allow; True if any advanced."""
         changed = False
+        budgeted = self.memory.enabled
+        # Measured once, then kept up to date by each dataflow's growth.
+        held = self._held_bytes() if budgeted else 0
         for dataflow in list(self.dataflows.values()):
-            if dataflow.step(self._input_frontier(dataflow), self.hooks):
+            if dataflow.failed is not None:
+                continue
+            before = dataflow.footprint_bytes() if budgeted else 0
+            with self.memory.charging(f"dataflow {dataflow.name}", held):
+                stepped = dataflow.step(self._input_frontier(dataflow), self.hooks)
+            if dataflow.failed is not None and dataflow.failed.code == SqlState.OUT_OF_MEMORY:
+                self._release(dataflow, dataflow.failed)
+                held = self._held_bytes()
+                continue
+            if stepped:
                 changed = True
                 self._forward(dataflow)
+            if budgeted:
+                held += dataflow.footprint_bytes() - before
+                if held > self.memory.limit_bytes:
+                    changed |= self._enforce_budget()
+                    held = self._held_bytes()
         for state in self.sources.values():
             # Keep the latest complete time distinct: dataflows created later read as of it.
             # History is kept for FEED_HISTORY_MS behind the readers, so a dataflow created
@@ -585,6 +704,63 @@ class ComputeInstance:
             newest = max(min(d.frontier for d in state.readers), 1) - 1
             state.log.since = max(state.log.since, newest - FEED_HISTORY_MS)
         return changed
+
+    def _release(self, dataflow: Dataflow, error: LoupeError) -> None:
+        """Stop ``dataflow`` for good with ``error``, its state released, and its readers too.
+
+        A dataflow reading one of its indexes would wait forever for a
+        frontier that no longer moves: it fails with the same error.
+        """
+        readers = [
+            reader
+            for export in dataflow.index_exports.values()
+            for reader, _ in export.readers
+            if reader.failed is None
+        ]
+        dataflow.release(error)
+        self._detach(dataflow)
+        for reader in readers:
+            self._release(reader, error)
+
+    def _enforce_budget(self) -> bool:
+        """Release the largest dataflows while the instance holds more than its budget.
+
+        Like an OOM killer, but per dataflow and before the OS has to: the
+        one holding the most goes first; the others keep running. True if
+        any was released.
+        """
+        released = False
+        while self.memory.enabled:
+            held = self._held_bytes()
+            if held <= self.memory.limit_bytes:
+                break
+            running = [d for d in self.dataflows.values() if d.failed is None]
+            if not running:
+                break
+            largest = max(running, key=self._dataflow_bytes)
+            needed = self._dataflow_bytes(largest)
+            if needed == 0:
+                break  # what is held is no running dataflow's to give back
+            error = memory.out_of_memory(
+                f"dataflow {largest.name}", needed, held - needed, self.memory.limit_bytes
+            )
+            self._release(largest, error)
+            released = True
+        return released
+
+    def _dataflow_bytes(self, dataflow: Dataflow) -> int:
+        """What ``dataflow`` holds, counting the logs of the sources it reads."""
+        logs = sum(
+            table.nbytes
+            for source in dataflow.desc.source_imports
+            if source.id in self.sources
+            for table in self.sources[source.id].log.tables
+        )
+        return dataflow.footprint_bytes() + logs
+
+    def _held_bytes(self) -> int:
+        footprint = self.footprint()
+        return footprint.arranged_bytes + footprint.logged_bytes
 
     def _input_frontier(self, dataflow: Dataflow) -> int:
         frontiers = {s.id: self.sources[s.id].upper for s in dataflow.desc.source_imports}
@@ -650,7 +826,23 @@ class ComputeInstance:
             if error is not None:
                 raise error
             result_types = expr.mfp_output_types(mfp, result_types)
-        return _finish(expand(rows), result_types, finishing or Finishing())
+        finishing = finishing or Finishing()
+        if self.memory.enabled:
+            self._reserve_peek(self.exports[target_id].name, rows, finishing)
+        return _finish(expand(rows), result_types, finishing)
+
+    def _reserve_peek(self, name: str, rows: pl.DataFrame, finishing: Finishing) -> None:
+        """53200 if the peek's result would not fit: its rows expanded, then as Python values."""
+        count = int(rows.filter(pl.col(DIFF) > 0)[DIFF].sum() or 0)
+        returned = (
+            count if finishing.limit is None else min(count, finishing.offset + finishing.limit)
+        )
+        columns = len(finishing.project) if finishing.project else rows.width - 2
+        needed = (
+            int(count * memory.row_bytes(rows)) + returned * columns * memory.PYTHON_VALUE_BYTES
+        )
+        with self.memory.charging(f"the result of reading {name}") as reservation:
+            reservation.reserve(needed)
 
     def take_sink_batches(self) -> list[SinkBatch]:
         """Batches every sink completed since the last call, in order per sink."""
@@ -707,12 +899,23 @@ class ComputeInstance:
             sum(table.nbytes for log in logs for table in log.tables),
         )
 
+    def failed(self) -> dict[str, LoupeError]:
+        """The exports of dataflows that stopped for good (out of memory, a failed step).
+
+        Reads of them answer this error at any time: their frontier will not move again.
+        """
+        return {
+            export_id: dataflow.failed
+            for dataflow in self.dataflows.values()
+            if dataflow.failed is not None
+            for export_id in dataflow.export_ids()
+        }
+
     def errors(self) -> dict[str, LoupeError]:
         """The error each export currently holds (exports without errors are absent)."""
-        current: dict[str, LoupeError] = {}
+        current = self.failed()
         for dataflow in self.dataflows.values():
             if dataflow.failed is not None:
-                current.update((export_id, dataflow.failed) for export_id in dataflow.export_ids())
                 continue
             latest = max(dataflow.frontier, 1) - 1
             for index_id, index in dataflow.index_exports.items():

@@ -22,7 +22,7 @@ import polars as pl
 
 from loupe import sqltypes
 from loupe.common.errors import LoupeError, SqlState
-from loupe.dataflow import expr, intervals
+from loupe.dataflow import expr, intervals, memory
 from loupe.dataflow.arrangement import Spine
 from loupe.dataflow.batches import (
     DIFF,
@@ -1185,6 +1185,8 @@ class Join(Operator):
         if with_time:
             columns.append(pl.col(TIME).alias("_t"))
         other = found.select(columns)
+        # The one place a dataflow's output can outgrow its inputs by a product: charged first.
+        memory.reserve_join(prefix, other, step.names)
         if step.names:
             joined = prefix.join(other, on=step.names, how="inner")
         else:

@@ -204,15 +204,16 @@ def test_unknown_cluster_or_replica_is_42704_unless_if_exists(
     assert names(catalog) == before
 
 
-@pytest.mark.parametrize("size", ["0", "-1", "abc", "1.5", "", " 1", "01"])
+@pytest.mark.parametrize("size", ["0", "-1", "abc", "1.5", "", " 1", "01", "1000"])
 def test_invalid_sizes_are_refused_with_22023(catalog: DurableCatalogState, size: str) -> None:
-    """A size is a positive number of workers, written as text."""
+    """A size must be a row of the size table (``loupe.sizes``); the error lists the valid ones."""
     with pytest.raises(LoupeError) as caught:
         commit(catalog, lambda tx: tx.create_cluster(cluster("c"), [replica("r1", size)]))
     assert caught.value.code == "22023"
     if size:
-        assert caught.value.message == f"invalid SIZE '{size}'"
-        with pytest.raises(LoupeError, match="invalid SIZE"):
+        assert caught.value.message == f"unknown cluster replica size '{size}'"
+        assert "Valid sizes: 3xsmall, 2xsmall, xsmall, 1, 2" in caught.value.hint
+        with pytest.raises(LoupeError, match="unknown cluster replica size"):
             commit(catalog, lambda tx: tx.create_cluster(cluster("m", size=size)))
 
 

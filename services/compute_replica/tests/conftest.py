@@ -87,7 +87,11 @@ class ControllerPeer:
         return await assert_eventually(enough, timeout=timeout)
 
     async def create_instance(
-        self, storage: Storage | None = None, workers: int = 1, incarnation: int | None = None
+        self,
+        storage: Storage | None = None,
+        workers: int = 1,
+        incarnation: int | None = None,
+        memory_limit_bytes: int = 0,
     ) -> None:
         incarnation = self.incarnation if incarnation is None else incarnation
         await self.send(
@@ -97,6 +101,7 @@ class ControllerPeer:
                 cluster_id="u1",
                 incarnation=incarnation,
                 workers=workers,
+                memory_limit_bytes=memory_limit_bytes,
                 logging=compute_pb2.LoggingConfig(interval_ns=1_000_000_000, enable_logging=True),
                 blob_uri=storage.blob_uri if storage else "",
                 consensus_uri=storage.consensus_uri if storage else "",

@@ -202,6 +202,45 @@ async def test_a_dataflow_the_engine_refuses_is_an_error_not_a_crash(running, co
     assert await peek_rows(controller, 1) == [(1, "a")]
 
 
+# t x t: n squared rows from n (no equivalences: a cross join).
+CROSS = lir.Join(
+    3,
+    (
+        lir.ArrangeBy(1, TABLE, (), types=TABLE.types),
+        lir.ArrangeBy(2, TABLE, (), types=TABLE.types),
+    ),
+    (),
+    lir.JoinKind.DELTA,
+    types=TABLE.types * 2,
+)
+
+
+async def test_a_dataflow_past_the_memory_budget_fails_53200_and_the_replica_serves_on(
+    start_replica, controller, storage
+):
+    """CreateInstance's budget: the cross join fails at once, its peeks too; the other works."""
+    replica = await start_replica()
+    await controller.wait_for("hello")
+    await controller.create_instance(storage, memory_limit_bytes=8 * 1024 * 1024)
+    await controller.send(initialization_complete=compute_pb2.InitializationComplete())
+    table = Table(storage)
+    table.write([(i, f"name {i}") for i in range(2_000)], timestamp=1)
+    await controller.send(create_dataflow=dataflow(table, as_of=1, plan=CROSS, name="x"))
+    await controller.send(create_dataflow=dataflow(table, as_of=1, name="w", index="j"))
+
+    (error,) = await controller.wait_for("collection_error")
+    assert (error.collection_id, error.error.code) == ("i", "53200")
+    assert "out of memory: dataflow x" in error.error.message
+    peek = target_peek(0)
+    await controller.send(peek=peek)
+    assert (await controller.peek_response(peek.uuid)).error.code == "53200"
+
+    table.write([(9_999, "late")], timestamp=2)
+    assert len(await peek_rows(controller, 2, "j")) == 2_001
+    assert replica.dataflows is not None
+    assert replica.dataflows.dataflow_ids() == ["w", "x"]  # failed, not gone, until dropped
+
+
 async def test_dataflows_sharing_a_table_read_one_feed(running, controller, storage):
     """Two dataflows over one table, created back to back as a replay does, see the same data."""
     table = Table(storage)

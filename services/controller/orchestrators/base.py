@@ -38,8 +38,10 @@ class ReplicaSpec:
 
     replica_id: str
     cluster_id: str
-    # Timely-style workers of the replica: its SIZE.
+    # Timely-style workers of the replica, and its memory budget: its SIZE (``loupe.sizes``).
     workers: int = 1
+    # 0: no budget, no OS limit.
+    memory_limit_bytes: int = 0
 
 
 @dataclass(frozen=True)
@@ -52,6 +54,7 @@ class ReplicaEvent:
     pid: int | None = None
     exit_code: int | None = None
     signal: int | None = None
+    # The kernel's OOM killer, or the process's own OS memory limit (its SIZE's).
     oom_killed: bool = False
     # The orchestrator stopped it itself (drop, restart on request, shutdown).
     requested: bool = False
@@ -77,10 +80,32 @@ class ReplicaEvent:
                 name = "unknown"
             what = f"signal {self.signal} ({name})"
             return f"oom-killed, {what}" if self.oom_killed else f"killed by {what}"
+        if self.oom_killed:
+            return f"out of memory, exited with code {self.exit_code}"
         return f"exited with code {self.exit_code}"
 
 
 ReplicaListener = Callable[[ReplicaEvent], None]
+
+
+@dataclass(frozen=True)
+class ProcessProbe:
+    """What an orchestrator can see of a replica's process, for telling busy from dead.
+
+    ``running``: it exists and may run (CPU time in ``cpu_seconds`` when
+    known; ``working`` when it is on a CPU's run queue or waiting in the
+    kernel, e.g. for memory, rather than asleep); ``stopped``: it is stopped
+    (SIGSTOP, a debugger) and cannot answer, which counts as dead;
+    ``exited``: gone or a zombie (the exit event follows); ``unknown``: the
+    orchestrator cannot tell.
+    """
+
+    state: Literal["running", "stopped", "exited", "unknown"]
+    cpu_seconds: float | None = None
+    working: bool = False
+
+
+UNKNOWN_PROBE = ProcessProbe("unknown")
 
 
 class Orchestrator(abc.ABC):
@@ -132,6 +157,10 @@ class Orchestrator(abc.ABC):
     @abc.abstractmethod
     async def stop(self) -> None:
         """Stop every replica (controller shutdown); nothing is left running."""
+
+    def probe(self, replica_id: str) -> ProcessProbe:
+        """The state of the replica's current process (``unknown`` unless overridden)."""
+        return UNKNOWN_PROBE
 
     @abc.abstractmethod
     def incarnation(self, replica_id: str) -> int | None:

@@ -24,8 +24,10 @@ from typing import Any
 from loupe.common.logging import get_logger
 from loupe.common.nats_server import die_with_parent
 from loupe.controller.orchestrators.base import (
+    UNKNOWN_PROBE,
     IncarnationCounter,
     Orchestrator,
+    ProcessProbe,
     ReplicaEvent,
     ReplicaSpec,
 )
@@ -110,6 +112,10 @@ class ProcessOrchestrator(Orchestrator):
         supervisor = self._supervisors.get(replica_id)
         return supervisor.pid if supervisor else None
 
+    def probe(self, replica_id: str) -> ProcessProbe:
+        pid = self.pid(replica_id)
+        return ProcessProbe("exited") if pid is None else probe_process(pid)
+
     def command(self, spec: ReplicaSpec, incarnation: int) -> list[str]:
         return [
             *self.program,
@@ -121,6 +127,8 @@ class ProcessOrchestrator(Orchestrator):
             str(incarnation),
             "--workers",
             str(spec.workers),
+            "--memory-limit-bytes",
+            str(spec.memory_limit_bytes),
             "--nats-url",
             self.nats_url,
             "--data-dir",
@@ -143,6 +151,9 @@ class _Supervisor:
         self.process: asyncio.subprocess.Process | None = None
         self._started_at = 0.0
         self._oom_kills_at_start: int | None = None
+        # Where the current incarnation's output starts in the replica's log.
+        self._log_path: Path | None = None
+        self._log_offset = 0
         # The incarnation this supervisor terminated itself (drop, restart, shutdown).
         self._terminated_incarnation = 0
         self._stopping = False
@@ -190,6 +201,7 @@ class _Supervisor:
         with open(log_path, "ab") as output:  # noqa: ASYNC230
             output.write(f"--- incarnation {incarnation}: {' '.join(command)}\n".encode())
             output.flush()
+            self._log_path, self._log_offset = log_path, output.tell()
             self._oom_kills_at_start = oom_kill_count()
             self.process = await asyncio.create_subprocess_exec(
                 *command,
@@ -212,7 +224,11 @@ class _Supervisor:
             return
         self._terminated_incarnation = self.incarnation
         with contextlib.suppress(ProcessLookupError):
-            process.terminate()
+            if probe_process(process.pid).state == "stopped":
+                # It cannot act on SIGTERM until continued: no grace to wait out.
+                process.kill()
+            else:
+                process.terminate()
         try:
             await asyncio.wait_for(process.wait(), self.orchestrator.terminate_grace)
         except TimeoutError:
@@ -248,10 +264,16 @@ class _Supervisor:
 
     def _report_exit(self, returncode: int, requested: bool) -> None:
         signal_number = -returncode if returncode < 0 else None
-        oom = (
+        oom_killed = (
             signal_number == signal.SIGKILL
             and self._oom_kills_at_start is not None
             and (oom_kill_count() or 0) > self._oom_kills_at_start
+        )
+        oom = oom_killed or (
+            returncode != 0
+            and not requested
+            and self._log_path is not None
+            and ran_out_of_memory(self._log_path, self._log_offset)
         )
         self.orchestrator._emit(
             ReplicaEvent(
@@ -284,6 +306,25 @@ class _Supervisor:
             await asyncio.wait_for(self._wake.wait(), delay)
 
 
+# What a replica that hit its OS memory limit (``loupe.compute_replica.os_limit``) last says:
+# Rust's allocation failure (polars, then SIGABRT) or Python's.
+_OUT_OF_MEMORY_MARKS = (b"memory allocation of ", b"MemoryError")
+# How much of the end of an incarnation's output is searched for them.
+_LOG_TAIL_BYTES = 64 * 1024
+
+
+def ran_out_of_memory(log_path: Path, offset: int) -> bool:
+    """Whether the output an incarnation wrote from ``offset`` on ends with an out-of-memory."""
+    try:
+        with open(log_path, "rb") as log_file:
+            size = log_file.seek(0, os.SEEK_END)
+            log_file.seek(max(offset, size - _LOG_TAIL_BYTES))
+            tail = log_file.read()
+    except OSError:
+        return False
+    return any(mark in tail for mark in _OUT_OF_MEMORY_MARKS)
+
+
 def oom_kill_count() -> int | None:
     """OOM kills in this process's cgroup (v2), which replicas share; None if unknown."""
     try:
@@ -299,3 +340,51 @@ def oom_kill_count() -> int | None:
     except (OSError, ValueError):
         return None
     return None
+
+
+def probe_process(pid: int) -> ProcessProbe:
+    """State and CPU time of process ``pid`` from ``/proc/<pid>/stat`` (Linux; else unknown).
+
+    The process's own line gives its state and the CPU time of all its
+    threads; whether it is working takes every thread's line
+    (``/proc/<pid>/task/*/stat``): the replica's main thread sleeps in its
+    event loop while its engine thread computes.
+    """
+    try:
+        state, cpu = _stat(f"/proc/{pid}/stat")
+    except FileNotFoundError:
+        return ProcessProbe("exited")
+    except (OSError, IndexError, ValueError):
+        return UNKNOWN_PROBE
+    if state in ("T", "t"):
+        return ProcessProbe("stopped", cpu)
+    if state in ("Z", "X", "x"):
+        return ProcessProbe("exited", cpu)
+    return ProcessProbe("running", cpu, working=_any_thread_working(pid))
+
+
+def _stat(path: str) -> tuple[str, float]:
+    """(state letter, user + system CPU seconds) of one ``stat`` file."""
+    with open(path) as handle:
+        stat = handle.read()
+    # The command name (field 2) may hold spaces and parentheses: fields follow its last ')'.
+    fields = stat[stat.rfind(")") + 2 :].split()
+    return fields[0], (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _any_thread_working(pid: int) -> bool:
+    """Some thread is runnable (R: on a CPU or waiting for one, as busy threads on a
+    crowded machine are) or waiting in the kernel (D: e.g. paging under memory
+    pressure), rather than asleep."""
+    try:
+        threads = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return False
+    for thread in threads:
+        try:
+            state, _ = _stat(f"/proc/{pid}/task/{thread}/stat")
+        except (OSError, IndexError, ValueError):
+            continue  # the thread ended meanwhile
+        if state in ("R", "D"):
+            return True
+    return False

@@ -336,6 +336,7 @@ async def make_compute(
         writer: Any = None,
         heartbeat_timeout: float = 1.0,
         startup_timeout: float = 10.0,
+        busy_timeout: float = 60.0,
     ) -> tuple[ComputeController, Any]:
         orchestrator = orchestrator or InProcessOrchestrator(nats_url, behaviour)
         blob_uri, consensus_uri = default_uris(data_dir)
@@ -347,6 +348,7 @@ async def make_compute(
             consensus_uri=consensus_uri,
             heartbeat_timeout=heartbeat_timeout,
             startup_timeout=startup_timeout,
+            busy_timeout=busy_timeout,
             hello_resend_interval=0.3,
         )
         await compute.start()

@@ -19,6 +19,14 @@ STUBBORN = (
     "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(120)",
 )
 SLEEPER = (sys.executable, "-c", "import time; time.sleep(120)")
+# A replica stand-in under a replica's OS memory limit (a 1-byte budget: 1 GiB and 2 bytes)
+# asking polars for 16 GB: the allocation fails and Rust aborts the process.
+OUT_OF_MEMORY = (
+    sys.executable,
+    "-c",
+    "from loupe.compute_replica.os_limit import limit_memory; limit_memory(1);"
+    " import polars as pl; pl.select(pl.int_range(0, 2_000_000_000))",
+)
 
 
 def running(pid: int | None) -> bool:
@@ -93,6 +101,30 @@ async def test_exit_code_is_reported_as_exited(data_dir, nats_url):
         await assert_eventually(exited_twice)
         exit_event = next(e for e in events if e.kind == "exited")
         assert (exit_event.exit_code, exit_event.signal, exit_event.reason) == (3, None, "exited")
+    finally:
+        await orchestrator.stop()
+
+
+async def test_a_replica_past_its_os_memory_limit_is_reported_out_of_memory(
+    data_dir, nats_url, unique
+):
+    """Its own limit, not the machine's, ends it: the exit says so, and it comes back."""
+    orchestrator = orchestrator_for(data_dir, nats_url, OUT_OF_MEMORY)
+    events = recorder(orchestrator)
+    replica_id = f"m{unique}"
+    try:
+        await orchestrator.ensure_replica(ReplicaSpec(replica_id, "c1"))
+
+        def out_of_memory() -> ReplicaEvent:
+            exited = [e for e in events if e.kind == "exited"]
+            assert exited
+            return exited[0]
+
+        exit_event = await assert_eventually(out_of_memory, timeout=60)
+        assert exit_event.oom_killed
+        assert exit_event.reason == "oom-killed"
+        assert exit_event.describe().startswith("oom-killed, signal 6")
+        await assert_eventually(lambda: _incarnation_is(orchestrator, replica_id, 2), timeout=30)
     finally:
         await orchestrator.stop()
 
@@ -176,7 +208,7 @@ def test_process_orchestrator_is_the_registered_plugin(data_dir):
     settings = BaseSettings(data_dir=data_dir, nats_url="nats://127.0.0.1:4222")
     orchestrator = load_orchestrator("process", settings)
     assert isinstance(orchestrator, ProcessOrchestrator)
-    assert orchestrator.command(ReplicaSpec("u7", "u2", 2), 5)[3:] == [
+    assert orchestrator.command(ReplicaSpec("u7", "u2", 2, memory_limit_bytes=1024), 5)[3:] == [
         "compute-replica",
         "--replica-id",
         "u7",
@@ -186,6 +218,8 @@ def test_process_orchestrator_is_the_registered_plugin(data_dir):
         "5",
         "--workers",
         "2",
+        "--memory-limit-bytes",
+        "1024",
         "--nats-url",
         "nats://127.0.0.1:4222",
         "--data-dir",

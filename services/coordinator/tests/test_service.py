@@ -11,6 +11,7 @@ import pyarrow as pa
 import pytest
 import structlog
 
+from loupe import sizes
 from loupe.builtins import MZ_CLUSTERS
 from loupe.common.errors import LoupeError, client_error
 from loupe.common.transport import connect, publish
@@ -108,6 +109,24 @@ async def test_select_streams_description_rows_and_tag(harness: Harness) -> None
         ("quickstart",),
     ]
     assert responses[2].complete.tag == "SELECT 2"
+
+
+async def test_cluster_replica_sizes_are_a_relation(harness: Harness) -> None:
+    """mz_cluster_replica_sizes lists the size table; replicas show their size next to it."""
+    session = await harness.session()
+    rows = await harness.rows(
+        session,
+        "SELECT size, processes, workers, memory_bytes FROM mz_cluster_replica_sizes"
+        " ORDER BY memory_bytes",
+    )
+    assert rows == [(s.size, s.processes, s.workers, s.memory_bytes) for s in sizes.DEFAULT_SIZES]
+    joined = await harness.rows(
+        session,
+        "SELECT r.name, s.workers, s.memory_bytes FROM mz_cluster_replicas r"
+        " JOIN mz_clusters c ON c.id = r.cluster_id"
+        " JOIN mz_cluster_replica_sizes s ON s.size = r.size WHERE c.name = 'quickstart'",
+    )
+    assert joined == [("r1", 1, 2 * sizes.GIB)]
 
 
 async def test_drop_cluster_retracts_its_rows(harness: Harness) -> None:

@@ -26,7 +26,7 @@ from loupe.proto.common.v1 import common_pb2 as loupe_dot_proto_dot_common_dot_v
 from loupe.proto.compute.v1 import plan_pb2 as loupe_dot_proto_dot_compute_dot_v1_dot_plan__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n$loupe/proto/compute/v1/compute.proto\x12\x16loupe.proto.compute.v1\x1a\"loupe/proto/common/v1/common.proto\x1a!loupe/proto/compute/v1/plan.proto\"\xb7\x04\n\x0e\x43omputeCommand\x12\x13\n\x0bincarnation\x18\x01 \x01(\x04\x12\x41\n\x0f\x63reate_instance\x18\n \x01(\x0b\x32&.loupe.proto.compute.v1.CreateInstanceH\x00\x12Q\n\x17initialization_complete\x18\x0b \x01(\x0b\x32..loupe.proto.compute.v1.InitializationCompleteH\x00\x12,\n\x04peek\x18\x0c \x01(\x0b\x32\x1c.loupe.proto.compute.v1.PeekH\x00\x12\x39\n\x0b\x63\x61ncel_peek\x18\r \x01(\x0b\x32\".loupe.proto.compute.v1.CancelPeekH\x00\x12K\n\x14update_configuration\x18\x0e \x01(\x0b\x32+.loupe.proto.compute.v1.UpdateConfigurationH\x00\x12\x43\n\x10\x61llow_compaction\x18\x0f \x01(\x0b\x32\'.loupe.proto.compute.v1.AllowCompactionH\x00\x12\x41\n\x0f\x63reate_dataflow\x18\x10 \x01(\x0b\x32&.loupe.proto.compute.v1.CreateDataflowH\x00\x12\x34\n\x08schedule\x18\x11 \x01(\x0b\x32 .loupe.proto.compute.v1.ScheduleH\x00\x42\x06\n\x04kind\"\xf1\x02\n\rLoggingConfig\x12\x13\n\x0binterval_ns\x18\x01 \x01(\x04\x12\x16\n\x0e\x65nable_logging\x18\x02 \x01(\x08\x12\x13\n\x0blog_logging\x18\x03 \x01(\x08\x12H\n\nindex_logs\x18\x04 \x03(\x0b\x32\x34.loupe.proto.compute.v1.LoggingConfig.IndexLogsEntry\x12\x46\n\tsink_logs\x18\x05 \x03(\x0b\x32\x33.loupe.proto.compute.v1.LoggingConfig.SinkLogsEntry\x1a\x30\n\x0eIndexLogsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x1aZ\n\rSinkLogsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\x38\n\x05value\x18\x02 \x01(\x0b\x32).loupe.proto.common.v1.CollectionMetadata:\x02\x38\x01\"\xbf\x01\n\x0e\x43reateInstance\x12\x12\n\nreplica_id\x18\x01 \x01(\t\x12\x12\n\ncluster_id\x18\x02 \x01(\t\x12\x13\n\x0bincarnation\x18\x03 \x01(\x04\x12\x0f\n\x07workers\x18\x04 \x01(\r\x12\x36\n\x07logging\x18\x05 \x01(\x0b\x32%.loupe.proto.compute.v1.LoggingConfig\x12\x10\n\x08\x62lob_uri\x18\x06 \x01(\t\x12\x15\n\rconsensus_uri\x18\x07 \x01(\t\"\x18\n\x16InitializationComplete\"O\n\x0e\x43reateDataflow\x12=\n\x08\x64\x61taflow\x18\x01 \x01(\x0b\x32+.loupe.proto.compute.v1.DataflowDescription\"\x16\n\x08Schedule\x12\n\n\x02id\x18\x01 \x01(\t\"\x81\x01\n\x0fRowSetFinishing\x12/\n\x05order\x18\x01 \x03(\x0b\x32 .loupe.proto.compute.v1.OrderKey\x12\x12\n\x05limit\x18\x02 \x01(\x04H\x00\x88\x01\x01\x12\x0e\n\x06offset\x18\x03 \x01(\x04\x12\x0f\n\x07project\x18\x04 \x03(\rB\x08\n\x06_limit\"Y\n\nPeekSource\x12\x0c\n\x04name\x18\x01 \x01(\t\x12=\n\ncollection\x18\x02 \x01(\x0b\x32).loupe.proto.common.v1.CollectionMetadata\"\xd1\x02\n\x04Peek\x12\x0c\n\x04uuid\x18\x01 \x01(\t\x12\x11\n\ttimestamp\x18\x02 \x01(\x04\x12\x33\n\x07sources\x18\x03 \x03(\x0b\x32\".loupe.proto.compute.v1.PeekSource\x12\x0b\n\x03sql\x18\x04 \x01(\t\x12\x17\n\x0fmax_result_rows\x18\x05 \x01(\x04\x12\x11\n\ttarget_id\x18\x06 \x01(\t\x12\x44\n\x12map_filter_project\x18\x07 \x01(\x0b\x32(.loupe.proto.compute.v1.MapFilterProject\x12:\n\tfinishing\x18\x08 \x01(\x0b\x32\'.loupe.proto.compute.v1.RowSetFinishing\x12\x38\n\x0bresult_desc\x18\t \x01(\x0b\x32#.loupe.proto.common.v1.RelationDesc\"\x1a\n\nCancelPeek\x12\x0c\n\x04uuid\x18\x01 \x01(\t\"\x99\x01\n\x13UpdateConfiguration\x12O\n\nparameters\x18\x01 \x03(\x0b\x32;.loupe.proto.compute.v1.UpdateConfiguration.ParametersEntry\x1a\x31\n\x0fParametersEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"F\n\x0f\x41llowCompaction\x12\x15\n\rcollection_id\x18\x01 \x01(\t\x12\r\n\x05since\x18\x02 \x01(\x04\x12\r\n\x05\x65mpty\x18\x03 \x01(\x08\"\x93\x04\n\x0f\x43omputeResponse\x12\x12\n\nreplica_id\x18\x01 \x01(\t\x12\x13\n\x0bincarnation\x18\x02 \x01(\x04\x12.\n\x05hello\x18\n \x01(\x0b\x32\x1d.loupe.proto.compute.v1.HelloH\x00\x12\x36\n\theartbeat\x18\x0b \x01(\x0b\x32!.loupe.proto.compute.v1.HeartbeatH\x00\x12=\n\rpeek_response\x18\x0c \x01(\x0b\x32$.loupe.proto.compute.v1.PeekResponseH\x00\x12\x36\n\tfrontiers\x18\r \x01(\x0b\x32!.loupe.proto.compute.v1.FrontiersH\x00\x12\x30\n\x06status\x18\x0e \x01(\x0b\x32\x1e.loupe.proto.compute.v1.StatusH\x00\x12\x41\n\x0fsubscribe_batch\x18\x0f \x01(\x0b\x32&.loupe.proto.compute.v1.SubscribeBatchH\x00\x12\x36\n\thydration\x18\x10 \x01(\x0b\x32!.loupe.proto.compute.v1.HydrationH\x00\x12\x43\n\x10\x63ollection_error\x18\x11 \x01(\x0b\x32\'.loupe.proto.compute.v1.CollectionErrorH\x00\x42\x06\n\x04kind\"&\n\x05Hello\x12\x0b\n\x03pid\x18\x01 \x01(\r\x12\x10\n\x08hostname\x18\x02 \x01(\t\"\x9b\x01\n\tHeartbeat\x12\x12\n\nprocess_id\x18\x01 \x01(\r\x12\x16\n\x0e\x63pu_nano_cores\x18\x02 \x01(\x04\x12\x14\n\x0cmemory_bytes\x18\x03 \x01(\x04\x12\x12\n\ndisk_bytes\x18\x04 \x01(\x04\x12\x0f\n\x07workers\x18\x05 \x01(\r\x12\x13\n\x0binitialized\x18\x06 \x01(\x08\x12\x12\n\nsent_at_ms\x18\x07 \x01(\x04\"\x9b\x01\n\x0cPeekResponse\x12\x0c\n\x04uuid\x18\x01 \x01(\t\x12\x30\n\x04rows\x18\x02 \x01(\x0b\x32 .loupe.proto.compute.v1.PeekRowsH\x00\x12-\n\x05\x65rror\x18\x03 \x01(\x0b\x32\x1c.loupe.proto.common.v1.ErrorH\x00\x12\x12\n\x08\x63\x61nceled\x18\x04 \x01(\x08H\x00\x42\x08\n\x06result\"g\n\x08PeekRows\x12\x31\n\x04\x64\x65sc\x18\x01 \x01(\x0b\x32#.loupe.proto.common.v1.RelationDesc\x12(\n\x04rows\x18\x02 \x03(\x0b\x32\x1a.loupe.proto.common.v1.Row\"a\n\tFrontiers\x12\x15\n\rcollection_id\x18\x01 \x01(\t\x12\x16\n\x0ewrite_frontier\x18\x02 \x01(\x04\x12\x16\n\x0einput_frontier\x18\x03 \x01(\x04\x12\r\n\x05\x65mpty\x18\x04 \x01(\x08\"P\n\tUpdateRow\x12\'\n\x03row\x18\x01 \x01(\x0b\x32\x1a.loupe.proto.common.v1.Row\x12\x0c\n\x04time\x18\x02 \x01(\x04\x12\x0c\n\x04\x64iff\x18\x03 \x01(\x12\"\xa0\x01\n\x0eSubscribeBatch\x12\x0f\n\x07sink_id\x18\x01 \x01(\t\x12\r\n\x05lower\x18\x02 \x01(\x04\x12\r\n\x05upper\x18\x03 \x01(\x04\x12\x32\n\x07updates\x18\x04 \x03(\x0b\x32!.loupe.proto.compute.v1.UpdateRow\x12+\n\x05\x65rror\x18\x05 \x01(\x0b\x32\x1c.loupe.proto.common.v1.Error\"u\n\tHydration\x12\x13\n\x0b\x64\x61taflow_id\x18\x01 \x01(\t\x12\x10\n\x08hydrated\x18\x02 \x01(\x08\x12\x13\n\x0bnodes_total\x18\x03 \x01(\r\x12\x16\n\x0enodes_hydrated\x18\x04 \x01(\r\x12\x14\n\x0crecords_read\x18\x05 \x01(\x04\"u\n\x0f\x43ollectionError\x12\x15\n\rcollection_id\x18\x01 \x01(\t\x12+\n\x05\x65rror\x18\x02 \x01(\x0b\x32\x1c.loupe.proto.common.v1.Error\x12\r\n\x05since\x18\x03 \x01(\x04\x12\x0f\n\x07\x63leared\x18\x04 \x01(\x08\"\x19\n\x06Status\x12\x0f\n\x07message\x18\x01 \x01(\tb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n$loupe/proto/compute/v1/compute.proto\x12\x16loupe.proto.compute.v1\x1a\"loupe/proto/common/v1/common.proto\x1a!loupe/proto/compute/v1/plan.proto\"\xb7\x04\n\x0e\x43omputeCommand\x12\x13\n\x0bincarnation\x18\x01 \x01(\x04\x12\x41\n\x0f\x63reate_instance\x18\n \x01(\x0b\x32&.loupe.proto.compute.v1.CreateInstanceH\x00\x12Q\n\x17initialization_complete\x18\x0b \x01(\x0b\x32..loupe.proto.compute.v1.InitializationCompleteH\x00\x12,\n\x04peek\x18\x0c \x01(\x0b\x32\x1c.loupe.proto.compute.v1.PeekH\x00\x12\x39\n\x0b\x63\x61ncel_peek\x18\r \x01(\x0b\x32\".loupe.proto.compute.v1.CancelPeekH\x00\x12K\n\x14update_configuration\x18\x0e \x01(\x0b\x32+.loupe.proto.compute.v1.UpdateConfigurationH\x00\x12\x43\n\x10\x61llow_compaction\x18\x0f \x01(\x0b\x32\'.loupe.proto.compute.v1.AllowCompactionH\x00\x12\x41\n\x0f\x63reate_dataflow\x18\x10 \x01(\x0b\x32&.loupe.proto.compute.v1.CreateDataflowH\x00\x12\x34\n\x08schedule\x18\x11 \x01(\x0b\x32 .loupe.proto.compute.v1.ScheduleH\x00\x42\x06\n\x04kind\"\xf1\x02\n\rLoggingConfig\x12\x13\n\x0binterval_ns\x18\x01 \x01(\x04\x12\x16\n\x0e\x65nable_logging\x18\x02 \x01(\x08\x12\x13\n\x0blog_logging\x18\x03 \x01(\x08\x12H\n\nindex_logs\x18\x04 \x03(\x0b\x32\x34.loupe.proto.compute.v1.LoggingConfig.IndexLogsEntry\x12\x46\n\tsink_logs\x18\x05 \x03(\x0b\x32\x33.loupe.proto.compute.v1.LoggingConfig.SinkLogsEntry\x1a\x30\n\x0eIndexLogsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x1aZ\n\rSinkLogsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\x38\n\x05value\x18\x02 \x01(\x0b\x32).loupe.proto.common.v1.CollectionMetadata:\x02\x38\x01\"\xdb\x01\n\x0e\x43reateInstance\x12\x12\n\nreplica_id\x18\x01 \x01(\t\x12\x12\n\ncluster_id\x18\x02 \x01(\t\x12\x13\n\x0bincarnation\x18\x03 \x01(\x04\x12\x0f\n\x07workers\x18\x04 \x01(\r\x12\x36\n\x07logging\x18\x05 \x01(\x0b\x32%.loupe.proto.compute.v1.LoggingConfig\x12\x10\n\x08\x62lob_uri\x18\x06 \x01(\t\x12\x15\n\rconsensus_uri\x18\x07 \x01(\t\x12\x1a\n\x12memory_limit_bytes\x18\x08 \x01(\x04\"\x18\n\x16InitializationComplete\"O\n\x0e\x43reateDataflow\x12=\n\x08\x64\x61taflow\x18\x01 \x01(\x0b\x32+.loupe.proto.compute.v1.DataflowDescription\"\x16\n\x08Schedule\x12\n\n\x02id\x18\x01 \x01(\t\"\x81\x01\n\x0fRowSetFinishing\x12/\n\x05order\x18\x01 \x03(\x0b\x32 .loupe.proto.compute.v1.OrderKey\x12\x12\n\x05limit\x18\x02 \x01(\x04H\x00\x88\x01\x01\x12\x0e\n\x06offset\x18\x03 \x01(\x04\x12\x0f\n\x07project\x18\x04 \x03(\rB\x08\n\x06_limit\"Y\n\nPeekSource\x12\x0c\n\x04name\x18\x01 \x01(\t\x12=\n\ncollection\x18\x02 \x01(\x0b\x32).loupe.proto.common.v1.CollectionMetadata\"\xd1\x02\n\x04Peek\x12\x0c\n\x04uuid\x18\x01 \x01(\t\x12\x11\n\ttimestamp\x18\x02 \x01(\x04\x12\x33\n\x07sources\x18\x03 \x03(\x0b\x32\".loupe.proto.compute.v1.PeekSource\x12\x0b\n\x03sql\x18\x04 \x01(\t\x12\x17\n\x0fmax_result_rows\x18\x05 \x01(\x04\x12\x11\n\ttarget_id\x18\x06 \x01(\t\x12\x44\n\x12map_filter_project\x18\x07 \x01(\x0b\x32(.loupe.proto.compute.v1.MapFilterProject\x12:\n\tfinishing\x18\x08 \x01(\x0b\x32\'.loupe.proto.compute.v1.RowSetFinishing\x12\x38\n\x0bresult_desc\x18\t \x01(\x0b\x32#.loupe.proto.common.v1.RelationDesc\"\x1a\n\nCancelPeek\x12\x0c\n\x04uuid\x18\x01 \x01(\t\"\x99\x01\n\x13UpdateConfiguration\x12O\n\nparameters\x18\x01 \x03(\x0b\x32;.loupe.proto.compute.v1.UpdateConfiguration.ParametersEntry\x1a\x31\n\x0fParametersEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"F\n\x0f\x41llowCompaction\x12\x15\n\rcollection_id\x18\x01 \x01(\t\x12\r\n\x05since\x18\x02 \x01(\x04\x12\r\n\x05\x65mpty\x18\x03 \x01(\x08\"\x93\x04\n\x0f\x43omputeResponse\x12\x12\n\nreplica_id\x18\x01 \x01(\t\x12\x13\n\x0bincarnation\x18\x02 \x01(\x04\x12.\n\x05hello\x18\n \x01(\x0b\x32\x1d.loupe.proto.compute.v1.HelloH\x00\x12\x36\n\theartbeat\x18\x0b \x01(\x0b\x32!.loupe.proto.compute.v1.HeartbeatH\x00\x12=\n\rpeek_response\x18\x0c \x01(\x0b\x32$.loupe.proto.compute.v1.PeekResponseH\x00\x12\x36\n\tfrontiers\x18\r \x01(\x0b\x32!.loupe.proto.compute.v1.FrontiersH\x00\x12\x30\n\x06status\x18\x0e \x01(\x0b\x32\x1e.loupe.proto.compute.v1.StatusH\x00\x12\x41\n\x0fsubscribe_batch\x18\x0f \x01(\x0b\x32&.loupe.proto.compute.v1.SubscribeBatchH\x00\x12\x36\n\thydration\x18\x10 \x01(\x0b\x32!.loupe.proto.compute.v1.HydrationH\x00\x12\x43\n\x10\x63ollection_error\x18\x11 \x01(\x0b\x32\'.loupe.proto.compute.v1.CollectionErrorH\x00\x42\x06\n\x04kind\"&\n\x05Hello\x12\x0b\n\x03pid\x18\x01 \x01(\r\x12\x10\n\x08hostname\x18\x02 \x01(\t\"\xde\x01\n\tHeartbeat\x12\x12\n\nprocess_id\x18\x01 \x01(\r\x12\x16\n\x0e\x63pu_nano_cores\x18\x02 \x01(\x04\x12\x14\n\x0cmemory_bytes\x18\x03 \x01(\x04\x12\x12\n\ndisk_bytes\x18\x04 \x01(\x04\x12\x0f\n\x07workers\x18\x05 \x01(\r\x12\x13\n\x0binitialized\x18\x06 \x01(\x08\x12\x12\n\nsent_at_ms\x18\x07 \x01(\x04\x12\x14\n\x0c\x65ngine_calls\x18\x08 \x01(\x04\x12\x16\n\x0e\x65ngine_busy_ms\x18\t \x01(\x04\x12\x13\n\x0bloop_lag_ms\x18\n \x01(\x04\"\x9b\x01\n\x0cPeekResponse\x12\x0c\n\x04uuid\x18\x01 \x01(\t\x12\x30\n\x04rows\x18\x02 \x01(\x0b\x32 .loupe.proto.compute.v1.PeekRowsH\x00\x12-\n\x05\x65rror\x18\x03 \x01(\x0b\x32\x1c.loupe.proto.common.v1.ErrorH\x00\x12\x12\n\x08\x63\x61nceled\x18\x04 \x01(\x08H\x00\x42\x08\n\x06result\"g\n\x08PeekRows\x12\x31\n\x04\x64\x65sc\x18\x01 \x01(\x0b\x32#.loupe.proto.common.v1.RelationDesc\x12(\n\x04rows\x18\x02 \x03(\x0b\x32\x1a.loupe.proto.common.v1.Row\"a\n\tFrontiers\x12\x15\n\rcollection_id\x18\x01 \x01(\t\x12\x16\n\x0ewrite_frontier\x18\x02 \x01(\x04\x12\x16\n\x0einput_frontier\x18\x03 \x01(\x04\x12\r\n\x05\x65mpty\x18\x04 \x01(\x08\"P\n\tUpdateRow\x12\'\n\x03row\x18\x01 \x01(\x0b\x32\x1a.loupe.proto.common.v1.Row\x12\x0c\n\x04time\x18\x02 \x01(\x04\x12\x0c\n\x04\x64iff\x18\x03 \x01(\x12\"\xa0\x01\n\x0eSubscribeBatch\x12\x0f\n\x07sink_id\x18\x01 \x01(\t\x12\r\n\x05lower\x18\x02 \x01(\x04\x12\r\n\x05upper\x18\x03 \x01(\x04\x12\x32\n\x07updates\x18\x04 \x03(\x0b\x32!.loupe.proto.compute.v1.UpdateRow\x12+\n\x05\x65rror\x18\x05 \x01(\x0b\x32\x1c.loupe.proto.common.v1.Error\"u\n\tHydration\x12\x13\n\x0b\x64\x61taflow_id\x18\x01 \x01(\t\x12\x10\n\x08hydrated\x18\x02 \x01(\x08\x12\x13\n\x0bnodes_total\x18\x03 \x01(\r\x12\x16\n\x0enodes_hydrated\x18\x04 \x01(\r\x12\x14\n\x0crecords_read\x18\x05 \x01(\x04\"u\n\x0f\x43ollectionError\x12\x15\n\rcollection_id\x18\x01 \x01(\t\x12+\n\x05\x65rror\x18\x02 \x01(\x0b\x32\x1c.loupe.proto.common.v1.Error\x12\r\n\x05since\x18\x03 \x01(\x04\x12\x0f\n\x07\x63leared\x18\x04 \x01(\x08\"\x19\n\x06Status\x12\x0f\n\x07message\x18\x01 \x01(\tb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -48,47 +48,47 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_LOGGINGCONFIG_SINKLOGSENTRY']._serialized_start=985
   _globals['_LOGGINGCONFIG_SINKLOGSENTRY']._serialized_end=1075
   _globals['_CREATEINSTANCE']._serialized_start=1078
-  _globals['_CREATEINSTANCE']._serialized_end=1269
-  _globals['_INITIALIZATIONCOMPLETE']._serialized_start=1271
-  _globals['_INITIALIZATIONCOMPLETE']._serialized_end=1295
-  _globals['_CREATEDATAFLOW']._serialized_start=1297
-  _globals['_CREATEDATAFLOW']._serialized_end=1376
-  _globals['_SCHEDULE']._serialized_start=1378
-  _globals['_SCHEDULE']._serialized_end=1400
-  _globals['_ROWSETFINISHING']._serialized_start=1403
-  _globals['_ROWSETFINISHING']._serialized_end=1532
-  _globals['_PEEKSOURCE']._serialized_start=1534
-  _globals['_PEEKSOURCE']._serialized_end=1623
-  _globals['_PEEK']._serialized_start=1626
-  _globals['_PEEK']._serialized_end=1963
-  _globals['_CANCELPEEK']._serialized_start=1965
-  _globals['_CANCELPEEK']._serialized_end=1991
-  _globals['_UPDATECONFIGURATION']._serialized_start=1994
-  _globals['_UPDATECONFIGURATION']._serialized_end=2147
-  _globals['_UPDATECONFIGURATION_PARAMETERSENTRY']._serialized_start=2098
-  _globals['_UPDATECONFIGURATION_PARAMETERSENTRY']._serialized_end=2147
-  _globals['_ALLOWCOMPACTION']._serialized_start=2149
-  _globals['_ALLOWCOMPACTION']._serialized_end=2219
-  _globals['_COMPUTERESPONSE']._serialized_start=2222
-  _globals['_COMPUTERESPONSE']._serialized_end=2753
-  _globals['_HELLO']._serialized_start=2755
-  _globals['_HELLO']._serialized_end=2793
-  _globals['_HEARTBEAT']._serialized_start=2796
-  _globals['_HEARTBEAT']._serialized_end=2951
-  _globals['_PEEKRESPONSE']._serialized_start=2954
-  _globals['_PEEKRESPONSE']._serialized_end=3109
-  _globals['_PEEKROWS']._serialized_start=3111
-  _globals['_PEEKROWS']._serialized_end=3214
-  _globals['_FRONTIERS']._serialized_start=3216
-  _globals['_FRONTIERS']._serialized_end=3313
-  _globals['_UPDATEROW']._serialized_start=3315
-  _globals['_UPDATEROW']._serialized_end=3395
-  _globals['_SUBSCRIBEBATCH']._serialized_start=3398
-  _globals['_SUBSCRIBEBATCH']._serialized_end=3558
-  _globals['_HYDRATION']._serialized_start=3560
-  _globals['_HYDRATION']._serialized_end=3677
-  _globals['_COLLECTIONERROR']._serialized_start=3679
-  _globals['_COLLECTIONERROR']._serialized_end=3796
-  _globals['_STATUS']._serialized_start=3798
-  _globals['_STATUS']._serialized_end=3823
+  _globals['_CREATEINSTANCE']._serialized_end=1297
+  _globals['_INITIALIZATIONCOMPLETE']._serialized_start=1299
+  _globals['_INITIALIZATIONCOMPLETE']._serialized_end=1323
+  _globals['_CREATEDATAFLOW']._serialized_start=1325
+  _globals['_CREATEDATAFLOW']._serialized_end=1404
+  _globals['_SCHEDULE']._serialized_start=1406
+  _globals['_SCHEDULE']._serialized_end=1428
+  _globals['_ROWSETFINISHING']._serialized_start=1431
+  _globals['_ROWSETFINISHING']._serialized_end=1560
+  _globals['_PEEKSOURCE']._serialized_start=1562
+  _globals['_PEEKSOURCE']._serialized_end=1651
+  _globals['_PEEK']._serialized_start=1654
+  _globals['_PEEK']._serialized_end=1991
+  _globals['_CANCELPEEK']._serialized_start=1993
+  _globals['_CANCELPEEK']._serialized_end=2019
+  _globals['_UPDATECONFIGURATION']._serialized_start=2022
+  _globals['_UPDATECONFIGURATION']._serialized_end=2175
+  _globals['_UPDATECONFIGURATION_PARAMETERSENTRY']._serialized_start=2126
+  _globals['_UPDATECONFIGURATION_PARAMETERSENTRY']._serialized_end=2175
+  _globals['_ALLOWCOMPACTION']._serialized_start=2177
+  _globals['_ALLOWCOMPACTION']._serialized_end=2247
+  _globals['_COMPUTERESPONSE']._serialized_start=2250
+  _globals['_COMPUTERESPONSE']._serialized_end=2781
+  _globals['_HELLO']._serialized_start=2783
+  _globals['_HELLO']._serialized_end=2821
+  _globals['_HEARTBEAT']._serialized_start=2824
+  _globals['_HEARTBEAT']._serialized_end=3046
+  _globals['_PEEKRESPONSE']._serialized_start=3049
+  _globals['_PEEKRESPONSE']._serialized_end=3204
+  _globals['_PEEKROWS']._serialized_start=3206
+  _globals['_PEEKROWS']._serialized_end=3309
+  _globals['_FRONTIERS']._serialized_start=3311
+  _globals['_FRONTIERS']._serialized_end=3408
+  _globals['_UPDATEROW']._serialized_start=3410
+  _globals['_UPDATEROW']._serialized_end=3490
+  _globals['_SUBSCRIBEBATCH']._serialized_start=3493
+  _globals['_SUBSCRIBEBATCH']._serialized_end=3653
+  _globals['_HYDRATION']._serialized_start=3655
+  _globals['_HYDRATION']._serialized_end=3772
+  _globals['_COLLECTIONERROR']._serialized_start=3774
+  _globals['_COLLECTIONERROR']._serialized_end=3891
+  _globals['_STATUS']._serialized_start=3893
+  _globals['_STATUS']._serialized_end=3918
 # @@protoc_insertion_point(module_scope)

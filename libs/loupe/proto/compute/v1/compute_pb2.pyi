@@ -59,7 +59,7 @@ class LoggingConfig(_message.Message):
     def __init__(self, interval_ns: _Optional[int] = ..., enable_logging: _Optional[bool] = ..., log_logging: _Optional[bool] = ..., index_logs: _Optional[_Mapping[str, str]] = ..., sink_logs: _Optional[_Mapping[str, _common_pb2.CollectionMetadata]] = ...) -> None: ...
 
 class CreateInstance(_message.Message):
-    __slots__ = ("replica_id", "cluster_id", "incarnation", "workers", "logging", "blob_uri", "consensus_uri")
+    __slots__ = ("replica_id", "cluster_id", "incarnation", "workers", "logging", "blob_uri", "consensus_uri", "memory_limit_bytes")
     REPLICA_ID_FIELD_NUMBER: _ClassVar[int]
     CLUSTER_ID_FIELD_NUMBER: _ClassVar[int]
     INCARNATION_FIELD_NUMBER: _ClassVar[int]
@@ -67,6 +67,7 @@ class CreateInstance(_message.Message):
     LOGGING_FIELD_NUMBER: _ClassVar[int]
     BLOB_URI_FIELD_NUMBER: _ClassVar[int]
     CONSENSUS_URI_FIELD_NUMBER: _ClassVar[int]
+    MEMORY_LIMIT_BYTES_FIELD_NUMBER: _ClassVar[int]
     replica_id: str
     cluster_id: str
     incarnation: int
@@ -74,7 +75,8 @@ class CreateInstance(_message.Message):
     logging: LoggingConfig
     blob_uri: str
     consensus_uri: str
-    def __init__(self, replica_id: _Optional[str] = ..., cluster_id: _Optional[str] = ..., incarnation: _Optional[int] = ..., workers: _Optional[int] = ..., logging: _Optional[_Union[LoggingConfig, _Mapping]] = ..., blob_uri: _Optional[str] = ..., consensus_uri: _Optional[str] = ...) -> None: ...
+    memory_limit_bytes: int
+    def __init__(self, replica_id: _Optional[str] = ..., cluster_id: _Optional[str] = ..., incarnation: _Optional[int] = ..., workers: _Optional[int] = ..., logging: _Optional[_Union[LoggingConfig, _Mapping]] = ..., blob_uri: _Optional[str] = ..., consensus_uri: _Optional[str] = ..., memory_limit_bytes: _Optional[int] = ...) -> None: ...
 
 class InitializationComplete(_message.Message):
     __slots__ = ()
@@ -196,7 +198,7 @@ class Hello(_message.Message):
     def __init__(self, pid: _Optional[int] = ..., hostname: _Optional[str] = ...) -> None: ...
 
 class Heartbeat(_message.Message):
-    __slots__ = ("process_id", "cpu_nano_cores", "memory_bytes", "disk_bytes", "workers", "initialized", "sent_at_ms")
+    __slots__ = ("process_id", "cpu_nano_cores", "memory_bytes", "disk_bytes", "workers", "initialized", "sent_at_ms", "engine_calls", "engine_busy_ms", "loop_lag_ms")
     PROCESS_ID_FIELD_NUMBER: _ClassVar[int]
     CPU_NANO_CORES_FIELD_NUMBER: _ClassVar[int]
     MEMORY_BYTES_FIELD_NUMBER: _ClassVar[int]
@@ -204,6 +206,9 @@ class Heartbeat(_message.Message):
     WORKERS_FIELD_NUMBER: _ClassVar[int]
     INITIALIZED_FIELD_NUMBER: _ClassVar[int]
     SENT_AT_MS_FIELD_NUMBER: _ClassVar[int]
+    ENGINE_CALLS_FIELD_NUMBER: _ClassVar[int]
+    ENGINE_BUSY_MS_FIELD_NUMBER: _ClassVar[int]
+    LOOP_LAG_MS_FIELD_NUMBER: _ClassVar[int]
     process_id: int
     cpu_nano_cores: int
     memory_bytes: int
@@ -211,7 +216,10 @@ class Heartbeat(_message.Message):
     workers: int
     initialized: bool
     sent_at_ms: int
-    def __init__(self, process_id: _Optional[int] = ..., cpu_nano_cores: _Optional[int] = ..., memory_bytes: _Optional[int] = ..., disk_bytes: _Optional[int] = ..., workers: _Optional[int] = ..., initialized: _Optional[bool] = ..., sent_at_ms: _Optional[int] = ...) -> None: ...
+    engine_calls: int
+    engine_busy_ms: int
+    loop_lag_ms: int
+    def __init__(self, process_id: _Optional[int] = ..., cpu_nano_cores: _Optional[int] = ..., memory_bytes: _Optional[int] = ..., disk_bytes: _Optional[int] = ..., workers: _Optional[int] = ..., initialized: _Optional[bool] = ..., sent_at_ms: _Optional[int] = ..., engine_calls: _Optional[int] = ..., engine_busy_ms: _Optional[int] = ..., loop_lag_ms: _Optional[int] = ...) -> None: ...
 
 class PeekResponse(_message.Message):
     __slots__ = ("uuid", "rows", "error", "canceled")
