@@ -86,6 +86,11 @@ class CatalogRelationsWriter:
         return self.written is not None
 
     @property
+    def pending(self) -> bool:
+        """Whether a batch whose append failed waits to be sent again."""
+        return self._pending is not None
+
+    @property
     def collection_ids(self) -> list[str]:
         """The collections this writer keeps (those ``load`` read)."""
         return [builtin.id for builtin in self._builtins]

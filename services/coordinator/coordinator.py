@@ -151,6 +151,8 @@ class CoordinatorConfig:
     # Seconds between ticks that move the oracle and every table's upper to
     # the current time (0 disables the ticker).
     table_tick_interval: float = 1.0
+    # Seconds between attempts to append catalog relation rows whose append failed.
+    catalog_retry_interval: float = 2.0
     # Seconds of history every table keeps for AS OF.
     table_retention: float = 3600.0
     # Ticks between compactions of the tables.
@@ -272,6 +274,8 @@ class Coordinator:
             self._ticker = asyncio.create_task(self._tick_tables())
         if self.config.idle_session_timeout > 0:
             self.context.spawn(self._reap_idle_sessions())
+        if self.config.catalog_retry_interval > 0:
+            self.context.spawn(self._retry_catalog_relations())
         # A controller that (re)starts has no dataflows: send ours again then too.
         self._controller_started = await subscribe(
             self._nc,
@@ -295,6 +299,18 @@ class Coordinator:
             "a controller started: installing the catalog's dataflows", boot_id=started.boot_id
         )
         await self._install_dataflows()
+        await self.follower.resync()
+
+    async def _retry_catalog_relations(self) -> None:
+        """Append the catalog relation rows an earlier append failed to deliver, as soon as
+        storage takes them (``CatalogFollower.resync``)."""
+        while True:
+            await asyncio.sleep(self.config.catalog_retry_interval)
+            if self.follower.writer.pending:
+                try:
+                    await self.follower.resync()
+                except Exception:  # the loop must outlive any one failure
+                    log.exception("catalog relations retry failed")
 
     async def _start_following(self) -> None:
         """Reconcile with the catalog; a timed-out storage append is tried again.

@@ -220,6 +220,20 @@ class CatalogFollower:
         async with self._lock:
             await self.writer.sync(self._target(), batch_id(self._followed))
 
+    async def resync(self) -> None:
+        """Send storage what it lacks of the commit followed last: a batch whose append
+        failed (the controller was away) must not wait for the next DDL, or the catalog
+        relations keep listing what the catalog dropped while nobody runs DDL."""
+        async with self._lock:
+            if not self.writer.loaded:
+                return
+            try:
+                await self.writer.sync(self._target(), batch_id(self._followed))
+            except LoupeError as error:
+                log.warning("catalog change not yet in storage", error=error.message)
+            else:
+                log.info("catalog relations caught up with the catalog")
+
     async def refresh(self) -> CatalogState:
         """Ask the catalog for its latest snapshot, for name resolution (storage is not touched)."""
         snapshot = await self._catalog.Snapshot(catalog_pb2.SnapshotRequest())

@@ -59,6 +59,8 @@ class CoordinatorSettings(BaseSettings):
     # Seconds between ticks moving the timestamp oracle and every table's
     # upper to the current time (0 disables them; then tables move only on writes).
     table_tick_interval: float = 1.0
+    # Seconds between attempts to append catalog relation rows an append failed to deliver.
+    catalog_retry_interval: float = 2.0
     # Seconds of history each table keeps for SELECT … AS OF.
     table_retention: float = 3600.0
     # Ticks between compactions of the tables' parts.
@@ -99,6 +101,7 @@ class CoordinatorService(Service):
                     storage_settle_timeout=settings.storage_settle_timeout,
                     follow_timeout=settings.follow_timeout,
                     table_tick_interval=settings.table_tick_interval,
+                    catalog_retry_interval=settings.catalog_retry_interval,
                     table_retention=settings.table_retention,
                     table_compaction_ticks=settings.table_compaction_ticks,
                     instance_name=settings.instance_name,

@@ -367,6 +367,7 @@ class FakeController:
         self.unavailable_peeks = 0  # Peek calls to refuse first, as a controller that is away
         self.missing_peeks = 0  # Peek calls answered NOT_FOUND first, as a restarted controller
         self.unavailable_for = 0  # ListCollections calls to refuse first
+        self.refuse_appends = False  # AppendUpdates fails (INTERNAL) while set
 
     def metadata(self, collection_id: str) -> common_pb2.CollectionMetadata:
         builtin = BY_ID[collection_id]
@@ -393,6 +394,8 @@ class FakeController:
         return controller_pb2.ApplyCatalogResponse()
 
     async def AppendUpdates(self, request: Any, context: Any) -> Any:
+        if self.refuse_appends:
+            raise LoupeError("INTERNAL", "the storage writer is away")
         self.appends.append(request)
         if request.batch_id not in self.batch_ids:
             self.batch_ids.add(request.batch_id)
