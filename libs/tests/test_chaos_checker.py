@@ -146,6 +146,11 @@ def test_the_gate_waits_for_statements_in_flight() -> None:
 def test_schedule_gives_each_kind_its_turn() -> None:
     kinds = schedule(random.Random(3), 2 * len(KINDS))
     assert sorted(kinds) == sorted(KINDS * 2)
+    subset = ("replica-kill", "spark-kill")
+    chosen = schedule(random.Random(3), 5, subset)
+    assert len(chosen) == 5
+    assert set(chosen) == set(subset)
+    assert abs(chosen.count("replica-kill") - chosen.count("spark-kill")) == 1
 
 
 def test_report_percentiles_per_kind() -> None:

@@ -57,14 +57,14 @@ class Fault:
     findings: list[str] = field(default_factory=list)
 
 
-def schedule(rng: random.Random, count: int) -> list[str]:
-    """``count`` fault kinds, each kind as often as the others (±1), in random order."""
-    kinds: list[str] = []
-    while len(kinds) < count:
-        cycle = list(KINDS)
+def schedule(rng: random.Random, count: int, kinds: tuple[str, ...] = KINDS) -> list[str]:
+    """``count`` fault kinds of ``kinds``, each as often as the others (±1), in random order."""
+    chosen: list[str] = []
+    while len(chosen) < count:
+        cycle = list(kinds)
         rng.shuffle(cycle)
-        kinds += cycle
-    return kinds[:count]
+        chosen += cycle
+    return chosen[:count]
 
 
 def pick_target(kind: str, tree: list[Proc], rng: random.Random) -> Proc | None:

@@ -90,10 +90,9 @@ def _run(
     workload.setup()
     workload.start()
     stop_at = time.monotonic() + options.minutes * 60 if options.minutes else None
-    count = options.faults if stop_at is None else 10**6
-    kinds = [k for k in fault_kinds.schedule(rng, count * len(KINDS)) if k in options.kinds]
+    count = options.faults if stop_at is None else 100_000  # --minutes ends it first
     try:
-        for number, kind in enumerate(kinds[:count], 1):
+        for number, kind in enumerate(fault_kinds.schedule(rng, count, options.kinds), 1):
             if stop_at is not None and time.monotonic() > stop_at:
                 break
             time.sleep(rng.uniform(*options.gap))
