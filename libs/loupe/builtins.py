@@ -301,6 +301,26 @@ MZ_CLUSTER_REPLICA_HISTORY = BuiltinCollection(
     "catalog",
 )
 
+# Loupe's addition: the storage writer's health, one current row (the
+# controller replaces it when the writer's Spark session dies, is rebuilt, or
+# flushes start or stop failing). Written through the writer itself, so a row
+# saying it was down lands once it is back: read ``restarts`` and ``reason``.
+MZ_STORAGE_WRITER_STATUS = BuiltinCollection(
+    "s250",
+    "mz_internal",
+    "mz_storage_writer_status",
+    (
+        ("status", "text"),
+        ("reason", "text"),
+        ("spark_incarnation", "uint8"),
+        ("spark_pid", "uint8"),
+        ("restarts", "uint8"),
+        ("updated_at", "timestamptz"),
+    ),
+    "controller",
+    retention_ms=CURRENT_STATE_RETENTION_MS,
+)
+
 # Statement logging (seed 000, DESIGN §7): written by the coordinator, which
 # publishes their updates to the storage writer's stream as statements run.
 # Executions and their lifecycle events expire after the default retention
@@ -414,6 +434,7 @@ BUILTIN_COLLECTIONS: tuple[BuiltinCollection, ...] = (
     MZ_CLUSTER_REPLICA_METRICS,
     MZ_CLUSTER_REPLICA_METRICS_HISTORY,
     MZ_CLUSTER_REPLICA_HISTORY,
+    MZ_STORAGE_WRITER_STATUS,
     *STATEMENT_LOG_COLLECTIONS,
 )
 BY_QUALIFIED_NAME = {c.qualified_name: c for c in BUILTIN_COLLECTIONS}

@@ -115,6 +115,16 @@ class SqlClient:
         self._channel = grpc.insecure_channel(self.address)
         self._stub = sql_pb2_grpc.SqlStub(self._channel)
         try:
+            # ``connect_timeout`` bounds reaching the server, not its answer: a busy
+            # coordinator opens the session late rather than not at all.
+            grpc.channel_ready_future(self._channel).result(timeout=self.connect_timeout)
+        except grpc.FutureTimeoutError:
+            self._close_channel()
+            raise ConnectionFailed(
+                f"cannot connect to the coordinator at {self.address}:"
+                f" no connection within {self.connect_timeout:g}s"
+            ) from None
+        try:
             response = self._stub.OpenSession(
                 sql_pb2.OpenSessionRequest(
                     user=self.user,
@@ -122,7 +132,6 @@ class SqlClient:
                     application_name=self.application_name,
                     options=self.options,
                 ),
-                timeout=self.connect_timeout,
                 wait_for_ready=False,
             )
         except grpc.RpcError as error:

@@ -82,6 +82,11 @@ class HeartbeatThread:
     def start(self) -> None:
         self._thread.start()
 
+    @property
+    def alive(self) -> bool:
+        """The thread runs (started and not stopped yet)."""
+        return self._thread.is_alive()
+
     def begin(self) -> None:
         """Start heartbeating now; idempotent."""
         if not self._begun.is_set():

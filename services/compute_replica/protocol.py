@@ -12,7 +12,8 @@ Ordering
     subscriber, and the replica handles commands one at a time in arrival
     order, so a ``CancelPeek`` is always seen after the ``Peek`` it cancels.
     Responses of different peeks may arrive in any order (they run
-    concurrently); heartbeats interleave freely with everything.
+    concurrently); heartbeats interleave freely with everything (they go
+    out on a connection of their own, ``heartbeats.py``).
 
 Stages, in order
     0. Hello: from start until it accepts a ``CreateInstance``, the replica
@@ -21,7 +22,10 @@ Stages, in order
     1. Creation: ``CreateInstance`` carries the instance configuration
        (workers, ``LoggingConfig``, where storage lives). On accepting it the
        replica stops saying hello and publishes a ``Heartbeat`` at once and
-       then every ``heartbeat_interval``.
+       then every ``heartbeat_interval``, from a thread that neither a long
+       engine step nor a blocked command loop holds up; each says how many
+       engine calls finished, how long the current one runs and how late
+       the command loop is, so the controller tells busy from dead.
     2. Initialization: the controller replays its compacted command history,
        then sends ``InitializationComplete``; from then on heartbeats carry
        ``initialized = true``.

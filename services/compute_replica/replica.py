@@ -1,7 +1,8 @@
 """The compute replica process: one per replica, speaking the compute protocol.
 
 See ``protocol.py`` for the stages and promises this implements. The replica
-owns one NATS connection; commands arrive on one subscription and are handled
+owns one NATS connection for commands and responses, and its heartbeat
+thread another (``heartbeats.py``); commands arrive on one subscription and are handled
 one at a time in order, except peeks, which run as their own tasks (their
 waiting and reading must not hold up the commands behind them). Dataflows run
 in the compute engine through ``dataflows.DataflowRunner``, made on the first
@@ -105,6 +106,11 @@ class ComputeReplica(Service):
     @property
     def initialized(self) -> bool:
         return self._initialized
+
+    @property
+    def heartbeats(self) -> HeartbeatThread | None:
+        """The heartbeat sender, once serving."""
+        return self._heartbeats
 
     @property
     def dataflows(self) -> DataflowRunner | None:

@@ -80,6 +80,9 @@ class ControllerSettings(BaseSettings):
     storage_subject: str = "loupe.storage.v1.updates"
     # Seconds between compactions (since downgrades, merges, history retention).
     storage_compaction_interval: float = 60.0
+    # A Spark job of the storage writer running longer is cancelled (and its
+    # JVM killed and the session rebuilt if cancelling does not end it).
+    storage_spark_job_timeout: float = 120.0
     # A replica without a heartbeat for this long is offline and restarted.
     heartbeat_timeout: float = 5.0
     # Time a new incarnation has to send its first heartbeat.
@@ -203,12 +206,20 @@ class ControllerService(Service):
         if self._writer_factory is not None:
             return self._writer_factory(blob, consensus, interval)
         from loupe.common.spark import get_spark
-        from loupe.controller.storage import StorageWriter, StreamConfig
+        from loupe.controller.storage import (
+            SparkPartStore,
+            SparkSupervisor,
+            StorageWriter,
+            StreamConfig,
+        )
         from loupe.persist.listen import nats_upper_notifier
 
         began = time.monotonic()
-        spark = await asyncio.to_thread(get_spark)
-        log.info("spark started", seconds=round(time.monotonic() - began, 1))
+        # Spark's scratch space is the controller's, not a shared /tmp a cleaner may empty.
+        scratch = settings.data_dir / "spark"
+        spark = await asyncio.to_thread(get_spark, scratch_dir=scratch)
+        log.info("spark started", seconds=round(time.monotonic() - began, 1), scratch=str(scratch))
+        supervisor = SparkSupervisor(spark, job_timeout=settings.storage_spark_job_timeout)
         return StorageWriter(
             spark,
             blob,
@@ -219,6 +230,7 @@ class ControllerService(Service):
             upper_interval=settings.storage_upper_interval,
             compaction_interval=settings.storage_compaction_interval,
             notify=nats_upper_notifier(nc),
+            part_store=SparkPartStore(supervisor),
         )
 
     async def _fetch_catalog(self, nc: NatsConnection) -> catalog_pb2.CatalogSnapshot | None:

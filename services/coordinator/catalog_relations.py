@@ -11,15 +11,24 @@ difference: a batch is named after the commit (``catalog-<epoch>-<timestamp>``)
 and the controller applies a batch id once, so the commit reaches storage
 once whoever gets there first.
 
-A batch that could not be confirmed is kept and re-sent with the same
-``batch_id`` (the controller applies a replayed batch once) before anything
-newer, so storage never sees a change twice or out of order.
+A batch that could not be confirmed (the storage writer down, or slow) may
+be in the writer's stream or not, and re-sending it is not safe: the stream
+drops a repeated batch id only within its duplicate window (two minutes),
+and a writer down for longer would apply both copies. So this writer's
+belief is *stale* from then on, and before its next append it learns what
+storage really holds: a barrier (an empty batch, which is durable only once
+every batch before it in the stream is applied), then a read of storage.
+The next append is the difference from that, so storage converges on the
+catalog however long the writer was down, with nothing applied twice. The
+coordinator retries a stale writer periodically (``resync``), so storage
+converges even when no further commit comes.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
+import uuid
 from collections import Counter
 from collections.abc import Mapping, Sequence
 
@@ -73,8 +82,9 @@ class CatalogRelationsWriter:
         self._lock = asyncio.Lock()
         # What storage holds, as far as this writer knows; None until loaded.
         self.written: dict[str, Counter[Row]] | None = None
-        self._pending: tuple[controller_pb2.AppendUpdatesRequest, dict[str, Counter[Row]]] | None
-        self._pending = None
+        # True while ``written`` may be wrong: an append went unconfirmed, or
+        # storage was read while the storage writer did not flush (see the module doc).
+        self.stale = False
         self._collections: Mapping[str, common_pb2.CollectionMetadata] = {}
         self._builtins: Sequence[BuiltinCollection] = CATALOG_COLLECTIONS
         # The upper the storage writer answered the last append with: every
@@ -84,11 +94,6 @@ class CatalogRelationsWriter:
     @property
     def loaded(self) -> bool:
         return self.written is not None
-
-    @property
-    def pending(self) -> bool:
-        """Whether a batch whose append failed waits to be sent again."""
-        return self._pending is not None
 
     @property
     def collection_ids(self) -> list[str]:
@@ -111,20 +116,33 @@ class CatalogRelationsWriter:
             await self._read_storage()
 
     async def reload(self) -> None:
-        """Forget what this writer believed and read storage again.
+        """Forget what this writer believed and read storage again (after a barrier).
 
         For when a commit went by unseen: storage may hold its rows (another
-        coordinator appended them) or not. An unconfirmed batch is settled first.
+        coordinator appended them) or not.
         """
         async with self._lock:
             if self.written is None:
                 raise RuntimeError("load() must run before reload()")
-            await self._send_pending()
-            await self._read_storage()
+            self.stale = True
+            await self._resync()
 
-    async def _read_storage(self) -> None:
+    async def _resync(self) -> None:
+        """Learn what storage holds once every batch already in the writer's stream is
+        applied: an empty barrier batch, then a read. Raises (and stays stale) on failure."""
+        await self._append(
+            controller_pb2.AppendUpdatesRequest(batch_id=f"barrier-{uuid.uuid4().hex}")
+        )
+        await self._read_storage(settle=False)
+        self.stale = False
+        metrics.CATALOG_RESYNCS.inc()
+        log.info("catalog relations read from storage again after a barrier")
+
+    async def _read_storage(self, *, settle: bool = True) -> None:
         collections = self._collections
-        await self._wait_for_next_flush(collections)
+        if settle and not await self._wait_for_next_flush(collections):
+            # The writer may hold batches it has not applied: read, but check again.
+            self.stale = True
         written: dict[str, Counter[Row]] = {}
         for builtin in self._builtins:
             metadata = collections.get(builtin.id)
@@ -142,20 +160,23 @@ class CatalogRelationsWriter:
 
     async def _wait_for_next_flush(
         self, collections: Mapping[str, common_pb2.CollectionMetadata]
-    ) -> None:
+    ) -> bool:
+        """Wait (bounded) for the storage writer's next flush; False if it did not come."""
         # Every builtin collection shares one upper, advanced at every flush.
         metadata = collections.get(self._builtins[0].id) if self._builtins else None
         if metadata is None or self._settle_timeout <= 0:
-            return
+            return True
         blob, consensus = open_location(metadata.blob_uri, metadata.consensus_uri)
         shard = Shard(metadata.shard_id or metadata.collection_id, blob, consensus)
         state = await asyncio.to_thread(shard.state, missing_ok=True)
         if state is None or state.upper == 0:
-            return  # nothing was ever written: nothing can be pending either
+            return True  # nothing was ever written: nothing can be pending either
         try:
             await asyncio.to_thread(shard.wait_for_upper, state.upper, self._settle_timeout)
         except TimeoutError:
             log.warning("storage upper did not advance; reading it as it is", upper=state.upper)
+            return False
+        return True
 
     async def sync(self, target: Mapping[str, Counter[Row]], batch_id: str) -> int | None:
         """Append what brings storage to ``target``; returns the new upper (None: no change).
@@ -167,7 +188,10 @@ class CatalogRelationsWriter:
         async with self._lock:
             if self.written is None:
                 raise RuntimeError("load() must run before sync()")
-            upper = await self._send_pending()
+            upper = None
+            if self.stale:
+                await self._resync()
+                upper = self.last_upper
             kept = {cid: Counter(target.get(cid, Counter())) for cid in self.collection_ids}
             changes = row_diff(self.written, kept)
             if not changes:
@@ -184,9 +208,13 @@ class CatalogRelationsWriter:
                     for collection_id, updates in changes.items()
                 ],
             )
-            self._pending = (request, kept)
-            upper = await self._append(request)
-            self.written, self._pending = kept, None
+            try:
+                upper = await self._append(request)
+            except BaseException:
+                # In the stream or not: learn which before the next append.
+                self.stale = True
+                raise
+            self.written = kept
             metrics.CATALOG_APPENDS.inc()
             log.info(
                 "catalog relations appended",
@@ -195,14 +223,6 @@ class CatalogRelationsWriter:
                 upper=upper,
             )
             return upper
-
-    async def _send_pending(self) -> int | None:
-        if self._pending is None:
-            return None
-        request, target = self._pending
-        upper = await self._append(request)
-        self.written, self._pending = target, None
-        return upper
 
     async def _append(self, request: controller_pb2.AppendUpdatesRequest) -> int:
         deadline = time.monotonic() + self._retry_for

@@ -45,6 +45,7 @@ from loupe.common.logging import get_logger
 from loupe.common.transport import subscribe as nats_subscribe
 from loupe.common.values import from_row
 from loupe.coordinator import statement_logging
+from loupe.coordinator.admission import RETRY_PAUSE, RETRY_PAUSE_CAP, until_answered
 from loupe.coordinator.catalog_state import CatalogState, ClusterInfo
 from loupe.coordinator.dataflows import (
     Inputs,
@@ -80,13 +81,7 @@ from loupe.coordinator.results import (
 )
 from loupe.coordinator.sequencer import ddl
 from loupe.coordinator.sequencer.cluster import catalog_op
-from loupe.coordinator.sequencer.peek import (
-    RETRY_PAUSE,
-    RETRY_PAUSE_CAP,
-    peek_target_replica,
-    send_peek,
-    until_answered,
-)
+from loupe.coordinator.sequencer.peek import peek_target_replica, send_peek
 from loupe.coordinator.session import Session
 from loupe.coordinator.sql.resolve import resolve_relations, search_path_schemas
 from loupe.coordinator.sql.statements import (
@@ -233,7 +228,16 @@ class Compute:
             index_id, mfp = fast
             statement_logging.note_strategy(statement_logging.FAST_PATH, timestamp=timestamp)
             statement_logging.note_event(statement_logging.DEPENDENCIES_FINISHED)
-            rows = await self.peek(session, cluster, index_id, timestamp, finishing, columns, mfp)
+            rows = await self.peek(
+                session,
+                cluster,
+                index_id,
+                timestamp,
+                finishing,
+                columns,
+                mfp,
+                dropped=lambda: self.dropped_relation(relations),
+            )
             return columns, rows
         await self.check_materialized_views(relations)
         dataflow_id = self.transient_id()
@@ -265,6 +269,7 @@ class Compute:
                 reinstall=lambda: until_answered(
                     "CreateDataflow", lambda: self.create_dataflow(cluster.id, dataflow)
                 ),
+                dropped=lambda: self.dropped_relation(relations),
             )
         except LoupeError as error:
             if query.as_of is None or not _is_since_error(error):
@@ -433,13 +438,16 @@ class Compute:
         columns: tuple[tuple[str, str], ...],
         mfp: Any = None,
         reinstall: Callable[[], Awaitable[None]] | None = None,
+        dropped: Callable[[], str | None] | None = None,
     ) -> list[tuple[Any, ...]]:
         """Peek index ``target_id`` at ``timestamp`` on the session's cluster (or replica).
 
         A controller that does not know the index (it restarted and was not
         sent its dataflows again yet) is waited for: a catalog index comes back
         with every other (``install_all`` on ``ControllerStarted``); a
-        transient dataflow is sent again by ``reinstall``.
+        transient dataflow is sent again by ``reinstall``. ``dropped`` names a
+        relation the read depends on that was dropped (``dropped_relation``):
+        the wait then ends with 42704.
         """
         _, replica_id = await peek_target_replica(self.c, session, cluster)
         peek = compute_pb2.Peek(
@@ -462,7 +470,7 @@ class Compute:
             while True:
                 try:
                     _, rows = await send_peek(
-                        self.c, request, reading=self._reading(target_id, cluster)
+                        self.c, request, reading=self._reading(target_id, cluster), dropped=dropped
                     )
                     break
                 except LoupeError as error:
@@ -487,6 +495,22 @@ class Compute:
                 )
             raise
         return rows
+
+    def dropped_relation(self, relations: dict[str, Any]) -> str | None:
+        """The first of a read's ``relations`` the catalog no longer has (``table "db.s.t"``).
+
+        A read of a transient dataflow whose input table was dropped while it
+        waited would wait forever: the table's upper no longer moves.
+        """
+        state = self.state
+        for relation in relations.values():
+            if relation.id in BUILTIN_BY_ID or relation.id in state.tables:
+                continue
+            if relation.id in state.objects:
+                continue
+            kind = "table" if isinstance(relation, Table) else relation.type.replace("-", " ")
+            return f'{kind} "{relation.full_name}"'
+        return None
 
     def _reading(self, target_id: str, cluster: ClusterInfo) -> str:
         """What a peek of ``target_id`` reads, in words (for a log line about its wait)."""

@@ -6,7 +6,9 @@ request's SQL, binds its ``$1, $2, …`` (``loupe.coordinator.sql.params``; an
 ``EXECUTE`` becomes the statement it names, ``loupe.coordinator.prepared``),
 logs each execution (``loupe.coordinator.statement_logging``), runs it (a
 query as a task ``Cancel`` and ``statement_timeout`` can stop; DDL is never
-stopped halfway) and streams its events.
+stopped halfway) and streams its events. Under overload statements wait in
+bounded queues (``loupe.coordinator.admission``), limited only by their
+``statement_timeout``.
 ``run_statement`` hands each statement to the module that sequences its
 family (``loupe.coordinator.sequencer``: ``select``, ``dml``, ``table``,
 ``cluster``, ``roles``, ``variables``, …; views, indexes, ``SUBSCRIBE`` and
@@ -41,7 +43,7 @@ from nats.aio.subscription import Subscription
 from loupe.common.errors import LoupeError, SqlState, client_error, internal_error
 from loupe.common.logging import get_logger
 from loupe.common.transport import NatsServiceClient, subscribe
-from loupe.coordinator import access, metrics, prepared
+from loupe.coordinator import access, admission, metrics, prepared
 from loupe.coordinator import statement_logging as stmtlog
 from loupe.coordinator.catalog_relations import CatalogRelationsWriter
 from loupe.coordinator.catalog_state import CatalogState
@@ -115,6 +117,8 @@ from loupe.proto.controller.v1 import controller_pb2
 log = get_logger(__name__)
 
 CATALOG_SERVICE = catalog_pb2.DESCRIPTOR.services_by_name["Catalog"]
+# How often a coordinator whose catalog relations append went unconfirmed tries again.
+CATALOG_RESYNC_INTERVAL_S = 5.0
 CONTROLLER_SERVICE = controller_pb2.DESCRIPTOR.services_by_name["Controller"]
 CATALOG_CHANGES_SUBJECT = "loupe.catalog.v1.changes"
 CONTROLLER_STARTED_SUBJECT = "loupe.controller.v1.started"
@@ -139,6 +143,14 @@ class CoordinatorConfig:
     # read still waiting after the first round is logged once with what it
     # waits for.
     peek_round: float = 5.0
+    # Peeks in flight to one cluster at once; more wait their turn (admission).
+    peek_concurrency: int = 16
+    # Statements that may wait in one admission queue (peek, ddl, table_write)
+    # before more are refused with 53000.
+    max_queued_statements: int = 1024
+    # How long DDL waits for its commit to reach mz_catalog (within its
+    # statement_timeout) before answering with a NOTICE that it is not there yet.
+    catalog_relations_wait: float = 30.0
     # How long to wait for the controller and catalog at start.
     startup_timeout: float = 180.0
     # Timeout of one catalog or controller request (peeks excepted).
@@ -151,8 +163,6 @@ class CoordinatorConfig:
     # Seconds between ticks that move the oracle and every table's upper to
     # the current time (0 disables the ticker).
     table_tick_interval: float = 1.0
-    # Seconds between attempts to append catalog relation rows whose append failed.
-    catalog_retry_interval: float = 2.0
     # Seconds of history every table keeps for AS OF.
     table_retention: float = 3600.0
     # Ticks between compactions of the tables.
@@ -218,6 +228,7 @@ class Coordinator:
             self.oracle,
             lambda: self.state.tables.values(),
             retention_ms=int(self.config.table_retention * 1000),
+            max_waiting=self.config.max_queued_statements,
         )
         # What the sequencers share; they get it, not the coordinator.
         self.context = SequencerContext(
@@ -274,8 +285,8 @@ class Coordinator:
             self._ticker = asyncio.create_task(self._tick_tables())
         if self.config.idle_session_timeout > 0:
             self.context.spawn(self._reap_idle_sessions())
-        if self.config.catalog_retry_interval > 0:
-            self.context.spawn(self._retry_catalog_relations())
+        # After a storage writer outage the catalog relations catch up without new DDL.
+        self.context.spawn(self.follower.keep_storage_in_sync(CATALOG_RESYNC_INTERVAL_S))
         # A controller that (re)starts has no dataflows: send ours again then too.
         self._controller_started = await subscribe(
             self._nc,
@@ -299,18 +310,6 @@ class Coordinator:
             "a controller started: installing the catalog's dataflows", boot_id=started.boot_id
         )
         await self._install_dataflows()
-        await self.follower.resync()
-
-    async def _retry_catalog_relations(self) -> None:
-        """Append the catalog relation rows an earlier append failed to deliver, as soon as
-        storage takes them (``CatalogFollower.resync``)."""
-        while True:
-            await asyncio.sleep(self.config.catalog_retry_interval)
-            if self.follower.writer.pending:
-                try:
-                    await self.follower.resync()
-                except Exception:  # the loop must outlive any one failure
-                    log.exception("catalog relations retry failed")
 
     async def _start_following(self) -> None:
         """Reconcile with the catalog; a timed-out storage append is tried again.
@@ -576,20 +575,28 @@ class Coordinator:
     ) -> StatementResult | Streaming:
         """Run ``statement`` as a task ``cancel()`` can stop (DDL is never stopped halfway).
 
+        A query's ``statement_timeout`` cancels its task; a write or DDL is not
+        canceled but stops waiting (for a queue, a service, a lost race) at its
+        deadline (``admission.STATEMENT_DEADLINE``), before it commits: 57014.
+
         The task sees ``execution`` (``statement_logging.CURRENT``), so the
         compute path can say which strategy it took.
         """
         if session.cancel_requested:
             raise canceled_error()
+        timeout = session.statement_timeout
         context = contextvars.copy_context()
         context.run(stmtlog.CURRENT.set, execution)
+        if timeout is not None:
+            # What waits inside the statement (a queue, a service) stops at it.
+            context.run(admission.STATEMENT_DEADLINE.set, time.monotonic() + timeout)
         task = asyncio.create_task(self.run_statement(session, statement), context=context)
         cancelable = isinstance(
             statement,
             Query | ShowClusters | ShowClusterReplicas | ShowRoles | ShowObjects | Explain,
         )
         session.running = task if cancelable else None
-        limit = session.statement_timeout if cancelable else None
+        limit = timeout if cancelable else None
         try:
             if limit is None:
                 return await task

@@ -14,6 +14,10 @@ Every coordinator computes the same difference for the same commit (its rows
 minus the previous commit's), and the controller applies a batch id once, so
 each commit reaches storage once however many coordinators follow it.
 
+An append that goes unconfirmed (the storage writer down) leaves the
+catalog relations writer *stale*; the next commit, or ``resync`` (every few
+seconds), brings storage to the catalog once the writer is back.
+
 The coordinator's own DDL takes the same road: after ``Transact`` it waits
 (bounded) until the stream has delivered its commit, so commits are followed
 in catalog order even when another coordinator committed just before. If the
@@ -220,19 +224,28 @@ class CatalogFollower:
         async with self._lock:
             await self.writer.sync(self._target(), batch_id(self._followed))
 
-    async def resync(self) -> None:
-        """Send storage what it lacks of the commit followed last: a batch whose append
-        failed (the controller was away) must not wait for the next DDL, or the catalog
-        relations keep listing what the catalog dropped while nobody runs DDL."""
+    async def resync(self) -> bool:
+        """Bring storage to the last commit followed if an append to it went unconfirmed
+        (the storage writer was down); True once storage is known to match."""
+        if not self.writer.loaded:
+            return False
         async with self._lock:
-            if not self.writer.loaded:
-                return
+            if not self.writer.stale:
+                return True
             try:
                 await self.writer.sync(self._target(), batch_id(self._followed))
             except LoupeError as error:
-                log.warning("catalog change not yet in storage", error=error.message)
-            else:
-                log.info("catalog relations caught up with the catalog")
+                log.info("catalog relations not yet in storage", error=error.message)
+                return False
+        log.info("catalog relations caught up with the catalog after a storage outage")
+        return True
+
+    async def keep_storage_in_sync(self, interval: float) -> None:
+        """``resync`` every ``interval`` seconds, so storage converges on the catalog after
+        an outage of the storage writer even when no further commit comes."""
+        while True:
+            await asyncio.sleep(interval)
+            await self.resync()
 
     async def refresh(self) -> CatalogState:
         """Ask the catalog for its latest snapshot, for name resolution (storage is not touched)."""

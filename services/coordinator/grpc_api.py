@@ -15,11 +15,11 @@ from typing import Any
 
 import grpc
 
-from loupe.common.errors import LoupeError
+from loupe.common.errors import LoupeError, SqlState
 from loupe.common.logging import get_logger
 from loupe.common.values import from_value, to_row
 from loupe.coordinator import metrics
-from loupe.coordinator.coordinator import Coordinator
+from loupe.coordinator.coordinator import Coordinator, unexpected_failure
 from loupe.coordinator.results import (
     Complete,
     Description,
@@ -37,6 +37,7 @@ from loupe.proto.sql.v1 import sql_pb2, sql_pb2_grpc
 log = get_logger(__name__)
 
 SQLSTATE_TRAILER = "loupe-sqlstate"
+TOO_MANY_CONNECTIONS = "53300"
 
 
 def event_to_proto(event: Event) -> sql_pb2.ExecuteResponse:
@@ -102,6 +103,7 @@ class SqlServicer(sql_pb2_grpc.SqlServicer):
                 trailing_metadata=((SQLSTATE_TRAILER, error.code),),
             )
             raise  # abort raises; this keeps type checkers honest
+        await self._admit_session(context)
         try:
             session = self.sessions.open(
                 user,
@@ -121,6 +123,20 @@ class SqlServicer(sql_pb2_grpc.SqlServicer):
         log.info("session opened", session_id=session.id, user=session.user)
         return sql_pb2.OpenSessionResponse(session_id=session.id, parameters=session.parameters())
 
+    async def _admit_session(self, context: Any) -> None:
+        """53300 when ``max_connections`` sessions are open (RESOURCE_EXHAUSTED on the wire)."""
+        limit = int(self.coordinator.system_variable("max_connections"))
+        current = len(self.sessions)
+        if current < limit:
+            return
+        metrics.SESSIONS_REFUSED.inc()
+        await context.abort(
+            grpc.StatusCode.RESOURCE_EXHAUSTED,
+            "creating connection would violate max_connections limit"
+            f" (desired: {current + 1}, limit: {limit}, current: {current})",
+            trailing_metadata=((SQLSTATE_TRAILER, TOO_MANY_CONNECTIONS),),
+        )
+
     async def Execute(
         self, request: sql_pb2.ExecuteRequest, context: Any
     ) -> AsyncIterator[sql_pb2.ExecuteResponse]:
@@ -129,10 +145,18 @@ class SqlServicer(sql_pb2_grpc.SqlServicer):
         except LoupeError as error:
             yield sql_pb2.ExecuteResponse(error=error.to_proto())
             return
-        params = [parameter_from_proto(value) for value in request.params]
+        try:
+            params = [parameter_from_proto(value) for value in request.params]
+        except (ValueError, TypeError) as error:
+            bad = LoupeError(SqlState.INVALID_PARAMETER_VALUE, f"invalid parameter: {error}")
+            yield sql_pb2.ExecuteResponse(error=bad.to_proto())
+            return
         try:
             async for event in self.coordinator.execute(session, request.sql, params):
                 yield event_to_proto(event)
+        except Exception:
+            # A bug: the client still gets a SQLSTATE (XX000), not a gRPC UNKNOWN.
+            yield event_to_proto(unexpected_failure("execute failed unexpectedly"))
         finally:
             session.touch()  # idle from when its last statement ended
 

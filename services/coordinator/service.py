@@ -48,6 +48,15 @@ class CoordinatorSettings(BaseSettings):
     # seconds between its rounds to the controller, and before a read still
     # waiting is logged (once, with what it waits for).
     peek_round: float = 5.0
+    # Peeks in flight to one cluster at once; more wait their turn.
+    peek_concurrency: int = 16
+    # Statements that may wait in one of the coordinator's queues (peek, ddl,
+    # table_write) before more are refused with 53000 (insufficient_resources).
+    max_queued_statements: int = 1024
+    # Seconds DDL waits (within its statement_timeout) for its commit to reach
+    # mz_catalog in storage before answering with a NOTICE; mz_catalog then
+    # catches up in the background.
+    catalog_relations_wait: float = 30.0
     # Seconds to wait for the controller and catalog at start.
     startup_timeout: float = 180.0
     # Seconds to wait at start for the storage writer's next flush before
@@ -59,8 +68,6 @@ class CoordinatorSettings(BaseSettings):
     # Seconds between ticks moving the timestamp oracle and every table's
     # upper to the current time (0 disables them; then tables move only on writes).
     table_tick_interval: float = 1.0
-    # Seconds between attempts to append catalog relation rows an append failed to deliver.
-    catalog_retry_interval: float = 2.0
     # Seconds of history each table keeps for SELECT … AS OF.
     table_retention: float = 3600.0
     # Ticks between compactions of the tables' parts.
@@ -97,11 +104,13 @@ class CoordinatorService(Service):
                 SessionManager(settings.superusers),
                 CoordinatorConfig(
                     peek_round=settings.peek_round,
+                    peek_concurrency=settings.peek_concurrency,
+                    max_queued_statements=settings.max_queued_statements,
+                    catalog_relations_wait=settings.catalog_relations_wait,
                     startup_timeout=settings.startup_timeout,
                     storage_settle_timeout=settings.storage_settle_timeout,
                     follow_timeout=settings.follow_timeout,
                     table_tick_interval=settings.table_tick_interval,
-                    catalog_retry_interval=settings.catalog_retry_interval,
                     table_retention=settings.table_retention,
                     table_compaction_ticks=settings.table_compaction_ticks,
                     instance_name=settings.instance_name,

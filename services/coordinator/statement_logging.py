@@ -53,6 +53,14 @@ Materialize's design (seed 000) with what it learned shipping it (DESIGN §7):
   published, in order, to the storage writer's JetStream stream as they
   happen (a small queue only coalesces what arrives while a publish is in
   flight); the controller writes them with Spark at its next flush.
+- Overload (issue 11 item 4): that queue is bounded (``max_queued`` entries,
+  gauge ``loupe_statement_logging_queue_depth``). When the stream takes
+  records slower than statements make them and the queue is full, a new
+  sampled execution is not logged, as a throttled one is not: counted in
+  ``loupe_statement_logging_queue_dropped_executions_total`` and in the next
+  ``throttled_count``. A statement never waits for its log record (an
+  execution already logged still logs its end, so the queue holds at most
+  ``max_queued`` plus the executions running).
 - The executions a coordinator has open are remembered in a JetStream
   key-value bucket, all in one value under the key ``<coordinator>``
   (execution id -> its began row, JSON), written after each published
@@ -92,7 +100,7 @@ from typing import Any
 
 import nats.js.errors
 from nats.aio.client import Client as NatsConnection
-from prometheus_client import Counter
+from prometheus_client import Counter, Gauge
 from sqlglot.tokens import TokenType
 
 from loupe.builtins import (
@@ -147,6 +155,21 @@ THROTTLED = Counter(
     "loupe_statement_logging_throttled_executions",
     "Sampled executions dropped because the statement log's byte budget was spent",
 )
+QUEUE_DEPTH = Gauge(
+    "loupe_statement_logging_queue_depth",
+    "Statement log entries (an execution's start or end) waiting to be published",
+)
+QUEUE_DROPPED = Counter(
+    "loupe_statement_logging_queue_dropped_executions",
+    "Sampled executions not logged because the publish queue was full (overload)",
+)
+LOST_UPDATES = Counter(
+    "loupe_statement_logging_lost_updates",
+    "Statement log updates lost because the storage writer's stream did not take them",
+)
+# Entries (an execution's start or its end) that may wait to be published; past
+# it, new executions are not logged (counted) rather than making a client wait.
+MAX_QUEUED = 10_000
 # Looked up at every execution: the label children, bound once.
 _RECORDS_BY_SAMPLE = {True: RECORDS.labels("sampled"), False: RECORDS.labels("unsampled")}
 _BYTES_BY_SAMPLE = {True: BYTES.labels("sampled"), False: BYTES.labels("unsampled")}
@@ -323,8 +346,10 @@ class StatementLogger:
         subject: str = DEFAULT_SUBJECT,
         cluster_id: Callable[[str], str | None] = lambda _: None,
         clock: Callable[[], float] = time.monotonic,
+        max_queued: int = MAX_QUEUED,
     ) -> None:
         self._nc = connection
+        self.max_queued = max_queued
         self._configuration = configuration
         self._owner = owner
         self._subject = subject
@@ -436,6 +461,12 @@ class StatementLogger:
         size = estimated_size(sql, new_session=not session_log.logged, params=params)[1]
         target = float(_system(configuration, "statement_logging_target_data_rate"))
         credit = float(_system(configuration, "statement_logging_max_data_credit"))
+        if len(self._queue) >= self.max_queued:
+            # Overload: the stream takes records slower than statements make them.
+            # Dropped and counted (and in the next throttled_count), never waited for.
+            self._throttled += 1
+            QUEUE_DROPPED.inc()
+            return None
         if not self._bucket.take(size, target, credit):
             self._throttled += 1
             THROTTLED.inc()
@@ -599,6 +630,7 @@ class StatementLogger:
         (id, None) and the live sessions (session id -> live), written to their
         buckets once the updates are published."""
         self._queue.append((updates, executions, dict(sessions or {})))
+        QUEUE_DEPTH.set(len(self._queue))
         self._idle.clear()
         self._wakeup.set()
 
@@ -618,13 +650,16 @@ class StatementLogger:
                     await asyncio.sleep(wait)
                 last_publish = loop.time()
                 taken, self._queue = self._queue, []
+                QUEUE_DEPTH.set(0)
                 updates = _consolidated([u for batch, _, _ in taken for u in batch])
                 try:
                     await self._publish_with_open(updates, [e for _, e, _ in taken])
                     for session_id, live in _net_session_ops(s for _, _, s in taken).items():
                         await self._remember_session(session_id, live)
                 except Exception as error:
-                    # Statement logging may lose records under adverse conditions (seed 000).
+                    # Statement logging may lose records under adverse conditions (seed 000);
+                    # counted, so that an operator sees it happen.
+                    LOST_UPDATES.inc(len(updates))
                     log.warning(
                         "statement log records lost", error=str(error), updates=len(updates)
                     )

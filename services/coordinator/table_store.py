@@ -24,6 +24,11 @@ retractions and insertions with that upper as the expected one: if another
 writer moved it meanwhile the compare-and-append fails and the statement is
 planned again on the new contents, at a new timestamp.
 
+Writes go one at a time through the ``table_write`` admission queue
+(``loupe.coordinator.admission``): under load they wait their turn. A write
+that loses a race is planned again after a growing pause, with no limit on
+how often: only its ``statement_timeout`` (57014, before it commits) ends it.
+
 History: every tick moves each table's ``since`` to ``ts - retention`` and
 compacts its parts (``parts_to_merge``), so a table keeps ``retention`` of
 history for ``AS OF`` and a bounded number of parts.
@@ -43,6 +48,13 @@ from loupe.common.errors import LoupeError
 from loupe.common.logging import get_logger
 from loupe.common.transport import NatsServiceClient
 from loupe.coordinator import metrics
+from loupe.coordinator.admission import (
+    RETRY_PAUSE,
+    AdmissionQueue,
+    backoff,
+    pause,
+    until_answered,
+)
 from loupe.coordinator.tables import Table, updates_table
 from loupe.persist import Shard, UpperMismatch, open_location, parts_to_merge
 from loupe.persist.location import Blob, Consensus
@@ -51,9 +63,8 @@ from loupe.proto.common.v1 import common_pb2
 
 log = get_logger(__name__)
 
-SERIALIZATION_FAILURE = "40001"
-# How often a write is planned again after losing its timestamp or upper to another writer.
-WRITE_ATTEMPTS = 10
+# The longest pause before a write that lost a race is planned again.
+WRITE_RETRY_PAUSE_CAP = 0.25
 # A table is compacted once it has more parts than this.
 MAX_PARTS = 8
 
@@ -114,6 +125,7 @@ class TableStore:
         *,
         retention_ms: int = 3_600_000,
         max_parts: int = MAX_PARTS,
+        max_waiting: int = 1024,
     ) -> None:
         self.oracle = oracle
         self._tables = tables
@@ -125,8 +137,11 @@ class TableStore:
         # Called with (shard_id, upper) after every write: replicas listening
         # to a table wake at once instead of at their next poll.
         self.notify: UpperNotify | None = None
-        # Writes one at a time: each builds on the uppers the last one left.
-        self._lock = asyncio.Lock()
+        # Writes one at a time, the others wait in order: each builds on the
+        # uppers the last one left.
+        self.writes = AdmissionQueue(
+            "table_write", capacity=1, max_waiting=max_waiting, what="a table write"
+        )
         self._loading = 0
 
     @property
@@ -167,22 +182,23 @@ class TableStore:
         uppers move past the write too (read together with ``table``).
         """
         along = [t for t in along if t.id != table.id]
-        async with self._lock:
-            for _ in range(WRITE_ATTEMPTS):
-                timestamp = await self.oracle.write_timestamp()
+        async with self.writes.admitted():
+            delay = RETRY_PAUSE
+            while True:
+                timestamp = await until_answered("WriteTimestamp", self.oracle.write_timestamp)
                 try:
                     count = await asyncio.to_thread(
                         self._write_at, table, plan, read, timestamp, along
                     )
                 except (UpperMismatch, _TimestampTaken) as error:
+                    # Lost to a read or a tick moving the upper: planned again, after
+                    # a pause that grows, until it wins or its statement_timeout ends it.
                     metrics.TABLE_WRITE_RETRIES.inc()
                     log.info("table write lost a race; planning it again", error=str(error))
+                    await pause(delay)
+                    delay = backoff(delay, WRITE_RETRY_PAUSE_CAP)
                     continue
                 return WriteResult(timestamp, count)
-        raise LoupeError(
-            SERIALIZATION_FAILURE,
-            f'could not write to "{table.name}": other writers kept moving its upper',
-        )
 
     def _write_at(
         self, table: Table, plan: Plan, read: bool, timestamp: int, along: list[Table]
@@ -220,7 +236,7 @@ class TableStore:
         For bulk loads (a load generator's tables): under the write lock, so
         no tick moves an upper past ``ts`` meanwhile. Returns ``ts``.
         """
-        async with self._lock:
+        async with self.writes.admitted():
             self._loading += 1
             try:
                 timestamp = await self.oracle.write_timestamp()

@@ -50,6 +50,12 @@ def _non_negative_int(value: str) -> str:
     return str(int(number) * _BYTES[(unit or "b").lower()])
 
 
+def _positive_int(value: str) -> str:
+    if not value.strip().isdigit() or int(value) < 1:
+        raise ValueError("expected a positive integer")
+    return str(int(value))
+
+
 def _duration(value: str) -> str:
     match = _DURATION.match(value)
     if match is None:
@@ -109,6 +115,12 @@ SYSTEM_VARIABLES: dict[str, SystemVariable] = {
             "2592000s",
             "How long the statement log keeps executions.",
             _duration,
+        ),
+        SystemVariable(
+            "max_connections",
+            "5000",
+            "The most sessions a coordinator keeps open; one more is refused (53300).",
+            _positive_int,
         ),
         SystemVariable(
             "storage_flush_interval",

@@ -403,8 +403,17 @@ class Dataflow:
         self.channels = []
         log.warning("dataflow out of memory; its state is released", dataflow=self.desc.id)
 
+    def log_released(self, hooks: LoggingHooks) -> None:
+        """Its arrangements hold nothing any more (mz_arrangement_sizes), as ``release`` will make so."""
+        for operator in self.operators:
+            for worker, spines in enumerate(operator.spines()):
+                if spines:
+                    hooks.arrangement_size(worker, operator.operator_id, 0, 0, 0)
+        for index in self.index_exports.values():
+            hooks.arrangement_size(0, index.operator_id, 0, 0, 0)
+
     def footprint_bytes(self) -> int:
-        """Bytes this dataflow's operators and index histories hold (``estimated_size``)."""
+        """Bytes this dataflow's operators, index histories and queued input hold (``estimated_size``)."""
         spines = sum(
             spine.size
             for operator in self.operators
@@ -412,7 +421,12 @@ class Dataflow:
             for spine in worker_spines
         )
         traces = sum(i.ok.size + i.err.size for i in self.index_exports.values())
-        return spines + traces
+        queued = sum(
+            int(frame.estimated_size())
+            for queue in self.queues.values()
+            for frame in (*queue.ok, *queue.err)
+        )
+        return spines + traces + queued
 
     def _run_operators(self, lower: int, upper: int, hooks: LoggingHooks | None) -> None:
         for step_operator in self.operators:
@@ -476,6 +490,9 @@ class ComputeInstance:
         self.workers = workers
         # The replica's budget (its SIZE); 0: none (``loupe.dataflow.memory``).
         self.memory = MemoryBudget(memory_limit_bytes, self._held_bytes)
+        # What the budget counted at the end of the last step: peeks charge against it
+        # (measuring again would cost a point lookup more than the lookup).
+        self._held_after_step = 0
         # Checked once per event site: None when logging is off.
         self.hooks = logging if logging is not None and logging.enabled else None
         self.dataflows: dict[str, Dataflow] = {}
@@ -697,6 +714,7 @@ class ComputeInstance:
                 if held > self.memory.limit_bytes:
                     changed |= self._enforce_budget()
                     held = self._held_bytes()
+        self._held_after_step = held
         for state in self.sources.values():
             # Keep the latest complete time distinct: dataflows created later read as of it.
             # History is kept for FEED_HISTORY_MS behind the readers, so a dataflow created
@@ -717,10 +735,13 @@ class ComputeInstance:
             for reader, _ in export.readers
             if reader.failed is None
         ]
+        if self.hooks is not None:
+            dataflow.log_released(self.hooks)
         dataflow.release(error)
         self._detach(dataflow)
         for reader in readers:
             self._release(reader, error)
+        memory.return_freed()
 
     def _enforce_budget(self) -> bool:
         """Release the largest dataflows while the instance holds more than its budget.
@@ -759,8 +780,9 @@ class ComputeInstance:
         return dataflow.footprint_bytes() + logs
 
     def _held_bytes(self) -> int:
-        footprint = self.footprint()
-        return footprint.arranged_bytes + footprint.logged_bytes
+        """What the budget counts: every dataflow's state and queued input, and the source logs."""
+        dataflows = sum(d.footprint_bytes() for d in self.dataflows.values())
+        return dataflows + sum(t.nbytes for s in self.sources.values() for t in s.log.tables)
 
     def _input_frontier(self, dataflow: Dataflow) -> int:
         frontiers = {s.id: self.sources[s.id].upper for s in dataflow.desc.source_imports}
@@ -841,7 +863,8 @@ class ComputeInstance:
         needed = (
             int(count * memory.row_bytes(rows)) + returned * columns * memory.PYTHON_VALUE_BYTES
         )
-        with self.memory.charging(f"the result of reading {name}") as reservation:
+        held = self._held_after_step
+        with self.memory.charging(f"the result of reading {name}", held) as reservation:
             reservation.reserve(needed)
 
     def take_sink_batches(self) -> list[SinkBatch]:

@@ -5,10 +5,13 @@ from __future__ import annotations
 from collections import Counter
 
 import polars as pl
+import pyarrow as pa
+import pyarrow.compute as pc
 import pytest
 
 from loupe.common.errors import LoupeError, SqlState
-from loupe.dataflow import ComputeInstance, Finishing
+from loupe.compute_replica.process_metrics import ProcessMetrics
+from loupe.dataflow import ComputeInstance, Finishing, LoggingHooks
 from loupe.dataflow import memory as budget
 from loupe.dataflow.testing import index_dataflow, persist_updates, read
 from loupe.plan import lir
@@ -104,6 +107,53 @@ def test_state_growing_past_the_budget_releases_the_largest_dataflow() -> None:
     assert instance.errors()["big_index"].code == "53200"
     assert "small_index" not in instance.errors()
     assert read(instance, "small_index", 0) == Counter((k,) for k in range(10))
+
+
+def test_a_released_dataflow_gives_its_memory_back_to_the_os() -> None:
+    """The process's resident memory goes down when a dataflow is released, not later."""
+    instance = ComputeInstance(memory_limit_bytes=64 * MIB)
+    instance.create_dataflow(index_dataflow("big", lir.Get(0, "t", types=TYPES), {"t": T}, 0))
+    rows = 8_000_000  # 192 MB of Arrow in the source's log
+    ones = pa.repeat(pa.scalar(1, pa.int64()), rows)
+    table = pa.table(
+        {
+            "k": pc.cumulative_sum(ones),
+            "mz_timestamp": pa.repeat(pa.scalar(0, pa.uint64()), rows),
+            "mz_diff": ones,
+        }
+    )
+    instance.push("t", table, 1)
+    del table
+    before = ProcessMetrics.memory_bytes()
+    instance.step()
+    assert instance.errors()["big_index"].code == "53200"
+    assert before - ProcessMetrics.memory_bytes() > 100 * MIB
+
+
+class Sizes(LoggingHooks):
+    """Records the last arrangement size logged per (worker, operator)."""
+
+    enabled = True
+
+    def __init__(self) -> None:
+        self.sizes: dict[tuple[int, int], int] = {}
+
+    def arrangement_size(
+        self, worker: int, operator_id: int, records: int, batches: int, size: int
+    ) -> None:
+        self.sizes[(worker, operator_id)] = records
+
+
+def test_a_released_dataflow_logs_its_arrangements_empty() -> None:
+    """mz_arrangement_sizes must not keep showing what was let go."""
+    hooks = Sizes()
+    instance = ComputeInstance(memory_limit_bytes=MIB, logging=hooks)
+    instance.create_dataflow(index_dataflow("big", lir.Get(0, "t", types=TYPES), {"t": T}, 0))
+    feed(instance, "t", range(10_000), 0)
+    assert any(hooks.sizes.values())
+    feed(instance, "t", range(10_000, 100_000), 1)
+    assert instance.errors()["big_index"].code == "53200"
+    assert not any(hooks.sizes.values())
 
 
 def test_a_peek_whose_result_would_not_fit_fails_and_the_next_one_works() -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import time
 
@@ -37,6 +38,27 @@ async def test_heartbeats_go_on_while_the_command_loop_is_blocked(
         assert max(h.loop_lag_ms for h in heartbeats) >= 500
 
     await assert_eventually(sent_meanwhile_saying_the_lag)
+
+
+async def test_the_heartbeat_thread_ends_with_the_replica(start_replica, controller, storage):
+    """Shutdown stops the heartbeat thread and its connection: no heartbeat after it."""
+    replica = await start_replica(heartbeat_interval=0.1)
+    await controller.wait_for("hello")
+    await controller.create_instance(storage)
+    await controller.wait_for("heartbeat", count=3)
+    sender = replica.heartbeats
+    assert sender is not None
+    assert sender.alive
+
+    replica.shutdown()
+    await assert_eventually(lambda: _assert(not sender.alive))
+    sent = len(controller.of_kind("heartbeat"))
+    await asyncio.sleep(0.5)
+    assert len(controller.of_kind("heartbeat")) == sent
+
+
+def _assert(condition: bool) -> None:
+    assert condition
 
 
 async def test_heartbeats_report_a_busy_engine_and_keep_their_interval(

@@ -8,7 +8,13 @@ compare-and-appends (``writer``), parts written by Spark or pyarrow
 from loupe.controller.storage.compaction import CompactionPolicy, CompactionResult, Compactor
 from loupe.controller.storage.metrics import METRICS, StorageWriterMetrics
 from loupe.controller.storage.parts import ArrowPartStore, PartStore, SparkPartStore
-from loupe.controller.storage.writer import StorageWriter, is_disk_full
+from loupe.controller.storage.supervisor import (
+    SparkJobTimeout,
+    SparkSupervisor,
+    SparkUnavailable,
+    is_disk_full,
+)
+from loupe.controller.storage.writer import StorageWriter
 from loupe.storage.schema import WriteGroup, plan_write_groups, spark_type
 from loupe.storage.wire import (
     PROGRESS_KEY,
@@ -32,7 +38,10 @@ __all__ = [
     "CompactionResult",
     "Compactor",
     "PartStore",
+    "SparkJobTimeout",
     "SparkPartStore",
+    "SparkSupervisor",
+    "SparkUnavailable",
     "StorageWriter",
     "StorageWriterMetrics",
     "StreamConfig",

@@ -23,6 +23,10 @@ class StorageWriterMetrics:
     compactions: Counter
     compaction_duration: Histogram
     retracted_rows: Counter
+    spark_healthy: Gauge
+    spark_restarts: Counter
+    spark_restart_failures: Counter
+    spark_job_timeouts: Counter
 
 
 METRICS = StorageWriterMetrics(
@@ -89,5 +93,22 @@ METRICS = StorageWriterMetrics(
         "Rows retracted by retention: history older than its collection's retention, and"
         " statement log sessions, prepared statements and SQL text nothing refers to any more.",
         ["collection"],
+    ),
+    spark_healthy=Gauge(
+        "loupe_storage_spark_healthy",
+        "1 while the storage writer's Spark session is usable, 0 from when it is found dead"
+        " (JVM exited, scratch directory gone, Py4J errors, a hung job) until it is rebuilt.",
+    ),
+    spark_restarts=Counter(
+        "loupe_storage_spark_restarts",
+        "Spark sessions the storage writer built to replace a dead or unusable one.",
+    ),
+    spark_restart_failures=Counter(
+        "loupe_storage_spark_restart_failures",
+        "Attempts to build a new Spark session that failed (retried with backoff).",
+    ),
+    spark_job_timeouts=Counter(
+        "loupe_storage_spark_job_timeouts",
+        "Spark jobs of the storage writer that ran past storage_spark_job_timeout.",
     ),
 )

@@ -25,6 +25,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from loupe.controller.storage.supervisor import SparkSupervisor
 from loupe.persist import DIFF_COLUMN, TIMESTAMP_COLUMN, consolidate
 from loupe.persist.location import fsync_tree
 from loupe.storage.schema import SHARD_COLUMN, WriteGroup, ingest_type, spark_type
@@ -89,25 +90,36 @@ def part_size(path: str) -> int:
 
 
 class SparkPartStore:
-    """The writer's part store: every call is one Spark job."""
+    """The writer's part store: every call is one Spark job, run by a ``SparkSupervisor``
+    (with a deadline; a dead session is rebuilt before the next job)."""
 
     name = "spark"
 
     def __init__(self, spark: Any) -> None:
-        self.spark = spark
+        """``spark``: a ``SparkSupervisor``, or a session to supervise."""
+        self.supervisor = spark if isinstance(spark, SparkSupervisor) else SparkSupervisor(spark)
+
+    @property
+    def spark(self) -> Any:
+        """The current session (built again first if the last one died)."""
+        return self.supervisor.session()
 
     def write_flush(
         self, group: WriteGroup, tables: Mapping[str, pa.Table], timestamp: int, path: str
     ) -> None:
         group = group.narrowed(tables)
         table = group.wide_table(tables, timestamp)
-        frame = self.spark.createDataFrame(table, schema=group.spark_schema())
-        # One task, so one file per part, and no shuffle: measured fastest up to
-        # a few hundred thousand rows in local mode. Bigger flushes keep their
-        # input partitions (a part is then a directory of several files).
-        if table.num_rows <= SINGLE_TASK_ROWS:
-            frame = frame.coalesce(1)
-        frame.write.partitionBy(SHARD_COLUMN).parquet(path)
+
+        def job(spark: Any) -> None:
+            frame = spark.createDataFrame(table, schema=group.spark_schema())
+            # One task, so one file per part, and no shuffle: measured fastest up to
+            # a few hundred thousand rows in local mode. Bigger flushes keep their
+            # input partitions (a part is then a directory of several files).
+            if table.num_rows <= SINGLE_TASK_ROWS:
+                frame = frame.coalesce(1)
+            frame.write.partitionBy(SHARD_COLUMN).parquet(path)
+
+        self.supervisor.run(job, "flush write")
         # Spark does not fsync; the parts must survive a crash once appended.
         fsync_tree(path)
 
@@ -122,18 +134,23 @@ class SparkPartStore:
             types.StructField(TIMESTAMP_COLUMN, types.LongType()),
             types.StructField(DIFF_COLUMN, types.LongType()),
         ]
-        frame = self.spark.createDataFrame(
-            ingest_updates(columns, updates), schema=types.StructType(fields)
-        )
+        ingested = ingest_updates(columns, updates)
         keys = [name for name, _ in columns] + [TIMESTAMP_COLUMN]
-        merged = (
-            frame.withColumn(TIMESTAMP_COLUMN, F.greatest(F.col(TIMESTAMP_COLUMN), F.lit(since)))
-            .groupBy(*keys)
-            .agg(F.sum(DIFF_COLUMN).alias(DIFF_COLUMN))
-            .where(F.col(DIFF_COLUMN) != 0)
-            .coalesce(1)
-        )
-        merged.write.parquet(path)
+
+        def job(spark: Any) -> None:
+            frame = spark.createDataFrame(ingested, schema=types.StructType(fields))
+            merged = (
+                frame.withColumn(
+                    TIMESTAMP_COLUMN, F.greatest(F.col(TIMESTAMP_COLUMN), F.lit(since))
+                )
+                .groupBy(*keys)
+                .agg(F.sum(DIFF_COLUMN).alias(DIFF_COLUMN))
+                .where(F.col(DIFF_COLUMN) != 0)
+                .coalesce(1)
+            )
+            merged.write.parquet(path)
+
+        self.supervisor.run(job, "compaction merge")
         fsync_tree(path)
         return rows_in(path)
 

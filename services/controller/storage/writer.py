@@ -47,7 +47,7 @@ the updates it brings.
 from __future__ import annotations
 
 import asyncio
-import errno
+import datetime as dt
 import itertools
 import threading
 import time
@@ -58,7 +58,12 @@ from typing import Any
 
 import pyarrow as pa
 
-from loupe.builtins import BUILTIN_COLLECTIONS, MZ_STATEMENT_EXECUTION_HISTORY, BuiltinCollection
+from loupe.builtins import (
+    BUILTIN_COLLECTIONS,
+    MZ_STATEMENT_EXECUTION_HISTORY,
+    MZ_STORAGE_WRITER_STATUS,
+    BuiltinCollection,
+)
 from loupe.common.errors import LoupeError
 from loupe.common.logging import get_logger
 from loupe.controller.storage.compaction import (
@@ -76,6 +81,7 @@ from loupe.controller.storage.compaction import (
 from loupe.controller.storage.inbox import Inbox, Received
 from loupe.controller.storage.metrics import METRICS, StorageWriterMetrics
 from loupe.controller.storage.parts import PartStore, SparkPartStore, part_size
+from loupe.controller.storage.supervisor import is_disk_full
 from loupe.interval import python_values
 from loupe.persist import Blob, Consensus, Part, Shard, ShardState, UpperMismatch, expand
 from loupe.proto.storage.v1 import storage_pb2
@@ -120,21 +126,6 @@ def _now_ms() -> int:
 
 def _stopped_error() -> LoupeError:
     return LoupeError("UNAVAILABLE", "the storage writer stopped before the updates were durable")
-
-
-def is_disk_full(error: BaseException) -> bool:
-    """Whether ``error`` (or what caused it, Java included) is "no space left on device"."""
-    seen: set[int] = set()
-    current: BaseException | None = error
-    while current is not None and id(current) not in seen:
-        seen.add(id(current))
-        if isinstance(current, OSError) and current.errno in (errno.ENOSPC, errno.EDQUOT):
-            return True
-        text = str(current)
-        if "No space left on device" in text or "database or disk is full" in text:
-            return True
-        current = current.__cause__ or current.__context__
-    return False
 
 
 @dataclass
@@ -228,6 +219,10 @@ class StorageWriter:
         self._stop_task: asyncio.Task[None] | None = None
         self._started = False
         self._closing = False
+        # Why the last flush failed (None once one succeeds), and the status row
+        # last staged (``mz_internal.mz_storage_writer_status``).
+        self._flush_error: str | None = None
+        self._status_row: tuple[Any, ...] | None = None
 
     # -- lifecycle ---------------------------------------------------------------
 
@@ -250,6 +245,7 @@ class StorageWriter:
             asyncio.create_task(self._compact_loop(), name="storage-writer-compaction"),
         ]
         await self._catch_up()
+        await self._replace_status_rows()
 
     async def _catch_up(self) -> None:
         """Apply every batch already in the stream, so readers start from all of it."""
@@ -533,6 +529,7 @@ class StorageWriter:
                 continue
             finally:
                 last_upper = time.monotonic()
+                self._stage_status()
             if report.retry_soon and retries < IMMEDIATE_RETRIES:
                 retries += 1
                 self._wake.set()
@@ -576,6 +573,63 @@ class StorageWriter:
             log.debug("storage_batches_acknowledged", count=acknowledged)
         self._settle_waiters()
         return report
+
+    # -- health ---------------------------------------------------------------------
+
+    def health(self) -> tuple[str, str | None, int | None, int | None, int]:
+        """(status, reason, spark incarnation, spark pid, restarts) of the writer now.
+
+        ``restarting`` while its Spark session is found dead and not rebuilt yet,
+        ``failing`` while flushes fail (the reason says why), else ``running``
+        (with the reason of the last restart, if any).
+        """
+        supervisor = getattr(self._store, "supervisor", None)
+        spark = supervisor.health() if supervisor is not None else None
+        incarnation, pid, restarts = (
+            (spark.incarnation, spark.pid, spark.restarts) if spark else (None, None, 0)
+        )
+        if spark is not None and spark.status == "restarting":
+            return "restarting", spark.reason, incarnation, pid, restarts
+        if self._flush_error is not None:
+            return "failing", self._flush_error, incarnation, pid, restarts
+        return "running", spark.reason if spark else None, incarnation, pid, restarts
+
+    async def _replace_status_rows(self) -> None:
+        """Replace the status rows an earlier run left with this run's, durably: ``start``
+        returns with the relation current and nothing of the writer's own pending."""
+        if MZ_STORAGE_WRITER_STATUS.id not in self._collections:
+            return
+        for row in await asyncio.to_thread(self.snapshot, MZ_STORAGE_WRITER_STATUS.id):
+            self.stage(MZ_STORAGE_WRITER_STATUS.id, row, -1)
+        self._stage_status()
+        try:
+            await self.flush()
+        except Exception:
+            log.exception("storage_writer_status_not_flushed")
+
+    def _stage_status(self) -> None:
+        """Replace the status row when the writer's health changed (event loop only).
+
+        While Spark is down the row cannot be written; it is written with the
+        first flush that works again (and so shows the restart that happened).
+        """
+        if MZ_STORAGE_WRITER_STATUS.id not in self._collections or self._closing:
+            return
+        health = self.health()
+        if self._status_row is not None and self._status_row[:-1] == health:
+            return
+        if self._status_row is not None:
+            self.stage(MZ_STORAGE_WRITER_STATUS.id, self._status_row, -1)
+        self._status_row = (*health, dt.datetime.now(dt.UTC))
+        self.stage(MZ_STORAGE_WRITER_STATUS.id, self._status_row, 1)
+        log.info(
+            "storage_writer_status",
+            status=health[0],
+            reason=health[1],
+            spark_incarnation=health[2],
+            spark_pid=health[3],
+            spark_restarts=health[4],
+        )
 
     async def _compact_loop(self) -> None:
         while not self._closing:
@@ -706,6 +760,8 @@ class StorageWriter:
             report.applied_through = self._applied_through
             if not report.disk_full:
                 self.metrics.disk_full_now.set(0)
+            if not upper_only and not report.failed_steps:
+                self._flush_error = None
             self.metrics.flush_duration.observe(time.monotonic() - started)
             self.metrics.flushes.labels("partial" if report.failed_steps else "ok").inc()
             return report
@@ -888,6 +944,8 @@ class StorageWriter:
     ) -> None:
         report.failed_steps += 1
         self.metrics.failures.labels(kind).inc()
+        first_line = (str(error) or type(error).__name__).splitlines()[0][:300]
+        self._flush_error = f"{kind}: {first_line}"
         if is_disk_full(error):
             report.disk_full = True
             self.metrics.disk_full.inc()

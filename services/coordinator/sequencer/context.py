@@ -10,7 +10,8 @@ here the state they touch is this one object).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+import contextvars
+from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from nats.aio.client import Client as NatsConnection
@@ -18,8 +19,11 @@ from nats.aio.client import Client as NatsConnection
 from loupe.common.errors import LoupeError, SqlState
 from loupe.common.logging import get_logger
 from loupe.common.transport import NatsServiceClient
+from loupe.coordinator import admission
+from loupe.coordinator.admission import AdmissionQueue
 from loupe.coordinator.catalog_relations import CatalogRelationsWriter
 from loupe.coordinator.catalog_state import CatalogState, ClusterInfo
+from loupe.coordinator.catch_up import RelationsCatchUp
 from loupe.coordinator.follower import CatalogFollower
 from loupe.coordinator.table_store import TableStore, TimestampOracle
 from loupe.proto.common.v1 import common_pb2
@@ -65,10 +69,16 @@ class SequencerContext:
         self.oracle = oracle
         self.tables = tables
         self.collections: dict[str, common_pb2.CollectionMetadata] = {}
-        # This coordinator's DDL runs one statement at a time.
-        self.ddl_lock = asyncio.Lock()
+        # This coordinator's DDL runs one statement at a time, the others wait in
+        # order; peeks in flight to each cluster are bounded (``peek_queue``).
+        self.ddl = AdmissionQueue(
+            "ddl", capacity=1, max_waiting=config.max_queued_statements, what="DDL"
+        )
+        self._peek_queues: dict[str, AdmissionQueue] = {}
         # Fire-and-forget work (canceling a peek, reaping sessions), canceled at stop.
         self.background: set[asyncio.Task[Any]] = set()
+        # Brings mz_catalog up to date with DDL commits storage has not confirmed yet.
+        self.catch_up = RelationsCatchUp(follower, self.spawn)
         # Compute takes this context (it sequences views, indexes and reads with it).
         self.compute = compute(self)
 
@@ -105,8 +115,28 @@ class SequencerContext:
             cluster = (await self.refreshed_state()).cluster(name)
         return cluster
 
-    def spawn(self, coroutine: Awaitable[None]) -> None:
-        """Run ``coroutine`` in the background; the coordinator cancels it at stop."""
-        task = asyncio.ensure_future(coroutine)
+    def peek_queue(self, cluster_id: str) -> AdmissionQueue:
+        """The queue of peeks to ``cluster_id``: one per cluster, so that reads waiting
+        for a cluster whose replicas are down never hold up reads of another."""
+        queue = self._peek_queues.get(cluster_id)
+        if queue is None:
+            queue = self._peek_queues[cluster_id] = AdmissionQueue(
+                f"peek:{cluster_id}",
+                capacity=self.config.peek_concurrency,
+                max_waiting=self.config.max_queued_statements,
+                what=f"a peek on cluster {cluster_id}",
+            )
+        return queue
+
+    def spawn(self, coroutine: Coroutine[Any, Any, None]) -> asyncio.Task[Any]:
+        """Run ``coroutine`` in the background; the coordinator cancels it at stop.
+
+        It outlives the statement that started it: the statement's deadline
+        (``admission.STATEMENT_DEADLINE``) does not apply to it.
+        """
+        context = contextvars.copy_context()
+        context.run(admission.STATEMENT_DEADLINE.set, None)
+        task = asyncio.get_running_loop().create_task(coroutine, context=context)
         self.background.add(task)
         task.add_done_callback(self.background.discard)
+        return task

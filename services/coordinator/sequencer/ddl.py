@@ -1,19 +1,27 @@
 """What every DDL statement shares: who may run it, where a new object goes, the commit.
 
 ``transact`` commits catalog operations (with the session's user, for the
-audit log) and follows the commit like any other (``follower.CatalogFollower``:
+audit log; one statement at a time, the others wait in the ``ddl`` admission
+queue) and follows the commit like any other (``follower.CatalogFollower``:
 controller, then the catalog-derived relations in storage) before the client
 gets its answer; ``after_ddl`` then moves the oracle past that append, so a
-SELECT right after sees the change in ``mz_catalog``.
+SELECT right after sees the change in ``mz_catalog``. The statement's success
+is its commit: when storage is too slow to take the relations' append in
+``catalog_relations_wait``, it answers with a NOTICE and the relations catch
+up in the background (``loupe.coordinator.catch_up``).
 """
 
 from __future__ import annotations
 
+import asyncio
+import time
 from typing import TYPE_CHECKING
 
 from loupe.builtins import IMPLICIT_SCHEMAS
 from loupe.common.errors import LoupeError, SqlState
 from loupe.common.logging import get_logger
+from loupe.coordinator import admission, metrics
+from loupe.coordinator.admission import until_answered
 from loupe.coordinator.results import Notice, StatementResult
 from loupe.coordinator.session import Session
 from loupe.coordinator.sql.resolve import search_path_schemas
@@ -93,22 +101,28 @@ async def transact(
     if superuser_only:
         require_superuser(session, statement)
     result = StatementResult(tag=statement.tag)
-    async with ctx.ddl_lock:
+    async with ctx.ddl.admitted():
+        # Not asked again on a timeout: a commit is not safe to repeat.
         response = await ctx.catalog.Transact(
             catalog_pb2.TransactRequest(ops=ops, user=session.user)
         )
         snapshot = (
             response.snapshot
             if response.HasField("snapshot")
-            else await ctx.catalog.Snapshot(catalog_pb2.SnapshotRequest())
+            else await until_answered(
+                "Snapshot", lambda: ctx.catalog.Snapshot(catalog_pb2.SnapshotRequest())
+            )
         )
-        try:
-            await ctx.follower.after_commit(snapshot)
-        except LoupeError as error:
-            raise LoupeError(
-                error.code,
-                f"{statement.tag} committed, but mz_catalog is not updated yet: {error.message}",
-            ) from None
+        behind = await follow_commit(ctx, snapshot)
+        if behind is not None:
+            metrics.DDL_ANSWERED_BEHIND.inc()
+            result.notices.append(
+                Notice(
+                    "WARNING",
+                    f"{statement.tag} committed, but mz_catalog does not show it yet"
+                    f" ({behind}); it will once storage has caught up",
+                )
+            )
         failure = ctx.follower.apply_failure
         if failure:
             result.notices.append(
@@ -117,6 +131,32 @@ async def transact(
     if advance:
         await after_ddl(ctx)
     return response, result
+
+
+async def follow_commit(ctx: SequencerContext, snapshot: catalog_pb2.CatalogSnapshot) -> str | None:
+    """Wait for the commit to reach mz_catalog; None once it has, else why not yet.
+
+    The statement committed: its success does not depend on the catalog
+    relations (``loupe.coordinator.catch_up`` brings them up to date in the
+    background). It waits ``catalog_relations_wait`` seconds at most (within
+    its ``statement_timeout``), and only ``follow_timeout`` when storage was
+    already behind before it: a storage writer that is down does not make
+    every DDL wait the full time.
+    """
+    already_behind = ctx.catch_up.behind
+    catching_up = ctx.catch_up.follow(snapshot)
+    wait = ctx.config.follow_timeout if already_behind else ctx.config.catalog_relations_wait
+    deadline = admission.STATEMENT_DEADLINE.get()
+    if deadline is not None:
+        wait = max(0.0, min(wait, deadline - time.monotonic()))
+    done, _ = await asyncio.wait({catching_up}, timeout=wait)
+    if not done:
+        return ctx.catch_up.last_error or f"storage did not confirm it within {wait:.3g}s"
+    error = None if catching_up.cancelled() else catching_up.exception()
+    if catching_up.cancelled() or error is not None:
+        log.error("catching up the catalog relations failed", error=repr(error))
+        return "the coordinator could not write it; see its log"
+    return None
 
 
 async def after_ddl(ctx: SequencerContext) -> None:

@@ -14,20 +14,26 @@ between them, see ``loupe.controller.peeks``): a round that ends unanswered,
 or a controller that is away (restarting), only means asking again, and a
 read still waiting after its first round is logged once with what it waits
 for. What ends a wait early is an answer that cannot change: what it reads
-was dropped (42704, in Materialize's words).
+was dropped (42704, in Materialize's words). Peeks in flight to a cluster
+are bounded (``loupe.coordinator.admission``): a read past the bound waits
+its turn.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any, TypeVar
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from loupe.common.errors import LoupeError, SqlState
 from loupe.common.logging import get_logger
 from loupe.common.values import from_row
-from loupe.coordinator.catalog_relations import TRANSIENT
+from loupe.coordinator.admission import (
+    RETRY_PAUSE,
+    RETRY_PAUSE_CAP,
+    TRANSIENT,
+)
 from loupe.coordinator.catalog_state import ClusterInfo
 from loupe.coordinator.session import Session
 from loupe.proto.compute.v1 import compute_pb2
@@ -37,10 +43,6 @@ if TYPE_CHECKING:
     from loupe.coordinator.sequencer.context import SequencerContext
 
 log = get_logger(__name__)
-
-T = TypeVar("T")
-# A wait for another service longer than this is logged (once).
-LOG_AFTER = 5.0
 
 
 def canceled_error() -> LoupeError:
@@ -67,18 +69,32 @@ async def peek_target_replica(
     return cluster.id, replica_id
 
 
-# Pause before asking a service that was away again; doubled up to the cap.
-RETRY_PAUSE = 0.05
-RETRY_PAUSE_CAP = 1.0
-
-
 async def send_peek(
-    ctx: SequencerContext, request: controller_pb2.PeekRequest, *, reading: str = ""
+    ctx: SequencerContext,
+    request: controller_pb2.PeekRequest,
+    *,
+    reading: str = "",
+    dropped: Callable[[], str | None] | None = None,
 ) -> tuple[tuple[tuple[str, str], ...], list[tuple[Any, ...]]]:
     """Send a peek to the controller and wait for its answer: (columns, rows).
 
     Canceled with the statement. ``reading`` says what it reads, for the log.
+    ``dropped`` is asked after every unanswered round: a relation the read
+    depends on that was dropped meanwhile ends it (42704, Materialize's
+    words), and the peek is canceled. At most ``peek_concurrency`` peeks are in flight to a cluster at once; the
+    others wait their turn in its ``ctx.peek_queue`` (replicas flooded with
+    more peeks than they can run answer all of them later, not sooner).
     """
+    async with ctx.peek_queue(request.cluster_id).admitted():
+        return await _send_peek(ctx, request, reading, dropped)
+
+
+async def _send_peek(
+    ctx: SequencerContext,
+    request: controller_pb2.PeekRequest,
+    reading: str,
+    dropped: Callable[[], str | None] | None,
+) -> tuple[tuple[tuple[str, str], ...], list[tuple[Any, ...]]]:
     peek_id = request.peek.uuid
     round_seconds = ctx.config.peek_round
     request.timeout_ms = max(1, int(round_seconds * 1000))
@@ -103,6 +119,13 @@ async def send_peek(
                     pause = min(pause * 2, RETRY_PAUSE_CAP)
                 else:
                     pause = RETRY_PAUSE
+                gone = dropped() if dropped is not None else None
+                if gone is not None:
+                    ctx.spawn(cancel_peek(ctx, peek_id))
+                    raise LoupeError(
+                        SqlState.UNDEFINED_OBJECT,
+                        f"query could not complete because {gone} was dropped",
+                    ) from None
             waited = time.monotonic() - began
             if not logged and waited >= round_seconds:
                 logged = True
@@ -126,30 +149,6 @@ async def send_peek(
         raise canceled_error()
     columns = tuple((c.name, c.type) for c in response.rows.desc.columns)
     return columns, [from_row(row) for row in response.rows.rows]
-
-
-async def until_answered(what: str, call: Callable[[], Awaitable[T]]) -> T:
-    """``call()`` until another service answers it: a read waits, it does not fail.
-
-    Only for calls that are safe to repeat (reads, idempotent commands). A
-    service that is away or slow (UNAVAILABLE, DEADLINE_EXCEEDED) is asked
-    again after a pause; any other error is the answer. The statement's
-    ``statement_timeout`` or cancel ends the wait by canceling the task.
-    """
-    pause = RETRY_PAUSE
-    began = time.monotonic()
-    logged = False
-    while True:
-        try:
-            return await call()
-        except LoupeError as error:
-            if error.code not in TRANSIENT:
-                raise
-            if not logged and time.monotonic() - began > LOG_AFTER:
-                logged = True
-                log.info("read waits for a service", call=what, error=error.message)
-        await asyncio.sleep(pause)
-        pause = min(pause * 2, RETRY_PAUSE_CAP)
 
 
 async def cancel_peek(ctx: SequencerContext, peek_id: str) -> None:

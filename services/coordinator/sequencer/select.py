@@ -19,10 +19,10 @@ from typing import TYPE_CHECKING, Any
 from sqlglot import exp
 
 from loupe.coordinator import statement_logging as stmtlog
+from loupe.coordinator.admission import until_answered
 from loupe.coordinator.constant import evaluate_constant
 from loupe.coordinator.plan import TemporalError
 from loupe.coordinator.results import Column, StatementResult
-from loupe.coordinator.sequencer.peek import until_answered
 from loupe.coordinator.session import Session
 from loupe.coordinator.sql.statements import Query, Statement
 from loupe.coordinator.statement_logging_views import inline_builtin_views

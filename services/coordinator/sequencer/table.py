@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 from loupe.builtins import BY_QUALIFIED_NAME, IMPLICIT_SCHEMAS
 from loupe.common.errors import LoupeError, SqlState
+from loupe.coordinator import admission
 from loupe.coordinator.catalog_state import CatalogState
 from loupe.coordinator.results import Notice, StatementResult
 from loupe.coordinator.sequencer import ddl
@@ -86,6 +87,30 @@ async def create_table(
 
 
 async def drop_table(
+    ctx: SequencerContext, session: Session, statement: DropTable
+) -> StatementResult:
+    """Drop the tables; one another session dropped meanwhile is looked up again.
+
+    The names are resolved before the catalog commits the drop: when another
+    session dropped one of the tables in between, the catalog refuses the
+    drop (42704, by id) and the names are resolved again on a fresh catalog,
+    so the statement answers as it would have after that drop (42P01, or a
+    NOTICE with IF EXISTS). It tries again only after another commit, so
+    the rounds end; ``statement_timeout`` bounds them too.
+    """
+    while True:
+        resolved_with = ctx.state
+        try:
+            return await _drop_tables(ctx, session, statement)
+        except LoupeError as error:
+            if error.code != SqlState.UNDEFINED_OBJECT:
+                raise
+            admission.remaining()  # 57014 once the statement's time is up
+            if (await ctx.refreshed_state()).key <= resolved_with.key:
+                raise  # no commit in between: not a race
+
+
+async def _drop_tables(
     ctx: SequencerContext, session: Session, statement: DropTable
 ) -> StatementResult:
     ddl.require_superuser(session, statement)

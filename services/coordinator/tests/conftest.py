@@ -73,6 +73,7 @@ class FakeCatalog:
         self.audit_unimplemented = False
         self.publish_changes = True
         self.publish_delay = 0.0
+        self.snapshot_delay = 0.0  # seconds Snapshot takes, as a busy catalog's would
         self._outbox: asyncio.Queue[catalog_pb2.CatalogSnapshot] | None = None
         self.databases = [catalog_pb2.Database(id="u1", name="materialize", owner_id="s1")]
         self.schemas = [
@@ -165,6 +166,7 @@ class FakeCatalog:
         self.record(event_type, "cluster-replica", user, **details)
 
     async def Snapshot(self, request: Any, context: Any) -> catalog_pb2.CatalogSnapshot:
+        await asyncio.sleep(self.snapshot_delay)
         return self.snapshot()
 
     async def ReadTimestamp(self, request: Any, context: Any) -> catalog_pb2.TimestampResponse:
@@ -367,7 +369,7 @@ class FakeController:
         self.unavailable_peeks = 0  # Peek calls to refuse first, as a controller that is away
         self.missing_peeks = 0  # Peek calls answered NOT_FOUND first, as a restarted controller
         self.unavailable_for = 0  # ListCollections calls to refuse first
-        self.refuse_appends = False  # AppendUpdates fails (INTERNAL) while set
+        self.refuse_appends = False  # AppendUpdates refused, as by a storage writer that is down
 
     def metadata(self, collection_id: str) -> common_pb2.CollectionMetadata:
         builtin = BY_ID[collection_id]
@@ -395,7 +397,7 @@ class FakeController:
 
     async def AppendUpdates(self, request: Any, context: Any) -> Any:
         if self.refuse_appends:
-            raise LoupeError("INTERNAL", "the storage writer is away")
+            raise LoupeError("UNAVAILABLE", "the storage writer is down")
         self.appends.append(request)
         if request.batch_id not in self.batch_ids:
             self.batch_ids.add(request.batch_id)

@@ -65,6 +65,9 @@ def test_builtin_views_are_inlined_as_subqueries():
     assert inline_builtin_views(untouched) is untouched
 
 
+LOST = "loupe_statement_logging_lost_updates_total"
+
+
 def _logger(nc: Any, stream: Any, config: dict[str, str], owner: str, **kwargs: Any) -> Any:
     return stmtlog.StatementLogger(
         nc,
@@ -307,6 +310,41 @@ async def test_throttled_executions_are_counted_into_the_next_logged_statement(
         await logger.stop()
 
 
+async def test_a_full_publish_queue_drops_executions_without_waiting_and_counts_them(
+    nats_connection, stream
+):
+    """Overload: records wait for the stream in a bounded queue; past it, not logged."""
+    config = {"statement_logging_max_sample_rate": "1"}
+    logger = _logger(nats_connection, stream, config, f"c-{uuid.uuid4().hex[:6]}", max_queued=3)
+    session = _session("1")
+    dropped = "loupe_statement_logging_queue_dropped_executions_total"
+    before = REGISTRY.get_sample_value(dropped) or 0.0
+    # Not started: nothing takes from the queue, as when the stream is slower than statements.
+    kept = [logger.begin(session, "SELECT 1", "select") for _ in range(3)]
+    assert all(execution is not None for execution in kept)
+    assert REGISTRY.get_sample_value("loupe_statement_logging_queue_depth") == 3
+    assert [logger.begin(session, "SELECT 1", "select") for _ in range(2)] == [None, None]
+    assert REGISTRY.get_sample_value(dropped) == before + 2
+    for execution in kept:  # an execution already logged still logs its end
+        logger.end(execution, stmtlog.SUCCESS)
+    await logger.start()
+    try:
+        await logger.drain()
+        assert REGISTRY.get_sample_value("loupe_statement_logging_queue_depth") == 0
+        later = logger.begin(session, "SELECT 1", "select")
+        assert later is not None
+        await logger.drain()
+        prepared = [
+            row
+            for collection, row, diff in await stream.updates()
+            if collection == MZ_PREPARED_STATEMENT_HISTORY.id and diff > 0
+        ]
+        # The drops go into the next logged prepared statement's throttled_count.
+        assert [row[-1] for row in prepared] == [0, 0, 0, 2]
+    finally:
+        await logger.stop()
+
+
 async def test_a_throttled_first_execution_does_not_hide_its_session(nats_connection, stream):
     owner = f"c-{uuid.uuid4().hex[:6]}"
     config = {
@@ -419,11 +457,14 @@ async def test_a_refused_message_leaves_the_open_executions_as_they_were(nats_co
         assert running is not None
         await logger.drain()
         await nats_connection.jetstream().delete_stream(stream.name)  # refuses what follows
+        lost_before = REGISTRY.get_sample_value(LOST) or 0.0
         lost = logger.begin(session, "SUBSCRIBE b", "subscribe")
         assert lost is not None
         logger.end(running, stmtlog.SUCCESS)
         await logger.drain()
         assert await _open_keys(nats_connection, owner) == [f"{owner}.{running.id}"]
+        # Lost, and counted.
+        assert (REGISTRY.get_sample_value(LOST) or 0.0) > lost_before
     finally:
         await logger.stop()
         await ensure_stream(nats_connection, stream.name, [stream.subject])  # for the fixture

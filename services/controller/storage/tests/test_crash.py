@@ -15,8 +15,10 @@ import asyncio
 import datetime as dt
 import os
 import random
+import shutil
 import signal
 import sys
+import time
 import uuid
 from collections import Counter
 from pathlib import Path
@@ -24,7 +26,12 @@ from typing import Any
 
 import pytest
 
-from loupe.builtins import BUILTIN_COLLECTIONS, MZ_AUDIT_EVENTS, MZ_CLUSTER_REPLICAS
+from loupe.builtins import (
+    BUILTIN_COLLECTIONS,
+    MZ_AUDIT_EVENTS,
+    MZ_CLUSTER_REPLICAS,
+    MZ_STORAGE_WRITER_STATUS,
+)
 from loupe.common.nats_server import die_with_parent
 from loupe.controller.storage import PROGRESS_KEY, StreamConfig, encode_batch
 from loupe.persist import DIFF_COLUMN, Shard
@@ -117,13 +124,11 @@ def least_progress(data_dir: Path) -> int:
     )
 
 
-async def finish_and_check(
-    writer: WriterProcess, publisher: Publisher, data_dir: Path, nats_connection: Any
+async def wait_caught_up(
+    publisher: Publisher, data_dir: Path, nats_connection: Any, timeout: float
 ) -> None:
-    """Start a last writer, wait until it holds everything, check exactly-once."""
-    await writer.start()
-    await writer.ready(timeout=120)
-    deadline = asyncio.get_running_loop().time() + 60
+    """Wait until the running writer holds and has acknowledged everything published."""
+    deadline = asyncio.get_running_loop().time() + timeout
     jetstream = nats_connection.jetstream()
     # Caught up means applied (progress in every shard) and then acknowledged:
     # the ack follows the CAS, so killing on progress alone races the ack.
@@ -131,10 +136,24 @@ async def finish_and_check(
         least_progress(data_dir) < publisher.last_seq
         or (await jetstream.stream_info(publisher.stream.name)).state.messages
     ):
-        assert asyncio.get_running_loop().time() < deadline, "the last writer did not catch up"
+        assert asyncio.get_running_loop().time() < deadline, "the writer did not catch up"
         await asyncio.sleep(0.1)
-    await writer.kill()
 
+
+async def finish_and_check(
+    writer: WriterProcess, publisher: Publisher, data_dir: Path, nats_connection: Any
+) -> None:
+    """Start a last writer, wait until it holds everything, check exactly-once."""
+    await writer.start()
+    await writer.ready(timeout=120)
+    await wait_caught_up(publisher, data_dir, nats_connection, timeout=60)
+    await writer.kill()
+    await check_exactly_once(publisher, data_dir, nats_connection)
+
+
+async def check_exactly_once(publisher: Publisher, data_dir: Path, nats_connection: Any) -> None:
+    """Every published row is in its collection exactly once, and the stream is empty."""
+    jetstream = nats_connection.jetstream()
     expected: Counter[tuple[Any, ...]] = Counter()
     events: Counter[tuple[Any, ...]] = Counter()
     for index in range(publisher.published):
@@ -196,5 +215,101 @@ async def test_kill_9_of_the_spark_writer_mid_flush(
         assert await writer.exited(timeout=60) == -signal.SIGKILL
         assert least_progress(data_dir) < publisher.last_seq, "it died with the flush half done"
         await finish_and_check(writer, publisher, data_dir, nats_connection)
+    finally:
+        await writer.kill()
+
+
+def spark_jvm_pid(pid: int) -> int | None:
+    """The Spark JVM among the children of process ``pid`` (None if it has none now)."""
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        for child in (task / "children").read_text().split():
+            cmdline = Path(f"/proc/{child}/cmdline").read_bytes()
+            if b"java" in cmdline and b"SparkSubmit" in cmdline:
+                return int(child)
+    return None
+
+
+def reaped(pid: int) -> bool:
+    """Whether process ``pid`` is gone altogether (not even left defunct)."""
+    return not os.path.exists(f"/proc/{pid}")
+
+
+async def kill_mid_write(data_dir: Path, jvm_pid: int, timeout: float) -> bool:
+    """SIGKILL the JVM while a flush (or merge) job writes its output; True if one was
+    caught mid-write (else it is killed when ``timeout`` runs out, mid-load anyway)."""
+    blob = data_dir / "storage" / "blob"
+    deadline = asyncio.get_running_loop().time() + timeout
+    caught = False
+    while asyncio.get_running_loop().time() < deadline:
+        if any(blob.glob("_flushes/*/_temporary")):
+            caught = True
+            break
+        await asyncio.sleep(0.002)
+    os.kill(jvm_pid, signal.SIGKILL)
+    return caught
+
+
+def writer_status(data_dir: Path) -> list[dict[str, Any]]:
+    rows = contents(data_dir, MZ_STORAGE_WRITER_STATUS.id)
+    names = MZ_STORAGE_WRITER_STATUS.column_names
+    return [dict(zip(names, row, strict=False)) for row, diff in rows.items() if diff > 0]
+
+
+@pytest.mark.spark
+@pytest.mark.timeout(300)
+async def test_spark_jvm_killed_mid_flush_and_scratch_deleted_the_writer_recovers(
+    data_dir: Path, nats_url: str, nats_connection: Any
+) -> None:
+    """Issue 11: ``kill -9`` of the Spark JVM mid-write and its scratch directory deleted,
+    under a steady load: the same writer process builds a new session and goes on; every
+    batch is stored exactly once, and ``mz_storage_writer_status`` shows the restart."""
+    tag = uuid.uuid4().hex[:12]
+    stream = StreamConfig.scoped(tag)
+    writer = WriterProcess(data_dir, nats_url, tag, "spark")
+    publisher = Publisher(nats_connection, stream)
+    try:
+        await writer.start()
+        await writer.ready(timeout=120)
+        assert writer.process is not None
+        jvm = spark_jvm_pid(writer.process.pid)
+        assert jvm is not None, "the writer runs a Spark JVM"
+        assert (data_dir / "spark" / "local").is_dir(), "Spark's scratch is under the data dir"
+        load = asyncio.create_task(publisher.run(range(300), pause=0.03))
+        await asyncio.sleep(1.0)
+        mid_write = await kill_mid_write(data_dir, jvm, timeout=10)
+        shutil.rmtree(data_dir / "spark")
+        killed_at = asyncio.get_running_loop().time()
+        print("killed the Spark JVM at", time.strftime("%H:%M:%S", time.gmtime()), file=sys.stderr)
+        progress_at_kill = least_progress(data_dir)
+        # Collections advance again: progress moves past what it was at the kill.
+        while least_progress(data_dir) <= progress_at_kill:
+            assert asyncio.get_running_loop().time() < killed_at + 90, "the writer never recovered"
+            assert writer.process.returncode is None, "the writer process died"
+            await asyncio.sleep(0.1)
+        recovered_s = asyncio.get_running_loop().time() - killed_at
+        await load
+        await wait_caught_up(publisher, data_dir, nats_connection, timeout=90)
+        assert writer.process.returncode is None, "the same writer process recovered"
+        new_jvm = spark_jvm_pid(writer.process.pid)
+        assert new_jvm not in (None, jvm), "a new JVM runs the new session"
+        assert reaped(jvm), "the killed JVM is not left defunct"
+        assert (data_dir / "spark" / "local").is_dir(), "the scratch directory is made again"
+        # The row is written by the writer itself: it lands once Spark works again,
+        # after a "failing" row for the flush that found the JVM dead.
+        deadline = asyncio.get_running_loop().time() + 60
+        while not any(r["status"] == "running" and r["restarts"] for r in writer_status(data_dir)):
+            assert asyncio.get_running_loop().time() < deadline, writer_status(data_dir)
+            await asyncio.sleep(0.2)
+        [status] = writer_status(data_dir)
+        assert status["status"] == "running"
+        assert status["restarts"] == 1
+        assert status["spark_incarnation"] == 2
+        assert status["spark_pid"] == new_jvm
+        assert status["reason"], "it says why Spark was restarted"
+        await writer.kill()
+        await check_exactly_once(publisher, data_dir, nats_connection)
+        print(
+            f"killed mid-write: {mid_write}; collections advancing again {recovered_s:.1f}s after"
+        )
     finally:
         await writer.kill()

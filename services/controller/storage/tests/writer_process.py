@@ -5,9 +5,11 @@
 Prints ``ready`` once started (after catching up with the stream), then
 writes until killed. With ``CRASH_AFTER_APPENDS=n`` in the environment it
 kills itself (SIGKILL) right after its n-th successful compare-and-append
-of a non-empty part, i.e. in the middle of a flush, between two shards.
+of a non-empty part (its own status row's aside), i.e. in the middle of a flush, between two shards.
 Compaction runs every ``COMPACTION_INTERVAL`` seconds (default 0.5), so
-kills also land in compactions.
+kills also land in compactions. Spark's scratch directory is
+``DATA_DIR/spark`` (as the controller's), and its jobs run under a
+``SparkSupervisor`` with ``SPARK_JOB_TIMEOUT`` seconds (default 120).
 """
 
 from __future__ import annotations
@@ -19,12 +21,14 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from loupe.builtins import MZ_STORAGE_WRITER_STATUS
 from loupe.common.logging import configure_logging
 from loupe.common.transport import connect
 from loupe.controller.storage import (
     ArrowPartStore,
     CompactionPolicy,
     SparkPartStore,
+    SparkSupervisor,
     StorageWriter,
     StreamConfig,
 )
@@ -40,7 +44,8 @@ def crash_after_appends(count: int) -> None:
     def compare_and_append(self: Shard, updates: Any, *args: Any, **kwargs: Any) -> Any:
         nonlocal done
         state = original(self, updates, *args, **kwargs)
-        if updates:
+        # The writer's own status row (written at start) is not the test's data.
+        if updates and self.shard_id != MZ_STORAGE_WRITER_STATUS.shard_id:
             done += 1
             if done >= count:
                 os.kill(os.getpid(), signal.SIGKILL)
@@ -58,7 +63,10 @@ async def main(data_dir: str, nats_url: str, tag: str, store: str, interval: str
     if store == "spark":
         from loupe.common.spark import get_spark
 
-        spark = get_spark()
+        spark = SparkSupervisor(
+            get_spark(scratch_dir=Path(data_dir) / "spark"),
+            job_timeout=float(os.environ.get("SPARK_JOB_TIMEOUT", "120")),
+        )
     writer = StorageWriter(
         spark,
         blob,
@@ -76,5 +84,5 @@ async def main(data_dir: str, nats_url: str, tag: str, store: str, interval: str
 
 
 if __name__ == "__main__":
-    configure_logging("warning", json=True)
+    configure_logging(os.environ.get("LOG_LEVEL", "warning"), json=True)
     asyncio.run(main(*sys.argv[1:6]))

@@ -1,0 +1,89 @@
+"""A ``SparkSupervisor`` in a process of its own, whose Spark session a test may break.
+
+    python supervisor_process.py SCRATCH_DIR {dead|hung}
+
+Runs one scenario against a real Spark session and prints one JSON object per
+step (what happened, the session's pid and incarnation, restarts), so the
+test's own session is never touched. ``dead``: the SparkContext stopped
+under the supervisor, then its scratch directory deleted. ``hung``: a job
+that never ends (cancelled at the deadline), then a JVM frozen with SIGSTOP
+(killed at the deadline).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+from loupe.common.logging import configure_logging
+from loupe.common.spark import get_spark, spark_incarnation, spark_pid
+from loupe.controller.storage import SparkSupervisor
+
+
+def count_rows(spark: Any) -> int:
+    """A job that goes through the scratch directory (an Arrow table shipped to the JVM)."""
+    return int(spark.createDataFrame(pa.table({"x": [1, 2, 3]})).count())
+
+
+def sleep_forever(spark: Any) -> None:
+    spark.sparkContext.parallelize([1], 1).map(lambda _: time.sleep(600)).collect()
+
+
+def step(name: str, supervisor: SparkSupervisor, job: Any, timeout: float | None = None) -> None:
+    began = time.monotonic()
+    try:
+        outcome: Any = supervisor.run(job, name, timeout=timeout)
+        error = None
+    except Exception as failure:
+        outcome, error = None, type(failure).__name__
+    health = supervisor.health()
+    report = {
+        "step": name,
+        "result": outcome,
+        "error": error,
+        "seconds": round(time.monotonic() - began, 1),
+        "status": health.status,
+        "reason": health.reason,
+        "restarts": health.restarts,
+        "incarnation": spark_incarnation(),
+        "pid": spark_pid(),
+    }
+    print(json.dumps(report), flush=True)
+
+
+def dead(scratch: Path) -> None:
+    supervisor = SparkSupervisor(get_spark(scratch_dir=scratch), job_timeout=120)
+    step("healthy", supervisor, count_rows)
+    supervisor.session().sparkContext.stop()
+    step("context stopped", supervisor, count_rows)
+    step("after the stop", supervisor, count_rows)
+    shutil.rmtree(scratch)
+    step("scratch deleted", supervisor, count_rows)
+    step("after the deletion", supervisor, count_rows)
+
+
+def hung(scratch: Path) -> None:
+    # Ordinary jobs get the default (generous: a loaded machine is slow), the
+    # broken ones a short deadline.
+    supervisor = SparkSupervisor(get_spark(scratch_dir=scratch), job_timeout=120, cancel_grace=5)
+    step("healthy", supervisor, count_rows)
+    step("job never ends", supervisor, sleep_forever, timeout=5)
+    step("after the cancel", supervisor, count_rows)
+    pid = spark_pid()
+    assert pid is not None
+    os.kill(pid, signal.SIGSTOP)
+    step("jvm frozen", supervisor, count_rows, timeout=5)
+    step("after the freeze", supervisor, count_rows)
+
+
+if __name__ == "__main__":
+    configure_logging("warning", json=True)
+    {"dead": dead, "hung": hung}[sys.argv[2]](Path(sys.argv[1]))
