@@ -53,7 +53,9 @@ def test_numbers_compare_exactly_whatever_their_python_type() -> None:
 def test_errors_that_prove_nothing_was_written_are_definite() -> None:
     assert definite_failure(LoupeError("42P01", "no such table"))
     assert definite_failure(NotSent("connection refused"))
+    assert definite_failure(LoupeError("53000", "the queue is full"))
     assert not definite_failure(LoupeError("58000", "internal"))
+    assert not definite_failure(LoupeError("57014", "statement timeout"))
     assert not definite_failure(TimeoutError())
 
 

@@ -59,8 +59,10 @@ READS = (
     "SELECT count(*), max(id) FROM chaos_events",  # a transient dataflow
     "SELECT writer, last FROM chaos_writers WHERE grps > 1",
 )
-# SQLSTATE classes whose errors are decided before anything is written.
+# SQLSTATE classes whose errors are decided before anything is written, and single codes:
+# 53000 is an admission queue refusing the statement before it runs.
 DEFINITE_CLASSES = ("22", "23", "42", "2B")
+DEFINITE_CODES = ("53000",)
 STATEMENT_TIMEOUT = 30.0
 
 
@@ -72,7 +74,9 @@ def definite_failure(error: Exception) -> bool:
     """Whether ``error`` proves the statement changed nothing; otherwise its outcome is unknown."""
     if isinstance(error, NotSent):
         return True
-    return isinstance(error, LoupeError) and error.code[:2] in DEFINITE_CLASSES
+    if not isinstance(error, LoupeError):
+        return False
+    return error.code[:2] in DEFINITE_CLASSES or error.code in DEFINITE_CODES
 
 
 class Gate:
