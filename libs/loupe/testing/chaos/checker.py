@@ -7,9 +7,10 @@
 - views: each maintained view (``workload.MAINTAINED``) equals PostgreSQL's
   answer to its SQL over the same table contents, loaded into a scratch
   PostgreSQL database;
-- catalog: the coordinator's ``SHOW TABLES``/``SHOW VIEWS`` agree with the DDL
-  ledger, and ``mz_catalog.mz_tables``/``mz_views``/``mz_objects`` equal them
-  within ``CATALOG_BOUND`` seconds;
+- catalog: the catalog itself (name resolution, through ``EXPLAIN``) agrees
+  with the DDL ledger, and ``mz_catalog.mz_tables``/``mz_views``/``mz_objects``
+  and ``SHOW TABLES``/``SHOW VIEWS`` (queries over them) equal it within
+  ``CATALOG_BOUND`` seconds;
 - processes: one process per service and replica, at most one Spark JVM,
   and nothing that was once below ``loupe up`` running outside it.
 
@@ -25,7 +26,16 @@ from typing import Any
 
 import psycopg
 
-from loupe.testing.chaos.workload import GROUPS, LABELS, MAINTAINED, Ledger, Session
+from loupe.common.errors import LoupeError
+from loupe.testing.chaos.workload import (
+    FIXED_TABLES,
+    FIXED_VIEWS,
+    GROUPS,
+    LABELS,
+    MAINTAINED,
+    Ledger,
+    Session,
+)
 from loupe.testing.procs import Proc, Tracker
 
 CATALOG_BOUND = 30.0
@@ -39,6 +49,7 @@ class Checker:
         self.postgres_url = postgres_url
         self.catalog_lags: list[float] = []
         self.lost: list[int] = []  # acknowledged rows missing, at each check
+        self.confirmed_dropped: set[str] = set()
         with psycopg.connect(postgres_url, autocommit=True) as pg:
             pg.execute(
                 "CREATE TABLE chaos_dims (grp int NOT NULL, label text NOT NULL);"
@@ -84,27 +95,17 @@ class Checker:
         return findings
 
     def catalog(self, ledger: Ledger) -> list[str]:
-        """DDL ledger vs SHOW, then SHOW vs mz_catalog relations (eventually)."""
-        findings = []
-        shown = {
-            "table": {name for (name, *_) in self.query("SHOW TABLES")},
-            "view": {name for (name, *_) in self.query("SHOW VIEWS")},
-        }
-        everything = shown["table"] | shown["view"]
-        with ledger.lock:
-            objects = dict(ledger.objects)
-        for name, state in sorted(objects.items()):
-            if state == "present" and name not in everything:
-                findings.append(f"catalog: {name} was created (acknowledged) but is not shown")
-            if state == "absent" and name in everything:
-                findings.append(f"catalog: {name} was dropped (acknowledged) but is still shown")
+        """The catalog itself (name resolution) against the DDL ledger, then the catalog
+        relations and SHOW (queries over them) against the catalog, eventually."""
+        findings, truth = self.resolved(ledger)
         began = time.monotonic()
         while True:
             relations = self.catalog_relations()
             differences = [
-                f"{relation} lists {sorted(listed ^ shown[kind])[:8]} unlike SHOW {kind.upper()}S"
+                f"{relation} lists {sorted(listed - truth[kind])[:8]} that the catalog does not"
+                f" have and lacks {sorted(truth[kind] - listed)[:8]}"
                 for relation, (kind, listed) in relations.items()
-                if listed != shown[kind]
+                if listed != truth[kind]
             ]
             if not differences:
                 self.catalog_lags.append(time.monotonic() - began)
@@ -112,6 +113,38 @@ class Checker:
             if time.monotonic() - began > CATALOG_BOUND:
                 return [*findings, f"catalog after {CATALOG_BOUND:.0f}s: " + "; ".join(differences)]
             time.sleep(1)
+
+    def resolved(self, ledger: Ledger) -> tuple[list[str], dict[str, set[str]]]:
+        """Which of the DDL session's objects the catalog has (``EXPLAIN`` resolves a name
+        through the coordinator's catalog, reading no relation); findings where that
+        contradicts an acknowledged CREATE or DROP. Objects once confirmed dropped are
+        not asked again."""
+        findings = []
+        truth: dict[str, set[str]] = {"table": set(FIXED_TABLES), "view": set(FIXED_VIEWS)}
+        with ledger.lock:
+            objects = dict(ledger.objects)
+        for name, state in sorted(objects.items()):
+            if name in self.confirmed_dropped:
+                continue
+            exists = self.resolves(name)
+            if state == "present" and not exists:
+                findings.append(f"catalog: {name} was created (acknowledged) but does not resolve")
+            if state == "absent" and exists:
+                findings.append(f"catalog: {name} was dropped (acknowledged) but still resolves")
+            if state == "absent" and not exists:
+                self.confirmed_dropped.add(name)
+            if exists:
+                truth["view" if name.startswith("chaos_ddl_v") else "table"].add(name)
+        return findings, truth
+
+    def resolves(self, name: str) -> bool:
+        try:
+            self.query(f"EXPLAIN SELECT * FROM {name}")
+        except LoupeError as error:
+            if error.code == "42P01":
+                return False
+            raise
+        return True
 
     def catalog_relations(self) -> dict[str, tuple[str, set[str]]]:
         """User tables and views of schema public, as each catalog relation lists them."""
@@ -129,6 +162,8 @@ class Checker:
             "mz_views": ("view", listed("mz_views")),
             "mz_objects (tables)": ("table", listed("mz_objects", "table")),
             "mz_objects (views)": ("view", listed("mz_objects", "view")),
+            "SHOW TABLES": ("table", names(self.query("SHOW TABLES"))),
+            "SHOW VIEWS": ("view", names(self.query("SHOW VIEWS"))),
         }
 
 
