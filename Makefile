@@ -13,6 +13,8 @@ PYTEST_ARGS ?=
 SLT_DIR  ?= $(abspath ../shared/sqllogictest)
 SLT_ARGS ?= --postgres --max-records 1000
 CHAOS_ARGS ?=
+# `make soak`'s arguments (python -m loupe.testing.soak --help).
+SOAK_ARGS ?= --minutes 30
 
 export SPARK_LOCAL_IP ?= 127.0.0.1
 export PYSPARK_PYTHON := $(abspath $(PY))
@@ -20,13 +22,15 @@ export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
 .DEFAULT_GOAL := help
 
-.PHONY: help install run test test-fast lint format typecheck protos check-protos bench slt chaos clean
+.PHONY: help install run test test-fast lint format typecheck protos check-protos bench slt chaos soak clean
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  make %-14s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 	@echo ""
 	@echo "  Variables: DATA_DIR=$(DATA_DIR) SQL_PORT=$(SQL_PORT) PYTEST_ARGS='...'"
 	@echo "             SLT_DIR=$(SLT_DIR) SLT_ARGS='$(SLT_ARGS)' (see python -m loupe.slt --help)"
+	@echo "             CHAOS_ARGS='$(CHAOS_ARGS)' (python -m loupe.testing.chaos --help)"
+	@echo "             SOAK_ARGS='$(SOAK_ARGS)' (python -m loupe.testing.soak --help)"
 
 install: $(STAMP) ## create .venv and install Loupe with its dev tools (idempotent)
 
@@ -70,8 +74,11 @@ bench: install ## run the benchmarks and print their numbers
 slt: install ## run sqllogictest scripts on a fresh Loupe (and PostgreSQL): pass rate per file
 	$(PY) -m loupe.slt --dir $(SLT_DIR) $(SLT_ARGS)
 
-chaos: install ## long strict-serializability check: concurrent writers and readers on a fresh Loupe
+chaos: install ## long chaos test: 30 kills/pauses of every process under load, then strict serializability
 	$(PY) -m loupe.testing.chaos $(CHAOS_ARGS)
+
+soak: install ## 30 min of steady mixed load; memory and disk per process over time (bench/results/soak)
+	$(PY) -m loupe.testing.soak $(SOAK_ARGS)
 
 clean: ## remove caches and the default data directory (not .venv)
 	rm -rf $(DATA_DIR) .pytest_cache .ruff_cache .mypy_cache build

@@ -88,6 +88,7 @@ class SqlClient:
         application_name: str = "loupe-sql",
         options: dict[str, str] | None = None,
         connect_timeout: float = 5.0,
+        statement_timeout: float | None = None,
     ) -> None:
         self.address = f"{host}:{port}"
         self.user = user
@@ -95,6 +96,8 @@ class SqlClient:
         self.application_name = application_name
         self.options = dict(options or {})
         self.connect_timeout = connect_timeout
+        # A deadline for each Execute call (None: wait as long as the statement runs).
+        self.statement_timeout = statement_timeout
         self.session_id = ""
         self.parameters: dict[str, str] = {}
         self._channel: grpc.Channel | None = None
@@ -184,7 +187,7 @@ class SqlClient:
         request = sql_pb2.ExecuteRequest(
             session_id=self.session_id, sql=sql, params=[to_value(p) for p in params or ()]
         )
-        responses = self._stub.Execute(request)
+        responses = self._stub.Execute(request, timeout=self.statement_timeout)
         current: StatementResult | None = None
         interrupted = False
         while True:

@@ -42,3 +42,16 @@ def test_a_killed_child_is_restarted_after_the_backoff(
         supervisor.stopping = True
         runner.join(5)
         child.stop(2)
+
+
+def test_the_backoff_doubles_in_a_crash_loop_and_resets_after_a_stable_run(
+    tmp_path: Path,
+) -> None:
+    """Killed once an hour, a service must not wait the 30x backoff of a crash loop."""
+    child = up.Child("svc", ["true"], tmp_path / "s.log")
+    child.started_at, child.restarts = 100.0, 3
+    assert child.backoff(101.0) == up.RESTART_BACKOFF * 8  # died 1 s after starting
+    child.restarts = 12
+    assert child.backoff(102.0) == up.RESTART_BACKOFF * 30  # capped
+    assert child.backoff(100.0 + up.STABLE_AFTER) == up.RESTART_BACKOFF  # ran a minute
+    assert child.restarts == 0

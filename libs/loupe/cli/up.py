@@ -32,6 +32,9 @@ SERVICES = ("catalog", "controller", "coordinator")
 COMMANDS = {"catalog": "catalog-server", "controller": "controller", "coordinator": "coordinator"}
 READY_TIMEOUT = 120.0
 RESTART_BACKOFF = 1.0
+# A service that ran at least this long before dying restarts after the base backoff
+# again: the backoff doubles for crash loops, not for each of a long life's rare deaths.
+STABLE_AFTER = 60.0
 
 
 class UpError(RuntimeError):
@@ -87,6 +90,7 @@ class Child:
     log_path: Path
     process: subprocess.Popen[bytes] | None = None
     restarts: int = 0
+    started_at: float = 0.0
     log: IO[bytes] | None = field(default=None, repr=False)
 
     def start(self, env: dict[str, str]) -> None:
@@ -102,6 +106,13 @@ class Child:
             start_new_session=True,
             preexec_fn=die_with_parent,
         )
+        self.started_at = time.monotonic()
+
+    def backoff(self, now: float) -> float:
+        """Seconds to wait before restarting it, having found it dead at ``now``."""
+        if now - self.started_at >= STABLE_AFTER:
+            self.restarts = 0
+        return RESTART_BACKOFF * min(2**self.restarts, 30)
 
     def alive(self) -> bool:
         return self.process is not None and self.process.poll() is None
@@ -282,7 +293,7 @@ class Supervisor:
                     say(
                         f"{name} exited ({describe_exit(code)}); restarting it (see {child.log_path})"
                     )
-                    next_restart[name] = now + RESTART_BACKOFF * min(2**child.restarts, 30)
+                    next_restart[name] = now + child.backoff(now)
                 elif now >= next_restart[name]:
                     del next_restart[name]
                     child.restarts += 1
