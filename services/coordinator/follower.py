@@ -329,6 +329,12 @@ class CatalogFollower:
     async def refresh(self) -> CatalogState:
         """Ask the catalog for its latest snapshot, for name resolution (storage is not touched)."""
         snapshot = await self._catalog.Snapshot(catalog_pb2.SnapshotRequest())
+        return self.resolve_with(snapshot)
+
+    def resolve_with(self, snapshot: catalog_pb2.CatalogSnapshot) -> CatalogState:
+        """Resolve names with ``snapshot`` from now on if it is newer (a commit's own
+        snapshot, before following it: the statement that made it must see its object
+        even while following waits for storage); nothing is followed by this."""
         fresh = CatalogState(snapshot)
         if fresh.is_newer_than(self.state):
             self.state = fresh
@@ -338,9 +344,7 @@ class CatalogFollower:
 
     def _advance(self, snapshot: catalog_pb2.CatalogSnapshot) -> None:
         self._followed = snapshot
-        fresh = CatalogState(snapshot)
-        if fresh.is_newer_than(self.state):
-            self.state = fresh
+        self.resolve_with(snapshot)
 
     def _target(self) -> dict[str, Any]:
         return catalog_rows(self._followed, self.audit)

@@ -113,6 +113,7 @@ async def transact(
                 "Snapshot", lambda: ctx.catalog.Snapshot(catalog_pb2.SnapshotRequest())
             )
         )
+        ctx.follower.resolve_with(snapshot)
         behind = await follow_commit(ctx, snapshot)
         if behind is not None:
             metrics.DDL_ANSWERED_BEHIND.inc()
