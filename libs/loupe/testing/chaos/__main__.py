@@ -29,6 +29,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--max-gap", type=float, default=20.0, help="seconds between faults, at most"
     )
+    parser.add_argument(
+        "--ddl-pause",
+        type=float,
+        nargs=2,
+        default=(0.2, 1.0),
+        metavar=("MIN", "MAX"),
+        help="seconds the DDL session rests between rounds of 3-5 statements",
+    )
     parser.add_argument("--recovery-bound", type=float, default=RECOVERY_BOUND)
     parser.add_argument(
         "--serializability-rounds",
@@ -50,6 +58,7 @@ def main(argv: list[str] | None = None) -> int:
         writers=args.writers,
         readers=args.readers,
         gap=(args.min_gap, args.max_gap),
+        ddl_pause=tuple(args.ddl_pause),
         recovery_bound=args.recovery_bound,
         kinds=kinds,
         serializability_rounds=args.serializability_rounds,

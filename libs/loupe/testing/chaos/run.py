@@ -39,6 +39,9 @@ class Options:
     writers: int = 3
     readers: int = 2
     gap: tuple[float, float] = (3.0, 10.0)  # seconds of workload between recovery and a fault
+    # Seconds the DDL session rests between rounds (3-5 DDL each). mz_catalog takes about
+    # one commit per storage flush: DDL faster than that leaves a backlog after an outage.
+    ddl_pause: tuple[float, float] = (0.2, 1.0)
     recovery_bound: float = RECOVERY_BOUND
     kinds: tuple[str, ...] = KINDS
     serializability_rounds: int = 0
@@ -85,7 +88,11 @@ def _run(
     say: Callable[[str], None],
 ) -> None:
     workload = Workload(
-        system.sql_port, writers=options.writers, readers=options.readers, seed=rng.randrange(2**31)
+        system.sql_port,
+        writers=options.writers,
+        readers=options.readers,
+        seed=rng.randrange(2**31),
+        ddl_pause=options.ddl_pause,
     )
     workload.setup()
     workload.start()

@@ -202,6 +202,7 @@ class Workload:
         seed: int = 0,
         pace: float = 0.0,
         keep: int | None = None,
+        ddl_pause: tuple[float, float] = (0.2, 1.0),
     ) -> None:
         self.port = port
         self.writers = writers
@@ -210,6 +211,7 @@ class Workload:
         self.seed = seed
         self.pace = pace  # seconds each session sleeps between statements (on average)
         self.keep = keep  # when set, each writer deletes its oldest rows past this many
+        self.ddl_pause = ddl_pause  # seconds the DDL session rests between rounds
         self.ledger = Ledger()
         self.gate = Gate()
         self.stop_event = threading.Event()
@@ -370,7 +372,7 @@ class Workload:
                         break
                     self._ddl_step(session, statement, effects)
                 self._sleep(rng)
-            self.stop_event.wait(rng.uniform(0.2, 1.0))
+            self.stop_event.wait(rng.uniform(*self.ddl_pause))
         session.close()
 
     def _ddl_step(self, session: Session, statement: str, effects: dict[str, str]) -> None:
