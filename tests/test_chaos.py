@@ -33,6 +33,11 @@ def test_one_fault_of_each_kind_loses_nothing(tmp_path) -> None:
             # check's 30 s bound tests convergence, not throughput (``make chaos`` runs the
             # DDL session flat out and reports how far behind mz_catalog falls).
             ddl_pause=(5.0, 10.0),
+            # mz_catalog converges after every fault; after a controller or Spark outage it
+            # drains the DDL committed meanwhile at one append per commit (a storage flush,
+            # about 5 s each here), so the short test allows the recovery bound for it.
+            # ``make chaos`` keeps the strict 30 s and reports the lag as a finding.
+            catalog_bound=RECOVERY_BOUND,
             data_dir=tmp_path / "data",
         )
     )

@@ -6,6 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from loupe.testing.chaos.checker import CATALOG_BOUND
 from loupe.testing.chaos.faults import KINDS
 from loupe.testing.chaos.run import RECOVERY_BOUND, Options, run_chaos
 
@@ -39,6 +40,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--recovery-bound", type=float, default=RECOVERY_BOUND)
     parser.add_argument(
+        "--catalog-bound",
+        type=float,
+        default=CATALOG_BOUND,
+        help="seconds the catalog relations may take to equal the catalog at a check",
+    )
+    parser.add_argument(
         "--serializability-rounds",
         type=int,
         default=2,
@@ -60,6 +67,7 @@ def main(argv: list[str] | None = None) -> int:
         gap=(args.min_gap, args.max_gap),
         ddl_pause=tuple(args.ddl_pause),
         recovery_bound=args.recovery_bound,
+        catalog_bound=args.catalog_bound,
         kinds=kinds,
         serializability_rounds=args.serializability_rounds,
         data_dir=args.data_dir,

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from loupe.testing.chaos import faults as fault_kinds
-from loupe.testing.chaos.checker import Checker, check_processes
+from loupe.testing.chaos.checker import CATALOG_BOUND, Checker, check_processes
 from loupe.testing.chaos.faults import KINDS, Fault
 from loupe.testing.chaos.report import Report
 from loupe.testing.chaos.workload import Workload
@@ -42,6 +42,8 @@ class Options:
     # Seconds the DDL session rests between rounds (3-5 DDL each). mz_catalog takes about
     # one commit per storage flush: DDL faster than that leaves a backlog after an outage.
     ddl_pause: tuple[float, float] = (0.2, 1.0)
+    # Seconds the catalog relations may take to equal the catalog at a check.
+    catalog_bound: float = CATALOG_BOUND
     recovery_bound: float = RECOVERY_BOUND
     kinds: tuple[str, ...] = KINDS
     serializability_rounds: int = 0
@@ -63,7 +65,15 @@ def run_chaos(options: Options, say: Callable[[str], None] = print) -> Report:
     tracker.snapshot()
     try:
         with postgres_database() as postgres_url:
-            _run(options, system, tracker, Checker(system.sql_port, postgres_url), rng, report, say)
+            _run(
+                options,
+                system,
+                tracker,
+                Checker(system.sql_port, postgres_url, catalog_bound=options.catalog_bound),
+                rng,
+                report,
+                say,
+            )
     finally:
         system.stop()
         # `loupe up`'s own lines (which service exited, restarts) next to the services' logs.
