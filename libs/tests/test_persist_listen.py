@@ -194,3 +194,27 @@ async def test_async_iteration_over_every_consensus(shard):
         break
     await listener.aclose()
     assert await listener.anext() is None
+
+
+async def test_cancelling_a_listener_woken_at_that_moment_stops_it(shard):
+    """A cancel arriving as the wakeup fires ends the iteration (the chaos run's zombie feeder).
+
+    Python 3.11's ``asyncio.wait_for`` returns the inner result instead of
+    raising when the cancel and the inner completion land in one loop turn:
+    a replica's source feeder cancelled then (its last reader dropped) kept
+    pushing the shard's uppers into the next reader of that source, whose
+    dataflow passed its as_of before its snapshot came: a materialized view
+    read as empty.
+    """
+    shard.ensure(COLUMNS)
+    listener = shard.listen(0, poll_interval=60.0)
+    task = asyncio.create_task(listener.anext())
+    for _ in range(20):  # until it waits for the wakeup (after its first poll)
+        await asyncio.sleep(0.05)
+    assert not task.done()
+    assert listener._async_wakeup is not None
+    listener._async_wakeup.set()  # a writer's NATS upper notification (set on the loop) ...
+    task.cancel()  # ... in the same turn as the feeder's cancel
+    with pytest.raises(asyncio.CancelledError):
+        await asyncio.wait_for(task, 5)
+    listener.close()

@@ -437,6 +437,12 @@ class DataflowRunner:
             await asyncio.sleep(self.poll_interval)
 
     async def _push(self, source_id: str, updates: pa.Table, upper: int) -> None:
+        if self._feeders.get(source_id) is not asyncio.current_task():
+            # A feeder replaced or stopped that is still running (its cancel was lost):
+            # its uppers would let the source's next reader pass its as_of before that
+            # reader's snapshot came, reading as empty. It must never push again.
+            log.warning("a stopped feeder tried to push; it stops", source_id=source_id)
+            raise asyncio.CancelledError
         await self._call(self._engine.push, source_id, updates, upper)
         self._fed[source_id] = upper
         self._work.set()

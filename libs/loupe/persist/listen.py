@@ -204,10 +204,22 @@ class Listener:
             batch = await asyncio.to_thread(self.poll)
             if batch is not None:
                 return batch
-            wait = self._wait(deadline, timeout)
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._async_wakeup.wait(), wait)
+            await self._sleep_until_woken(self._wait(deadline, timeout))
         return None
+
+    async def _sleep_until_woken(self, seconds: float) -> None:
+        """Wait for a wakeup, at most ``seconds``; a cancel always propagates.
+
+        Not ``asyncio.wait_for``: on Python 3.11 it returns the inner result
+        when the task is cancelled in the same loop turn as the wakeup fires
+        (a writer's NATS notification), swallowing the cancel. A replica's
+        source feeder cancelled so kept running, feeding the next reader of
+        the source uppers without its snapshot.
+        """
+        assert self._async_wakeup is not None
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(seconds):
+                await self._async_wakeup.wait()
 
     async def _start_async(self) -> None:
         if self._async_wakeup is not None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import uuid
 from typing import Any
@@ -289,6 +290,27 @@ async def test_drop_frees_the_dataflow_and_stops_feeding(running, controller, st
     peek = target_peek(1)
     await controller.send(peek=peek)
     assert (await controller.peek_response(peek.uuid)).error.code == "42704"
+
+
+async def test_a_feeder_no_longer_registered_never_pushes(running, controller, storage):
+    """A feeder still running after it was replaced (its cancel lost) stops at its next push.
+
+    Python 3.11's ``asyncio.wait_for`` can swallow a cancel (see
+    ``Listener._sleep_until_woken``); such a feeder fed the uppers of a
+    materialized view's shard to the view's next reader, whose dataflow
+    passed its as_of before its own snapshot came: the view read as empty.
+    """
+    table = Table(storage)
+    table.write([(1, "a")], timestamp=1)
+    await controller.send(create_dataflow=dataflow(table, as_of=1))
+    await assert_eventually(lambda: _assert(frontiers_of(controller, "i")))
+    runner = running.dataflows
+    stray = asyncio.create_task(runner._feed(runner._sources["t"], 1))
+    with pytest.raises(asyncio.CancelledError):
+        await asyncio.wait_for(stray, 10)
+    table.write([(2, "b")], timestamp=3)
+    assert await peek_rows(controller, 3) == [(1, "a"), (2, "b")]
+    assert runner.fed_sources() == ["t"]
 
 
 async def test_a_dataflow_whose_sources_are_compacted_starts_at_their_since(
