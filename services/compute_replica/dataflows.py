@@ -33,7 +33,6 @@ peek's timestamp, then read it on the engine thread.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 import functools
 import time
@@ -47,6 +46,7 @@ import pyarrow.compute as pc
 from prometheus_client import Counter
 
 from loupe.common import values
+from loupe.common.aio import wait_event
 from loupe.common.errors import LoupeError, SqlState
 from loupe.common.logging import get_logger
 from loupe.compute_replica.process_metrics import EngineActivity
@@ -356,9 +356,8 @@ class DataflowRunner:
                     timestamp=request.timestamp or "latest",
                     write_frontier=frontier,
                 )
-            with contextlib.suppress(TimeoutError):
-                # Bounded only so that the log line above is written in time.
-                await asyncio.wait_for(stepped.wait(), self.slow_peek_log)
+            # Bounded only so that the log line above is written in time.
+            await wait_event(stepped, self.slow_peek_log)
         result: EnginePeekResult = await self._call(
             self._engine.peek, target, timestamp, request.mfp, request.finishing
         )

@@ -24,6 +24,7 @@ from collections.abc import Callable
 
 from nats.aio.client import Client as NatsConnection
 
+from loupe.common.aio import wait_event
 from loupe.common.logging import get_logger
 from loupe.common.transport import NatsUnavailable, connect, publish
 from loupe.proto.compute.v1 import compute_pb2
@@ -126,8 +127,7 @@ class HeartbeatThread:
                 if self._begun.is_set():
                     await self._send(nc)
                 timeout = self.interval if self._begun.is_set() else None
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(wake.wait(), timeout)
+                await wait_event(wake, timeout)
         finally:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(nc.drain(), timeout=2.0)
@@ -142,8 +142,7 @@ class HeartbeatThread:
             except NatsUnavailable as error:
                 log.warning("heartbeat connection failed; retrying", error=str(error))
                 wake.clear()
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(wake.wait(), self.interval)
+                await wait_event(wake, self.interval)
         return None
 
     async def _send(self, nc: NatsConnection) -> None:

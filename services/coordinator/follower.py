@@ -33,10 +33,10 @@ its rows reach storage with the next commit followed.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
+from loupe.common.aio import wait_event
 from loupe.common.errors import LoupeError
 from loupe.common.logging import get_logger
 from loupe.common.transport import NatsServiceClient
@@ -304,10 +304,7 @@ class CatalogFollower:
         meanwhile, and DDL waiting in ``wait_in_sync`` is answered once it is done."""
         pause = RETRY_PAUSE
         while True:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(
-                    self._resync_wanted.wait(), pause if self.writer.stale else interval
-                )
+            await wait_event(self._resync_wanted, pause if self.writer.stale else interval)
             self._resync_wanted.clear()
             if not self.writer.stale:
                 continue

@@ -28,6 +28,7 @@ from typing import Any, NamedTuple
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from loupe.common.aio import wait_event
 from loupe.common.logging import get_logger
 from loupe.persist.shard import TIMESTAMP_COLUMN, Shard, SinceError, overlaps
 
@@ -208,18 +209,10 @@ class Listener:
         return None
 
     async def _sleep_until_woken(self, seconds: float) -> None:
-        """Wait for a wakeup, at most ``seconds``; a cancel always propagates.
-
-        Not ``asyncio.wait_for``: on Python 3.11 it returns the inner result
-        when the task is cancelled in the same loop turn as the wakeup fires
-        (a writer's NATS notification), swallowing the cancel. A replica's
-        source feeder cancelled so kept running, feeding the next reader of
-        the source uppers without its snapshot.
-        """
+        """Wait for a wakeup (a writer's NATS notification), at most ``seconds``; a cancel
+        always propagates (``loupe.common.aio.wait_event``)."""
         assert self._async_wakeup is not None
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(seconds):
-                await self._async_wakeup.wait()
+        await wait_event(self._async_wakeup, seconds)
 
     async def _start_async(self) -> None:
         if self._async_wakeup is not None:

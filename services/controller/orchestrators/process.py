@@ -21,6 +21,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from loupe.common.aio import wait_event
 from loupe.common.logging import get_logger
 from loupe.common.nats_server import die_with_parent
 from loupe.controller.orchestrators.base import (
@@ -302,8 +303,7 @@ class _Supervisor:
     async def _sleep(self, delay: float) -> None:
         if delay <= 0:
             return
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._wake.wait(), delay)
+        await wait_event(self._wake, delay)
 
 
 # What a replica that hit its OS memory limit (``loupe.compute_replica.os_limit``) last says:
