@@ -37,6 +37,7 @@ from loupe.common.logging import get_logger
 from loupe.common.metrics import serve_metrics
 from loupe.common.service import Service, remove_ready_file, write_ready_file
 from loupe.common.settings import BaseSettings
+from loupe.common.spark import shutdown_spark
 from loupe.common.system_vars import system_value
 from loupe.common.transport import (
     NatsServiceClient,
@@ -138,6 +139,10 @@ class ControllerService(Service):
             self.metrics_port = serve_metrics(settings.metrics_port, settings.metrics_host)
 
             blob, consensus = open_location(blob_uri, consensus_uri)
+            if self._writer_factory is None:
+                # After the writer's last flush (the stack unwinds in reverse): no JVM
+                # outlives the controller.
+                stack.push_async_callback(asyncio.to_thread, shutdown_spark)
             self.writer = await self._open_writer(blob, consensus, nc)
             await self.writer.start()
             stack.push_async_callback(self.writer.stop)

@@ -249,3 +249,16 @@ def stop_spark() -> None:
         if _session is not None:
             _session.stop()
             _session = None
+
+
+def shutdown_spark() -> None:
+    """Stop this process's session for good (bounded) and make sure its JVM is gone.
+
+    For a service that exits: the JVM would otherwise outlive the process for
+    as long as its shutdown takes, or for good if the stop hangs.
+    """
+    global _session
+    with _lock:
+        if _session is not None:
+            _discard(_session)
+            _session = None
