@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from loupe.common.errors import LoupeError
+from loupe.testing import eventually
 from loupe.testing.system import LoupeUp, processes_mentioning
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
@@ -44,14 +45,7 @@ SQL_TIMEOUT_S = 90.0
 
 
 def wait_until(check: Any, timeout: float) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            return check()
-        except (AssertionError, LoupeError):
-            if time.monotonic() > deadline:
-                raise
-        time.sleep(0.5)
+    return eventually.wait_until(check, timeout, retry_on=(AssertionError, LoupeError))
 
 
 def ddl(system: LoupeUp, statement: str) -> None:

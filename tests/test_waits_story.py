@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 
 from loupe.common.errors import LoupeError
+from loupe.testing import eventually
 from loupe.testing.system import LoupeUp, replica_pid
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
@@ -65,14 +66,7 @@ def log_text(data_dir: Path, name: str) -> str:
 
 
 def wait_until(check: Any, timeout: float) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            return check()
-        except (AssertionError, LoupeError):
-            if time.monotonic() > deadline:
-                raise
-        time.sleep(0.5)
+    return eventually.wait_until(check, timeout, retry_on=(AssertionError, LoupeError))
 
 
 def test_a_read_waits_for_its_replica_to_come_back(system, background):

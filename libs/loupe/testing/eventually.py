@@ -29,3 +29,22 @@ async def assert_eventually(
                     f"{message or 'condition'} not met within {timeout}s: {error}"
                 ) from error
         await asyncio.sleep(interval)
+
+
+def wait_until(
+    check: Callable[[], Any],
+    timeout: float,
+    *,
+    retry_on: tuple[type[BaseException], ...] = (AssertionError,),
+    interval: float = 0.5,
+) -> Any:
+    """``check()`` until it returns without one of ``retry_on``; its value (blocking, for
+    tests driving a whole system from a thread). After ``timeout`` the last error is raised."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return check()
+        except retry_on:
+            if time.monotonic() > deadline:
+                raise
+        time.sleep(interval)
