@@ -143,7 +143,7 @@ class CancelPeek(_message.Message):
     def __init__(self, uuid: _Optional[str] = ...) -> None: ...
 
 class UpdateConfiguration(_message.Message):
-    __slots__ = ("parameters",)
+    __slots__ = ("parameters", "logging", "introspection_snapshot")
     class ParametersEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -152,8 +152,12 @@ class UpdateConfiguration(_message.Message):
         value: str
         def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
     PARAMETERS_FIELD_NUMBER: _ClassVar[int]
+    LOGGING_FIELD_NUMBER: _ClassVar[int]
+    INTROSPECTION_SNAPSHOT_FIELD_NUMBER: _ClassVar[int]
     parameters: _containers.ScalarMap[str, str]
-    def __init__(self, parameters: _Optional[_Mapping[str, str]] = ...) -> None: ...
+    logging: LoggingConfig
+    introspection_snapshot: bool
+    def __init__(self, parameters: _Optional[_Mapping[str, str]] = ..., logging: _Optional[_Union[LoggingConfig, _Mapping]] = ..., introspection_snapshot: _Optional[bool] = ...) -> None: ...
 
 class AllowCompaction(_message.Message):
     __slots__ = ("collection_id", "since", "empty")
@@ -166,7 +170,7 @@ class AllowCompaction(_message.Message):
     def __init__(self, collection_id: _Optional[str] = ..., since: _Optional[int] = ..., empty: _Optional[bool] = ...) -> None: ...
 
 class ComputeResponse(_message.Message):
-    __slots__ = ("replica_id", "incarnation", "hello", "heartbeat", "peek_response", "frontiers", "status", "subscribe_batch", "hydration", "collection_error")
+    __slots__ = ("replica_id", "incarnation", "hello", "heartbeat", "peek_response", "frontiers", "status", "subscribe_batch", "hydration", "collection_error", "introspection_updates")
     REPLICA_ID_FIELD_NUMBER: _ClassVar[int]
     INCARNATION_FIELD_NUMBER: _ClassVar[int]
     HELLO_FIELD_NUMBER: _ClassVar[int]
@@ -177,6 +181,7 @@ class ComputeResponse(_message.Message):
     SUBSCRIBE_BATCH_FIELD_NUMBER: _ClassVar[int]
     HYDRATION_FIELD_NUMBER: _ClassVar[int]
     COLLECTION_ERROR_FIELD_NUMBER: _ClassVar[int]
+    INTROSPECTION_UPDATES_FIELD_NUMBER: _ClassVar[int]
     replica_id: str
     incarnation: int
     hello: Hello
@@ -187,7 +192,8 @@ class ComputeResponse(_message.Message):
     subscribe_batch: SubscribeBatch
     hydration: Hydration
     collection_error: CollectionError
-    def __init__(self, replica_id: _Optional[str] = ..., incarnation: _Optional[int] = ..., hello: _Optional[_Union[Hello, _Mapping]] = ..., heartbeat: _Optional[_Union[Heartbeat, _Mapping]] = ..., peek_response: _Optional[_Union[PeekResponse, _Mapping]] = ..., frontiers: _Optional[_Union[Frontiers, _Mapping]] = ..., status: _Optional[_Union[Status, _Mapping]] = ..., subscribe_batch: _Optional[_Union[SubscribeBatch, _Mapping]] = ..., hydration: _Optional[_Union[Hydration, _Mapping]] = ..., collection_error: _Optional[_Union[CollectionError, _Mapping]] = ...) -> None: ...
+    introspection_updates: IntrospectionUpdates
+    def __init__(self, replica_id: _Optional[str] = ..., incarnation: _Optional[int] = ..., hello: _Optional[_Union[Hello, _Mapping]] = ..., heartbeat: _Optional[_Union[Heartbeat, _Mapping]] = ..., peek_response: _Optional[_Union[PeekResponse, _Mapping]] = ..., frontiers: _Optional[_Union[Frontiers, _Mapping]] = ..., status: _Optional[_Union[Status, _Mapping]] = ..., subscribe_batch: _Optional[_Union[SubscribeBatch, _Mapping]] = ..., hydration: _Optional[_Union[Hydration, _Mapping]] = ..., collection_error: _Optional[_Union[CollectionError, _Mapping]] = ..., introspection_updates: _Optional[_Union[IntrospectionUpdates, _Mapping]] = ...) -> None: ...
 
 class Hello(_message.Message):
     __slots__ = ("pid", "hostname")
@@ -308,3 +314,27 @@ class Status(_message.Message):
     MESSAGE_FIELD_NUMBER: _ClassVar[int]
     message: str
     def __init__(self, message: _Optional[str] = ...) -> None: ...
+
+class IntrospectionUpdates(_message.Message):
+    __slots__ = ("seq", "upper", "snapshot", "logs", "dropped_updates", "incomplete_since_ms")
+    SEQ_FIELD_NUMBER: _ClassVar[int]
+    UPPER_FIELD_NUMBER: _ClassVar[int]
+    SNAPSHOT_FIELD_NUMBER: _ClassVar[int]
+    LOGS_FIELD_NUMBER: _ClassVar[int]
+    DROPPED_UPDATES_FIELD_NUMBER: _ClassVar[int]
+    INCOMPLETE_SINCE_MS_FIELD_NUMBER: _ClassVar[int]
+    seq: int
+    upper: int
+    snapshot: bool
+    logs: _containers.RepeatedCompositeFieldContainer[LogUpdates]
+    dropped_updates: int
+    incomplete_since_ms: int
+    def __init__(self, seq: _Optional[int] = ..., upper: _Optional[int] = ..., snapshot: _Optional[bool] = ..., logs: _Optional[_Iterable[_Union[LogUpdates, _Mapping]]] = ..., dropped_updates: _Optional[int] = ..., incomplete_since_ms: _Optional[int] = ...) -> None: ...
+
+class LogUpdates(_message.Message):
+    __slots__ = ("log", "arrow_ipc")
+    LOG_FIELD_NUMBER: _ClassVar[int]
+    ARROW_IPC_FIELD_NUMBER: _ClassVar[int]
+    log: str
+    arrow_ipc: bytes
+    def __init__(self, log: _Optional[str] = ..., arrow_ipc: _Optional[bytes] = ...) -> None: ...

@@ -1,0 +1,1 @@
+"""Replica introspection (DESIGN §6): log variants, the collector, the views over them."""
