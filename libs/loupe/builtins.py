@@ -18,6 +18,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from loupe.introspection import logs
+
 _HOUR_MS = 3_600_000
 DEFAULT_RETENTION_MS = 30 * 24 * _HOUR_MS
 # The current-state relations of replicas change at every heartbeat: an hour of history.
@@ -413,6 +415,22 @@ STATEMENT_LOG_COLLECTIONS = (
     MZ_STATEMENT_LIFECYCLE_HISTORY,
 )
 
+# Replica introspection (DESIGN §6, seeds 001 and 003): one collection per log
+# variant for every replica, written by the controller from what replicas report,
+# ``replica_id`` and ``incarnation`` in front of Materialize's columns. History is
+# kept for ``introspection_retention`` (a crashed incarnation's state, with AS OF).
+INTROSPECTION_COLLECTIONS: tuple[BuiltinCollection, ...] = tuple(
+    BuiltinCollection(
+        v.collection_id,
+        "mz_internal",
+        v.name,
+        v.persisted_columns,
+        "controller",
+        retention_ms=logs.DEFAULT_RETENTION_MS,
+    )
+    for v in logs.LOG_VARIANTS
+)
+
 BUILTIN_COLLECTIONS: tuple[BuiltinCollection, ...] = (
     MZ_CLUSTERS,
     MZ_CLUSTER_REPLICAS,
@@ -436,6 +454,7 @@ BUILTIN_COLLECTIONS: tuple[BuiltinCollection, ...] = (
     MZ_CLUSTER_REPLICA_HISTORY,
     MZ_STORAGE_WRITER_STATUS,
     *STATEMENT_LOG_COLLECTIONS,
+    *INTROSPECTION_COLLECTIONS,
 )
 BY_QUALIFIED_NAME = {c.qualified_name: c for c in BUILTIN_COLLECTIONS}
 BY_ID = {c.id: c for c in BUILTIN_COLLECTIONS}

@@ -82,3 +82,14 @@ class LoggingHooks:
 
     def error_count(self, export_id: str, count: int) -> None:
         """``export_id`` now holds ``count`` errors (mz_compute_error_counts)."""
+
+    def parked(self, worker: int, slept_ns: int, requested_ns: int) -> None:
+        """``worker`` had nothing to do and waited ``slept_ns`` of the ``requested_ns`` it asked
+        for (0: until woken) (mz_scheduling_parks_histogram). Called by whoever runs the engine."""
+
+    def peek_started(self, uuid: str, object_id: str, kind: str, time: int) -> None:
+        """A peek of ``object_id`` at ``time`` is pending; ``kind`` is ``index`` or ``persist``
+        (mz_active_peeks). Called by whoever serves peeks."""
+
+    def peek_finished(self, uuid: str, kind: str, duration_ns: int) -> None:
+        """The peek was answered or canceled after ``duration_ns`` (mz_peek_durations_histogram)."""

@@ -73,6 +73,7 @@ class LogCollector(LoggingHooks):
         self._operators: dict[tuple[int, int], tuple[Row, Row]] = {}
         self._channels: dict[tuple[int, int], tuple[int, Row]] = {}
         self._lir: dict[str, list[Row]] = defaultdict(list)
+        self._peeks: dict[str, list[Row]] = {}
 
     # -- collecting ---------------------------------------------------------------------
 
@@ -218,6 +219,25 @@ class LogCollector(LoggingHooks):
             )
             self._lir[global_id].append(row)
             self.add("mz_compute_lir_mapping_per_worker", row, 1)
+
+    def parked(self, worker: int, slept_ns: int, requested_ns: int) -> None:
+        self.add(
+            "mz_scheduling_parks_histogram_raw",
+            (worker, bucket(slept_ns), bucket(requested_ns) if requested_ns else 0),
+            1,
+        )
+
+    def peek_started(self, uuid: str, object_id: str, kind: str, time: int) -> None:
+        rows = [(uuid, worker, object_id, kind, time) for worker in range(self.workers)]
+        self._peeks[uuid] = rows
+        for row in rows:
+            self.add("mz_active_peeks_per_worker", row, 1)
+
+    def peek_finished(self, uuid: str, kind: str, duration_ns: int) -> None:
+        for row in self._peeks.pop(uuid, []):
+            self.add("mz_active_peeks_per_worker", row, -1)
+        for worker in range(self.workers):
+            self.add("mz_peek_durations_histogram_raw", (worker, kind, bucket(duration_ns)), 1)
 
     # -- reading ------------------------------------------------------------------------
 

@@ -14,7 +14,7 @@ Every variant has two ids:
 
 - ``log_id`` (``s4NN``): the collection a replica keeps in memory and feeds to
   replica-targeted queries (``LoggingConfig.index_logs``). No shard holds it.
-- ``collection`` (``s5NN``): the storage-managed collection in ``mz_internal``
+- ``collection_id`` (``s5NN``): the storage-managed collection in ``mz_internal``
   the controller writes with Spark, for every replica, with ``replica_id`` and
   ``incarnation`` in front of the log's columns.
 
@@ -24,9 +24,7 @@ over these (``loupe.introspection.views``).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
-from loupe.builtins import BuiltinCollection
+from dataclasses import dataclass
 
 # ``introspection_retention``'s default: how long the persisted collections keep
 # history readable with AS OF (seed 001: a crashed replica's last state).
@@ -48,25 +46,19 @@ class LogVariant:
     number: int
     # Only with ``INTROSPECTION DEBUGGING``: the logging of logging (none yet).
     debugging: bool = False
-    collection: BuiltinCollection = field(init=False, repr=False, compare=False)
-
-    def __post_init__(self) -> None:
-        object.__setattr__(
-            self,
-            "collection",
-            BuiltinCollection(
-                f"s{500 + self.number}",
-                "mz_internal",
-                self.name,
-                REPLICA_COLUMNS + self.columns,
-                "controller",
-                retention_ms=DEFAULT_RETENTION_MS,
-            ),
-        )
 
     @property
     def log_id(self) -> str:
         return f"s{400 + self.number}"
+
+    @property
+    def collection_id(self) -> str:
+        """The persisted collection (``loupe.builtins.INTROSPECTION_COLLECTIONS``)."""
+        return f"s{500 + self.number}"
+
+    @property
+    def persisted_columns(self) -> tuple[tuple[str, str], ...]:
+        return REPLICA_COLUMNS + self.columns
 
     @property
     def qualified_name(self) -> str:
@@ -235,8 +227,7 @@ LOG_VARIANTS: tuple[LogVariant, ...] = tuple(
 )
 BY_NAME: dict[str, LogVariant] = {v.name: v for v in LOG_VARIANTS}
 BY_LOG_ID: dict[str, LogVariant] = {v.log_id: v for v in LOG_VARIANTS}
-# The storage-managed collections the controller writes (``loupe.builtins`` lists them too).
-PERSISTED_COLLECTIONS: tuple[BuiltinCollection, ...] = tuple(v.collection for v in LOG_VARIANTS)
+BY_COLLECTION_ID: dict[str, LogVariant] = {v.collection_id: v for v in LOG_VARIANTS}
 
 
 def index_logs(debugging: bool = False) -> dict[str, str]:
