@@ -43,6 +43,13 @@ from loupe.builtins import (
 )
 from loupe.common.logging import get_logger
 from loupe.coordinator.audit_log import AUDIT_COLLECTIONS, AuditLog, Row
+from loupe.coordinator.introspection import (
+    LOG_RELATIONS,
+    Relations,
+    ReplicaView,
+    replica_view,
+    split_replica_view,
+)
 from loupe.coordinator.objects import ComputeObject, load_objects, relation_columns
 from loupe.coordinator.tables import Table, columns_of
 from loupe.interval import Interval
@@ -80,6 +87,8 @@ class ClusterInfo:
     id: str
     name: str
     managed: bool
+    # 0: its replicas keep no introspection logs.
+    introspection_interval_ns: int = 1_000_000_000
 
 
 @dataclass(frozen=True)
@@ -95,8 +104,10 @@ class CatalogState:
     def __init__(self, snapshot: catalog_pb2.CatalogSnapshot | None = None) -> None:
         self.snapshot = snapshot or catalog_pb2.CatalogSnapshot()
         self.clusters = {
-            c.name: ClusterInfo(c.id, c.name, c.managed) for c in self.snapshot.clusters
+            c.name: ClusterInfo(c.id, c.name, c.managed, c.introspection_interval_ns)
+            for c in self.snapshot.clusters
         }
+        self._clusters_by_id = {c.id: c for c in self.clusters.values()}
         self.replicas = [ReplicaInfo(r.id, r.name, r.cluster_id) for r in self.snapshot.replicas]
         self.roles = {r.name: r.id for r in self.snapshot.roles}
         self.role_objects = {r.name: r for r in self.snapshot.roles}
@@ -139,6 +150,31 @@ class CatalogState:
     def system_cluster(self) -> ClusterInfo | None:
         return self.clusters.get(SYSTEM_CLUSTER_NAME)
 
+    def replicas_of(self, cluster_id: str) -> list[ReplicaInfo]:
+        return [r for r in self.replicas if r.cluster_id == cluster_id]
+
+    def replica_view(self, qualified_name: str) -> ReplicaView | None:
+        """``mz_internal.<relation>_<replica id>`` while the replica exists and keeps logs."""
+        split = split_replica_view(qualified_name)
+        if split is None:
+            return None
+        relation, replica_id = split
+        replica = next((r for r in self.replicas if r.id == replica_id), None)
+        cluster = self._clusters_by_id.get(replica.cluster_id) if replica is not None else None
+        if cluster is None or not cluster.introspection_interval_ns:
+            return None
+        return replica_view(relation, replica_id)
+
+    def resolvable(self, database: str) -> Relations:
+        """``schema.name`` -> what a query in ``database`` can name (``resolve_relations``)."""
+        named = {**BY_QUALIFIED_NAME, **LOG_RELATIONS, **self.relations_in(database)}
+        return Relations(named, self.replica_view)
+
+    @property
+    def compute_objects(self) -> Relations:
+        """Id -> view, MV or index, and the per-replica views (whose ids are their names)."""
+        return Relations(self.objects, self.replica_view)
+
     def replica(self, cluster_id: str, name: str) -> ReplicaInfo | None:
         return next(
             (r for r in self.replicas if r.cluster_id == cluster_id and r.name == name), None
@@ -180,7 +216,12 @@ class CatalogState:
 
         Builtins are ``schema.name``, user relations ``database.schema.name``.
         """
-        found = BY_QUALIFIED_NAME.get(name) or self._tables_by_full_name.get(name)
+        found = (
+            BY_QUALIFIED_NAME.get(name)
+            or LOG_RELATIONS.get(name)
+            or self._tables_by_full_name.get(name)
+            or self.replica_view(name)
+        )
         if found is not None:
             return found
         for obj in (self.objects if objects is None else objects).values():

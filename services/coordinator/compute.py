@@ -46,6 +46,7 @@ from loupe.common.transport import subscribe as nats_subscribe
 from loupe.common.values import from_row
 from loupe.coordinator import statement_logging
 from loupe.coordinator.admission import RETRY_PAUSE, RETRY_PAUSE_CAP, until_answered
+from loupe.coordinator.builtin_views import inline_builtin_views
 from loupe.coordinator.catalog_state import CatalogState, ClusterInfo
 from loupe.coordinator.dataflows import (
     Inputs,
@@ -56,6 +57,18 @@ from loupe.coordinator.dataflows import (
     transient_dataflow,
 )
 from loupe.coordinator.dml import check_unique_contents
+from loupe.coordinator.introspection import (
+    LOG_BY_ID,
+    LogRelation,
+    ReplicaView,
+    introspection_disabled,
+    log_detail,
+    log_metadata,
+    log_names,
+    no_history,
+    split_replica_view,
+    untargeted_read,
+)
 from loupe.coordinator.objects import (
     ComputeObject,
     dependents,
@@ -88,6 +101,7 @@ from loupe.coordinator.sql.statements import (
     CreateIndex,
     CreateView,
     DropCluster,
+    DropClusterReplica,
     DropObjects,
     Explain,
     ObjectName,
@@ -149,7 +163,16 @@ class Compute:
             expression,
             search_path=search_path_schemas(session.search_path),
             database=session.database,
-            collections={**BY_QUALIFIED_NAME, **state.relations_in(session.database)},
+            collections=state.resolvable(session.database),
+        )
+
+    def inline_views(self, session: Session, expression: exp.Expression) -> exp.Expression:
+        """``expression`` with the builtin views it names (as the session finds them) inlined."""
+        relations = self.state.resolvable(session.database)
+        return inline_builtin_views(
+            expression,
+            search_path=search_path_schemas(session.search_path),
+            is_relation=lambda name: name in relations,
         )
 
     async def resolved(
@@ -208,9 +231,16 @@ class Compute:
     async def _select_once(
         self, session: Session, query: Query, expression: exp.Expression, relations: dict[str, Any]
     ) -> tuple[tuple[tuple[str, str], ...], list[tuple[Any, ...]]]:
+        logs = self.logs_read(relations)
         cluster = await self.query_cluster(session, relations)
+        replica_id = None
+        if logs:
+            if query.as_of is not None:
+                raise no_history(logs)
+            replica_id = await self.log_replica(session, cluster, logs)
         inputs = self.inputs(cluster.id)
-        serializable = query.as_of is None and _is_serializable(session, expression)
+        # The logs are read at the oracle's time: no shard tells a latest complete one.
+        serializable = query.as_of is None and not logs and _is_serializable(session, expression)
         timestamp = (
             0
             if serializable
@@ -237,6 +267,7 @@ class Compute:
                 columns,
                 mfp,
                 dropped=lambda: self.dropped_relation(relations),
+                replica_id=replica_id,
             )
             return columns, rows
         await self.check_materialized_views(relations)
@@ -270,6 +301,7 @@ class Compute:
                     "CreateDataflow", lambda: self.create_dataflow(cluster.id, dataflow)
                 ),
                 dropped=lambda: self.dropped_relation(relations),
+                replica_id=replica_id,
             )
         except LoupeError as error:
             if query.as_of is None or not _is_since_error(error):
@@ -358,12 +390,35 @@ class Compute:
 
         As Materialize routes catalog queries: unless the session names a
         replica (``SET cluster_replica``), which belongs to its own cluster.
-        Anything reading a user relation runs on the session's cluster.
+        Anything reading a user relation, or a replica's logs
+        (``mz_introspection``), runs on the session's cluster.
         """
-        system_only = not any(isinstance(r, Table | ComputeObject) for r in relations.values())
+        user = (Table, ComputeObject, LogRelation)
+        system_only = not any(isinstance(r, user) for r in relations.values())
         if system_only and not session.cluster_replica:
             return await self._named_cluster(SYSTEM_CLUSTER_NAME)
         return await self.session_cluster(session)
+
+    def logs_read(self, relations: Mapping[str, Any]) -> list[str]:
+        """The raw logs (``mz_introspection``) a query reads, directly or through views."""
+        return log_names(self._relations_under(r.id for r in relations.values()))
+
+    async def log_replica(self, session: Session, cluster: ClusterInfo, logs: list[str]) -> str:
+        """The replica whose logs a query reads (Materialize's ``check_log_reads``).
+
+        The one ``SET cluster_replica`` names, else the cluster's only one; a
+        cluster with several needs the target, and one that keeps no logs
+        (``INTROSPECTION INTERVAL = 0``) has none to read.
+        """
+        _, replica_id = await peek_target_replica(self.c, session, cluster)
+        if not replica_id:
+            replicas = self.state.replicas_of(cluster.id)
+            if len(replicas) != 1:
+                raise untargeted_read(logs)
+            replica_id = replicas[0].id
+        if not cluster.introspection_interval_ns:
+            raise introspection_disabled(logs, cluster.name)
+        return replica_id
 
     async def latest_complete(self, dataflow: DataflowDescription) -> int:
         """The latest time every storage input of ``dataflow`` is complete and readable.
@@ -439,6 +494,7 @@ class Compute:
         mfp: Any = None,
         reinstall: Callable[[], Awaitable[None]] | None = None,
         dropped: Callable[[], str | None] | None = None,
+        replica_id: str | None = None,
     ) -> list[tuple[Any, ...]]:
         """Peek index ``target_id`` at ``timestamp`` on the session's cluster (or replica).
 
@@ -447,9 +503,11 @@ class Compute:
         with every other (``install_all`` on ``ControllerStarted``); a
         transient dataflow is sent again by ``reinstall``. ``dropped`` names a
         relation the read depends on that was dropped (``dropped_relation``):
-        the wait then ends with 42704.
+        the wait then ends with 42704. ``replica_id``: the replica a log read
+        targets (``log_replica``), instead of the session's.
         """
-        _, replica_id = await peek_target_replica(self.c, session, cluster)
+        if replica_id is None:
+            _, replica_id = await peek_target_replica(self.c, session, cluster)
         peek = compute_pb2.Peek(
             uuid=str(uuid.uuid4()),
             timestamp=timestamp,
@@ -506,6 +564,8 @@ class Compute:
         for relation in relations.values():
             if relation.id in BUILTIN_BY_ID or relation.id in state.tables:
                 continue
+            if isinstance(relation, LogRelation | ReplicaView):
+                continue  # a replica's logs, or persisted builtin collections
             if relation.id in state.objects:
                 continue
             kind = "table" if isinstance(relation, Table) else relation.type.replace("-", " ")
@@ -526,16 +586,19 @@ class Compute:
     def inputs(self, cluster_id: str, state: CatalogState | None = None) -> Inputs:
         state = state or self.state
         relations: dict[str, Any] = {b.id: b for b in BY_QUALIFIED_NAME.values()}
+        relations.update(LOG_BY_ID)
         relations.update(state.tables)
         relations.update({o.id: o for o in state.objects.values() if o.type != "index"})
         indexes: dict[str, ComputeObject] = {}
         for obj in state.objects.values():
             if obj.type == "index" and obj.cluster_id == cluster_id:
                 indexes.setdefault(obj.on_id, obj)
-        return Inputs(cluster_id, state.objects, relations, indexes, self.metadata)
+        return Inputs(cluster_id, state.compute_objects, relations, indexes, self.metadata)
 
     def metadata(self, relation: Any) -> common_pb2.CollectionMetadata:
-        """Where a table, materialized view or builtin collection lives."""
+        """Where a table, materialized view, builtin collection or replica's log lives."""
+        if isinstance(relation, LogRelation):
+            return log_metadata(relation)
         if isinstance(relation, Table):
             self._require_storage()
             return self.c.tables.metadata(relation)
@@ -627,9 +690,17 @@ class Compute:
         existing = self.state.item_named(schema.id, statement.name.name)
         if existing is not None and statement.if_not_exists:
             return _skipped(statement, statement.name.name)
-        expression, relations = await self.resolved(session, statement.query.expression)
+        query = self.inline_views(session, statement.query.expression)
+        expression, relations = await self.resolved(session, query)
         plan_query(expression, self._by_id(relations))  # refuse what does not plan
         kind = "materialized-view" if statement.materialized else "view"
+        logs = self.logs_read(relations)
+        if statement.materialized and logs:
+            raise LoupeError(
+                SqlState.FEATURE_NOT_SUPPORTED,
+                "materialized view objects cannot depend on log sources",
+                detail=log_detail(logs).replace("query references", "object depends on"),
+            )
         qualified, _ = qualify(expression, relations)
         name = ".".join(quote(p) for p in (database, schema.name, statement.name.name))
         cluster_id = ""
@@ -886,7 +957,12 @@ class Compute:
         maintained = [
             o for o in state.objects.values() if cluster is not None and o.cluster_id == cluster.id
         ]
-        doomed = [*maintained, *dependents([o.id for o in maintained], state.objects)]
+        replicas = {r.id for r in state.replicas_of(cluster.id)} if cluster is not None else set()
+        doomed = [
+            *maintained,
+            *dependents([o.id for o in maintained], state.objects),
+            *self.replica_view_dependents(replicas),
+        ]
         doomed = list({o.id: o for o in doomed}.values())
         if doomed and not statement.cascade:
             names = ", ".join(f"{o.type.replace('-', ' ')} {o.full_name}" for o in doomed)
@@ -902,6 +978,41 @@ class Compute:
         _, result = await ddl.transact(self.c, session, statement, ops)
         await self._free(doomed)
         return result
+
+    async def drop_cluster_replica(
+        self, session: Session, statement: DropClusterReplica
+    ) -> StatementResult:
+        """``DROP CLUSTER REPLICA``: objects reading its introspection views need ``CASCADE``."""
+        ddl.require_superuser(session, statement)
+        cluster = await self.c.cluster(statement.cluster)
+        replica = self.state.replica(cluster.id, statement.replica) if cluster else None
+        doomed = self.replica_view_dependents({replica.id}) if replica is not None else []
+        if doomed and not statement.cascade:
+            names = ", ".join(f'{o.type.replace("-", " ")} "{o.full_name}"' for o in doomed)
+            raise LoupeError(
+                DEPENDENT_OBJECTS_STILL_EXIST,
+                f'cannot drop cluster replica "{statement.cluster}.{statement.replica}": '
+                f"still depended upon by {names}",
+                hint="Use DROP ... CASCADE to drop the dependent objects too.",
+                position=statement.position,
+            )
+        ordered = sorted(doomed, key=lambda o: id_order(o.id), reverse=True)
+        ops = [catalog_pb2.CatalogOp(drop_item=catalog_pb2.DropItem(id=o.id)) for o in ordered]
+        ops.append(catalog_op(statement, owner_id=ddl.owner_id(self.c, session)))
+        _, result = await ddl.transact(self.c, session, statement, ops)
+        await self._free(doomed)
+        return result
+
+    def replica_view_dependents(self, replica_ids: set[str]) -> list[ComputeObject]:
+        """The objects reading a per-replica introspection view of ``replica_ids``, at any depth."""
+        objects = self.state.objects
+        views = {
+            d
+            for obj in objects.values()
+            for d in obj.depends_on
+            if (split := split_replica_view(d)) is not None and split[1] in replica_ids
+        }
+        return dependents(views, objects) if views else []
 
     async def _source_named(self, session: Session, name: ObjectName) -> SourceItem | None:
         """The source item ``name`` refers to, if there is one."""

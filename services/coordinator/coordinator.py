@@ -684,7 +684,9 @@ class Coordinator:
                 return await self.compute.drop(session, statement)
             case CreateSource():
                 return await source.create_source(ctx, session, statement)
-            case CreateCluster() | CreateClusterReplica() | DropClusterReplica():
+            case DropClusterReplica():
+                return await self.compute.drop_cluster_replica(session, statement)
+            case CreateCluster() | CreateClusterReplica():
                 return await cluster.cluster_ddl(ctx, session, statement)
             case DropCluster():
                 return await self.compute.drop_cluster(session, statement)

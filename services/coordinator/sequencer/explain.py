@@ -8,11 +8,11 @@ reading anything; a stored object's plan comes from
 
 from __future__ import annotations
 
+import dataclasses
 from typing import TYPE_CHECKING
 
 from sqlglot import exp
 
-from loupe.builtins import BY_QUALIFIED_NAME
 from loupe.coordinator.catalog_state import CatalogState
 from loupe.coordinator.compute import explain_text
 from loupe.coordinator.plan import plan_query
@@ -35,14 +35,17 @@ async def explain(ctx: SequencerContext, session: Session, statement: Explain) -
     if statement.query is None:
         name, planned = await ctx.compute.explain_object(session, statement)
     else:
-        query = statement.query
+        query = dataclasses.replace(
+            statement.query,
+            expression=ctx.compute.inline_views(session, statement.query.expression),
+        )
 
         def attempt(state: CatalogState) -> tuple[exp.Expression, dict[str, Relation]]:
             return resolve_relations(
                 query.expression,
                 search_path=search_path_schemas(session.search_path),
                 database=session.database,
-                collections={**BY_QUALIFIED_NAME, **state.relations_in(session.database)},
+                collections=state.resolvable(session.database),
             )
 
         expression, relations = await ctx.resolving(attempt)

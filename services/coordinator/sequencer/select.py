@@ -6,8 +6,8 @@ it reads only system relations, else on the session's cluster), at ``AS OF``
 if given, else at the oracle's read timestamp (strict serializable;
 ``transaction_isolation = serializable`` reads the latest complete time
 instead). A query that reads no relation is evaluated here (``constant``,
-Materialize's constant strategy). The statement-log views
-(``mz_statement_execution_history`` and its kin) are inlined first.
+Materialize's constant strategy). The builtin views (the statement log's,
+the introspection views) are inlined first (``loupe.coordinator.builtin_views``).
 """
 
 from __future__ import annotations
@@ -25,7 +25,6 @@ from loupe.coordinator.plan import TemporalError
 from loupe.coordinator.results import Column, StatementResult
 from loupe.coordinator.session import Session
 from loupe.coordinator.sql.statements import Query, Statement
-from loupe.coordinator.statement_logging_views import inline_builtin_views
 from loupe.coordinator.timestamps import as_of_timestamp
 
 if TYPE_CHECKING:
@@ -43,7 +42,9 @@ async def run_query(
     ctx: SequencerContext, session: Session, query: Query
 ) -> tuple[tuple[Column, ...], list[tuple[Any, ...]]]:
     """Resolve, choose the timestamp, run: (columns, rows)."""
-    query = dataclasses.replace(query, expression=inline_builtin_views(query.expression))
+    query = dataclasses.replace(
+        query, expression=ctx.compute.inline_views(session, query.expression)
+    )
     expression, relations = await ctx.compute.resolved(session, query.expression)
     if relations:
         # The planner names the columns as PostgreSQL does.

@@ -1335,12 +1335,16 @@ class _LoupeParser:
         cluster = self.identifier("cluster name")
         self.expect(".")
         replica = self.identifier("replica name")
+        cascade = self.accept("CASCADE")
+        if not cascade:
+            self.accept("RESTRICT")
         self.end()
         return DropClusterReplica(
             **self.common(),  # type: ignore[arg-type]
             cluster=cluster,
             replica=replica,
             if_exists=if_exists,
+            cascade=cascade,
         )
 
     def object_name(self, what: str) -> ObjectName:

@@ -84,6 +84,8 @@ class DropClusterReplica(Statement):
     cluster: str
     replica: str
     if_exists: bool = False
+    # Also drop the objects reading the replica's introspection views.
+    cascade: bool = False
 
     @property
     def tag(self) -> str:

@@ -25,9 +25,9 @@ from loupe.common.errors import LoupeError
 from loupe.common.system_vars import checked_value, system_value
 from loupe.common.transport import ensure_stream
 from loupe.coordinator import statement_logging as stmtlog
+from loupe.coordinator.builtin_views import inline_builtin_views
 from loupe.coordinator.session import SessionManager
 from loupe.coordinator.sql.parser import parse_one
-from loupe.coordinator.statement_logging_views import inline_builtin_views
 
 STATUS = [c for c, _ in MZ_STATEMENT_EXECUTION_HISTORY.columns].index("finished_status")
 
