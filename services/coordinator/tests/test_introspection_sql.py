@@ -132,3 +132,143 @@ async def test_raw_logs_join_catalog_and_user_relations(logs: TableHarness) -> N
     await logs.tag(session, "SET search_path = mz_introspection, public")
     rows = await logs.rows(session, "SELECT count(*) FROM mz_dataflow_operators_per_worker")
     assert rows == [(3,)]
+
+
+def _state(harness: TableHarness) -> Any:
+    return harness.service.coordinator.state  # type: ignore[union-attr]
+
+
+async def test_log_reads_of_a_replicated_cluster_must_target_a_replica(
+    logs: TableHarness,
+) -> None:
+    session = await logs.session()
+    await logs.tag(session, "CREATE CLUSTER two REPLICAS (r1 (SIZE '1'), r2 (SIZE '1'))")
+    await logs.tag(session, "SET cluster = two")
+    read = "SELECT count(*) FROM mz_introspection.mz_dataflow_operators"
+    error = await logs.error(session, read)
+    assert (error.code, error.message) == ("0A000", "log source reads must target a replica")
+    assert "mz_dataflow_operators_per_worker" in error.detail
+    assert "SET cluster_replica = <replica-name>" in error.hint
+    await logs.tag(session, "SET cluster_replica = r2")
+    assert await logs.rows(session, read) == [(2,)]
+    two = _state(logs).cluster("two")
+    assert logs.controller.peeks[-1].cluster_id == two.id
+    assert logs.controller.peeks[-1].replica_id == _state(logs).replica(two.id, "r2").id
+
+
+async def test_log_reads_of_a_cluster_without_introspection_are_refused(
+    logs: TableHarness,
+) -> None:
+    session = await logs.session()
+    await logs.tag(session, "CREATE CLUSTER quiet (SIZE '1', INTROSPECTION INTERVAL = 0)")
+    await logs.tag(session, "SET cluster = quiet")
+    error = await logs.error(session, "SELECT * FROM mz_introspection.mz_scheduling_elapsed_raw")
+    assert error.code == "0A000"
+    assert error.message == "cannot read log sources of replica with disabled introspection"
+    assert "quiet" in error.hint
+
+
+async def test_log_reads_refuse_as_of_and_materialized_views(logs: TableHarness) -> None:
+    session = await logs.session()
+    error = await logs.error(
+        session, "SELECT * FROM mz_introspection.mz_dataflow_operators AS OF 1"
+    )
+    assert error.code == "0A000"
+    assert "no history" in error.message
+    error = await logs.error(
+        session,
+        "CREATE MATERIALIZED VIEW m AS SELECT * FROM mz_introspection.mz_dataflow_operators",
+    )
+    assert (error.code, error.message) == (
+        "0A000",
+        "materialized view objects cannot depend on log sources",
+    )
+
+
+async def test_a_view_over_logs_reads_them_on_the_session_replica(logs: TableHarness) -> None:
+    session = await logs.session()
+    await logs.tag(
+        session, "CREATE VIEW ops AS SELECT name FROM mz_introspection.mz_dataflow_operators"
+    )
+    assert sorted(await logs.rows(session, "SELECT name FROM ops")) == [("Join",), ("Map",)]
+    [source] = logs.controller.log_imports()  # type: ignore[attr-defined]
+    assert (source.id, source.shard_id) == (OPERATORS.log_id, "")
+
+
+async def _persist_elapsed(harness: TableHarness, replica_id: str) -> None:
+    collection = ELAPSED.collection_id
+    updates = [((replica_id, 1, 7, 0), 10), ((replica_id, 1, 7, 1), 5), (("u99", 1, 7, 0), 1)]
+    for row, diff in updates:
+        harness.controller.contents[collection][row] += diff
+    await harness.controller._flush({collection: updates})
+
+
+async def test_persisted_introspection_is_read_on_the_system_cluster(logs: TableHarness) -> None:
+    session = await logs.session()
+    await _persist_elapsed(logs, "u1")
+    rows = await logs.rows(
+        session,
+        "SELECT replica_id, incarnation, id, elapsed_ns FROM mz_internal.mz_scheduling_elapsed "
+        "ORDER BY replica_id",
+    )
+    assert [(r, i, o, int(e)) for r, i, o, e in rows] == [("u1", 1, 7, 15), ("u99", 1, 7, 1)]
+    system = _state(logs).cluster("mz_catalog_server")
+    assert logs.controller.peeks[-1].cluster_id == system.id
+    [source] = logs.controller.log_imports()  # type: ignore[attr-defined]
+    assert (source.id, source.shard_id) == (ELAPSED.collection_id, ELAPSED.collection_id)
+
+
+async def test_per_replica_views_live_and_die_with_their_replica(logs: TableHarness) -> None:
+    session = await logs.session()
+    await logs.tag(session, "CREATE CLUSTER c REPLICAS (r1 (SIZE '1'), r2 (SIZE '1'))")
+    c = _state(logs).cluster("c")
+    r1 = _state(logs).replica(c.id, "r1").id
+    await _persist_elapsed(logs, r1)
+    per_replica = f"mz_internal.mz_scheduling_elapsed_{r1}"
+    rows = await logs.rows(session, f"SELECT * FROM {per_replica}")
+    assert [(i, o, int(e)) for i, o, e in rows] == [(1, 7, 15)]
+    raw = await logs.rows(
+        session,
+        f"SELECT incarnation, id, worker_id, count(*) "
+        f"FROM mz_internal.mz_scheduling_elapsed_raw_{r1} GROUP BY 1, 2, 3",
+    )
+    assert sorted(raw) == [(1, 7, 0, 10), (1, 7, 1, 5)]  # counts are multiplicities
+    await logs.tag(session, f"CREATE VIEW mine AS SELECT id FROM {per_replica}")
+    await logs.tag(session, "CREATE VIEW over_mine AS SELECT id FROM mine")
+    assert await logs.rows(session, "SELECT * FROM over_mine") == [(7,)]
+
+    error = await logs.error(session, "DROP CLUSTER REPLICA c.r1")
+    assert error.code == "2BP01"
+    assert error.message == (
+        'cannot drop cluster replica "c.r1": still depended upon by '
+        'view "materialize.public.mine", view "materialize.public.over_mine"'
+    )
+    error = await logs.error(session, "DROP CLUSTER c")
+    assert error.code == "2BP01"
+    assert "materialize.public.mine" in error.message
+    await logs.tag(session, "DROP CLUSTER REPLICA c.r2")  # nothing reads r2's views
+    await logs.tag(session, "DROP CLUSTER REPLICA c.r1 CASCADE")
+    error = await logs.error(session, "SELECT * FROM mine")
+    assert error.code == "42P01"
+    error = await logs.error(session, f"SELECT * FROM {per_replica}")
+    assert error.code == "42P01"
+
+
+async def test_clusters_without_introspection_have_no_per_replica_views(
+    logs: TableHarness,
+) -> None:
+    session = await logs.session()
+    await logs.tag(session, "CREATE CLUSTER quiet (SIZE '1', INTROSPECTION INTERVAL = 0)")
+    quiet = _state(logs).cluster("quiet")
+    [replica] = _state(logs).replicas_of(quiet.id)
+    error = await logs.error(
+        session, f"SELECT * FROM mz_internal.mz_dataflow_operators_{replica.id}"
+    )
+    assert error.code == "42P01"
+
+
+async def test_introspection_retention_is_a_system_variable(logs: TableHarness) -> None:
+    session = await logs.session()
+    assert await logs.rows(session, "SHOW introspection_retention") == [("86400s",)]
+    await logs.tag(session, "ALTER SYSTEM SET introspection_retention = '2h'")
+    assert await logs.rows(session, "SHOW introspection_retention") == [("7200s",)]
