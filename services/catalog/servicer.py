@@ -40,6 +40,19 @@ def apply_op(tx: Transaction, op: catalog_pb2.CatalogOp) -> None:
             ClusterReplica.from_proto(op.create_cluster_replica.replica),
             op.create_cluster_replica.cluster_name,
         )
+    elif kind == "alter_cluster":
+        alter = op.alter_cluster
+        tx.alter_cluster(
+            alter.name,
+            introspection_interval_ns=(
+                alter.introspection_interval_ns
+                if alter.HasField("introspection_interval_ns")
+                else None
+            ),
+            introspection_debugging=(
+                alter.introspection_debugging if alter.HasField("introspection_debugging") else None
+            ),
+        )
     elif kind == "drop_cluster":
         tx.drop_cluster(op.drop_cluster.name, if_exists=op.drop_cluster.if_exists)
     elif kind == "drop_cluster_replica":

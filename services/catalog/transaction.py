@@ -188,6 +188,35 @@ class Transaction:
         self._check_modifiable(cluster)
         return self._add_replica(cluster, replica, system=False)
 
+    def alter_cluster(
+        self,
+        name: str,
+        *,
+        introspection_interval_ns: int | None = None,
+        introspection_debugging: bool | None = None,
+    ) -> Cluster:
+        """ALTER CLUSTER name SET/RESET (…): the options given (not None) change.
+
+        Its replicas log as their cluster says: they take the new options too
+        (the controller sends them their new logging configuration).
+        """
+        cluster = self._cluster_named(name)
+        self._check_modifiable(cluster)
+        changes: dict[str, Any] = {
+            key: value
+            for key, value in (
+                ("introspection_interval_ns", introspection_interval_ns),
+                ("introspection_debugging", introspection_debugging),
+            )
+            if value is not None
+        }
+        altered = dataclasses.replace(cluster, **changes)
+        self.table("cluster").set(altered)
+        for replica in self.replicas_of(cluster.id):
+            self.table("cluster_replica").set(dataclasses.replace(replica, **changes))
+        self._record("alter", "cluster", {**_cluster_details(altered), **changes})
+        return altered
+
     def drop_cluster(self, name: str, *, if_exists: bool = False) -> Cluster | None:
         """Drop the cluster named ``name``, its replicas and its introspection indexes."""
         cluster = self.cluster_by_name(name)

@@ -75,6 +75,7 @@ from loupe.coordinator.sql.params import Parameter
 from loupe.coordinator.sql.params import bind as bind_params
 from loupe.coordinator.sql.parser import parse
 from loupe.coordinator.sql.statements import (
+    AlterCluster,
     AlterRole,
     AlterSystem,
     CreateCluster,
@@ -686,7 +687,7 @@ class Coordinator:
                 return await source.create_source(ctx, session, statement)
             case DropClusterReplica():
                 return await self.compute.drop_cluster_replica(session, statement)
-            case CreateCluster() | CreateClusterReplica():
+            case CreateCluster() | CreateClusterReplica() | AlterCluster():
                 return await cluster.cluster_ddl(ctx, session, statement)
             case DropCluster():
                 return await self.compute.drop_cluster(session, statement)

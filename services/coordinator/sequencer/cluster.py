@@ -1,10 +1,11 @@
-"""Cluster DDL: ``CREATE CLUSTER``, ``CREATE CLUSTER REPLICA``, ``DROP CLUSTER REPLICA``.
+"""Cluster DDL: ``CREATE CLUSTER``, ``ALTER CLUSTER``, ``CREATE|DROP CLUSTER REPLICA``.
 
 Each is one catalog operation (``catalog_op``) committed by
 ``ddl.transact``; the controller starts and stops the replicas when it
 follows the commit. ``DROP CLUSTER`` drops the indexes and materialized
-views maintained on the cluster too, so ``loupe.coordinator.compute``
-sequences it (with ``catalog_op`` for the cluster itself).
+views maintained on the cluster too, and ``DROP CLUSTER REPLICA`` the objects
+reading its introspection views, so ``loupe.coordinator.compute`` sequences
+them (with ``catalog_op`` for the cluster or replica itself).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from loupe.coordinator.results import StatementResult
 from loupe.coordinator.sequencer import ddl
 from loupe.coordinator.session import Session
 from loupe.coordinator.sql.statements import (
+    AlterCluster,
     CreateCluster,
     CreateClusterReplica,
     DropCluster,
@@ -30,7 +32,7 @@ if TYPE_CHECKING:
 async def cluster_ddl(
     ctx: SequencerContext,
     session: Session,
-    statement: CreateCluster | CreateClusterReplica | DropClusterReplica,
+    statement: CreateCluster | CreateClusterReplica | DropClusterReplica | AlterCluster,
 ) -> StatementResult:
     """Commit the statement's catalog operation (superusers only)."""
     op = catalog_op(statement, owner_id=ddl.owner_id(ctx, session))
@@ -67,6 +69,14 @@ def catalog_op(statement: Statement, *, owner_id: str) -> catalog_pb2.CatalogOp:
                         name=statement.replica, size=statement.size, owner_id=owner_id
                     ),
                     cluster_name=statement.cluster,
+                )
+            )
+        case AlterCluster():
+            return catalog_pb2.CatalogOp(
+                alter_cluster=catalog_pb2.AlterCluster(
+                    name=statement.name,
+                    introspection_interval_ns=statement.introspection_interval_ns,
+                    introspection_debugging=statement.introspection_debugging,
                 )
             )
         case DropCluster():

@@ -19,7 +19,7 @@ from loupe.coordinator.results import StatementResult
 from loupe.coordinator.sequencer import select
 from loupe.coordinator.session import Session
 from loupe.coordinator.show import builtin_columns_sql, quote_literal, show_sql
-from loupe.coordinator.sql.parser import parse_one
+from loupe.coordinator.sql.parser import DEFAULT_INTROSPECTION_INTERVAL_NS, parse_one
 from loupe.coordinator.sql.resolve import search_path_schemas
 from loupe.coordinator.sql.statements import (
     ShowClusterReplicas,
@@ -130,7 +130,14 @@ def create_cluster_sql(ctx: SequencerContext, name: str, statement: ShowObjects)
         (r for r in snapshot.replicas if r.cluster_id == cluster.id), key=lambda r: r.name
     )
     listed = ", ".join(f"{quote(r.name)} (SIZE {quote_literal(r.size)})" for r in replicas)
-    return f"CREATE CLUSTER {quoted} REPLICAS ({listed})"
+    # Introspection options that differ from the defaults follow the replicas.
+    changed = []
+    if cluster.introspection_debugging:
+        changed.append("INTROSPECTION DEBUGGING = true")
+    if interval != DEFAULT_INTROSPECTION_INTERVAL_NS:
+        changed.append(f"INTROSPECTION INTERVAL = {_interval_literal(interval)}")
+    options = f" ({', '.join(changed)})" if changed else ""
+    return f"CREATE CLUSTER {quoted} REPLICAS ({listed}){options}"
 
 
 def _interval_literal(nanoseconds: int) -> str:

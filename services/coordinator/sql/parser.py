@@ -44,6 +44,7 @@ from loupe import sqltypes
 from loupe.common.errors import LoupeError, SqlState
 from loupe.coordinator.sql.statements import (
     DROP_KINDS,
+    AlterCluster,
     AlterRole,
     AlterSystem,
     ColumnDef,
@@ -375,7 +376,7 @@ def _parse_statement(sql: str, tokens: list[Token]) -> Statement:
     second = tokens[1].text.upper() if len(tokens) > 1 else ""
     own = (
         (first in ("CREATE", "DROP") and second in ("CLUSTER", "TABLE"))
-        or (first, second) == ("ALTER", "SYSTEM")
+        or (first, second) in (("ALTER", "SYSTEM"), ("ALTER", "CLUSTER"))
     ) or first in (
         "SHOW",
         "SET",
@@ -809,6 +810,8 @@ class _LoupeParser:
         if first == "SET":
             return self.set_variable()
         if first == "ALTER":
+            if self.accept("CLUSTER"):
+                return self.alter_cluster()
             return self.alter_system()
         return self.reset_variable()
 
@@ -1761,6 +1764,46 @@ class _LoupeParser:
             value=value,
             name_position=position,
         )
+
+    def alter_cluster(self) -> AlterCluster:
+        """``ALTER CLUSTER name SET (option = value, …)`` or ``RESET (option, …)``.
+
+        The introspection options only; RESET restores CREATE CLUSTER's defaults.
+        """
+        name = self.identifier("cluster name")
+        reset = self.accept("RESET")
+        if not reset:
+            self.expect("SET")
+        self.expect("(")
+        changes: dict[str, Any] = {}
+        while True:
+            position = self.position()
+            if self.accept("INTROSPECTION", "INTERVAL"):
+                key = "introspection_interval_ns"
+                default: Any = DEFAULT_INTROSPECTION_INTERVAL_NS
+            elif self.accept("INTROSPECTION", "DEBUGGING"):
+                key, default = "introspection_debugging", False
+            else:
+                # Sizes and replicas change by dropping and creating replicas.
+                token = self.peek()
+                word = token.text.upper() if token is not None else ""
+                raise _unsupported(f"ALTER CLUSTER {word}".strip(), self.tokens[0])
+            if key in changes:
+                option = key.removesuffix("_ns").replace("_", " ").upper()
+                raise self.value_error(f"{option} given twice", position)
+            if reset:
+                changes[key] = default
+            elif key == "introspection_debugging":
+                changes[key] = self.boolean_option()
+            else:
+                self.optional_equals()
+                changes[key] = self.interval(self.position())
+            if self.accept(")"):
+                break
+            if not self.accept(","):
+                raise self.error(", or )")
+        self.end()
+        return AlterCluster(**self.common(), name=name, **changes)  # type: ignore[arg-type]
 
     def reset_variable(self) -> ResetVariable:
         position = self.position()

@@ -145,6 +145,19 @@ class SetVariable(Statement):
 
 
 @dataclass(frozen=True, kw_only=True)
+class AlterCluster(Statement):
+    """``ALTER CLUSTER name SET (…)`` / ``RESET (…)``: the introspection options (None: unchanged)."""
+
+    name: str
+    introspection_interval_ns: int | None = None
+    introspection_debugging: bool | None = None
+
+    @property
+    def tag(self) -> str:
+        return "ALTER CLUSTER"
+
+
+@dataclass(frozen=True, kw_only=True)
 class AlterSystem(Statement):
     """``ALTER SYSTEM SET name = value`` or ``ALTER SYSTEM RESET name`` (value None)."""
 

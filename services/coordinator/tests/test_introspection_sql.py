@@ -272,3 +272,41 @@ async def test_introspection_retention_is_a_system_variable(logs: TableHarness) 
     assert await logs.rows(session, "SHOW introspection_retention") == [("86400s",)]
     await logs.tag(session, "ALTER SYSTEM SET introspection_retention = '2h'")
     assert await logs.rows(session, "SHOW introspection_retention") == [("7200s",)]
+
+
+async def test_alter_cluster_changes_introspection_in_the_catalog(logs: TableHarness) -> None:
+    session = await logs.session()
+    await logs.tag(session, "CREATE CLUSTER c REPLICAS (r1 (SIZE '1'))")
+    tag = await logs.tag(session, "ALTER CLUSTER c SET (INTROSPECTION INTERVAL = 0)")
+    assert tag == "ALTER CLUSTER"
+    c = _state(logs).cluster("c")
+    assert c.introspection_interval_ns == 0
+    # What the controller follows (ApplyCatalog) to reconfigure the replicas' logging.
+    applied = logs.controller.applied[-1]
+    assert next(x for x in applied.clusters if x.id == c.id).introspection_interval_ns == 0
+    rows = await logs.rows(
+        session,
+        "SELECT introspection_interval, introspection_debugging FROM mz_catalog.mz_clusters "
+        "WHERE name = 'c'",
+    )
+    assert rows == [(None, False)]
+    shown = await logs.rows(session, "SHOW CREATE CLUSTER c")
+    assert shown[0][-1].endswith("(INTROSPECTION INTERVAL = 0)")
+    await logs.tag(session, "SET cluster = c")
+    error = await logs.error(session, "SELECT * FROM mz_introspection.mz_dataflow_operators")
+    assert error.code == "0A000"
+    await logs.tag(session, "ALTER CLUSTER c RESET (INTROSPECTION INTERVAL)")
+    await logs.tag(session, "ALTER CLUSTER c SET (INTROSPECTION DEBUGGING = true)")
+    rows = await logs.rows(
+        session,
+        "SELECT introspection_interval::text, introspection_debugging FROM mz_catalog.mz_clusters "
+        "WHERE name = 'c'",
+    )
+    assert rows == [("00:00:01", True)]
+    assert (
+        len(await logs.rows(session, "SELECT * FROM mz_introspection.mz_dataflow_operators")) == 2
+    )
+    error = await logs.error(
+        session, "ALTER CLUSTER mz_catalog_server SET (INTROSPECTION INTERVAL = 0)"
+    )
+    assert error.code == "42501"

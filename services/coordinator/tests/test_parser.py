@@ -8,6 +8,7 @@ from sqlglot import exp
 from loupe.common.errors import LoupeError
 from loupe.coordinator.sql import parse, parse_interval_ns, parse_one
 from loupe.coordinator.sql.statements import (
+    AlterCluster,
     CreateCluster,
     CreateClusterReplica,
     CreateIndex,
@@ -36,6 +37,32 @@ def error_of(sql: str) -> LoupeError:
     with pytest.raises(LoupeError) as caught:
         parse(sql)
     return caught.value
+
+
+def test_alter_cluster_sets_and_resets_the_introspection_options() -> None:
+    altered = parse_one("ALTER CLUSTER c SET (INTROSPECTION INTERVAL = '100ms')")
+    assert isinstance(altered, AlterCluster)
+    assert (altered.name, altered.introspection_interval_ns) == ("c", 100_000_000)
+    assert altered.introspection_debugging is None
+    assert altered.tag == "ALTER CLUSTER"
+    both = parse_one("ALTER CLUSTER c SET (INTROSPECTION INTERVAL 0, INTROSPECTION DEBUGGING)")
+    assert (both.introspection_interval_ns, both.introspection_debugging) == (0, True)  # type: ignore[attr-defined]
+    reset = parse_one("ALTER CLUSTER c RESET (INTROSPECTION DEBUGGING, INTROSPECTION INTERVAL)")
+    assert (reset.introspection_interval_ns, reset.introspection_debugging) == (  # type: ignore[attr-defined]
+        1_000_000_000,
+        False,
+    )
+    twice = error_of("ALTER CLUSTER c SET (INTROSPECTION DEBUGGING, INTROSPECTION DEBUGGING)")
+    assert "INTROSPECTION DEBUGGING given twice" in twice.message
+
+
+def test_drop_cluster_replica_takes_cascade() -> None:
+    dropped = parse_one("DROP CLUSTER REPLICA c.r1 CASCADE")
+    assert isinstance(dropped, DropClusterReplica)
+    assert dropped.cascade
+    plain = parse_one("DROP CLUSTER REPLICA IF EXISTS c.r1 RESTRICT")
+    assert isinstance(plain, DropClusterReplica)
+    assert (plain.cascade, plain.if_exists) == (False, True)
 
 
 def test_create_managed_cluster_reads_size_and_replication_factor() -> None:
@@ -196,7 +223,7 @@ def test_empty_request_has_no_statements() -> None:
 @pytest.mark.parametrize(
     ("sql", "message"),
     [
-        ("ALTER CLUSTER c SET (SIZE '2')", "ALTER CLUSTER is not supported"),
+        ("ALTER CLUSTER c SET (SIZE '2')", "ALTER CLUSTER SIZE is not supported"),
         ("CREATE SINK k FROM t INTO x", "CREATE SINK is not supported"),
         ("TRUNCATE t", "TRUNCATE is not supported"),
         ("SHOW SINKS", "SHOW SINKS is not supported"),

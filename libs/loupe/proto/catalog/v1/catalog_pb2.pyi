@@ -217,7 +217,7 @@ class DropItem(_message.Message):
     def __init__(self, id: _Optional[str] = ...) -> None: ...
 
 class CatalogOp(_message.Message):
-    __slots__ = ("create_cluster", "create_cluster_replica", "drop_cluster", "drop_cluster_replica", "create_item", "drop_item", "set_system_variable", "create_role", "alter_role", "drop_role", "grant_role")
+    __slots__ = ("create_cluster", "create_cluster_replica", "drop_cluster", "drop_cluster_replica", "create_item", "drop_item", "set_system_variable", "create_role", "alter_role", "drop_role", "grant_role", "alter_cluster")
     CREATE_CLUSTER_FIELD_NUMBER: _ClassVar[int]
     CREATE_CLUSTER_REPLICA_FIELD_NUMBER: _ClassVar[int]
     DROP_CLUSTER_FIELD_NUMBER: _ClassVar[int]
@@ -229,6 +229,7 @@ class CatalogOp(_message.Message):
     ALTER_ROLE_FIELD_NUMBER: _ClassVar[int]
     DROP_ROLE_FIELD_NUMBER: _ClassVar[int]
     GRANT_ROLE_FIELD_NUMBER: _ClassVar[int]
+    ALTER_CLUSTER_FIELD_NUMBER: _ClassVar[int]
     create_cluster: CreateCluster
     create_cluster_replica: CreateClusterReplica
     drop_cluster: DropCluster
@@ -240,7 +241,18 @@ class CatalogOp(_message.Message):
     alter_role: AlterRole
     drop_role: DropRole
     grant_role: GrantRole
-    def __init__(self, create_cluster: _Optional[_Union[CreateCluster, _Mapping]] = ..., create_cluster_replica: _Optional[_Union[CreateClusterReplica, _Mapping]] = ..., drop_cluster: _Optional[_Union[DropCluster, _Mapping]] = ..., drop_cluster_replica: _Optional[_Union[DropClusterReplica, _Mapping]] = ..., create_item: _Optional[_Union[CreateItem, _Mapping]] = ..., drop_item: _Optional[_Union[DropItem, _Mapping]] = ..., set_system_variable: _Optional[_Union[SetSystemVariable, _Mapping]] = ..., create_role: _Optional[_Union[CreateRole, _Mapping]] = ..., alter_role: _Optional[_Union[AlterRole, _Mapping]] = ..., drop_role: _Optional[_Union[DropRole, _Mapping]] = ..., grant_role: _Optional[_Union[GrantRole, _Mapping]] = ...) -> None: ...
+    alter_cluster: AlterCluster
+    def __init__(self, create_cluster: _Optional[_Union[CreateCluster, _Mapping]] = ..., create_cluster_replica: _Optional[_Union[CreateClusterReplica, _Mapping]] = ..., drop_cluster: _Optional[_Union[DropCluster, _Mapping]] = ..., drop_cluster_replica: _Optional[_Union[DropClusterReplica, _Mapping]] = ..., create_item: _Optional[_Union[CreateItem, _Mapping]] = ..., drop_item: _Optional[_Union[DropItem, _Mapping]] = ..., set_system_variable: _Optional[_Union[SetSystemVariable, _Mapping]] = ..., create_role: _Optional[_Union[CreateRole, _Mapping]] = ..., alter_role: _Optional[_Union[AlterRole, _Mapping]] = ..., drop_role: _Optional[_Union[DropRole, _Mapping]] = ..., grant_role: _Optional[_Union[GrantRole, _Mapping]] = ..., alter_cluster: _Optional[_Union[AlterCluster, _Mapping]] = ...) -> None: ...
+
+class AlterCluster(_message.Message):
+    __slots__ = ("name", "introspection_interval_ns", "introspection_debugging")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    INTROSPECTION_INTERVAL_NS_FIELD_NUMBER: _ClassVar[int]
+    INTROSPECTION_DEBUGGING_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    introspection_interval_ns: int
+    introspection_debugging: bool
+    def __init__(self, name: _Optional[str] = ..., introspection_interval_ns: _Optional[int] = ..., introspection_debugging: _Optional[bool] = ...) -> None: ...
 
 class CreateRole(_message.Message):
     __slots__ = ("name", "superuser", "login", "inherit", "password_hash")
