@@ -136,8 +136,8 @@ def create_cluster_sql(ctx: SequencerContext, name: str, statement: ShowObjects)
         changed.append("INTROSPECTION DEBUGGING = true")
     if interval != DEFAULT_INTROSPECTION_INTERVAL_NS:
         changed.append(f"INTROSPECTION INTERVAL = {_interval_literal(interval)}")
-    options = f" ({', '.join(changed)})" if changed else ""
-    return f"CREATE CLUSTER {quoted} REPLICAS ({listed}){options}"
+    suffix = f" ({', '.join(changed)})" if changed else ""
+    return f"CREATE CLUSTER {quoted} REPLICAS ({listed}){suffix}"
 
 
 def _interval_literal(nanoseconds: int) -> str:
