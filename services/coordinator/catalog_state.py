@@ -342,7 +342,7 @@ _DEFINITION = re.compile(r"\bAS\s+(.*)$", re.IGNORECASE | re.DOTALL)
 
 
 def item_rows(snapshot: catalog_pb2.CatalogSnapshot) -> dict[str, Counter[Row]]:
-    """The item relations: user items, and the builtin collections as builtin tables."""
+    """The item relations: user items, the builtin collections as builtin tables, the logs as sources."""
     rows: dict[str, Counter[Row]] = {c.id: Counter() for c in ITEM_COLLECTIONS}
     schema_ids = {s.name: s.id for s in snapshot.schemas if not s.database_id}
     for builtin in BUILTIN_COLLECTIONS:
@@ -351,6 +351,14 @@ def item_rows(snapshot: catalog_pb2.CatalogSnapshot) -> dict[str, Counter[Row]]:
         rows[MZ_OBJECTS.id][(builtin.id, schema_id, builtin.name, "table", "s1", None)] += 1
         for position, (name, kind) in enumerate(builtin.columns, start=1):
             rows[MZ_COLUMNS.id][(builtin.id, name, position, True, display_name(kind))] += 1
+    # The replicas' raw logs, as Materialize lists its log sources.
+    for log_relation in LOG_RELATIONS.values():
+        schema_id = schema_ids.get("mz_introspection")
+        common = (log_relation.id, schema_id, log_relation.name)
+        rows[MZ_SOURCES.id][(*common, "log", "s1", None)] += 1
+        rows[MZ_OBJECTS.id][(*common, "source", "s1", None)] += 1
+        for position, (name, kind) in enumerate(log_relation.columns, start=1):
+            rows[MZ_COLUMNS.id][(log_relation.id, name, position, True, display_name(kind))] += 1
     state = CatalogState(snapshot)
     for item in snapshot.items:
         sql = item.create_sql or None

@@ -107,7 +107,9 @@ async def test_tpch_load_generator_tables_are_readable(engine: TableHarness) -> 
         await engine.tag(session, "CREATE SOURCE tpch FROM LOAD GENERATOR TPCH (SCALE FACTOR 0.01)")
         == "CREATE SOURCE"
     )
-    assert await engine.rows(session, "SELECT name FROM mz_catalog.mz_sources") == [("tpch",)]
+    assert await engine.rows(
+        session, "SELECT name FROM mz_catalog.mz_sources WHERE id LIKE 'u%'"
+    ) == [("tpch",)]
     assert await engine.rows(session, "SELECT count(*) FROM nation") == [(25,)]
     await engine.execute(session, "CREATE DEFAULT INDEX ON region")
     regions = await engine.rows(session, "SELECT r_name FROM region ORDER BY r_name LIMIT 2")

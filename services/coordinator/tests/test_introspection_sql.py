@@ -310,3 +310,19 @@ async def test_alter_cluster_changes_introspection_in_the_catalog(logs: TableHar
         session, "ALTER CLUSTER mz_catalog_server SET (INTROSPECTION INTERVAL = 0)"
     )
     assert error.code == "42501"
+
+
+async def test_raw_logs_are_listed_as_log_sources(logs: TableHarness) -> None:
+    session = await logs.session()
+    rows = await logs.rows(
+        session,
+        "SELECT s.id, s.type, o.type, sc.name FROM mz_catalog.mz_sources s "
+        "JOIN mz_catalog.mz_objects o ON o.id = s.id "
+        "JOIN mz_catalog.mz_schemas sc ON sc.id = s.schema_id "
+        "WHERE s.name = 'mz_scheduling_elapsed_raw'",
+    )
+    assert rows == [(ELAPSED.log_id, "log", "source", "mz_introspection")]
+    columns = await logs.rows(
+        session, f"SELECT name FROM mz_catalog.mz_columns WHERE id = '{ELAPSED.log_id}'"
+    )
+    assert sorted(columns) == [("id",), ("worker_id",)]

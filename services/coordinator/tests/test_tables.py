@@ -364,7 +364,7 @@ async def test_drop_table_removes_it_from_the_relations(tables: Any) -> None:
         assert names == [("u",)], relation
     assert await tables.rows(
         session,
-        "SELECT count(*) FROM mz_columns c LEFT JOIN mz_tables t ON t.id = c.id WHERE t.id IS NULL",
+        "SELECT count(*) FROM mz_columns c LEFT JOIN mz_objects o ON o.id = c.id WHERE o.id IS NULL",
     ) == [(0,)]
     error = await tables.error(session, "SELECT * FROM t")
     assert error.code == "42P01"
