@@ -1060,9 +1060,13 @@ class Compute:
     # -- SUBSCRIBE ----------------------------------------------------------------------
 
     async def subscribe(self, session: Session, statement: Subscribe) -> Streaming:
-        expression, relations = await self.resolved(session, statement.query.expression)
+        query = self.inline_views(session, statement.query.expression)
+        expression, relations = await self.resolved(session, query)
         plan = plan_query(expression, self._by_id(relations))
         cluster = await self.session_cluster(session)
+        logs = self.logs_read(relations)
+        if logs:
+            await self.check_log_subscribe(session, cluster, logs, statement.as_of)
         timestamp = await self.read_timestamp(session, statement.as_of, statement.as_of_position)
         if statement.as_of is None:
             await self.complete_inputs((r.id for r in relations.values()), timestamp)
@@ -1076,6 +1080,27 @@ class Compute:
             snapshot=statement.snapshot,
         )
         return Streaming(self._subscription(cluster, dataflow, plan))
+
+    async def check_log_subscribe(
+        self, session: Session, cluster: ClusterInfo, logs: list[str], as_of: Any
+    ) -> None:
+        """A SUBSCRIBE to logs: as a read of them, on a cluster with one replica.
+
+        A subscribe's dataflow runs on every replica of the cluster, and its
+        batches come from whichever answers first: with several replicas they
+        would mix the logs of several, whatever ``cluster_replica`` says.
+        """
+        if as_of is not None:
+            raise no_history(logs)
+        replica_id = await self.log_replica(session, cluster, logs)
+        if len(self.state.replicas_of(cluster.id)) > 1:
+            raise LoupeError(
+                SqlState.FEATURE_NOT_SUPPORTED,
+                "SUBSCRIBE to log sources needs a cluster with a single replica",
+                detail=log_detail(logs),
+                hint=f"SUBSCRIBE to the persisted mz_internal relations "
+                f"(WHERE replica_id = '{replica_id}') instead.",
+            )
 
     async def _subscription(
         self, cluster: ClusterInfo, dataflow: DataflowDescription, plan: mir.Relation

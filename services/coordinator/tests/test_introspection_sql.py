@@ -326,3 +326,32 @@ async def test_raw_logs_are_listed_as_log_sources(logs: TableHarness) -> None:
         session, f"SELECT name FROM mz_catalog.mz_columns WHERE id = '{ELAPSED.log_id}'"
     )
     assert sorted(columns) == [("id",), ("worker_id",)]
+
+
+async def test_subscribe_to_logs_needs_a_single_replica_and_no_as_of(logs: TableHarness) -> None:
+    session = await logs.session()
+    subscribe = "SUBSCRIBE (SELECT * FROM mz_introspection.mz_dataflow_operators)"
+    error = await logs.error(session, f"{subscribe} AS OF 1")
+    assert error.code == "0A000"
+    assert "no history" in error.message
+    await logs.tag(session, "CREATE CLUSTER two REPLICAS (r1 (SIZE '1'), r2 (SIZE '1'))")
+    await logs.tag(session, "SET cluster = two")
+    error = await logs.error(session, subscribe)
+    assert error.message == "log source reads must target a replica"
+    await logs.tag(session, "SET cluster_replica = r1")
+    error = await logs.error(session, subscribe)
+    assert error.message == "SUBSCRIBE to log sources needs a cluster with a single replica"
+    assert "mz_internal" in error.hint
+
+
+async def test_persisted_introspection_reads_as_of_an_earlier_time(engine: TableHarness) -> None:
+    """The persisted collections keep history: AS OF reads it (on the real engine, from shards)."""
+    session = await engine.session()
+    collection = ELAPSED.collection_id
+    first = await engine.controller._flush({collection: [(("u1", 1, 7, 0), 3)]})
+    await engine.controller._flush({collection: [(("u1", 2, 7, 0), 4)]})
+    read = "SELECT incarnation, elapsed_ns FROM mz_internal.mz_scheduling_elapsed"
+    assert [(i, int(e)) for i, e in await engine.rows(session, f"{read} AS OF {first - 1}")] == [
+        (1, 3)
+    ]
+    assert sorted((i, int(e)) for i, e in await engine.rows(session, read)) == [(1, 3), (2, 4)]
