@@ -189,17 +189,20 @@ def split_replica_view(qualified_name: str) -> tuple[str, str] | None:
 def replica_view(relation: str, replica_id: str) -> ReplicaView:
     """The per-replica view (planned once: it reads builtin collections only)."""
     from loupe.coordinator.builtin_views import inline_builtin_views
+    from loupe.coordinator.objects import relation_columns
     from loupe.coordinator.plan import plan_query
     from loupe.coordinator.sql.parser import parse_one
     from loupe.coordinator.sql.resolve import resolve_relations
+    from loupe.coordinator.sql.statements import Query
 
     statement = parse_one(replica_view_sql(relation, replica_id))
-    expression = inline_builtin_views(statement.expression)  # type: ignore[attr-defined]
+    assert isinstance(statement, Query)
+    expression = inline_builtin_views(statement.expression)
     expression, relations = resolve_relations(expression, collections=BY_QUALIFIED_NAME)
 
     def resolve(name: str) -> tuple[str, list[tuple[str, str]]] | None:
         found = relations.get(name)
-        return (found.id, list(found.columns)) if found is not None else None  # type: ignore[attr-defined]
+        return (found.id, relation_columns(found)) if found is not None else None
 
     return ReplicaView(relation, replica_id, plan_query(expression, resolve))
 

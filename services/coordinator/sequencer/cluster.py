@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from loupe.common.errors import LoupeError
 from loupe.coordinator.results import StatementResult
 from loupe.coordinator.sequencer import ddl
 from loupe.coordinator.session import Session
@@ -28,6 +29,8 @@ from loupe.proto.catalog.v1 import catalog_pb2
 if TYPE_CHECKING:
     from loupe.coordinator.sequencer.context import SequencerContext
 
+DEPENDENT_OBJECTS_STILL_EXIST = "2BP01"
+
 
 async def cluster_ddl(
     ctx: SequencerContext,
@@ -35,9 +38,33 @@ async def cluster_ddl(
     statement: CreateCluster | CreateClusterReplica | DropClusterReplica | AlterCluster,
 ) -> StatementResult:
     """Commit the statement's catalog operation (superusers only)."""
+    if isinstance(statement, AlterCluster) and statement.introspection_interval_ns == 0:
+        check_no_replica_view_readers(ctx, statement)
     op = catalog_op(statement, owner_id=ddl.owner_id(ctx, session))
     _, result = await ddl.transact(ctx, session, statement, [op])
     return result
+
+
+def check_no_replica_view_readers(ctx: SequencerContext, statement: AlterCluster) -> None:
+    """Refuse (2BP01) to disable introspection while objects read the replicas' views.
+
+    A cluster that keeps no logs has no per-replica introspection views
+    (``loupe.coordinator.introspection``): what reads them would stop planning.
+    """
+    cluster = ctx.state.cluster(statement.name)
+    if cluster is None:
+        return  # the catalog answers for an unknown cluster
+    replicas = {r.id for r in ctx.state.replicas_of(cluster.id)}
+    readers = ctx.compute.replica_view_dependents(replicas)
+    if readers:
+        names = ", ".join(f'{o.type.replace("-", " ")} "{o.full_name}"' for o in readers)
+        raise LoupeError(
+            DEPENDENT_OBJECTS_STILL_EXIST,
+            f'cannot disable introspection of cluster "{statement.name}": '
+            f"still depended upon by {names}",
+            hint="Drop the objects reading its replicas' introspection views first.",
+            position=statement.position,
+        )
 
 
 def catalog_op(statement: Statement, *, owner_id: str) -> catalog_pb2.CatalogOp:

@@ -246,6 +246,9 @@ async def test_per_replica_views_live_and_die_with_their_replica(logs: TableHarn
     error = await logs.error(session, "DROP CLUSTER c")
     assert error.code == "2BP01"
     assert "materialize.public.mine" in error.message
+    error = await logs.error(session, "ALTER CLUSTER c SET (INTROSPECTION INTERVAL = 0)")
+    assert error.code == "2BP01"
+    assert error.message.startswith('cannot disable introspection of cluster "c"')
     await logs.tag(session, "DROP CLUSTER REPLICA c.r2")  # nothing reads r2's views
     await logs.tag(session, "DROP CLUSTER REPLICA c.r1 CASCADE")
     error = await logs.error(session, "SELECT * FROM mine")
