@@ -8,7 +8,8 @@ per-row Python.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import time as clock
+from collections.abc import Callable, Sequence
 
 import polars as pl
 
@@ -131,8 +132,61 @@ def key_hash(frame: pl.DataFrame, keys: Sequence[str]) -> pl.Series:
     return frame.select(keys).hash_rows(seed=0).alias(HASH)
 
 
-def exchange(parts: Parts, keys: Sequence[str], workers: int) -> Parts:
-    """Route every update to the worker that owns its key (hash of ``keys`` mod ``workers``)."""
+class Meter:
+    """What one operator's runs did per worker, measured while logging is on.
+
+    All workers run in one thread, so a worker's time is the time spent on
+    its own batch: ``each`` times every worker's body, and a metered
+    ``exchange`` times each worker partitioning its own batch (the sender)
+    and merging what it received (the receiver). ``ns`` accumulates per
+    worker until the instance reads it after the run; ``sent`` counts, per
+    input port, the records and batches each worker sent each worker.
+    """
+
+    __slots__ = ("ns", "sent")
+
+    def __init__(self, workers: int) -> None:
+        self.ns = [0] * workers
+        # port -> (from worker, to worker) -> [records, batches]
+        self.sent: dict[int, dict[tuple[int, int], list[int]]] = {}
+
+    def each(self, parts: Parts, body: Callable[[int, pl.DataFrame], pl.DataFrame]) -> Parts:
+        """``body`` on every worker's batch, each timed for its worker (an empty batch is no work
+        the worker is scheduled for: not timed)."""
+        out = []
+        ns = self.ns
+        for worker, part in enumerate(parts):
+            if part.height == 0:
+                out.append(body(worker, part))
+                continue
+            started = clock.perf_counter_ns()
+            out.append(body(worker, part))
+            ns[worker] += clock.perf_counter_ns() - started
+        return out
+
+    def message(self, port: int, source: int, target: int, records: int) -> None:
+        counts = self.sent.setdefault(port, {}).setdefault((source, target), [0, 0])
+        counts[0] += records
+        counts[1] += 1
+
+    def take_ns(self) -> list[int]:
+        """The time measured per worker since the last call (and start afresh)."""
+        ns = self.ns
+        self.ns = [0] * len(ns)
+        return ns
+
+
+def exchange(
+    parts: Parts, keys: Sequence[str], workers: int, meter: Meter | None = None, port: int = 0
+) -> Parts:
+    """Route every update to the worker that owns its key (hash of ``keys`` mod ``workers``).
+
+    With a ``meter`` (logging on), each worker's batch is routed on its own, so
+    what it sent where and the time it took are its own (``Meter``); the
+    result is the same, in the same order.
+    """
+    if meter is not None:
+        return _metered_exchange(parts, keys, workers, meter, port)
     if workers == 1:
         return parts
     whole = concat(parts, parts[0].clear())
@@ -141,6 +195,38 @@ def exchange(parts: Parts, keys: Sequence[str], workers: int) -> Parts:
     owner = (key_hash(whole, keys) % workers).alias("_w")
     routed = whole.with_columns(owner).partition_by("_w", as_dict=True, include_key=False)
     return [routed.get((w,), whole.clear()) for w in range(workers)]
+
+
+def _metered_exchange(
+    parts: Parts, keys: Sequence[str], workers: int, meter: Meter, port: int
+) -> Parts:
+    if workers == 1:
+        if parts[0].height:
+            meter.message(port, 0, 0, parts[0].height)
+        return parts
+    received: list[list[pl.DataFrame]] = [[] for _ in range(workers)]
+    ns = meter.ns
+    for source, part in enumerate(parts):
+        if part.height == 0:
+            continue
+        started = clock.perf_counter_ns()
+        owner = (key_hash(part, keys) % workers).alias("_w")
+        routed = part.with_columns(owner).partition_by("_w", as_dict=True, include_key=False)
+        for (target,), frame in routed.items():
+            assert isinstance(target, int)
+            received[target].append(frame)
+            meter.message(port, source, target, frame.height)
+        ns[source] += clock.perf_counter_ns() - started
+    empty = parts[0].clear()
+    merged = []
+    for target, frames in enumerate(received):
+        if not frames:
+            merged.append(empty)
+            continue
+        started = clock.perf_counter_ns()
+        merged.append(concat(frames, empty))
+        ns[target] += clock.perf_counter_ns() - started
+    return merged
 
 
 def spread(frame: pl.DataFrame, workers: int) -> Parts:
