@@ -165,7 +165,7 @@ class LogCollector(LoggingHooks):
         self, worker: int, operator_id: int, address: tuple[int, ...], name: str
     ) -> None:
         operator = (operator_id, worker, name)
-        addressed = (operator_id, worker, list(address))
+        addressed = (operator_id, worker, tuple(address))
         self._operators[(operator_id, worker)] = (operator, addressed)
         self.add("mz_dataflow_operators_per_worker", operator, 1)
         self.add("mz_dataflow_addresses_per_worker", addressed, 1)
@@ -208,7 +208,7 @@ class LogCollector(LoggingHooks):
         kind: str,
     ) -> None:
         row = (channel_id, worker, from_index, from_port, to_index, to_port, kind)
-        addressed = (channel_id, worker, list(address))
+        addressed = (channel_id, worker, tuple(address))
         self._channels[(channel_id, worker)] = (address[0], row, addressed)
         self.add("mz_dataflow_channels_per_worker", row, 1)
         self.add("mz_dataflow_addresses_per_worker", addressed, 1)
