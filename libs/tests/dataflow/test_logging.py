@@ -124,7 +124,7 @@ def test_scheduling_is_measured_per_worker_and_only_where_there_is_work() -> Non
     after = engine.per_worker("mz_scheduling_elapsed_raw", reduce)
     assert set(after) == set(range(WORKERS))
     assert after[owner] > elapsed[(reduce, owner)]
-    runs = Counter()
+    runs: Counter[int] = Counter()
     for row, count in engine.state("mz_compute_operator_durations_histogram_raw").items():
         if row[0] == reduce:
             runs[row[1]] += count
