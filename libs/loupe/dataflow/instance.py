@@ -341,6 +341,8 @@ class Dataflow:
         self.regions: list[LirRegion] = renderer.regions
         self.inputs: dict[str, Input] = renderer.imports
         self.queues = {name: _Queue() for name in self.inputs}
+        # Whether the queues changed since they were last logged.
+        self.queued = False
         self.collections = renderer.collections
         self.source_demand = renderer.source_demand
         self.frontier = desc.as_of
@@ -369,8 +371,10 @@ class Dataflow:
         queue = self.queues[name]
         if ok.height:
             queue.ok.append(_advance(ok, self.as_of))
+            self.queued = True
         if err.height:
             queue.err.append(_advance(err, self.as_of))
+            self.queued = True
 
     def step(self, upper: int, hooks: LoggingHooks | None) -> bool:
         """Process every update before ``upper`` (the least input frontier)."""
@@ -381,6 +385,7 @@ class Dataflow:
         lower = self.frontier
         workers = self.workers
         taken = {}
+        self.queued = True
         for name, operator in self.inputs.items():
             ok, err = self.queues[name].take(upper, operator.empty)
             taken[name] = (ok, err)
@@ -523,18 +528,24 @@ class Dataflow:
         operator without inputs: its output rows); with no rows at all, to
         worker 0, which drives the step. A worker with no time is not
         logged as scheduled.
+
+        Arrangements change only in a worker's measured work: only the
+        workers with some are logged again.
         """
         meter = operator.meter
         ns = meter.take_ns() if meter is not None else [0] * self.workers
+        worked = [worker for worker, duration in enumerate(ns) if duration]
         remainder = elapsed - sum(ns)
         if remainder > 0:
             _attribute(ns, remainder, _rows_processed(operator))
         for worker, duration in enumerate(ns):
             if duration > 0:
                 hooks.scheduled(worker, operator.operator_id, duration)
-        for worker, spines in enumerate(operator.spines()):
-            if spines:
-                _log_spines(hooks, worker, operator.operator_id, spines)
+        if worked:
+            every = operator.spines()
+            for worker in worked:
+                if every and every[worker]:
+                    _log_spines(hooks, worker, operator.operator_id, every[worker])
 
     def _log_messages(self, hooks: LoggingHooks) -> None:
         """What crossed each channel this step: an exchange as its reader's meter counted it
@@ -576,6 +587,9 @@ class Dataflow:
         """The updates each import holds for later times (mz_arrangement_batcher_*), against the
         import's operator. The queue is the dataflow's, spread over the workers only when its
         times come: it lives on ``QUEUE_WORKER``."""
+        if not self.queued:
+            return
+        self.queued = False
         for name, queue in self.queues.items():
             frames = [f for f in (*queue.ok, *queue.err) if f.height]
             size = sum(int(f.estimated_size()) for f in frames)

@@ -1157,6 +1157,8 @@ class Join(Operator):
             for w, part in enumerate(
                 exchange(sources, step.names, self.workers, meter, step.input)
             ):
+                if part.height == 0:
+                    continue
                 started = clock.perf_counter_ns() if meter is not None else 0
                 spines[w].insert(part.drop(TIME))
                 if meter is not None:

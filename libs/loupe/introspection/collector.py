@@ -113,6 +113,11 @@ class LogCollector(LoggingHooks):
         # What ``state`` rows stand for now, to retract them when they change.
         self._frontiers: dict[tuple[str, int], int] = {}
         self._import_frontiers: dict[tuple[str, str, int], int] = {}
+        # Frontiers as the engine last reported them (each step): turned into rows by the
+        # tick, so a step costs one assignment per frontier, not a retraction and an insert.
+        self._frontiers_now: dict[tuple[str, int], int] = {}
+        self._import_frontiers_now: dict[tuple[str, str, int], int] = {}
+        self._dataflow_frontiers_now: dict[int, int] = {}
         self._errors: dict[tuple[str, int], int] = {}
         self._hydration: dict[tuple[str, int, int], bool] = {}
         self._hydration_times: dict[tuple[str, int], Row] = {}
@@ -187,6 +192,7 @@ class LogCollector(LoggingHooks):
             self.add("mz_dataflow_channels_per_worker", row, -1)
             self.add("mz_dataflow_addresses_per_worker", addressed, -1)
             self._dropped_channels.add(key[0])
+        self._dataflow_frontiers_now.pop(dataflow_index, None)
         for row in self._reachability.pop(dataflow_index, []):
             self.add(_REACHABILITY, row, -1)
         self._ports.pop(dataflow_index, None)
@@ -288,6 +294,9 @@ class LogCollector(LoggingHooks):
         row = self._exports.pop(key, None)
         if row is not None:
             self.add("mz_compute_exports_per_worker", row, -1)
+        self._frontiers_now.pop(key, None)
+        for k in [k for k in self._import_frontiers_now if k[0] == export_id and k[2] == worker]:
+            del self._import_frontiers_now[k]
         frontier = self._frontiers.pop(key, None)
         if frontier is not None:
             self.add("mz_compute_frontiers_per_worker", (export_id, worker, frontier), -1)
@@ -319,7 +328,50 @@ class LogCollector(LoggingHooks):
             self.add("mz_compute_dataflow_global_ids_per_worker", row, 1)
 
     def dataflow_frontier(self, dataflow_index: int, time: int) -> None:
-        """Every port of the dataflow at ``time``: the dataflow steps all its operators at once."""
+        """Every port of the dataflow is at ``time``: the dataflow steps all its operators at once."""
+        self._dataflow_frontiers_now[dataflow_index] = time
+
+    def hydration_time(self, worker: int, export_id: str, time_ns: int | None) -> None:
+        key = (export_id, worker)
+        row = (export_id, worker, time_ns)
+        self._replace("mz_compute_hydration_times_per_worker", self._hydration_times.get(key), row)
+        self._hydration_times[key] = row
+
+    def frontier(self, worker: int, export_id: str, time: int) -> None:
+        self._frontiers_now[(export_id, worker)] = time
+
+    def import_frontier(self, worker: int, export_id: str, import_id: str, time: int) -> None:
+        self._import_frontiers_now[(export_id, import_id, worker)] = time
+
+    def _settle_frontiers(self) -> None:
+        """The frontiers reported since the last tick as rows (the old ones retracted)."""
+        for key, time in self._frontiers_now.items():
+            old = self._frontiers.get(key)
+            self._frontiers[key] = time
+            export_id, worker = key
+            self._replace(
+                "mz_compute_frontiers_per_worker",
+                None if old is None else (export_id, worker, old),
+                (export_id, worker, time),
+            )
+        for import_key, time in self._import_frontiers_now.items():
+            old = self._import_frontiers.get(import_key)
+            self._import_frontiers[import_key] = time
+            export_id, import_id, worker = import_key
+            self._replace(
+                "mz_compute_import_frontiers_per_worker",
+                None if old is None else (export_id, import_id, worker, old),
+                (export_id, import_id, worker, time),
+            )
+        for dataflow_index, time in self._dataflow_frontiers_now.items():
+            self._reach(dataflow_index, time)
+        self._frontiers_now = {}
+        self._import_frontiers_now = {}
+        self._dataflow_frontiers_now = {}
+
+    def _reach(self, dataflow_index: int, time: int) -> None:
+        """mz_dataflow_operator_reachability_raw: every port of the dataflow's operators at
+        ``time``, one row per worker, under the dataflow's scope operator."""
         if _REACHABILITY not in self._pending or dataflow_index not in self._scopes:
             return
         scope = self._scopes[dataflow_index]
@@ -333,32 +385,6 @@ class LogCollector(LoggingHooks):
         for row in rows:
             self.add(_REACHABILITY, row, 1)
         self._reachability[dataflow_index] = rows
-
-    def hydration_time(self, worker: int, export_id: str, time_ns: int | None) -> None:
-        key = (export_id, worker)
-        row = (export_id, worker, time_ns)
-        self._replace("mz_compute_hydration_times_per_worker", self._hydration_times.get(key), row)
-        self._hydration_times[key] = row
-
-    def frontier(self, worker: int, export_id: str, time: int) -> None:
-        key = (export_id, worker)
-        old = self._frontiers.get(key)
-        self._frontiers[key] = time
-        self._replace(
-            "mz_compute_frontiers_per_worker",
-            None if old is None else (export_id, worker, old),
-            (export_id, worker, time),
-        )
-
-    def import_frontier(self, worker: int, export_id: str, import_id: str, time: int) -> None:
-        key = (export_id, import_id, worker)
-        old = self._import_frontiers.get(key)
-        self._import_frontiers[key] = time
-        self._replace(
-            "mz_compute_import_frontiers_per_worker",
-            None if old is None else (export_id, import_id, worker, old),
-            (export_id, import_id, worker, time),
-        )
 
     def hydration(self, worker: int, export_id: str, lir_id: int, hydrated: bool) -> None:
         key = (export_id, lir_id, worker)
@@ -442,6 +468,7 @@ class LogCollector(LoggingHooks):
         logging operator on worker 0, where it runs) and shows in the next tick.
         """
         started = clock.perf_counter_ns()
+        self._settle_frontiers()
         self._retract_dropped()
         changes: dict[str, pa.Table] = {}
         for log, pending in self._pending.items():
