@@ -136,11 +136,12 @@ class Meter:
     """What one operator's runs did per worker, measured while logging is on.
 
     All workers run in one thread, so a worker's time is the time spent on
-    its own batch: ``each`` times every worker's body, and a metered
-    ``exchange`` times each worker partitioning its own batch (the sender)
-    and merging what it received (the receiver). ``ns`` accumulates per
-    worker until the instance reads it after the run; ``sent`` counts, per
-    input port, the records and batches each worker sent each worker.
+    its own batch: ``each`` times every worker's body (operators time their
+    other per-worker work the same way). ``ns`` accumulates per worker until
+    the instance reads it after the run; what is done for all workers at
+    once (an exchange routes every batch in one pass) is not in it.
+    ``sent`` counts, per input port, the records and batches each worker
+    sent each worker (a metered ``exchange``).
     """
 
     __slots__ = ("ns", "sent")
@@ -181,52 +182,33 @@ def exchange(
 ) -> Parts:
     """Route every update to the worker that owns its key (hash of ``keys`` mod ``workers``).
 
-    With a ``meter`` (logging on), each worker's batch is routed on its own, so
-    what it sent where and the time it took are its own (``Meter``); the
-    result is the same, in the same order.
+    With a ``meter`` (logging on), what each worker's batch sent to each
+    worker is counted from the owners the routing computed anyway.
     """
-    if meter is not None:
-        return _metered_exchange(parts, keys, workers, meter, port)
     if workers == 1:
+        if meter is not None and parts[0].height:
+            meter.message(port, 0, 0, parts[0].height)
         return parts
     whole = concat(parts, parts[0].clear())
     if whole.height == 0:
         return [whole] * workers
     owner = (key_hash(whole, keys) % workers).alias("_w")
+    if meter is not None:
+        _count_sent(meter, port, owner, [p.height for p in parts])
     routed = whole.with_columns(owner).partition_by("_w", as_dict=True, include_key=False)
     return [routed.get((w,), whole.clear()) for w in range(workers)]
 
 
-def _metered_exchange(
-    parts: Parts, keys: Sequence[str], workers: int, meter: Meter, port: int
-) -> Parts:
-    if workers == 1:
-        if parts[0].height:
-            meter.message(port, 0, 0, parts[0].height)
-        return parts
-    received: list[list[pl.DataFrame]] = [[] for _ in range(workers)]
-    ns = meter.ns
-    for source, part in enumerate(parts):
-        if part.height == 0:
+def _count_sent(meter: Meter, port: int, owner: pl.Series, heights: list[int]) -> None:
+    """Per sending worker (its rows are ``heights[w]`` in a row of ``owner``): how many went where."""
+    offset = 0
+    for source, height in enumerate(heights):
+        if height == 0:
             continue
-        started = clock.perf_counter_ns()
-        owner = (key_hash(part, keys) % workers).alias("_w")
-        routed = part.with_columns(owner).partition_by("_w", as_dict=True, include_key=False)
-        for (target,), frame in routed.items():
-            assert isinstance(target, int)
-            received[target].append(frame)
-            meter.message(port, source, target, frame.height)
-        ns[source] += clock.perf_counter_ns() - started
-    empty = parts[0].clear()
-    merged = []
-    for target, frames in enumerate(received):
-        if not frames:
-            merged.append(empty)
-            continue
-        started = clock.perf_counter_ns()
-        merged.append(concat(frames, empty))
-        ns[target] += clock.perf_counter_ns() - started
-    return merged
+        counts = owner.slice(offset, height).value_counts()
+        for target, records in counts.iter_rows():
+            meter.message(port, source, target, records)
+        offset += height
 
 
 def spread(frame: pl.DataFrame, workers: int) -> Parts:

@@ -1142,8 +1142,7 @@ class Join(Operator):
                 )
                 errors.append(err)
             else:
-                sent[key] = self._keyed_per_worker(step, errors)
-                frame = concat(sent[key], sent[key][0])
+                frame, sent[key] = self._keyed_per_worker(step, deltas[step.input], errors)
             keyed[key] = frame
         outputs = [
             self._path(first, deltas[first], keyed, errors)
@@ -1167,26 +1166,37 @@ class Join(Operator):
         joined = self._filter(concat(outputs, self.empty))
         self.ok = spread(self.conform(joined), self.workers)
 
-    def _keyed_per_worker(self, step: _Lookup, errors: list[pl.DataFrame]) -> Parts:
-        """Each worker's batch of ``step.input``'s delta keyed for ``step``, timed for its worker."""
-        meter = self.meter
-        assert meter is not None
+    def _keyed_per_worker(
+        self, step: _Lookup, delta: pl.DataFrame, errors: list[pl.DataFrame]
+    ) -> tuple[pl.DataFrame, Parts]:
+        """``_keyed`` of ``delta`` (every worker's batch of ``step.input``, in worker order), and
+        the same per worker: what each worker sends to the arrangement (logging counts it).
+
+        Keyed in one pass; each worker's rows are then a slice of the result,
+        unless some row failed (the positions shift): then each is keyed anew.
+        """
         source = self.inputs[step.input]
-        kept = self.kept[step.input]
-        parts: list[pl.DataFrame | None] = []
-        for worker, part in enumerate(source.ok):
-            if part.height == 0:
-                parts.append(None)
-                continue
-            started = clock.perf_counter_ns()
-            frame, err = self._keyed(
-                part.select(*kept, TIME, DIFF), step.key[1], source.types, step
-            )
-            meter.ns[worker] += clock.perf_counter_ns() - started
-            errors.append(err)
-            parts.append(frame)
-        empty = next(p for p in parts if p is not None).clear()
-        return [empty if p is None else p for p in parts]
+        exprs = [local for local, _ in step.pairs]
+        keyed, err = evaluate(delta, exprs, source.types, step.names, step.dtypes, match=True)
+        errors.append(err)
+        parts: Parts = []
+        if err.height == 0:
+            offset = 0
+            for part in source.ok:
+                parts.append(keyed.slice(offset, part.height))
+                offset += part.height
+        else:
+            kept = self.kept[step.input]
+            parts = [
+                self._keyed(p.select(*kept, TIME, DIFF), exprs, source.types, step)[0]
+                if p.height
+                else keyed.clear()
+                for p in source.ok
+            ]
+        if step.names:
+            keyed = keyed.drop_nulls(step.names)
+            parts = [p.drop_nulls(step.names) if p.height else p for p in parts]
+        return keyed, parts
 
     def _dead(self, first: int, keyed: dict[tuple[int, tuple[Scalar, ...]], pl.DataFrame]) -> bool:
         """Whether some lookup of ``first``'s path has nothing to find (an empty input: hydration)."""

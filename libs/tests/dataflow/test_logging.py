@@ -11,6 +11,7 @@ from collections.abc import Mapping
 
 import pytest
 
+from loupe.common.errors import LoupeError
 from loupe.dataflow import ComputeInstance
 from loupe.dataflow.batches import concat
 from loupe.dataflow.instance import QUEUE_WORKER, TRACE_WORKER
@@ -385,3 +386,44 @@ def test_logged_per_worker_values_sum_to_the_totals(workers: int) -> None:
         per_channel[row[0]] += count
     # Source -> Get -> Threshold -> Index: 100 rows through each channel.
     assert sorted(per_channel.values()) == [100, 100, 100]
+
+
+def test_a_join_key_that_fails_for_some_rows_counts_what_each_worker_sent() -> None:
+    """t.n / (t.n - 1) = u.m: the row with n = 1 is an error, the others are joined and
+    counted from the worker that held them; the result is the same as without logging."""
+    key = Call("div", (Column(1), Call("sub", (Column(1), Literal(1, "int4")))))
+    plan = lir.Join(
+        3,
+        (get("t", 0), get("u", 1)),
+        ((key, Column(3)),),
+        lir.JoinKind.LINEAR,
+        types=(*TYPES, *TYPES),
+    )
+    results = []
+    for logging in (False, True):
+        engine = Engine()
+        if not logging:
+            engine.instance = ComputeInstance(workers=WORKERS)
+        engine.instance.create_dataflow(index_dataflow("d", plan, {"t": T, "u": U}, as_of=0))
+        engine.instance.push("u", persist_updates(U, [(("x", 2), 0, 1), (("y", 3), 0, 1)]), 1)
+        engine.push(
+            "t", [(("a", 1), 0, 1), (("b", 2), 0, 1), (("c", 3), 0, 1), (("d", 4), 0, 1)], 1
+        )
+        with pytest.raises(LoupeError, match="division by zero"):
+            engine.instance.peek("d_index", 0)
+        results.append(engine.instance.errors()["d_index"].message)
+        if logging:
+            join = next(o for o in engine.instance.dataflows["d"].operators if o.name == "Join")
+            into_join = [
+                r[0]
+                for r in engine.state("mz_dataflow_channels_per_worker")
+                if r[1] == 0
+                and r[4] == engine.instance.dataflows["d"].local[join.operator_id]
+                and r[5] == 0
+            ]
+            (channel,) = into_join
+            sent = exchange_counts(engine, channel)
+            # Of t's 4 rows, the failing one is an error and 3 reached the arrangement.
+            assert sum(sent.values()) == 3
+            assert {f for f, _ in sent} <= {w for w, p in enumerate(join.inputs[0].ok) if p.height}
+    assert results[0] == results[1]
