@@ -19,13 +19,20 @@ a subclass written against the first version keeps working.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 
 class LoggingHooks:
     """No-op default; override what you collect and set ``enabled = True``."""
 
     enabled: bool = False
+
+    def defer(self, flush: Callable[[], None]) -> bool:
+        """Whether the hooks will call ``flush`` before reading what they collected (at the
+        end of each logging interval). Then the engine reports what is costly to measure
+        at every change (arrangement and queue sizes) in ``flush``, as of then; otherwise
+        (the default) at every change."""
+        return False
 
     def dataflow_created(self, dataflow_index: int, dataflow_id: str, name: str) -> None:
         """A dataflow was rendered (mz_dataflows)."""

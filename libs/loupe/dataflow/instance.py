@@ -343,6 +343,11 @@ class Dataflow:
         self.queues = {name: _Queue() for name in self.inputs}
         # Whether the queues changed since they were last logged.
         self.queued = False
+        # Set by the instance when its hooks call a flush each interval: then sizes
+        # are reported there (``flush_sizes``), and here only what changed is noted.
+        self.deferred = False
+        self.changed_spines: set[tuple[Operator, int]] = set()
+        self.changed_traces = False
         self.collections = renderer.collections
         self.source_demand = renderer.source_demand
         self.frontier = desc.as_of
@@ -541,7 +546,9 @@ class Dataflow:
         for worker, duration in enumerate(ns):
             if duration > 0:
                 hooks.scheduled(worker, operator.operator_id, duration)
-        if worked:
+        if worked and self.deferred:
+            self.changed_spines.update((operator, worker) for worker in worked)
+        elif worked:
             every = operator.spines()
             for worker in worked:
                 if every and every[worker]:
@@ -568,11 +575,11 @@ class Dataflow:
                 for import_id, time in self.import_frontiers.items():
                     hooks.import_frontier(worker, export_id, import_id, time)
         hooks.dataflow_frontier(self.index, self.frontier)
+        if self.deferred:
+            self.changed_traces = True
+        else:
+            self.log_traces(hooks)
         for index in self.index_exports.values():
-            trace = index.ok
-            hooks.arrangement_size(
-                TRACE_WORKER, index.operator_id, trace.records, len(trace.batches), trace.size
-            )
             hooks.error_count(index.id, _error_count(index.err.batches), worker=TRACE_WORKER)
         for sink in self.sinks.values():
             hooks.error_count(sink.id, _error_count([sink.errors]), worker=TRACE_WORKER)
@@ -582,6 +589,26 @@ class Dataflow:
             for export_id in self.export_ids():
                 for worker in range(workers):
                     hooks.hydration_time(worker, export_id, took)
+
+    def log_traces(self, hooks: LoggingHooks) -> None:
+        """The indexes' histories (one per replica: on ``TRACE_WORKER``)."""
+        for index in self.index_exports.values():
+            trace = index.ok
+            hooks.arrangement_size(
+                TRACE_WORKER, index.operator_id, trace.records, len(trace.batches), trace.size
+            )
+
+    def flush_sizes(self, hooks: LoggingHooks) -> None:
+        """Report the sizes that changed since the last flush (``deferred``), as they are now."""
+        for operator, worker in self.changed_spines:
+            every = operator.spines()
+            if every and every[worker]:
+                _log_spines(hooks, worker, operator.operator_id, every[worker])
+        self.changed_spines = set()
+        if self.changed_traces:
+            self.changed_traces = False
+            self.log_traces(hooks)
+        self.log_queues(hooks)
 
     def log_queues(self, hooks: LoggingHooks) -> None:
         """The updates each import holds for later times (mz_arrangement_batcher_*), against the
@@ -623,6 +650,9 @@ class ComputeInstance:
         self._held_after_step = 0
         # Checked once per event site: None when logging is off.
         self.hooks = logging if logging is not None and logging.enabled else None
+        # Whether the hooks flush each interval (``LoggingHooks.defer``): sizes are then
+        # measured once per interval, not at every change.
+        self._deferred = self.hooks is not None and self.hooks.defer(self._flush_sizes)
         self.dataflows: dict[str, Dataflow] = {}
         self.sources: dict[str, _Source] = {}
         self.exports: dict[str, Dataflow] = {}
@@ -650,6 +680,7 @@ class ComputeInstance:
         dataflow = Dataflow(desc, self._next_dataflow, renderer, scope_id)
         self._next_dataflow += 1
         if self.hooks is not None:
+            dataflow.deferred = self._deferred
             for operator in dataflow.operators:
                 operator.meter = Meter(self.workers)
         self._export(dataflow)
@@ -791,6 +822,13 @@ class ComputeInstance:
             hooks.dataflow_dropped(dataflow.index, dataflow.desc.id)
             self._log_sharing(dataflow)
 
+    def _flush_sizes(self) -> None:
+        """What the running dataflows hold now (called by the hooks, ``LoggingHooks.defer``)."""
+        assert self.hooks is not None
+        for dataflow in self.dataflows.values():
+            if dataflow.failed is None:  # a released one reported itself empty
+                dataflow.flush_sizes(self.hooks)
+
     def _log_sharing(self, reader: Dataflow) -> None:
         """The indexes ``reader`` imports are shared by one more or one less dataflow."""
         assert self.hooks is not None
@@ -864,7 +902,7 @@ class ComputeInstance:
                     changed |= self._enforce_budget()
                     held = self._held_bytes()
         self._held_after_step = held
-        if self.hooks is not None:
+        if self.hooks is not None and not self._deferred:
             for dataflow in self.dataflows.values():
                 dataflow.log_queues(self.hooks)
         for state in self.sources.values():

@@ -1180,6 +1180,11 @@ class Join(Operator):
         keyed, err = evaluate(delta, exprs, source.types, step.names, step.dtypes, match=True)
         errors.append(err)
         parts: Parts = []
+        senders = [w for w, p in enumerate(source.ok) if p.height]
+        if err.height == 0 and len(senders) == 1:  # a small step: one worker's batch is all
+            keyed = keyed.drop_nulls(step.names) if step.names else keyed
+            empty = keyed.clear()
+            return keyed, [keyed if w == senders[0] else empty for w in range(self.workers)]
         if err.height == 0:
             offset = 0
             for part in source.ok:

@@ -136,6 +136,11 @@ class LogCollector(LoggingHooks):
         # Dropped since the last tick: their count rows are retracted by the tick.
         self._dropped_operators: set[tuple[int, int]] = set()
         self._dropped_channels: set[int] = set()
+        # The engine's reports of sizes, as of each tick (``defer``).
+        self._flushes: list[Callable[[], None]] = []
+        # The pending changes of the logs every operator run adds to (None: not collected).
+        self._elapsed = self._pending.get("mz_scheduling_elapsed_raw")
+        self._durations = self._pending.get("mz_compute_operator_durations_histogram_raw")
         if log_logging:
             for worker in range(workers):
                 self.operator_created(worker, LOGGING_SCOPE, (LOGGING_DATAFLOW,), LOGGING_NAME)
@@ -165,6 +170,10 @@ class LogCollector(LoggingHooks):
             self.add(log, row, value - self.current(log, row))
 
     # -- hooks ----------------------------------------------------------------------------
+
+    def defer(self, flush: Callable[[], None]) -> bool:
+        self._flushes.append(flush)
+        return True
 
     def operator_created(
         self, worker: int, operator_id: int, address: tuple[int, ...], name: str
@@ -237,12 +246,12 @@ class LogCollector(LoggingHooks):
         self.add("mz_message_batch_counts_received_raw", key, batches)
 
     def scheduled(self, worker: int, operator_id: int, duration_ns: int) -> None:
-        self.add("mz_scheduling_elapsed_raw", (operator_id, worker), duration_ns)
-        self.add(
-            "mz_compute_operator_durations_histogram_raw",
-            (operator_id, worker, bucket(duration_ns)),
-            1,
-        )
+        if duration_ns <= 0:
+            return
+        if self._elapsed is not None:
+            self._elapsed[(operator_id, worker)] += duration_ns
+        if self._durations is not None:
+            self._durations[(operator_id, worker, bucket(duration_ns))] += 1
 
     def arrangement_size(
         self,
@@ -468,6 +477,8 @@ class LogCollector(LoggingHooks):
         logging operator on worker 0, where it runs) and shows in the next tick.
         """
         started = clock.perf_counter_ns()
+        for flush in self._flushes:
+            flush()
         self._settle_frontiers()
         self._retract_dropped()
         changes: dict[str, pa.Table] = {}
@@ -482,7 +493,7 @@ class LogCollector(LoggingHooks):
                     state[row] = count
                 else:
                     state.pop(row, None)
-            self._pending[log] = defaultdict(int)
+            pending.clear()
             if updates:
                 changes[log] = updates_table(log, updates, time)
         if self.log_logging:
