@@ -477,6 +477,7 @@ class Dataflow:
             sink.batches = []
         self.queues = {name: _Queue(records=q.records) for name, q in self.queues.items()}
         self.channels = []
+        self.changed_spines = set()  # they would hold on to the released operators
         log.warning("dataflow out of memory; its state is released", dataflow=self.desc.id)
 
     def log_released(self, hooks: LoggingHooks) -> None:
