@@ -238,7 +238,14 @@ class ArrangementSizes(LoggingHooks):
         self.sizes: dict[tuple[int, int], tuple[int, int]] = {}
 
     def arrangement_size(
-        self, worker: int, operator_id: int, records: int, batches: int, size: int
+        self,
+        worker: int,
+        operator_id: int,
+        records: int,
+        batches: int,
+        size: int,
+        capacity: int | None = None,
+        allocations: int | None = None,
     ) -> None:
         self.sizes[(worker, operator_id)] = (records, size)
 

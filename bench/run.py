@@ -13,7 +13,9 @@ the compute engine on TPC-H against DuckDB (``bench/compute.py``), the
 whole system's fast-path peeks and inserts to visible changes through gRPC
 (``bench/compute_system.py``), statement logging's overhead and delay to
 visible (``bench/statement_logging.py``) and what a one-row INSERT and a small
-SELECT cost with 1,000 tables against 10 (``bench/many_tables.py``).
+SELECT cost with 1,000 tables against 10 (``bench/many_tables.py``) and
+what the engine's introspection logging costs, on against off
+(``bench/logging_cost.py``).
 """
 
 from __future__ import annotations
@@ -115,6 +117,7 @@ def main() -> int:
         "compute_system.py",
         "statement_logging.py",
         "many_tables.py",
+        "logging_cost.py",
     )
     for script in scripts:
         print(f"\n== {script}", flush=True)

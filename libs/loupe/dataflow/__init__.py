@@ -79,10 +79,13 @@ every caller codes against:
 dataflow stopped for good (a read answers it at any time). ``footprint()``: records and
   bytes arranged (operator state, index histories) and logged (sources).
 
-Logging (DESIGN §6): every operator has an id, an address and a name and
-reports its lifecycle, channels and messages, scheduling, arrangement sizes,
-frontiers, hydration and the LIR mapping through ``LoggingHooks``; a no-op
-when logging is off.
+Logging (DESIGN §6): every dataflow is a scope operator and every operator
+has an id, an address and a name; the engine reports their lifecycle,
+channels and the messages each worker sent each worker, each worker's
+measured scheduling, arrangement sizes and sharing, queued input, exports,
+frontiers, errors, hydration and the LIR mapping through ``LoggingHooks``
+(``loupe.introspection.collector.LogCollector`` turns them into the log
+variants). With logging off (no hooks) nothing is measured or called.
 """
 
 from loupe.dataflow.hooks import LoggingHooks

@@ -73,6 +73,8 @@ class Spine:
         self.batches: list[pl.DataFrame] = []
         # Per batch: (its hashes sorted, the row of each), once looked up.
         self.indexes: list[tuple[pl.Series, pl.Series] | None] = []
+        # Per batch: its ``estimated_size``, once asked (logging asks after every change).
+        self.sizes: list[int | None] = []
 
     def insert(self, frame: pl.DataFrame) -> None:
         """Add updates (with or without ``_h``; ``time`` is ignored)."""
@@ -84,10 +86,12 @@ class Spine:
             frame = frame.with_columns(key_hash(frame, self.keys))
         self.batches.append(frame)
         self.indexes.append(None)
+        self.sizes.append(None)
         while len(self.batches) >= 2 and self.batches[-2].height <= 2 * self.batches[-1].height:
             merged = self._cancel(pl.concat(self.batches[-2:], how="vertical_relaxed"))
             self.batches[-2:] = [merged] if merged.height else []
             self.indexes[-2:] = [None] if merged.height else []
+            self.sizes[-2:] = [None] if merged.height else []
 
     def _cancel(self, frame: pl.DataFrame) -> pl.DataFrame:
         """Consolidate where something may cancel: the keys with a negative update.
@@ -136,7 +140,12 @@ class Spine:
 
     @property
     def size(self) -> int:
-        return sum(int(b.estimated_size()) for b in self.batches)
+        """The bytes the batches' frames hold (``estimated_size``, each measured once)."""
+        sizes = self.sizes
+        for position, known in enumerate(sizes):
+            if known is None:
+                sizes[position] = int(self.batches[position].estimated_size())
+        return sum(size or 0 for size in sizes)
 
 
 class Trace:

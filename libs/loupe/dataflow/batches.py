@@ -8,7 +8,9 @@ per-row Python.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import time as clock
+from collections import Counter
+from collections.abc import Callable, Iterable, Sequence
 
 import polars as pl
 
@@ -21,6 +23,9 @@ ERROR = "error"
 Parts = list[pl.DataFrame]
 
 ERROR_SCHEMA: dict[str, pl.DataType] = {ERROR: pl.Utf8(), TIME: pl.UInt64(), DIFF: pl.Int64()}
+
+# Exchanges sending at most this many rows from a worker are counted in Python (logging).
+_FEW_SENT = 64
 
 # Batches from this size on are worth a check for a single time before grouping.
 _LARGE = 10_000
@@ -131,16 +136,87 @@ def key_hash(frame: pl.DataFrame, keys: Sequence[str]) -> pl.Series:
     return frame.select(keys).hash_rows(seed=0).alias(HASH)
 
 
-def exchange(parts: Parts, keys: Sequence[str], workers: int) -> Parts:
-    """Route every update to the worker that owns its key (hash of ``keys`` mod ``workers``)."""
+class Meter:
+    """What one operator's runs did per worker, measured while logging is on.
+
+    All workers run in one thread, so a worker's time is the time spent on
+    its own batch: ``each`` times every worker's body (operators time their
+    other per-worker work the same way). ``ns`` accumulates per worker until
+    the instance reads it after the run; what is done for all workers at
+    once (an exchange routes every batch in one pass) is not in it.
+    ``sent`` counts, per input port, the records and batches each worker
+    sent each worker (a metered ``exchange``).
+    """
+
+    __slots__ = ("ns", "sent")
+
+    def __init__(self, workers: int) -> None:
+        self.ns = [0] * workers
+        # port -> (from worker, to worker) -> [records, batches]
+        self.sent: dict[int, dict[tuple[int, int], list[int]]] = {}
+
+    def each(self, parts: Parts, body: Callable[[int, pl.DataFrame], pl.DataFrame]) -> Parts:
+        """``body`` on every worker's batch, each timed for its worker (an empty batch is no work
+        the worker is scheduled for: not timed)."""
+        out = []
+        ns = self.ns
+        for worker, part in enumerate(parts):
+            if part.height == 0:
+                out.append(body(worker, part))
+                continue
+            started = clock.perf_counter_ns()
+            out.append(body(worker, part))
+            ns[worker] += clock.perf_counter_ns() - started
+        return out
+
+    def message(self, port: int, source: int, target: int, records: int) -> None:
+        counts = self.sent.setdefault(port, {}).setdefault((source, target), [0, 0])
+        counts[0] += records
+        counts[1] += 1
+
+    def take_ns(self) -> list[int]:
+        """The time measured per worker since the last call (and start afresh)."""
+        ns = self.ns
+        self.ns = [0] * len(ns)
+        return ns
+
+
+def exchange(
+    parts: Parts, keys: Sequence[str], workers: int, meter: Meter | None = None, port: int = 0
+) -> Parts:
+    """Route every update to the worker that owns its key (hash of ``keys`` mod ``workers``).
+
+    With a ``meter`` (logging on), what each worker's batch sent to each
+    worker is counted from the owners the routing computed anyway.
+    """
     if workers == 1:
+        if meter is not None and parts[0].height:
+            meter.message(port, 0, 0, parts[0].height)
         return parts
     whole = concat(parts, parts[0].clear())
     if whole.height == 0:
         return [whole] * workers
     owner = (key_hash(whole, keys) % workers).alias("_w")
+    if meter is not None:
+        _count_sent(meter, port, owner, [p.height for p in parts])
     routed = whole.with_columns(owner).partition_by("_w", as_dict=True, include_key=False)
     return [routed.get((w,), whole.clear()) for w in range(workers)]
+
+
+def _count_sent(meter: Meter, port: int, owner: pl.Series, heights: list[int]) -> None:
+    """Per sending worker (its rows are ``heights[w]`` in a row of ``owner``): how many went where."""
+    offset = 0
+    for source, height in enumerate(heights):
+        if height == 0:
+            continue
+        sent = owner.slice(offset, height)
+        if height <= _FEW_SENT:  # a small step: Python counts faster than a polars query
+            counts: Iterable[tuple[int, int]] = Counter(sent.to_list()).items()
+        else:
+            counts = sent.value_counts().iter_rows()
+        for target, records in counts:
+            meter.message(port, source, target, records)
+        offset += height
 
 
 def spread(frame: pl.DataFrame, workers: int) -> Parts:

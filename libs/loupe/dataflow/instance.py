@@ -27,6 +27,7 @@ from loupe.dataflow.batches import (
     DIFF,
     ERROR,
     TIME,
+    Meter,
     advance,
     concat,
     consolidate,
@@ -52,16 +53,28 @@ FEED_HISTORY_MS = 10_000
 
 log = get_logger(__name__)
 
+# Where logging reports what is not per worker here. An index's history (``Trace``) is
+# one per replica, read whole by peeks, and a dataflow's input queues are spread over
+# the workers only when their times come: both are reported on worker 0, as are the
+# error counts of exports (their error streams are not partitioned either).
+TRACE_WORKER = 0
+QUEUE_WORKER = 0
+
 
 @dataclass(frozen=True)
 class _Channel:
-    """An edge of a dataflow: ``source``'s output read by operator ``target`` at ``port``."""
+    """An edge of a dataflow: ``source``'s output read by operator ``target`` at ``port``.
+
+    ``reader`` is the target operator (None for an export): an exchanging
+    reader's meter counts what crossed the channel between which workers.
+    """
 
     id: int
     source: Operator
     target: int
     port: int
     exchanged: bool
+    reader: Operator | None = None
 
 
 def _idle(operator: Operator) -> bool:
@@ -76,6 +89,46 @@ def _idle(operator: Operator) -> bool:
 
 def _quiet(operator: Operator) -> bool:
     return operator.err.height == 0 and all(part.height == 0 for part in operator.ok)
+
+
+def _rows_processed(operator: Operator) -> list[int]:
+    """Per worker, the rows a run processed: its inputs' (an operator without inputs: its output)."""
+    if not operator.inputs:
+        return [part.height for part in operator.ok]
+    rows = [0] * len(operator.ok)
+    for source in operator.inputs:
+        for worker, part in enumerate(source.ok):
+            rows[worker] += part.height
+    return rows
+
+
+def _attribute(ns: list[int], remainder: int, rows: list[int]) -> None:
+    """Add ``remainder`` to ``ns`` in proportion to ``rows`` (no rows: all to worker 0)."""
+    total = sum(rows)
+    if total == 0:
+        ns[0] += remainder
+        return
+    given = 0
+    for worker, count in enumerate(rows):
+        share = remainder * count // total
+        ns[worker] += share
+        given += share
+    ns[rows.index(max(rows))] += remainder - given  # what rounding left
+
+
+def _log_spines(hooks: LoggingHooks, worker: int, operator_id: int, spines: list) -> None:
+    """An operator's arrangements on ``worker``: records, batches, the bytes their frames hold."""
+    records = sum(s.records for s in spines)
+    batches = sum(len(s.batches) for s in spines)
+    size = sum(s.size for s in spines)
+    # A frame's bytes are all it reserves, and each batch is one frame: capacity and
+    # allocations are the hook's defaults (size, batches).
+    hooks.arrangement_size(worker, operator_id, records, batches, size)
+
+
+def _error_count(frames: Sequence[pl.DataFrame]) -> int:
+    """How many errors ``frames`` of error updates hold (their diffs summed)."""
+    return sum(int(f[DIFF].sum()) for f in frames if f.height)
 
 
 def _exchanges(operator: Operator) -> bool:
@@ -272,15 +325,29 @@ def _first_error(errors: pl.DataFrame) -> LoupeError | None:
 class Dataflow:
     """One rendered ``DataflowDescription`` and its progress."""
 
-    def __init__(self, desc: DataflowDescription, index: int, renderer: Renderer) -> None:
+    def __init__(
+        self, desc: DataflowDescription, index: int, renderer: Renderer, scope_id: int = -1
+    ) -> None:
         self.desc = desc
         self.index = index
+        # The dataflow as an operator of its own (address ``(index,)``), for logging.
+        self.scope_id = scope_id
+        # Operator id -> its index in the dataflow (address ``(index, k)``, k >= 1).
+        self.local: dict[int, int] = {}
+        self.created_ns = clock.perf_counter_ns()
         self.workers = renderer.workers
         self.operators = renderer.operators
         self.hydration_ids = renderer.hydration_ids
         self.regions: list[LirRegion] = renderer.regions
         self.inputs: dict[str, Input] = renderer.imports
         self.queues = {name: _Queue() for name in self.inputs}
+        # Whether the queues changed since they were last logged.
+        self.queued = False
+        # Set by the instance when its hooks call a flush each interval: then sizes
+        # are reported there (``flush_sizes``), and here only what changed is noted.
+        self.deferred = False
+        self.changed_spines: set[tuple[Operator, int]] = set()
+        self.changed_traces = False
         self.collections = renderer.collections
         self.source_demand = renderer.source_demand
         self.frontier = desc.as_of
@@ -309,8 +376,10 @@ class Dataflow:
         queue = self.queues[name]
         if ok.height:
             queue.ok.append(_advance(ok, self.as_of))
+            self.queued = True
         if err.height:
             queue.err.append(_advance(err, self.as_of))
+            self.queued = True
 
     def step(self, upper: int, hooks: LoggingHooks | None) -> bool:
         """Process every update before ``upper`` (the least input frontier)."""
@@ -321,6 +390,7 @@ class Dataflow:
         lower = self.frontier
         workers = self.workers
         taken = {}
+        self.queued = True
         for name, operator in self.inputs.items():
             ok, err = self.queues[name].take(upper, operator.empty)
             taken[name] = (ok, err)
@@ -345,6 +415,12 @@ class Dataflow:
             self._log_messages(hooks)
             self._log_progress(hooks, lower, workers)
         return True
+
+    def global_ids(self) -> list[str]:
+        """Its exports and the objects it builds (mz_compute_dataflow_global_ids)."""
+        return list(
+            dict.fromkeys([*self.export_ids(), *(b.id for b in self.desc.objects_to_build)])
+        )
 
     @property
     def name(self) -> str:
@@ -401,16 +477,20 @@ class Dataflow:
             sink.batches = []
         self.queues = {name: _Queue(records=q.records) for name, q in self.queues.items()}
         self.channels = []
+        self.changed_spines = set()  # they would hold on to the released operators
         log.warning("dataflow out of memory; its state is released", dataflow=self.desc.id)
 
     def log_released(self, hooks: LoggingHooks) -> None:
-        """Its arrangements hold nothing any more (mz_arrangement_sizes), as ``release`` will make so."""
+        """Its arrangements and queues hold nothing any more (mz_arrangement_sizes), as
+        ``release`` will make so."""
         for operator in self.operators:
             for worker, spines in enumerate(operator.spines()):
                 if spines:
                     hooks.arrangement_size(worker, operator.operator_id, 0, 0, 0)
         for index in self.index_exports.values():
-            hooks.arrangement_size(0, index.operator_id, 0, 0, 0)
+            hooks.arrangement_size(TRACE_WORKER, index.operator_id, 0, 0, 0)
+        for operator in self.inputs.values():
+            hooks.batcher_size(QUEUE_WORKER, operator.operator_id, 0, 0, 0, 0)
 
     def footprint_bytes(self) -> int:
         """Bytes this dataflow's operators, index histories and queued input hold (``estimated_size``)."""
@@ -429,27 +509,62 @@ class Dataflow:
         return spines + traces + queued
 
     def _run_operators(self, lower: int, upper: int, hooks: LoggingHooks | None) -> None:
+        if hooks is None:
+            for step_operator in self.operators:
+                if not _idle(step_operator):
+                    step_operator.run(lower, upper)
+            return
         for step_operator in self.operators:
             if _idle(step_operator):
                 continue
-            started = clock.perf_counter_ns() if hooks is not None else 0
+            started = clock.perf_counter_ns()
             step_operator.run(lower, upper)
-            if hooks is not None:
-                elapsed = clock.perf_counter_ns() - started
-                self._log_run(hooks, step_operator, elapsed, self.workers)
+            elapsed = clock.perf_counter_ns() - started
+            self._log_run(hooks, step_operator, elapsed)
 
-    def _log_run(self, hooks: LoggingHooks, operator: Operator, elapsed: int, workers: int) -> None:
-        for worker in range(workers):
-            hooks.scheduled(worker, operator.operator_id, elapsed // workers)
-        for worker, spines in enumerate(operator.spines()):
-            records = sum(s.records for s in spines)
-            batches = sum(len(s.batches) for s in spines)
-            hooks.arrangement_size(
-                worker, operator.operator_id, records, batches, sum(s.size for s in spines)
-            )
+    def _log_run(self, hooks: LoggingHooks, operator: Operator, elapsed: int) -> None:
+        """Log one run: each worker's measured time, and the operator's arrangements.
+
+        All workers run in one thread. The operator's meter measured each
+        worker's own work (its body, its side of an exchange: ``Meter``). What
+        the run spent outside those (the remainder: shared work such as
+        stacking every worker's batch for a join's key evaluation, or a
+        stateless operator's whole run) is attributed to the workers whose
+        input it processed, in proportion to their rows this run (an
+        operator without inputs: its output rows); with no rows at all, to
+        worker 0, which drives the step. A worker with no time is not
+        logged as scheduled.
+
+        Arrangements change only in a worker's measured work: only the
+        workers with some are logged again.
+        """
+        meter = operator.meter
+        ns = meter.take_ns() if meter is not None else [0] * self.workers
+        worked = [worker for worker, duration in enumerate(ns) if duration]
+        remainder = elapsed - sum(ns)
+        if remainder > 0:
+            _attribute(ns, remainder, _rows_processed(operator))
+        for worker, duration in enumerate(ns):
+            if duration > 0:
+                hooks.scheduled(worker, operator.operator_id, duration)
+        if worked and self.deferred:
+            self.changed_spines.update((operator, worker) for worker in worked)
+        elif worked:
+            every = operator.spines()
+            for worker in worked:
+                if every and every[worker]:
+                    _log_spines(hooks, worker, operator.operator_id, every[worker])
 
     def _log_messages(self, hooks: LoggingHooks) -> None:
+        """What crossed each channel this step: an exchange as its reader's meter counted it
+        (from the sending worker to the owning one), a pipeline within each worker."""
         for channel in self.channels:
+            reader = channel.reader
+            if channel.exchanged and reader is not None and reader.meter is not None:
+                counts = reader.meter.sent.pop(channel.port, None)
+                for (source, target), (records, batches) in (counts or {}).items():
+                    hooks.messages(source, channel.id, records, batches, to_worker=target)
+                continue
             for worker, part in enumerate(channel.source.ok):
                 if part.height:
                     hooks.messages(worker, channel.id, part.height, 1)
@@ -460,14 +575,55 @@ class Dataflow:
                 hooks.frontier(worker, export_id, self.frontier)
                 for import_id, time in self.import_frontiers.items():
                     hooks.import_frontier(worker, export_id, import_id, time)
+        hooks.dataflow_frontier(self.index, self.frontier)
+        if self.deferred:
+            self.changed_traces = True
+        else:
+            self.log_traces(hooks)
         for index in self.index_exports.values():
-            # An index's arrangement is one per replica here: reported on worker 0.
-            trace = index.ok
-            hooks.arrangement_size(
-                0, index.operator_id, trace.records, len(trace.batches), trace.size
-            )
+            hooks.error_count(index.id, _error_count(index.err.batches), worker=TRACE_WORKER)
+        for sink in self.sinks.values():
+            hooks.error_count(sink.id, _error_count([sink.errors]), worker=TRACE_WORKER)
         if lower <= self.as_of < self.frontier:
             self.log_hydration(hooks, workers, hydrated=True)
+            took = clock.perf_counter_ns() - self.created_ns
+            for export_id in self.export_ids():
+                for worker in range(workers):
+                    hooks.hydration_time(worker, export_id, took)
+
+    def log_traces(self, hooks: LoggingHooks) -> None:
+        """The indexes' histories (one per replica: on ``TRACE_WORKER``)."""
+        for index in self.index_exports.values():
+            trace = index.ok
+            hooks.arrangement_size(
+                TRACE_WORKER, index.operator_id, trace.records, len(trace.batches), trace.size
+            )
+
+    def flush_sizes(self, hooks: LoggingHooks) -> None:
+        """Report the sizes that changed since the last flush (``deferred``), as they are now."""
+        for operator, worker in self.changed_spines:
+            every = operator.spines()
+            if every and every[worker]:
+                _log_spines(hooks, worker, operator.operator_id, every[worker])
+        self.changed_spines = set()
+        if self.changed_traces:
+            self.changed_traces = False
+            self.log_traces(hooks)
+        self.log_queues(hooks)
+
+    def log_queues(self, hooks: LoggingHooks) -> None:
+        """The updates each import holds for later times (mz_arrangement_batcher_*), against the
+        import's operator. The queue is the dataflow's, spread over the workers only when its
+        times come: it lives on ``QUEUE_WORKER``."""
+        if not self.queued:
+            return
+        self.queued = False
+        for name, queue in self.queues.items():
+            frames = [f for f in (*queue.ok, *queue.err) if f.height]
+            size = sum(int(f.estimated_size()) for f in frames)
+            records = sum(f.height for f in frames)
+            operator_id = self.inputs[name].operator_id
+            hooks.batcher_size(QUEUE_WORKER, operator_id, records, size, size, len(frames))
 
     def log_hydration(self, hooks: LoggingHooks, workers: int, hydrated: bool) -> None:
         for export_id in self.export_ids():
@@ -495,13 +651,16 @@ class ComputeInstance:
         self._held_after_step = 0
         # Checked once per event site: None when logging is off.
         self.hooks = logging if logging is not None and logging.enabled else None
+        # Whether the hooks flush each interval (``LoggingHooks.defer``): sizes are then
+        # measured once per interval, not at every change.
+        self._deferred = self.hooks is not None and self.hooks.defer(self._flush_sizes)
         self.dataflows: dict[str, Dataflow] = {}
         self.sources: dict[str, _Source] = {}
         self.exports: dict[str, Dataflow] = {}
         self.indexes: dict[str, _IndexExport] = {}
+        # One sequence for operators and channels (as timely's identifiers).
         self._next_operator = 0
         self._next_dataflow = 0
-        self._next_channel = 0
 
     # -- creating and dropping ----------------------------------------------------------
 
@@ -516,10 +675,15 @@ class ComputeInstance:
                     f"dataflow {desc.id} imports index {index.index_id}, which no dataflow exports",
                 )
         desc = self._readable_as_of(desc)
+        scope_id = self._new_operator_id()
         renderer = Renderer(desc, self.workers, self._new_operator_id)
         renderer.render()
-        dataflow = Dataflow(desc, self._next_dataflow, renderer)
+        dataflow = Dataflow(desc, self._next_dataflow, renderer, scope_id)
         self._next_dataflow += 1
+        if self.hooks is not None:
+            dataflow.deferred = self._deferred
+            for operator in dataflow.operators:
+                operator.meter = Meter(self.workers)
         self._export(dataflow)
         dataflow.channels = self._channels(dataflow)
         self._attach_imports(dataflow)
@@ -551,8 +715,15 @@ class ComputeInstance:
 
     def _channels(self, dataflow: Dataflow) -> list[_Channel]:
         """Every edge of the dataflow's operator graph, exports included."""
-        edges = [
-            (source, operator.operator_id, port, _exchanges(operator))
+        channels = [
+            _Channel(
+                self._new_operator_id(),
+                source,
+                operator.operator_id,
+                port,
+                _exchanges(operator),
+                operator,
+            )
             for operator in dataflow.operators
             for port, source in enumerate(operator.inputs)
         ]
@@ -560,11 +731,9 @@ class ComputeInstance:
             *dataflow.index_exports.values(),
             *dataflow.sinks.values(),
         ]
-        edges += [(e.operator, e.operator_id, 0, False) for e in exports]
-        channels = []
-        for source, target, port, exchanged in edges:
-            channels.append(_Channel(self._next_channel, source, target, port, exchanged))
-            self._next_channel += 1
+        channels += [
+            _Channel(self._new_operator_id(), e.operator, e.operator_id, 0, False) for e in exports
+        ]
         return channels
 
     def _new_operator_id(self) -> int:
@@ -636,6 +805,7 @@ class ComputeInstance:
         if self.hooks is not None and removed is not None:
             for worker in range(self.workers):
                 self.hooks.operator_dropped(worker, removed.operator_id)
+                self.hooks.export_dropped(worker, collection_id)
         if dataflow.export_ids():
             return
         self._drop_dataflow(dataflow)
@@ -645,11 +815,29 @@ class ComputeInstance:
         for key in [k for k, d in self.exports.items() if d is dataflow]:
             del self.exports[key]
         self._detach(dataflow)
-        if self.hooks is not None:
-            for operator_id in self._operator_ids(dataflow):
+        hooks = self.hooks
+        if hooks is not None:
+            for operator_id in [*self._operator_ids(dataflow), dataflow.scope_id]:
                 for worker in range(self.workers):
-                    self.hooks.operator_dropped(worker, operator_id)
-            self.hooks.dataflow_dropped(dataflow.index, dataflow.desc.id)
+                    hooks.operator_dropped(worker, operator_id)
+            hooks.dataflow_dropped(dataflow.index, dataflow.desc.id)
+            self._log_sharing(dataflow)
+
+    def _flush_sizes(self) -> None:
+        """What the running dataflows hold now (called by the hooks, ``LoggingHooks.defer``)."""
+        assert self.hooks is not None
+        for dataflow in self.dataflows.values():
+            if dataflow.failed is None:  # a released one reported itself empty
+                dataflow.flush_sizes(self.hooks)
+
+    def _log_sharing(self, reader: Dataflow) -> None:
+        """The indexes ``reader`` imports are shared by one more or one less dataflow."""
+        assert self.hooks is not None
+        for index in reader.desc.index_imports:
+            export = self.indexes.get(index.index_id)
+            if export is not None:
+                shared = 1 + len(export.readers)
+                self.hooks.arrangement_sharing(TRACE_WORKER, export.operator_id, shared)
 
     def _detach(self, dataflow: Dataflow) -> None:
         """Stop feeding ``dataflow``: a source nobody reads any more goes, with its log."""
@@ -715,6 +903,9 @@ class ComputeInstance:
                     changed |= self._enforce_budget()
                     held = self._held_bytes()
         self._held_after_step = held
+        if self.hooks is not None and not self._deferred:
+            for dataflow in self.dataflows.values():
+                dataflow.log_queues(self.hooks)
         for state in self.sources.values():
             # Keep the latest complete time distinct: dataflows created later read as of it.
             # History is kept for FEED_HISTORY_MS behind the readers, so a dataflow created
@@ -966,26 +1157,42 @@ class ComputeInstance:
         return names
 
     def _log_created(self, dataflow: Dataflow) -> None:
+        """The dataflow as timely would log it: a scope operator ``(index,)`` named after the
+        dataflow, its operators ``(index, k)`` with k from 1 in id order, channels between
+        those k; then its exports, objects, LIR mapping and what it shares."""
         hooks = self.hooks
         assert hooks is not None
+        workers = range(self.workers)
         hooks.dataflow_created(dataflow.index, dataflow.desc.id, dataflow.desc.debug_name)
+        scope = (dataflow.index,)
+        for worker in workers:
+            hooks.operator_created(worker, dataflow.scope_id, scope, dataflow.name)
         names = self._operator_names(dataflow)
-        first = min(names, default=0)
-        for operator_id in sorted(names):
-            for worker in range(self.workers):
-                address = (dataflow.index, operator_id - first)
-                hooks.operator_created(worker, operator_id, address, names[operator_id])
+        dataflow.local = {op: k for k, op in enumerate(sorted(names), start=1)}
+        for operator_id, k in dataflow.local.items():
+            for worker in workers:
+                hooks.operator_created(worker, operator_id, (*scope, k), names[operator_id])
         for c in dataflow.channels:
             kind = "exchange" if c.exchanged else "pipeline"
-            source, target = c.source.operator_id - first, c.target - first
-            for worker in range(self.workers):
-                hooks.channel_created(
-                    worker, c.id, (dataflow.index,), source, 0, target, c.port, kind
-                )
+            source, target = dataflow.local[c.source.operator_id], dataflow.local[c.target]
+            for worker in workers:
+                hooks.channel_created(worker, c.id, scope, source, 0, target, c.port, kind)
+        hooks.dataflow_global_ids(dataflow.index, dataflow.global_ids())
         for r in dataflow.regions:
             hooks.lir_mapping(
                 r.object_id, r.lir_id, r.operator, r.parent_lir_id, r.nesting, r.start, r.end
             )
+        for export_id in dataflow.export_ids():
+            for worker in workers:
+                hooks.export_created(worker, export_id, dataflow.index)
+                hooks.hydration_time(worker, export_id, None)
+        for operator in dataflow.operators:
+            for worker, spines in enumerate(operator.spines()):
+                if spines:
+                    hooks.arrangement_sharing(worker, operator.operator_id, 1)
+        for index in dataflow.index_exports.values():
+            hooks.arrangement_sharing(TRACE_WORKER, index.operator_id, 1)
+        self._log_sharing(dataflow)
         dataflow.log_hydration(hooks, self.workers, hydrated=False)
 
 

@@ -14,6 +14,7 @@ looks up its own keys: no operator rescans its state for a small change.
 
 from __future__ import annotations
 
+import time as clock
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
@@ -29,6 +30,7 @@ from loupe.dataflow.batches import (
     ERROR,
     HASH,
     TIME,
+    Meter,
     Parts,
     canonical_key_dtype,
     concat,
@@ -63,6 +65,8 @@ class Operator:
         self.err = empty_errors()
         # Set by the renderer: instance-wide operator id (for logging).
         self.operator_id = -1
+        # Set by the instance while logging is on: what each run did per worker.
+        self.meter: Meter | None = None
 
     def run(self, lower: int, upper: int) -> None:
         """Produce ``ok`` and ``err`` for times in ``[lower, upper)`` from the inputs' outputs."""
@@ -88,7 +92,9 @@ class Operator:
         return frame.select([pl.col(n).cast(d) for n, d in self.empty.schema.items()])
 
     def per_worker(self, parts: Parts, body: Callable[[int, pl.DataFrame], pl.DataFrame]) -> Parts:
-        """``body`` on every worker's batch."""
+        """``body`` on every worker's batch (each timed for its worker while logging is on)."""
+        if self.meter is not None:
+            return self.meter.each(parts, body)
         return [body(w, part) for w, part in enumerate(parts)]
 
 
@@ -342,7 +348,7 @@ class Threshold(Operator):
         self.state = [Accumulator(self.columns, ["_n"], "_n") for _ in range(workers)]
 
     def compute(self, lower: int, upper: int) -> Parts:
-        parts = exchange(self.inputs[0].ok, self.columns, self.workers)
+        parts = exchange(self.inputs[0].ok, self.columns, self.workers, self.meter)
 
         def body(worker: int, part: pl.DataFrame) -> pl.DataFrame:
             if part.height == 0:
@@ -414,10 +420,14 @@ class Reduce(Operator):
 
     def run(self, lower: int, upper: int) -> None:
         errors = [self.inputs[0].err]
+        # Per worker, in worker order (an empty batch stays: the exchange counts who sent what).
         keyed = []
-        for part in self.inputs[0].ok:
+        meter = self.meter
+        for worker, part in enumerate(self.inputs[0].ok):
             if part.height == 0:
+                keyed.append(part)
                 continue
+            started = clock.perf_counter_ns() if meter is not None else 0
             valued, err = evaluate(
                 part,
                 [*self.node.group_key, *self.arg_exprs],
@@ -430,11 +440,16 @@ class Reduce(Operator):
                 keyed.append(self._contributions(valued))
             else:
                 keyed.append(valued.select(*self.keys, *self.arg_names, TIME, DIFF))
+            if meter is not None:
+                meter.ns[worker] += clock.perf_counter_ns() - started
         self.err = concat(errors, empty_errors())
-        if not keyed:
+        present = [k for k in keyed if k.height]
+        if not present:
             self.ok = [self.empty] * self.workers
             return
-        parts = exchange(keyed, self.keys, self.workers)
+        empty = present[0].clear()
+        keyed = [k if k.height else empty for k in keyed]
+        parts = exchange(keyed, self.keys, self.workers, meter)
         body = self._accumulate if self.accumulable else self._recompute
         self.ok = self.per_worker(parts, body)
 
@@ -865,7 +880,7 @@ class TopK(Operator):
         self.state = [(Spine(self.groups), Spine(self.groups)) for _ in range(workers)]
 
     def compute(self, lower: int, upper: int) -> Parts:
-        parts = exchange(self.inputs[0].ok, self.groups, self.workers)
+        parts = exchange(self.inputs[0].ok, self.groups, self.workers, self.meter)
         return self.per_worker(parts, self._recompute)
 
     def _recompute(self, worker: int, part: pl.DataFrame) -> pl.DataFrame:
@@ -1116,25 +1131,77 @@ class Join(Operator):
             )
         ]
         keyed: dict[tuple[int, tuple[Scalar, ...]], pl.DataFrame] = {}
+        # While logging is on: per arrangement, each worker's batch keyed on its own.
+        sent: dict[tuple[int, tuple[Scalar, ...]], Parts] = {}
         for key, (step, _) in self.arrangements.items():
-            if deltas[step.input].height:
+            if not deltas[step.input].height:
+                continue
+            if self.meter is None:
                 frame, err = self._keyed(
                     deltas[step.input], key[1], self.inputs[step.input].types, step
                 )
-                keyed[key] = frame
                 errors.append(err)
+            else:
+                frame, sent[key] = self._keyed_per_worker(step, deltas[step.input], errors)
+            keyed[key] = frame
         outputs = [
             self._path(first, deltas[first], keyed, errors)
             for first, delta in enumerate(deltas)
             if delta.height and not self._dead(first, keyed)
         ]
+        meter = self.meter
         for key, frame in keyed.items():
             step, spines = self.arrangements[key]
-            for w, part in enumerate(exchange([frame], step.names, self.workers)):
+            sources = sent.get(key, [frame])
+            for w, part in enumerate(
+                exchange(sources, step.names, self.workers, meter, step.input)
+            ):
+                if part.height == 0:
+                    continue
+                started = clock.perf_counter_ns() if meter is not None else 0
                 spines[w].insert(part.drop(TIME))
+                if meter is not None:
+                    meter.ns[w] += clock.perf_counter_ns() - started
         self.err = concat(errors, empty_errors())
         joined = self._filter(concat(outputs, self.empty))
         self.ok = spread(self.conform(joined), self.workers)
+
+    def _keyed_per_worker(
+        self, step: _Lookup, delta: pl.DataFrame, errors: list[pl.DataFrame]
+    ) -> tuple[pl.DataFrame, Parts]:
+        """``_keyed`` of ``delta`` (every worker's batch of ``step.input``, in worker order), and
+        the same per worker: what each worker sends to the arrangement (logging counts it).
+
+        Keyed in one pass; each worker's rows are then a slice of the result,
+        unless some row failed (the positions shift): then each is keyed anew.
+        """
+        source = self.inputs[step.input]
+        exprs = [local for local, _ in step.pairs]
+        keyed, err = evaluate(delta, exprs, source.types, step.names, step.dtypes, match=True)
+        errors.append(err)
+        parts: Parts = []
+        senders = [w for w, p in enumerate(source.ok) if p.height]
+        if err.height == 0 and len(senders) == 1:  # a small step: one worker's batch is all
+            keyed = keyed.drop_nulls(step.names) if step.names else keyed
+            empty = keyed.clear()
+            return keyed, [keyed if w == senders[0] else empty for w in range(self.workers)]
+        if err.height == 0:
+            offset = 0
+            for part in source.ok:
+                parts.append(keyed.slice(offset, part.height))
+                offset += part.height
+        else:
+            kept = self.kept[step.input]
+            parts = [
+                self._keyed(p.select(*kept, TIME, DIFF), exprs, source.types, step)[0]
+                if p.height
+                else keyed.clear()
+                for p in source.ok
+            ]
+        if step.names:
+            keyed = keyed.drop_nulls(step.names)
+            parts = [p.drop_nulls(step.names) if p.height else p for p in parts]
+        return keyed, parts
 
     def _dead(self, first: int, keyed: dict[tuple[int, tuple[Scalar, ...]], pl.DataFrame]) -> bool:
         """Whether some lookup of ``first``'s path has nothing to find (an empty input: hydration)."""
@@ -1160,11 +1227,17 @@ class Join(Operator):
             errors.append(err)
             spines = self.arrangements[step.key][1]
             matched = []
+            meter = self.meter
             for w, part in enumerate(exchange([keyed], step.names, self.workers)):
                 stored = part.height and spines[w].batches
-                found = spines[w].lookup(key_hash(part, step.names)) if stored else None
+                if not stored:
+                    continue
+                started = clock.perf_counter_ns() if meter is not None else 0
+                found = spines[w].lookup(key_hash(part, step.names))
                 if found is not None:
                     matched.append(self._match(part, found, step, with_time=False))
+                if meter is not None:
+                    meter.ns[w] += clock.perf_counter_ns() - started
             if step.input < first and step.key in keyed_deltas:
                 matched.append(self._match(keyed, keyed_deltas[step.key], step, with_time=True))
             present = [m for m in matched if m.height]

@@ -97,7 +97,7 @@ class Window(Operator):
 
     def run(self, lower: int, upper: int) -> None:
         self.errors = [self.inputs[0].err]
-        parts = exchange(self.inputs[0].ok, self.groups, self.workers)
+        parts = exchange(self.inputs[0].ok, self.groups, self.workers, self.meter)
         self.ok = self.per_worker(parts, self._recompute)
         self.err = concat(self.errors, empty_errors())
 

@@ -326,8 +326,8 @@ class Recorder(LoggingHooks):
     def channel_created(self, *args: object) -> None:
         self.events.append(("channel_created", *args))
 
-    def messages(self, *args: object) -> None:
-        self.events.append(("messages", *args))
+    def messages(self, *args: object, to_worker: int | None = None) -> None:
+        self.events.append(("messages", *args, to_worker))
 
     def of(self, kind: str) -> list[tuple]:
         return [e[1:] for e in self.events if e[0] == kind]
@@ -354,7 +354,7 @@ def test_logging_hooks_see_operators_scheduling_arrangements_frontiers_and_hydra
 
     push(instance, [(("a", 1), 0, 1), (("b", 1), 0, 1)], upper=1)
     sent: dict[int, int] = {}
-    for _, channel, records, _ in hooks.of("messages"):
+    for _, channel, records, _, _ in hooks.of("messages"):
         sent[channel] = sent.get(channel, 0) + records
     into_reduce = next(e[1] for e in channels if e[7] == "exchange")
     assert sent[into_reduce] == 2  # both updates reached the Reduce

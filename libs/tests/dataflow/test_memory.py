@@ -14,6 +14,7 @@ from loupe.compute_replica.process_metrics import ProcessMetrics
 from loupe.dataflow import ComputeInstance, Finishing, LoggingHooks
 from loupe.dataflow import memory as budget
 from loupe.dataflow.testing import index_dataflow, persist_updates, read
+from loupe.introspection.collector import LogCollector
 from loupe.plan import lir
 from loupe.plan.dataflow import IndexImport
 from loupe.sizes import MIB
@@ -139,7 +140,14 @@ class Sizes(LoggingHooks):
         self.sizes: dict[tuple[int, int], int] = {}
 
     def arrangement_size(
-        self, worker: int, operator_id: int, records: int, batches: int, size: int
+        self,
+        worker: int,
+        operator_id: int,
+        records: int,
+        batches: int,
+        size: int,
+        capacity: int | None = None,
+        allocations: int | None = None,
     ) -> None:
         self.sizes[(worker, operator_id)] = records
 
@@ -214,3 +222,19 @@ def test_out_of_memory_names_what_the_budget_and_what_is_held() -> None:
         " of 2 MiB allows"
     )
     assert error.detail == "The replica holds 1 MiB already."
+
+
+def test_a_released_dataflow_logs_its_arrangements_empty_in_a_collector() -> None:
+    """The same through a ``LogCollector``, which takes sizes once per interval: the released
+    operators are reported empty and nothing of them is kept for the next flush."""
+    collector = LogCollector(1)
+    instance = ComputeInstance(memory_limit_bytes=MIB, logging=collector)
+    instance.create_dataflow(index_dataflow("big", lir.Get(0, "t", types=TYPES), {"t": T}, 0))
+    feed(instance, "t", range(10_000), 0)
+    collector.tick(1)
+    assert collector.state_rows()["mz_arrangement_records_raw"]
+    feed(instance, "t", range(10_000, 100_000), 1)
+    assert instance.errors()["big_index"].code == "53200"
+    collector.tick(2)
+    assert not collector.state_rows()["mz_arrangement_records_raw"]
+    assert not instance.dataflows["big"].changed_spines

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from decimal import ROUND_HALF_UP, Context, Decimal, localcontext
 
 import pytest
 
 from loupe.dataflow import ComputeInstance
 from loupe.dataflow.testing import Update, index_dataflow, persist_updates, read
+from loupe.introspection.collector import LogCollector
 from loupe.plan import lir, mir
 from loupe.plan.lir import MapFilterProject
 from loupe.plan.scalar import Call, Column, Literal
@@ -26,8 +27,13 @@ def get(name: str = "t", types: tuple[str, ...] = TYPES, node_id: int = 0) -> li
 class Harness:
     """One index dataflow over sources ``t`` and ``u``, fed step by step."""
 
+    # Set by the ``logged`` fixture: every test runs with the engine's logging off and on
+    # (logging meters exchanges and keys a join per worker: the results must not change).
+    logging = False
+
     def __init__(self, plan: lir.Node, workers: int, as_of: int = 1) -> None:
-        self.instance = ComputeInstance(workers=workers)
+        hooks = LogCollector(workers) if Harness.logging else None
+        self.instance = ComputeInstance(workers=workers, logging=hooks)
         desc = index_dataflow("df", plan, {"t": T, "u": U}, as_of)
         self.instance.create_dataflow(desc)
         self.upper = 0
@@ -54,6 +60,13 @@ class Harness:
 @pytest.fixture(params=[1, 3], ids=["workers1", "workers3"])
 def workers(request: pytest.FixtureRequest) -> int:
     return request.param
+
+
+@pytest.fixture(params=[False, True], ids=["", "logged"], autouse=True)
+def logged(request: pytest.FixtureRequest) -> Iterator[None]:
+    Harness.logging = request.param
+    yield
+    Harness.logging = False
 
 
 def test_mfp_maps_filters_and_projects(workers: int) -> None:

@@ -11,6 +11,7 @@ from loupe.common.errors import LoupeError
 from loupe.dataflow import ComputeInstance
 from loupe.dataflow.batches import concat
 from loupe.dataflow.testing import Update, index_dataflow, persist_updates, read
+from loupe.introspection.collector import LogCollector
 from loupe.plan import lir, mir
 
 T = (("k", "text"), ("v", "int4"), ("x", "float8"))
@@ -30,7 +31,9 @@ def window(
 
 class Harness:
     def __init__(self, plan: lir.Node, workers: int) -> None:
-        self.instance = ComputeInstance(workers=workers)
+        # Logging on with 3 workers: metered exchanges must not change the results.
+        hooks = LogCollector(workers) if workers == 3 else None
+        self.instance = ComputeInstance(workers=workers, logging=hooks)
         self.instance.create_dataflow(index_dataflow("df", plan, {"t": T}, 1))
         self.upper = 1
 
