@@ -223,6 +223,21 @@ def _subscript(compiler: Any, call: Call) -> engine.CompiledScalar:
     return engine._strict(compiler, call, body)
 
 
+@engine._handles("list_slice")
+def _list_slice(compiler: Any, call: Call) -> engine.CompiledScalar:
+    """``l[a:b]``, Materialize's: a start below 1 counts from 1, an end past the list
+    stops there, a start past the end (or past the list) gives the empty list."""
+
+    def body(values: list[pl.Expr], _types: list[str], _result: str) -> tuple[pl.Expr, None]:
+        container = values[0]
+        start = pl.max_horizontal(values[1].cast(pl.Int64), pl.lit(1))
+        end = values[2].cast(pl.Int64)
+        length = pl.max_horizontal(end - start + 1, pl.lit(0))
+        return container.list.slice(start - 1, length), None
+
+    return engine._strict(compiler, call, body)
+
+
 @engine._handles("cardinality", "list_length")
 def _cardinality(compiler: Any, call: Call) -> engine.CompiledScalar:
     def body(values: list[pl.Expr], _types: list[str], _result: str) -> tuple[pl.Expr, None]:
