@@ -17,7 +17,7 @@ import pyarrow as pa
 from sqlglot import exp
 
 from loupe.builtins import MZ_DATABASES, MZ_OBJECTS, MZ_SCHEMAS
-from loupe.coordinator.plan import lower_to_lir, plan_query
+from loupe.coordinator.plan import PlannedQuery, lower_to_lir, plan_query, plan_select
 from loupe.coordinator.sql.parser import parse_one
 from loupe.coordinator.sql.statements import Query
 from loupe.dataflow import ComputeInstance
@@ -128,3 +128,8 @@ def _updates(columns: Sequence[tuple[str, str]], rows: list[tuple[Row, int]]) ->
     arrays.append(pa.array([1] * len(rows), pa.uint64()))
     arrays.append(pa.array([diff for _, diff in rows], pa.int64()))
     return pa.Table.from_arrays(arrays, schema=schema)
+
+
+def plan_one_off(sql: str, schema: str) -> PlannedQuery:
+    """A SELECT as a session runs it (ORDER BY and LIMIT as its finishing)."""
+    return plan_select(expand(sql, schema), resolver(schema), query_time=1)

@@ -54,7 +54,10 @@ def container_text(value: pl.Expr, source: str) -> pl.Expr:
     """``{1,2,NULL}``: PostgreSQL's text of an array (and Materialize's of a list)."""
     element = sqltypes.element_type(source)
     assert element is not None
-    texts = value.list.eval(_quoted(element_text(pl.element(), element)))
+    text = element_text(pl.element(), element)
+    # A list of lists prints its lists bare, as Materialize does: {{1,2},{3}}.
+    quoted = text.fill_null("NULL") if sqltypes.is_list(element) else _quoted(text)
+    texts = value.list.eval(quoted)
     return pl.concat_str([pl.lit("{"), texts.list.join(","), pl.lit("}")])
 
 
@@ -235,7 +238,7 @@ def _list_slice(compiler: Any, call: Call) -> engine.CompiledScalar:
         length = pl.max_horizontal(end - start + 1, pl.lit(0))
         return container.list.slice(start - 1, length), None
 
-    return engine._strict(compiler, call, body)
+    return engine._strict(compiler, call, body, null_guard=True)
 
 
 @engine._handles("cardinality", "list_length")

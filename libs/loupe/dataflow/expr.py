@@ -1475,7 +1475,6 @@ _SIZE_UNITS = (
     ("TB", 20 * 1024 - 1, True, 40),
     ("PB", 20 * 1024 - 1, True, 50),
 )
-_INTEGERS = ("int2", "int4", "int8")
 
 
 @_handles("pg_size_pretty")
@@ -1483,14 +1482,16 @@ def _pg_size_pretty(compiler: _Compiler, call: Call) -> CompiledScalar:
     """PostgreSQL's ``pg_size_pretty(bigint)`` and ``(numeric)``: integers (and unsigned
     integers, as numeric) are exact; a numeric keeps its fraction only below 10 kB."""
     source = compiler.type_of(call.args[0])
-    if source == "unknown":
-        raise LoupeError("42725", "function pg_size_pretty(unknown) is not unique")
-    if source not in (*_INTEGERS, "numeric", *sqltypes.UNSIGNED_TYPES):
+    if source in ("unknown", "int2", "int4"):  # bigint or numeric: PostgreSQL cannot choose
+        raise LoupeError(
+            "42725", f"function pg_size_pretty({sqltypes.display_name(source)}) is not unique"
+        )
+    if source not in ("int8", "numeric", *sqltypes.UNSIGNED_TYPES):
         raise LoupeError(
             UNDEFINED_FUNCTION,
             f"function pg_size_pretty({sqltypes.display_name(source)}) does not exist",
         )
-    integral = source in _INTEGERS
+    integral = source == "int8"
 
     def texts(sizes: pl.Series) -> pl.Series:
         return _map_distinct(sizes, lambda v: size_pretty(v, integral), pl.Utf8())
