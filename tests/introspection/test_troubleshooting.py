@@ -19,7 +19,8 @@ import pytest
 
 from loupe.introspection.views import INTERNAL, INTROSPECTION
 
-from .harness import plan_one_off
+from .harness import plan_one_off, run
+from .test_views import _data
 
 CORPUS = Path(__file__).with_name("troubleshooting.sql")
 
@@ -58,6 +59,7 @@ def test_corpus_is_complete() -> None:
         "operator_durations_histogram_subscribe",
         "dropped_index_dependents",
         "replica_cpu",
+        "explain_analyze_6",
     }
 
 
@@ -79,3 +81,35 @@ def test_query_plans_over_every_replica(entry: Entry) -> None:
     incarnation in front, so ``SELECT *`` gains them and the rest reads the same."""
     planned = plan_one_off(entry.sql.replace("mz_introspection.", "mz_internal."), INTERNAL)
     assert planned.columns
+
+
+@pytest.mark.parametrize("entry", RUNNABLE, ids=[e.name for e in RUNNABLE])
+def test_query_runs_over_sample_logs(entry: Entry) -> None:
+    """Each query runs on the engine over the raw logs of ``test_views`` (views inlined)."""
+    schema = INTERNAL if "mz_internal." in entry.sql else INTROSPECTION
+    run(entry.sql, schema, _data(schema))
+
+
+def _rows(name: str) -> list[tuple[object, ...]]:
+    entry = next(e for e in ENTRIES if e.name == name)
+    return run(entry.sql, INTROSPECTION, _data(INTROSPECTION))
+
+
+def test_arrangement_sizes_read_as_documented() -> None:
+    """Dataflow 1 arranges 5 + 7 records (operator 13) and 3 in a batcher (operator 12):
+    1024 + 64 bytes, printed by pg_size_pretty; dataflow 2 arranges nothing."""
+    rows = {r[0]: r[1:] for r in _rows("dataflow_arrangement_sizes")}
+    assert rows[1] == ("Dataflow: u5", 15, "1088 bytes")
+    assert rows[2] == ("Dataflow: u6", None, None)
+
+
+def test_group_size_advice_reads_as_documented() -> None:
+    """The top-k region's second level holds 950 of the first level's 1000 records:
+    one level of three to cut, so 16^2 - 1."""
+    assert _rows("expected_group_size_advice") == [("Dataflow: u7", "TopK region", 3, 1, 255.0)]
+
+
+def test_console_lists_lir_operators_addresses() -> None:
+    """list_agg over addresses: a list of uint8 lists per LIR node."""
+    rows = sorted(_rows("console_lir_operators"), key=lambda r: str(r[0]))
+    assert rows == [(1, "Arrange", [[1, 3]]), (2, "Reduce", [[1, 2]])]
