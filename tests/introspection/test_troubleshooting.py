@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from loupe.interval import Interval
 from loupe.introspection.views import INTERNAL, INTROSPECTION
 
 from .harness import plan_one_off, run
@@ -113,3 +114,15 @@ def test_console_lists_lir_operators_addresses() -> None:
     """list_agg over addresses: a list of uint8 lists per LIR node."""
     rows = sorted(_rows("console_lir_operators"), key=lambda r: str(r[0]))
     assert rows == [(1, "Arrange", [[1, 3]]), (2, "Reduce", [[1, 2]])]
+
+
+def test_elapsed_time_per_dataflow_and_per_operator() -> None:
+    """The dataflow's scope (address of length 1) ran 2.5 µs (PostgreSQL rounds an interval's
+    microseconds half to even); its operators, the addresses no other address extends,
+    800 ns and 1 µs, the scope excluded."""
+    assert _rows("dataflow_elapsed") == [(10, "Dataflow: u5", Interval(0, 0, 2))]
+    rows = sorted(_rows("operator_elapsed"))
+    assert rows == [
+        (11, "Source(u1)", "Dataflow: u5", Interval(0, 0, 1)),
+        (12, "Reduce", "Dataflow: u5", Interval(0, 0, 1)),
+    ]

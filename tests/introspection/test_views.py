@@ -13,6 +13,7 @@ the first's on purpose).
 
 from __future__ import annotations
 
+import re
 import uuid
 from collections import Counter
 from collections.abc import Iterable
@@ -87,7 +88,13 @@ def _replica(scale: int) -> Logs:
     state("mz_active_peeks_per_worker", (PEEK, 0, "u5", "index", 7), (PEEK, 1, "u5", "index", 7))
     state("mz_compute_error_counts_raw", ("u5", 0, 3), ("u5", 1, -3), ("u6", 0, 2 * scale))
     state("mz_compute_hydration_times_per_worker", ("u5", 0, 1000))
-    count("mz_scheduling_elapsed_raw", ((11, 0), 500), ((11, 1), 300), ((12, 0), 1000))
+    count(
+        "mz_scheduling_elapsed_raw",
+        ((10, 0), 2500),  # the dataflow's scope: its operators' time and its own
+        ((11, 0), 500),
+        ((11, 1), 300),
+        ((12, 0), 1000),
+    )
     count("mz_compute_operator_durations_histogram_raw", ((11, 0, 512), 4), ((11, 1, 512), 1))
     count("mz_scheduling_parks_histogram_raw", ((0, 1024, 2048), 6), ((1, 1024, 2048), 1))
     count("mz_peek_durations_histogram_raw", ((0, "index", 1024), 3), ((1, "index", 1024), 2))
@@ -550,3 +557,11 @@ def test_templates_render_only_known_placeholders() -> None:
     for view in VIEWS.values():
         for schema in SCHEMAS:
             assert "{" not in render(view.template, schema), view.name
+
+
+def test_views_are_in_dependency_order() -> None:
+    """Each view reads only views listed before it: the order to create them in."""
+    names = list(VIEWS)
+    for position, view in enumerate(VIEWS.values()):
+        read = set(re.findall(r"\{s\}\.(\w+)", view.template)) & set(VIEWS)
+        assert all(names.index(r) < position for r in read), view.name

@@ -16,6 +16,21 @@ Template placeholders (``render``):
   ``replica_id, incarnation, ``); ``{rj.a.b}``: join conditions tying aliases
   ``a`` and ``b`` to the same replica (empty, or
   ``a.replica_id = b.replica_id AND a.incarnation = b.incarnation AND ``).
+
+Views read raw logs and other views of the same schema (``{s}.<view>``);
+``VIEWS`` lists them in dependency order (each reads only views before it),
+the order to create them in. Names, columns and types are Materialize's; the
+queries are written for Loupe with the same meaning, except where noted:
+
+- ``mz_arrangement_sizes_per_worker`` unions the nine arrangement logs and
+  groups them, instead of Materialize's nine outer joins (same relation; each
+  outer join would read its left input twice).
+- ``mz_compute_error_counts_per_worker`` is the logged counts: Materialize
+  also forwards an index's errors to indexes that reuse it without a dataflow
+  (``mz_compute_dependencies``), which Loupe does not have.
+- ``mz_expected_group_size_advice`` is Materialize's analysis of hierarchical
+  min/max/top-k regions; Loupe renders those as one operator, so on its own
+  dataflows the view is empty (see ``_ADVICE``).
 """
 
 from __future__ import annotations
@@ -448,20 +463,6 @@ _VIEWS = (
         "WHERE worker_id = 0::uint8",
     ),
     _view(
-        "mz_mappable_objects",
-        (("name", "text"), ("global_id", "text")),
-        """
-        SELECT {r.mce}COALESCE(md.name || '.', '') || ms.name || '.' || mo.name AS name,
-               mgi.global_id AS global_id
-        FROM mz_catalog.mz_objects mo
-             JOIN {s}.mz_compute_exports mce ON mo.id = mce.export_id
-             JOIN mz_catalog.mz_schemas ms ON mo.schema_id = ms.id
-             JOIN {s}.mz_dataflow_global_ids mgi
-               ON {rj.mce.mgi}mce.dataflow_id = mgi.id
-             LEFT JOIN mz_catalog.mz_databases md ON ms.database_id = md.id
-        """,
-    ),
-    _view(
         "mz_lir_mapping",
         (
             ("global_id", "text"),
@@ -503,6 +504,20 @@ _VIEWS = (
         (("id", _U8), ("name", "text"), ("dataflow_id", _U8), ("dataflow_name", "text")),
     ),
     _worker_zero("mz_compute_exports", (("export_id", "text"), ("dataflow_id", _U8))),
+    _view(
+        "mz_mappable_objects",
+        (("name", "text"), ("global_id", "text")),
+        """
+        SELECT {r.mce}COALESCE(md.name || '.', '') || ms.name || '.' || mo.name AS name,
+               mgi.global_id AS global_id
+        FROM mz_catalog.mz_objects mo
+             JOIN {s}.mz_compute_exports mce ON mo.id = mce.export_id
+             JOIN mz_catalog.mz_schemas ms ON mo.schema_id = ms.id
+             JOIN {s}.mz_dataflow_global_ids mgi
+               ON {rj.mce.mgi}mce.dataflow_id = mgi.id
+             LEFT JOIN mz_catalog.mz_databases md ON ms.database_id = md.id
+        """,
+    ),
     # Frontiers: the slowest worker's.
     _view(
         "mz_compute_frontiers",
