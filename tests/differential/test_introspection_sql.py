@@ -108,3 +108,17 @@ def _evaluate(expression: str) -> object:
     except LoupeError as error:
         return "error", error.code
     return rows[0][0], columns[0][1]
+
+
+def test_list_of_addresses_prints_as_materialize() -> None:
+    """``list_agg`` of uint8 lists (the Console's LIR operators): a list of lists, printed
+    with its inner lists bare, ``{{1},{1,2}}`` (Materialize's text; PostgreSQL has no
+    ragged arrays to compare with)."""
+    rows = (
+        "(SELECT LIST[1::uint8] AS a UNION ALL SELECT LIST[1::uint8, 2::uint8]"
+        " UNION ALL SELECT NULL) AS t"
+    )
+    value, kind = _evaluate(f"(SELECT list_agg(a ORDER BY a)::text FROM {rows})")
+    assert (value, kind) == ("{{1},{1,2},NULL}", "text")
+    value, kind = _evaluate(f"(SELECT list_agg(a ORDER BY a) FROM {rows})")
+    assert (value, kind) == ([[1], [1, 2], None], "uint8 list list")
