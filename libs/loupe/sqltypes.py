@@ -305,6 +305,11 @@ _TYPES = (
     *(_container(_BY_NAME[e], _LIST_OID, "list") for e in _ARRAY_OIDS if e != "int8"),
     # Materialize's dataflow addresses (mz_dataflow_addresses.address); PostgreSQL has no uint8[].
     _container(_BY_NAME["uint8"], _LIST_OID, "list"),
+)
+_TYPES = (
+    *_TYPES,
+    # Lists of addresses (list_agg(address), the Console's LIR operators).
+    _container({t.name: t for t in _TYPES}["uint8 list"], _LIST_OID, "list"),
     # int8 list: the builtin "list" entry's own type under its Materialize name.
     SqlType(
         "int8 list", "bigint list", _LIST_OID, USER, pl.List(pl.Int64()), pa.list_(pa.int64()),

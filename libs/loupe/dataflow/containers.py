@@ -54,7 +54,10 @@ def container_text(value: pl.Expr, source: str) -> pl.Expr:
     """``{1,2,NULL}``: PostgreSQL's text of an array (and Materialize's of a list)."""
     element = sqltypes.element_type(source)
     assert element is not None
-    texts = value.list.eval(_quoted(element_text(pl.element(), element)))
+    text = element_text(pl.element(), element)
+    # A list of lists prints its lists bare, as Materialize does: {{1,2},{3}}.
+    quoted = text.fill_null("NULL") if sqltypes.is_list(element) else _quoted(text)
+    texts = value.list.eval(quoted)
     return pl.concat_str([pl.lit("{"), texts.list.join(","), pl.lit("}")])
 
 
@@ -221,6 +224,21 @@ def _subscript(compiler: Any, call: Call) -> engine.CompiledScalar:
         return pl.when(inside).then(taken), None
 
     return engine._strict(compiler, call, body)
+
+
+@engine._handles("list_slice")
+def _list_slice(compiler: Any, call: Call) -> engine.CompiledScalar:
+    """``l[a:b]``, Materialize's: a start below 1 counts from 1, an end past the list
+    stops there, a start past the end (or past the list) gives the empty list."""
+
+    def body(values: list[pl.Expr], _types: list[str], _result: str) -> tuple[pl.Expr, None]:
+        container = values[0]
+        start = pl.max_horizontal(values[1].cast(pl.Int64), pl.lit(1))
+        end = values[2].cast(pl.Int64)
+        length = pl.max_horizontal(end - start + 1, pl.lit(0))
+        return container.list.slice(start - 1, length), None
+
+    return engine._strict(compiler, call, body, null_guard=True)
 
 
 @engine._handles("cardinality", "list_length")

@@ -39,6 +39,7 @@ import polars as pl
 from loupe import sqltypes
 from loupe.common import jsonb as documents
 from loupe.common.errors import LoupeError, SqlState
+from loupe.common.values import numeric_text as decimal_text
 from loupe.dataflow import datetime_format, intervals
 from loupe.dataflow.batches import empty_errors
 from loupe.dataflow.types import DIFF, TIME, numeric_text, polars_dtype
@@ -1462,6 +1463,63 @@ def _md5(compiler: _Compiler, call: Call) -> CompiledScalar:
     _require(compiler, call, ("text",))
     body = _plain(lambda s: s.map_batches(_md5_digests, return_dtype=pl.Utf8))
     return _strict(compiler, _texts(compiler, call), body)
+
+
+# pg_size_pretty's units (PostgreSQL's dbsize.c): name, the size below which it is used,
+# whether the value is half-rounded in it, and its power of two.
+_SIZE_UNITS = (
+    ("bytes", 10 * 1024, False, 0),
+    ("kB", 20 * 1024 - 1, True, 10),
+    ("MB", 20 * 1024 - 1, True, 20),
+    ("GB", 20 * 1024 - 1, True, 30),
+    ("TB", 20 * 1024 - 1, True, 40),
+    ("PB", 20 * 1024 - 1, True, 50),
+)
+
+
+@_handles("pg_size_pretty")
+def _pg_size_pretty(compiler: _Compiler, call: Call) -> CompiledScalar:
+    """PostgreSQL's ``pg_size_pretty(bigint)`` and ``(numeric)``: integers (and unsigned
+    integers, as numeric) are exact; a numeric keeps its fraction only below 10 kB."""
+    source = compiler.type_of(call.args[0])
+    if source in ("unknown", "int2", "int4"):  # bigint or numeric: PostgreSQL cannot choose
+        raise LoupeError(
+            "42725", f"function pg_size_pretty({sqltypes.display_name(source)}) is not unique"
+        )
+    if source not in ("int8", "numeric", *sqltypes.UNSIGNED_TYPES):
+        raise LoupeError(
+            UNDEFINED_FUNCTION,
+            f"function pg_size_pretty({sqltypes.display_name(source)}) does not exist",
+        )
+    integral = source == "int8"
+
+    def texts(sizes: pl.Series) -> pl.Series:
+        return _map_distinct(sizes, lambda v: size_pretty(v, integral), pl.Utf8())
+
+    body = _plain(lambda size: size.map_batches(texts, return_dtype=pl.Utf8))
+    return _strict(compiler, call, body)
+
+
+def size_pretty(size: int | decimal.Decimal, integral: bool) -> str:
+    """One value's ``pg_size_pretty``: the bigint and numeric algorithms are the same, with
+    C's truncating division and ``half_rounded`` (away from zero)."""
+    value: int | decimal.Decimal = size if integral else decimal.Decimal(size)
+    for index, (name, limit, rounded, bits) in enumerate(_SIZE_UNITS):
+        last = index == len(_SIZE_UNITS) - 1
+        if last or -limit < value < limit:
+            if rounded:
+                value = _truncated(value + (1 if value >= 0 else -1), 2)
+            text = str(value) if integral else decimal_text(decimal.Decimal(value))
+            return f"{text} {name}"
+        _, _, next_rounded, next_bits = _SIZE_UNITS[index + 1]
+        value = _truncated(value, 1 << (next_bits - bits - next_rounded + rounded))
+    raise AssertionError("unreachable: the last unit takes every size")
+
+
+def _truncated(value: int | decimal.Decimal, divisor: int) -> int:
+    """``value / divisor`` rounded toward zero, as C's integer division."""
+    quotient = int((value if value >= 0 else -value) // divisor)
+    return quotient if value >= 0 else -quotient
 
 
 def _md5_digests(texts: pl.Series) -> pl.Series:

@@ -112,7 +112,19 @@ class Finishing:
 
 
 class Relation:
-    """Base of MIR nodes: output columns and children."""
+    """Base of MIR nodes: output columns and children.
+
+    Each node's ``columns`` is computed once and kept on the (immutable) node:
+    a plan shares subtrees (an outer join reads its left input twice), and
+    recomputing a shared input's columns at every use made planning
+    exponential in the number of outer joins.
+    """
+
+    def __init_subclass__(cls, **kwargs: object) -> None:
+        super().__init_subclass__(**kwargs)
+        computed = cls.__dict__.get("columns")
+        if isinstance(computed, property) and computed.fget is not None:
+            cls.columns = _kept(computed.fget)  # type: ignore[method-assign,assignment]
 
     @property
     def columns(self) -> tuple[ColumnSpec, ...]:
@@ -128,6 +140,19 @@ class Relation:
 
     def children(self) -> tuple[Relation, ...]:
         return ()
+
+
+def _kept(compute: Callable[[Relation], tuple[ColumnSpec, ...]]) -> property:
+    """``compute`` as a property whose value is stored on the node at its first read."""
+
+    def columns(self: Relation) -> tuple[ColumnSpec, ...]:
+        kept = self.__dict__.get("_columns")
+        if kept is None:
+            kept = compute(self)
+            object.__setattr__(self, "_columns", kept)
+        return kept
+
+    return property(columns)
 
 
 @dataclass(frozen=True)

@@ -530,6 +530,8 @@ SPECIAL_CALLS: dict[str, tuple[list[Scalar], list[str]]] = {
     **dict.fromkeys(("subscript", "array_length"), ([c(0), c(1)], ["_int4", "int4"])),
     **dict.fromkeys(("cardinality", "list_length"), ([c(0)], ["_int4"])),
     "array_to_string": ([c(0), c(1)], ["_int4", "text"]),
+    "list_slice": ([c(0), c(1), c(1)], ["int4 list", "int8"]),
+    "pg_size_pretty": ([c(0)], ["int8"]),
     **dict.fromkeys(
         ("array_contains", "array_contained", "array_overlap"), ([c(0), c(1)], ["_int4", "_int4"])
     ),

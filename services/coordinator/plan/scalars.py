@@ -446,6 +446,8 @@ class Scalars:
             if len(node.expressions) != 1:
                 raise unsupported("multidimensional subscripts")
             index = node.expressions[0]
+            if isinstance(index, exp.Slice):
+                return self._slice(node.this, index)
             position = (
                 Literal(int(index.this) + 1, "int4")  # sqlglot stores a constant 0-based
                 if isinstance(index, exp.Literal) and not index.is_string
@@ -484,6 +486,22 @@ class Scalars:
                 "array_to_string", self._args(*_present(node, ("this", "expression", "null")))
             )
         return None
+
+    def _slice(self, container_node: exp.Expression, bounds: exp.Slice) -> Scalar:
+        """``l[a:b]``, ``l[:b]``, ``l[a:]`` on a list (Materialize's ``list_slice_linear``)."""
+        container = self._lower(container_node)
+        if not sqltypes.is_list(self.type_of(container)):
+            raise unsupported(f"slices of {sqltypes.display_name(self.type_of(container))}")
+        start = bounds.args.get("this")
+        end = bounds.args.get("expression")
+        first = self._bound(start) if start is not None else Literal(1, "int8")
+        last = self._bound(end) if end is not None else Literal(2**63 - 1, "int8")
+        return self.call("list_slice", [container, first, last])
+
+    def _bound(self, node: exp.Expression) -> Scalar:
+        if isinstance(node, exp.Literal) and not node.is_string:
+            return Literal(int(node.this), "int8")
+        return Cast(self._lower(node), "int8")
 
     def _window(self, node: exp.Window) -> Column:
         """The column the planner computed a window function call into."""

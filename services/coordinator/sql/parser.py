@@ -33,6 +33,7 @@ import re
 from collections.abc import Callable, Sequence
 from typing import Any, ClassVar, TypeVar
 
+import sqlglot
 from sqlglot import exp
 from sqlglot.dialects.postgres import Postgres
 from sqlglot.errors import ErrorLevel, ParseError, TokenError
@@ -260,6 +261,11 @@ class LoupeDialect(Postgres):
         }
         # PostgreSQL has no lambdas: ``f(j -> 'k')`` is the jsonb operator, not ``x -> …``.
         LAMBDAS: ClassVar[dict[Any, Any]] = {}
+        # PostgreSQL has no ``:name`` placeholders: ``address[:list_length(address) - 1]``
+        # is a slice up to an expression, not a placeholder called list_length.
+        PLACEHOLDER_PARSERS: ClassVar[dict[Any, Any]] = {
+            k: v for k, v in PostgresParser.PLACEHOLDER_PARSERS.items() if k != TokenType.COLON
+        }
 
         def _parse_interval_span(
             self, this: exp.Expr, parse_function_unit: bool = True
@@ -435,6 +441,31 @@ def _sqlglot_query(sql: str, tokens: list[Token]) -> exp.Expression:
         raise _unsupported(_describe_words(tokens), tokens[0])
     if isinstance(expression, exp.Select) and expression.args.get("into"):
         raise _unsupported("SELECT INTO", tokens[0])
+    return _unqualified_functions(expression)
+
+
+# Schemas whose functions may be named qualified: ``pg_catalog.count(*)``, ``mz_catalog.list_length(a)``.
+_FUNCTION_SCHEMAS = ("pg_catalog", "mz_catalog")
+
+
+def _unqualified_functions(expression: exp.Expression) -> exp.Expression:
+    """``pg_catalog.min(x)`` as ``min(x)``: sqlglot reads a qualified call as an anonymous
+    function under a ``Dot``; read without its schema, it is the function (or aggregate)
+    the planner knows. Innermost calls first, so an argument is unqualified before its call."""
+    calls = [
+        node
+        for node in expression.find_all(exp.Dot)
+        if isinstance(node.this, exp.Identifier)
+        and node.this.name.lower() in _FUNCTION_SCHEMAS
+        and isinstance(node.expression, exp.Anonymous)
+    ]
+    for dot in reversed(calls):
+        text = dot.expression.sql(dialect=_DIALECT)
+        replacement = sqlglot.parse_one(text, dialect=LoupeDialect)
+        assert isinstance(replacement, exp.Expression)
+        if dot is expression:
+            return replacement
+        dot.replace(replacement)
     return expression
 
 
