@@ -134,8 +134,8 @@ class InstanceConfig:
     storage: StorageLocation
     # The replica's memory budget (0: none): see ``loupe.dataflow.memory``.
     memory_limit_bytes: int = 0
-    # Kept as the wire message: the logging dataflows that consume it arrive
-    # with the compute engine; until then the replica only stores it.
+    # Kept as the wire message; ``introspection.py`` applies it (and later
+    # ``UpdateConfiguration.logging``).
     logging: compute_pb2.LoggingConfig = field(default_factory=compute_pb2.LoggingConfig)
 
     @classmethod

@@ -97,7 +97,7 @@ class LogCollector(LoggingHooks):
         self, worker: int, operator_id: int, address: tuple[int, ...], name: str
     ) -> None:
         operator = (operator_id, worker, name)
-        addressed = (operator_id, worker, list(address))
+        addressed = (operator_id, worker, tuple(address))
         self._operators[(operator_id, worker)] = (operator, addressed)
         self.add("mz_dataflow_operators_per_worker", operator, 1)
         self.add("mz_dataflow_addresses_per_worker", addressed, 1)
