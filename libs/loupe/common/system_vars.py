@@ -117,6 +117,12 @@ SYSTEM_VARIABLES: dict[str, SystemVariable] = {
             _duration,
         ),
         SystemVariable(
+            "introspection_retention",
+            "86400s",
+            "How long the persisted replica introspection collections keep history (AS OF).",
+            _duration,
+        ),
+        SystemVariable(
             "max_connections",
             "5000",
             "The most sessions a coordinator keeps open; one more is refused (53300).",
