@@ -73,7 +73,9 @@ def replica_state(orchestrator: Any, replica_id: str, variant: str) -> dict[tupl
     """The replica's own collector state of ``variant``, as the controller would persist it."""
     replica = orchestrator.replicas.get(replica_id)
     assert replica is not None, "the replica is restarting"
-    collector = replica.service.introspection.collector
+    introspection = replica.service.introspection
+    assert introspection is not None, "the replica is starting"
+    collector = introspection.collector
     assert collector is not None
     state = collector.state_rows()[variant]
     return {
@@ -336,3 +338,35 @@ async def test_interval_changes_reach_replicas_live_and_zero_retracts(
     await compute.apply([info], specs)
     await compute.create_dataflow(info.id, dataflow("again", table))
     await wait_synced(compute, orchestrator, arrow_writer, first)
+
+
+async def test_a_restarted_controller_reads_the_rows_back_and_replaces_them(
+    cluster, make_compute, nats_url, kit, arrow_writer, storage, unique
+):
+    compute, orchestrator, info, replicas = cluster
+    for replica_id in replicas:
+        await wait_synced(compute, orchestrator, arrow_writer, replica_id)
+    await compute.stop()  # its replicas stop; their rows stay
+    assert held(arrow_writer, OPERATORS.collection_id, replicas[0])
+
+    # A new controller, new processes (incarnation 1 again, as a fresh orchestrator
+    # counts): without its mirror it reads the shards back, so the snapshot replaces.
+    again = kit.InProcessOrchestrator(nats_url, replica_class=kit.RealReplica)
+    compute, _ = await make_compute(orchestrator=again, heartbeat_timeout=5.0)
+    await compute.apply([info], [ReplicaSpec(r, info.id, workers=2) for r in replicas])
+    # Coordinators send their dataflows again to a new controller.
+    await compute.create_dataflow(info.id, dataflow("v", Shard(f"t{unique}", *storage)))
+
+    def applied() -> None:
+        for replica_id in replicas:
+            status = compute.introspection.status(replica_id)
+            assert status is not None
+            assert status.synced
+            assert compute.introspection.mirror(replica_id).get(OPERATORS.collection_id)
+
+    await assert_eventually(applied, timeout=20)
+    await arrow_writer.flush()
+    for replica_id in replicas:
+        counts = held(arrow_writer, OPERATORS.collection_id, replica_id)
+        assert set(counts.values()) == {1}, counts
+        await wait_synced(compute, again, arrow_writer, replica_id)
