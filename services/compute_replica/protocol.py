@@ -5,7 +5,9 @@ Directions
     ``loupe.compute.v1.<replica_id>.command``; the replica publishes
     ``ComputeResponse``s on ``loupe.compute.v1.<replica_id>.response``
     (``command_subject`` / ``response_subject``). Both are core NATS: nothing
-    is stored, a message sent while nobody listens is gone.
+    is stored, a message sent while nobody listens is gone. Introspection
+    goes out on ``loupe.compute.v1.<replica_id>.introspection``
+    (``introspection.py``), so a flood of logs never delays responses.
 
 Ordering
     Core NATS keeps the order of messages from one connection to one

@@ -4,6 +4,11 @@ Directions
     Commands go out on ``loupe.compute.v1.<replica_id>.command``; responses
     come in on ``loupe.compute.v1.<replica_id>.response`` (one subscription
     per replica). Both are core NATS: nothing is stored or replayed by the bus.
+    Replicas' logs come on ``loupe.compute.v1.<replica_id>.introspection``,
+    a subject of its own with a bounded queue per replica (``introspection.py``):
+    a flood there never delays responses. A cluster's ``LoggingConfig``
+    changing in the catalog reaches its running replicas as
+    ``UpdateConfiguration.logging``.
 
 Ordering
     Commands to a replica are published from one connection and arrive in
@@ -318,7 +323,7 @@ class ComputeController:
             for replica_id, replica in self._replicas.items():
                 if replica.spec.cluster_id != cluster_id:
                     continue
-                if replica.created_at is not None and self._current_incarnation(replica_id):
+                if replica.created_at is not None and replica.alive and not replica.replacing:
                     update = compute_pb2.UpdateConfiguration(logging=config)
                     await self._send(
                         replica_id,
@@ -387,6 +392,9 @@ class ComputeController:
         replica = self._replicas.get(replica_id)
         if replica is None or not replica.alive or replica.replacing:
             return None
+        cluster = self._clusters.get(replica.spec.cluster_id)
+        if cluster is not None and cluster.introspection_interval_ns <= 0:
+            return None  # logging off: what is still in flight is not applied
         return replica.incarnation
 
     async def _request_introspection_snapshot(self, replica_id: str, incarnation: int) -> None:

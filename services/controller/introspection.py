@@ -113,6 +113,9 @@ class _ReplicaLogs:
     incarnation: int = 0
     next_seq: int = 0
     synced: bool = False
+    # Updates were lost: a snapshot is asked for until one comes (not before the
+    # first message: an incarnation's first message is a snapshot anyway).
+    wants_snapshot: bool = False
     # Drops the replica reported for this incarnation (its counter is cumulative).
     replica_dropped: int = 0
     dropped_updates: int = 0
@@ -250,7 +253,7 @@ class IntrospectionIngest:
         """A message for a full queue: counted, and what follows needs a snapshot."""
         updates = _count_updates(data)
         self._lost(state, updates)
-        state.synced = False
+        state.synced, state.wants_snapshot = False, True
         state.wake.set()
 
     def _lost(self, state: _ReplicaLogs, updates: int) -> None:
@@ -262,8 +265,8 @@ class IntrospectionIngest:
 
     async def _work(self, state: _ReplicaLogs) -> None:
         while True:
-            # Out of sync, the snapshot request is repeated (it or its answer may be lost).
-            timeout = None if state.synced else self.snapshot_request_interval
+            # The snapshot request is repeated (it or its answer may be lost).
+            timeout = self.snapshot_request_interval if state.wants_snapshot else None
             await wait_event(state.wake, timeout)
             state.wake.clear()
             while state.queue:
@@ -275,10 +278,10 @@ class IntrospectionIngest:
                     raise
                 except Exception:
                     log.exception("introspection message not applied", replica_id=state.replica_id)
-                    state.synced = False
+                    state.synced, state.wants_snapshot = False, True
             if state.status_dirty:
                 await self._write_status(state)
-            if not state.synced:
+            if state.wants_snapshot:
                 await self._ask_snapshot(state)
 
     async def _handle(self, state: _ReplicaLogs, data: bytes) -> None:
@@ -312,7 +315,7 @@ class IntrospectionIngest:
         self._note_replica_drops(state, updates)
         if updates.snapshot:
             await self._apply(state, updates, snapshot=True)
-            state.synced = True
+            state.synced, state.wants_snapshot = True, False
             state.incomplete_since_ms = 0
             state.status_dirty = True
         elif state.synced and updates.seq == state.next_seq:
@@ -325,7 +328,7 @@ class IntrospectionIngest:
                     expected=state.next_seq,
                     seq=updates.seq,
                 )
-            state.synced = False
+            state.synced, state.wants_snapshot = False, True
             if not state.incomplete_since_ms:
                 state.incomplete_since_ms = time.time_ns() // 1_000_000
                 state.status_dirty = True
