@@ -150,6 +150,8 @@ class IntrospectionIngest:
         self.max_pending_msgs = max_pending_msgs
         self.max_pending_bytes = max_pending_bytes
         self.snapshot_request_interval = snapshot_request_interval
+        # 0: as much as one NATS message holds (``_batch_bytes``).
+        self.max_batch_bytes = 0
         self._replicas: dict[str, _ReplicaLogs] = {}
         # What the collections hold, per replica; None until read back from the shards.
         self._mirrors: dict[str, Mirror] | None = None
@@ -406,17 +408,35 @@ class IntrospectionIngest:
         return change
 
     async def _submit(self, changes: Mapping[str, Mapping[Row, int]]) -> None:
-        """One batch for the writer: one flush applies all of it."""
+        """One batch for the writer: one flush applies all of it.
+
+        A batch larger than a NATS message (a big replica's snapshot: its
+        retractions and its rows) is split into batches that fit, published
+        back to back; a flush takes every batch received, so they are almost
+        always applied together, but a flush may fall between them (logged).
+        """
         entries = [
-            storage_pb2.CollectionUpdates(collection_id=cid, arrow_ipc=_encode(cid, rows))
+            entry
             for cid, rows in sorted(changes.items())
             if any(rows.values())
+            for entry in _entries(cid, rows, self._batch_bytes())
         ]
         if not entries:
             return
         count = sum(1 for rows in changes.values() for diff in rows.values() if diff)
-        await self._writer.submit_collections(f"introspection-{uuid.uuid4().hex}", entries)
+        batches = _pack(entries, self._batch_bytes())
+        if len(batches) > 1:
+            log.warning("introspection batch split to fit NATS messages", batches=len(batches))
+        for batch in batches:
+            await self._writer.submit_collections(f"introspection-{uuid.uuid4().hex}", batch)
         self.written_updates += count
+
+    def _batch_bytes(self) -> int:
+        """What one batch may hold: a NATS message, less room for its envelope."""
+        if self.max_batch_bytes:
+            return self.max_batch_bytes
+        max_payload = int(getattr(self._nc, "max_payload", 0) or 2**20)
+        return max(max_payload - 64 * 1024, max_payload // 2)
 
     # -- reading back after a restart ------------------------------------------------------
 
@@ -517,6 +537,36 @@ def _encode(collection_id: str, rows: Mapping[Row, int]) -> bytes:
     with pa.ipc.new_stream(sink, table.schema) as writer:
         writer.write_table(table)
     return bytes(sink.getvalue())
+
+
+def _entries(
+    collection_id: str, rows: Mapping[Row, int], budget: int
+) -> list[storage_pb2.CollectionUpdates]:
+    """``rows`` as columnar updates of at most ``budget`` bytes each (split in halves)."""
+    data = _encode(collection_id, rows)
+    if len(data) <= budget or len(rows) < 2:
+        return [storage_pb2.CollectionUpdates(collection_id=collection_id, arrow_ipc=data)]
+    items = list(rows.items())
+    half = len(items) // 2
+    return [
+        *_entries(collection_id, dict(items[:half]), budget),
+        *_entries(collection_id, dict(items[half:]), budget),
+    ]
+
+
+def _pack(
+    entries: list[storage_pb2.CollectionUpdates], budget: int
+) -> list[list[storage_pb2.CollectionUpdates]]:
+    batches: list[list[storage_pb2.CollectionUpdates]] = [[]]
+    size = 0
+    for entry in entries:
+        length = len(entry.arrow_ipc) + len(entry.collection_id) + 16
+        if batches[-1] and size + length > budget:
+            batches.append([])
+            size = 0
+        batches[-1].append(entry)
+        size += length
+    return batches
 
 
 def _plain(value: Any) -> Any:

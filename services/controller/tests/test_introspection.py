@@ -370,3 +370,23 @@ async def test_a_restarted_controller_reads_the_rows_back_and_replaces_them(
         counts = held(arrow_writer, OPERATORS.collection_id, replica_id)
         assert set(counts.values()) == {1}, counts
         await wait_synced(compute, again, arrow_writer, replica_id)
+
+
+async def test_a_snapshot_larger_than_a_message_is_written_in_parts(cluster, arrow_writer):
+    compute, orchestrator, info, (first, _) = cluster
+    await wait_synced(compute, orchestrator, arrow_writer, first)
+    compute.introspection.max_batch_bytes = 2_000  # a few rows per batch
+    written = compute.introspection.written_updates
+    await orchestrator.kill(first)
+
+    def replaced() -> None:
+        status = compute.introspection.status(first)
+        assert status is not None
+        assert status.incarnation == 2
+        assert status.synced
+        assert compute.introspection.written_updates > written
+
+    await assert_eventually(replaced, timeout=20)
+    await arrow_writer.flush()
+    await wait_synced(compute, orchestrator, arrow_writer, first)
+    assert {row[1] for row in held(arrow_writer, OPERATORS.collection_id, first)} == {2}
