@@ -390,3 +390,31 @@ async def test_a_snapshot_larger_than_a_message_is_written_in_parts(cluster, arr
     await arrow_writer.flush()
     await wait_synced(compute, orchestrator, arrow_writer, first)
     assert {row[1] for row in held(arrow_writer, OPERATORS.collection_id, first)} == {2}
+
+
+async def test_drops_reported_by_the_replica_reach_the_status_and_the_metric(
+    cluster, arrow_writer, storage, unique
+):
+    compute, orchestrator, info, (first, _) = cluster
+    await wait_synced(compute, orchestrator, arrow_writer, first)
+    before = sample("loupe_controller_introspection_dropped_updates_total", replica_id=first)
+    replica = orchestrator.replicas[first].service.introspection
+    replica.max_message_bytes = 500  # every message with a new dataflow's operators is dropped
+    await compute.create_dataflow(info.id, dataflow("dropped", Shard(f"t{unique}", *storage)))
+    await assert_eventually(lambda: _true(replica.dropped_updates > 0), timeout=10)
+    replica.max_message_bytes = 8 * 2**20  # room again: the next message is a snapshot
+
+    def reported() -> None:
+        status = status_of(arrow_writer, first)
+        assert status is not None
+        assert status[2] is True  # the snapshot made it complete again
+        assert status[4] >= replica.dropped_updates
+        now = sample("loupe_controller_introspection_dropped_updates_total", replica_id=first)
+        assert now - before >= replica.dropped_updates
+
+    await assert_eventually(reported, timeout=10)
+    await wait_synced(compute, orchestrator, arrow_writer, first)
+
+
+def _true(condition: bool) -> None:
+    assert condition
