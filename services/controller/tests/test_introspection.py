@@ -373,7 +373,7 @@ async def test_a_restarted_controller_reads_the_rows_back_and_replaces_them(
 
 
 async def test_a_snapshot_larger_than_a_message_is_written_in_parts(cluster, arrow_writer):
-    compute, orchestrator, info, (first, _) = cluster
+    compute, orchestrator, _info, (first, _) = cluster
     await wait_synced(compute, orchestrator, arrow_writer, first)
     compute.introspection.max_batch_bytes = 2_000  # a few rows per batch
     written = compute.introspection.written_updates
