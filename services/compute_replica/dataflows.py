@@ -32,11 +32,11 @@ peek's timestamp, then read it on the engine thread.
 Logs (``introspection.py``)
     With logging on, the engine's hooks are a ``LogCollector``. A dataflow
     may import a log id (``LoggingConfig.index_logs``) as a source: its
-    feeder takes the log's state as of the last tick (at the dataflow's
-    as_of, or the tick's time when that is later: introspection may be one
-    interval fresher than asked), then every tick's changes with upper
-    ``tick + 1``, so a read at an oracle timestamp waits one interval at
-    most. A log import while logging is off is refused. The step loop
+    feeder pushes the log's state as of the first tick at or after the
+    dataflow's as_of, at the as_of (introspection may be one interval
+    fresher than asked), then every tick's changes at the tick's time with
+    upper ``tick + 1``, so a read at an oracle timestamp waits one interval
+    at most. A log import while logging is off is refused. The step loop
     reports the time it waited for work as parks, and peeks report their
     start and end (``mz_active_peeks``, ``mz_peek_durations_histogram``).
 """
@@ -543,14 +543,16 @@ class DataflowRunner:
                     f"introspection log {source.id} is not kept on this replica"
                     " (introspection is off)",
                 )
-            state, ticked = read
-            at = max(as_of, ticked)
-            await self._push(source.id, _at(state, at, source), at + 1)
+            # The state at the as_of, as of a tick at or after it (up to one interval
+            # fresher than asked): ticks before the as_of are folded in first.
+            parts, ticked = [read[0]], read[1]
+            while ticked < as_of:
+                changes, ticked = await queue.get()
+                parts.append(changes)
+            await self._push(source.id, _at(pa.concat_tables(parts), as_of, source), ticked + 1)
             while True:
                 changes, tick = await queue.get()
-                upper = self._fed[source.id]
-                at = max(tick, upper - 1)
-                await self._push(source.id, _at(changes, at, source), max(tick + 1, upper))
+                await self._push(source.id, _at(changes, tick, source), tick + 1)
         except asyncio.CancelledError:
             raise
         except LoupeError as error:

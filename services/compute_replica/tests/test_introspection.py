@@ -211,6 +211,14 @@ async def test_a_dataflow_reads_a_log_at_an_oracle_timestamp(start_replica, cont
     assert response.WhichOneof("result") == "rows", response
     rows = [values.from_row(r) for r in response.rows.rows]
     assert rows, "the log's state at the oracle timestamp holds the index's operators"
+
+    # Later changes arrive tick by tick: a new index's operators, read at a later time.
+    await controller.create_index(MZ_CLUSTER_REPLICAS, index="j")
+    await asyncio.sleep(0.3)
+    later = await controller.peek("ops", timestamp=time.time_ns() // 1_000_000)
+    more = [values.from_row(r) for r in (await controller.peek_response(later)).rows.rows]
+    assert len(more) > len(rows)
+    assert {tuple(r) for r in rows} <= {tuple(r) for r in more}
     assert {row[1] for row in rows} == {0, 1}  # both workers
     assert time.monotonic() - began < 5
 
