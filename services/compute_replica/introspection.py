@@ -19,9 +19,11 @@ Messages
     tells it something was lost.
 
 Bounded work
-    A message larger than ``max_message_bytes`` (or the connection's
-    ``max_payload``), or one that finds ``MAX_QUEUED`` messages still
-    waiting to be published, is dropped: its updates are counted in
+    A tick's messages are cut to fit NATS's ``max_payload`` (a snapshot's
+    first message says ``snapshot``, the rest follow as changes). A tick
+    larger than ``max_message_bytes`` in all, or one that finds
+    ``MAX_QUEUED`` ticks' worth of bytes still waiting to be published, is
+    dropped: its updates are counted in
     ``dropped_updates``, ``incomplete_since_ms`` is set, and the next message
     is a snapshot, which makes the data complete again. Encoding and
     publishing run on the event loop's side, never on the engine thread,
@@ -51,7 +53,7 @@ from loupe.proto.compute.v1 import compute_pb2
 log = get_logger(__name__)
 
 DEFAULT_MAX_MESSAGE_BYTES = 8 * 2**20
-# Messages encoded and waiting for the connection; one more is dropped.
+# Ticks' worth of bytes (at the bound) waiting for the connection; more is dropped.
 MAX_QUEUED = 4
 
 DROPPED_UPDATES = Counter(
@@ -99,13 +101,15 @@ class Introspection:
         self._responses = responses
         self._send = send
         self.subject = introspection_subject(responses.replica_id)
-        self.max_message_bytes = min(max_message_bytes, max_payload)
+        self.max_message_bytes = max_message_bytes
+        self.max_payload = max_payload
         self.interval_ns = 0
         self.collector: LogCollector | None = None
         self._target: LoggingTarget | None = None
         self._ticker: asyncio.Task[None] | None = None
         self._publisher: asyncio.Task[None] | None = None
-        self._queue: asyncio.Queue[tuple[int, bytes]] = asyncio.Queue(MAX_QUEUED)
+        self._queue: asyncio.Queue[bytes] = asyncio.Queue()
+        self._queued_bytes = 0
         self._last_time = 0
         self._want_snapshot = True
         self.seq = 0
@@ -152,7 +156,7 @@ class Introspection:
         await asyncio.gather(*tasks, return_exceptions=True)
         was_running = self._ticker is not None
         self._ticker = self._publisher = None
-        self._queue = asyncio.Queue(MAX_QUEUED)
+        self._queue, self._queued_bytes = asyncio.Queue(), 0
         if self._target is not None:
             with contextlib.suppress(Exception):
                 await self._target.install_logging(None, {})
@@ -173,7 +177,7 @@ class Introspection:
                 log.exception("introspection tick failed")
 
     async def tick(self) -> None:
-        """Close one interval: changes to the readers and (maybe) a message to the controller."""
+        """Close one interval: changes to the readers and (maybe) messages to the controller."""
         target, collector = self._target, self.collector
         if target is None or collector is None:
             return
@@ -185,29 +189,37 @@ class Introspection:
         )
         if not snapshot and not tables:
             return
-        message = await asyncio.to_thread(self._encode, tables, now, snapshot)
+        parts = await asyncio.to_thread(_split, tables, self._part_bytes())
+        size = sum(_size(part) for part in parts)
         updates = sum(t.num_rows for t in tables.values())
-        if len(message) > self.max_message_bytes or self._queue.full():
-            self._drop(updates, now, size=len(message))
+        behind = self._queued_bytes + size > MAX_QUEUED * self.max_message_bytes
+        if size > self.max_message_bytes or behind:
+            self._drop(updates, now, size=size)
             return
+        messages = [self._message(part, now, snapshot and i == 0) for i, part in enumerate(parts)]
         if snapshot:
             self._want_snapshot = False
             self.incomplete_since_ms = 0
-        self.seq += 1
-        self._queue.put_nowait((updates, message))
+        for message in messages:
+            self._queued_bytes += len(message)
+            self._queue.put_nowait(message)
 
-    def _encode(self, tables: Mapping[str, pa.Table], now: int, snapshot: bool) -> bytes:
+    def _part_bytes(self) -> int:
+        """What one message may carry: NATS's max_payload, less room for the envelope."""
+        return max(self.max_payload - 16 * 1024, self.max_payload // 2)
+
+    def _message(self, logs: list[compute_pb2.LogUpdates], now: int, snapshot: bool) -> bytes:
+        """The next message: ``seq`` taken, ``logs`` in it (the first part of a split
+        snapshot says so; its other parts are changes that follow it)."""
         updates = compute_pb2.IntrospectionUpdates(
             seq=self.seq,
             upper=now + 1,
             snapshot=snapshot,
-            logs=[
-                compute_pb2.LogUpdates(log=name, arrow_ipc=encode_table(table))
-                for name, table in sorted(tables.items())
-            ],
+            logs=logs,
             dropped_updates=self.dropped_updates,
             incomplete_since_ms=0 if snapshot else self.incomplete_since_ms,
         )
+        self.seq += 1
         response = compute_pb2.ComputeResponse(
             replica_id=self._responses.replica_id,
             incarnation=self._responses.incarnation,
@@ -226,12 +238,13 @@ class Introspection:
             updates=updates,
             bytes=size,
             limit=self.max_message_bytes,
-            queued=self._queue.qsize(),
+            queued_bytes=self._queued_bytes,
         )
 
     async def _publish_loop(self) -> None:
         while True:
-            _, message = await self._queue.get()
+            message = await self._queue.get()
+            self._queued_bytes -= len(message)
             try:
                 await self._send(self.subject, message)
                 self.sent_messages += 1
@@ -247,3 +260,32 @@ def _tick_on_engine(
     changes = collector.tick(now)
     target.feed_logs(changes, now)
     return collector.snapshot(now) if snapshot else changes
+
+
+def _size(logs: list[compute_pb2.LogUpdates]) -> int:
+    return sum(len(entry.arrow_ipc) + len(entry.log) for entry in logs)
+
+
+def _split(tables: Mapping[str, pa.Table], budget: int) -> list[list[compute_pb2.LogUpdates]]:
+    """The tables encoded, packed into messages of at most ``budget`` bytes (a table too
+    large for one is cut into row ranges); always at least one message."""
+    entries: list[compute_pb2.LogUpdates] = []
+    for name, table in sorted(tables.items()):
+        entries.extend(_pieces(name, table, budget))
+    messages: list[list[compute_pb2.LogUpdates]] = [[]]
+    for entry in entries:
+        if messages[-1] and _size(messages[-1]) + _size([entry]) > budget:
+            messages.append([])
+        messages[-1].append(entry)
+    return messages
+
+
+def _pieces(name: str, table: pa.Table, budget: int) -> list[compute_pb2.LogUpdates]:
+    data = encode_table(table)
+    if len(data) <= budget or table.num_rows < 2:
+        return [compute_pb2.LogUpdates(log=name, arrow_ipc=data)]
+    half = table.num_rows // 2
+    return [
+        *_pieces(name, table.slice(0, half), budget),
+        *_pieces(name, table.slice(half), budget),
+    ]

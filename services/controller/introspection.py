@@ -32,7 +32,10 @@ Snapshots replace
     The controller keeps a consolidated mirror of what the collections hold
     per replica (every incarnation's rows). A snapshot is written as the
     retraction of the mirror plus the new rows, consolidated, in ONE batch:
-    one flush applies it, so no reader sees both or neither. After a
+    one flush applies it, so no reader sees both or neither (a snapshot
+    too large for one NATS message comes in parts, the first marked
+    ``snapshot`` and the rest as changes, and a batch too large for one is
+    split: then a flush may fall between the parts). After a
     controller restart the mirror is read back from the shards
     (consolidated, never expanded: count logs carry nanoseconds as diffs).
     A crashed incarnation's rows stay until the next one's snapshot; a

@@ -231,3 +231,35 @@ async def test_a_log_read_with_logging_off_is_refused(start_replica, controller,
     peek = await controller.peek("ops")
     response = await controller.peek_response(peek)
     assert response.WhichOneof("result") == "error"
+
+
+async def test_a_snapshot_larger_than_a_nats_message_goes_in_parts(
+    start_replica, controller, storage
+):
+    replica, listener = await start(start_replica, controller, storage, logging())
+    await controller.create_index(MZ_CLUSTER_REPLICAS)
+    await listener.wait(1)
+    replica.introspection.max_payload = 16_000  # parts of at most 8 kB
+    count = len(listener.updates)
+    await controller.send(
+        update_configuration=compute_pb2.UpdateConfiguration(introspection_snapshot=True)
+    )
+
+    def split_snapshot() -> list[int]:
+        found = [i for i, u in enumerate(listener.updates) if i >= count and u.snapshot]
+        assert found
+        first = found[0]
+        parts = [
+            i for i, u in enumerate(listener.updates) if u.upper == listener.updates[first].upper
+        ]
+        assert len(parts) > 1
+        return parts
+
+    parts = await assert_eventually(split_snapshot, timeout=10)
+    messages = [listener.updates[i] for i in parts]
+    assert messages[0].snapshot
+    assert not any(m.snapshot for m in messages[1:])
+    assert [m.seq for m in messages] == list(range(messages[0].seq, messages[0].seq + len(parts)))
+    assert all(listener.sizes[i] <= 16_000 for i in parts)
+    assert {log.log for m in messages for log in m.logs} == {v.name for v in LOG_VARIANTS}
+    assert replica.introspection.dropped_updates == 0
