@@ -431,6 +431,25 @@ INTROSPECTION_COLLECTIONS: tuple[BuiltinCollection, ...] = tuple(
     for v in logs.LOG_VARIANTS
 )
 
+# One current row per replica with introspection on: whether the collections above
+# hold all it reported (a replica or the controller dropped updates, or a gap in
+# its messages, makes it incomplete until the next snapshot).
+MZ_CLUSTER_REPLICA_INTROSPECTION_STATUS = BuiltinCollection(
+    "s260",
+    "mz_internal",
+    "mz_cluster_replica_introspection_status",
+    (
+        ("replica_id", "text"),
+        ("incarnation", "uint8"),
+        ("complete", "bool"),
+        ("incomplete_since", "timestamptz"),
+        ("dropped_updates", "uint8"),
+        ("updated_at", "timestamptz"),
+    ),
+    "controller",
+    retention_ms=CURRENT_STATE_RETENTION_MS,
+)
+
 BUILTIN_COLLECTIONS: tuple[BuiltinCollection, ...] = (
     MZ_CLUSTERS,
     MZ_CLUSTER_REPLICAS,
@@ -455,6 +474,7 @@ BUILTIN_COLLECTIONS: tuple[BuiltinCollection, ...] = (
     MZ_STORAGE_WRITER_STATUS,
     *STATEMENT_LOG_COLLECTIONS,
     *INTROSPECTION_COLLECTIONS,
+    MZ_CLUSTER_REPLICA_INTROSPECTION_STATUS,
 )
 BY_QUALIFIED_NAME = {c.qualified_name: c for c in BUILTIN_COLLECTIONS}
 BY_ID = {c.id: c for c in BUILTIN_COLLECTIONS}

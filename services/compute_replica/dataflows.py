@@ -28,15 +28,27 @@ Data out
 
 Peeks of an index export wait (bounded) until its write frontier passes the
 peek's timestamp, then read it on the engine thread.
+
+Logs (``introspection.py``)
+    With logging on, the engine's hooks are a ``LogCollector``. A dataflow
+    may import a log id (``LoggingConfig.index_logs``) as a source: its
+    feeder pushes the log's state as of the first tick at or after the
+    dataflow's as_of, at the as_of (introspection may be one interval
+    fresher than asked), then every tick's changes at the tick's time with
+    upper ``tick + 1``, so a read at an oracle timestamp waits one interval
+    at most. A log import while logging is off is refused. The step loop
+    reports the time it waited for work as parks, and peeks report their
+    start and end (``mz_active_peeks``, ``mz_peek_durations_histogram``).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import functools
 import time
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -60,8 +72,10 @@ from loupe.compute_replica.protocol import (
 from loupe.compute_replica.shards import NEVER_WRITTEN
 from loupe.dataflow import DataflowProgress, SinkBatch
 from loupe.dataflow import PeekResult as EnginePeekResult
+from loupe.dataflow.hooks import LoggingHooks
 from loupe.dataflow.results import client_rows
 from loupe.interval import python_values
+from loupe.introspection.collector import LogCollector, updates_table
 from loupe.persist import (
     DIFF_COLUMN,
     TIMESTAMP_COLUMN,
@@ -101,6 +115,10 @@ class Engine(Protocol):
     ) -> Any: ...
     def allow_compaction(self, collection_id: str, since: int) -> None: ...
     def drop(self, collection_id: str) -> None: ...
+
+    workers: int
+    hooks: LoggingHooks | None
+
     def take_sink_batches(self) -> list[Any]: ...
     def progress(self) -> list[DataflowProgress]: ...
     def errors(self) -> dict[str, LoupeError]: ...
@@ -175,10 +193,19 @@ class DataflowRunner:
         self._work = asyncio.Event()
         self._stepped = asyncio.Event()
         self._loops: list[asyncio.Task[None]] = []
+        # Logging: the collector (None: off), log id -> variant, and the queues of
+        # the feeders reading a log (touched on the engine thread only).
+        self._collector: LogCollector | None = None
+        self._log_variants: dict[str, str] = {}
+        self._log_readers: dict[str, asyncio.Queue[tuple[pa.Table, int]]] = {}
+        self._loop: asyncio.AbstractEventLoop | None = None
+        # The time of the collector's last tick (engine thread).
+        self._last_tick = 0
 
     # -- lifecycle ------------------------------------------------------------------
 
     def start(self) -> None:
+        self._loop = asyncio.get_running_loop()
         self._loops = [
             asyncio.create_task(self._step_loop(), name="engine-steps"),
             asyncio.create_task(self._report_loop(), name="engine-reports"),
@@ -202,6 +229,68 @@ class DataflowRunner:
         """``function(*args)`` on the engine thread, in turn (tests make the engine busy so)."""
         return await self._call(function, *args)
 
+    # -- logging ---------------------------------------------------------------------------
+
+    @property
+    def workers(self) -> int:
+        return self._engine.workers
+
+    async def install_logging(
+        self, collector: LogCollector | None, logs: Mapping[str, str]
+    ) -> None:
+        """Make ``collector`` the engine's hooks (None: logging off) and ``logs`` its log ids."""
+        await self._call(self._set_hooks, collector)
+        self._collector = collector
+        self._log_variants = {log_id: name for name, log_id in logs.items()}
+        if collector is None:
+            off = LoupeError(
+                SqlState.FEATURE_NOT_SUPPORTED,
+                "introspection was turned off on this replica (INTROSPECTION INTERVAL 0)",
+            )
+            for source_id in [s for s in self._feeders if _is_log(self._sources.get(s))]:
+                self._feed_errors[source_id] = off
+            self._work.set()
+
+    def _set_hooks(self, collector: LogCollector | None) -> None:
+        self._engine.hooks = collector
+        if collector is None:
+            self._log_readers.clear()
+            self._last_tick = 0
+
+    def feed_logs(self, changes: Mapping[str, pa.Table], time: int) -> None:
+        """On the engine thread, at a tick: its changes go to the feeders of each log read."""
+        assert self._loop is not None
+        self._last_tick = time
+        for log_id, queue in self._log_readers.items():
+            variant = self._log_variants[log_id]
+            table = changes.get(variant)
+            if table is None:
+                table = updates_table(variant, (), time)
+            self._loop.call_soon_threadsafe(queue.put_nowait, (table, time))
+
+    def _read_log(
+        self, log_id: str, queue: asyncio.Queue[tuple[pa.Table, int]]
+    ) -> tuple[pa.Table, int] | None:
+        """On the engine thread: ``log_id``'s state as of the last tick, and its readers' queue."""
+        collector = self._collector
+        if collector is None or log_id not in self._log_variants:
+            return None
+        variant = self._log_variants[log_id]
+        self._log_readers[log_id] = queue
+        state = collector.state_rows().get(variant, {})
+        return updates_table(variant, state.items(), 0), self._last_tick
+
+    def _refused_logs(self, desc: DataflowDescription) -> LoupeError | None:
+        logs = [s.id for s in desc.source_imports if _is_log(s)]
+        missing = [i for i in logs if self._collector is None or i not in self._log_variants]
+        if not missing:
+            return None
+        return LoupeError(
+            SqlState.FEATURE_NOT_SUPPORTED,
+            f"dataflow {desc.id} reads introspection log {', '.join(missing)}, but this"
+            " replica has introspection turned off (INTROSPECTION INTERVAL 0)",
+        )
+
     # -- state, for the curious ------------------------------------------------------------
 
     def dataflow_ids(self) -> list[str]:
@@ -223,6 +312,10 @@ class DataflowRunner:
             log.info("dataflow exists already (replay)", dataflow_id=desc.id)
             return
         exports = set(desc.export_ids())
+        refused = self._refused_logs(desc)
+        if refused is not None:
+            await self._refuse(desc, exports, refused)
+            return
         try:
             desc = await asyncio.to_thread(self._readable_from, desc)
             await self._call(self._engine.create_dataflow, desc)
@@ -274,6 +367,8 @@ class DataflowRunner:
         """
         readable = [desc.as_of]
         for source in desc.source_imports:
+            if _is_log(source):
+                continue  # kept in memory from the dataflow's as_of on
             state = self._open(source.shard_id, source).state(missing_ok=True)
             readable.append(state.since if state is not None else 0)
         for index in desc.index_imports:
@@ -358,13 +453,30 @@ class DataflowRunner:
                 )
             # Bounded only so that the log line above is written in time.
             await wait_event(stepped, self.slow_peek_log)
-        result: EnginePeekResult = await self._call(
-            self._engine.peek, target, timestamp, request.mfp, request.finishing
-        )
+        began_ns = time.perf_counter_ns()
+        logged_peek = self._collector is not None
+        if logged_peek:
+            await self._call(self._log_peek_started, request.uuid, target, timestamp)
+        try:
+            result: EnginePeekResult = await self._call(
+                self._engine.peek, target, timestamp, request.mfp, request.finishing
+            )
+        finally:
+            if logged_peek:
+                elapsed = time.perf_counter_ns() - began_ns
+                await self._call(self._log_peek_finished, request.uuid, elapsed)
         rows = result.rows()
         if request.max_result_rows:
             rows = rows[: request.max_result_rows]
         return PeekResult(_result_columns(request, result), rows)
+
+    def _log_peek_started(self, uuid: str, target: str, timestamp: int) -> None:
+        if self._engine.hooks is not None:
+            self._engine.hooks.peek_started(uuid, target, "index", timestamp)
+
+    def _log_peek_finished(self, uuid: str, duration_ns: int) -> None:
+        if self._engine.hooks is not None:
+            self._engine.hooks.peek_finished(uuid, "index", duration_ns)
 
     def _check_peekable(self, target: str) -> None:
         failure = self._failed.get(target) or self._outputs.failed.get(target)
@@ -396,9 +508,8 @@ class DataflowRunner:
             if source is None:
                 log.warning("engine reads a source no dataflow imports", source_id=source_id)
                 continue
-            self._feeders[source_id] = asyncio.create_task(
-                self._feed(source, as_of), name=f"feed-{source_id}"
-            )
+            feed = self._feed_log(source, as_of) if _is_log(source) else self._feed(source, as_of)
+            self._feeders[source_id] = asyncio.create_task(feed, name=f"feed-{source_id}")
 
     async def _feed(self, source: SourceImport, as_of: int) -> None:
         try:
@@ -420,6 +531,38 @@ class DataflowRunner:
             log.warning("feeding a source failed", source_id=source.id, error=failure.message)
             self._feed_errors[source.id] = failure
             self._work.set()
+
+    async def _feed_log(self, source: SourceImport, as_of: int) -> None:
+        """Feed a log import from the collector: its state, then every tick's changes."""
+        queue: asyncio.Queue[tuple[pa.Table, int]] = asyncio.Queue()
+        try:
+            read = await self._call(self._read_log, source.id, queue)
+            if read is None:
+                raise LoupeError(
+                    SqlState.FEATURE_NOT_SUPPORTED,
+                    f"introspection log {source.id} is not kept on this replica"
+                    " (introspection is off)",
+                )
+            # The state at the as_of, as of a tick at or after it (up to one interval
+            # fresher than asked): ticks before the as_of are folded in first.
+            parts, ticked = [read[0]], read[1]
+            while ticked < as_of:
+                changes, ticked = await queue.get()
+                parts.append(changes)
+            await self._push(source.id, _at(pa.concat_tables(parts), as_of, source), ticked + 1)
+            while True:
+                changes, tick = await queue.get()
+                await self._push(source.id, _at(changes, tick, source), tick + 1)
+        except asyncio.CancelledError:
+            raise
+        except LoupeError as error:
+            log.warning("feeding a log failed", source_id=source.id, error=error.message)
+            self._feed_errors[source.id] = error
+            self._work.set()
+        finally:
+            if self._log_readers.get(source.id) is queue:
+                with contextlib.suppress(Exception):
+                    await self._call(self._log_readers.pop, source.id, None)
 
     def _open(self, shard_id: str, where: SourceImport | PersistSink) -> Shard:
         location = StorageLocation(where.blob_uri, where.consensus_uri)
@@ -450,11 +593,13 @@ class DataflowRunner:
 
     async def _step_loop(self) -> None:
         while True:
+            waited = time.perf_counter_ns()
             await self._work.wait()
+            parked = time.perf_counter_ns() - waited if self._collector is not None else 0
             self._work.clear()
             exports = tuple(self._exports)
             try:
-                outputs = await self._call(self._step_and_read, exports)
+                outputs = await self._call(self._step_and_read, exports, parked)
             except Exception:
                 log.exception("engine step failed")
                 continue
@@ -467,8 +612,12 @@ class DataflowRunner:
             self._stepped.set()
             self._stepped = asyncio.Event()
 
-    def _step_and_read(self, exports: Sequence[str]) -> _Outputs:
+    def _step_and_read(self, exports: Sequence[str], parked_ns: int = 0) -> _Outputs:
         """On the engine thread: one step, then everything the replica reports."""
+        hooks = self._engine.hooks
+        if hooks is not None and parked_ns > 0:
+            for worker in range(self._engine.workers):
+                hooks.parked(worker, parked_ns, 0)
         self._engine.step()
         return _Outputs(
             frontiers={e: self._engine.write_frontier(e) for e in exports},
@@ -747,6 +896,20 @@ def _as_persisted(table: pa.Table, columns: Sequence[ColumnDesc]) -> pa.Table:
     """``table`` in the shard's schema (column order and types)."""
     schema = arrow_schema(columns)
     return table.select(schema.names).cast(schema)
+
+
+def _is_log(source: SourceImport | None) -> bool:
+    """A log import: kept in the replica's memory, no shard holds it."""
+    return source is not None and not source.shard_id
+
+
+def _at(table: pa.Table, time: int, source: SourceImport) -> pa.Table:
+    """Log updates at ``time``, in the import's schema."""
+    times = pa.repeat(pa.scalar(time, pa.uint64()), table.num_rows)
+    retimed = table.set_column(
+        table.schema.get_field_index(TIMESTAMP_COLUMN), TIMESTAMP_COLUMN, times
+    )
+    return _as_persisted(retimed, source.columns)
 
 
 # -- engine edges -----------------------------------------------------------------------------

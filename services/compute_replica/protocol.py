@@ -5,7 +5,9 @@ Directions
     ``loupe.compute.v1.<replica_id>.command``; the replica publishes
     ``ComputeResponse``s on ``loupe.compute.v1.<replica_id>.response``
     (``command_subject`` / ``response_subject``). Both are core NATS: nothing
-    is stored, a message sent while nobody listens is gone.
+    is stored, a message sent while nobody listens is gone. Introspection
+    goes out on ``loupe.compute.v1.<replica_id>.introspection``
+    (``introspection.py``), so a flood of logs never delays responses.
 
 Ordering
     Core NATS keeps the order of messages from one connection to one
@@ -134,8 +136,8 @@ class InstanceConfig:
     storage: StorageLocation
     # The replica's memory budget (0: none): see ``loupe.dataflow.memory``.
     memory_limit_bytes: int = 0
-    # Kept as the wire message: the logging dataflows that consume it arrive
-    # with the compute engine; until then the replica only stores it.
+    # Kept as the wire message; ``introspection.py`` applies it (and later
+    # ``UpdateConfiguration.logging``).
     logging: compute_pb2.LoggingConfig = field(default_factory=compute_pb2.LoggingConfig)
 
     @classmethod

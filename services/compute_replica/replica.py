@@ -31,6 +31,7 @@ from loupe.common.transport import connect, publish, subscribe
 from loupe.compute_replica.dataflows import DataflowRunner
 from loupe.compute_replica.debug import busy_step
 from loupe.compute_replica.heartbeats import HeartbeatThread, LoopWatch
+from loupe.compute_replica.introspection import Introspection
 from loupe.compute_replica.process_metrics import ProcessMetrics
 from loupe.compute_replica.protocol import (
     HeartbeatReport,
@@ -92,6 +93,7 @@ class ComputeReplica(Service):
         self._initialized = False
         self._parameters: dict[str, str] = {}
         self._nc: NatsConnection | None = None
+        self._introspection: Introspection | None = None
         # Strong references: a task only weakly held by the loop may be collected.
         self._peek_tasks: set[asyncio.Task[None]] = set()
         self._debug_tasks: set[asyncio.Task[Any]] = set()
@@ -113,6 +115,11 @@ class ComputeReplica(Service):
         return self._heartbeats
 
     @property
+    def introspection(self) -> Introspection | None:
+        """The replica's logging (``introspection.py``), once serving."""
+        return self._introspection
+
+    @property
     def dataflows(self) -> DataflowRunner | None:
         """The instance's dataflows, or None before its first ``CreateDataflow``."""
         return self._dataflows
@@ -131,6 +138,12 @@ class ComputeReplica(Service):
                 name=f"compute-replica-{self.replica_id}-{self.incarnation}",
             )
             stack.push_async_callback(self._close_connection)
+            self._introspection = Introspection(
+                self._responses,
+                self._send_raw,
+                max_payload=self._nc.max_payload,
+                max_message_bytes=self.settings.introspection_max_message_bytes,
+            )
             self._heartbeats = self._start_heartbeats()
             stack.push_async_callback(asyncio.to_thread, self._heartbeats.stop)
             subscription = await subscribe(
@@ -150,6 +163,7 @@ class ComputeReplica(Service):
                 with contextlib.suppress(Exception):
                     await subscription.unsubscribe()
                 await self._abandon_peeks()
+                await self._introspection.stop()
                 if self._dataflows is not None:
                     await self._dataflows.close()
         log.info("compute replica stopped")
@@ -177,6 +191,10 @@ class ComputeReplica(Service):
         finally:
             for waiter in waiters:
                 waiter.cancel()
+
+    async def _send_raw(self, subject: str, payload: bytes) -> None:
+        assert self._nc is not None
+        await self._nc.publish(subject, payload)
 
     async def _publish(self, response: compute_pb2.ComputeResponse) -> None:
         assert self._nc is not None
@@ -230,7 +248,8 @@ class ComputeReplica(Service):
             self._ignore("other incarnation", kind=kind, incarnation=command.incarnation)
             return
         if kind == "create_instance":
-            self._create_instance(command.create_instance)
+            if self._create_instance(command.create_instance):
+                await self._configure_logging(command.create_instance.logging)
         elif kind == "initialization_complete":
             self._complete_initialization()
         elif kind == "peek":
@@ -238,6 +257,7 @@ class ComputeReplica(Service):
         elif kind == "cancel_peek":
             await self._cancel_peek(command.cancel_peek.uuid)
         elif kind == "update_configuration":
+            await self._update_logging(command.update_configuration)
             self._parameters.update(command.update_configuration.parameters)
             log.info("configuration updated", parameters=dict(self._parameters))
             if self.settings.debug_commands:
@@ -260,13 +280,14 @@ class ComputeReplica(Service):
         IGNORED_COMMANDS.labels(replica_id=self.replica_id, reason=reason).inc()
         log.info("command ignored", reason=reason, **context)
 
-    def _create_instance(self, message: compute_pb2.CreateInstance) -> None:
+    def _create_instance(self, message: compute_pb2.CreateInstance) -> bool:
+        """Accept ``message`` (True) or ignore it, meant for another replica or incarnation."""
         if message.replica_id and message.replica_id != self.replica_id:
             self._ignore("create instance for another replica", target=message.replica_id)
-            return
+            return False
         if message.incarnation and message.incarnation != self.incarnation:
             self._ignore("create instance for another incarnation", target=message.incarnation)
-            return
+            return False
         config = InstanceConfig.from_proto(message)
         config = dataclasses.replace(
             config,
@@ -292,12 +313,27 @@ class ComputeReplica(Service):
             consensus_uri=config.storage.consensus_uri,
             logging_enabled=config.logging.enable_logging,
         )
+        return True
+
+    async def _configure_logging(self, logging: compute_pb2.LoggingConfig) -> None:
+        """Start, re-time or stop introspection (``introspection.py``) as ``logging`` says."""
+        if self._introspection is None or self._config is None:
+            return
+        self._config = dataclasses.replace(self._config, logging=logging)
+        await self._introspection.configure(logging, self._running_dataflows)
+
+    async def _update_logging(self, update: compute_pb2.UpdateConfiguration) -> None:
+        if update.HasField("logging"):
+            await self._configure_logging(update.logging)
+        if update.introspection_snapshot and self._introspection is not None:
+            self._introspection.request_snapshot()
 
     def _running_dataflows(self) -> DataflowRunner:
         """The instance's dataflows, started on first use: a replica without any has no engine."""
         assert self._config is not None
         if self._dataflows is None:
             self._dataflows = DataflowRunner(
+                # Without hooks: introspection installs its collector when logging is on.
                 ComputeInstance(
                     workers=self._config.workers,
                     memory_limit_bytes=self._config.memory_limit_bytes,

@@ -30,6 +30,9 @@ class ComputeReplicaSettings(BaseSettings):
     source_poll_interval: float = 0.05
     # A negative port serves no /metrics endpoint (tests run many replicas in one process).
     metrics_port: int = 0
+    # An introspection message larger than this (or NATS's max_payload) is dropped,
+    # counted, and followed by a snapshot (``introspection.py``).
+    introspection_max_message_bytes: int = 8 * 2**20
     # Tests only: honour debug parameters in UpdateConfiguration (``replica._run_debug_commands``).
     debug_commands: bool = False
 

@@ -4,6 +4,11 @@ Directions
     Commands go out on ``loupe.compute.v1.<replica_id>.command``; responses
     come in on ``loupe.compute.v1.<replica_id>.response`` (one subscription
     per replica). Both are core NATS: nothing is stored or replayed by the bus.
+    Replicas' logs come on ``loupe.compute.v1.<replica_id>.introspection``,
+    a subject of its own with a bounded queue per replica (``introspection.py``):
+    a flood there never delays responses. A cluster's ``LoggingConfig``
+    changing in the catalog reaches its running replicas as
+    ``UpdateConfiguration.logging``.
 
 Ordering
     Commands to a replica are published from one connection and arrive in
@@ -84,6 +89,7 @@ from loupe.common.logging import get_logger
 from loupe.common.transport import publish, subscribe
 from loupe.controller.collections import ReplicaReports, SubscribeRelay
 from loupe.controller.history import CommandHistory, export_ids
+from loupe.controller.introspection import IntrospectionIngest
 from loupe.controller.liveness import (
     LOOP_STALLED,
     REPLICA_RESTARTS,
@@ -100,6 +106,7 @@ from loupe.controller.status import (
     ReplicaStatusTables,
     StagingWriter,
 )
+from loupe.introspection.logs import index_logs
 from loupe.proto.compute.v1 import compute_pb2, plan_pb2
 
 log = get_logger(__name__)
@@ -208,6 +215,13 @@ class ComputeController:
         self.peeks = PeekRouter(self._send)
         self.reports = ReplicaReports()
         self.subscribes = SubscribeRelay(self._publish_subscribe_batch)
+        # Replicas' introspection into mz_internal (``introspection.py``).
+        self.introspection = IntrospectionIngest(
+            nc,
+            writer,
+            current_incarnation=self._current_incarnation,
+            request_snapshot=self._request_introspection_snapshot,
+        )
         self._histories: dict[str, CommandHistory] = {}
         # Held while a replay or a command to a cluster goes out: see the promises.
         self._command_lock = asyncio.Lock()
@@ -241,6 +255,8 @@ class ComputeController:
                 await self._watchdog
         replicas = list(self._replicas.values())
         self._replicas.clear()
+        # Its rows stay: the next controller reads them back and carries on.
+        await self.introspection.stop()
         try:
             for replica in replicas:
                 await self._unsubscribe(replica)
@@ -268,6 +284,7 @@ class ComputeController:
             previous = self._clusters
             self._clusters = {c.id: c for c in clusters}
             self._applied = True
+            await self._reconfigure_logging(previous)
             for cluster_id in set(previous) - set(self._clusters):
                 # Dropped: its dataflows go with its replicas, its peeks end.
                 self._histories.pop(cluster_id, None)
@@ -286,7 +303,36 @@ class ComputeController:
             gone = self.statuses.remove_all_but(desired)
             if gone:
                 log.info("retracted statuses of replicas dropped earlier", replicas=gone)
+            self._spawn(self.introspection.retain(desired), "introspection-retain")
             return started, stopped
+
+    async def _reconfigure_logging(self, previous: dict[str, ClusterInfo]) -> None:
+        """Send a cluster's new ``LoggingConfig`` to its running replicas (ALTER CLUSTER
+        ... SET (INTROSPECTION INTERVAL ...)); turned off, their introspection rows go."""
+        for cluster_id, cluster in self._clusters.items():
+            before = previous.get(cluster_id)
+            if before is None or logging_config(before) == logging_config(cluster):
+                continue
+            config = logging_config(cluster)
+            log.info(
+                "cluster introspection changed",
+                cluster_id=cluster_id,
+                interval_ns=config.interval_ns,
+                debugging=config.log_logging,
+            )
+            for replica_id, replica in self._replicas.items():
+                if replica.spec.cluster_id != cluster_id:
+                    continue
+                if replica.created_at is not None and replica.alive and not replica.replacing:
+                    update = compute_pb2.UpdateConfiguration(logging=config)
+                    await self._send(
+                        replica_id,
+                        replica.incarnation,
+                        compute_pb2.ComputeCommand(update_configuration=update),
+                    )
+                if not config.enable_logging:
+                    await self.introspection.unwatch(replica_id, retract=True)
+                    await self.introspection.watch(replica_id)
 
     async def _ensure_replica(self, spec: ReplicaSpec) -> None:
         replica = self._replicas.get(spec.replica_id)
@@ -299,7 +345,8 @@ class ComputeController:
                 compute_pb2.ComputeResponse,
                 self._response_handler(spec.replica_id),
             )
-            # The subscription must be in place before the replica can say hello.
+            await self.introspection.watch(spec.replica_id)
+            # The subscriptions must be in place before the replica can say hello.
             await self._nc.flush()
         replica.spec = spec
         await self._orchestrator.ensure_replica(spec)
@@ -309,6 +356,7 @@ class ComputeController:
         if replica is None:
             return
         await self._unsubscribe(replica)
+        await self.introspection.unwatch(replica_id, retract=True)
         self.reports.forget_replica(replica_id)
         self.peeks.fail_pinned(replica_id, dropped("cluster replica", replica_id))
         self.peeks.forget_replica(replica_id, f"replica {replica_id} was dropped")
@@ -337,6 +385,22 @@ class ComputeController:
             rid
             for rid, replica in self._replicas.items()
             if replica.spec.cluster_id == cluster_id and self._is_online(replica)
+        )
+
+    def _current_incarnation(self, replica_id: str) -> int | None:
+        """The incarnation whose introspection counts now (zombie fencing), or None."""
+        replica = self._replicas.get(replica_id)
+        if replica is None or not replica.alive or replica.replacing:
+            return None
+        cluster = self._clusters.get(replica.spec.cluster_id)
+        if cluster is not None and cluster.introspection_interval_ns <= 0:
+            return None  # logging off: what is still in flight is not applied
+        return replica.incarnation
+
+    async def _request_introspection_snapshot(self, replica_id: str, incarnation: int) -> None:
+        update = compute_pb2.UpdateConfiguration(introspection_snapshot=True)
+        await self._send(
+            replica_id, incarnation, compute_pb2.ComputeCommand(update_configuration=update)
         )
 
     def replica_ids(self) -> list[str]:
@@ -827,10 +891,16 @@ def _forget_gauge(replica_id: str) -> None:
 
 
 def logging_config(cluster: ClusterInfo) -> compute_pb2.LoggingConfig:
-    """The ``LoggingConfig`` for a replica of ``cluster`` (no log indexes or sinks yet)."""
+    """The ``LoggingConfig`` for a replica of ``cluster``.
+
+    ``index_logs`` names the log ids the replica keeps (and replica-targeted
+    reads import); ``sink_logs`` stays empty: the replica persists nothing
+    itself, the controller writes what it publishes (``introspection.py``).
+    """
     interval = cluster.introspection_interval_ns
     return compute_pb2.LoggingConfig(
         interval_ns=interval,
         enable_logging=interval > 0,
         log_logging=cluster.introspection_debugging,
+        index_logs=index_logs(cluster.introspection_debugging) if interval > 0 else {},
     )

@@ -28,6 +28,7 @@ from nats.aio.msg import Msg
 from loupe import sizes
 from loupe.builtins import (
     BUILTIN_COLLECTIONS,
+    INTROSPECTION_COLLECTIONS,
     MZ_STATEMENT_EXECUTION_HISTORY,
     MZ_STATEMENT_LIFECYCLE_HISTORY,
     BuiltinCollection,
@@ -58,6 +59,11 @@ log = get_logger(__name__)
 
 # The statement log collections ``statement_logging_retention`` applies to.
 STATEMENT_LOG_RETAINED = (MZ_STATEMENT_EXECUTION_HISTORY.id, MZ_STATEMENT_LIFECYCLE_HISTORY.id)
+# System variable -> the collections whose retention it sets.
+RETENTION_VARIABLES: dict[str, tuple[str, ...]] = {
+    "statement_logging_retention": STATEMENT_LOG_RETAINED,
+    "introspection_retention": tuple(c.id for c in INTROSPECTION_COLLECTIONS),
+}
 
 CONTROLLER_SERVICE = controller_pb2.DESCRIPTOR.services_by_name["Controller"]
 CATALOG_SERVICE = catalog_pb2.DESCRIPTOR.services_by_name["Catalog"]
@@ -264,13 +270,14 @@ class CatalogFollower:
 
     Also hands the system variables the storage writer obeys to ``writer``:
     ``statement_logging_retention`` becomes the retention of the statement
-    log's execution and lifecycle collections.
+    log's execution and lifecycle collections, ``introspection_retention``
+    that of the persisted replica introspection collections (``RETENTION_VARIABLES``).
     """
 
     def __init__(self, compute: ComputeController, writer: Any = None) -> None:
         self._compute = compute
         self._writer = writer
-        self._retention_ms: int | None = None
+        self._retention_ms: dict[str, int] = {}
         self._applied: tuple[int, int] | None = None
         self._lock = asyncio.Lock()
 
@@ -292,13 +299,14 @@ class CatalogFollower:
     def _apply_retention(self, snapshot: catalog_pb2.CatalogSnapshot) -> None:
         if self._writer is None or not hasattr(self._writer, "set_retention"):
             return
-        value = system_value(snapshot.system_configuration, "statement_logging_retention")
-        # Stored values are checked durations in seconds ("2592000.0s").
-        retention_ms = int(float(value.rstrip("s")) * 1000)
-        if retention_ms != self._retention_ms:
-            self._writer.set_retention(STATEMENT_LOG_RETAINED, retention_ms)
-            self._retention_ms = retention_ms
-            log.info("statement log retention applied", retention_ms=retention_ms)
+        for variable, collection_ids in RETENTION_VARIABLES.items():
+            value = system_value(snapshot.system_configuration, variable)
+            # Stored values are checked durations in seconds ("2592000.0s").
+            retention_ms = int(float(value.rstrip("s")) * 1000)
+            if retention_ms != self._retention_ms.get(variable):
+                self._writer.set_retention(collection_ids, retention_ms)
+                self._retention_ms[variable] = retention_ms
+                log.info("retention applied", variable=variable, retention_ms=retention_ms)
 
     async def on_change(self, snapshot: catalog_pb2.CatalogSnapshot, _msg: Msg) -> None:
         await self.apply(snapshot)

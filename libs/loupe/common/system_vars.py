@@ -119,7 +119,7 @@ SYSTEM_VARIABLES: dict[str, SystemVariable] = {
         SystemVariable(
             "introspection_retention",
             "86400s",
-            "How long the persisted introspection collections (mz_internal) keep history.",
+            "How long the persisted replica introspection collections keep history (AS OF).",
             _duration,
         ),
         SystemVariable(

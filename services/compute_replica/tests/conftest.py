@@ -92,8 +92,11 @@ class ControllerPeer:
         workers: int = 1,
         incarnation: int | None = None,
         memory_limit_bytes: int = 0,
+        logging: compute_pb2.LoggingConfig | None = None,
     ) -> None:
         incarnation = self.incarnation if incarnation is None else incarnation
+        if logging is None:
+            logging = compute_pb2.LoggingConfig(interval_ns=1_000_000_000, enable_logging=True)
         await self.send(
             incarnation=incarnation,
             create_instance=compute_pb2.CreateInstance(
@@ -102,7 +105,7 @@ class ControllerPeer:
                 incarnation=incarnation,
                 workers=workers,
                 memory_limit_bytes=memory_limit_bytes,
-                logging=compute_pb2.LoggingConfig(interval_ns=1_000_000_000, enable_logging=True),
+                logging=logging,
                 blob_uri=storage.blob_uri if storage else "",
                 consensus_uri=storage.consensus_uri if storage else "",
             ),

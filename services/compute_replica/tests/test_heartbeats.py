@@ -91,7 +91,8 @@ async def test_debug_commands_are_ignored_unless_enabled(start_replica, controll
     """Without ``debug_commands`` a debug parameter is only recorded: the engine stays idle."""
     replica = await start_replica(heartbeat_interval=0.1)
     await controller.wait_for("hello")
-    await controller.create_instance(storage)
+    # Introspection off: with it on, the engine is made at once (its collector ticks there).
+    await controller.create_instance(storage, logging=compute_pb2.LoggingConfig())
     await controller.send(
         update_configuration=compute_pb2.UpdateConfiguration(
             parameters={"debug_busy_step": "python:2"}

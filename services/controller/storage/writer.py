@@ -83,7 +83,16 @@ from loupe.controller.storage.metrics import METRICS, StorageWriterMetrics
 from loupe.controller.storage.parts import PartStore, SparkPartStore, part_size
 from loupe.controller.storage.supervisor import is_disk_full
 from loupe.interval import python_values
-from loupe.persist import Blob, Consensus, Part, Shard, ShardState, UpperMismatch, expand
+from loupe.persist import (
+    DIFF_COLUMN,
+    Blob,
+    Consensus,
+    Part,
+    Shard,
+    ShardState,
+    UpperMismatch,
+    expand,
+)
 from loupe.proto.storage.v1 import storage_pb2
 from loupe.storage.schema import SHARD_COLUMN, WriteGroup, check_row, plan_write_groups
 from loupe.storage.wire import (
@@ -118,6 +127,13 @@ CATCH_UP_TIMEOUT_S = 120.0
 # How long a statement log collection waits for the stream's backlog to be
 # received; past it, no prepared statement or session is collected this time.
 BACKLOG_WAIT_S = 5.0
+
+
+def consolidated_rows(table: pa.Table, names: Sequence[str]) -> list[tuple[tuple[Any, ...], int]]:
+    """A consolidated snapshot's rows with their counts, as Python values."""
+    columns = [python_values(table.column(name)) for name in names]
+    counts = table.column(DIFF_COLUMN).to_pylist()
+    return list(zip(zip(*columns, strict=True), counts, strict=True))
 
 
 def _now_ms() -> int:
@@ -375,6 +391,32 @@ class StorageWriter:
         batch = storage_pb2.UpdateBatch(batch_id=batch_id, collections=collections)
         return await self._publish_and_wait(batch)
 
+    async def submit_collections(
+        self, batch_id: str, collections: Sequence[storage_pb2.CollectionUpdates]
+    ) -> int:
+        """``append_collections`` without waiting for the flush: once the batch is in the
+        stream (its sequence is returned), the next regular flush writes it, all at once.
+
+        For the controller's own steady writers (replica introspection): a batch
+        each interval per replica must not force a Spark job each.
+        """
+        self._check_running()
+        try:
+            decode_collections(collections, self._collections)
+        except (UnknownCollection, BadBatch) as error:
+            raise LoupeError("INVALID_ARGUMENT", str(error)) from None
+        batch = storage_pb2.UpdateBatch(batch_id=batch_id, collections=collections)
+        try:
+            ack = await self._inbox.publish(batch)
+        except Exception as error:
+            raise LoupeError(
+                "UNAVAILABLE",
+                f"cannot store the batch in JetStream: {error or type(error).__name__}",
+            ) from None
+        # The next flush (regular, or one asked for) waits until the inbox has it.
+        self._flush_wanted = max(self._flush_wanted, ack.seq)
+        return int(ack.seq)
+
     def _check_running(self) -> None:
         if self._closing:
             raise _stopped_error()
@@ -412,8 +454,11 @@ class StorageWriter:
     def set_retention(self, collection_ids: Iterable[str], retention_ms: int) -> None:
         """Keep ``collection_ids`` for ``retention_ms`` from now on (both the rows that
         expire and the readable history), as a system variable such as
-        ``statement_logging_retention`` says; the next compaction applies it."""
+        ``statement_logging_retention`` says; the next compaction applies it. Collections
+        this writer does not hold (one built for a few, in tests) are skipped."""
         for collection_id in collection_ids:
+            if collection_id not in self._collections:
+                continue
             collection = self._collection(collection_id)
             self._collections[collection_id] = replace(collection, retention_ms=retention_ms)
 
@@ -426,6 +471,15 @@ class StorageWriter:
         table = expand(shard.snapshot())
         columns = [python_values(table.column(name)) for name in collection.column_names]
         return list(zip(*columns, strict=True))
+
+    def consolidated(self, collection_id: str) -> list[tuple[tuple[Any, ...], int]]:
+        """The collection's current contents as ``(row, count)``, never expanded: a count
+        log's rows carry nanoseconds as their multiplicity."""
+        collection = self._collection(collection_id)
+        shard = self._shards[collection_id]
+        if shard.upper == 0:
+            return []
+        return consolidated_rows(shard.snapshot(), collection.column_names)
 
     # -- staging and publishing ----------------------------------------------------
 

@@ -28,6 +28,7 @@ from loupe.common.errors import LoupeError
 from loupe.compute_replica import ComputeReplica, ComputeReplicaSettings
 from loupe.controller.compute import ComputeController
 from loupe.controller.orchestrators.base import Orchestrator, ReplicaEvent, ReplicaSpec
+from loupe.controller.storage.writer import consolidated_rows
 from loupe.interval import python_values
 from loupe.persist import DIFF_COLUMN, TIMESTAMP_COLUMN, Blob, Consensus, Shard, expand
 from loupe.persist.location import default_uris, open_location
@@ -125,6 +126,24 @@ class ArrowStorageWriter:
             for row in table.to_pylist():
                 updates.append((collection_id, tuple(row[n] for n in names), row[DIFF_COLUMN]))
         return await self.append(batch_id, updates)
+
+    async def submit_collections(self, batch_id: str, collections: Sequence[Any]) -> int:
+        """Like the real writer: checked, then written at the next flush (one batch, one write)."""
+        try:
+            tables = decode_collections(collections, self._collections)
+        except (UnknownCollection, BadBatch) as error:
+            raise LoupeError("INVALID_ARGUMENT", str(error)) from None
+        for collection_id, table in tables.items():
+            names = self._collections[collection_id].column_names
+            for row in table.to_pylist():
+                self.stage(collection_id, tuple(row[n] for n in names), row[DIFF_COLUMN])
+        return 0
+
+    def consolidated(self, collection_id: str) -> list[tuple[tuple[Any, ...], int]]:
+        shard = self._shards[collection_id]
+        if shard.upper == 0:
+            return []
+        return consolidated_rows(shard.snapshot(), self._collections[collection_id].column_names)
 
     def snapshot(self, collection_id: str) -> list[tuple[Any, ...]]:
         shard = self._shards[collection_id]
