@@ -119,6 +119,8 @@ class Engine(Protocol):
     workers: int
     hooks: LoggingHooks | None
 
+    def set_logging(self, logging: LoggingHooks | None) -> None: ...
+
     def take_sink_batches(self) -> list[Any]: ...
     def progress(self) -> list[DataflowProgress]: ...
     def errors(self) -> dict[str, LoupeError]: ...
@@ -252,7 +254,7 @@ class DataflowRunner:
             self._work.set()
 
     def _set_hooks(self, collector: LogCollector | None) -> None:
-        self._engine.hooks = collector
+        self._engine.set_logging(collector)
         if collector is None:
             self._log_readers.clear()
             self._last_tick = 0

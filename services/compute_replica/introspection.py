@@ -133,10 +133,14 @@ class Introspection:
             return
         self.interval_ns = interval
         if self.running:
-            return
+            if self.collector is None or self.collector.log_logging == config.log_logging:
+                return
+            # INTROSPECTION DEBUGGING changed: logging starts over with a new collector
+            # (its first message a snapshot, which replaces the rows the controller holds).
+            await self.stop()
         runner = target()
         logs = dict(config.index_logs) or {name: v.log_id for name, v in BY_NAME.items()}
-        collector = LogCollector(runner.workers, logs)
+        collector = LogCollector(runner.workers, logs, log_logging=config.log_logging)
         await runner.install_logging(collector, logs)
         self._target, self.collector = runner, collector
         self._want_snapshot = True

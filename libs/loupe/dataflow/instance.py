@@ -335,6 +335,8 @@ class Dataflow:
         # Operator id -> its index in the dataflow (address ``(index, k)``, k >= 1).
         self.local: dict[int, int] = {}
         self.created_ns = clock.perf_counter_ns()
+        # How long it took to hydrate (mz_compute_hydration_times); None until it has.
+        self.hydrated_ns: int | None = None
         self.workers = renderer.workers
         self.operators = renderer.operators
         self.hydration_ids = renderer.hydration_ids
@@ -411,6 +413,8 @@ class Dataflow:
         for sink in self.sinks.values():
             sink.absorb(lower, upper)
         self.frontier = upper
+        if lower <= self.as_of < upper:
+            self.hydrated_ns = clock.perf_counter_ns() - self.created_ns
         if hooks is not None:
             self._log_messages(hooks)
             self._log_progress(hooks, lower, workers)
@@ -570,6 +574,20 @@ class Dataflow:
                     hooks.messages(worker, channel.id, part.height, 1)
 
     def _log_progress(self, hooks: LoggingHooks, lower: int, workers: int) -> None:
+        self.log_progress(hooks)
+        if lower <= self.as_of < self.frontier:
+            self.log_hydration(hooks, workers, hydrated=True)
+            self.log_hydration_time(hooks)
+
+    def log_hydration_time(self, hooks: LoggingHooks) -> None:
+        """How long the dataflow took to hydrate (``hydrated_ns``), for every export and worker."""
+        for export_id in self.export_ids():
+            for worker in range(self.workers):
+                hooks.hydration_time(worker, export_id, self.hydrated_ns)
+
+    def log_progress(self, hooks: LoggingHooks) -> None:
+        """Where the dataflow is: its exports' and imports' frontiers, sizes, error counts."""
+        workers = self.workers
         for export_id in self.export_ids():
             for worker in range(workers):
                 hooks.frontier(worker, export_id, self.frontier)
@@ -584,12 +602,6 @@ class Dataflow:
             hooks.error_count(index.id, _error_count(index.err.batches), worker=TRACE_WORKER)
         for sink in self.sinks.values():
             hooks.error_count(sink.id, _error_count([sink.errors]), worker=TRACE_WORKER)
-        if lower <= self.as_of < self.frontier:
-            self.log_hydration(hooks, workers, hydrated=True)
-            took = clock.perf_counter_ns() - self.created_ns
-            for export_id in self.export_ids():
-                for worker in range(workers):
-                    hooks.hydration_time(worker, export_id, took)
 
     def log_traces(self, hooks: LoggingHooks) -> None:
         """The indexes' histories (one per replica: on ``TRACE_WORKER``)."""
@@ -650,10 +662,10 @@ class ComputeInstance:
         # (measuring again would cost a point lookup more than the lookup).
         self._held_after_step = 0
         # Checked once per event site: None when logging is off.
-        self.hooks = logging if logging is not None and logging.enabled else None
+        self.hooks: LoggingHooks | None = None
         # Whether the hooks flush each interval (``LoggingHooks.defer``): sizes are then
         # measured once per interval, not at every change.
-        self._deferred = self.hooks is not None and self.hooks.defer(self._flush_sizes)
+        self._deferred = False
         self.dataflows: dict[str, Dataflow] = {}
         self.sources: dict[str, _Source] = {}
         self.exports: dict[str, Dataflow] = {}
@@ -661,6 +673,42 @@ class ComputeInstance:
         # One sequence for operators and channels (as timely's identifiers).
         self._next_operator = 0
         self._next_dataflow = 0
+        self.set_logging(logging)
+
+    def set_logging(self, logging: LoggingHooks | None) -> None:
+        """Log to ``logging`` from now on (None or disabled hooks: no logging work at all).
+
+        New hooks are told about every dataflow that exists, as if it had just been
+        created, and where it is now (frontiers, hydration, sizes), so turning logging on
+        at runtime (``ALTER CLUSTER … SET (INTROSPECTION INTERVAL …)``) misses nothing.
+        """
+        self.hooks = logging if logging is not None and logging.enabled else None
+        self._deferred = self.hooks is not None and self.hooks.defer(self._flush_sizes)
+        for dataflow in self.dataflows.values():
+            dataflow.deferred = self._deferred
+            for operator in dataflow.operators:
+                operator.meter = Meter(self.workers) if self.hooks is not None else None
+        if self.hooks is None:
+            return
+        for dataflow in self.dataflows.values():
+            self._log_created(dataflow)
+            if dataflow.failed is not None:
+                dataflow.log_released(self.hooks)
+                continue
+            if dataflow.hydrated:
+                dataflow.log_hydration(self.hooks, self.workers, hydrated=True)
+                dataflow.log_hydration_time(self.hooks)
+            dataflow.log_progress(self.hooks)
+            dataflow.changed_spines.update(
+                (operator, worker)
+                for operator in dataflow.operators
+                for worker, spines in enumerate(operator.spines())
+                if spines
+            )
+            dataflow.changed_traces = True
+            dataflow.queued = True
+            if not self._deferred:
+                dataflow.flush_sizes(self.hooks)
 
     # -- creating and dropping ----------------------------------------------------------
 

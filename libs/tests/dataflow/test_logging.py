@@ -427,3 +427,58 @@ def test_a_join_key_that_fails_for_some_rows_counts_what_each_worker_sent() -> N
             assert sum(sent.values()) == 3
             assert {f for f, _ in sent} <= {w for w, p in enumerate(join.inputs[0].ok) if p.height}
     assert results[0] == results[1]
+
+
+# The logs that describe what exists (not what ran): the same whenever logging started.
+_STRUCTURE = (
+    "mz_dataflow_operators_per_worker",
+    "mz_dataflow_addresses_per_worker",
+    "mz_dataflow_channels_per_worker",
+    "mz_compute_exports_per_worker",
+    "mz_compute_frontiers_per_worker",
+    "mz_compute_import_frontiers_per_worker",
+    "mz_compute_operator_hydration_statuses_per_worker",
+    "mz_compute_lir_mapping_per_worker",
+    "mz_compute_dataflow_global_ids_per_worker",
+    "mz_arrangement_records_raw",
+    "mz_arrangement_batches_raw",
+    "mz_arrangement_sharing_raw",
+    "mz_arrangement_heap_size_raw",
+    "mz_compute_error_counts_raw",
+)
+
+
+def _build_and_run(instance: ComputeInstance) -> None:
+    instance.create_dataflow(index_dataflow("d", sum_by_key(), {"t": T}, as_of=0))
+    imported = IndexImport("d_index", "d_view", (("k", "text"), ("s", "int8")), ())
+    plan = lir.Threshold(1, lir.Get(0, "d_view", types=("text", "int8")), types=("text", "int8"))
+    instance.create_dataflow(index_dataflow("r", plan, {}, 0, [imported]))
+    instance.create_dataflow(index_dataflow("e", failing_division(), {"t": T}, as_of=0))
+    instance.push("t", persist_updates(T, rows(100)), 1)
+    instance.step()
+
+
+def test_logging_turned_on_later_describes_every_running_dataflow() -> None:
+    """``set_logging`` on a running instance (ALTER CLUSTER … INTROSPECTION INTERVAL from 0)
+    tells the new collector everything that exists, as logging from the start would have."""
+    from_start = Engine()
+    _build_and_run(from_start.instance)
+    later = ComputeInstance(workers=WORKERS)
+    _build_and_run(later)
+    collector = LogCollector(WORKERS)
+    later.set_logging(collector)
+    collector.tick(1)
+    from_start.collector.tick(1)
+    for log in _STRUCTURE:
+        assert collector.state_rows()[log] == from_start.collector.state_rows()[log], log
+    hydrated = collector.state_rows()["mz_compute_hydration_times_per_worker"]
+    assert hydrated and all(row[2] is not None and row[2] > 0 for row in hydrated)
+    # And it goes on logging: new updates run the operators again, and are timed.
+    later.push("t", persist_updates(T, rows(10)), 2)
+    later.step()
+    collector.tick(2)
+    assert collector.state_rows()["mz_scheduling_elapsed_raw"]
+    # Off again: no hooks, no meters.
+    later.set_logging(None)
+    assert later.hooks is None
+    assert all(o.meter is None for d in later.dataflows.values() for o in d.operators)
