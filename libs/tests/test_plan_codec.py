@@ -124,3 +124,15 @@ def test_finishing_round_trips_with_and_without_a_limit() -> None:
     for limit in (None, 0, 10):
         message = codec.finishing_to_proto(order, limit, 2, (1, 0))
         assert codec.finishing_from_proto(message) == (order, limit, 2, (1, 0))
+
+
+def test_a_plan_deeper_than_protobufs_nesting_limit_round_trips() -> None:
+    """A chain of 120 unions (deeper than upb's 100 nested messages, as a chain of outer
+    joins over views is) goes over the wire in nested parts and comes back whole."""
+    node: lir.Node = lir.Get(0, "t", types=("int4",))
+    for i in range(1, 121):
+        node = lir.Union(i, (node, lir.Get(1000 + i, "u", types=("int4",))), types=("int4",))
+    wire = codec.lir_to_proto(node).SerializeToString()
+    from loupe.proto.compute.v1 import plan_pb2
+
+    assert codec.lir_from_proto(plan_pb2.LirNode.FromString(wire)) == node

@@ -27,7 +27,7 @@ from sqlglot import exp
 from loupe.builtins import BUILTIN_VIEWS, IMPLICIT_SCHEMAS
 from loupe.coordinator.sql.parser import parse_one
 from loupe.coordinator.sql.statements import Query
-from loupe.introspection.views import INTERNAL, INTROSPECTION, VIEWS
+from loupe.introspection.views import INTERNAL, INTROSPECTION, VIEWS, passed_over
 
 
 def view_sql(schema: str, name: str) -> str | None:
@@ -107,6 +107,8 @@ def _view_named(
     if name in ctes:
         return None
     for schema in schemas:
+        if passed_over(schema, name, schemas):
+            continue
         if is_relation(f"{schema}.{name}"):
             return None
         if view_sql(schema, name) is not None:

@@ -11,42 +11,14 @@ end on a replica is the story tests' job.
 
 from __future__ import annotations
 
-import re
-from dataclasses import dataclass
-from pathlib import Path
-
 import pytest
 
 from loupe.interval import Interval
+from loupe.introspection.troubleshooting import Entry, entries
 from loupe.introspection.views import INTERNAL, INTROSPECTION
 
 from .harness import plan_one_off, run
 from .test_views import _data
-
-CORPUS = Path(__file__).with_name("troubleshooting.sql")
-
-
-@dataclass(frozen=True)
-class Entry:
-    name: str
-    source: str
-    skip: str
-    sql: str
-
-
-def entries() -> list[Entry]:
-    text = CORPUS.read_text()
-    found = []
-    for chunk in re.split(r"^-- name: ", text, flags=re.M)[1:]:
-        name, _, body = chunk.partition("\n")
-        source = re.search(r"^-- source: (.*)$", body, flags=re.M)
-        skip = re.search(r"^-- skip: (.*)$", body, flags=re.M)
-        sql = body.strip().rstrip(";")
-        found.append(
-            Entry(name, source.group(1) if source else "", skip.group(1) if skip else "", sql)
-        )
-    return found
-
 
 ENTRIES = entries()
 RUNNABLE = [e for e in ENTRIES if not e.skip]

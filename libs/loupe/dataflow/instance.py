@@ -518,16 +518,23 @@ class Dataflow:
                 if not _idle(step_operator):
                     step_operator.run(lower, upper)
             return
+        # The dataflow's scope operator runs its operators: as timely's region, it is
+        # scheduled once per step, for what its operators took on each worker.
+        scope = [0] * self.workers
         for step_operator in self.operators:
             if _idle(step_operator):
                 continue
             started = clock.perf_counter_ns()
             step_operator.run(lower, upper)
             elapsed = clock.perf_counter_ns() - started
-            self._log_run(hooks, step_operator, elapsed)
+            for worker, duration in enumerate(self._log_run(hooks, step_operator, elapsed)):
+                scope[worker] += duration
+        for worker, duration in enumerate(scope):
+            if duration > 0:
+                hooks.scheduled(worker, self.scope_id, duration)
 
-    def _log_run(self, hooks: LoggingHooks, operator: Operator, elapsed: int) -> None:
-        """Log one run: each worker's measured time, and the operator's arrangements.
+    def _log_run(self, hooks: LoggingHooks, operator: Operator, elapsed: int) -> list[int]:
+        """Log one run: each worker's measured time (returned), and the operator's arrangements.
 
         All workers run in one thread. The operator's meter measured each
         worker's own work (its body, its side of an exchange: ``Meter``). What
@@ -558,6 +565,7 @@ class Dataflow:
             for worker in worked:
                 if every and every[worker]:
                     _log_spines(hooks, worker, operator.operator_id, every[worker])
+        return ns
 
     def _log_messages(self, hooks: LoggingHooks) -> None:
         """What crossed each channel this step: an exchange as its reader's meter counted it

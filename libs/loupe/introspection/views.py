@@ -36,7 +36,10 @@ queries are written for Loupe with the same meaning, except where noted:
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
+
+from loupe.introspection import logs
 
 INTROSPECTION = "mz_introspection"
 INTERNAL = "mz_internal"
@@ -777,3 +780,16 @@ _VIEWS = (
     _view("mz_expected_group_size_advice", _ADVICE_COLUMNS, _ADVICE),
 )
 VIEWS: dict[str, IntrospectionView] = {v.name: v for v in _VIEWS}
+
+
+def passed_over(schema: str, name: str, schemas: Sequence[str]) -> bool:
+    """Whether an unqualified ``name`` skips ``schema`` on a search path of ``schemas``.
+
+    ``mz_internal`` holds the persisted twin of every introspection relation under
+    the same name. In Materialize these names are only ``mz_introspection``'s, so on a
+    search path naming both (the Console's ``mz_catalog, mz_internal, …,
+    mz_introspection``) an unqualified one means the replica's own relation, as there.
+    """
+    return (
+        schema == INTERNAL and INTROSPECTION in schemas and (name in VIEWS or name in logs.BY_NAME)
+    )

@@ -175,37 +175,56 @@ def _window_function_from_proto(message: plan_pb2.WindowFunctionExpr) -> mir.Win
 # -- LIR ----------------------------------------------------------------------------
 
 
-def lir_to_proto(node: lir.Node) -> plan_pb2.LirNode:
+# LIR levels encoded in one message (see ``lir_to_proto``): a level is two messages
+# (the node and its kind), scalar expressions add their own; far below 100.
+NESTING_STEP = 12
+
+
+def lir_to_proto(node: lir.Node, depth: int = 0) -> plan_pb2.LirNode:
+    """``node`` as a message; below ``NESTING_STEP`` levels, its subtree as a message of its own.
+
+    Protobuf refuses messages nested deeper than 100 levels (upb's limit, on
+    both ends), and a plan can be deeper: a chain of outer joins over views
+    (Materialize Console's operator query) is hundreds of LIR levels. Every
+    ``NESTING_STEP`` levels the subtree is encoded separately and carried as
+    ``nested`` bytes, which a decoder parses as a new message.
+    """
+    if depth >= NESTING_STEP:
+        return plan_pb2.LirNode(nested=_lir_to_proto(node, 0).SerializeToString())
+    return _lir_to_proto(node, depth)
+
+
+def _lir_to_proto(node: lir.Node, depth: int) -> plan_pb2.LirNode:
     message = plan_pb2.LirNode(id=node.id, types=list(node.types))
     if isinstance(node, lir.Constant):
         message.constant.rows.extend(to_row(row) for row in node.rows)
     elif isinstance(node, lir.Get):
         message.get.id = node.name
     elif isinstance(node, lir.Mfp):
-        message.mfp.input.CopyFrom(lir_to_proto(node.input))
+        message.mfp.input.CopyFrom(lir_to_proto(node.input, depth + 1))
         message.mfp.mfp.CopyFrom(mfp_to_proto(node.mfp))
     elif isinstance(node, lir.FlatMap):
-        message.flat_map.input.CopyFrom(lir_to_proto(node.input))
+        message.flat_map.input.CopyFrom(lir_to_proto(node.input, depth + 1))
         message.flat_map.func = node.func
         message.flat_map.exprs.extend(_scalars(node.exprs))
         message.flat_map.mfp.CopyFrom(mfp_to_proto(node.mfp))
     elif isinstance(node, lir.ArrangeBy):
-        message.arrange_by.input.CopyFrom(lir_to_proto(node.input))
+        message.arrange_by.input.CopyFrom(lir_to_proto(node.input, depth + 1))
         message.arrange_by.keys.extend(plan_pb2.ScalarList(exprs=_scalars(k)) for k in node.keys)
     elif isinstance(node, lir.Join):
-        message.join.inputs.extend(lir_to_proto(i) for i in node.join_inputs)
+        message.join.inputs.extend(lir_to_proto(i, depth + 1) for i in node.join_inputs)
         message.join.equivalences.extend(
             plan_pb2.ScalarList(exprs=_scalars(c)) for c in node.equivalences
         )
         message.join.kind = node.kind.value
     elif isinstance(node, lir.Reduce):
-        message.reduce.input.CopyFrom(lir_to_proto(node.input))
+        message.reduce.input.CopyFrom(lir_to_proto(node.input, depth + 1))
         message.reduce.group_key.extend(_scalars(node.group_key))
         message.reduce.aggregates.extend(_aggregate_to_proto(a) for a in node.aggregates)
         message.reduce.kind = node.kind.value
     elif isinstance(node, lir.TopK):
         top_k = message.top_k
-        top_k.input.CopyFrom(lir_to_proto(node.input))
+        top_k.input.CopyFrom(lir_to_proto(node.input, depth + 1))
         top_k.order.extend(order_to_proto(node.order))
         if node.limit is not None:
             top_k.limit = node.limit
@@ -213,22 +232,22 @@ def lir_to_proto(node: lir.Node) -> plan_pb2.LirNode:
         top_k.group_key.extend(node.group_key)
     elif isinstance(node, lir.Window):
         window = message.window
-        window.input.CopyFrom(lir_to_proto(node.input))
+        window.input.CopyFrom(lir_to_proto(node.input, depth + 1))
         window.partition_by.extend(node.partition_by)
         window.order.extend(order_to_proto(node.order))
         window.functions.extend(_window_function_to_proto(f) for f in node.functions)
     elif isinstance(node, lir.Negate):
-        message.negate.input.CopyFrom(lir_to_proto(node.input))
+        message.negate.input.CopyFrom(lir_to_proto(node.input, depth + 1))
     elif isinstance(node, lir.Threshold):
-        message.threshold.input.CopyFrom(lir_to_proto(node.input))
+        message.threshold.input.CopyFrom(lir_to_proto(node.input, depth + 1))
     elif isinstance(node, lir.Union):
-        message.union.inputs.extend(lir_to_proto(i) for i in node.union_inputs)
+        message.union.inputs.extend(lir_to_proto(i, depth + 1) for i in node.union_inputs)
     elif isinstance(node, lir.LetRec):
         let_rec = message.let_rec
         let_rec.names.extend(node.names)
-        let_rec.bindings.extend(lir_to_proto(b) for b in node.bindings)
-        let_rec.body.CopyFrom(lir_to_proto(node.body))
-        let_rec.externals.extend(lir_to_proto(e) for e in node.externals)
+        let_rec.bindings.extend(lir_to_proto(b, depth + 1) for b in node.bindings)
+        let_rec.body.CopyFrom(lir_to_proto(node.body, depth + 1))
+        let_rec.externals.extend(lir_to_proto(e, depth + 1) for e in node.externals)
         if node.limit is not None:
             let_rec.limit = node.limit
         let_rec.return_at_limit = node.return_at_limit
@@ -239,6 +258,8 @@ def lir_to_proto(node: lir.Node) -> plan_pb2.LirNode:
 
 def lir_from_proto(message: plan_pb2.LirNode) -> lir.Node:
     kind = message.WhichOneof("kind")
+    if kind == "nested":
+        return lir_from_proto(plan_pb2.LirNode.FromString(message.nested))
     node_id, types = message.id, tuple(message.types)
     if kind == "constant":
         rows = tuple(from_row(row) for row in message.constant.rows)

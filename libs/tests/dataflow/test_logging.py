@@ -472,7 +472,8 @@ def test_logging_turned_on_later_describes_every_running_dataflow() -> None:
     for log in _STRUCTURE:
         assert collector.state_rows()[log] == from_start.collector.state_rows()[log], log
     hydrated = collector.state_rows()["mz_compute_hydration_times_per_worker"]
-    assert hydrated and all(row[2] is not None and row[2] > 0 for row in hydrated)
+    assert hydrated
+    assert all(row[2] is not None and row[2] > 0 for row in hydrated)
     # And it goes on logging: new updates run the operators again, and are timed.
     later.push("t", persist_updates(T, rows(10)), 2)
     later.step()
@@ -482,3 +483,24 @@ def test_logging_turned_on_later_describes_every_running_dataflow() -> None:
     later.set_logging(None)
     assert later.hooks is None
     assert all(o.meter is None for d in later.dataflows.values() for o in d.operators)
+
+
+def test_a_dataflows_scope_is_scheduled_for_what_its_operators_took() -> None:
+    """As timely's region: the scope operator (address of length 1, what Materialize's
+    "which dataflow uses the most CPU" query reads) ran, on each worker, for the sum of
+    its operators' time there."""
+    engine = Engine()
+    engine.instance.create_dataflow(index_dataflow("d", sum_by_key(), {"t": T}, as_of=0))
+    engine.push("t", rows(500), upper=1)
+    engine.push("t", rows(20), upper=2)
+    addresses = engine.state("mz_dataflow_addresses_per_worker")
+    operators = engine.names()
+    (scope,) = {row[0] for row in addresses if len(row[2]) == 1 and row[0] in operators}
+    elapsed = engine.state("mz_scheduling_elapsed_raw")
+    scope_ns = {w: ns for (op, w), ns in elapsed.items() if op == scope}
+    operators_ns: Counter[int] = Counter()
+    for (op, worker), ns in elapsed.items():
+        if op != scope:
+            operators_ns[worker] += ns
+    assert scope_ns == dict(operators_ns)
+    assert all(ns > 0 for ns in scope_ns.values())

@@ -25,6 +25,7 @@ from sqlglot.optimizer.normalize_identifiers import normalize_identifiers
 
 from loupe.builtins import BY_QUALIFIED_NAME, IMPLICIT_SCHEMAS
 from loupe.common.errors import LoupeError, SqlState
+from loupe.introspection.views import passed_over
 
 GENERATE_DIALECT = "postgres"
 MZ_NOW = "mz_now"
@@ -200,6 +201,8 @@ class _Resolver:
             found = self.collections.get(f"{schema}.{name}")
         else:
             for candidate in self.schemas:
+                if passed_over(candidate, name, self.schemas):
+                    continue
                 found = self.collections.get(f"{candidate}.{name}")
                 if found is not None:
                     break

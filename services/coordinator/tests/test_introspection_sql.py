@@ -101,6 +101,29 @@ def test_unqualified_introspection_views_need_the_search_path() -> None:
     assert "mz_scheduling_elapsed_raw" not in shadowed
 
 
+async def test_the_consoles_search_path_means_the_replicas_own_relations(
+    logs: TableHarness,
+) -> None:
+    """On the Console's search path (mz_internal before mz_introspection) an unqualified
+    introspection name is the replica's relation, as in Materialize, not its persisted
+    twin in mz_internal; other mz_internal names still resolve there."""
+    session = await logs.session()
+    await logs.execute(
+        session, "SET search_path = mz_catalog, mz_internal, mz_catalog_unstable, mz_introspection"
+    )
+    rows = await logs.rows(session, "SELECT id, elapsed_ns FROM mz_scheduling_elapsed ORDER BY id")
+    assert [(i, int(e)) for i, e in rows] == [(7, 150), (8, 5)]
+    rows = await logs.rows(session, "SELECT count(*) FROM mz_dataflow_operators_per_worker")
+    assert rows == [(3,)]
+    assert await logs.rows(session, "SELECT count(*) FROM mz_cluster_replica_statuses") != []
+    # Without mz_introspection on the path, mz_internal's relation is the one named.
+    await logs.execute(session, "SET search_path = mz_internal")
+    columns = await logs.rows(
+        session, "SELECT replica_id FROM mz_scheduling_elapsed WHERE replica_id = 'none'"
+    )
+    assert columns == []
+
+
 async def test_introspection_reads_the_only_replica_of_the_session_cluster(
     logs: TableHarness,
 ) -> None:

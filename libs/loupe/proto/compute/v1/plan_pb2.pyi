@@ -114,7 +114,7 @@ class OrderKey(_message.Message):
     def __init__(self, column: _Optional[int] = ..., desc: _Optional[bool] = ..., nulls_last: _Optional[bool] = ...) -> None: ...
 
 class LirNode(_message.Message):
-    __slots__ = ("id", "types", "constant", "get", "mfp", "flat_map", "arrange_by", "join", "reduce", "top_k", "negate", "threshold", "union", "window", "let_rec")
+    __slots__ = ("id", "types", "constant", "get", "mfp", "flat_map", "arrange_by", "join", "reduce", "top_k", "negate", "threshold", "union", "window", "let_rec", "nested")
     ID_FIELD_NUMBER: _ClassVar[int]
     TYPES_FIELD_NUMBER: _ClassVar[int]
     CONSTANT_FIELD_NUMBER: _ClassVar[int]
@@ -130,6 +130,7 @@ class LirNode(_message.Message):
     UNION_FIELD_NUMBER: _ClassVar[int]
     WINDOW_FIELD_NUMBER: _ClassVar[int]
     LET_REC_FIELD_NUMBER: _ClassVar[int]
+    NESTED_FIELD_NUMBER: _ClassVar[int]
     id: int
     types: _containers.RepeatedScalarFieldContainer[str]
     constant: ConstantNode
@@ -145,7 +146,8 @@ class LirNode(_message.Message):
     union: UnionNode
     window: WindowNode
     let_rec: LetRecNode
-    def __init__(self, id: _Optional[int] = ..., types: _Optional[_Iterable[str]] = ..., constant: _Optional[_Union[ConstantNode, _Mapping]] = ..., get: _Optional[_Union[GetNode, _Mapping]] = ..., mfp: _Optional[_Union[MfpNode, _Mapping]] = ..., flat_map: _Optional[_Union[FlatMapNode, _Mapping]] = ..., arrange_by: _Optional[_Union[ArrangeByNode, _Mapping]] = ..., join: _Optional[_Union[JoinNode, _Mapping]] = ..., reduce: _Optional[_Union[ReduceNode, _Mapping]] = ..., top_k: _Optional[_Union[TopKNode, _Mapping]] = ..., negate: _Optional[_Union[NegateNode, _Mapping]] = ..., threshold: _Optional[_Union[ThresholdNode, _Mapping]] = ..., union: _Optional[_Union[UnionNode, _Mapping]] = ..., window: _Optional[_Union[WindowNode, _Mapping]] = ..., let_rec: _Optional[_Union[LetRecNode, _Mapping]] = ...) -> None: ...
+    nested: bytes
+    def __init__(self, id: _Optional[int] = ..., types: _Optional[_Iterable[str]] = ..., constant: _Optional[_Union[ConstantNode, _Mapping]] = ..., get: _Optional[_Union[GetNode, _Mapping]] = ..., mfp: _Optional[_Union[MfpNode, _Mapping]] = ..., flat_map: _Optional[_Union[FlatMapNode, _Mapping]] = ..., arrange_by: _Optional[_Union[ArrangeByNode, _Mapping]] = ..., join: _Optional[_Union[JoinNode, _Mapping]] = ..., reduce: _Optional[_Union[ReduceNode, _Mapping]] = ..., top_k: _Optional[_Union[TopKNode, _Mapping]] = ..., negate: _Optional[_Union[NegateNode, _Mapping]] = ..., threshold: _Optional[_Union[ThresholdNode, _Mapping]] = ..., union: _Optional[_Union[UnionNode, _Mapping]] = ..., window: _Optional[_Union[WindowNode, _Mapping]] = ..., let_rec: _Optional[_Union[LetRecNode, _Mapping]] = ..., nested: _Optional[bytes] = ...) -> None: ...
 
 class ConstantNode(_message.Message):
     __slots__ = ("rows",)
