@@ -15,7 +15,9 @@ whole system's fast-path peeks and inserts to visible changes through gRPC
 visible (``bench/statement_logging.py``) and what a one-row INSERT and a small
 SELECT cost with 1,000 tables against 10 (``bench/many_tables.py``) and
 what the engine's introspection logging costs, on against off
-(``bench/logging_cost.py``).
+(``bench/logging_cost.py``), and what replica introspection costs a whole
+system: hydration, updates, an idle replica, change to visible, 10 replicas
+(``bench/introspection.py``).
 """
 
 from __future__ import annotations
@@ -118,6 +120,7 @@ def main() -> int:
         "statement_logging.py",
         "many_tables.py",
         "logging_cost.py",
+        "introspection.py",
     )
     for script in scripts:
         print(f"\n== {script}", flush=True)

@@ -25,9 +25,18 @@ from loupe.testing.system import LoupeUp, replica_pid
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
 
 
+# A read still waiting after a round is logged ("read is waiting"): rounds of 2 s, well
+# below the 4-5 s a paused replica takes to be replaced, so the first test's read is
+# always logged (with the default 5 s round, whether it was depended on when the
+# replica's last heartbeat fell before the pause).
+PEEK_ROUND_S = "2"
+
+
 @pytest.fixture(scope="module")
 def system(tmp_path_factory):
-    loupe = LoupeUp(tmp_path_factory.mktemp("waits") / "data")
+    loupe = LoupeUp(
+        tmp_path_factory.mktemp("waits") / "data", env={"LOUPE_PEEK_ROUND": PEEK_ROUND_S}
+    )
     loupe.start()
     yield loupe
     loupe.stop()

@@ -22,8 +22,16 @@ from loupe.common.nats_server import free_port
 class LoupeUp:
     """``loupe up`` as a child process; ``sql()`` runs statements through the gRPC API."""
 
-    def __init__(self, data_dir: Path, *, extra_args: list[str] | None = None) -> None:
+    def __init__(
+        self,
+        data_dir: Path,
+        *,
+        extra_args: list[str] | None = None,
+        env: dict[str, str] | None = None,
+    ) -> None:
         self.data_dir = Path(data_dir)
+        # More environment for every process (settings: LOUPE_<FIELD>).
+        self.env = env or {}
         self.sql_port = free_port()
         self.catalog_port = free_port()
         self.extra_args = extra_args or []
@@ -35,7 +43,11 @@ class LoupeUp:
     def start(self, timeout: float = 180.0) -> float:
         """Start and wait until ready; returns the seconds it took."""
         env = dict(
-            os.environ, NO_COLOR="1", SPARK_LOCAL_IP="127.0.0.1", PYSPARK_PYTHON=sys.executable
+            os.environ,
+            NO_COLOR="1",
+            SPARK_LOCAL_IP="127.0.0.1",
+            PYSPARK_PYTHON=sys.executable,
+            **self.env,
         )
         began = time.monotonic()
         self.process = subprocess.Popen(
