@@ -35,9 +35,48 @@ def optimize(relation: mir.Relation) -> mir.Relation:
 
 def prune(relation: mir.Relation, demand: Sequence[int] | set[int] | range) -> mir.Relation:
     """A relation whose columns are exactly ``relation``'s columns ``sorted(demand)``."""
-    wanted = sorted(set(demand))
-    narrowed, kept = _prune(relation, set(wanted))
-    return _select(narrowed, kept, wanted)
+    return _Prune().exact(relation, demand)
+
+
+class _Prune:
+    """One ``prune`` call: its results by node identity and demand.
+
+    A plan is a DAG (an outer join reads its left input three times). A
+    shared node asked for the same columns by several parents is narrowed
+    once, so it stays one node and the work stays linear rather than
+    growing with the number of paths; different demands give different
+    nodes.
+    """
+
+    def __init__(self) -> None:
+        # Values hold the key's node, so its id is not reused while the call runs.
+        self._narrowed: dict[
+            tuple[int, frozenset[int]], tuple[mir.Relation, tuple[mir.Relation, list[int]]]
+        ] = {}
+        self._exact: dict[tuple[int, tuple[int, ...]], tuple[mir.Relation, mir.Relation]] = {}
+
+    def exact(
+        self, relation: mir.Relation, demand: Sequence[int] | set[int] | range
+    ) -> mir.Relation:
+        """``relation``'s columns ``sorted(demand)``, exactly."""
+        wanted = sorted(set(demand))
+        key = (id(relation), tuple(wanted))
+        known = self._exact.get(key)
+        if known is None:
+            narrowed, kept = self.narrowed(relation, set(wanted))
+            known = (relation, _select(narrowed, kept, wanted))
+            self._exact[key] = known
+        return known[1]
+
+    def narrowed(self, relation: mir.Relation, demand: set[int]) -> tuple[mir.Relation, list[int]]:
+        """``(narrowed, kept)``: the narrowed relation holds the original columns ``kept`` ⊇
+        demand."""
+        key = (id(relation), frozenset(demand))
+        known = self._narrowed.get(key)
+        if known is None:
+            known = (relation, _prune(self, relation, demand))
+            self._narrowed[key] = known
+        return known[1]
 
 
 def everything_of(relation: mir.Relation) -> range:
@@ -77,36 +116,38 @@ def _columns(exprs: Sequence[Scalar]) -> set[int]:
     return set().union(*(columns_of(e) for e in exprs)) if exprs else set()
 
 
-def _prune(relation: mir.Relation, demand: set[int]) -> tuple[mir.Relation, list[int]]:
+def _prune(
+    pruning: _Prune, relation: mir.Relation, demand: set[int]
+) -> tuple[mir.Relation, list[int]]:
     """``(narrowed, kept)``: the narrowed relation holds the original columns ``kept`` ⊇ demand."""
     everything = list(range(relation.arity))
     if isinstance(relation, mir.Get | mir.Constant | mir.LocalGet):
         return relation, everything
     if isinstance(relation, mir.LetRec):
         # A binding's columns are read by LocalGets anywhere: each keeps all of them.
-        bindings = tuple(prune(b, everything_of(b)) for b in relation.bindings)
-        body, kept = _prune(relation.body, demand)
+        bindings = tuple(pruning.exact(b, everything_of(b)) for b in relation.bindings)
+        body, kept = pruning.narrowed(relation.body, demand)
         return replace(relation, bindings=bindings, body=body), kept
     if isinstance(relation, mir.Project):
         wanted = sorted(demand)
-        inner = prune(relation.input, {relation.outputs[i] for i in wanted})
+        inner = pruning.exact(relation.input, {relation.outputs[i] for i in wanted})
         below = sorted({relation.outputs[i] for i in wanted})
         position = {column: index for index, column in enumerate(below)}
         picked = tuple(position[relation.outputs[i]] for i in wanted)
         return _project(inner, picked), wanted
     if isinstance(relation, mir.Map):
-        return _prune_map(relation, demand)
+        return _prune_map(pruning, relation, demand)
     if isinstance(relation, mir.Filter):
         need = demand | _columns(relation.predicates)
-        inner, kept = _prune(relation.input, need)
+        inner, kept = pruning.narrowed(relation.input, need)
         return mir.Filter(inner, _remapped(relation.predicates, kept)), kept
     if isinstance(relation, mir.Join):
-        return _prune_join(relation, demand)
+        return _prune_join(pruning, relation, demand)
     if isinstance(relation, mir.Reduce):
         need = _columns(relation.group_key) | _columns(
             [s for a in relation.aggregates for s in a.scalars]
         )
-        inner = prune(relation.input, need)
+        inner = pruning.exact(relation.input, need)
         kept = sorted(need)
         aggregates = tuple(
             a.map_scalars(lambda s: _remapped([s], kept)[0]) for a in relation.aggregates
@@ -115,7 +156,7 @@ def _prune(relation: mir.Relation, demand: set[int]) -> tuple[mir.Relation, list
         return mir.Reduce(inner, group_key, aggregates, relation.names), everything
     if isinstance(relation, mir.TopK):
         need = demand | {k.column for k in relation.order} | set(relation.group_key)
-        inner, kept = _prune(relation.input, need)
+        inner, kept = pruning.narrowed(relation.input, need)
         position = {column: index for index, column in enumerate(kept)}
         order = tuple(
             mir.OrderKey(position[k.column], k.desc, k.nulls_last) for k in relation.order
@@ -123,27 +164,29 @@ def _prune(relation: mir.Relation, demand: set[int]) -> tuple[mir.Relation, list
         top_group = tuple(position[c] for c in relation.group_key)
         return mir.TopK(inner, order, relation.limit, relation.offset, top_group), kept
     if isinstance(relation, mir.Window):
-        return _prune_window(relation, demand)
+        return _prune_window(pruning, relation, demand)
     if isinstance(relation, mir.Negate):
-        inner, kept = _prune(relation.input, demand)
+        inner, kept = pruning.narrowed(relation.input, demand)
         return mir.Negate(inner), kept
     if isinstance(relation, mir.FlatMap):
         width = relation.input.arity
         need = {c for c in demand if c < width} | _columns(relation.exprs)
-        inner, kept = _prune(relation.input, need)
+        inner, kept = pruning.narrowed(relation.input, need)
         flat = mir.FlatMap(inner, relation.func, _remapped(relation.exprs, kept), relation.names)
         outputs = len(relation.names)
         return flat, [*kept, *range(width, width + outputs)]
     if isinstance(relation, mir.Union):
         wanted = sorted(demand)
-        return mir.Union(tuple(prune(i, wanted) for i in relation.inputs)), wanted
+        return mir.Union(tuple(pruning.exact(i, wanted) for i in relation.inputs)), wanted
     if isinstance(relation, mir.Distinct | mir.Threshold):  # whole rows matter
-        inner = prune(relation.input, everything)
+        inner = pruning.exact(relation.input, everything)
         return type(relation)(inner), everything
     raise TypeError(f"unknown MIR node {type(relation).__name__}")
 
 
-def _prune_map(relation: mir.Map, demand: set[int]) -> tuple[mir.Relation, list[int]]:
+def _prune_map(
+    pruning: _Prune, relation: mir.Map, demand: set[int]
+) -> tuple[mir.Relation, list[int]]:
     """Drop unused map expressions (keeping those later ones read) and unused input columns."""
     arity = relation.input.arity
     needed = {c - arity for c in demand if c >= arity}
@@ -152,7 +195,7 @@ def _prune_map(relation: mir.Map, demand: set[int]) -> tuple[mir.Relation, list[
     kept_scalars = sorted(needed)
     need = {c for c in demand if c < arity}
     need |= {c for j in kept_scalars for c in columns_of(relation.scalars[j]) if c < arity}
-    inner, kept = _prune(relation.input, need)
+    inner, kept = pruning.narrowed(relation.input, need)
     layout = kept + [arity + j for j in kept_scalars]
     position = {column: index for index, column in enumerate(layout)}
     scalars = tuple(remap(relation.scalars[j], position.__getitem__) for j in kept_scalars)
@@ -162,17 +205,19 @@ def _prune_map(relation: mir.Map, demand: set[int]) -> tuple[mir.Relation, list[
     return mir.Map(inner, scalars, names), layout
 
 
-def _prune_window(relation: mir.Window, demand: set[int]) -> tuple[mir.Relation, list[int]]:
+def _prune_window(
+    pruning: _Prune, relation: mir.Window, demand: set[int]
+) -> tuple[mir.Relation, list[int]]:
     """Only the functions read above; none read: the input's rows, which the Window keeps one
     for one."""
     width = relation.input.arity
     used = [(i, f) for i, f in enumerate(relation.functions) if width + i in demand]
     need = {c for c in demand if c < width}
     if not used:
-        return _prune(relation.input, need)
+        return pruning.narrowed(relation.input, need)
     need |= set(relation.partition_by) | {k.column for k in relation.order}
     need |= {a for _, f in used for a in f.args}
-    inner, kept = _prune(relation.input, need)
+    inner, kept = pruning.narrowed(relation.input, need)
     position = {column: index for index, column in enumerate(kept)}
     window = mir.Window(
         inner,
@@ -184,7 +229,9 @@ def _prune_window(relation: mir.Window, demand: set[int]) -> tuple[mir.Relation,
     return window, [*kept, *(width + i for i, _ in used)]
 
 
-def _prune_join(relation: mir.Join, demand: set[int]) -> tuple[mir.Relation, list[int]]:
+def _prune_join(
+    pruning: _Prune, relation: mir.Join, demand: set[int]
+) -> tuple[mir.Relation, list[int]]:
     """Each input narrowed to what the parent and the equivalences read."""
     need = demand | _columns([e for cls in relation.equivalences for e in cls])
     inputs: list[mir.Relation] = []
@@ -192,7 +239,7 @@ def _prune_join(relation: mir.Join, demand: set[int]) -> tuple[mir.Relation, lis
     start = 0
     for child in relation.inputs:
         local = {c - start for c in need if start <= c < start + child.arity}
-        inputs.append(prune(child, local))
+        inputs.append(pruning.exact(child, local))
         kept.extend(start + c for c in sorted(local))
         start += child.arity
     equivalences = tuple(_remapped(cls, kept) for cls in relation.equivalences)
