@@ -35,24 +35,23 @@ def optimize(relation: mir.Relation) -> mir.Relation:
 
 def prune(relation: mir.Relation, demand: Sequence[int] | set[int] | range) -> mir.Relation:
     """A relation whose columns are exactly ``relation``'s columns ``sorted(demand)``."""
-    return _Prune().exact(relation, demand)
+    wanted = set(demand)
+    return _Prune(_demands(relation, wanted)).exact(relation, wanted)
 
 
 class _Prune:
-    """One ``prune`` call: its results by node identity and demand.
+    """One ``prune`` call: each node narrowed once, to what all its parents read.
 
     A plan is a DAG (an outer join reads its left input three times). A
-    shared node asked for the same columns by several parents is narrowed
-    once, so it stays one node and the work stays linear rather than
-    growing with the number of paths; different demands give different
-    nodes.
+    node several parents read keeps the union of their demands (``totals``),
+    so it stays one node they share and the work stays linear; narrowed per
+    parent, a chain of outer joins over different keys doubled per join.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, totals: dict[int, set[int]]) -> None:
+        self.totals = totals
         # Values hold the key's node, so its id is not reused while the call runs.
-        self._narrowed: dict[
-            tuple[int, frozenset[int]], tuple[mir.Relation, tuple[mir.Relation, list[int]]]
-        ] = {}
+        self._narrowed: dict[int, tuple[mir.Relation, tuple[mir.Relation, list[int]]]] = {}
         self._exact: dict[tuple[int, tuple[int, ...]], tuple[mir.Relation, mir.Relation]] = {}
 
     def exact(
@@ -70,13 +69,61 @@ class _Prune:
 
     def narrowed(self, relation: mir.Relation, demand: set[int]) -> tuple[mir.Relation, list[int]]:
         """``(narrowed, kept)``: the narrowed relation holds the original columns ``kept`` ⊇
-        demand."""
-        key = (id(relation), frozenset(demand))
-        known = self._narrowed.get(key)
+        demand (⊇ every parent's demand)."""
+        known = self._narrowed.get(id(relation))
         if known is None:
-            known = (relation, _prune(self, relation, demand))
-            self._narrowed[key] = known
+            total = self.totals.get(id(relation), demand)
+            known = (relation, _prune(self, relation, total))
+            self._narrowed[id(relation)] = known
         return known[1]
+
+
+class _Demands(_Prune):
+    """Records what each node's parents read of it, the nodes left as they are."""
+
+    def __init__(self) -> None:
+        super().__init__({})
+
+    def exact(
+        self, relation: mir.Relation, demand: Sequence[int] | set[int] | range
+    ) -> mir.Relation:
+        wanted = sorted(set(demand))
+        self.totals.setdefault(id(relation), set()).update(wanted)
+        return _select(relation, list(everything_of(relation)), wanted)
+
+    def narrowed(self, relation: mir.Relation, demand: set[int]) -> tuple[mir.Relation, list[int]]:
+        self.totals.setdefault(id(relation), set()).update(demand)
+        return relation, list(everything_of(relation))
+
+
+def _demands(root: mir.Relation, demand: set[int]) -> dict[int, set[int]]:
+    """Per node (by ``id()``), the union of the columns its parents read.
+
+    Nodes are visited parents first, so a node's total is complete before
+    it passes demands on; ``_prune`` over a recorder gives each node's
+    demands of its children (the node it builds is dropped).
+    """
+    recorder = _Demands()
+    recorder.totals[id(root)] = set(demand)
+    for node in _parents_first(root):
+        _prune(recorder, node, recorder.totals[id(node)])
+    return recorder.totals
+
+
+def _parents_first(root: mir.Relation) -> list[mir.Relation]:
+    """Every node below ``root`` once, each after all nodes that read it."""
+    order: list[mir.Relation] = []  # inputs before their readers
+    seen: set[int] = set()
+    stack: list[tuple[mir.Relation, bool]] = [(root, False)]
+    while stack:
+        node, expanded = stack.pop()
+        if expanded:
+            order.append(node)
+        elif id(node) not in seen:
+            seen.add(id(node))
+            stack.append((node, True))
+            stack.extend((child, False) for child in node.children())
+    return order[::-1]
 
 
 def everything_of(relation: mir.Relation) -> range:
