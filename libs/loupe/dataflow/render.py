@@ -1,4 +1,5 @@
-"""Rendering: a ``DataflowDescription``'s LIR trees as operators, in dependency order."""
+"""Rendering: a ``DataflowDescription``'s LIR plans (DAGs: a shared node is one operator)
+as operators, in dependency order."""
 
 from __future__ import annotations
 

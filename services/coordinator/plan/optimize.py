@@ -3,7 +3,8 @@
 SQL reads whole tables and a planned query carries every column of every
 join input up to its SELECT list; arrangements (joins, reduces) then store
 columns nothing reads. ``prune`` walks the plan top-down with the set of
-columns each node's parent needs and narrows every node to those, as
+columns each node's parents need (all of them, for a node several
+read: plans are DAGs) and narrows every node to those, as
 Materialize's projection pushdown does: a TPC-H join keeps the four
 lineitem columns it uses, not sixteen.
 

@@ -18,6 +18,7 @@ CATALOG: dict[str, tuple[str, Sequence[tuple[str, str]]]] = {
     "t": ("materialize.public.t", [("a", "int4"), ("b", "text")]),
     "u": ("materialize.public.u", [("x", "int4"), ("y", "int8")]),
     "v": ("materialize.public.v", [("k", "int4")]),
+    "w": ("materialize.public.w", [(f"c{i}", "int4") for i in range(8)]),
 }
 
 
@@ -210,6 +211,18 @@ def test_a_chain_of_left_joins_plans_linearly(on: str) -> None:
     assert sorted(node.id for node in nodes) == list(range(len(nodes)))
     for node in nodes:
         assert all(child.id < node.id for child in node.inputs())
+
+
+def test_left_joins_on_different_columns_share_their_input_narrowed_once() -> None:
+    """Each join reads its own key column of w: the shared left input is narrowed to all
+    the columns its readers use, once (narrowed per reader, the variants doubled per join)."""
+    joins = 8
+    chain = " ".join(f"LEFT JOIN u AS u{i} ON w.c{i} = u{i}.x" for i in range(joins))
+    relation = plan_query(
+        sqlglot.parse_one(f"SELECT u0.y FROM w {chain}", dialect="postgres"), resolve
+    )
+    assert _distinct_mir(relation) < 40 * joins
+    assert len(walk(lower_to_lir(relation))) < 40 * joins
 
 
 def test_each_lowering_is_its_own_dataflow_numbered_from_zero() -> None:
