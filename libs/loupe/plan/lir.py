@@ -3,7 +3,8 @@
 Every LIR node has an ``id`` unique within its dataflow: increasing integers
 handed out by the lowering context as each node is created (seed 002). Inputs
 are lowered before the node that reads them, so a node's id is greater than
-its inputs'.
+its inputs'. A MIR node several parents read (an outer join reads its left
+input three times) lowers to one LIR node they all read: a plan is a DAG.
 """
 
 from __future__ import annotations
