@@ -24,10 +24,6 @@ from loupe.testing.system import LoupeUp, replica_pid
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
 
-# Five chained LEFT JOINs over views: Loupe plans an outer join reading its left side three
-# times, unshared, so these plan to ~16,000 LIR nodes, too many for a replica to run in
-# minutes. They run in process on sample logs (tests/introspection/test_troubleshooting.py).
-TOO_SLOW_ON_A_REPLICA = {"console_operators", "console_largest_maintained_queries"}
 CONSOLE_SEARCH_PATH = "mz_catalog, mz_internal, mz_catalog_unstable, mz_introspection"
 ELAPSED_QUERY = (
     "SELECT mdo.id, mdo.name, mse.elapsed_ns"
@@ -289,8 +285,6 @@ def test_materializes_troubleshooting_queries_run_unchanged(system, prod):
     failures = {}
     answered = {}
     for entry in runnable():
-        if entry.name in TOO_SLOW_ON_A_REPLICA:
-            continue
         # The Console's sessions name relations on its search path (executeSql.tsx).
         sql = f"SET search_path = {CONSOLE_SEARCH_PATH}; {entry.sql}"
         try:

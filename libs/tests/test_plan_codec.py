@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
+from collections import Counter
 from collections.abc import Sequence
 from decimal import Decimal
 
+import polars as pl
 import pytest
 import sqlglot
 
 from loupe.common.errors import LoupeError, SqlState
 from loupe.coordinator.plan import plan_query
+from loupe.dataflow.render import evaluate_once
+from loupe.dataflow.types import empty_frame
 from loupe.interval import Interval
 from loupe.plan import codec, lir, mir
 from loupe.plan.dataflow import (
@@ -23,6 +28,7 @@ from loupe.plan.dataflow import (
     SubscribeSink,
 )
 from loupe.plan.scalar import Call, Case, Cast, Column, Literal
+from loupe.proto.compute.v1 import plan_pb2
 
 TABLES: dict[str, tuple[str, Sequence[tuple[str, str]]]] = {
     "t": ("u1", [("a", "int4"), ("b", "text")]),
@@ -44,6 +50,7 @@ QUERIES = [
     "SELECT sum(a) OVER (ORDER BY a ROWS BETWEEN 2 PRECEDING AND 1 FOLLOWING) FROM t",
     "SELECT count(*) OVER (ORDER BY y RANGE BETWEEN 3 PRECEDING AND CURRENT ROW) FROM u",
     "SELECT a, string_agg(b, ',' ORDER BY a DESC, b) FROM t GROUP BY a",
+    "SELECT t.a, u.y, t2.b FROM t LEFT JOIN u ON t.a = u.x LEFT JOIN t AS t2 ON u.x = t2.a",
 ]
 
 
@@ -133,6 +140,66 @@ def test_a_plan_deeper_than_protobufs_nesting_limit_round_trips() -> None:
     for i in range(1, 121):
         node = lir.Union(i, (node, lir.Get(1000 + i, "u", types=("int4",))), types=("int4",))
     wire = codec.lir_to_proto(node).SerializeToString()
-    from loupe.proto.compute.v1 import plan_pb2
-
     assert codec.lir_from_proto(plan_pb2.LirNode.FromString(wire)) == node
+
+
+def _fields(node: lir.Node) -> dict[str, object]:
+    """A node's fields, its inputs by id (comparing inputs themselves walks every path)."""
+    own: dict[str, object] = {}
+    for item in dataclasses.fields(node):
+        value = getattr(node, item.name)
+        if isinstance(value, lir.Node):
+            value = value.id
+        elif isinstance(value, tuple) and value and isinstance(value[0], lir.Node):
+            value = tuple(v.id for v in value)
+        own[item.name] = value
+    return own
+
+
+def assert_same_dag(decoded: lir.Node, node: lir.Node) -> None:
+    """The same nodes, each one object read by every parent that reads it."""
+    nodes, found = lir.walk(node), lir.walk(decoded)
+    assert [_fields(n) for n in found] == [_fields(n) for n in nodes]
+    assert [n.types for n in found] == [n.types for n in nodes]
+    assert len({n.id for n in found}) == len(found), "one object per node id"
+
+
+def test_a_left_join_chain_crosses_the_wire_as_a_dag() -> None:
+    """Six chained outer joins read each left input three times: sent once each (the
+    message grows linearly, not threefold per join) and decoded as the same objects."""
+    joins = " ".join(f"LEFT JOIN u AS u{i} ON t.a = u{i}.x" for i in range(6))
+    node = planned(f"SELECT * FROM t {joins}")
+    nodes = lir.walk(node)
+    assert len(nodes) < 20 * 6
+    wire = codec.lir_to_proto(node).SerializeToString()
+    assert len(wire) < 400 * len(nodes)
+    decoded = codec.lir_from_proto(plan_pb2.LirNode.FromString(wire))
+    assert_same_dag(decoded, node)
+    readers = Counter(id(i) for n in lir.walk(decoded) for i in n.inputs())
+    assert max(readers.values()) >= 3
+
+
+def test_a_deep_dag_round_trips_in_nested_parts() -> None:
+    """Each level reads the one below twice (2^40 paths, 121 nodes, deeper than protobuf's
+    nesting limit): references cross nested parts, decoded in the order they were encoded."""
+    node: lir.Node = lir.Get(0, "t", types=("int4",))
+    for i in range(1, 41):
+        doubled = lir.Union(3 * i - 2, (node, node), types=("int4",))
+        node = lir.Reduce(
+            3 * i - 1, doubled, (Column(0),), (), lir.ReduceKind.DISTINCT, types=("int4",)
+        )
+        node = lir.Mfp(3 * i, node, lir.MapFilterProject.identity(1), types=("int4",))
+    wire = codec.lir_to_proto(node).SerializeToString()
+    decoded = codec.lir_from_proto(plan_pb2.LirNode.FromString(wire))
+    assert_same_dag(decoded, node)
+    level = decoded
+    while not isinstance(level, lir.Get):
+        assert isinstance(level, lir.Mfp)
+        assert isinstance(level.input, lir.Reduce)
+        union = level.input.input
+        assert isinstance(union, lir.Union)
+        assert union.union_inputs[0] is union.union_inputs[1]
+        level = union.union_inputs[0]
+    rows = pl.DataFrame([(1, 0, 1), (2, 0, 2)], schema=empty_frame(("int4",)).schema, orient="row")
+    ok, _ = evaluate_once(decoded, {"t": (("int4",), rows)})
+    assert sorted(zip(ok["c0"], ok["diff"], strict=True)) == [(1, 1), (2, 1)]

@@ -241,30 +241,55 @@ def inline_views(
     """``relation`` with every ``Get`` of a view replaced by the view's plan.
 
     A view for which ``keep`` is true (it has an index the dataflow can
-    import) stays a ``Get``; materialized views and tables always do.
+    import) stays a ``Get``; materialized views and tables always do. A
+    plan is a DAG (an outer join reads its left input three times): each
+    node, and each view, is inlined once, so shared nodes stay shared.
     """
+    # Values hold the key's node, so its id is not reused while inlining runs.
+    done: dict[int, tuple[mir.Relation, mir.Relation]] = {}
+
+    def inlined(node: mir.Relation) -> mir.Relation:
+        known = done.get(id(node))
+        if known is None:
+            known = (node, _inline(node, objects, keep, inlined))
+            done[id(node)] = known
+        return known[1]
+
+    return inlined(relation)
+
+
+def _inline(
+    relation: mir.Relation,
+    objects: Mapping[str, ComputeObject],
+    keep: Callable[[ComputeObject], bool],
+    inlined: Callable[[mir.Relation], mir.Relation],
+) -> mir.Relation:
     if isinstance(relation, mir.Get):
         view = objects.get(relation.name)
         if view is None or view.type != "view" or keep(view):
             return relation
         assert view.plan is not None
-        return inline_views(view.plan, objects, keep)
+        return inlined(view.plan)
     changes: dict[str, Any] = {}
     for item in dataclasses.fields(relation):  # type: ignore[arg-type]
         value = getattr(relation, item.name)
         if isinstance(value, mir.Relation):
-            changes[item.name] = inline_views(value, objects, keep)
+            changes[item.name] = inlined(value)
         elif isinstance(value, tuple) and value and all(isinstance(v, mir.Relation) for v in value):
-            changes[item.name] = tuple(inline_views(v, objects, keep) for v in value)
+            changes[item.name] = tuple(inlined(v) for v in value)
     return dataclasses.replace(relation, **changes) if changes else relation  # type: ignore[type-var]
 
 
 def gets(relation: mir.Relation) -> list[str]:
     """Names of every relation ``relation`` reads (its ``Get``s), in order, once each."""
     names: dict[str, None] = {}
+    seen: set[int] = set()  # a shared node (the plan is a DAG) is visited once
     stack = [relation]
     while stack:
         node = stack.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
         if isinstance(node, mir.Get):
             names.setdefault(node.name)
         stack.extend(reversed(node.children()))

@@ -367,6 +367,17 @@ VIEWS = (
     # Outer joins, subqueries, CTEs.
     View("left_join", "SELECT t1.a, t1.s, t3.name FROM t1 LEFT JOIN t3 ON t1.a = t3.k"),
     View("full_join", "SELECT t1.a, t3.k FROM t1 FULL JOIN t3 ON t1.a = t3.k"),
+    # A chain of outer joins reads each left input three times: planned as a DAG (linear in
+    # the joins), the shared inputs must still give every reader its rows and columns.
+    View(
+        "left_join_chain",
+        "SELECT t1.a, t1.s, x.name, y.c, z.name AS zn, w.d, v.k FROM t1 "
+        "LEFT JOIN t3 AS x ON t1.a = x.k "
+        "LEFT JOIN t2 AS y ON y.a = t1.a AND y.c > t1.b "
+        "LEFT JOIN t3 AS z ON z.k = y.a AND z.name <> x.name "
+        "LEFT JOIN t2 AS w ON w.a < t1.b "
+        "LEFT JOIN t3 AS v ON v.k = w.a + 1 AND v.name IS NOT NULL",
+    ),
     View("in_list", "SELECT a, s FROM t1 WHERE a IN (1, 2, 3)"),
     View("in_subquery", "SELECT a, s FROM t1 WHERE a IN (SELECT k FROM t3)"),
     View("exists", "SELECT k FROM t3 WHERE EXISTS (SELECT 1 FROM t1 WHERE t1.a = t3.k)"),

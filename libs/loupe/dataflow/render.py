@@ -1,4 +1,5 @@
-"""Rendering: a ``DataflowDescription``'s LIR trees as operators, in dependency order."""
+"""Rendering: a ``DataflowDescription``'s LIR plans (DAGs: a shared node is one operator)
+as operators, in dependency order."""
 
 from __future__ import annotations
 
@@ -48,6 +49,8 @@ class Renderer:
         self.collections: dict[str, ops.Operator] = {}
         # Per source import: the columns some reader uses (None: all).
         self.source_demand: dict[str, Demand] = {s.id: frozenset() for s in desc.source_imports}
+        # The object being built's operators, by LIR node (``id()``).
+        self.rendered: dict[int, ops.Operator] = {}
 
     def render(self) -> None:
         for source in self.desc.source_imports:
@@ -58,6 +61,7 @@ class Renderer:
             self._import(index.on_id, ops.Input(types, self.workers, f"Index({index.index_id})"))
         for build in self.desc.objects_to_build:
             self.demand = demands(build.plan)
+            self.rendered = {}
             self.collections[build.id] = self._node(build.id, build.plan, None, 0)
         # An index or sink exported straight from a source import (an index
         # on a table) reads every column of it.
@@ -80,8 +84,14 @@ class Renderer:
     def _node(
         self, object_id: str, node: lir.Node, parent: int | None, nesting: int
     ) -> ops.Operator:
+        """The operator of ``node``, rendered once: a node several parents read (the plan is a
+        DAG) is one operator feeding them all, its region under the first parent."""
+        known = self.rendered.get(id(node))
+        if known is not None:
+            return known
         inputs = [self._node(object_id, i, node.id, nesting + 1) for i in node.inputs()]
         operator = self._add(self._operator(node, inputs))
+        self.rendered[id(node)] = operator
         # Every LIR node's operators end in a hydration logging operator (seed 002).
         hydration = self.new_id()
         self.hydration_ids.append(hydration)
@@ -182,16 +192,14 @@ def demands(root: lir.Node) -> dict[int, Demand]:
     The planner keeps whole rows up to the last projection; a join that
     arranges only the columns read above it stores and moves far less (a
     TPC-H join reads 4 of lineitem's 16 columns). The root is read whole.
+    A node several parents read (the plan is a DAG) gets the union of their
+    demands: nodes are visited readers first (``lir.walk``), each once.
     """
-    found: dict[int, Demand] = {}
-
-    def visit(node: lir.Node, demand: Demand) -> None:
-        merged = _union(found.get(id(node), frozenset()), demand)
-        found[id(node)] = merged
-        for child, child_demand in zip(node.inputs(), _input_demands(node, merged), strict=True):
-            visit(child, child_demand)
-
-    visit(root, None)
+    found: dict[int, Demand] = {id(root): None}
+    for node in lir.walk(root):
+        demand = found.get(id(node), frozenset())
+        for child, child_demand in zip(node.inputs(), _input_demands(node, demand), strict=True):
+            found[id(child)] = _union(found.get(id(child), frozenset()), child_demand)
     return found
 
 

@@ -180,51 +180,74 @@ def _window_function_from_proto(message: plan_pb2.WindowFunctionExpr) -> mir.Win
 NESTING_STEP = 12
 
 
-def lir_to_proto(node: lir.Node, depth: int = 0) -> plan_pb2.LirNode:
-    """``node`` as a message; below ``NESTING_STEP`` levels, its subtree as a message of its own.
+def lir_to_proto(node: lir.Node) -> plan_pb2.LirNode:
+    """``node`` as a message: a DAG, each node encoded once, deep plans cut into parts.
+
+    A plan is a DAG: a node several parents read (an outer join reads its
+    left input three times) is encoded in full where a depth-first walk
+    (inputs in order) first meets it, and as ``shared`` (its id) after
+    that; the decoder, walking in the same order, gives every reference the
+    node it decoded. Written as a tree, a chain of outer joins doubles
+    per join.
 
     Protobuf refuses messages nested deeper than 100 levels (upb's limit, on
     both ends), and a plan can be deeper: a chain of outer joins over views
     (Materialize Console's operator query) is hundreds of LIR levels. Every
     ``NESTING_STEP`` levels the subtree is encoded separately and carried as
-    ``nested`` bytes, which a decoder parses as a new message.
+    ``nested`` bytes, which a decoder parses as a new message, at the same
+    point of its walk.
     """
-    if depth >= NESTING_STEP:
-        return plan_pb2.LirNode(nested=_lir_to_proto(node, 0).SerializeToString())
-    return _lir_to_proto(node, depth)
+    return _LirEncoder().encode(node, 0)
 
 
-def _lir_to_proto(node: lir.Node, depth: int) -> plan_pb2.LirNode:
+class _LirEncoder:
+    """One plan's encoding: the ids of the nodes encoded so far."""
+
+    def __init__(self) -> None:
+        self.encoded: set[int] = set()
+
+    def encode(self, node: lir.Node, depth: int) -> plan_pb2.LirNode:
+        """``node`` as a message; at ``NESTING_STEP`` levels, as a message of its own."""
+        if node.id in self.encoded:
+            return plan_pb2.LirNode(shared=node.id)
+        if depth >= NESTING_STEP:
+            return plan_pb2.LirNode(nested=self.encode(node, 0).SerializeToString())
+        message = _lir_to_proto(self, node, depth)
+        self.encoded.add(node.id)
+        return message
+
+
+def _lir_to_proto(encoder: _LirEncoder, node: lir.Node, depth: int) -> plan_pb2.LirNode:
     message = plan_pb2.LirNode(id=node.id, types=list(node.types))
     if isinstance(node, lir.Constant):
         message.constant.rows.extend(to_row(row) for row in node.rows)
     elif isinstance(node, lir.Get):
         message.get.id = node.name
     elif isinstance(node, lir.Mfp):
-        message.mfp.input.CopyFrom(lir_to_proto(node.input, depth + 1))
+        message.mfp.input.CopyFrom(encoder.encode(node.input, depth + 1))
         message.mfp.mfp.CopyFrom(mfp_to_proto(node.mfp))
     elif isinstance(node, lir.FlatMap):
-        message.flat_map.input.CopyFrom(lir_to_proto(node.input, depth + 1))
+        message.flat_map.input.CopyFrom(encoder.encode(node.input, depth + 1))
         message.flat_map.func = node.func
         message.flat_map.exprs.extend(_scalars(node.exprs))
         message.flat_map.mfp.CopyFrom(mfp_to_proto(node.mfp))
     elif isinstance(node, lir.ArrangeBy):
-        message.arrange_by.input.CopyFrom(lir_to_proto(node.input, depth + 1))
+        message.arrange_by.input.CopyFrom(encoder.encode(node.input, depth + 1))
         message.arrange_by.keys.extend(plan_pb2.ScalarList(exprs=_scalars(k)) for k in node.keys)
     elif isinstance(node, lir.Join):
-        message.join.inputs.extend(lir_to_proto(i, depth + 1) for i in node.join_inputs)
+        message.join.inputs.extend(encoder.encode(i, depth + 1) for i in node.join_inputs)
         message.join.equivalences.extend(
             plan_pb2.ScalarList(exprs=_scalars(c)) for c in node.equivalences
         )
         message.join.kind = node.kind.value
     elif isinstance(node, lir.Reduce):
-        message.reduce.input.CopyFrom(lir_to_proto(node.input, depth + 1))
+        message.reduce.input.CopyFrom(encoder.encode(node.input, depth + 1))
         message.reduce.group_key.extend(_scalars(node.group_key))
         message.reduce.aggregates.extend(_aggregate_to_proto(a) for a in node.aggregates)
         message.reduce.kind = node.kind.value
     elif isinstance(node, lir.TopK):
         top_k = message.top_k
-        top_k.input.CopyFrom(lir_to_proto(node.input, depth + 1))
+        top_k.input.CopyFrom(encoder.encode(node.input, depth + 1))
         top_k.order.extend(order_to_proto(node.order))
         if node.limit is not None:
             top_k.limit = node.limit
@@ -232,22 +255,22 @@ def _lir_to_proto(node: lir.Node, depth: int) -> plan_pb2.LirNode:
         top_k.group_key.extend(node.group_key)
     elif isinstance(node, lir.Window):
         window = message.window
-        window.input.CopyFrom(lir_to_proto(node.input, depth + 1))
+        window.input.CopyFrom(encoder.encode(node.input, depth + 1))
         window.partition_by.extend(node.partition_by)
         window.order.extend(order_to_proto(node.order))
         window.functions.extend(_window_function_to_proto(f) for f in node.functions)
     elif isinstance(node, lir.Negate):
-        message.negate.input.CopyFrom(lir_to_proto(node.input, depth + 1))
+        message.negate.input.CopyFrom(encoder.encode(node.input, depth + 1))
     elif isinstance(node, lir.Threshold):
-        message.threshold.input.CopyFrom(lir_to_proto(node.input, depth + 1))
+        message.threshold.input.CopyFrom(encoder.encode(node.input, depth + 1))
     elif isinstance(node, lir.Union):
-        message.union.inputs.extend(lir_to_proto(i, depth + 1) for i in node.union_inputs)
+        message.union.inputs.extend(encoder.encode(i, depth + 1) for i in node.union_inputs)
     elif isinstance(node, lir.LetRec):
         let_rec = message.let_rec
         let_rec.names.extend(node.names)
-        let_rec.bindings.extend(lir_to_proto(b, depth + 1) for b in node.bindings)
-        let_rec.body.CopyFrom(lir_to_proto(node.body, depth + 1))
-        let_rec.externals.extend(lir_to_proto(e, depth + 1) for e in node.externals)
+        let_rec.bindings.extend(encoder.encode(b, depth + 1) for b in node.bindings)
+        let_rec.body.CopyFrom(encoder.encode(node.body, depth + 1))
+        let_rec.externals.extend(encoder.encode(e, depth + 1) for e in node.externals)
         if node.limit is not None:
             let_rec.limit = node.limit
         let_rec.return_at_limit = node.return_at_limit
@@ -257,9 +280,30 @@ def _lir_to_proto(node: lir.Node, depth: int) -> plan_pb2.LirNode:
 
 
 def lir_from_proto(message: plan_pb2.LirNode) -> lir.Node:
-    kind = message.WhichOneof("kind")
-    if kind == "nested":
-        return lir_from_proto(plan_pb2.LirNode.FromString(message.nested))
+    """The plan ``message`` encodes (``lir_to_proto``): a DAG again, one object per node id."""
+    return _LirDecoder().decode(message)
+
+
+class _LirDecoder:
+    """One plan's decoding: the nodes decoded so far, by id (what ``shared`` refers to)."""
+
+    def __init__(self) -> None:
+        self.decoded: dict[int, lir.Node] = {}
+
+    def decode(self, message: plan_pb2.LirNode) -> lir.Node:
+        kind = message.WhichOneof("kind")
+        if kind == "shared":
+            if message.shared not in self.decoded:
+                raise ValueError(f"LIR node {message.shared} is read before it is encoded")
+            return self.decoded[message.shared]
+        if kind == "nested":
+            return self.decode(plan_pb2.LirNode.FromString(message.nested))
+        node = _lir_from_proto(self, message, kind)
+        self.decoded[node.id] = node
+        return node
+
+
+def _lir_from_proto(decoder: _LirDecoder, message: plan_pb2.LirNode, kind: str | None) -> lir.Node:
     node_id, types = message.id, tuple(message.types)
     if kind == "constant":
         rows = tuple(from_row(row) for row in message.constant.rows)
@@ -268,12 +312,12 @@ def lir_from_proto(message: plan_pb2.LirNode) -> lir.Node:
         return lir.Get(node_id, message.get.id, types=types)
     if kind == "mfp":
         mfp = message.mfp
-        return lir.Mfp(node_id, lir_from_proto(mfp.input), mfp_from_proto(mfp.mfp), types=types)
+        return lir.Mfp(node_id, decoder.decode(mfp.input), mfp_from_proto(mfp.mfp), types=types)
     if kind == "flat_map":
         fm = message.flat_map
         return lir.FlatMap(
             node_id,
-            lir_from_proto(fm.input),
+            decoder.decode(fm.input),
             fm.func,
             _from_scalars(fm.exprs),
             mfp_from_proto(fm.mfp),
@@ -281,12 +325,12 @@ def lir_from_proto(message: plan_pb2.LirNode) -> lir.Node:
         )
     if kind == "arrange_by":
         keys = tuple(_from_scalars(k.exprs) for k in message.arrange_by.keys)
-        return lir.ArrangeBy(node_id, lir_from_proto(message.arrange_by.input), keys, types=types)
+        return lir.ArrangeBy(node_id, decoder.decode(message.arrange_by.input), keys, types=types)
     if kind == "join":
         join = message.join
         return lir.Join(
             node_id,
-            tuple(lir_from_proto(i) for i in join.inputs),
+            tuple(decoder.decode(i) for i in join.inputs),
             tuple(_from_scalars(c.exprs) for c in join.equivalences),
             lir.JoinKind(join.kind),
             types=types,
@@ -295,7 +339,7 @@ def lir_from_proto(message: plan_pb2.LirNode) -> lir.Node:
         reduce = message.reduce
         return lir.Reduce(
             node_id,
-            lir_from_proto(reduce.input),
+            decoder.decode(reduce.input),
             _from_scalars(reduce.group_key),
             tuple(_aggregate_from_proto(a) for a in reduce.aggregates),
             lir.ReduceKind(reduce.kind),
@@ -305,7 +349,7 @@ def lir_from_proto(message: plan_pb2.LirNode) -> lir.Node:
         top_k = message.top_k
         return lir.TopK(
             node_id,
-            lir_from_proto(top_k.input),
+            decoder.decode(top_k.input),
             order_from_proto(top_k.order),
             top_k.limit if top_k.HasField("limit") else None,
             top_k.offset,
@@ -316,28 +360,28 @@ def lir_from_proto(message: plan_pb2.LirNode) -> lir.Node:
         window = message.window
         return lir.Window(
             node_id,
-            lir_from_proto(window.input),
+            decoder.decode(window.input),
             tuple(window.partition_by),
             order_from_proto(window.order),
             tuple(_window_function_from_proto(f) for f in window.functions),
             types=types,
         )
     if kind == "negate":
-        return lir.Negate(node_id, lir_from_proto(message.negate.input), types=types)
+        return lir.Negate(node_id, decoder.decode(message.negate.input), types=types)
     if kind == "threshold":
-        return lir.Threshold(node_id, lir_from_proto(message.threshold.input), types=types)
+        return lir.Threshold(node_id, decoder.decode(message.threshold.input), types=types)
     if kind == "union":
-        inputs = tuple(lir_from_proto(i) for i in message.union.inputs)
+        inputs = tuple(decoder.decode(i) for i in message.union.inputs)
         return lir.Union(node_id, inputs, types=types)
     if kind == "let_rec":
         let_rec = message.let_rec
-        externals = tuple(lir_from_proto(e) for e in let_rec.externals)
+        externals = tuple(decoder.decode(e) for e in let_rec.externals)
         assert all(isinstance(e, lir.Get) for e in externals)
         return lir.LetRec(
             node_id,
             tuple(let_rec.names),
-            tuple(lir_from_proto(b) for b in let_rec.bindings),
-            lir_from_proto(let_rec.body),
+            tuple(decoder.decode(b) for b in let_rec.bindings),
+            decoder.decode(let_rec.body),
             externals,  # type: ignore[arg-type]
             let_rec.limit if let_rec.HasField("limit") else None,
             let_rec.return_at_limit,

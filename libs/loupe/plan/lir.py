@@ -3,7 +3,8 @@
 Every LIR node has an ``id`` unique within its dataflow: increasing integers
 handed out by the lowering context as each node is created (seed 002). Inputs
 are lowered before the node that reads them, so a node's id is greater than
-its inputs'.
+its inputs'. A MIR node several parents read (an outer join reads its left
+input three times) lowers to one LIR node they all read: a plan is a DAG.
 """
 
 from __future__ import annotations
@@ -234,11 +235,24 @@ def lower_to_lir(relation: mir.Relation) -> Node:
 
 
 def walk(node: Node) -> list[Node]:
-    """``node`` and all nodes below it, parents before their inputs."""
-    nodes = [node]
-    for child in node.inputs():
-        nodes.extend(walk(child))
-    return nodes
+    """``node`` and all nodes below it, each once, parents before their inputs.
+
+    A plan is a DAG (a shared node is read by several parents): a node
+    comes after every node that reads it, so the list is a topological
+    order, read from its end it is the order nodes are rendered in.
+    """
+    order: list[Node] = []  # inputs before their readers
+    seen: set[int] = set()
+    stack: list[tuple[Node, bool]] = [(node, False)]
+    while stack:
+        current, expanded = stack.pop()
+        if expanded:
+            order.append(current)
+        elif id(current) not in seen:
+            seen.add(id(current))
+            stack.append((current, True))
+            stack.extend((child, False) for child in reversed(current.inputs()))
+    return order[::-1]
 
 
 @dataclass
@@ -247,6 +261,10 @@ class LoweringContext:
 
     next_id: int = 0
     _assigned: set[int] = field(default_factory=set)
+    # By MIR node identity: a node several parents read (an outer join reads its left
+    # input three times) lowers to one LIR node they share. Values hold the key's node, so
+    # its id is not reused while lowering runs.
+    _lowered: dict[int, tuple[mir.Relation, Node]] = field(default_factory=dict)
 
     def new_id(self) -> int:
         """A fresh id, unique within this dataflow."""
@@ -257,8 +275,14 @@ class LoweringContext:
         return node_id
 
     def lower(self, relation: mir.Relation) -> Node:
+        known = self._lowered.get(id(relation))
+        if known is not None:
+            return known[1]
         node = self._lower(relation)
-        return node if node.types else dataclasses.replace(node, types=relation.types)
+        if not node.types:
+            node = dataclasses.replace(node, types=relation.types)
+        self._lowered[id(relation)] = (relation, node)
+        return node
 
     def _lower(self, relation: mir.Relation) -> Node:
         if isinstance(relation, mir.Map | mir.Filter | mir.Project):

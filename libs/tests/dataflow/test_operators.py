@@ -329,6 +329,21 @@ def test_delta_join_of_three_inputs_and_a_cross_join(workers: int) -> None:
     )
 
 
+def test_a_shared_node_is_one_operator_reading_what_all_its_readers_use(workers: int) -> None:
+    """t's k and t's v, each read through one Get node (a DAG, as outer joins plan): one
+    operator feeds both, and t is read with both columns (each reader drops the other)."""
+    shared = get()
+    keys = lir.Mfp(1, shared, MapFilterProject(3, projection=(0,)), types=("text",))
+    values = lir.Mfp(2, shared, MapFilterProject(3, projection=(1,)), types=("int4",))
+    h = Harness(join_plan(keys, values, equivalences=()), workers)
+    h.feed(t=[(("a", 1, 0.0), 0, 1), (("b", 2, 0.0), 0, 1)])
+    assert h.rows() == Counter({(k, v): 1 for k in ("a", "b") for v in (1, 2)})
+    h.feed(t=[(("a", 1, 0.0), 2, -1)])
+    assert h.rows() == Counter({("b", 2): 1})
+    operators = h.instance.dataflows["df"].operators
+    assert [o.name for o in operators].count("Get(t)") == 1
+
+
 def test_constant_appears_at_the_as_of(workers: int) -> None:
     plan = lir.Constant(0, (("x", 1), ("y", None)), types=("text", "int4"))
     h = Harness(plan, workers, as_of=3)

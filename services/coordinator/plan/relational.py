@@ -16,8 +16,11 @@ Materialize's decorrelation does:
 Join equivalences follow SQL ``=``: a NULL never matches. Where whole rows
 must match (rows that may hold NULLs), keys are made null-safe first.
 
-MIR has no let-bindings, so a relation used twice appears twice in the tree
-(and is computed twice by the dataflow): antijoins read their input twice.
+MIR has no let-bindings: a relation used twice (antijoins and outer joins
+read their input two or three times) is one node several parents read, so a
+plan is a DAG. The optimizer, lowering, the codec and the renderer keep such
+a node shared (one LIR node, one operator); rebuilt as a tree, a chain of
+outer joins would grow threefold per join.
 """
 
 from __future__ import annotations
@@ -184,7 +187,7 @@ def with_default_row(relation: mir.Relation, row: Sequence[Literal]) -> mir.Rela
 
     Both are ranked (``relation``'s row first) and a TopK keeps the first:
     ``relation`` is read once, where subtracting its presence from a
-    constant would compute it twice (MIR has no let-bindings).
+    constant would read it twice and add a count, a join and a Negate.
     """
     arity = relation.arity
     rank = ("rank", "int4")

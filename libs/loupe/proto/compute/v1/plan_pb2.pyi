@@ -114,7 +114,7 @@ class OrderKey(_message.Message):
     def __init__(self, column: _Optional[int] = ..., desc: _Optional[bool] = ..., nulls_last: _Optional[bool] = ...) -> None: ...
 
 class LirNode(_message.Message):
-    __slots__ = ("id", "types", "constant", "get", "mfp", "flat_map", "arrange_by", "join", "reduce", "top_k", "negate", "threshold", "union", "window", "let_rec", "nested")
+    __slots__ = ("id", "types", "constant", "get", "mfp", "flat_map", "arrange_by", "join", "reduce", "top_k", "negate", "threshold", "union", "window", "let_rec", "nested", "shared")
     ID_FIELD_NUMBER: _ClassVar[int]
     TYPES_FIELD_NUMBER: _ClassVar[int]
     CONSTANT_FIELD_NUMBER: _ClassVar[int]
@@ -131,6 +131,7 @@ class LirNode(_message.Message):
     WINDOW_FIELD_NUMBER: _ClassVar[int]
     LET_REC_FIELD_NUMBER: _ClassVar[int]
     NESTED_FIELD_NUMBER: _ClassVar[int]
+    SHARED_FIELD_NUMBER: _ClassVar[int]
     id: int
     types: _containers.RepeatedScalarFieldContainer[str]
     constant: ConstantNode
@@ -147,7 +148,8 @@ class LirNode(_message.Message):
     window: WindowNode
     let_rec: LetRecNode
     nested: bytes
-    def __init__(self, id: _Optional[int] = ..., types: _Optional[_Iterable[str]] = ..., constant: _Optional[_Union[ConstantNode, _Mapping]] = ..., get: _Optional[_Union[GetNode, _Mapping]] = ..., mfp: _Optional[_Union[MfpNode, _Mapping]] = ..., flat_map: _Optional[_Union[FlatMapNode, _Mapping]] = ..., arrange_by: _Optional[_Union[ArrangeByNode, _Mapping]] = ..., join: _Optional[_Union[JoinNode, _Mapping]] = ..., reduce: _Optional[_Union[ReduceNode, _Mapping]] = ..., top_k: _Optional[_Union[TopKNode, _Mapping]] = ..., negate: _Optional[_Union[NegateNode, _Mapping]] = ..., threshold: _Optional[_Union[ThresholdNode, _Mapping]] = ..., union: _Optional[_Union[UnionNode, _Mapping]] = ..., window: _Optional[_Union[WindowNode, _Mapping]] = ..., let_rec: _Optional[_Union[LetRecNode, _Mapping]] = ..., nested: _Optional[bytes] = ...) -> None: ...
+    shared: int
+    def __init__(self, id: _Optional[int] = ..., types: _Optional[_Iterable[str]] = ..., constant: _Optional[_Union[ConstantNode, _Mapping]] = ..., get: _Optional[_Union[GetNode, _Mapping]] = ..., mfp: _Optional[_Union[MfpNode, _Mapping]] = ..., flat_map: _Optional[_Union[FlatMapNode, _Mapping]] = ..., arrange_by: _Optional[_Union[ArrangeByNode, _Mapping]] = ..., join: _Optional[_Union[JoinNode, _Mapping]] = ..., reduce: _Optional[_Union[ReduceNode, _Mapping]] = ..., top_k: _Optional[_Union[TopKNode, _Mapping]] = ..., negate: _Optional[_Union[NegateNode, _Mapping]] = ..., threshold: _Optional[_Union[ThresholdNode, _Mapping]] = ..., union: _Optional[_Union[UnionNode, _Mapping]] = ..., window: _Optional[_Union[WindowNode, _Mapping]] = ..., let_rec: _Optional[_Union[LetRecNode, _Mapping]] = ..., nested: _Optional[bytes] = ..., shared: _Optional[int] = ...) -> None: ...
 
 class ConstantNode(_message.Message):
     __slots__ = ("rows",)
