@@ -23,7 +23,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
 
 RETENTION_S = 15
 COMPACTION_S = 5
-CHURN_S = 110
+CHURN_S = 80
 
 
 @pytest.fixture(scope="module")
