@@ -972,12 +972,7 @@ class Compute:
                 detail="Use DROP CLUSTER … CASCADE to drop the dependent objects too.",
                 position=statement.position,
             )
-        ordered = sorted(doomed, key=lambda o: id_order(o.id), reverse=True)
-        ops = [catalog_pb2.CatalogOp(drop_item=catalog_pb2.DropItem(id=o.id)) for o in ordered]
-        ops.append(catalog_op(statement, owner_id=ddl.owner_id(self.c, session)))
-        _, result = await ddl.transact(self.c, session, statement, ops)
-        await self._free(doomed)
-        return result
+        return await self._drop_with(session, statement, doomed)
 
     async def drop_cluster_replica(
         self, session: Session, statement: DropClusterReplica
@@ -996,6 +991,16 @@ class Compute:
                 hint="Use DROP ... CASCADE to drop the dependent objects too.",
                 position=statement.position,
             )
+        return await self._drop_with(session, statement, doomed)
+
+    async def _drop_with(
+        self,
+        session: Session,
+        statement: DropCluster | DropClusterReplica,
+        doomed: list[ComputeObject],
+    ) -> StatementResult:
+        """Commit ``statement`` with the drop of ``doomed`` (newest first), then free their
+        dataflows."""
         ordered = sorted(doomed, key=lambda o: id_order(o.id), reverse=True)
         ops = [catalog_pb2.CatalogOp(drop_item=catalog_pb2.DropItem(id=o.id)) for o in ordered]
         ops.append(catalog_op(statement, owner_id=ddl.owner_id(self.c, session)))
