@@ -277,10 +277,14 @@ def _split(tables: Mapping[str, pa.Table], budget: int) -> list[list[compute_pb2
     for name, table in sorted(tables.items()):
         entries.extend(_pieces(name, table, budget))
     messages: list[list[compute_pb2.LogUpdates]] = [[]]
+    used = 0  # bytes of the last message so far
     for entry in entries:
-        if messages[-1] and _size(messages[-1]) + _size([entry]) > budget:
+        size = _size([entry])
+        if messages[-1] and used + size > budget:
             messages.append([])
+            used = 0
         messages[-1].append(entry)
+        used += size
     return messages
 
 
