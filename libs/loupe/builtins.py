@@ -450,6 +450,108 @@ MZ_CLUSTER_REPLICA_INTROSPECTION_STATUS = BuiltinCollection(
     retention_ms=CURRENT_STATE_RETENTION_MS,
 )
 
+# Hydration (seed 002): what replicas report through the compute protocol
+# (``Hydration`` responses, whether or not introspection logging is on), written
+# by the controller. Current state: one row per (replica, object, LIR node); a
+# crashed replica's rows stay until its next incarnation reports, a dropped
+# object's or replica's rows are retracted.
+MZ_COMPUTE_OPERATOR_HYDRATION_STATUSES = BuiltinCollection(
+    "s270",
+    "mz_internal",
+    "mz_compute_operator_hydration_statuses",
+    (
+        ("replica_id", "text"),
+        ("object_id", "text"),
+        ("physical_plan_node_id", "uint8"),
+        ("hydrated", "bool"),
+    ),
+    "controller",
+    retention_ms=CURRENT_STATE_RETENTION_MS,
+)
+# Loupe's: each node's progress on each worker while it hydrates (records done
+# against an estimate from the inputs' snapshot sizes); the view
+# ``mz_compute_operator_hydration_progress`` sums the workers.
+MZ_COMPUTE_OPERATOR_HYDRATION_PROGRESS_PER_WORKER = BuiltinCollection(
+    "s271",
+    "mz_internal",
+    "mz_compute_operator_hydration_progress_per_worker",
+    (
+        ("replica_id", "text"),
+        ("object_id", "text"),
+        ("physical_plan_node_id", "uint8"),
+        ("worker_id", "uint8"),
+        ("records_done", "uint8"),
+        ("records_estimated", "uint8"),
+        ("updated_at", "timestamptz"),
+    ),
+    "controller",
+    retention_ms=CURRENT_STATE_RETENTION_MS,
+)
+MZ_COMPUTE_HYDRATION_TIMES = BuiltinCollection(
+    "s272",
+    "mz_internal",
+    "mz_compute_hydration_times",
+    (("replica_id", "text"), ("object_id", "text"), ("time_ns", "uint8")),
+    "controller",
+    retention_ms=CURRENT_STATE_RETENTION_MS,
+)
+# Which collections each compute object (index, materialized view, subscribe)
+# reads: its dataflow's source and index imports.
+MZ_COMPUTE_DEPENDENCIES = BuiltinCollection(
+    "s273",
+    "mz_internal",
+    "mz_compute_dependencies",
+    (("object_id", "text"), ("dependency_id", "text")),
+    "controller",
+    retention_ms=CURRENT_STATE_RETENTION_MS,
+)
+# Hydration episodes, kept across restarts for ``hydration_history_retention``:
+# one per replica incarnation (from its start until every object it runs is
+# hydrated) and one per object and incarnation. ``status``: hydrating,
+# hydrated, interrupted (the replica died or restarted first), dropped (the
+# object or replica was dropped first).
+MZ_REPLICA_HYDRATION_HISTORY = BuiltinCollection(
+    "s274",
+    "mz_internal",
+    "mz_replica_hydration_history",
+    (
+        ("replica_id", "text"),
+        ("cluster_id", "text"),
+        ("started_at", "timestamptz"),
+        ("finished_at", "timestamptz"),
+        ("object_count", "uint8"),
+        ("peak_memory_bytes", "uint8"),
+        ("status", "text"),
+        ("incarnation", "uint8"),
+    ),
+    "controller",
+)
+MZ_OBJECT_HYDRATION_HISTORY = BuiltinCollection(
+    "s275",
+    "mz_internal",
+    "mz_object_hydration_history",
+    (
+        ("object_id", "text"),
+        ("cluster_id", "text"),
+        ("replica_id", "text"),
+        ("installed_at", "timestamptz"),
+        ("started_at", "timestamptz"),
+        ("finished_at", "timestamptz"),
+        ("status", "text"),
+        ("incarnation", "uint8"),
+        ("records", "uint8"),
+    ),
+    "controller",
+)
+HYDRATION_COLLECTIONS: tuple[BuiltinCollection, ...] = (
+    MZ_COMPUTE_OPERATOR_HYDRATION_STATUSES,
+    MZ_COMPUTE_OPERATOR_HYDRATION_PROGRESS_PER_WORKER,
+    MZ_COMPUTE_HYDRATION_TIMES,
+    MZ_COMPUTE_DEPENDENCIES,
+    MZ_REPLICA_HYDRATION_HISTORY,
+    MZ_OBJECT_HYDRATION_HISTORY,
+)
+
 BUILTIN_COLLECTIONS: tuple[BuiltinCollection, ...] = (
     MZ_CLUSTERS,
     MZ_CLUSTER_REPLICAS,
@@ -475,6 +577,7 @@ BUILTIN_COLLECTIONS: tuple[BuiltinCollection, ...] = (
     *STATEMENT_LOG_COLLECTIONS,
     *INTROSPECTION_COLLECTIONS,
     MZ_CLUSTER_REPLICA_INTROSPECTION_STATUS,
+    *HYDRATION_COLLECTIONS,
 )
 BY_QUALIFIED_NAME = {c.qualified_name: c for c in BUILTIN_COLLECTIONS}
 BY_ID = {c.id: c for c in BUILTIN_COLLECTIONS}

@@ -284,18 +284,46 @@ class SubscribeBatch(_message.Message):
     def __init__(self, sink_id: _Optional[str] = ..., lower: _Optional[int] = ..., upper: _Optional[int] = ..., updates: _Optional[_Iterable[_Union[UpdateRow, _Mapping]]] = ..., error: _Optional[_Union[_common_pb2.Error, _Mapping]] = ...) -> None: ...
 
 class Hydration(_message.Message):
-    __slots__ = ("dataflow_id", "hydrated", "nodes_total", "nodes_hydrated", "records_read")
+    __slots__ = ("dataflow_id", "hydrated", "nodes_total", "nodes_hydrated", "records_read", "nodes", "export_ids", "hydration_time_ns", "records_done", "records_estimated", "installed_at_ms", "started_at_ms")
     DATAFLOW_ID_FIELD_NUMBER: _ClassVar[int]
     HYDRATED_FIELD_NUMBER: _ClassVar[int]
     NODES_TOTAL_FIELD_NUMBER: _ClassVar[int]
     NODES_HYDRATED_FIELD_NUMBER: _ClassVar[int]
     RECORDS_READ_FIELD_NUMBER: _ClassVar[int]
+    NODES_FIELD_NUMBER: _ClassVar[int]
+    EXPORT_IDS_FIELD_NUMBER: _ClassVar[int]
+    HYDRATION_TIME_NS_FIELD_NUMBER: _ClassVar[int]
+    RECORDS_DONE_FIELD_NUMBER: _ClassVar[int]
+    RECORDS_ESTIMATED_FIELD_NUMBER: _ClassVar[int]
+    INSTALLED_AT_MS_FIELD_NUMBER: _ClassVar[int]
+    STARTED_AT_MS_FIELD_NUMBER: _ClassVar[int]
     dataflow_id: str
     hydrated: bool
     nodes_total: int
     nodes_hydrated: int
     records_read: int
-    def __init__(self, dataflow_id: _Optional[str] = ..., hydrated: _Optional[bool] = ..., nodes_total: _Optional[int] = ..., nodes_hydrated: _Optional[int] = ..., records_read: _Optional[int] = ...) -> None: ...
+    nodes: _containers.RepeatedCompositeFieldContainer[NodeHydration]
+    export_ids: _containers.RepeatedScalarFieldContainer[str]
+    hydration_time_ns: int
+    records_done: int
+    records_estimated: int
+    installed_at_ms: int
+    started_at_ms: int
+    def __init__(self, dataflow_id: _Optional[str] = ..., hydrated: _Optional[bool] = ..., nodes_total: _Optional[int] = ..., nodes_hydrated: _Optional[int] = ..., records_read: _Optional[int] = ..., nodes: _Optional[_Iterable[_Union[NodeHydration, _Mapping]]] = ..., export_ids: _Optional[_Iterable[str]] = ..., hydration_time_ns: _Optional[int] = ..., records_done: _Optional[int] = ..., records_estimated: _Optional[int] = ..., installed_at_ms: _Optional[int] = ..., started_at_ms: _Optional[int] = ...) -> None: ...
+
+class NodeHydration(_message.Message):
+    __slots__ = ("lir_id", "worker_id", "hydrated", "records_done", "records_estimated")
+    LIR_ID_FIELD_NUMBER: _ClassVar[int]
+    WORKER_ID_FIELD_NUMBER: _ClassVar[int]
+    HYDRATED_FIELD_NUMBER: _ClassVar[int]
+    RECORDS_DONE_FIELD_NUMBER: _ClassVar[int]
+    RECORDS_ESTIMATED_FIELD_NUMBER: _ClassVar[int]
+    lir_id: int
+    worker_id: int
+    hydrated: bool
+    records_done: int
+    records_estimated: int
+    def __init__(self, lir_id: _Optional[int] = ..., worker_id: _Optional[int] = ..., hydrated: _Optional[bool] = ..., records_done: _Optional[int] = ..., records_estimated: _Optional[int] = ...) -> None: ...
 
 class CollectionError(_message.Message):
     __slots__ = ("collection_id", "error", "since", "cleared")
