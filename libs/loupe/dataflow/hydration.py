@@ -101,24 +101,27 @@ class HydrationTracker:
             self.node_of[by_operator_id[operator_id]] = node
         self.imports = {name: position[id(o)] for name, o in imports.items()}
         nodes = len(node_operator_ids)
-        # Per operator: rows queued for it (an import, before the step), its actual output
-        # once it ran in the hydrating step, and its output as now estimated.
+        # Per operator: rows queued for it (an import, before the step), and its output:
+        # estimated, replaced by the actual one once it ran in the hydrating step.
         self.queued = [0] * len(operators)
-        self.actual: list[PerWorker | None] = [None] * len(operators)
+        self.ran_already = [False] * len(operators)
         self.output: list[PerWorker] = [self.zero] * len(operators)
-        # Per node: hydrated, consumed while hydrating, estimated to consume.
+        # Per node: hydrated, consumed while hydrating, and what ``snapshot`` says it will
+        # consume (its estimate, never below done; done once hydrated).
         self.hydrated = [False] * nodes
         self.done: list[PerWorker] = [self.zero] * nodes
         self.estimated: list[PerWorker] = [self.zero] * nodes
         self.started = False
         self.snapshot = Snapshot((), (), ())
-        self._estimate(0)
+        self._estimate(0, None)
         self._publish()
 
     def queue(self, name: str, rows: int) -> None:
         """``rows`` more updates at or below the as_of wait for import ``name`` (before the step)."""
-        self.queued[self.imports[name]] += rows
-        self._estimate(0)
+        position = self.imports[name]
+        self.queued[position] += rows
+        self.output[position] = spread_sizes(self.queued[position], self.workers)
+        self._estimate(position + 1, {position})
         self._publish()
 
     def start(self) -> None:
@@ -128,16 +131,25 @@ class HydrationTracker:
     def ran(self, position: int, operator: ops.Operator) -> int:
         """The operator at ``position`` ran (or was idle) in the hydrating step: the node it is
         hydrated, with what it consumed; estimates downstream use its actual output. The
-        node's index (in ``regions`` order), -1 for an import."""
-        self.actual[position] = tuple(part.height for part in operator.ok)
+        node's index (in ``regions`` order), -1 for an import.
+
+        Per step, never per row: the work is the operators downstream whose input
+        estimate changed, and a snapshot of the nodes (tuples of per-worker counts).
+        """
+        actual = tuple(part.height for part in operator.ok)
+        self.ran_already[position] = True
+        changed = actual != self.output[position]
+        self.output[position] = actual
         node = self.node_of[position]
         if node >= 0:
-            self.done[node] = tuple(
-                d + r for d, r in zip(self.done[node], rows_processed(operator), strict=True)
-            )
+            processed = rows_processed(operator)
+            done = tuple(d + r for d, r in zip(self.done[node], processed, strict=True))
+            self.done[node] = self.estimated[node] = done
             self.hydrated[node] = True
-        self._estimate(position)
-        self._publish()
+        if changed:
+            self._estimate(position + 1, {position})
+        if node >= 0 or changed:
+            self._publish()
         return node
 
     def fail(self) -> list[int]:
@@ -148,21 +160,30 @@ class HydrationTracker:
         self._publish()
         return reverted
 
-    def _estimate(self, start: int) -> None:
-        """Estimates of every operator from ``start`` on, from their inputs' outputs (actual
-        for those that ran, else estimated): a forward pass in topological order."""
-        workers = self.workers
+    def _estimate(self, start: int, changed: set[int] | None) -> None:
+        """Estimates of the operators from ``start`` on that read a ``changed`` output (None:
+        all of them), from their inputs' outputs: a forward pass in topological order."""
         for i in range(start, len(self.sources)):
-            actual = self.actual[i]
+            if self.ran_already[i]:
+                continue
             sources = self.sources[i]
-            if sources:
-                consumed = tuple(sum(self.output[s][w] for s in sources) for w in range(workers))
+            if changed is not None and not any(s in changed for s in sources):
+                continue
+            if len(sources) == 1:
+                consumed = self.output[sources[0]]
+            elif sources:
+                consumed = tuple(map(sum, zip(*(self.output[s] for s in sources), strict=True)))
             else:
                 consumed = self._own(i)
             node = self.node_of[i]
             if node >= 0 and not self.hydrated[node]:
-                self.estimated[node] = consumed
-            self.output[i] = actual if actual is not None else self._output(i, consumed)
+                done = self.done[node]  # zero, unless a failed step counted it
+                self.estimated[node] = tuple(map(max, consumed, done))
+            output = self._output(i, consumed)
+            if output != self.output[i]:
+                self.output[i] = output
+                if changed is not None:
+                    changed.add(i)
 
     def _own(self, i: int) -> PerWorker:
         """What an operator without inputs produces: an import's queued rows, a constant's."""
@@ -183,13 +204,8 @@ class HydrationTracker:
         return spread_sizes(total, self.workers)
 
     def _publish(self) -> None:
-        estimated = tuple(
-            done if hydrated else tuple(max(e, d) for e, d in zip(estimate, done, strict=True))
-            for hydrated, done, estimate in zip(
-                self.hydrated, self.done, self.estimated, strict=True
-            )
-        )
-        self.snapshot = Snapshot(tuple(self.hydrated), tuple(self.done), estimated)
+        """Replace ``snapshot`` whole (another thread may be reading the previous one)."""
+        self.snapshot = Snapshot(tuple(self.hydrated), tuple(self.done), tuple(self.estimated))
 
 
 def rows_processed(operator: ops.Operator) -> list[int]:
