@@ -15,6 +15,7 @@ from loupe.dataflow import ComputeInstance, DataflowProgress, LoggingHooks, Node
 from loupe.dataflow.hydration import HydrationTracker
 from loupe.dataflow.testing import index_dataflow, persist_updates
 from loupe.plan import lir, mir
+from loupe.plan.dataflow import IndexImport
 from loupe.plan.lir import MapFilterProject
 from loupe.plan.scalar import Call, Column, Literal
 from loupe.sizes import MIB
@@ -239,6 +240,31 @@ def test_a_filters_estimate_bounds_its_output_from_above() -> None:
     push(instance, "t", [], AS_OF + 1)
     instance.step()
     assert totals(instance.progress()[0]) == {0: (100, 100), 1: (100, 100), 2: (10, 10)}
+
+
+def test_an_index_imports_estimate_is_the_indexs_records_at_the_as_of() -> None:
+    instance = ComputeInstance(workers=2)
+    instance.create_dataflow(index_dataflow("a", lir.Get(0, "t", types=TYPES), {"t": T}, AS_OF))
+    push(instance, "t", [*rows_t(40), (("late", 1), AS_OF + 1, 1)], AS_OF + 2)
+    instance.step()
+    imported = IndexImport("a_index", "a_view", T, ())
+    plan = lir.Reduce(
+        1,
+        lir.Get(0, "a_view", types=TYPES),
+        (),
+        (mir.Aggregate("count", None),),
+        lir.ReduceKind.ACCUMULABLE,
+        types=("int8",),
+    )
+    reader = index_dataflow("b", plan, {}, as_of=AS_OF, index_imports=[imported])
+    instance.create_dataflow(reader)
+    progress = next(p for p in instance.progress() if p.dataflow_id == "b")
+    # The index holds 41 records; 40 are at or before the as_of.
+    assert totals(progress) == {0: (0, 40), 1: (0, 40)}
+    instance.step()
+    progress = next(p for p in instance.progress() if p.dataflow_id == "b")
+    assert progress.hydrated
+    assert totals(progress) == {0: (41, 41), 1: (41, 41)}  # the step took the later one too
 
 
 def test_a_constant_is_estimated_exactly() -> None:
