@@ -167,3 +167,38 @@ def test_every_replica_without_a_target(system: LoupeUp) -> None:
         lambda: system.sql("SET cluster = two; EXPLAIN ANALYZE CLUSTER MEMORY", timeout=60)
     )
     assert {(r[0], r[2]) for r in cluster} == {(name, "r1"), (name, "r2")}
+
+
+def test_skew_of_a_materialized_view_on_a_targeted_replica(system: LoupeUp) -> None:
+    """The issue's story: ``SET cluster_replica = r1; EXPLAIN ANALYZE CPU, MEMORY WITH SKEW
+    FOR MATERIALIZED VIEW``: a row per node and worker of r1 (SIZE '2': two workers)."""
+    if not system.sql("SELECT 1 FROM mz_catalog.mz_clusters WHERE name = 'two'"):
+        system.sql("CREATE CLUSTER two REPLICAS (r1 (SIZE '1'), r2 (SIZE '2'))")
+    system.sql(
+        "SET cluster = two; CREATE MATERIALIZED VIEW big AS SELECT k, max(v) FROM t GROUP BY k"
+    )
+    statement = (
+        "SET cluster = two; SET cluster_replica = r2;"
+        " EXPLAIN ANALYZE CPU, MEMORY WITH SKEW FOR MATERIALIZED VIEW big"
+    )
+
+    def measured() -> list[tuple]:
+        rows = system.sql(statement, timeout=60)
+        assert any(r[13] for r in rows)  # some node's arrangements hold records
+        return rows
+
+    rows = eventually(measured)
+    # operator, worker_id, cpu_ratio, worker_elapsed, avg_elapsed, total_elapsed,
+    # memory_ratio, worker_memory, avg_memory, total_memory, records_ratio, …
+    assert {r[1] for r in rows} <= {0, 1}
+    by_operator: dict[str, list[tuple]] = {}
+    for row in rows:
+        by_operator.setdefault(row[0], []).append(row)
+    for operator, workers in by_operator.items():
+        ratios = [r[6] for r in workers if r[6] is not None]
+        if ratios:
+            # Each worker's share of the average: the ratios add up to the workers counted.
+            assert float(sum(ratios)) == pytest.approx(len(ratios), abs=0.02 * len(ratios)), (
+                operator,
+                workers,
+            )
