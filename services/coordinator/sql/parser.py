@@ -9,7 +9,8 @@ into statements at ``;``, and:
   ``CREATE TABLE``, ``DROP TABLE``, ``SHOW``, ``SET`` and ``RESET`` are
   parsed here, token by token;
 - ``EXPLAIN [OPTIMIZED | PHYSICAL] PLAN [WITH (node_ids)] FOR <query>`` is
-  parsed here up to the query, which goes to sqlglot;
+  parsed here up to the query, which goes to sqlglot; ``EXPLAIN ANALYZE …``
+  (Materialize's forms and Loupe's ``HYDRATION``) is parsed here entirely;
 - ``PREPARE name [(types)] AS <statement>``, ``EXECUTE name [(args)]`` and
   ``DEALLOCATE [PREPARE] name | ALL`` are parsed here (the prepared statement
   and the arguments by the rules for them);
