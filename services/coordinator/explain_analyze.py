@@ -457,20 +457,23 @@ GROUP BY {r.poct}poct.global_id""",
 def hydration_sql(object_id: str, name: str, replica_id: str = "") -> str:
     """``EXPLAIN ANALYZE HYDRATION FOR <object>``'s query: every replica's, or ``replica_id``'s.
 
-    Rows: the object's LIR nodes on each replica reporting them, from the
-    controller's hydration collections; a node's operator and nesting from
-    the persisted ``mz_lir_mapping`` (``node <id>`` when the replica keeps no
-    introspection).
+    Rows: the object's LIR nodes on each replica, those the controller's
+    hydration collections report and those the replica's persisted
+    ``mz_lir_mapping`` lists (a node without a report is not hydrated); a
+    node's operator and nesting from that mapping (``node <id>`` when the
+    replica keeps no introspection).
     """
-    predicates = [f"h.object_id = {_literal(object_id)}"]
+    nodes = [f"h.object_id = {_literal(object_id)}"]
+    mapped = [f"mo.name = {_literal(name)}"]
     if replica_id:
-        predicates.append(f"h.replica_id = {_literal(replica_id)}")
+        nodes.append(f"h.replica_id = {_literal(replica_id)}")
+        mapped.append(f"mlm.replica_id = {_literal(replica_id)}")
     return f"""WITH
     nodes AS (
         SELECT h.replica_id AS replica_id, h.physical_plan_node_id AS lir_id,
                h.hydrated AS hydrated
         FROM mz_internal.mz_compute_operator_hydration_statuses h
-        WHERE {" AND ".join(predicates)}
+        WHERE {" AND ".join(nodes)}
     ),
     mapping AS (
         SELECT mlm.replica_id AS replica_id, mlm.lir_id AS lir_id,
@@ -479,17 +482,24 @@ def hydration_sql(object_id: str, name: str, replica_id: str = "") -> str:
         JOIN mz_internal.mz_mappable_objects mo
           ON (mlm.replica_id = mo.replica_id AND mlm.incarnation = mo.incarnation
               AND mlm.global_id = mo.global_id)
-        WHERE mo.name = {_literal(name)}
+        WHERE {" AND ".join(mapped)}
+    ),
+    plan_nodes AS (
+        SELECT COALESCE(n.replica_id, m.replica_id) AS replica_id,
+               COALESCE(n.lir_id, m.lir_id) AS lir_id,
+               m.operator AS operator, m.nesting AS nesting,
+               COALESCE(n.hydrated, false) AS hydrated
+        FROM nodes n
+        FULL JOIN mapping m ON (m.replica_id = n.replica_id AND m.lir_id = n.lir_id)
     )
-SELECT COALESCE(REPEAT(' ', m.nesting * 2) || m.operator, 'node ' || n.lir_id::text) AS operator,
+SELECT COALESCE(REPEAT(' ', pn.nesting * 2) || pn.operator, 'node ' || pn.lir_id::text) AS operator,
        r.name AS replica,
-       n.hydrated AS hydrated,
+       pn.hydrated AS hydrated,
        p.records_done AS records_done,
        p.records_estimated AS records_estimated
-FROM nodes n
-LEFT JOIN mapping m ON (m.replica_id = n.replica_id AND m.lir_id = n.lir_id)
+FROM plan_nodes pn
 LEFT JOIN mz_internal.mz_compute_operator_hydration_progress p
-  ON (p.replica_id = n.replica_id AND p.object_id = {_literal(object_id)}
-      AND p.physical_plan_node_id = n.lir_id)
-JOIN mz_catalog.mz_cluster_replicas r ON (r.id = n.replica_id)
-ORDER BY n.lir_id DESC, replica"""
+  ON (p.replica_id = pn.replica_id AND p.object_id = {_literal(object_id)}
+      AND p.physical_plan_node_id = pn.lir_id)
+JOIN mz_catalog.mz_cluster_replicas r ON (r.id = pn.replica_id)
+ORDER BY pn.lir_id DESC, replica"""

@@ -404,7 +404,8 @@ async def test_hydration_per_node_and_replica(logs: TableHarness) -> None:
     await _persist(logs, r1, {LIR.log_id: _logs(index_id)[LIR.log_id]})
     for log_id in (GLOBAL_IDS.log_id, EXPORTS.log_id):
         await _persist(logs, r1, {log_id: _logs(index_id)[log_id]})
-    hydrated = {(r1, 0): True, (r1, 1): True, (r1, 2): False, (r2, 0): True, (r2, 1): False}
+    # r1 has not reported node 0 yet (its mapping lists it): not hydrated.
+    hydrated = {(r1, 1): True, (r1, 2): False, (r2, 0): True, (r2, 1): False}
     progress = {  # (replica, node, worker) -> (done, estimated)
         (r1, 2, 0): (40, 100),
         (r1, 2, 1): (10, 100),
@@ -423,20 +424,26 @@ async def test_hydration_per_node_and_replica(logs: TableHarness) -> None:
             logs.controller.contents[collection.id][row] += 1
         await logs.controller._flush({collection.id: [(row, 1) for row in rows]})
 
-    rows = await logs.rows(session, "EXPLAIN ANALYZE HYDRATION FOR INDEX t_idx")
     names = _indented()
+    nodes = set(hydrated) | {(r1, lir) for lir, *_ in NODES}
     expected = []
-    for (replica, node), done in sorted(hydrated.items(), key=lambda kv: (-kv[0][1], kv[0][0])):
+    for replica, node in sorted(nodes, key=lambda k: (-k[1], k[0])):
         sums = [v for (r, n, _), v in progress.items() if (r, n) == (replica, node)]
         expected.append(
             (
                 names[node] if replica == r1 else f"node {node}",
                 "r1" if replica == r1 else "r2",
-                done,
+                hydrated.get((replica, node), False),
                 Decimal(sum(d for d, _ in sums)) if sums else None,
                 Decimal(sum(e for _, e in sums)) if sums else None,
             )
         )
+    rows = await logs.rows(session, "EXPLAIN ANALYZE HYDRATION FOR INDEX t_idx")
     assert rows == expected
+    # A replica targeted: its rows only.
+    await logs.tag(session, "SET cluster = two; SET cluster_replica = r2")
+    rows = await logs.rows(session, "EXPLAIN ANALYZE HYDRATION FOR INDEX t_idx")
+    assert rows == [row for row in expected if row[1] == "r2"]
+    await logs.tag(session, "RESET cluster_replica")
     [(text,)] = await logs.rows(session, "EXPLAIN ANALYZE HYDRATION FOR INDEX t_idx AS SQL")
     assert text == analyze.hydration_sql(index_id, "materialize.public.t_idx")
