@@ -725,10 +725,10 @@ GROUP BY replica_id, object_id, physical_plan_node_id
 )
 # Loupe's: each object's progress on each replica, with an ETA. The episode is
 # the replica's latest incarnation's row of mz_object_hydration_history (its
-# ``started_at``: the first update processed). ``rate``: records processed per
-# second since then, as of ``updated_at``; ``eta``: what is left of the
-# estimate at that rate, as of ``updated_at`` (0 once hydrated, NULL before
-# there is a rate).
+# ``started_at``: the first update processed; ``installed_at`` when the
+# replica did not say). ``rate``: records processed per second since then, as
+# of ``updated_at``; ``eta``: what is left of the estimate at that rate, as of
+# ``updated_at`` (0 once hydrated, NULL before there is a rate).
 MZ_COMPUTE_HYDRATION_PROGRESS = BuiltinView(
     "mz_internal",
     "mz_compute_hydration_progress",
@@ -745,7 +745,7 @@ latest AS (
     GROUP BY replica_id, object_id
 ),
 episodes AS (
-    SELECT h.replica_id, h.object_id, h.started_at
+    SELECT h.replica_id, h.object_id, COALESCE(h.started_at, h.installed_at) AS started_at
     FROM mz_internal.mz_object_hydration_history h
     JOIN latest l
       ON l.replica_id = h.replica_id AND l.object_id = h.object_id

@@ -1193,9 +1193,10 @@ def hydration_progress(
     The replica furthest along counts (the object is usable once one replica
     has it): hydrated first, then the larger share of its estimate done. Its
     rate is the records its nodes processed since its first update
-    (``started_at_ms``, wall clock) over the time since; the ETA is what is
-    left of the estimate at that rate (None without a rate or once the
-    estimate is passed, 0 once hydrated).
+    (``started_at_ms``, wall clock; its installation, ``installed_at_ms``, when
+    the replica does not say) over the time since; the ETA is what is left of
+    the estimate at that rate (None without a rate or once the estimate is
+    passed, 0 once hydrated).
     """
     if not reports:
         return Progress(name, 0, 0, 0, False)
@@ -1207,10 +1208,11 @@ def hydration_progress(
     eta_ms: int | None = None
     if best.hydrated:
         eta_ms = 0
-    elif best.started_at_ms and best.records_done and now_ms > best.started_at_ms:
+    else:
+        since = best.started_at_ms or best.installed_at_ms
         left = best.records_estimated - best.records_done
-        if left > 0:
-            rate = best.records_done / (now_ms - best.started_at_ms)  # records per ms
+        if since and best.records_done and now_ms > since and left > 0:
+            rate = best.records_done / (now_ms - since)  # records per ms
             eta_ms = math.ceil(left / rate)
     return Progress(
         name,

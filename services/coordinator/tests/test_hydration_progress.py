@@ -41,6 +41,11 @@ def test_eta_is_what_is_left_at_the_rate_since_the_first_update() -> None:
     assert progress.eta_ms == 12_000
 
 
+def test_without_a_start_the_rate_runs_from_the_installation() -> None:
+    report = _report(records_done=1_000, records_estimated=3_000, installed_at_ms=NOW - 4_000)
+    assert hydration_progress(NAME, [report], NOW).eta_ms == 8_000
+
+
 def test_no_rate_no_eta_and_hydrated_is_zero() -> None:
     not_started = _report(nodes_total=3, records_estimated=100)
     assert hydration_progress(NAME, [not_started], NOW).eta_ms is None

@@ -172,6 +172,34 @@ async def test_operator_progress_sums_workers_and_object_progress_has_an_eta(
     assert waiting[3:] == (None, None, None, None, None, None)
 
 
+async def test_the_rate_runs_from_the_installation_when_the_start_is_unknown(
+    engine: TableHarness,
+) -> None:
+    session = await engine.session()
+    index_id, _ = await _objects(engine, session)
+    installed, updated = T0 - dt.timedelta(seconds=2), T0 + dt.timedelta(seconds=8)
+    await _stage(engine, MZ_COMPUTE_HYDRATION_TIMES, [("u1", index_id, None)])
+    await _stage(
+        engine,
+        MZ_COMPUTE_OPERATOR_HYDRATION_PROGRESS_PER_WORKER,
+        [("u1", index_id, 0, 0, 500, 2_000, updated)],
+    )
+    await _stage(
+        engine,
+        MZ_OBJECT_HYDRATION_HISTORY,
+        [(index_id, "u2", "u1", installed, None, None, "hydrating", 1, 0)],
+    )
+    [(started, rate, eta)] = await engine.rows(
+        session,
+        "SELECT started_at, rate, eta FROM mz_internal.mz_compute_hydration_progress"
+        f" WHERE object_id = '{index_id}'",
+    )
+    elapsed = (updated - installed).total_seconds()
+    assert started == installed
+    assert float(rate) == pytest.approx(500 / elapsed)
+    assert _seconds(eta) == pytest.approx(1_500 / (500 / elapsed), rel=1e-6)
+
+
 async def _columns(harness: TableHarness, session: str, relation: str) -> list[tuple[str, str]]:
     responses = await harness.execute(session, f"SELECT * FROM {relation}")
     assert not [r.error for r in responses if r.HasField("error")]
