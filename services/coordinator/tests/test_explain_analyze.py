@@ -148,9 +148,22 @@ def test_generated_queries_plan_on_a_replica() -> None:
         ],
         (("hints",), False): ["operator", "levels", "to_cut", "hint", "savings"],
     }
+    # Materialize's types (describe_explain_analyze_object).
+    types = {
+        "operator": "text",
+        "worker_id": "uint8",
+        "levels": "int8",
+        "to_cut": "int8",
+        "hint": "float8",
+        "savings": "text",
+    }
+    types |= dict.fromkeys(("worker_memory", "avg_memory", "total_memory"), "text")
+    types |= dict.fromkeys(("worker_elapsed", "avg_elapsed", "total_elapsed"), "interval")
     for (properties, skew), columns in cases.items():
         sql = analyze.object_sql(properties, skew, "materialize.public.w", analyze.Target())
-        assert [name for name, _ in plan(sql, "mz_introspection").columns] == columns
+        assert plan(sql, "mz_introspection").columns == tuple(
+            (c, types.get(c, "numeric")) for c in columns
+        )
     sql = analyze.cluster_sql(("memory", "cpu"), True, analyze.Target())
     assert [name for name, _ in plan(sql, "mz_introspection").columns] == [
         "object",
