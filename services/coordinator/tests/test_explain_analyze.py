@@ -61,6 +61,13 @@ def test_object_forms_parse_as_materialize_reads_them() -> None:
     assert _parsed("EXPLAIN ANALYZE HYDRATION FOR MATERIALIZED VIEW m").properties == ("hydration",)
 
 
+def test_statement_log_types_are_materializes() -> None:
+    from loupe.coordinator.statement_logging import statement_type
+
+    assert statement_type(_parsed("EXPLAIN ANALYZE CPU FOR INDEX i")) == "explain_analyze_object"
+    assert statement_type(_parsed("EXPLAIN ANALYZE CLUSTER CPU")) == "explain_analyze_cluster"
+
+
 def test_cluster_forms_parse() -> None:
     s = _parsed("EXPLAIN ANALYZE CLUSTER MEMORY, CPU WITH SKEW AS SQL")
     assert (s.properties, s.skew, s.cluster, s.object_name, s.as_sql) == (
