@@ -673,12 +673,119 @@ LEFT JOIN texts AS x ON x.sql_hash = n.sql_hash
 MZ_STATEMENT_EXECUTION_ESTIMATES = BuiltinView(
     "mz_internal", "mz_statement_execution_estimates", _ESTIMATES_SQL
 )
+# Hydration (issue 13) over the controller's hydration collections (s270 to s275).
+# Materialize's view, less its ``complete_mvs`` part: that part lists
+# materialized views whose write frontier on a replica is empty (their
+# dataflow is gone, so no hydration time is reported) from
+# ``mz_catalog.mz_cluster_replica_frontiers``, a relation Loupe does not have.
+MZ_COMPUTE_HYDRATION_STATUSES = BuiltinView(
+    "mz_internal",
+    "mz_compute_hydration_statuses",
+    """
+SELECT object_id, replica_id, time_ns IS NOT NULL AS hydrated,
+       ((time_ns / 1000) || 'microseconds')::interval AS hydration_time
+FROM mz_internal.mz_compute_hydration_times
+""",
+)
+# Materialize's view: every index and materialized view, with a row per replica
+# reporting it (none: one row, replica_id NULL, not hydrated). Materialize also
+# lists sources maintained by a dataflow on a cluster (``mz_sources.cluster_id``)
+# and sinks; Loupe's sources are tables its coordinator loads (no cluster, no
+# dataflow, nothing to hydrate) and it has no sinks.
+MZ_HYDRATION_STATUSES = BuiltinView(
+    "mz_internal",
+    "mz_hydration_statuses",
+    """
+WITH indexes AS (
+    SELECT i.id AS object_id, h.replica_id, COALESCE(h.hydrated, false) AS hydrated
+    FROM mz_catalog.mz_indexes i
+    LEFT JOIN mz_internal.mz_compute_hydration_statuses h ON (h.object_id = i.id)
+),
+materialized_views AS (
+    SELECT i.id AS object_id, h.replica_id, COALESCE(h.hydrated, false) AS hydrated
+    FROM mz_catalog.mz_materialized_views i
+    LEFT JOIN mz_internal.mz_compute_hydration_statuses h ON (h.object_id = i.id)
+)
+SELECT * FROM indexes
+UNION ALL
+SELECT * FROM materialized_views
+""",
+)
+# Loupe's: each LIR node's progress summed over the replica's workers.
+MZ_COMPUTE_OPERATOR_HYDRATION_PROGRESS = BuiltinView(
+    "mz_internal",
+    "mz_compute_operator_hydration_progress",
+    """
+SELECT replica_id, object_id, physical_plan_node_id,
+       sum(records_done) AS records_done, sum(records_estimated) AS records_estimated,
+       max(updated_at) AS updated_at
+FROM mz_internal.mz_compute_operator_hydration_progress_per_worker
+GROUP BY replica_id, object_id, physical_plan_node_id
+""",
+)
+# Loupe's: each object's progress on each replica, with an ETA. The episode is
+# the replica's latest incarnation's row of mz_object_hydration_history (its
+# ``started_at``: the first update processed; ``installed_at`` when the
+# replica did not say). ``rate``: records processed per second since then, as
+# of ``updated_at``; ``eta``: what is left of the estimate at that rate, as of
+# ``updated_at`` (0 once hydrated, NULL before there is a rate).
+MZ_COMPUTE_HYDRATION_PROGRESS = BuiltinView(
+    "mz_internal",
+    "mz_compute_hydration_progress",
+    """
+WITH progress AS (
+    SELECT replica_id, object_id, sum(records_done) AS records_done,
+           sum(records_estimated) AS records_estimated, max(updated_at) AS updated_at
+    FROM mz_internal.mz_compute_operator_hydration_progress_per_worker
+    GROUP BY replica_id, object_id
+),
+latest AS (
+    SELECT replica_id, object_id, max(incarnation) AS incarnation
+    FROM mz_internal.mz_object_hydration_history
+    GROUP BY replica_id, object_id
+),
+episodes AS (
+    SELECT h.replica_id, h.object_id, COALESCE(h.started_at, h.installed_at) AS started_at
+    FROM mz_internal.mz_object_hydration_history h
+    JOIN latest l
+      ON l.replica_id = h.replica_id AND l.object_id = h.object_id
+     AND l.incarnation = h.incarnation
+),
+rates AS (
+    SELECT s.object_id, s.replica_id, s.hydrated, p.records_done, p.records_estimated,
+           e.started_at, p.updated_at,
+           CASE
+               WHEN p.records_done > 0 AND p.updated_at > e.started_at
+               THEN p.records_done / EXTRACT(EPOCH FROM p.updated_at - e.started_at)
+           END AS rate
+    FROM mz_internal.mz_compute_hydration_statuses s
+    LEFT JOIN progress p ON p.replica_id = s.replica_id AND p.object_id = s.object_id
+    LEFT JOIN episodes e ON e.replica_id = s.replica_id AND e.object_id = s.object_id
+)
+SELECT object_id, replica_id, hydrated, records_done, records_estimated, started_at,
+       updated_at, rate,
+       CASE
+           WHEN hydrated THEN INTERVAL '0 seconds'
+           WHEN rate IS NOT NULL
+           THEN (greatest(records_estimated - records_done, 0) / rate)::float8
+                * INTERVAL '1 second'
+       END AS eta
+FROM rates
+""",
+)
+HYDRATION_VIEWS = (
+    MZ_COMPUTE_HYDRATION_STATUSES,
+    MZ_HYDRATION_STATUSES,
+    MZ_COMPUTE_OPERATOR_HYDRATION_PROGRESS,
+    MZ_COMPUTE_HYDRATION_PROGRESS,
+)
 BUILTIN_VIEWS = {
     v.qualified_name: v
     for v in (
         MZ_RECENT_ACTIVITY_LOG,
         MZ_RECENT_ACTIVITY_LOG_REDACTED,
         MZ_STATEMENT_EXECUTION_ESTIMATES,
+        *HYDRATION_VIEWS,
     )
 }
 

@@ -73,6 +73,11 @@ class HydrationProgress:
     records_read: int
     hydrated: bool
     unit: str = "nodes"
+    # Hydration: updates the dataflow's nodes processed, the estimate of what they
+    # process to hydrate (0, 0: no estimate) and the time left in ms (None: unknown).
+    records_done: int = 0
+    records_estimated: int = 0
+    eta_ms: int | None = None
 
 
 class SqlClient:
@@ -235,6 +240,9 @@ class SqlClient:
                     progress.records_read,
                     progress.hydrated,
                     progress.unit or "nodes",
+                    progress.records_done,
+                    progress.records_estimated,
+                    progress.eta_ms if progress.HasField("eta_ms") else None,
                 )
             elif kind == "error":
                 raise LoupeError.from_proto(response.error)

@@ -29,10 +29,11 @@ import contextlib
 import dataclasses
 import functools
 import itertools
+import math
 import re
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -814,7 +815,10 @@ class Compute:
                 break
             if progress is None:
                 break
-            if progress != last:
+            # A new report when the work moved (the ETA alone moves with the clock).
+            if last is None or dataclasses.replace(progress, eta_ms=None) != dataclasses.replace(
+                last, eta_ms=None
+            ):
                 yield progress
                 last = progress
             if progress.hydrated:
@@ -839,13 +843,7 @@ class Compute:
             return None
         if status.HasField("error") and status.error.code:
             raise LoupeError.from_proto(status.error)
-        if not status.hydration:
-            return Progress(obj.full_name, 0, 0, 0, False)
-        # The most advanced replica: the object is usable once one replica has it.
-        best = max(status.hydration, key=lambda h: (h.hydrated, h.nodes_hydrated, h.records_read))
-        return Progress(
-            obj.full_name, best.nodes_hydrated, best.nodes_total, best.records_read, best.hydrated
-        )
+        return hydration_progress(obj.full_name, status.hydration, time.time_ns() // 1_000_000)
 
     async def _named_cluster(self, name: str) -> ClusterInfo:
         cluster = await self.c.cluster(name)
@@ -1185,6 +1183,47 @@ class Compute:
             return plan_name(relation), relation_columns(relation)
 
         return plan_query(query, resolve)
+
+
+def hydration_progress(
+    name: str, reports: Sequence[compute_pb2.Hydration], now_ms: int
+) -> Progress:
+    """The ``Progress`` of ``name`` from its replicas' ``Hydration`` reports.
+
+    The replica furthest along counts (the object is usable once one replica
+    has it): hydrated first, then the larger share of its estimate done. Its
+    rate is the records its nodes processed since its first update
+    (``started_at_ms``, wall clock; its installation, ``installed_at_ms``, when
+    the replica does not say) over the time since; the ETA is what is left of
+    the estimate at that rate (None without a rate or once the estimate is
+    passed, 0 once hydrated).
+    """
+    if not reports:
+        return Progress(name, 0, 0, 0, False)
+
+    def share(h: compute_pb2.Hydration) -> float:
+        return h.records_done / h.records_estimated if h.records_estimated else 0.0
+
+    best = max(reports, key=lambda h: (h.hydrated, share(h), h.nodes_hydrated, h.records_read))
+    eta_ms: int | None = None
+    if best.hydrated:
+        eta_ms = 0
+    else:
+        since = best.started_at_ms or best.installed_at_ms
+        left = best.records_estimated - best.records_done
+        if since and best.records_done and now_ms > since and left > 0:
+            rate = best.records_done / (now_ms - since)  # records per ms
+            eta_ms = math.ceil(left / rate)
+    return Progress(
+        name,
+        best.nodes_hydrated,
+        best.nodes_total,
+        best.records_read,
+        best.hydrated,
+        records_done=best.records_done,
+        records_estimated=best.records_estimated,
+        eta_ms=eta_ms,
+    )
 
 
 @dataclass(frozen=True)

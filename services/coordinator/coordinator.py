@@ -94,6 +94,7 @@ from loupe.coordinator.sql.statements import (
     DropTable,
     Execute,
     Explain,
+    ExplainAnalyze,
     GrantRole,
     Insert,
     Prepare,
@@ -594,7 +595,13 @@ class Coordinator:
         task = asyncio.create_task(self.run_statement(session, statement), context=context)
         cancelable = isinstance(
             statement,
-            Query | ShowClusters | ShowClusterReplicas | ShowRoles | ShowObjects | Explain,
+            Query
+            | ShowClusters
+            | ShowClusterReplicas
+            | ShowRoles
+            | ShowObjects
+            | Explain
+            | ExplainAnalyze,
         )
         session.running = task if cancelable else None
         limit = timeout if cancelable else None
@@ -665,6 +672,8 @@ class Coordinator:
                 return await select.select(ctx, session, statement)
             case Explain():
                 return await explain.explain(ctx, session, statement)
+            case ExplainAnalyze():
+                return await explain.explain_analyze(ctx, session, statement)
             case ShowClusters() | ShowClusterReplicas() | ShowRoles() | ShowObjects():
                 return await show.show(ctx, session, statement)
             case Subscribe():

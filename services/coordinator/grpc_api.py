@@ -60,15 +60,18 @@ def event_to_proto(event: Event) -> sql_pb2.ExecuteResponse:
             )
         case Failure(error):
             return sql_pb2.ExecuteResponse(error=error.to_proto())
-        case Progress(name, hydrated_nodes, total, records, hydrated, unit):
+        case Progress():
             return sql_pb2.ExecuteResponse(
                 progress=sql_pb2.Progress(
-                    object=name,
-                    nodes_hydrated=hydrated_nodes,
-                    nodes_total=total,
-                    records_read=records,
-                    hydrated=hydrated,
-                    unit=unit,
+                    object=event.object,
+                    nodes_hydrated=event.nodes_hydrated,
+                    nodes_total=event.nodes_total,
+                    records_read=event.records_read,
+                    hydrated=event.hydrated,
+                    unit=event.unit,
+                    records_done=event.records_done,
+                    records_estimated=event.records_estimated,
+                    eta_ms=event.eta_ms,
                 )
             )
     raise TypeError(f"not an event: {event!r}")

@@ -55,6 +55,12 @@ class Progress:
     records_read: int
     hydrated: bool
     unit: str = "nodes"
+    # Hydration: updates the LIR nodes processed and the estimate for hydration
+    # (sums over nodes and workers; 0, 0 without an estimate), and the time left
+    # in ms at the rate so far (None: no rate yet; 0 once hydrated).
+    records_done: int = 0
+    records_estimated: int = 0
+    eta_ms: int | None = None
 
 
 Event = Description | RowBatch | Complete | Notice | Failure | Progress

@@ -219,6 +219,8 @@ def redact_sql(sql: str) -> str:
 def statement_type(statement: Any) -> str:
     """Materialize's ``statement_type`` words: ``select``, ``create_cluster``, …"""
     name = type(statement).__name__
+    if name == "ExplainAnalyze":  # Materialize has a statement kind for each form
+        name += "Cluster" if statement.cluster else "Object"
     words = "".join(f"_{c.lower()}" if c.isupper() else c for c in name).lstrip("_")
     return {"query": "select", "set_variable": "set", "show_variable": "show"}.get(words, words)
 

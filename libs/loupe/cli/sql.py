@@ -10,7 +10,10 @@ server cannot be reached.
 SUBSCRIBE's rows are printed as they arrive (tab-separated after a header
 line, or one JSON object / CSV line per row) until Ctrl-C. While CREATE INDEX
 or CREATE MATERIALIZED VIEW hydrates its dataflow, progress goes to stderr:
-one line per change, plain text, rewritten in place only on a terminal.
+on a terminal, one line per object rewritten in place with a bar, the share
+of the estimated records done and the ETA; otherwise one plain line per
+change. No colours and no escape sequences but a carriage return (the line
+is padded over its previous text), so dumb terminals show it too.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ import getpass
 import io
 import json
 import os
+import shutil
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -146,8 +150,11 @@ class Output:
         self.errors = errors
         # Whether the header of the streaming statement running now was printed.
         self._streaming_header = False
-        # Whether a progress line waits for its end (terminals only).
+        # Whether a progress line waits for its end (terminals only), for which
+        # object, and how long it is (a rewrite pads over what it replaces).
         self._progress_open = False
+        self._progress_object = ""
+        self._progress_width = 0
 
     def show(self, item: StatementResult | ServerNotice | StreamedRows | HydrationProgress) -> None:
         if isinstance(item, HydrationProgress):
@@ -196,23 +203,22 @@ class Output:
         self.out.flush()
 
     def progress(self, item: HydrationProgress) -> None:
-        """``hydrating <object>: n/m nodes, k records read`` (or ``loading … rows written``)."""
-        if item.unit == "tables":
-            state = "loaded" if item.hydrated else "loading"
-            done = f"{item.records_read:,} rows written"
-        else:
-            state = "hydrated" if item.hydrated else "hydrating"
-            done = f"{item.records_read:,} records read"
-        text = (
-            f"{state} {item.object}: {item.nodes_hydrated}/{item.nodes_total} {item.unit}, {done}"
-        )
-        if self.errors.isatty():
-            self.errors.write("\r\x1b[K" + text)
-            self._progress_open = True
-            if item.hydrated:
-                self._end_progress()
-        else:
-            self.errors.write(text + "\n")
+        """Progress on stderr: a bar rewritten in place on a terminal, plain lines otherwise."""
+        if not self.errors.isatty():
+            self.errors.write(progress_line(item) + "\n")
+            self.errors.flush()
+            return
+        if self._progress_open and item.object != self._progress_object:
+            self._end_progress()
+        width = shutil.get_terminal_size((80, 24)).columns
+        # One column short of the width: a full line would wrap on some terminals.
+        text = progress_bar_line(item)[: max(width - 1, 20)]
+        self.errors.write("\r" + text.ljust(self._progress_width))
+        self._progress_open = True
+        self._progress_object = item.object
+        self._progress_width = len(text)
+        if item.hydrated:
+            self._end_progress()
         self.errors.flush()
 
     def _end_progress(self) -> None:
@@ -220,6 +226,87 @@ class Output:
             self.errors.write("\n")
             self.errors.flush()
             self._progress_open = False
+            self._progress_width = 0
+
+
+# -- progress ------------------------------------------------------------------------------
+
+BAR_WIDTH = 24
+
+
+def format_eta(ms: int) -> str:
+    """``12s``, ``3m05s``, ``1h02m``: the time left, to the second (rounded up)."""
+    seconds = -(-ms // 1000)
+    if seconds < 60:
+        return f"{seconds}s"
+    if seconds < 3600:
+        return f"{seconds // 60}m{seconds % 60:02d}s"
+    return f"{seconds // 3600}h{seconds // 60 % 60:02d}m"
+
+
+def progress_fraction(item: HydrationProgress) -> float | None:
+    """How much of the work is done: of the estimated records, else of the nodes (tables).
+
+    Below 1 until hydrated (an estimate can be passed before the end).
+    """
+    if item.hydrated:
+        return 1.0
+    if item.records_estimated:
+        done = item.records_done / item.records_estimated
+    elif item.nodes_total:
+        done = item.nodes_hydrated / item.nodes_total
+    else:
+        return None
+    return min(done, 0.99)
+
+
+def _state(item: HydrationProgress) -> str:
+    if item.unit == "tables":
+        return "loaded" if item.hydrated else "loading"
+    return "hydrated" if item.hydrated else "hydrating"
+
+
+def progress_line(item: HydrationProgress) -> str:
+    """A plain progress line: ``hydrating <object>: 3/7 nodes, 1,200/4,000 records (30%), ETA 12s``.
+
+    Without an estimate of the records: ``…: 3/7 nodes, 1,500 records read``; a load
+    generator: ``loading <object>: 3/8 tables, 61,234 rows written``.
+    """
+    head = f"{_state(item)} {item.object}: {item.nodes_hydrated}/{item.nodes_total} {item.unit}"
+    if item.unit == "tables":
+        return f"{head}, {item.records_read:,} rows written"
+    if not item.records_estimated:
+        return f"{head}, {item.records_read:,} records read"
+    fraction = progress_fraction(item) or 0.0
+    text = (
+        f"{head}, {item.records_done:,}/{item.records_estimated:,} records ({int(fraction * 100)}%)"
+    )
+    if not item.hydrated and item.eta_ms is not None:
+        text += f", ETA {format_eta(item.eta_ms)}"
+    return text
+
+
+def progress_bar_line(item: HydrationProgress) -> str:
+    """A terminal's progress line: ``hydrating <object> [#####-----]  42% 3/7 nodes,
+    1,200/4,000 records, ETA 12s`` (``ETA ?`` until there is a rate)."""
+    fraction = progress_fraction(item)
+    if fraction is None:
+        return progress_line(item)
+    filled = int(fraction * BAR_WIDTH)
+    bar = "#" * filled + "-" * (BAR_WIDTH - filled)
+    text = (
+        f"{_state(item)} {item.object} [{bar}] {int(fraction * 100):>3}%"
+        f" {item.nodes_hydrated}/{item.nodes_total} {item.unit}"
+    )
+    if item.unit == "tables":
+        return f"{text}, {item.records_read:,} rows written"
+    if item.records_estimated:
+        text += f", {item.records_done:,}/{item.records_estimated:,} records"
+    else:
+        text += f", {item.records_read:,} records read"
+    if not item.hydrated:
+        text += f", ETA {format_eta(item.eta_ms)}" if item.eta_ms is not None else ", ETA ?"
+    return text
 
 
 # -- rendering -----------------------------------------------------------------------------

@@ -9,7 +9,8 @@ into statements at ``;``, and:
   ``CREATE TABLE``, ``DROP TABLE``, ``SHOW``, ``SET`` and ``RESET`` are
   parsed here, token by token;
 - ``EXPLAIN [OPTIMIZED | PHYSICAL] PLAN [WITH (node_ids)] FOR <query>`` is
-  parsed here up to the query, which goes to sqlglot;
+  parsed here up to the query, which goes to sqlglot; ``EXPLAIN ANALYZE …``
+  (Materialize's forms and Loupe's ``HYDRATION``) is parsed here entirely;
 - ``PREPARE name [(types)] AS <statement>``, ``EXECUTE name [(args)]`` and
   ``DEALLOCATE [PREPARE] name | ALL`` are parsed here (the prepared statement
   and the arguments by the rules for them);
@@ -65,6 +66,7 @@ from loupe.coordinator.sql.statements import (
     DropTable,
     Execute,
     Explain,
+    ExplainAnalyze,
     GrantRole,
     Insert,
     ObjectName,
@@ -152,7 +154,7 @@ PREPARABLE = (Query, Insert, Update, Delete)
 # EXPLAIN stages: the ones Loupe explains, and Materialize's others (0A000).
 EXPLAIN_STAGES = {"OPTIMIZED": "optimized", "PHYSICAL": "physical"}
 UNSUPPORTED_EXPLAIN_STAGES = frozenset(
-    {"RAW", "DECORRELATED", "LOCALLY", "OPTIMIZER", "TIMESTAMP", "FILTER", "KEY", "ANALYZE"}
+    {"RAW", "DECORRELATED", "LOCALLY", "OPTIMIZER", "TIMESTAMP", "FILTER", "KEY"}
 )
 # What an EXPLAIN explains besides a query: the keywords and the item type.
 EXPLAIN_OBJECT_KINDS = (
@@ -850,7 +852,71 @@ class _LoupeParser:
         start = self.tokens[0].start
         return {"text": self.sql[start : self.tokens[-1].end + 1], "offset": start}
 
-    def explain(self) -> Explain:
+    def explain_analyze(self) -> ExplainAnalyze:
+        """``EXPLAIN ANALYZE`` (after those words), as Materialize's parser reads it, with
+        Loupe's ``HYDRATION`` beside ``HINTS``."""
+        if self.accept("CLUSTER"):
+            properties, skew = self.explain_analyze_properties()
+            as_sql = self.accept("AS", "SQL")
+            self.end()
+            return ExplainAnalyze(
+                **self.common(),  # type: ignore[arg-type]
+                properties=properties,
+                skew=skew,
+                cluster=True,
+                as_sql=as_sql,
+            )
+        if self.accept("HINTS"):
+            properties, skew = ("hints",), False
+        elif self.accept("HYDRATION"):
+            properties, skew = ("hydration",), False
+        else:
+            properties, skew = self.explain_analyze_properties(object_form=True)
+        self.expect("FOR")
+        if self.accept("INDEX"):
+            object_kind = "index"
+        elif self.accept("MATERIALIZED"):
+            self.expect("VIEW")
+            object_kind = "materialized-view"
+        else:
+            raise self.error("INDEX or MATERIALIZED VIEW")
+        object_name = self.object_name(f"{object_kind.replace('-', ' ')} name")
+        as_sql = self.accept("AS", "SQL")
+        self.end()
+        return ExplainAnalyze(
+            **self.common(),  # type: ignore[arg-type]
+            properties=properties,
+            skew=skew,
+            object_kind=object_kind,
+            object_name=object_name,
+            as_sql=as_sql,
+        )
+
+    def explain_analyze_properties(self, object_form: bool = False) -> tuple[tuple[str, ...], bool]:
+        """``{CPU | MEMORY} [, {CPU | MEMORY}] [WITH SKEW]``: each at most once, in order."""
+        left = ["CPU", "MEMORY"]
+        properties: list[str] = []
+        while True:
+            if not left:
+                raise LoupeError(
+                    SqlState.SYNTAX_ERROR,
+                    "both CPU and MEMORY were specified, expected WITH SKEW or FOR",
+                    position=self.position(),
+                )
+            word = next((w for w in left if self.accept(w)), None)
+            if word is None:
+                expected = " or ".join(left)
+                if not properties and object_form:
+                    expected = "CPU, MEMORY, HINTS or HYDRATION"
+                raise self.error(expected)
+            left.remove(word)
+            properties.append(word.lower())
+            if not self.accept(","):
+                break
+        skew = self.accept("WITH", "SKEW")
+        return tuple(properties), skew
+
+    def explain(self) -> Explain | ExplainAnalyze:
         """``EXPLAIN [[OPTIMIZED | PHYSICAL] PLAN [WITH (options)] [AS TEXT] FOR] <query>``."""
         self.expect("EXPLAIN")
         stage = "optimized"
@@ -859,6 +925,9 @@ class _LoupeParser:
         word = token.text.upper() if token is not None else ""
         if token is not None and token.token_type == TokenType.IDENTIFIER:
             word = ""
+        if word == "ANALYZE":
+            self.index += 1
+            return self.explain_analyze()
         if word in EXPLAIN_STAGES and self.at(word, "PLAN"):
             self.index += 2
             stage = EXPLAIN_STAGES[word]

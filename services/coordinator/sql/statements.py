@@ -373,6 +373,29 @@ class Explain(Statement):
 
 
 @dataclass(frozen=True, kw_only=True)
+class ExplainAnalyze(Statement):
+    """``EXPLAIN ANALYZE {CPU | MEMORY} [, …] [WITH SKEW] | HINTS | HYDRATION FOR
+    {INDEX | MATERIALIZED VIEW} name [AS SQL]`` and ``EXPLAIN ANALYZE CLUSTER {CPU |
+    MEMORY} [, …] [WITH SKEW] [AS SQL]`` (Materialize's; HYDRATION is Loupe's).
+
+    ``properties``: ``"cpu"``/``"memory"`` in the order written, or ``("hints",)``
+    or ``("hydration",)``; ``cluster``: the CLUSTER form (no object);
+    ``object_kind``: ``"index"`` or ``"materialized-view"``.
+    """
+
+    properties: tuple[str, ...]
+    skew: bool = False
+    cluster: bool = False
+    object_kind: str = ""
+    object_name: ObjectName | None = None
+    as_sql: bool = False
+
+    @property
+    def tag(self) -> str:
+        return "EXPLAIN"
+
+
+@dataclass(frozen=True, kw_only=True)
 class CreateView(Statement):
     """``CREATE [MATERIALIZED] VIEW [IF NOT EXISTS] name [IN CLUSTER c] AS <query>``."""
 

@@ -5,17 +5,21 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import io
+import itertools
 import json
 import os
+import select
 import sys
 from typing import Any
 
 import pytest
 
 from loupe.cli.sql import (
+    BAR_WIDTH,
     Output,
     Repl,
     describe_command,
+    format_eta,
     render_csv,
     render_error,
     render_json,
@@ -179,6 +183,86 @@ def test_progress_is_plain_lines_when_not_a_terminal() -> None:
         "hydrated materialize.public.i: 4/4 nodes, 3,000 records read\n"
     )
     assert out.getvalue() == "CREATE INDEX\n"
+
+
+def test_progress_lines_give_the_share_of_the_estimate_and_the_eta() -> None:
+    errors = io.StringIO()
+    output = Output("table", io.StringIO(), errors)
+    item = "materialize.public.q3"
+    output.show(HydrationProgress(item, 1, 7, 900, False, "nodes", 1_200, 4_000, None))
+    output.show(HydrationProgress(item, 3, 7, 2_000, False, "nodes", 2_400, 4_000, 12_345))
+    # The estimate passed before the end: 99 % until hydrated.
+    output.show(HydrationProgress(item, 6, 7, 3_000, False, "nodes", 4_100, 4_000, None))
+    output.show(HydrationProgress(item, 7, 7, 3_000, True, "nodes", 4_200, 4_000, 0))
+    assert errors.getvalue().splitlines() == [
+        f"hydrating {item}: 1/7 nodes, 1,200/4,000 records (30%)",
+        f"hydrating {item}: 3/7 nodes, 2,400/4,000 records (60%), ETA 13s",
+        f"hydrating {item}: 6/7 nodes, 4,100/4,000 records (99%)",
+        f"hydrated {item}: 7/7 nodes, 4,200/4,000 records (100%)",
+    ]
+
+
+def test_eta_reads_in_seconds_minutes_and_hours() -> None:
+    assert [format_eta(ms) for ms in (0, 999, 12_000, 61_000, 3_599_000, 3_725_000)] == [
+        "0s",
+        "1s",
+        "12s",
+        "1m01s",
+        "59m59s",
+        "1h02m",
+    ]
+
+
+def test_progress_is_a_bar_rewritten_in_place_on_a_terminal(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """On a real terminal (a pty): one line per object, rewritten with a carriage return and
+    padded over its previous text; no colour or other escape sequence; ended when hydrated."""
+    monkeypatch.setenv("COLUMNS", "160")
+    master, slave = os.openpty()
+    errors = os.fdopen(slave, "w")
+    try:
+        output = Output("table", io.StringIO(), errors)
+        a, b = "materialize.public.a", "materialize.public.b"
+        reports = [
+            HydrationProgress(a, 0, 4, 0, False, "nodes", 0, 0, None),
+            HydrationProgress(a, 1, 4, 10, False, "nodes", 1_000, 4_000, None),
+            HydrationProgress(a, 2, 4, 20, False, "nodes", 3_000, 4_000, 5_000),
+            HydrationProgress(a, 4, 4, 40, True, "nodes", 4_000, 4_000, 0),
+            HydrationProgress(b, 1, 2, 5, False, "nodes", 50, 100, 1_000),
+        ]
+        for report in reports:
+            output.show(report)
+        output.flush()
+        errors.flush()
+        chunks = b""
+        # A pty hands over what was written in pieces: read until both lines ended.
+        while chunks.count(b"\n") < 2:
+            ready, _, _ = select.select([master], [], [], 10)
+            assert ready, chunks
+            chunks += os.read(master, 65536)
+        written = chunks.decode()
+    finally:
+        errors.close()
+        os.close(master)
+    assert "\x1b" not in written
+    # The terminal turns "\n" into "\r\n": split on the line ends, then on the rewrites.
+    lines = written.replace("\r\n", "\n").split("\n")
+    assert lines[-1] == ""
+    first, second = lines[0].split("\r")[1:], lines[1].split("\r")[1:]
+
+    def bar(percent: int) -> str:
+        filled = percent * BAR_WIDTH // 100
+        return "[" + "#" * filled + "-" * (BAR_WIDTH - filled) + f"] {percent:>3}%"
+
+    # No estimate yet: the nodes' share.
+    assert first[0].rstrip() == f"hydrating {a} {bar(0)} 0/4 nodes, 0 records read, ETA ?"
+    assert first[1].rstrip() == (f"hydrating {a} {bar(25)} 1/4 nodes, 1,000/4,000 records, ETA ?")
+    assert first[2].rstrip() == (f"hydrating {a} {bar(75)} 2/4 nodes, 3,000/4,000 records, ETA 5s")
+    assert first[3].rstrip() == f"hydrated {a} {bar(100)} 4/4 nodes, 4,000/4,000 records"
+    # Each rewrite covers the text before it.
+    assert all(len(later) >= len(earlier.rstrip()) for earlier, later in itertools.pairwise(first))
+    assert second == [f"hydrating {b} {bar(50)} 1/2 nodes, 50/100 records, ETA 1s"]
 
 
 def test_load_progress_counts_tables_and_rows() -> None:

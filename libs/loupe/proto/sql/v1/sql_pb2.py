@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from loupe.proto.common.v1 import common_pb2 as loupe_dot_proto_dot_common_dot_v1_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1cloupe/proto/sql/v1/sql.proto\x12\x12loupe.proto.sql.v1\x1a\"loupe/proto/common/v1/common.proto\"\xc4\x01\n\x12OpenSessionRequest\x12\x0c\n\x04user\x18\x01 \x01(\t\x12\x10\n\x08password\x18\x02 \x01(\t\x12\x18\n\x10\x61pplication_name\x18\x03 \x01(\t\x12\x44\n\x07options\x18\x04 \x03(\x0b\x32\x33.loupe.proto.sql.v1.OpenSessionRequest.OptionsEntry\x1a.\n\x0cOptionsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\xa9\x01\n\x13OpenSessionResponse\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12K\n\nparameters\x18\x02 \x03(\x0b\x32\x37.loupe.proto.sql.v1.OpenSessionResponse.ParametersEntry\x1a\x31\n\x0fParametersEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"_\n\x0e\x45xecuteRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x0b\n\x03sql\x18\x02 \x01(\t\x12,\n\x06params\x18\x03 \x03(\x0b\x32\x1c.loupe.proto.common.v1.Value\"\xcb\x02\n\x0f\x45xecuteResponse\x12:\n\x0b\x64\x65scription\x18\x01 \x01(\x0b\x32#.loupe.proto.common.v1.RelationDescH\x00\x12,\n\x04rows\x18\x02 \x01(\x0b\x32\x1c.loupe.proto.sql.v1.RowBatchH\x00\x12\x37\n\x08\x63omplete\x18\x03 \x01(\x0b\x32#.loupe.proto.sql.v1.CommandCompleteH\x00\x12-\n\x05\x65rror\x18\x04 \x01(\x0b\x32\x1c.loupe.proto.common.v1.ErrorH\x00\x12,\n\x06notice\x18\x05 \x01(\x0b\x32\x1a.loupe.proto.sql.v1.NoticeH\x00\x12\x30\n\x08progress\x18\x06 \x01(\x0b\x32\x1c.loupe.proto.sql.v1.ProgressH\x00\x42\x06\n\x04kind\"}\n\x08Progress\x12\x0e\n\x06object\x18\x01 \x01(\t\x12\x16\n\x0enodes_hydrated\x18\x02 \x01(\r\x12\x13\n\x0bnodes_total\x18\x03 \x01(\r\x12\x14\n\x0crecords_read\x18\x04 \x01(\x04\x12\x10\n\x08hydrated\x18\x05 \x01(\x08\x12\x0c\n\x04unit\x18\x06 \x01(\t\"G\n\x08RowBatch\x12(\n\x04rows\x18\x01 \x03(\x0b\x32\x1a.loupe.proto.common.v1.Row\x12\x11\n\tstreaming\x18\x02 \x01(\x08\"\x1e\n\x0f\x43ommandComplete\x12\x0b\n\x03tag\x18\x01 \x01(\t\"+\n\x06Notice\x12\x10\n\x08severity\x18\x01 \x01(\t\x12\x0f\n\x07message\x18\x02 \x01(\t\"#\n\rCancelRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\"\"\n\x0e\x43\x61ncelResponse\x12\x10\n\x08\x63\x61nceled\x18\x01 \x01(\x08\")\n\x13\x43loseSessionRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t2\xe3\x02\n\x03Sql\x12^\n\x0bOpenSession\x12&.loupe.proto.sql.v1.OpenSessionRequest\x1a\'.loupe.proto.sql.v1.OpenSessionResponse\x12T\n\x07\x45xecute\x12\".loupe.proto.sql.v1.ExecuteRequest\x1a#.loupe.proto.sql.v1.ExecuteResponse0\x01\x12O\n\x06\x43\x61ncel\x12!.loupe.proto.sql.v1.CancelRequest\x1a\".loupe.proto.sql.v1.CancelResponse\x12U\n\x0c\x43loseSession\x12\'.loupe.proto.sql.v1.CloseSessionRequest\x1a\x1c.loupe.proto.common.v1.Emptyb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1cloupe/proto/sql/v1/sql.proto\x12\x12loupe.proto.sql.v1\x1a\"loupe/proto/common/v1/common.proto\"\xc4\x01\n\x12OpenSessionRequest\x12\x0c\n\x04user\x18\x01 \x01(\t\x12\x10\n\x08password\x18\x02 \x01(\t\x12\x18\n\x10\x61pplication_name\x18\x03 \x01(\t\x12\x44\n\x07options\x18\x04 \x03(\x0b\x32\x33.loupe.proto.sql.v1.OpenSessionRequest.OptionsEntry\x1a.\n\x0cOptionsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\xa9\x01\n\x13OpenSessionResponse\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12K\n\nparameters\x18\x02 \x03(\x0b\x32\x37.loupe.proto.sql.v1.OpenSessionResponse.ParametersEntry\x1a\x31\n\x0fParametersEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"_\n\x0e\x45xecuteRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x0b\n\x03sql\x18\x02 \x01(\t\x12,\n\x06params\x18\x03 \x03(\x0b\x32\x1c.loupe.proto.common.v1.Value\"\xcb\x02\n\x0f\x45xecuteResponse\x12:\n\x0b\x64\x65scription\x18\x01 \x01(\x0b\x32#.loupe.proto.common.v1.RelationDescH\x00\x12,\n\x04rows\x18\x02 \x01(\x0b\x32\x1c.loupe.proto.sql.v1.RowBatchH\x00\x12\x37\n\x08\x63omplete\x18\x03 \x01(\x0b\x32#.loupe.proto.sql.v1.CommandCompleteH\x00\x12-\n\x05\x65rror\x18\x04 \x01(\x0b\x32\x1c.loupe.proto.common.v1.ErrorH\x00\x12,\n\x06notice\x18\x05 \x01(\x0b\x32\x1a.loupe.proto.sql.v1.NoticeH\x00\x12\x30\n\x08progress\x18\x06 \x01(\x0b\x32\x1c.loupe.proto.sql.v1.ProgressH\x00\x42\x06\n\x04kind\"\xce\x01\n\x08Progress\x12\x0e\n\x06object\x18\x01 \x01(\t\x12\x16\n\x0enodes_hydrated\x18\x02 \x01(\r\x12\x13\n\x0bnodes_total\x18\x03 \x01(\r\x12\x14\n\x0crecords_read\x18\x04 \x01(\x04\x12\x10\n\x08hydrated\x18\x05 \x01(\x08\x12\x0c\n\x04unit\x18\x06 \x01(\t\x12\x14\n\x0crecords_done\x18\x07 \x01(\x04\x12\x19\n\x11records_estimated\x18\x08 \x01(\x04\x12\x13\n\x06\x65ta_ms\x18\t \x01(\x04H\x00\x88\x01\x01\x42\t\n\x07_eta_ms\"G\n\x08RowBatch\x12(\n\x04rows\x18\x01 \x03(\x0b\x32\x1a.loupe.proto.common.v1.Row\x12\x11\n\tstreaming\x18\x02 \x01(\x08\"\x1e\n\x0f\x43ommandComplete\x12\x0b\n\x03tag\x18\x01 \x01(\t\"+\n\x06Notice\x12\x10\n\x08severity\x18\x01 \x01(\t\x12\x0f\n\x07message\x18\x02 \x01(\t\"#\n\rCancelRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\"\"\n\x0e\x43\x61ncelResponse\x12\x10\n\x08\x63\x61nceled\x18\x01 \x01(\x08\")\n\x13\x43loseSessionRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t2\xe3\x02\n\x03Sql\x12^\n\x0bOpenSession\x12&.loupe.proto.sql.v1.OpenSessionRequest\x1a\'.loupe.proto.sql.v1.OpenSessionResponse\x12T\n\x07\x45xecute\x12\".loupe.proto.sql.v1.ExecuteRequest\x1a#.loupe.proto.sql.v1.ExecuteResponse0\x01\x12O\n\x06\x43\x61ncel\x12!.loupe.proto.sql.v1.CancelRequest\x1a\".loupe.proto.sql.v1.CancelResponse\x12U\n\x0c\x43loseSession\x12\'.loupe.proto.sql.v1.CloseSessionRequest\x1a\x1c.loupe.proto.common.v1.Emptyb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -48,20 +48,20 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_EXECUTEREQUEST']._serialized_end=554
   _globals['_EXECUTERESPONSE']._serialized_start=557
   _globals['_EXECUTERESPONSE']._serialized_end=888
-  _globals['_PROGRESS']._serialized_start=890
-  _globals['_PROGRESS']._serialized_end=1015
-  _globals['_ROWBATCH']._serialized_start=1017
-  _globals['_ROWBATCH']._serialized_end=1088
-  _globals['_COMMANDCOMPLETE']._serialized_start=1090
-  _globals['_COMMANDCOMPLETE']._serialized_end=1120
-  _globals['_NOTICE']._serialized_start=1122
-  _globals['_NOTICE']._serialized_end=1165
-  _globals['_CANCELREQUEST']._serialized_start=1167
-  _globals['_CANCELREQUEST']._serialized_end=1202
-  _globals['_CANCELRESPONSE']._serialized_start=1204
-  _globals['_CANCELRESPONSE']._serialized_end=1238
-  _globals['_CLOSESESSIONREQUEST']._serialized_start=1240
-  _globals['_CLOSESESSIONREQUEST']._serialized_end=1281
-  _globals['_SQL']._serialized_start=1284
-  _globals['_SQL']._serialized_end=1639
+  _globals['_PROGRESS']._serialized_start=891
+  _globals['_PROGRESS']._serialized_end=1097
+  _globals['_ROWBATCH']._serialized_start=1099
+  _globals['_ROWBATCH']._serialized_end=1170
+  _globals['_COMMANDCOMPLETE']._serialized_start=1172
+  _globals['_COMMANDCOMPLETE']._serialized_end=1202
+  _globals['_NOTICE']._serialized_start=1204
+  _globals['_NOTICE']._serialized_end=1247
+  _globals['_CANCELREQUEST']._serialized_start=1249
+  _globals['_CANCELREQUEST']._serialized_end=1284
+  _globals['_CANCELRESPONSE']._serialized_start=1286
+  _globals['_CANCELRESPONSE']._serialized_end=1320
+  _globals['_CLOSESESSIONREQUEST']._serialized_start=1322
+  _globals['_CLOSESESSIONREQUEST']._serialized_end=1363
+  _globals['_SQL']._serialized_start=1366
+  _globals['_SQL']._serialized_end=1721
 # @@protoc_insertion_point(module_scope)

@@ -68,20 +68,26 @@ class ExecuteResponse(_message.Message):
     def __init__(self, description: _Optional[_Union[_common_pb2.RelationDesc, _Mapping]] = ..., rows: _Optional[_Union[RowBatch, _Mapping]] = ..., complete: _Optional[_Union[CommandComplete, _Mapping]] = ..., error: _Optional[_Union[_common_pb2.Error, _Mapping]] = ..., notice: _Optional[_Union[Notice, _Mapping]] = ..., progress: _Optional[_Union[Progress, _Mapping]] = ...) -> None: ...
 
 class Progress(_message.Message):
-    __slots__ = ("object", "nodes_hydrated", "nodes_total", "records_read", "hydrated", "unit")
+    __slots__ = ("object", "nodes_hydrated", "nodes_total", "records_read", "hydrated", "unit", "records_done", "records_estimated", "eta_ms")
     OBJECT_FIELD_NUMBER: _ClassVar[int]
     NODES_HYDRATED_FIELD_NUMBER: _ClassVar[int]
     NODES_TOTAL_FIELD_NUMBER: _ClassVar[int]
     RECORDS_READ_FIELD_NUMBER: _ClassVar[int]
     HYDRATED_FIELD_NUMBER: _ClassVar[int]
     UNIT_FIELD_NUMBER: _ClassVar[int]
+    RECORDS_DONE_FIELD_NUMBER: _ClassVar[int]
+    RECORDS_ESTIMATED_FIELD_NUMBER: _ClassVar[int]
+    ETA_MS_FIELD_NUMBER: _ClassVar[int]
     object: str
     nodes_hydrated: int
     nodes_total: int
     records_read: int
     hydrated: bool
     unit: str
-    def __init__(self, object: _Optional[str] = ..., nodes_hydrated: _Optional[int] = ..., nodes_total: _Optional[int] = ..., records_read: _Optional[int] = ..., hydrated: _Optional[bool] = ..., unit: _Optional[str] = ...) -> None: ...
+    records_done: int
+    records_estimated: int
+    eta_ms: int
+    def __init__(self, object: _Optional[str] = ..., nodes_hydrated: _Optional[int] = ..., nodes_total: _Optional[int] = ..., records_read: _Optional[int] = ..., hydrated: _Optional[bool] = ..., unit: _Optional[str] = ..., records_done: _Optional[int] = ..., records_estimated: _Optional[int] = ..., eta_ms: _Optional[int] = ...) -> None: ...
 
 class RowBatch(_message.Message):
     __slots__ = ("rows", "streaming")
