@@ -510,6 +510,9 @@ MZ_COMPUTE_DEPENDENCIES = BuiltinCollection(
 # hydrated) and one per object and incarnation. ``status``: hydrating,
 # hydrated, interrupted (the replica died or restarted first), dropped (the
 # object or replica was dropped first).
+# The controller updates an episode's row while it is open and never after it
+# ended; ``finished_at`` is set exactly when it ends (for every status), so
+# ended episodes may expire by it (as finished statement executions do).
 MZ_REPLICA_HYDRATION_HISTORY = BuiltinCollection(
     "s274",
     "mz_internal",
@@ -525,6 +528,7 @@ MZ_REPLICA_HYDRATION_HISTORY = BuiltinCollection(
         ("incarnation", "uint8"),
     ),
     "controller",
+    expire_by="finished_at",
 )
 MZ_OBJECT_HYDRATION_HISTORY = BuiltinCollection(
     "s275",
@@ -542,6 +546,7 @@ MZ_OBJECT_HYDRATION_HISTORY = BuiltinCollection(
         ("records", "uint8"),
     ),
     "controller",
+    expire_by="finished_at",
 )
 HYDRATION_COLLECTIONS: tuple[BuiltinCollection, ...] = (
     MZ_COMPUTE_OPERATOR_HYDRATION_STATUSES,

@@ -78,6 +78,13 @@ class CommandHistory:
         """Every export not dropped, in creation order."""
         return list(self._owner)
 
+    def dataflows(self) -> dict[str, tuple[plan_pb2.DataflowDescription, list[str]]]:
+        """Every dataflow recorded, with its exports not dropped yet."""
+        return {
+            dataflow_id: (dataflow.description, sorted(dataflow.exports))
+            for dataflow_id, dataflow in self._dataflows.items()
+        }
+
     def has_dataflow(self, dataflow_id: str) -> bool:
         return dataflow_id in self._dataflows
 

@@ -29,6 +29,8 @@ from loupe import sizes
 from loupe.builtins import (
     BUILTIN_COLLECTIONS,
     INTROSPECTION_COLLECTIONS,
+    MZ_OBJECT_HYDRATION_HISTORY,
+    MZ_REPLICA_HYDRATION_HISTORY,
     MZ_STATEMENT_EXECUTION_HISTORY,
     MZ_STATEMENT_LIFECYCLE_HISTORY,
     BuiltinCollection,
@@ -63,6 +65,11 @@ STATEMENT_LOG_RETAINED = (MZ_STATEMENT_EXECUTION_HISTORY.id, MZ_STATEMENT_LIFECY
 RETENTION_VARIABLES: dict[str, tuple[str, ...]] = {
     "statement_logging_retention": STATEMENT_LOG_RETAINED,
     "introspection_retention": tuple(c.id for c in INTROSPECTION_COLLECTIONS),
+    # Ended episodes expire by finished_at (``hydration.py`` says why that is safe).
+    "hydration_history_retention": (
+        MZ_REPLICA_HYDRATION_HISTORY.id,
+        MZ_OBJECT_HYDRATION_HISTORY.id,
+    ),
 }
 
 CONTROLLER_SERVICE = controller_pb2.DESCRIPTOR.services_by_name["Controller"]
@@ -271,7 +278,8 @@ class CatalogFollower:
     Also hands the system variables the storage writer obeys to ``writer``:
     ``statement_logging_retention`` becomes the retention of the statement
     log's execution and lifecycle collections, ``introspection_retention``
-    that of the persisted replica introspection collections (``RETENTION_VARIABLES``).
+    that of the persisted replica introspection collections, ``hydration_history_retention``
+    that of the two hydration histories (``RETENTION_VARIABLES``).
     """
 
     def __init__(self, compute: ComputeController, writer: Any = None) -> None:
