@@ -72,9 +72,15 @@ every caller codes against:
 
 ``hydration() -> list[HydrationStatus]``
   Per export, LIR node and worker: hydrated once the node's output frontier
-  passed the as_of (seed 002). ``progress() -> list[DataflowProgress]``
-  sums that up per dataflow for the ``Hydration`` response (nodes, records
-  read). ``errors() -> dict[str, LoupeError]``: the error each export holds
+  passed the as_of (seed 002). ``progress() -> list[DataflowProgress]``:
+  per dataflow, for the ``Hydration`` response: ``dataflow_id, hydrated,
+  nodes_total, nodes_hydrated, records_read, export_ids, nodes`` (one
+  ``NodeProgress(lir_id, worker, hydrated, records_done, records_estimated)``
+  per LIR node and worker), ``hydration_time_ns`` (None until hydrated),
+  ``records_done``/``records_estimated`` (their sums), ``installed_ns`` and
+  ``started_ns`` (``perf_counter_ns``; None: not started). Safe to call from
+  another thread while a step runs. ``ComputeInstance(hydration_logging=False)``
+  tracks no nodes (``nodes`` empty: dataflow-level only). ``errors() -> dict[str, LoupeError]``: the error each export holds
   now (exports without errors are absent); ``failed()`` those of them whose
 dataflow stopped for good (a read answers it at any time). ``footprint()``: records and
   bytes arranged (operator state, index histories) and logged (sources).
@@ -89,7 +95,13 @@ variants). With logging off (no hooks) nothing is measured or called.
 """
 
 from loupe.dataflow.hooks import LoggingHooks
-from loupe.dataflow.instance import EMPTY, ComputeInstance, DataflowProgress, Footprint
+from loupe.dataflow.instance import (
+    EMPTY,
+    ComputeInstance,
+    DataflowProgress,
+    Footprint,
+    NodeProgress,
+)
 from loupe.dataflow.results import Finishing, HydrationStatus, NotReady, PeekResult, SinkBatch
 
 __all__ = [
@@ -100,6 +112,7 @@ __all__ = [
     "Footprint",
     "HydrationStatus",
     "LoggingHooks",
+    "NodeProgress",
     "NotReady",
     "PeekResult",
     "SinkBatch",

@@ -660,10 +660,13 @@ class ComputeInstance:
         workers: int = 1,
         logging: LoggingHooks | None = None,
         memory_limit_bytes: int = 0,
+        hydration_logging: bool = True,
     ) -> None:
         if workers < 1:
             raise ValueError("workers must be at least 1")
         self.workers = workers
+        # Per LIR node hydration and progress (``progress``); False: dataflow-level only.
+        self.hydration_logging = hydration_logging
         # The replica's budget (its SIZE); 0: none (``loupe.dataflow.memory``).
         self.memory = MemoryBudget(memory_limit_bytes, self._held_bytes)
         # What the budget counted at the end of the last step: peeks charge against it
@@ -1134,17 +1137,34 @@ class ComputeInstance:
         ]
 
     def progress(self) -> list[DataflowProgress]:
-        """Per dataflow: hydrated or not, its LIR node count, updates read from its imports."""
-        return [
-            DataflowProgress(
-                dataflow.desc.id,
-                dataflow.hydrated,
-                len(dataflow.regions),
-                len(dataflow.regions) if dataflow.hydrated else 0,
-                sum(q.records for q in dataflow.queues.values()),
+        """Per dataflow: hydrated or not, its LIR nodes' status and progress per worker,
+        updates read from its imports."""
+        result = []
+        for dataflow in list(self.dataflows.values()):
+            hydrated = dataflow.hydrated
+            read = sum(q.records for q in list(dataflow.queues.values()))
+            nodes = tuple(
+                NodeProgress(region.lir_id, worker, hydrated, 0, 0)
+                for region in dataflow.regions
+                for worker in range(self.workers)
             )
-            for dataflow in self.dataflows.values()
-        ]
+            result.append(
+                DataflowProgress(
+                    dataflow.desc.id,
+                    hydrated,
+                    len(dataflow.regions),
+                    len(dataflow.regions) if hydrated else 0,
+                    read,
+                    tuple(dataflow.export_ids()),
+                    nodes,
+                    dataflow.hydrated_ns,
+                    0,
+                    0,
+                    dataflow.created_ns,
+                    None,
+                )
+            )
+        return result
 
     def footprint(self) -> Footprint:
         """What the instance holds: arranged records and bytes (operators, indexes), source logs."""
@@ -1263,14 +1283,46 @@ class Footprint:
 
 
 @dataclass(frozen=True)
+class NodeProgress:
+    """One LIR node (``EXPLAIN PHYSICAL PLAN WITH (node_ids)``) of a dataflow on one worker.
+
+    ``records_done``: the updates the node's operator consumed (its input rows on
+    ``worker``) while hydrating; monotonic, it stops counting once hydrated.
+    ``records_estimated``: the updates it will consume to hydrate, from the sizes of
+    the inputs' snapshots, refined as its inputs hydrate (exact once they have);
+    never below ``records_done``, equal to it once hydrated.
+    """
+
+    lir_id: int
+    worker: int
+    hydrated: bool
+    records_done: int
+    records_estimated: int
+
+
+@dataclass(frozen=True)
 class DataflowProgress:
-    """What the ``Hydration`` response reports for one dataflow."""
+    """What the ``Hydration`` response reports for one dataflow.
+
+    ``nodes``: every LIR node on every worker (empty when the instance runs with
+    ``hydration_logging=False``); ``records_done``/``records_estimated`` their sums.
+    ``hydration_time_ns``: from installation until hydrated (None until then).
+    ``installed_ns``/``started_ns``: ``time.perf_counter_ns()`` when the dataflow was
+    installed and when its hydrating step started (None: not yet).
+    """
 
     dataflow_id: str
     hydrated: bool
     nodes_total: int
     nodes_hydrated: int
     records_read: int
+    export_ids: tuple[str, ...] = ()
+    nodes: tuple[NodeProgress, ...] = ()
+    hydration_time_ns: int | None = None
+    records_done: int = 0
+    records_estimated: int = 0
+    installed_ns: int = 0
+    started_ns: int | None = None
 
 
 def _point(
