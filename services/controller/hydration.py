@@ -35,7 +35,9 @@ Histories (``mz_replica_hydration_history``, ``mz_object_hydration_history``)
     One episode per replica incarnation: ``started_at`` when the
     incarnation came up, ``finished_at`` when every dataflow it runs is
     hydrated (``object_count`` their exports), ``peak_memory_bytes`` the
-    largest heartbeat memory in between. One per object and replica
+    largest heartbeat memory in between. An incarnation with no dataflow
+    to run stays hydrating until its cluster's first dataflows hydrate;
+    objects created after its episode ended have object episodes only. One per object and replica
     incarnation: ``installed_at`` / ``started_at`` as the replica says,
     ``finished_at`` = installed + hydration time, ``records`` processed.
     ``status`` goes hydrating -> hydrated, or ends ``interrupted`` (the
@@ -462,7 +464,9 @@ class HydrationTables:
             if not info.transient
         }
         episode.object_count = sum(len(info.exports) for info in dataflows.values())
-        if all(d in episode.hydrated for d in dataflows):
+        # With nothing to run the episode stays open: a cluster's first objects (or, after
+        # a controller restart, the dataflows coordinators send again) are what it waits for.
+        if dataflows and all(d in episode.hydrated for d in dataflows):
             episode.status = HYDRATED
             times = [episode.hydrated[d] for d in dataflows]
             episode.finished_at = max(times, default=self._clock())

@@ -1,0 +1,367 @@
+"""Hydration into mz_internal: real replicas, real NATS, real shards, TPC-H Q3.
+
+The dataflow is TPC-H Q3 over generated tables, built as of a time its
+inputs have not reached yet: it hydrates only once the test moves their
+uppers past it, so every intermediate state (hydrating, a replica killed
+meanwhile, a controller restarted meanwhile) is observed deterministically,
+however loaded the machine. Introspection logging is off: hydration is
+reported through ``Hydration`` responses regardless.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import datetime as dt
+from typing import Any
+
+import pyarrow as pa
+import pytest
+import sqlglot
+from prometheus_client import REGISTRY
+
+from loupe.controller.compute import ClusterInfo
+from loupe.controller.hydration import (
+    DEPENDENCIES,
+    OBJECT_HISTORY,
+    PROGRESS,
+    REPLICA_HISTORY,
+    STATUSES,
+    TIMES,
+)
+from loupe.controller.orchestrators.base import ReplicaSpec
+from loupe.coordinator.plan import lower_to_lir, plan_query
+from loupe.loadgen import tpch
+from loupe.persist import Shard
+from loupe.persist.shard import arrow_schema
+from loupe.plan import lir
+from loupe.plan.codec import dataflow_to_proto
+from loupe.plan.dataflow import BuildDesc, DataflowDescription, IndexExport, SourceImport
+from loupe.testing import assert_eventually
+
+pytestmark = [pytest.mark.timeout(240)]
+
+SCALE = 0.01
+LOAD_TS = 1
+# The dataflows' as_of: past the loaded data, not readable until ``release``.
+AS_OF = 5
+TABLES = ("customer", "orders", "lineitem")
+Q3 = """SELECT l_orderkey, sum(l_extendedprice * (1 - l_discount)) AS revenue,
+    o_orderdate, o_shippriority
+FROM customer, orders, lineitem
+WHERE c_mktsegment = 'BUILDING' AND c_custkey = o_custkey AND l_orderkey = o_orderkey
+    AND o_orderdate < DATE '1995-03-15' AND l_shipdate > DATE '1995-03-15'
+GROUP BY l_orderkey, o_orderdate, o_shippriority"""
+WORKERS = 2
+
+
+@pytest.fixture(scope="module")
+def tpch_tables(tmp_path_factory: pytest.TempPathFactory) -> dict[str, pa.Table]:
+    return tpch.generate(SCALE, tmp_path_factory.mktemp("tpch"), TABLES)
+
+
+def source_id(name: str) -> str:
+    return f"s_{name}"
+
+
+def q3(name: str, unique: str) -> DataflowDescription:
+    """Q3 as a view with an index, exported as ``<name>_idx``, reading the test's shards."""
+
+    def resolve(table: str) -> tuple[str, Any] | None:
+        columns = tpch.TPCH_TABLES.get(table)
+        return None if columns is None else (source_id(table), columns)
+
+    relation = plan_query(sqlglot.parse_one(Q3, read="postgres"), resolve)
+    plan = lower_to_lir(relation)
+    sources = sorted({node.name for node in lir.walk(plan) if isinstance(node, lir.Get)})
+    table_of = {source_id(t): t for t in TABLES}
+    return DataflowDescription(
+        id=name,
+        debug_name=name,
+        source_imports=tuple(
+            SourceImport(s, f"tpch_{table_of[s]}_{unique}", tpch.TPCH_TABLES[table_of[s]])
+            for s in sources
+        ),
+        objects_to_build=(BuildDesc(name, plan, relation.columns, name),),
+        index_exports=(IndexExport(f"{name}_idx", name, (0, 2, 3)),),
+        as_of=AS_OF,
+    )
+
+
+class Tpch:
+    """The test's TPC-H shards: loaded at ``LOAD_TS``, readable past ``AS_OF`` on ``release``."""
+
+    def __init__(self, tables: dict[str, pa.Table], storage: Any, unique: str) -> None:
+        self.shards = {name: Shard(f"tpch_{name}_{unique}", *storage) for name in TABLES}
+        tpch.load({name: tables[name] for name in TABLES}, self.shards, LOAD_TS)
+
+    def release(self) -> None:
+        for name, shard in self.shards.items():
+            empty = arrow_schema(tpch.TPCH_TABLES[name]).empty_table()
+            shard.compare_and_append(empty, shard.upper, AS_OF + 2)
+
+
+def held(writer: Any, cid: str) -> list[tuple[Any, ...]]:
+    """The collection's rows; each exactly once (a duplicate or a negative count fails)."""
+    found = writer.consolidated(cid)
+    assert all(count == 1 for _, count in found), [f for f in found if f[1] != 1]
+    return [tuple(row) for row, _ in found]
+
+
+def of(writer: Any, cid: str, replica_id: str, object_id: str | None = None) -> list[Any]:
+    column = {REPLICA_HISTORY: 0, OBJECT_HISTORY: 2}.get(cid, 0)
+    rows = [r for r in held(writer, cid) if r[column] == replica_id]
+    if object_id is not None:
+        at = 0 if cid == OBJECT_HISTORY else 1
+        rows = [r for r in rows if r[at] == object_id]
+    return sorted(rows, key=repr)
+
+
+def lir_ids(orchestrator: Any, replica_id: str, dataflow_id: str) -> set[int]:
+    """The LIR ids of the dataflow as the replica's engine rendered it."""
+    replica = orchestrator.replicas.get(replica_id)
+    assert replica is not None, "restarting"
+    assert replica.service.dataflows is not None, "no instance yet"
+    dataflow = replica.service.dataflows._engine.dataflows.get(dataflow_id)
+    assert dataflow is not None, f"{dataflow_id} not built yet on {replica_id}"
+    return {region.lir_id for region in dataflow.regions}
+
+
+def staged() -> float:
+    return sum(
+        sample.value
+        for metric in REGISTRY.collect()
+        if metric.name == "loupe_controller_hydration_updates"
+        for sample in metric.samples
+        if sample.name.endswith("_total")
+    )
+
+
+def check_hydrating(writer: Any, orchestrator: Any, replica_id: str, dataflow_id: str) -> None:
+    object_id = f"{dataflow_id}_idx"
+    nodes = lir_ids(orchestrator, replica_id, dataflow_id)
+    statuses = of(writer, STATUSES, replica_id, object_id)
+    assert {r[2] for r in statuses} == nodes
+    assert not any(r[3] for r in statuses), statuses
+    progress = of(writer, PROGRESS, replica_id, object_id)
+    assert {(r[2], r[3]) for r in progress} == {(n, w) for n in nodes for w in range(WORKERS)}
+    assert of(writer, TIMES, replica_id, object_id) == [(replica_id, object_id, None)]
+
+
+def check_hydrated(writer: Any, orchestrator: Any, replica_id: str, dataflow_id: str) -> None:
+    object_id = f"{dataflow_id}_idx"
+    nodes = lir_ids(orchestrator, replica_id, dataflow_id)
+    statuses = of(writer, STATUSES, replica_id, object_id)
+    assert statuses == sorted(((replica_id, object_id, n, True) for n in nodes), key=repr)
+    progress = of(writer, PROGRESS, replica_id, object_id)
+    assert {(r[2], r[3]) for r in progress} == {(n, w) for n in nodes for w in range(WORKERS)}
+    ((_, _, time_ns),) = of(writer, TIMES, replica_id, object_id)
+    assert time_ns is not None
+    assert time_ns > 0
+
+
+@pytest.fixture
+async def cluster(make_compute, nats_url, kit, unique, storage, tpch_tables):
+    orchestrator = kit.InProcessOrchestrator(nats_url, replica_class=kit.RealReplica)
+    compute, _ = await make_compute(orchestrator=orchestrator, heartbeat_timeout=5.0)
+    # Introspection off: hydration comes through the compute protocol anyway.
+    info = ClusterInfo(f"c{unique}", "heavy", introspection_interval_ns=0)
+    replicas = [f"a{unique}", f"b{unique}"]
+    await compute.apply([info], [ReplicaSpec(r, info.id, workers=WORKERS) for r in replicas])
+
+    def online() -> None:
+        assert compute.online_replicas(info.id) == replicas
+
+    await assert_eventually(online, timeout=30)
+    data = Tpch(tpch_tables, storage, unique)
+    return compute, orchestrator, info, replicas, data
+
+
+async def test_statuses_progress_times_dependencies_and_histories(cluster, arrow_writer, unique):
+    compute, orchestrator, info, (first, second), data = cluster
+    desc = q3("q3", unique)
+    await compute.create_dataflow(info.id, dataflow_to_proto(desc))
+
+    # Hydrating: every node on every worker, nothing hydrated, no time yet.
+    for replica_id in (first, second):
+        await assert_eventually(
+            lambda r=replica_id: check_hydrating(arrow_writer, orchestrator, r, "q3"), timeout=30
+        )
+        (episode,) = of(arrow_writer, REPLICA_HISTORY, replica_id)
+        assert (episode[6], episode[3]) == ("hydrating", None), episode
+        (obj,) = of(arrow_writer, OBJECT_HISTORY, replica_id, "q3_idx")
+        assert (obj[6], obj[5]) == ("hydrating", None), obj
+        assert obj[3] is not None, obj
+    assert set(held(arrow_writer, DEPENDENCIES)) >= {("q3_idx", source_id(t)) for t in TABLES}
+    assert {r for r in held(arrow_writer, DEPENDENCIES) if r[0] == "q3_idx"} == {
+        ("q3_idx", source_id(t)) for t in TABLES
+    }
+
+    data.release()
+    for replica_id in (first, second):
+        await assert_eventually(
+            lambda r=replica_id: check_hydrated(arrow_writer, orchestrator, r, "q3"), timeout=60
+        )
+
+    def histories() -> None:
+        for replica_id in (first, second):
+            (episode,) = of(arrow_writer, REPLICA_HISTORY, replica_id)
+            _, cluster_id, started, finished, count, peak, status, incarnation = episode
+            assert (cluster_id, count, status, incarnation) == (info.id, 1, "hydrated", 1)
+            assert finished is not None
+            assert finished >= started
+            assert peak > 0
+            (obj,) = of(arrow_writer, OBJECT_HISTORY, replica_id, "q3_idx")
+            assert (obj[6], obj[7]) == ("hydrated", 1)
+            installed, finished_at = obj[3], obj[5]
+            ((_, _, time_ns),) = of(arrow_writer, TIMES, replica_id, "q3_idx")
+            assert finished_at - installed == dt.timedelta(microseconds=time_ns // 1000)
+
+    await assert_eventually(histories, timeout=10)
+
+    # Hydrated and steady: reports and heartbeats go on, nothing is staged again.
+    await asyncio.sleep(1.0)
+    before = staged()
+    await asyncio.sleep(2.0)
+    assert staged() == before
+
+
+async def test_a_replica_killed_mid_hydration_keeps_its_rows_until_its_next_incarnation(
+    cluster, arrow_writer, unique
+):
+    compute, orchestrator, info, (first, second), data = cluster
+    await compute.create_dataflow(info.id, dataflow_to_proto(q3("q3", unique)))
+    for replica_id in (first, second):
+        await assert_eventually(
+            lambda r=replica_id: check_hydrating(arrow_writer, orchestrator, r, "q3"), timeout=30
+        )
+    await asyncio.sleep(0.5)
+    others = {cid: of(arrow_writer, cid, second) for cid in (STATUSES, PROGRESS, TIMES)}
+    last = {cid: of(arrow_writer, cid, first) for cid in (STATUSES, PROGRESS, TIMES)}
+    # Pause the restart: the crashed incarnation's rows are what there is meanwhile.
+    orchestrator.restart_backoff = 2.0
+    killed_at = dt.datetime.now(dt.UTC)
+    await orchestrator.kill(first)
+
+    def interrupted() -> None:
+        episodes = of(arrow_writer, REPLICA_HISTORY, first)
+        assert [(e[6], e[7]) for e in episodes] == [("interrupted", 1)], episodes
+        assert episodes[0][3] >= killed_at
+        objects = of(arrow_writer, OBJECT_HISTORY, first, "q3_idx")
+        assert [(o[6], o[7]) for o in objects] == [("interrupted", 1)], objects
+
+    await assert_eventually(interrupted, timeout=10)
+    assert orchestrator.replicas.get(first) is None, "restarted too soon to observe"
+    for cid, rows in last.items():
+        assert of(arrow_writer, cid, first) == rows, cid
+
+    # The next incarnation's first report replaces them: statuses start over.
+    def replaced() -> None:
+        check_hydrating(arrow_writer, orchestrator, first, "q3")
+        progress = of(arrow_writer, PROGRESS, first, "q3_idx")
+        assert all(r[6] > killed_at for r in progress), progress
+        episodes = of(arrow_writer, REPLICA_HISTORY, first)
+        assert sorted((e[7], e[6]) for e in episodes) == [(1, "interrupted"), (2, "hydrating")]
+
+    await assert_eventually(replaced, timeout=30)
+    for cid, rows in others.items():
+        assert of(arrow_writer, cid, second) == rows, cid
+
+    data.release()
+    for replica_id in (first, second):
+        await assert_eventually(
+            lambda r=replica_id: check_hydrated(arrow_writer, orchestrator, r, "q3"), timeout=60
+        )
+
+    def ended() -> None:
+        episodes = of(arrow_writer, REPLICA_HISTORY, first)
+        assert sorted((e[7], e[6]) for e in episodes) == [(1, "interrupted"), (2, "hydrated")]
+        objects = of(arrow_writer, OBJECT_HISTORY, first, "q3_idx")
+        assert sorted((o[7], o[6]) for o in objects) == [(1, "interrupted"), (2, "hydrated")]
+        assert [e[6] for e in of(arrow_writer, REPLICA_HISTORY, second)] == ["hydrated"]
+
+    await assert_eventually(ended, timeout=10)
+
+
+async def test_drops_retract_rows_and_end_open_episodes(cluster, arrow_writer, unique):
+    compute, orchestrator, info, (first, second), data = cluster
+    await compute.create_dataflow(info.id, dataflow_to_proto(q3("q3", unique)))
+    data.release()
+    for replica_id in (first, second):
+        await assert_eventually(
+            lambda r=replica_id: check_hydrated(arrow_writer, orchestrator, r, "q3"), timeout=60
+        )
+    # A second object, held back by an as_of its inputs will not reach here.
+    later = q3("late", unique)
+    later = dataclasses.replace(later, as_of=1_000)
+    await compute.create_dataflow(info.id, dataflow_to_proto(later))
+    for replica_id in (first, second):
+        await assert_eventually(
+            lambda r=replica_id: check_hydrating(arrow_writer, orchestrator, r, "late"), timeout=30
+        )
+
+    # Drop one replica: its rows go, the other's stay; its open episodes end dropped.
+    await compute.apply([info], [ReplicaSpec(first, info.id, workers=WORKERS)])
+
+    def replica_gone() -> None:
+        for cid in (STATUSES, PROGRESS, TIMES):
+            assert of(arrow_writer, cid, second) == []
+            assert of(arrow_writer, cid, first)
+        objects = {o[0]: o[6] for o in of(arrow_writer, OBJECT_HISTORY, second)}
+        assert objects == {"q3_idx": "hydrated", "late_idx": "dropped"}
+
+    await assert_eventually(replica_gone, timeout=10)
+
+    # Drop the held object: its rows and dependencies go; its episode ends dropped.
+    await compute.allow_compaction(info.id, ["late_idx"], 0, empty=True)
+
+    def object_gone() -> None:
+        assert of(arrow_writer, STATUSES, first, "late_idx") == []
+        assert of(arrow_writer, PROGRESS, first, "late_idx") == []
+        assert of(arrow_writer, TIMES, first, "late_idx") == []
+        assert [r for r in held(arrow_writer, DEPENDENCIES) if r[0] == "late_idx"] == []
+        assert [o[6] for o in of(arrow_writer, OBJECT_HISTORY, first, "late_idx")] == ["dropped"]
+        check_hydrated(arrow_writer, orchestrator, first, "q3")
+        assert {r for r in held(arrow_writer, DEPENDENCIES) if r[0] == "q3_idx"} == {
+            ("q3_idx", source_id(t)) for t in TABLES
+        }
+
+    await assert_eventually(object_gone, timeout=10)
+
+
+async def test_a_restarted_controller_replaces_rows_and_ends_open_episodes(
+    cluster, make_compute, nats_url, kit, arrow_writer, unique
+):
+    compute, orchestrator, info, replicas, data = cluster
+    desc = dataflow_to_proto(q3("q3", unique))
+    await compute.create_dataflow(info.id, desc)
+    for replica_id in replicas:
+        await assert_eventually(
+            lambda r=replica_id: check_hydrating(arrow_writer, orchestrator, r, "q3"), timeout=30
+        )
+    # As a controller killed -9 would: its episodes are left open in the shards.
+    compute.hydration.incarnation_ended = lambda *_a, **_k: None  # type: ignore[method-assign]
+    await compute.stop()
+    await arrow_writer.flush()
+    for replica_id in replicas:
+        assert [e[6] for e in of(arrow_writer, REPLICA_HISTORY, replica_id)] == ["hydrating"]
+
+    again = kit.InProcessOrchestrator(nats_url, replica_class=kit.RealReplica)
+    again.incarnations = dict(orchestrator.incarnations)  # the process orchestrator's counter
+    compute, _ = await make_compute(orchestrator=again, heartbeat_timeout=5.0)
+    await compute.apply([info], [ReplicaSpec(r, info.id, workers=WORKERS) for r in replicas])
+    # Coordinators send their dataflows again to a new controller.
+    await compute.create_dataflow(info.id, desc)
+    data.release()
+
+    def replaced() -> None:
+        for replica_id in replicas:
+            check_hydrated(arrow_writer, again, replica_id, "q3")
+            episodes = of(arrow_writer, REPLICA_HISTORY, replica_id)
+            assert sorted((e[7], e[6]) for e in episodes) == [(1, "interrupted"), (2, "hydrated")]
+            objects = of(arrow_writer, OBJECT_HISTORY, replica_id, "q3_idx")
+            assert sorted((o[7], o[6]) for o in objects) == [(1, "interrupted"), (2, "hydrated")]
+        deps = [r for r in held(arrow_writer, DEPENDENCIES) if r[0] == "q3_idx"]
+        assert sorted(deps) == sorted(("q3_idx", source_id(t)) for t in TABLES)
+
+    await assert_eventually(replaced, timeout=60)
