@@ -20,6 +20,8 @@ import pytest
 import sqlglot
 from prometheus_client import REGISTRY
 
+from loupe.builtins import BY_ID, MZ_OBJECT_HYDRATION_HISTORY, MZ_REPLICA_HYDRATION_HISTORY
+from loupe.common.transport import NatsServiceEndpoint
 from loupe.controller.compute import ClusterInfo
 from loupe.controller.hydration import (
     DEPENDENCIES,
@@ -30,6 +32,8 @@ from loupe.controller.hydration import (
     TIMES,
 )
 from loupe.controller.orchestrators.base import ReplicaSpec
+from loupe.controller.service import CATALOG_SERVICE, ControllerService, ControllerSettings
+from loupe.controller.storage.writer import consolidated_rows
 from loupe.coordinator.plan import lower_to_lir, plan_query
 from loupe.loadgen import tpch
 from loupe.persist import Shard
@@ -37,6 +41,7 @@ from loupe.persist.shard import arrow_schema
 from loupe.plan import lir
 from loupe.plan.codec import dataflow_to_proto
 from loupe.plan.dataflow import BuildDesc, DataflowDescription, IndexExport, SourceImport
+from loupe.proto.catalog.v1 import catalog_pb2
 from loupe.testing import assert_eventually
 
 pytestmark = [pytest.mark.timeout(240)]
@@ -365,3 +370,89 @@ async def test_a_restarted_controller_replaces_rows_and_ends_open_episodes(
         assert sorted(deps) == sorted(("q3_idx", source_id(t)) for t in TABLES)
 
     await assert_eventually(replaced, timeout=60)
+
+
+class StaticCatalog:
+    def __init__(self, snapshot: catalog_pb2.CatalogSnapshot) -> None:
+        self.snapshot = snapshot
+
+    async def Snapshot(self, request: Any, context: Any) -> catalog_pb2.CatalogSnapshot:
+        return self.snapshot
+
+
+class ShardReader:
+    """``consolidated`` over the shards themselves: what the Spark writer wrote."""
+
+    def __init__(self, storage: Any) -> None:
+        self._storage = storage
+
+    def consolidated(self, cid: str) -> list[tuple[tuple[Any, ...], int]]:
+        shard = Shard(cid, *self._storage)
+        if shard.upper == 0:
+            return []
+        return consolidated_rows(shard.snapshot(), BY_ID[cid].column_names)
+
+
+@pytest.mark.spark
+async def test_hydration_reaches_the_collections_through_the_spark_writer(
+    spark, data_dir, nats_url, nats_connection, kit, unique, storage, tpch_tables
+):
+    """The controller service with its real storage writer: statuses, times, dependencies
+    and histories are written with Spark and read back from the shards; the retention
+    variable reaches the histories."""
+    cluster_id, replicas = f"c{unique}", [f"a{unique}", f"b{unique}"]
+    snapshot = catalog_pb2.CatalogSnapshot(
+        epoch=1,
+        timestamp=1,
+        clusters=[catalog_pb2.Cluster(id=cluster_id, name="heavy")],
+        replicas=[
+            catalog_pb2.ClusterReplica(id=r, name=f"r{i}", cluster_id=cluster_id, size="2")
+            for i, r in enumerate(replicas, start=1)
+        ],
+    )
+    # Stored as the catalog stores checked values (ALTER SYSTEM SET ... = '7d').
+    snapshot.system_configuration["hydration_history_retention"] = "604800s"
+    endpoint = NatsServiceEndpoint(nats_connection, CATALOG_SERVICE, StaticCatalog(snapshot))
+    await endpoint.start()
+    orchestrator = kit.InProcessOrchestrator(nats_url, replica_class=kit.RealReplica)
+    settings = ControllerSettings(data_dir=data_dir, nats_url=nats_url, storage_flush_interval=0.3)
+    service = ControllerService(settings, orchestrator=orchestrator)
+    running = asyncio.create_task(service.run())
+    reader = ShardReader(storage)
+    try:
+        await assert_eventually(
+            lambda: _true((data_dir / "run" / "controller.ready.json").exists()), timeout=120
+        )
+        data = Tpch(tpch_tables, storage, unique)
+        compute = service.compute
+        assert compute is not None
+        await compute.create_dataflow(cluster_id, dataflow_to_proto(q3("q3", unique)))
+        for replica_id in replicas:
+            await assert_eventually(
+                lambda r=replica_id: check_hydrating(reader, orchestrator, r, "q3"), timeout=60
+            )
+        data.release()
+        for replica_id in replicas:
+            await assert_eventually(
+                lambda r=replica_id: check_hydrated(reader, orchestrator, r, "q3"), timeout=60
+            )
+
+        def histories() -> None:
+            for replica_id in replicas:
+                assert [e[6] for e in of(reader, REPLICA_HISTORY, replica_id)] == ["hydrated"]
+                assert [o[6] for o in of(reader, OBJECT_HISTORY, replica_id)] == ["hydrated"]
+            deps = {r for r in held(reader, DEPENDENCIES) if r[0] == "q3_idx"}
+            assert deps == {("q3_idx", source_id(t)) for t in TABLES}
+
+        await assert_eventually(histories, timeout=30)
+        week = 7 * 86_400_000
+        for collection in (MZ_REPLICA_HYDRATION_HISTORY, MZ_OBJECT_HYDRATION_HISTORY):
+            assert service.writer._collections[collection.id].retention_ms == week
+    finally:
+        service.shutdown()
+        await asyncio.wait_for(running, 60)
+        await endpoint.stop()
+
+
+def _true(condition: bool) -> None:
+    assert condition
