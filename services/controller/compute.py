@@ -625,7 +625,7 @@ class ComputeController:
                 self._disconnected = False
                 self._check_silent(now)
             await self.peeks.expire(now)
-            self.hydration.sweep_orphans(self.known_objects())
+            self.hydration.sweep_orphans(self.known_objects)
 
     def _forgive_silence(self, seconds: float) -> None:
         """Time the controller could not hear heartbeats does not count against replicas."""

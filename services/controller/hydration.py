@@ -566,13 +566,13 @@ class HydrationTables:
         for replica_id in list(self._replicas):
             self._refresh(replica_id)
 
-    def sweep_orphans(self, known_objects: Iterable[str]) -> list[str]:
+    def sweep_orphans(self, known_objects: Callable[[], Iterable[str]]) -> list[str]:
         """Once ``orphan_grace`` after a start that read rows back: retract rows of objects
-        not in ``known_objects`` (dropped while no controller ran). The objects retracted."""
+        not in ``known_objects()`` (dropped while no controller ran). The objects retracted."""
         if self._loaded_at is None or time.monotonic() - self._loaded_at < self.orphan_grace:
             return []
         self._loaded_at = None
-        known = set(known_objects)
+        known = set(known_objects())
         held = {k[1] for cid in PER_REPLICA_OBJECT for k in self._held[cid]}
         gone = sorted((held | set(self._dependencies)) - known)
         for object_id in gone:

@@ -340,10 +340,14 @@ async def test_a_restarted_controller_replaces_rows_and_ends_open_episodes(
     compute, orchestrator, info, replicas, data = cluster
     desc = dataflow_to_proto(q3("q3", unique))
     await compute.create_dataflow(info.id, desc)
+    # Dropped while no controller runs: the next one is never sent it again.
+    await compute.create_dataflow(info.id, dataflow_to_proto(q3("gone", unique)))
     for replica_id in replicas:
-        await assert_eventually(
-            lambda r=replica_id: check_hydrating(arrow_writer, orchestrator, r, "q3"), timeout=30
-        )
+        for name in ("q3", "gone"):
+            await assert_eventually(
+                lambda r=replica_id, n=name: check_hydrating(arrow_writer, orchestrator, r, n),
+                timeout=30,
+            )
     # As a controller killed -9 would: its episodes are left open in the shards.
     compute.hydration.incarnation_ended = lambda *_a, **_k: None  # type: ignore[method-assign]
     await compute.stop()
@@ -354,6 +358,7 @@ async def test_a_restarted_controller_replaces_rows_and_ends_open_episodes(
     again = kit.InProcessOrchestrator(nats_url, replica_class=kit.RealReplica)
     again.incarnations = dict(orchestrator.incarnations)  # the process orchestrator's counter
     compute, _ = await make_compute(orchestrator=again, heartbeat_timeout=5.0)
+    compute.hydration.orphan_grace = 1.0
     await compute.apply([info], [ReplicaSpec(r, info.id, workers=WORKERS) for r in replicas])
     # Coordinators send their dataflows again to a new controller.
     await compute.create_dataflow(info.id, desc)
@@ -366,7 +371,11 @@ async def test_a_restarted_controller_replaces_rows_and_ends_open_episodes(
             assert sorted((e[7], e[6]) for e in episodes) == [(1, "interrupted"), (2, "hydrated")]
             objects = of(arrow_writer, OBJECT_HISTORY, replica_id, "q3_idx")
             assert sorted((o[7], o[6]) for o in objects) == [(1, "interrupted"), (2, "hydrated")]
-        deps = [r for r in held(arrow_writer, DEPENDENCIES) if r[0] == "q3_idx"]
+            assert of(arrow_writer, STATUSES, replica_id, "gone_idx") == []
+            assert of(arrow_writer, PROGRESS, replica_id, "gone_idx") == []
+            objects = of(arrow_writer, OBJECT_HISTORY, replica_id, "gone_idx")
+            assert [(o[7], o[6]) for o in objects] == [(1, "interrupted")]
+        deps = [r for r in held(arrow_writer, DEPENDENCIES) if r[0] in ("q3_idx", "gone_idx")]
         assert sorted(deps) == sorted(("q3_idx", source_id(t)) for t in TABLES)
 
     await assert_eventually(replaced, timeout=60)
