@@ -67,7 +67,9 @@ Promises of the controller
     - ``CreateDataflow`` is idempotent by dataflow id.
 
 Status and metrics rows are written through ``status.ReplicaStatusTables``;
-peeks are raced by ``peeks.PeekRouter``.
+hydration (current statuses, progress, times, dependencies and the hydration
+histories) through ``hydration.HydrationTables``, fed only fenced responses
+and the incarnations' starts and ends; peeks are raced by ``peeks.PeekRouter``.
 """
 
 from __future__ import annotations

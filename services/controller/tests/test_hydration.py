@@ -13,6 +13,8 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import datetime as dt
+import os
+import signal
 from typing import Any
 
 import pyarrow as pa
@@ -32,9 +34,11 @@ from loupe.controller.hydration import (
     TIMES,
 )
 from loupe.controller.orchestrators.base import ReplicaSpec
+from loupe.controller.orchestrators.process import DEFAULT_PROGRAM, ProcessOrchestrator
 from loupe.controller.service import CATALOG_SERVICE, ControllerService, ControllerSettings
 from loupe.controller.storage.writer import consolidated_rows
 from loupe.coordinator.plan import lower_to_lir, plan_query
+from loupe.dataflow import ComputeInstance
 from loupe.loadgen import tpch
 from loupe.persist import Shard
 from loupe.persist.shard import arrow_schema
@@ -132,6 +136,13 @@ def lir_ids(orchestrator: Any, replica_id: str, dataflow_id: str) -> set[int]:
     return {region.lir_id for region in dataflow.regions}
 
 
+def rendered_lir_ids(desc: DataflowDescription) -> set[int]:
+    """The LIR ids of ``desc`` as the engine renders it (for replicas in other processes)."""
+    engine = ComputeInstance(workers=WORKERS)
+    engine.create_dataflow(desc)
+    return {region.lir_id for region in engine.dataflows[desc.id].regions}
+
+
 def staged() -> float:
     return sum(
         sample.value
@@ -142,9 +153,11 @@ def staged() -> float:
     )
 
 
-def check_hydrating(writer: Any, orchestrator: Any, replica_id: str, dataflow_id: str) -> None:
+def check_hydrating(
+    writer: Any, orchestrator: Any, replica_id: str, dataflow_id: str, nodes: Any = None
+) -> None:
     object_id = f"{dataflow_id}_idx"
-    nodes = lir_ids(orchestrator, replica_id, dataflow_id)
+    nodes = nodes or lir_ids(orchestrator, replica_id, dataflow_id)
     statuses = of(writer, STATUSES, replica_id, object_id)
     assert {r[2] for r in statuses} == nodes
     assert not any(r[3] for r in statuses), statuses
@@ -153,9 +166,11 @@ def check_hydrating(writer: Any, orchestrator: Any, replica_id: str, dataflow_id
     assert of(writer, TIMES, replica_id, object_id) == [(replica_id, object_id, None)]
 
 
-def check_hydrated(writer: Any, orchestrator: Any, replica_id: str, dataflow_id: str) -> None:
+def check_hydrated(
+    writer: Any, orchestrator: Any, replica_id: str, dataflow_id: str, nodes: Any = None
+) -> None:
     object_id = f"{dataflow_id}_idx"
-    nodes = lir_ids(orchestrator, replica_id, dataflow_id)
+    nodes = nodes or lir_ids(orchestrator, replica_id, dataflow_id)
     statuses = of(writer, STATUSES, replica_id, object_id)
     assert statuses == sorted(((replica_id, object_id, n, True) for n in nodes), key=repr)
     progress = of(writer, PROGRESS, replica_id, object_id)
@@ -379,6 +394,70 @@ async def test_a_restarted_controller_replaces_rows_and_ends_open_episodes(
         assert sorted(deps) == sorted(("q3_idx", source_id(t)) for t in TABLES)
 
     await assert_eventually(replaced, timeout=60)
+
+
+async def test_a_replica_process_killed_with_sigkill_mid_hydration(
+    make_compute, arrow_writer, data_dir, nats_url, unique, storage, tpch_tables
+):
+    """Replicas as processes: SIGKILL one mid-hydration; its rows stay, its episode is
+    interrupted, its next incarnation starts over and hydrates; the other is untouched."""
+    orchestrator = ProcessOrchestrator(
+        data_dir, nats_url, program=DEFAULT_PROGRAM, restart_backoff=3.0, terminate_grace=3.0
+    )
+    compute, _ = await make_compute(orchestrator=orchestrator, heartbeat_timeout=5.0)
+    info = ClusterInfo(f"c{unique}", "heavy", introspection_interval_ns=0)
+    first, second = f"a{unique}", f"b{unique}"
+    await compute.apply([info], [ReplicaSpec(r, info.id, workers=WORKERS) for r in (first, second)])
+    data = Tpch(tpch_tables, storage, unique)
+    desc = q3("q3", unique)
+    nodes = rendered_lir_ids(desc)
+    await compute.create_dataflow(info.id, dataflow_to_proto(desc))
+    for replica_id in (first, second):
+        await assert_eventually(
+            lambda r=replica_id: check_hydrating(arrow_writer, None, r, "q3", nodes), timeout=60
+        )
+    await asyncio.sleep(0.5)
+    others = {cid: of(arrow_writer, cid, second) for cid in (STATUSES, PROGRESS, TIMES)}
+    last = {cid: of(arrow_writer, cid, first) for cid in (STATUSES, PROGRESS, TIMES)}
+    pid = orchestrator.pid(first)
+    assert pid is not None
+    killed_at = dt.datetime.now(dt.UTC)
+    os.kill(pid, signal.SIGKILL)
+
+    def interrupted() -> None:
+        episodes = of(arrow_writer, REPLICA_HISTORY, first)
+        assert [(e[6], e[7]) for e in episodes][:1] == [("interrupted", 1)], episodes
+        objects = of(arrow_writer, OBJECT_HISTORY, first, "q3_idx")
+        assert [(o[6], o[7]) for o in objects][:1] == [("interrupted", 1)], objects
+        # Until the next incarnation reports, the killed one's rows are what there is.
+        for cid, rows in last.items():
+            assert of(arrow_writer, cid, first) == rows, cid
+
+    await assert_eventually(interrupted, timeout=30)
+
+    def replaced() -> None:
+        check_hydrating(arrow_writer, None, first, "q3", nodes)
+        progress = of(arrow_writer, PROGRESS, first, "q3_idx")
+        assert all(r[6] > killed_at for r in progress), progress
+        episodes = of(arrow_writer, REPLICA_HISTORY, first)
+        assert sorted((e[7], e[6]) for e in episodes) == [(1, "interrupted"), (2, "hydrating")]
+
+    await assert_eventually(replaced, timeout=60)
+    for cid, rows in others.items():
+        assert of(arrow_writer, cid, second) == rows, cid
+
+    data.release()
+
+    def hydrated() -> None:
+        for replica_id in (first, second):
+            check_hydrated(arrow_writer, None, replica_id, "q3", nodes)
+        episodes = of(arrow_writer, REPLICA_HISTORY, first)
+        assert sorted((e[7], e[6]) for e in episodes) == [(1, "interrupted"), (2, "hydrated")]
+        assert [(e[7], e[6]) for e in of(arrow_writer, REPLICA_HISTORY, second)] == [
+            (1, "hydrated")
+        ]
+
+    await assert_eventually(hydrated, timeout=90)
 
 
 class StaticCatalog:
