@@ -37,6 +37,7 @@ from loupe.dataflow.batches import (
     spread,
 )
 from loupe.dataflow.hooks import LoggingHooks
+from loupe.dataflow.hydration import HydrationTracker, rows_processed
 from loupe.dataflow.memory import MemoryBudget
 from loupe.dataflow.operators import Input, Operator
 from loupe.dataflow.render import LirRegion, Renderer
@@ -89,17 +90,6 @@ def _idle(operator: Operator) -> bool:
 
 def _quiet(operator: Operator) -> bool:
     return operator.err.height == 0 and all(part.height == 0 for part in operator.ok)
-
-
-def _rows_processed(operator: Operator) -> list[int]:
-    """Per worker, the rows a run processed: its inputs' (an operator without inputs: its output)."""
-    if not operator.inputs:
-        return [part.height for part in operator.ok]
-    rows = [0] * len(operator.ok)
-    for source in operator.inputs:
-        for worker, part in enumerate(source.ok):
-            rows[worker] += part.height
-    return rows
 
 
 def _attribute(ns: list[int], remainder: int, rows: list[int]) -> None:
@@ -263,6 +253,13 @@ class _SinkExport:
         self.batches.append(SinkBatch(self.id, lower, upper, table, error))
 
 
+def _snapshot_rows(frame: pl.DataFrame, as_of: int) -> int:
+    """How many updates of ``frame`` (advanced to the as_of) are at it: its snapshot's."""
+    if _latest(frame) <= as_of:  # the usual case: no filter
+        return frame.height
+    return int((frame[TIME] <= as_of).sum())
+
+
 def _advance(frame: pl.DataFrame, since: int) -> pl.DataFrame:
     """``advance``, skipped when no time is before ``since`` (no copy)."""
     earliest = _time_bound(frame[TIME].min())
@@ -326,7 +323,12 @@ class Dataflow:
     """One rendered ``DataflowDescription`` and its progress."""
 
     def __init__(
-        self, desc: DataflowDescription, index: int, renderer: Renderer, scope_id: int = -1
+        self,
+        desc: DataflowDescription,
+        index: int,
+        renderer: Renderer,
+        scope_id: int = -1,
+        track_hydration: bool = True,
     ) -> None:
         self.desc = desc
         self.index = index
@@ -337,6 +339,8 @@ class Dataflow:
         self.created_ns = clock.perf_counter_ns()
         # How long it took to hydrate (mz_compute_hydration_times); None until it has.
         self.hydrated_ns: int | None = None
+        # When its hydrating step (its first) started; None until then.
+        self.started_ns: int | None = None
         self.workers = renderer.workers
         self.operators = renderer.operators
         self.hydration_ids = renderer.hydration_ids
@@ -361,6 +365,14 @@ class Dataflow:
         # operators' state is then unknown, so the dataflow stops where it was and every
         # read of it fails with this error instead of answering without the lost updates.
         self.failed: LoupeError | None = None
+        # Per LIR node hydration and progress (``ComputeInstance(hydration_logging=...)``).
+        self.tracker = (
+            HydrationTracker(
+                self.operators, [r.start for r in self.regions], self.inputs, self.workers
+            )
+            if track_hydration
+            else None
+        )
 
     @property
     def as_of(self) -> int:
@@ -377,8 +389,12 @@ class Dataflow:
         """Updates of import ``name``; times before the as_of read as the as_of."""
         queue = self.queues[name]
         if ok.height:
-            queue.ok.append(_advance(ok, self.as_of))
+            advanced = _advance(ok, self.as_of)
+            queue.ok.append(advanced)
             self.queued = True
+            tracker = self.tracker
+            if tracker is not None and not tracker.started:
+                tracker.queue(name, _snapshot_rows(advanced, self.as_of))
         if err.height:
             queue.err.append(_advance(err, self.as_of))
             self.queued = True
@@ -393,14 +409,21 @@ class Dataflow:
         workers = self.workers
         taken = {}
         self.queued = True
+        hydrating = lower <= self.as_of < upper
+        if hydrating:
+            self.started_ns = clock.perf_counter_ns()
+            if self.tracker is not None:
+                self.tracker.start()
         for name, operator in self.inputs.items():
             ok, err = self.queues[name].take(upper, operator.empty)
             taken[name] = (ok, err)
             operator.pending = spread(ok, workers)
             operator.pending_err = err
         try:
-            self._run_operators(lower, upper, hooks)
+            self._run_operators(lower, upper, hooks, hydrating)
         except Exception as error:
+            if hydrating and self.tracker is not None:
+                self._unhydrate(hooks)
             out_of_memory = _out_of_memory(error, self.name)
             if out_of_memory is not None:
                 # The instance releases its state: retrying the step would only run out again.
@@ -512,8 +535,11 @@ class Dataflow:
         )
         return spines + traces + queued
 
-    def _run_operators(self, lower: int, upper: int, hooks: LoggingHooks | None) -> None:
-        if hooks is None:
+    def _run_operators(
+        self, lower: int, upper: int, hooks: LoggingHooks | None, hydrating: bool = False
+    ) -> None:
+        tracker = self.tracker if hydrating else None
+        if hooks is None and tracker is None:
             for step_operator in self.operators:
                 if not _idle(step_operator):
                     step_operator.run(lower, upper)
@@ -521,17 +547,40 @@ class Dataflow:
         # The dataflow's scope operator runs its operators: as timely's region, it is
         # scheduled once per step, for what its operators took on each worker.
         scope = [0] * self.workers
-        for step_operator in self.operators:
-            if _idle(step_operator):
-                continue
-            started = clock.perf_counter_ns()
-            step_operator.run(lower, upper)
-            elapsed = clock.perf_counter_ns() - started
-            for worker, duration in enumerate(self._log_run(hooks, step_operator, elapsed)):
-                scope[worker] += duration
-        for worker, duration in enumerate(scope):
-            if duration > 0:
-                hooks.scheduled(worker, self.scope_id, duration)
+        for position, step_operator in enumerate(self.operators):
+            if not _idle(step_operator):
+                if hooks is None:
+                    step_operator.run(lower, upper)
+                else:
+                    started = clock.perf_counter_ns()
+                    step_operator.run(lower, upper)
+                    elapsed = clock.perf_counter_ns() - started
+                    ns = self._log_run(hooks, step_operator, elapsed)
+                    for worker, duration in enumerate(ns):
+                        scope[worker] += duration
+            if tracker is not None:
+                # Its output frontier passed the as_of: the node is hydrated (seed 002).
+                node = tracker.ran(position, step_operator)
+                if node >= 0 and hooks is not None:
+                    self._log_node(hooks, node, hydrated=True)
+        if hooks is not None:
+            for worker, duration in enumerate(scope):
+                if duration > 0:
+                    hooks.scheduled(worker, self.scope_id, duration)
+
+    def _log_node(self, hooks: LoggingHooks, node: int, hydrated: bool) -> None:
+        """LIR node ``node`` (in ``regions`` order) changed status on every worker."""
+        lir_id = self.regions[node].lir_id
+        for export_id in self.export_ids():
+            for worker in range(self.workers):
+                hooks.hydration(worker, export_id, lir_id, hydrated)
+
+    def _unhydrate(self, hooks: LoggingHooks | None) -> None:
+        """The hydrating step failed: the nodes it hydrated are not (the dataflow stops)."""
+        assert self.tracker is not None
+        for node in self.tracker.fail():
+            if hooks is not None:
+                self._log_node(hooks, node, hydrated=False)
 
     def _log_run(self, hooks: LoggingHooks, operator: Operator, elapsed: int) -> list[int]:
         """Log one run: each worker's measured time (returned), and the operator's arrangements.
@@ -554,7 +603,7 @@ class Dataflow:
         worked = [worker for worker, duration in enumerate(ns) if duration]
         remainder = elapsed - sum(ns)
         if remainder > 0:
-            _attribute(ns, remainder, _rows_processed(operator))
+            _attribute(ns, remainder, rows_processed(operator))
         for worker, duration in enumerate(ns):
             if duration > 0:
                 hooks.scheduled(worker, operator.operator_id, duration)
@@ -584,7 +633,8 @@ class Dataflow:
     def _log_progress(self, hooks: LoggingHooks, lower: int, workers: int) -> None:
         self.log_progress(hooks)
         if lower <= self.as_of < self.frontier:
-            self.log_hydration(hooks, workers, hydrated=True)
+            if self.tracker is None:  # no per-node tracking: every node at once
+                self.log_hydration(hooks, workers, hydrated=True)
             self.log_hydration_time(hooks)
 
     def log_hydration_time(self, hooks: LoggingHooks) -> None:
@@ -646,10 +696,19 @@ class Dataflow:
             hooks.batcher_size(QUEUE_WORKER, operator_id, records, size, size, len(frames))
 
     def log_hydration(self, hooks: LoggingHooks, workers: int, hydrated: bool) -> None:
+        """Every node's status: ``hydrated``, or as tracked per node (when tracked and True)."""
+        tracked = self.tracker.snapshot.hydrated if self.tracker is not None else None
         for export_id in self.export_ids():
-            for region in self.regions:
+            for node, region in enumerate(self.regions):
+                status = hydrated and (tracked is None or tracked[node])
                 for worker in range(workers):
-                    hooks.hydration(worker, export_id, region.lir_id, hydrated)
+                    hooks.hydration(worker, export_id, region.lir_id, status)
+
+    def node_hydrated(self, node: int) -> bool:
+        """Whether LIR node ``node`` (in ``regions`` order) is hydrated (on every worker)."""
+        if self.tracker is None:
+            return self.hydrated
+        return self.tracker.snapshot.hydrated[node]
 
 
 class ComputeInstance:
@@ -737,7 +796,7 @@ class ComputeInstance:
         scope_id = self._new_operator_id()
         renderer = Renderer(desc, self.workers, self._new_operator_id)
         renderer.render()
-        dataflow = Dataflow(desc, self._next_dataflow, renderer, scope_id)
+        dataflow = Dataflow(desc, self._next_dataflow, renderer, scope_id, self.hydration_logging)
         self._next_dataflow += 1
         if self.hooks is not None:
             dataflow.deferred = self._deferred
@@ -1129,42 +1188,57 @@ class ComputeInstance:
     def hydration(self) -> list[HydrationStatus]:
         """Per export, LIR node and worker: has the node's output passed the as_of?"""
         return [
-            HydrationStatus(export_id, region.lir_id, worker, dataflow.hydrated)
-            for dataflow in self.dataflows.values()
+            HydrationStatus(export_id, region.lir_id, worker, dataflow.node_hydrated(node))
+            for dataflow in list(self.dataflows.values())
             for export_id in dataflow.export_ids()
-            for region in dataflow.regions
+            for node, region in enumerate(dataflow.regions)
             for worker in range(self.workers)
         ]
 
     def progress(self) -> list[DataflowProgress]:
-        """Per dataflow: hydrated or not, its LIR nodes' status and progress per worker,
-        updates read from its imports."""
-        result = []
-        for dataflow in list(self.dataflows.values()):
-            hydrated = dataflow.hydrated
-            read = sum(q.records for q in list(dataflow.queues.values()))
+        """Per dataflow: hydrated or not, its LIR nodes' status and progress per worker
+        (``NodeProgress``), updates read from its imports.
+
+        Safe to call from another thread while a step runs: it reads each dataflow's
+        tracker's ``snapshot``, which the engine thread replaces whole at every change.
+        """
+        return [self._progress(dataflow) for dataflow in list(self.dataflows.values())]
+
+    def _progress(self, dataflow: Dataflow) -> DataflowProgress:
+        hydrated = dataflow.hydrated
+        regions = dataflow.regions
+        tracker = dataflow.tracker
+        nodes: tuple[NodeProgress, ...] = ()
+        nodes_hydrated = len(regions) if hydrated else 0
+        done = estimated = 0
+        if tracker is not None:
+            snapshot = tracker.snapshot
             nodes = tuple(
-                NodeProgress(region.lir_id, worker, hydrated, 0, 0)
-                for region in dataflow.regions
-                for worker in range(self.workers)
-            )
-            result.append(
-                DataflowProgress(
-                    dataflow.desc.id,
-                    hydrated,
-                    len(dataflow.regions),
-                    len(dataflow.regions) if hydrated else 0,
-                    read,
-                    tuple(dataflow.export_ids()),
-                    nodes,
-                    dataflow.hydrated_ns,
-                    0,
-                    0,
-                    dataflow.created_ns,
-                    None,
+                NodeProgress(
+                    region.lir_id, worker, status, node_done[worker], node_estimated[worker]
                 )
+                for region, status, node_done, node_estimated in zip(
+                    regions, snapshot.hydrated, snapshot.done, snapshot.estimated, strict=True
+                )
+                for worker in range(dataflow.workers)
             )
-        return result
+            nodes_hydrated = sum(snapshot.hydrated)
+            done = sum(sum(d) for d in snapshot.done)
+            estimated = sum(sum(e) for e in snapshot.estimated)
+        return DataflowProgress(
+            dataflow.desc.id,
+            hydrated,
+            len(regions),
+            nodes_hydrated,
+            sum(q.records for q in list(dataflow.queues.values())),
+            export_ids=tuple(dataflow.export_ids()),
+            nodes=nodes,
+            hydration_time_ns=dataflow.hydrated_ns,
+            records_done=done,
+            records_estimated=estimated,
+            installed_ns=dataflow.created_ns,
+            started_ns=dataflow.started_ns,
+        )
 
     def footprint(self) -> Footprint:
         """What the instance holds: arranged records and bytes (operators, indexes), source logs."""
