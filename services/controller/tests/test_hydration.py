@@ -46,6 +46,7 @@ from loupe.plan import lir
 from loupe.plan.codec import dataflow_to_proto
 from loupe.plan.dataflow import BuildDesc, DataflowDescription, IndexExport, SourceImport
 from loupe.proto.catalog.v1 import catalog_pb2
+from loupe.proto.compute.v1 import compute_pb2
 from loupe.testing import assert_eventually
 
 pytestmark = [pytest.mark.timeout(240)]
@@ -244,6 +245,61 @@ async def test_statuses_progress_times_dependencies_and_histories(cluster, arrow
     before = staged()
     await asyncio.sleep(2.0)
     assert staged() == before
+
+
+async def test_replicas_report_every_node_on_every_worker_with_times(
+    cluster, arrow_writer, nats_connection, unique
+):
+    """What a replica sends: whole states, each a change, progress monotonic per node."""
+    compute, orchestrator, info, (first, _), data = cluster
+    messages: list[compute_pb2.Hydration] = []
+
+    async def record(msg: Any) -> None:
+        response = compute_pb2.ComputeResponse.FromString(msg.data)
+        if response.WhichOneof("kind") == "hydration" and response.hydration.dataflow_id == "q3":
+            messages.append(response.hydration)
+
+    subscription = await nats_connection.subscribe(f"loupe.compute.v1.{first}.response", cb=record)
+    began_ms = int(dt.datetime.now(dt.UTC).timestamp() * 1000)
+    await compute.create_dataflow(info.id, dataflow_to_proto(q3("q3", unique)))
+    await assert_eventually(
+        lambda: check_hydrating(arrow_writer, orchestrator, first, "q3"), timeout=30
+    )
+    data.release()
+    await assert_eventually(lambda: _true(bool(messages) and messages[-1].hydrated), timeout=60)
+    await asyncio.sleep(1.0)  # nothing changes any more: nothing more is sent
+    await subscription.unsubscribe()
+    nodes = lir_ids(orchestrator, first, "q3")
+    ended_ms = int(dt.datetime.now(dt.UTC).timestamp() * 1000)
+
+    done: dict[tuple[int, int], int] = {}
+    for message in messages:
+        assert list(message.export_ids) == ["q3_idx"]
+        assert {(n.lir_id, n.worker_id) for n in message.nodes} == {
+            (n, w) for n in nodes for w in range(WORKERS)
+        }
+        assert message.records_done == sum(n.records_done for n in message.nodes)
+        assert began_ms <= message.installed_at_ms <= ended_ms
+        for node in message.nodes:
+            assert node.records_done >= done.get((node.lir_id, node.worker_id), 0)
+            done[(node.lir_id, node.worker_id)] = node.records_done
+    final = messages[-1]
+    assert [m.hydrated for m in messages].count(True) == 1, "hydrated is reported once"
+    assert all(n.hydrated for n in final.nodes)
+    assert all(n.records_done == n.records_estimated for n in final.nodes)
+    assert final.records_done > 0
+    assert final.HasField("hydration_time_ns")
+    assert final.installed_at_ms <= final.started_at_ms <= ended_ms
+    assert final.nodes_hydrated == final.nodes_total == len(nodes)
+    # The controller's rows say the same.
+    await arrow_writer.flush()
+    progress = of(arrow_writer, PROGRESS, first, "q3_idx")
+    assert {(r[2], r[3]): (r[4], r[5]) for r in progress} == {
+        (n.lir_id, n.worker_id): (n.records_done, n.records_estimated) for n in final.nodes
+    }
+    (obj,) = of(arrow_writer, OBJECT_HISTORY, first, "q3_idx")
+    assert obj[8] == final.records_done
+    assert obj[4] == dt.datetime.fromtimestamp(final.started_at_ms / 1000, dt.UTC)
 
 
 async def test_a_replica_killed_mid_hydration_keeps_its_rows_until_its_next_incarnation(
