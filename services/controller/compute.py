@@ -228,6 +228,8 @@ class ComputeController:
             request_snapshot=self._request_introspection_snapshot,
         )
         self._histories: dict[str, CommandHistory] = {}
+        # cluster id -> (its history, that history's version, its dataflows' infos).
+        self._hydration_cache: dict[str, tuple[CommandHistory, int, dict[str, DataflowInfo]]] = {}
         # Replicas' hydration into mz_internal (``hydration.py``).
         self.hydration = HydrationTables(
             writer,
@@ -726,10 +728,15 @@ class ComputeController:
         history = self._histories.get(cluster_id)
         if history is None:
             return {}
-        return {
+        cached = self._hydration_cache.get(cluster_id)
+        if cached is not None and cached[0] is history and cached[1] == history.version:
+            return cached[2]
+        infos = {
             dataflow_id: DataflowInfo(tuple(exports), one_shot_peek(description))
             for dataflow_id, (description, exports) in history.dataflows().items()
         }
+        self._hydration_cache[cluster_id] = (history, history.version, infos)
+        return infos
 
     def known_objects(self) -> set[str]:
         """Every compute collection of every cluster."""

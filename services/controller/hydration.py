@@ -80,6 +80,7 @@ from loupe.builtins import (
     MZ_OBJECT_HYDRATION_HISTORY,
     MZ_REPLICA_HYDRATION_HISTORY,
 )
+from loupe.common.errors import LoupeError
 from loupe.common.logging import get_logger
 from loupe.proto.compute.v1 import compute_pb2, plan_pb2
 
@@ -285,10 +286,18 @@ class HydrationTables:
         pending, self._pending = self._pending, {}
         for cid, rows in pending.items():
             for row, diff in rows.items():
-                if diff:
+                if not diff:
+                    continue
+                try:
                     self._writer.stage(cid, row, diff)
-                    staged += 1
-                    STAGED.labels(collection=cid).inc()
+                except LoupeError as error:
+                    if error.code != "INVALID_ARGUMENT":
+                        raise  # the writer is stopping
+                    # A row the collection cannot hold must not hold up the others.
+                    log.error("hydration row refused", collection=cid, row=row, error=str(error))
+                    continue
+                staged += 1
+                STAGED.labels(collection=cid).inc()
         return staged
 
     def _add(self, cid: str, row: Row, diff: int) -> None:
