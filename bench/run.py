@@ -19,7 +19,8 @@ what the engine's introspection logging costs, on against off
 system: hydration, updates, an idle replica, change to visible, 10 replicas
 (``bench/introspection.py``), and what per-node hydration tracking costs
 hydration, on against off, with its estimates against the truth
-(``bench/hydration_logging.py``).
+(``bench/hydration_logging.py``), and how long a node's hydration takes to
+show in ``mz_compute_operator_hydration_statuses`` (``bench/hydration_visible.py``).
 """
 
 from __future__ import annotations
@@ -124,6 +125,7 @@ def main() -> int:
         "logging_cost.py",
         "introspection.py",
         "hydration_logging.py",
+        "hydration_visible.py",
     )
     for script in scripts:
         print(f"\n== {script}", flush=True)

@@ -213,12 +213,9 @@ class HydrationTables:
         self._objects: dict[tuple[str, int, str], _ObjectEpisode] = {}
         # (replica, incarnation, object) whose episode ended: no second one.
         self._objects_ended: set[tuple[str, int, str]] = set()
-        # Cluster of each replica (for the dataflows it runs).
-        self._cluster_of: dict[str, str] = {}
         # Rows read back at start whose objects no cluster runs yet: retracted after the grace.
         self._loaded_at: float | None = None
         self._task: asyncio.Task[None] | None = None
-        self._wake = asyncio.Event()
 
     # -- lifecycle --------------------------------------------------------------------
 
@@ -347,7 +344,6 @@ class HydrationTables:
         info = dataflows.get(message.dataflow_id)
         if info is None:
             return  # dropped meanwhile (or never installed by this controller)
-        self._cluster_of[replica_id] = cluster_id
         objects = [o for o in (message.export_ids or info.exports) if o in info.exports]
         if message.nodes:
             self._current(replica_id, incarnation, objects, message)
@@ -502,7 +498,6 @@ class HydrationTables:
     def incarnation_started(self, replica_id: str, cluster_id: str, incarnation: int) -> None:
         """A new incarnation came up: the previous one's open episodes end interrupted."""
         self.incarnation_ended(replica_id)
-        self._cluster_of[replica_id] = cluster_id
         episode = _ReplicaEpisode(replica_id, cluster_id, incarnation, self._clock())
         self._replicas[replica_id] = episode
         self._write_episode(REPLICA_HISTORY, episode)
@@ -527,7 +522,6 @@ class HydrationTables:
     def replica_dropped(self, replica_id: str) -> None:
         """Its open episodes end dropped; its current rows are retracted."""
         self.incarnation_ended(replica_id, status=DROPPED)
-        self._cluster_of.pop(replica_id, None)
         keys = {k for cid in PER_REPLICA_OBJECT for k in self._held[cid] if k[0] == replica_id}
         for key in keys:
             self._retract_key(key)
