@@ -510,9 +510,11 @@ MZ_COMPUTE_DEPENDENCIES = BuiltinCollection(
 # hydrated) and one per object and incarnation. ``status``: hydrating,
 # hydrated, interrupted (the replica died or restarted first), dropped (the
 # object or replica was dropped first).
-# The controller updates an episode's row while it is open and never after it
-# ended; ``finished_at`` is set exactly when it ends (for every status), so
-# ended episodes may expire by it (as finished statement executions do).
+# An object's episode is never changed once it ended (``finished_at`` set, whatever
+# its status), so its rows expire by ``finished_at`` (as finished statement
+# executions do). A replica's episode stays the controller's to change while its
+# incarnation lives (hydrated, then hydrating again when a dataflow comes), so
+# the controller expires those itself (``loupe.controller.hydration``).
 MZ_REPLICA_HYDRATION_HISTORY = BuiltinCollection(
     "s274",
     "mz_internal",
@@ -528,7 +530,6 @@ MZ_REPLICA_HYDRATION_HISTORY = BuiltinCollection(
         ("incarnation", "uint8"),
     ),
     "controller",
-    expire_by="finished_at",
 )
 MZ_OBJECT_HYDRATION_HISTORY = BuiltinCollection(
     "s275",

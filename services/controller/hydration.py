@@ -33,25 +33,33 @@ dataflow's export ids, ``physical_plan_node_id`` the node's LIR id)
 
 Histories (``mz_replica_hydration_history``, ``mz_object_hydration_history``)
     One episode per replica incarnation: ``started_at`` when the
-    incarnation came up, ``finished_at`` when every dataflow it runs is
-    hydrated (``object_count`` their exports), ``peak_memory_bytes`` the
-    largest heartbeat memory in between. An incarnation with no dataflow
-    to run stays hydrating until its cluster's first dataflows hydrate;
-    objects created after its episode ended have object episodes only. One per object and replica
-    incarnation: ``installed_at`` / ``started_at`` as the replica says,
-    ``finished_at`` = installed + hydration time, ``records`` processed.
-    ``status`` goes hydrating -> hydrated, or ends ``interrupted`` (the
-    incarnation died or was restarted first; also an open episode a
-    restarted controller finds: its incarnation died with the old
-    controller) or ``dropped`` (the object or the replica was dropped
+    incarnation came up, ``finished_at`` when every dataflow of its cluster
+    is hydrated on it (``object_count`` their exports; an incarnation with
+    nothing to run is hydrated at its first heartbeat), ``peak_memory_bytes``
+    the largest heartbeat memory while it hydrated. While the incarnation
+    lives its episode goes hydrating again when a dataflow it has not
+    hydrated comes (a new object; after a controller restart, the dataflows
+    coordinators send again), and hydrated once that is. One episode per
+    object and replica incarnation: ``installed_at`` / ``started_at`` as the
+    replica says, ``finished_at`` = installed + hydration time, ``records``
+    processed. ``status`` goes hydrating -> hydrated, or ends
+    ``interrupted`` (the incarnation died or was restarted first; also an
+    open episode a restarted controller finds: its incarnation died with the
+    old controller) or ``dropped`` (the object or the replica was dropped
     first); an episode that ends unhydrated has ``finished_at`` = when it
     ended. One-shot peeks' transient dataflows have no episodes.
 
-    An ended episode is never touched again: the controller retracts only
-    rows whose ``finished_at`` is NULL. So the storage writer may expire
-    ended episodes by ``finished_at`` (``expire_by``) after
-    ``hydration_history_retention`` without racing the controller, as it
-    expires finished statement executions.
+Retention (``hydration_history_retention``)
+    An object's episode is never changed once it ended, and ``finished_at``
+    is set exactly then: the storage writer expires those rows by
+    ``finished_at`` (``expire_by``), as it does finished statement
+    executions, without racing the controller. A replica's episode stays the
+    controller's to change as long as its incarnation lives, however old its
+    ``finished_at`` (a replica hydrated a month ago that gets a new index):
+    the writer expiring it would make the controller's next change retract a
+    row that is gone. So the controller expires those itself
+    (``expire``, every ``expire_interval``): rows of ended episodes only,
+    none it holds, has pending or has retracted already.
 
 Writes are batched: every change updates an in-memory mirror of what the
 collections hold and adds to a consolidated set of pending updates; every
@@ -137,6 +145,8 @@ class _ReplicaEpisode:
     object_count: int = 0
     peak_memory_bytes: int = 0
     status: str = HYDRATING
+    # When it last went hydrating (a dataflow to hydrate came): it cannot finish before.
+    since: dt.datetime | None = None
     # dataflow id -> when it hydrated (wall clock) in this incarnation.
     hydrated: dict[str, dt.datetime] = field(default_factory=dict)
     # The row the collection holds (None: not written yet).
@@ -192,6 +202,7 @@ class HydrationTables:
         dataflows_of: Callable[[str], Mapping[str, DataflowInfo]],
         write_interval: float = 0.25,
         orphan_grace: float = 60.0,
+        expire_interval: float = 60.0,
         clock: Callable[[], dt.datetime] = utc_now,
     ) -> None:
         self._writer = writer
@@ -215,6 +226,13 @@ class HydrationTables:
         self._objects_ended: set[tuple[str, int, str]] = set()
         # Rows read back at start whose objects no cluster runs yet: retracted after the grace.
         self._loaded_at: float | None = None
+        # mz_replica_hydration_history's retention (``hydration_history_retention``), applied
+        # here every ``expire_interval``; the replica history rows this controller retracted
+        # that may still be in the shard (never retracted twice).
+        self.retention_ms = MZ_REPLICA_HYDRATION_HISTORY.retention_ms
+        self.expire_interval = expire_interval
+        self._retracted: set[Row] = set()
+        self._expired_at = time.monotonic()
         self._task: asyncio.Task[None] | None = None
 
     # -- lifecycle --------------------------------------------------------------------
@@ -273,9 +291,40 @@ class HydrationTables:
         while True:
             await asyncio.sleep(self.write_interval)
             try:
+                if time.monotonic() - self._expired_at >= self.expire_interval:
+                    self._expired_at = time.monotonic()
+                    await self.expire()
                 self.write()
             except Exception:
                 log.exception("hydration updates not staged")
+
+    async def expire(self) -> int:
+        """Retract ended replica episodes whose ``finished_at`` is older than
+        ``retention_ms``; how many (staged at the next write).
+
+        Not the storage writer's ``expire_by``: a live incarnation's episode stays
+        this controller's to change (hydrated, then hydrating again when a new
+        dataflow comes), however old its ``finished_at``. So only rows no live
+        episode holds, that are not pending, and that this controller has not
+        retracted already are expired; the shard is read for them.
+        """
+        found = await asyncio.to_thread(self._writer.consolidated, REPLICA_HISTORY)
+        present = {tuple(row): count for row, count in found if count > 0}
+        self._retracted &= set(present)  # the others' retractions are in the shard
+        live = {e.held for e in self._replicas.values() if e.held is not None}
+        pending = self._pending.get(REPLICA_HISTORY, {})
+        cutoff = self._clock() - dt.timedelta(milliseconds=self.retention_ms)
+        expired = 0
+        for row, count in present.items():
+            finished_at = row[3]
+            if row in live or row in pending or row in self._retracted or finished_at is None:
+                continue
+            if finished_at < cutoff:
+                self._add(REPLICA_HISTORY, row, -count)
+                expired += 1
+        if expired:
+            log.info("replica hydration episodes expired", rows=expired, cutoff=str(cutoff))
+        return expired
 
     def write(self) -> int:
         """Stage the pending updates (consolidated); how many."""
@@ -298,6 +347,8 @@ class HydrationTables:
         return staged
 
     def _add(self, cid: str, row: Row, diff: int) -> None:
+        if cid == REPLICA_HISTORY and diff < 0:
+            self._retracted.add(row)
         rows = self._pending.setdefault(cid, {})
         total = rows.get(row, 0) + diff
         if total:
@@ -455,11 +506,13 @@ class HydrationTables:
         episode = self._replicas.get(replica_id)
         if episode is None or episode.incarnation != incarnation:
             return
-        episode.peak_memory_bytes = max(episode.peak_memory_bytes, memory_bytes)
+        if episode.status == HYDRATING:
+            episode.peak_memory_bytes = max(episode.peak_memory_bytes, memory_bytes)
         self._refresh(replica_id)
 
     def _refresh(self, replica_id: str) -> None:
-        """The replica's open episode, rewritten if changed; ended once all is hydrated."""
+        """The replica's live episode, rewritten if changed: hydrated while every dataflow
+        of its cluster is hydrated on it, hydrating again when one that is not comes."""
         episode = self._replicas.get(replica_id)
         if episode is None:
             return
@@ -469,21 +522,22 @@ class HydrationTables:
             if not info.transient
         }
         episode.object_count = sum(len(info.exports) for info in dataflows.values())
-        # With nothing to run the episode stays open: a cluster's first objects (or, after
-        # a controller restart, the dataflows coordinators send again) are what it waits for.
-        if dataflows and all(d in episode.hydrated for d in dataflows):
-            episode.status = HYDRATED
-            times = [episode.hydrated[d] for d in dataflows]
-            episode.finished_at = max(times, default=self._clock())
-            self._end_replica(replica_id)
-        else:
-            self._write_episode(REPLICA_HISTORY, episode)
+        if all(d in episode.hydrated for d in dataflows):
+            if episode.status != HYDRATED:
+                episode.status = HYDRATED
+                times = [episode.hydrated[d] for d in dataflows]
+                episode.finished_at = max([*times, episode.since or self._clock()])
+        elif episode.status != HYDRATING or episode.since is None:
+            episode.status, episode.finished_at = HYDRATING, None
+            episode.since = self._clock()
+        self._write_episode(REPLICA_HISTORY, episode)
 
-    def _end_replica(self, replica_id: str, status: str | None = None) -> None:
+    def _end_replica(self, replica_id: str, status: str) -> None:
+        """The incarnation is gone: its episode ends, ``status`` unless it was hydrated."""
         episode = self._replicas.pop(replica_id, None)
         if episode is None:
             return
-        if status is not None:
+        if episode.status != HYDRATED:
             episode.status = status
             episode.finished_at = self._clock()
         self._write_episode(REPLICA_HISTORY, episode)

@@ -65,7 +65,8 @@ STATEMENT_LOG_RETAINED = (MZ_STATEMENT_EXECUTION_HISTORY.id, MZ_STATEMENT_LIFECY
 RETENTION_VARIABLES: dict[str, tuple[str, ...]] = {
     "statement_logging_retention": STATEMENT_LOG_RETAINED,
     "introspection_retention": tuple(c.id for c in INTROSPECTION_COLLECTIONS),
-    # Ended episodes expire by finished_at (``hydration.py`` says why that is safe).
+    # Object episodes expire by finished_at in the writer, replica episodes in the
+    # controller (``hydration.py`` says why).
     "hydration_history_retention": (
         MZ_REPLICA_HYDRATION_HISTORY.id,
         MZ_OBJECT_HYDRATION_HISTORY.id,
@@ -313,6 +314,11 @@ class CatalogFollower:
             retention_ms = int(float(value.rstrip("s")) * 1000)
             if retention_ms != self._retention_ms.get(variable):
                 self._writer.set_retention(collection_ids, retention_ms)
+                if variable == "hydration_history_retention":
+                    # Replica episodes are expired by the controller (``hydration.py``).
+                    hydration = getattr(self._compute, "hydration", None)
+                    if hydration is not None:
+                        hydration.retention_ms = retention_ms
                 self._retention_ms[variable] = retention_ms
                 log.info("retention applied", variable=variable, retention_ms=retention_ms)
 

@@ -592,6 +592,7 @@ async def test_hydration_reaches_the_collections_through_the_spark_writer(
         week = 7 * 86_400_000
         for collection in (MZ_REPLICA_HYDRATION_HISTORY, MZ_OBJECT_HYDRATION_HISTORY):
             assert service.writer._collections[collection.id].retention_ms == week
+        assert compute.hydration.retention_ms == week  # replica episodes expire there
     finally:
         service.shutdown()
         await asyncio.wait_for(running, 60)

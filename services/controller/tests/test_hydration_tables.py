@@ -95,13 +95,60 @@ async def test_two_exports_one_report_and_a_late_object(arrow_writer: Any) -> No
     objects = rows(arrow_writer, OBJECT_HISTORY)
     assert [(o[0], o[6], o[8]) for o in objects] == [("i1", "hydrated", 36), ("i2", "hydrated", 36)]
 
-    # An object created after the episode ended has an episode of its own only.
+    # A new object: the live incarnation's episode hydrates again, then is hydrated.
+    clock.now = T0 + dt.timedelta(seconds=5)
     dataflows["late"] = DataflowInfo(("l",))
+    tables.on_heartbeat("r", 1, 250)
+    tables.write()
+    await arrow_writer.flush()
+    ((_, _, _, finished, count, peak, status, _),) = rows(arrow_writer, REPLICA_HISTORY)
+    assert (finished, count, peak, status) == (None, 3, 300, "hydrating")
+    tables.on_heartbeat("r", 1, 400)
     tables.on_hydration("r", "c", 1, report("late", ["l"], hydrated=True, done=1))
     tables.write()
     await arrow_writer.flush()
-    assert [e[6] for e in rows(arrow_writer, REPLICA_HISTORY)] == ["hydrated"]
+    ((_, _, _, finished, count, peak, status, _),) = rows(arrow_writer, REPLICA_HISTORY)
+    assert (count, peak, status) == (3, 400, "hydrated")
+    assert finished == clock.now  # it cannot have finished before the object came
     assert [o[0] for o in rows(arrow_writer, OBJECT_HISTORY)] == ["i1", "i2", "l"]
+    # The incarnation ends hydrated: its episode stays hydrated.
+    tables.incarnation_ended("r", 1)
+    tables.write()
+    await arrow_writer.flush()
+    assert [e[6] for e in rows(arrow_writer, REPLICA_HISTORY)] == ["hydrated"]
+
+
+async def test_replica_episodes_expire_in_the_controller_never_a_live_one(
+    arrow_writer: Any,
+) -> None:
+    dataflows = {"d": DataflowInfo(("i",))}
+    clock = Clock()
+    tables = HydrationTables(arrow_writer, dataflows_of=lambda _c: dataflows, clock=clock)
+    tables.retention_ms = 3_600_000
+    # r1: an incarnation that hydrated (T0) and ended; r2: one hydrated at T0, still live.
+    for replica_id in ("r1", "r2"):
+        tables.incarnation_started(replica_id, "c", 1)
+        tables.on_hydration(replica_id, "c", 1, report("d", ["i"], hydrated=True))
+    tables.incarnation_ended("r1", 1)
+    tables.write()
+    await arrow_writer.flush()
+    assert [(e[0], e[6]) for e in rows(arrow_writer, REPLICA_HISTORY)] == [
+        ("r1", "hydrated"),
+        ("r2", "hydrated"),
+    ]
+    clock.now = T0 + dt.timedelta(hours=2)
+    assert await tables.expire() == 1
+    assert await tables.expire() == 0  # retracted already: never twice
+    tables.write()
+    await arrow_writer.flush()
+    assert [e[0] for e in rows(arrow_writer, REPLICA_HISTORY)] == ["r2"]
+    # The live one, two hours after it hydrated, gets a new object: changed, not lost.
+    dataflows["late"] = DataflowInfo(("l",))
+    tables.on_heartbeat("r2", 1, 10)
+    assert await tables.expire() == 0
+    tables.write()
+    await arrow_writer.flush()
+    assert [(e[0], e[6]) for e in rows(arrow_writer, REPLICA_HISTORY)] == [("r2", "hydrating")]
 
 
 async def test_changes_within_one_write_interval_are_staged_once(arrow_writer: Any) -> None:

@@ -1,8 +1,9 @@
 """``hydration_history_retention`` through the Spark storage writer.
 
-The controller updates an episode's row while it is open and never after it
-ended (``finished_at`` set): ended episodes older than the retention expire,
-open ones stay, however old, and ending one later writes no negative count.
+Ended object episodes older than the retention expire in the writer's
+compaction (``expire_by``), ended replica episodes in the controller
+(``HydrationTables.expire``); open ones stay, however old, and ending one
+later writes no negative count.
 """
 
 from __future__ import annotations
@@ -24,6 +25,8 @@ HISTORIES = [MZ_REPLICA_HYDRATION_HISTORY, MZ_OBJECT_HYDRATION_HISTORY]
 
 
 class NoReplicas:
+    hydration: Any = None
+
     async def apply(self, _clusters: Any, _replicas: Any) -> tuple[list[str], list[str]]:
         return [], []
 
@@ -61,7 +64,15 @@ async def test_ended_episodes_expire_open_ones_stay(make_writer: Any) -> None:
 
     snapshot = catalog_pb2.CatalogSnapshot(epoch=1, timestamp=1)
     snapshot.system_configuration["hydration_history_retention"] = "3600s"
-    await CatalogFollower(NoReplicas(), writer).apply(snapshot)  # type: ignore[arg-type]
+    compute = NoReplicas()
+    compute.hydration = tables
+    await CatalogFollower(compute, writer).apply(snapshot)  # type: ignore[arg-type]
+    assert tables.retention_ms == 3_600_000
+    # Object episodes expire in the writer's compaction, replica episodes in the controller.
+    at[0] = now
+    assert await tables.expire() == 1
+    tables.write()
+    await writer.flush()
     await writer.compact()
 
     def kept(collection: Any) -> list[tuple[Any, ...]]:
