@@ -65,7 +65,10 @@ Writes are batched: every change updates an in-memory mirror of what the
 collections hold and adds to a consolidated set of pending updates; every
 ``write_interval`` the pending updates are staged. A row that changes many
 times between two writes is staged once (its last value), and a report that
-changes nothing stages nothing.
+changes nothing stages nothing. A write that opens an object episode (a
+hydration began) is staged ``urgent``: the storage writer flushes it at once
+rather than at its next interval, so a hydration shorter than that interval
+is still seen hydrating; everything else waits for the regular flush.
 """
 
 from __future__ import annotations
@@ -232,6 +235,9 @@ class HydrationTables:
         self.retention_ms = MZ_REPLICA_HYDRATION_HISTORY.retention_ms
         self.expire_interval = expire_interval
         self._retracted: set[Row] = set()
+        # A hydration began (an object episode opened): flush at once, not at the
+        # writer's next interval, so a short hydration is seen hydrating at all.
+        self._urgent = False
         self._expired_at = time.monotonic()
         self._task: asyncio.Task[None] | None = None
 
@@ -330,12 +336,13 @@ class HydrationTables:
         """Stage the pending updates (consolidated); how many."""
         staged = 0
         pending, self._pending = self._pending, {}
+        urgent, self._urgent = self._urgent, False
         for cid, rows in pending.items():
             for row, diff in rows.items():
                 if not diff:
                     continue
                 try:
-                    self._writer.stage(cid, row, diff)
+                    self._writer.stage(cid, row, diff, urgent=urgent)
                 except LoupeError as error:
                     if error.code != "INVALID_ARGUMENT":
                         raise  # the writer is stopping
@@ -487,6 +494,8 @@ class HydrationTables:
         row = episode.row()
         if row == episode.held:
             return
+        if cid == OBJECT_HISTORY and episode.held is None and episode.status == HYDRATING:
+            self._urgent = True
         if episode.held is not None:
             self._add(cid, episode.held, -1)
         self._add(cid, row, 1)
