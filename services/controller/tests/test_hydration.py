@@ -36,11 +36,13 @@ from loupe.controller.hydration import (
 from loupe.controller.orchestrators.base import ReplicaSpec
 from loupe.controller.orchestrators.process import DEFAULT_PROGRAM, ProcessOrchestrator
 from loupe.controller.service import CATALOG_SERVICE, ControllerService, ControllerSettings
+from loupe.controller.storage import SparkPartStore, SparkSupervisor, StorageWriter, StreamConfig
 from loupe.controller.storage.writer import consolidated_rows
 from loupe.coordinator.plan import lower_to_lir, plan_query
 from loupe.dataflow import ComputeInstance
 from loupe.loadgen import tpch
 from loupe.persist import Shard
+from loupe.persist.listen import nats_upper_notifier
 from loupe.persist.shard import arrow_schema
 from loupe.plan import lir
 from loupe.plan.codec import dataflow_to_proto
@@ -559,8 +561,23 @@ async def test_hydration_reaches_the_collections_through_the_spark_writer(
     endpoint = NatsServiceEndpoint(nats_connection, CATALOG_SERVICE, StaticCatalog(snapshot))
     await endpoint.start()
     orchestrator = kit.InProcessOrchestrator(nats_url, replica_class=kit.RealReplica)
+    stream = StreamConfig.scoped(unique)
     settings = ControllerSettings(data_dir=data_dir, nats_url=nats_url, storage_flush_interval=0.3)
-    service = ControllerService(settings, orchestrator=orchestrator)
+
+    def spark_writer(blob: Any, consensus: Any, interval: float) -> StorageWriter:
+        # The service's own writer, on the test session's Spark (which it must not stop).
+        return StorageWriter(
+            spark,
+            blob,
+            consensus,
+            nats_connection,
+            stream=stream,
+            flush_interval=interval,
+            notify=nats_upper_notifier(nats_connection),
+            part_store=SparkPartStore(SparkSupervisor(spark, job_timeout=120.0)),
+        )
+
+    service = ControllerService(settings, orchestrator=orchestrator, writer_factory=spark_writer)
     running = asyncio.create_task(service.run())
     reader = ShardReader(storage)
     try:
