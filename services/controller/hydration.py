@@ -386,12 +386,6 @@ class HydrationTables:
             self._replace(cid, key, ())
         self._written_by.pop(key, None)
 
-    def held(self, cid: str) -> dict[Row, int]:
-        """What ``cid`` holds once the pending updates are written (for tests)."""
-        if cid == DEPENDENCIES:
-            return {r: n for rows in self._dependencies.values() for r, n in rows.items()}
-        return {r: n for rows in self._held[cid].values() for r, n in rows.items()}
-
     # -- what the compute controller tells -----------------------------------------------------
 
     def on_hydration(
