@@ -17,9 +17,7 @@ SELECT cost with 1,000 tables against 10 (``bench/many_tables.py``) and
 what the engine's introspection logging costs, on against off
 (``bench/logging_cost.py``), and what replica introspection costs a whole
 system: hydration, updates, an idle replica, change to visible, 10 replicas
-(``bench/introspection.py``), and what per-node hydration tracking costs
-hydration, on against off, with its estimates against the truth
-(``bench/hydration_logging.py``).
+(``bench/introspection.py``).
 """
 
 from __future__ import annotations
@@ -123,7 +121,6 @@ def main() -> int:
         "many_tables.py",
         "logging_cost.py",
         "introspection.py",
-        "hydration_logging.py",
     )
     for script in scripts:
         print(f"\n== {script}", flush=True)

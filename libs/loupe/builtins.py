@@ -510,6 +510,11 @@ MZ_COMPUTE_DEPENDENCIES = BuiltinCollection(
 # hydrated) and one per object and incarnation. ``status``: hydrating,
 # hydrated, interrupted (the replica died or restarted first), dropped (the
 # object or replica was dropped first).
+# An object's episode is never changed once it ended (``finished_at`` set, whatever
+# its status), so its rows expire by ``finished_at`` (as finished statement
+# executions do). A replica's episode stays the controller's to change while its
+# incarnation lives (hydrated, then hydrating again when a dataflow comes), so
+# the controller expires those itself (``loupe.controller.hydration``).
 MZ_REPLICA_HYDRATION_HISTORY = BuiltinCollection(
     "s274",
     "mz_internal",
@@ -542,6 +547,7 @@ MZ_OBJECT_HYDRATION_HISTORY = BuiltinCollection(
         ("records", "uint8"),
     ),
     "controller",
+    expire_by="finished_at",
 )
 HYDRATION_COLLECTIONS: tuple[BuiltinCollection, ...] = (
     MZ_COMPUTE_OPERATOR_HYDRATION_STATUSES,

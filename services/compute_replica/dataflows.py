@@ -15,7 +15,9 @@ Data in
 Work
     A stepping task runs ``step()`` whenever something was pushed, created,
     compacted or dropped, and then reads what it produced: write frontiers,
-    hydration, errors and sink batches.
+    errors and sink batches. Hydration (every LIR node's status and progress
+    per worker) is read by the report loop itself, also while a long step
+    runs.
 
 Data out
     - Persist sinks (materialized views): each batch is written with
@@ -23,8 +25,11 @@ Data out
       find the upper moved (``write_sink_batch``).
     - Subscribes: one ``SubscribeBatch`` response per batch.
     - ``Frontiers``, ``Hydration`` and ``CollectionError`` responses for what
-      changed, coalesced to one of each per collection every
-      ``report_interval``.
+      changed, coalesced to one of each per collection (per dataflow for
+      ``Hydration``) every ``report_interval``. ``Hydration`` carries every
+      node's status and progress, the exports, the hydration time and the
+      wall-clock installation and start: the whole state, so a lost one is
+      repaired by the next.
 
 Peeks of an index export wait (bounded) until its write frontier passes the
 peek's timestamp, then read it on the engine thread.
@@ -132,7 +137,6 @@ class _Outputs:
     """What the engine said after a step."""
 
     frontiers: dict[str, int] = field(default_factory=dict)
-    progress: dict[str, DataflowProgress] = field(default_factory=dict)
     errors: dict[str, LoupeError] = field(default_factory=dict)
     # Exports of dataflows stopped for good (53200 out of memory, a failed step).
     failed: dict[str, LoupeError] = field(default_factory=dict)
@@ -203,6 +207,8 @@ class DataflowRunner:
         self._loop: asyncio.AbstractEventLoop | None = None
         # The time of the collector's last tick (engine thread).
         self._last_tick = 0
+        # Wall clock minus perf_counter: the engine's times as wall clock.
+        self._wall_offset_ns = time.time_ns() - time.perf_counter_ns()
 
     # -- lifecycle ------------------------------------------------------------------
 
@@ -623,7 +629,6 @@ class DataflowRunner:
         self._engine.step()
         return _Outputs(
             frontiers={e: self._engine.write_frontier(e) for e in exports},
-            progress={p.dataflow_id: p for p in self._engine.progress()},
             errors=self._engine.errors(),
             failed=self._engine.failed(),
             sources=frozenset(self._engine.source_ids()),
@@ -762,19 +767,38 @@ class DataflowRunner:
         return changes
 
     def _hydration_changes(self) -> list[compute_pb2.ComputeResponse]:
+        """A ``Hydration`` for every dataflow whose hydration changed since last reported.
+
+        The engine's ``progress()`` is read here, on the event loop, while a
+        step may be running on the engine thread (it is safe to): a long
+        hydrating step still reports its nodes' progress every interval.
+        """
+        try:
+            progress = {p.dataflow_id: p for p in self._engine.progress()}
+        except Exception:
+            log.exception("engine progress could not be read")
+            return []
         changes = []
-        for dataflow_id in self._dataflows:
-            message = self._hydration(dataflow_id)
+        for dataflow_id in list(self._dataflows):
+            current = progress.get(dataflow_id)
+            if current is None:
+                continue  # not built yet: nothing to say
             # Records read only count while hydrating: afterwards they change with every write.
             key = (
-                message.hydrated,
-                message.nodes_hydrated,
-                message.nodes_total,
-                None if message.hydrated else message.records_read,
+                current.hydrated,
+                current.nodes_hydrated,
+                current.nodes_total,
+                None if current.hydrated else current.records_read,
+                current.nodes,
+                current.export_ids,
+                current.hydration_time_ns,
+                current.started_ns,
             )
             if self._reported_hydration.get(dataflow_id) != key:
                 self._reported_hydration[dataflow_id] = key
-                changes.append(self._response(hydration=message))
+                changes.append(self._response(hydration=self._hydration(current)))
+        for dataflow_id in [d for d in self._reported_hydration if d not in self._dataflows]:
+            del self._reported_hydration[dataflow_id]
         return changes
 
     def _error_changes(self) -> list[compute_pb2.ComputeResponse]:
@@ -796,17 +820,39 @@ class DataflowRunner:
         sources = [s.id for s in self._dataflows[dataflow_id].desc.source_imports]
         return min((self._fed.get(s, 0) for s in sources), default=0)
 
-    def _hydration(self, dataflow_id: str) -> compute_pb2.Hydration:
-        progress = self._outputs.progress.get(dataflow_id)
-        if progress is None:  # created after the last step
-            return compute_pb2.Hydration(dataflow_id=dataflow_id)
-        return compute_pb2.Hydration(
-            dataflow_id=dataflow_id,
+    def _hydration(self, progress: DataflowProgress) -> compute_pb2.Hydration:
+        message = compute_pb2.Hydration(
+            dataflow_id=progress.dataflow_id,
             hydrated=progress.hydrated,
             nodes_total=progress.nodes_total,
             nodes_hydrated=progress.nodes_hydrated,
             records_read=progress.records_read,
+            nodes=[
+                compute_pb2.NodeHydration(
+                    lir_id=node.lir_id,
+                    worker_id=node.worker,
+                    hydrated=node.hydrated,
+                    records_done=node.records_done,
+                    records_estimated=node.records_estimated,
+                )
+                for node in progress.nodes
+            ],
+            export_ids=progress.export_ids,
+            records_done=progress.records_done,
+            records_estimated=progress.records_estimated,
+            installed_at_ms=self._wall_ms(progress.installed_ns),
+            started_at_ms=self._wall_ms(progress.started_ns),
         )
+        if progress.hydration_time_ns is not None:
+            message.hydration_time_ns = progress.hydration_time_ns
+        return message
+
+    def _wall_ms(self, perf_ns: int | None) -> int:
+        """A ``perf_counter_ns`` reading as wall clock ms (0 for none); one offset, so a
+        time reported twice is the same."""
+        if not perf_ns:
+            return 0
+        return (perf_ns + self._wall_offset_ns) // 1_000_000
 
     def _collection_error(
         self, collection_id: str, error: LoupeError, since: int

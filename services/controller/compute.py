@@ -67,7 +67,9 @@ Promises of the controller
     - ``CreateDataflow`` is idempotent by dataflow id.
 
 Status and metrics rows are written through ``status.ReplicaStatusTables``;
-peeks are raced by ``peeks.PeekRouter``.
+hydration (current statuses, progress, times, dependencies and the hydration
+histories) through ``hydration.HydrationTables``, fed only fenced responses
+and the incarnations' starts and ends; peeks are raced by ``peeks.PeekRouter``.
 """
 
 from __future__ import annotations
@@ -89,6 +91,7 @@ from loupe.common.logging import get_logger
 from loupe.common.transport import publish, subscribe
 from loupe.controller.collections import ReplicaReports, SubscribeRelay
 from loupe.controller.history import CommandHistory, export_ids
+from loupe.controller.hydration import DataflowInfo, HydrationTables, one_shot_peek
 from loupe.controller.introspection import IntrospectionIngest
 from loupe.controller.liveness import (
     LOOP_STALLED,
@@ -200,6 +203,8 @@ class ComputeController:
         busy_timeout: float = 60.0,
         hello_resend_interval: float = 1.0,
         metrics_history_interval: float = 10.0,
+        hydration_write_interval: float = 0.25,
+        hydration_orphan_grace: float = 60.0,
     ) -> None:
         self._nc = nc
         self._orchestrator = orchestrator
@@ -223,6 +228,15 @@ class ComputeController:
             request_snapshot=self._request_introspection_snapshot,
         )
         self._histories: dict[str, CommandHistory] = {}
+        # cluster id -> (its history, that history's version, its dataflows' infos).
+        self._hydration_cache: dict[str, tuple[CommandHistory, int, dict[str, DataflowInfo]]] = {}
+        # Replicas' hydration into mz_internal (``hydration.py``).
+        self.hydration = HydrationTables(
+            writer,
+            dataflows_of=self._hydration_dataflows,
+            write_interval=hydration_write_interval,
+            orphan_grace=hydration_orphan_grace,
+        )
         # Held while a replay or a command to a cluster goes out: see the promises.
         self._command_lock = asyncio.Lock()
         # Responses dropped by zombie fencing, for tests and logs.
@@ -244,6 +258,8 @@ class ComputeController:
     async def start(self) -> None:
         """Load the status rows a previous run left and start watching heartbeats."""
         await self.statuses.load()
+        await self.hydration.load()
+        self.hydration.start()
         await self._orchestrator.start()
         self._watchdog = asyncio.create_task(self._watch_heartbeats(), name="heartbeat-watchdog")
 
@@ -261,7 +277,10 @@ class ComputeController:
             for replica in replicas:
                 await self._unsubscribe(replica)
                 self._set_status(replica, OFFLINE, SHUTDOWN_REASON)
+                # Its replicas stop with it: their open hydration episodes end here.
+                self.hydration.incarnation_ended(replica.spec.replica_id)
                 _forget_gauge(replica.spec.replica_id)
+            await self.hydration.stop()
             self.peeks.fail_all(LoupeError("UNAVAILABLE", "the controller is shutting down"))
         except Exception:
             # The writer may be gone already; the replicas must stop regardless.
@@ -287,7 +306,9 @@ class ComputeController:
             await self._reconfigure_logging(previous)
             for cluster_id in set(previous) - set(self._clusters):
                 # Dropped: its dataflows go with its replicas, its peeks end.
-                self._histories.pop(cluster_id, None)
+                history = self._histories.pop(cluster_id, None)
+                for collection_id in history.collections() if history else ():
+                    self.hydration.object_dropped(collection_id)
                 self.peeks.fail_cluster(cluster_id, dropped("cluster", previous[cluster_id].name))
             desired = {spec.replica_id: spec for spec in replicas}
             stopped = [rid for rid in self._replicas if rid not in desired]
@@ -303,6 +324,7 @@ class ComputeController:
             gone = self.statuses.remove_all_but(desired)
             if gone:
                 log.info("retracted statuses of replicas dropped earlier", replicas=gone)
+            self.hydration.retain(desired)
             self._spawn(self.introspection.retain(desired), "introspection-retain")
             return started, stopped
 
@@ -358,6 +380,7 @@ class ComputeController:
         await self._unsubscribe(replica)
         await self.introspection.unwatch(replica_id, retract=True)
         self.reports.forget_replica(replica_id)
+        self.hydration.replica_dropped(replica_id)
         self.peeks.fail_pinned(replica_id, dropped("cluster replica", replica_id))
         self.peeks.forget_replica(replica_id, f"replica {replica_id} was dropped")
         await self._orchestrator.drop_replica(replica_id)
@@ -441,6 +464,9 @@ class ComputeController:
             replica.silence, replica.deferred = Silence(), False
             # The new incarnation starts from nothing and reports afresh.
             self.reports.forget_replica(event.replica_id)
+            self.hydration.incarnation_started(
+                event.replica_id, replica.spec.cluster_id, event.incarnation
+            )
             # No status yet: a replica's row says what is known (online from
             # its first heartbeat, offline with the reason it went away).
             return
@@ -449,6 +475,7 @@ class ComputeController:
         replica.alive = False
         # Its frontiers no longer say what some replica can answer now.
         self.reports.forget_replica(event.replica_id)
+        self.hydration.incarnation_ended(event.replica_id, event.incarnation)
         self.peeks.forget_replica(
             event.replica_id, f"replica {event.replica_id} went away ({event.describe()})"
         )
@@ -511,6 +538,9 @@ class ComputeController:
             self.reports.on_frontiers(replica_id, response.frontiers)
         elif kind == "hydration":
             self.reports.on_hydration(replica_id, response.hydration)
+            self.hydration.on_hydration(
+                replica_id, replica.spec.cluster_id, replica.incarnation, response.hydration
+            )
         elif kind == "collection_error":
             self.reports.on_error(replica_id, response.collection_error)
         elif kind == "subscribe_batch":
@@ -562,6 +592,9 @@ class ComputeController:
             return
         was_online = self._is_online(replica)
         self._set_status(replica, ONLINE, None)
+        self.hydration.on_heartbeat(
+            replica.spec.replica_id, replica.incarnation, heartbeat.memory_bytes
+        )
         self.statuses.set_metrics(
             replica.spec.replica_id,
             ReplicaMetrics(heartbeat.cpu_nano_cores, heartbeat.memory_bytes, heartbeat.disk_bytes),
@@ -596,6 +629,7 @@ class ComputeController:
                 self._disconnected = False
                 self._check_silent(now)
             await self.peeks.expire(now)
+            self.hydration.sweep_orphans(self.known_objects)
 
     def _forgive_silence(self, seconds: float) -> None:
         """Time the controller could not hear heartbeats does not count against replicas."""
@@ -677,6 +711,7 @@ class ComputeController:
         REPLICA_RESTARTS.labels(reason=reason).inc()
         replica.replacing = True
         self.reports.forget_replica(replica_id)
+        self.hydration.incarnation_ended(replica_id, replica.incarnation)
         self._set_status(replica, OFFLINE, HEARTBEAT_TIMEOUT_REASON)
         self.peeks.forget_replica(replica_id, f"replica {replica_id} stopped heartbeating")
         self._spawn(self._orchestrator.restart_replica(replica_id), f"restart-{replica_id}")
@@ -687,6 +722,25 @@ class ComputeController:
         task.add_done_callback(self._tasks.discard)
 
     # -- dataflows -----------------------------------------------------------------------------
+
+    def _hydration_dataflows(self, cluster_id: str) -> dict[str, DataflowInfo]:
+        """The cluster's dataflows as the hydration tables see them."""
+        history = self._histories.get(cluster_id)
+        if history is None:
+            return {}
+        cached = self._hydration_cache.get(cluster_id)
+        if cached is not None and cached[0] is history and cached[1] == history.version:
+            return cached[2]
+        infos = {
+            dataflow_id: DataflowInfo(tuple(exports), one_shot_peek(description))
+            for dataflow_id, (description, exports) in history.dataflows().items()
+        }
+        self._hydration_cache[cluster_id] = (history, history.version, infos)
+        return infos
+
+    def known_objects(self) -> set[str]:
+        """Every compute collection of every cluster."""
+        return {c for history in self._histories.values() for c in history.collections()}
 
     def history(self, cluster_id: str) -> CommandHistory:
         """The command history of ``cluster_id`` (made on first use)."""
@@ -702,6 +756,7 @@ class ComputeController:
             raise LoupeError("INVALID_ARGUMENT", f"dataflow {dataflow.id} exports nothing")
         if not self.history(cluster_id).create_dataflow(dataflow):
             return False
+        self.hydration.dataflow_created(dataflow)
         for sink in dataflow.sink_exports:
             if sink.HasField("subscribe"):
                 self.subscribes.open(sink.sink_id)
@@ -736,6 +791,7 @@ class ComputeController:
             if empty:
                 gone = dataflow_id if not history.has_dataflow(dataflow_id or "") else None
                 self.reports.forget_collection(collection_id, gone)
+                self.hydration.object_dropped(collection_id)
                 self.subscribes.close(collection_id)
                 # Nothing will make it readable again: peeks waiting on it end.
                 self.peeks.fail_target(cluster_id, collection_id, dropped("index", collection_id))

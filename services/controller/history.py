@@ -41,6 +41,8 @@ class CommandHistory:
         self._dataflows: dict[str, _Dataflow] = {}
         self._owner: dict[str, str] = {}
         self._sinces: dict[str, int] = {}
+        # Bumped whenever the set of dataflows or their exports changes.
+        self.version = 0
 
     def __len__(self) -> int:
         return len(self._dataflows)
@@ -51,6 +53,7 @@ class CommandHistory:
             return False
         exports = export_ids(dataflow)
         self._dataflows[dataflow.id] = _Dataflow(dataflow, set(exports))
+        self.version += 1
         for export_id in exports:
             self._owner[export_id] = dataflow.id
             self._sinces[export_id] = dataflow.as_of
@@ -66,6 +69,7 @@ class CommandHistory:
             return True
         del self._owner[collection_id]
         del self._sinces[collection_id]
+        self.version += 1
         dataflow = self._dataflows[dataflow_id]
         dataflow.exports.discard(collection_id)
         if not dataflow.exports:
@@ -77,6 +81,13 @@ class CommandHistory:
     def collections(self) -> list[str]:
         """Every export not dropped, in creation order."""
         return list(self._owner)
+
+    def dataflows(self) -> dict[str, tuple[plan_pb2.DataflowDescription, list[str]]]:
+        """Every dataflow recorded, with its exports not dropped yet."""
+        return {
+            dataflow_id: (dataflow.description, sorted(dataflow.exports))
+            for dataflow_id, dataflow in self._dataflows.items()
+        }
 
     def has_dataflow(self, dataflow_id: str) -> bool:
         return dataflow_id in self._dataflows

@@ -29,6 +29,8 @@ from loupe import sizes
 from loupe.builtins import (
     BUILTIN_COLLECTIONS,
     INTROSPECTION_COLLECTIONS,
+    MZ_OBJECT_HYDRATION_HISTORY,
+    MZ_REPLICA_HYDRATION_HISTORY,
     MZ_STATEMENT_EXECUTION_HISTORY,
     MZ_STATEMENT_LIFECYCLE_HISTORY,
     BuiltinCollection,
@@ -63,6 +65,12 @@ STATEMENT_LOG_RETAINED = (MZ_STATEMENT_EXECUTION_HISTORY.id, MZ_STATEMENT_LIFECY
 RETENTION_VARIABLES: dict[str, tuple[str, ...]] = {
     "statement_logging_retention": STATEMENT_LOG_RETAINED,
     "introspection_retention": tuple(c.id for c in INTROSPECTION_COLLECTIONS),
+    # Object episodes expire by finished_at in the writer, replica episodes in the
+    # controller (``hydration.py`` says why).
+    "hydration_history_retention": (
+        MZ_REPLICA_HYDRATION_HISTORY.id,
+        MZ_OBJECT_HYDRATION_HISTORY.id,
+    ),
 }
 
 CONTROLLER_SERVICE = controller_pb2.DESCRIPTOR.services_by_name["Controller"]
@@ -271,7 +279,8 @@ class CatalogFollower:
     Also hands the system variables the storage writer obeys to ``writer``:
     ``statement_logging_retention`` becomes the retention of the statement
     log's execution and lifecycle collections, ``introspection_retention``
-    that of the persisted replica introspection collections (``RETENTION_VARIABLES``).
+    that of the persisted replica introspection collections, ``hydration_history_retention``
+    that of the two hydration histories (``RETENTION_VARIABLES``).
     """
 
     def __init__(self, compute: ComputeController, writer: Any = None) -> None:
@@ -305,6 +314,11 @@ class CatalogFollower:
             retention_ms = int(float(value.rstrip("s")) * 1000)
             if retention_ms != self._retention_ms.get(variable):
                 self._writer.set_retention(collection_ids, retention_ms)
+                if variable == "hydration_history_retention":
+                    # Replica episodes are expired by the controller (``hydration.py``).
+                    hydration = getattr(self._compute, "hydration", None)
+                    if hydration is not None:
+                        hydration.retention_ms = retention_ms
                 self._retention_ms[variable] = retention_ms
                 log.info("retention applied", variable=variable, retention_ms=retention_ms)
 

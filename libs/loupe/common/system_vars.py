@@ -123,6 +123,13 @@ SYSTEM_VARIABLES: dict[str, SystemVariable] = {
             _duration,
         ),
         SystemVariable(
+            "hydration_history_retention",
+            "2592000s",
+            "How long ended hydration episodes stay in mz_replica_hydration_history and"
+            " mz_object_hydration_history.",
+            _duration,
+        ),
+        SystemVariable(
             "max_connections",
             "5000",
             "The most sessions a coordinator keeps open; one more is refused (53300).",
