@@ -13,6 +13,7 @@ says the first episode was interrupted.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
@@ -86,8 +87,7 @@ def heavy(system: LoupeUp) -> dict[str, str]:
 
     def online() -> bool:
         rows = system.sql(
-            "SELECT replica_id FROM mz_internal.mz_cluster_replica_statuses"
-            " WHERE status = 'online'"
+            "SELECT replica_id FROM mz_internal.mz_cluster_replica_statuses WHERE status = 'online'"
         )
         return set(ids.values()) <= {r for (r,) in rows}
 
@@ -142,8 +142,8 @@ def test_node_statuses_progress_and_history_of_a_hydrated_view(system, heavy):
     for replica_id in heavy.values():
         assert sum(d for r, _, d, _ in progress if r == replica_id) > 100_000
     # Both replicas processed the same records per node (the same plan over the same data).
-    per_node = {}
-    for replica_id, node, done, _ in progress:
+    per_node: dict[int, set[int]] = {}
+    for _replica_id, node, done, _ in progress:
         per_node.setdefault(int(node), set()).add(done)
     assert all(len(values) == 1 for values in per_node.values()), per_node
 
@@ -178,8 +178,7 @@ def test_node_statuses_progress_and_history_of_a_hydrated_view(system, heavy):
         f" FROM mz_internal.mz_object_hydration_history WHERE object_id = '{oid}'"
     )
     assert sorted(history) == sorted(
-        (r, "hydrated", True, sum(d for rr, _, d, _ in progress if rr == r))
-        for r in heavy.values()
+        (r, "hydrated", True, sum(d for rr, _, d, _ in progress if rr == r)) for r in heavy.values()
     )
 
 
@@ -198,7 +197,8 @@ def test_explain_analyze_on_one_replica_and_on_all(system, heavy):
     assert len(rows) == len(nodes), rows
     operators = [r[0] for r in rows]
     # Indented by nesting: the root is not indented, some node is.
-    assert not operators[0].startswith(" ") and any(o.startswith("  ") for o in operators)
+    assert not operators[0].startswith(" ")
+    assert any(o.startswith("  ") for o in operators)
 
     skew = system.sql(
         "SET cluster = heavy; SET cluster_replica = r1;"
@@ -227,38 +227,84 @@ def test_loupe_sql_shows_progress_while_a_view_hydrates(system, heavy):
     # Not a terminal: plain lines, no carriage returns, no escape sequences.
     lines = [line for line in done.stderr.splitlines() if "q1" in line]
     assert lines, done.stderr
-    assert "\r" not in done.stderr and "\x1b" not in done.stderr
+    assert "\r" not in done.stderr
+    assert "\x1b" not in done.stderr
     assert any("records" in line for line in lines), lines
+
+
+class Throttled:
+    """Runs ``pid`` a tenth of the time (SIGSTOP / SIGCONT), as a replica on a starved machine:
+    its hydrations take seconds instead of one, long enough to be seen in SQL."""
+
+    def __init__(self, pid: int, run: float = 0.03, stop: float = 0.3) -> None:
+        self.pid, self.run, self.stop = pid, run, stop
+        self.done = threading.Event()
+        self.thread = threading.Thread(target=self._main, daemon=True)
+
+    def _main(self) -> None:
+        try:
+            while not self.done.is_set():
+                os.kill(self.pid, signal.SIGSTOP)
+                time.sleep(self.stop)
+                os.kill(self.pid, signal.SIGCONT)
+                time.sleep(self.run)
+        except ProcessLookupError:
+            pass
+
+    def __enter__(self) -> Throttled:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.done.set()
+        self.thread.join(5)
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(self.pid, signal.SIGCONT)
+
+
+def kill_while_hydrating(system: LoupeUp, replica_id: str, name: str) -> str:
+    """Create a Q5-shaped materialized view while ``replica_id`` runs throttled; kill it -9
+    once the view is seen hydrating there. Returns the view's id."""
+    known = {
+        o
+        for (o,) in system.sql(
+            "SELECT DISTINCT object_id FROM mz_internal.mz_object_hydration_history"
+        )
+    }
+    pid = replica_pid(system.data_dir, replica_id)
+    assert pid is not None
+    with Throttled(pid):
+        creating = threading.Thread(
+            target=lambda: system.sql(
+                f"SET cluster = heavy; CREATE MATERIALIZED VIEW {name} AS {Q5}", timeout=300
+            ),
+            daemon=True,
+        )
+        creating.start()
+
+        def hydrating() -> str:
+            rows = system.sql(
+                "SELECT object_id, status FROM mz_internal.mz_object_hydration_history"
+                f" WHERE replica_id = '{replica_id}'"
+            )
+            new = {o: status for o, status in rows if o not in known}
+            assert "hydrated" not in new.values(), f"{name} hydrated before it was seen hydrating"
+            return next((o for o, status in new.items() if status == "hydrating"), "")
+
+        oid = eventually(hydrating, 120, interval=0.05)
+        os.kill(pid, signal.SIGKILL)
+    creating.join(300)
+    return oid
 
 
 def test_a_replica_killed_mid_hydration(system, heavy):
     r1, r2 = heavy["r1"], heavy["r2"]
-    before_kill_r2 = {
-        key: value
-        for key, value in statuses(system, object_id(system, "q3")).items()
-        if key[0] == r2
-    }
-    creating = threading.Thread(
-        target=lambda: system.sql(
-            f"SET cluster = heavy; CREATE MATERIALIZED VIEW q5 AS {Q5}", timeout=300
-        ),
-        daemon=True,
-    )
-    creating.start()
-
-    def hydrating_on_r1() -> str:
-        rows = system.sql(
-            "SELECT m.id FROM mz_catalog.mz_materialized_views m"
-            " JOIN mz_internal.mz_object_hydration_history h ON h.object_id = m.id"
-            f" WHERE m.name = 'q5' AND h.replica_id = '{r1}' AND h.status = 'hydrating'"
-        )
-        return rows[0][0] if rows else ""
-
-    oid = eventually(hydrating_on_r1, 120, interval=0.05)
-    pid = replica_pid(system.data_dir, r1)
-    assert pid is not None
-    os.kill(pid, signal.SIGKILL)
-    creating.join(300)
+    system.sql(f"SET cluster = heavy; CREATE MATERIALIZED VIEW q1_kept AS {Q1}", timeout=300)
+    kept = object_id(system, "q1_kept")
+    eventually(lambda: statuses(system, kept) and all(statuses(system, kept).values()), 120)
+    before_r2 = {key: value for key, value in statuses(system, kept).items() if key[0] == r2}
+    name = "q5"
+    oid = kill_while_hydrating(system, r1, name)
 
     # The first incarnation's episode ends interrupted; the next one starts over and finishes.
     def restarted_and_hydrated() -> bool:
@@ -268,20 +314,18 @@ def test_a_replica_killed_mid_hydration(system, heavy):
         )
         assert [s for _, s in episodes] == ["interrupted", "hydrated"], episodes
         current = statuses(system, oid)
-        assert current and all(current.values()), current
+        assert {n for (r, n) in current if r == r1} == node_ids(system, name)
+        assert all(current.values()), current
         return True
 
     eventually(restarted_and_hydrated, 180)
-    # r2 was never touched: its q3 rows are what they were, and it hydrated q5 too.
-    after_r2 = {
-        key: value
-        for key, value in statuses(system, object_id(system, "q3")).items()
-        if key[0] == r2
-    }
-    assert after_r2 == before_kill_r2
-    assert {n for (r, n) in statuses(system, oid) if r == r2} == node_ids(system, "q5")
+    # r2 was never touched: its rows are what they were, and it hydrated the view too.
+    after_r2 = {key: value for key, value in statuses(system, kept).items() if key[0] == r2}
+    assert after_r2 == before_r2
+    assert {n for (r, n) in statuses(system, oid) if r == r2} == node_ids(system, name)
     replicas = system.sql(
         "SELECT incarnation, status FROM mz_internal.mz_replica_hydration_history"
         f" WHERE replica_id = '{r1}' ORDER BY incarnation"
     )
-    assert replicas[0][1] == "interrupted" and replicas[-1][1] == "hydrated", replicas
+    assert replicas[0][1] == "interrupted", replicas
+    assert replicas[-1][1] == "hydrated", replicas

@@ -47,7 +47,8 @@ Histories (``mz_replica_hydration_history``, ``mz_object_hydration_history``)
     open episode a restarted controller finds: its incarnation died with the
     old controller) or ``dropped`` (the object or the replica was dropped
     first); an episode that ends unhydrated has ``finished_at`` = when it
-    ended. One-shot peeks' transient dataflows have no episodes.
+    ended. One-shot peeks' transient dataflows are not reported at all (no rows, no
+    episodes): every read of these relations is one.
 
 Retention (``hydration_history_retention``)
     An object's episode is never changed once it ended, and ``finished_at``
@@ -396,12 +397,15 @@ class HydrationTables:
         info = dataflows.get(message.dataflow_id)
         if info is None:
             return  # dropped meanwhile (or never installed by this controller)
+        if info.transient:
+            # A one-shot SELECT's dataflow lives for one peek: reporting it would make every
+            # read of these relations (itself a one-shot dataflow) a write to them.
+            return
         objects = [o for o in (message.export_ids or info.exports) if o in info.exports]
         if message.nodes:
             self._current(replica_id, incarnation, objects, message)
-        if not info.transient:
-            for object_id in objects:
-                self._object_episode(replica_id, cluster_id, incarnation, object_id, message)
+        for object_id in objects:
+            self._object_episode(replica_id, cluster_id, incarnation, object_id, message)
         episode = self._replicas.get(replica_id)
         if episode is not None and episode.incarnation == incarnation and message.hydrated:
             episode.hydrated.setdefault(message.dataflow_id, _finished_at(message, self._clock))
@@ -594,7 +598,10 @@ class HydrationTables:
         return sorted(gone)
 
     def dataflow_created(self, dataflow: plan_pb2.DataflowDescription) -> None:
-        """Each export depends on the dataflow's source and index imports."""
+        """Each export depends on the dataflow's source and index imports (one-shot peeks'
+        dataflows are not reported: see ``on_hydration``)."""
+        if one_shot_peek(dataflow):
+            return
         imports = sorted(
             {s.id for s in dataflow.source_imports} | {i.index_id for i in dataflow.index_imports}
         )
