@@ -9,7 +9,6 @@ CPU between a read before and one after, since it only grows).
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from decimal import Decimal
 from typing import Any
@@ -18,6 +17,7 @@ import pytest
 
 from loupe.common.errors import LoupeError
 from loupe.interval import Interval
+from loupe.testing.eventually import eventually_truthy
 from loupe.testing.system import LoupeUp
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
@@ -42,18 +42,9 @@ def system(tmp_path_factory: pytest.TempPathFactory):
 
 
 def eventually(check: Callable[[], Any], timeout: float = 120, interval: float = 1.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            value = check()
-            if value:
-                return value
-        except (AssertionError, LoupeError):
-            if time.monotonic() > deadline:
-                raise
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not reached")
-        time.sleep(interval)
+    return eventually_truthy(
+        check, timeout, retry_on=(AssertionError, LoupeError), interval=interval
+    )
 
 
 def _nodes(system: LoupeUp, name: str, prefix: str = "") -> list[tuple[int, int, str, int, int]]:

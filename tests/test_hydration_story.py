@@ -25,6 +25,7 @@ from typing import Any
 import pytest
 
 from loupe.common.errors import LoupeError
+from loupe.testing.eventually import eventually_truthy
 from loupe.testing.system import LoupeUp, replica_pid
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
@@ -50,19 +51,9 @@ Q1 = """SELECT l_returnflag, l_linestatus, sum(l_quantity) AS sum_qty, count(*) 
 
 
 def eventually(check: Callable[[], Any], timeout: float, interval: float = 0.3) -> Any:
-    """``check()`` until it returns truthy without raising (AssertionError, LoupeError)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            value = check()
-            if value:
-                return value
-        except (AssertionError, LoupeError):
-            if time.monotonic() > deadline:
-                raise
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not reached")
-        time.sleep(interval)
+    return eventually_truthy(
+        check, timeout, retry_on=(AssertionError, LoupeError), interval=interval
+    )
 
 
 @pytest.fixture(scope="module")

@@ -20,6 +20,7 @@ import pytest
 
 from loupe.common.errors import LoupeError
 from loupe.introspection.troubleshooting import runnable
+from loupe.testing.eventually import eventually_truthy
 from loupe.testing.system import LoupeUp, replica_pid
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
@@ -92,18 +93,9 @@ def prod(system: LoupeUp) -> dict[str, str]:
 
 def assert_eventually_sync(check, timeout: float, interval: float = 0.5):
     """``check()`` until it returns without raising (AssertionError, LoupeError) and truthy."""
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            value = check()
-            if value:
-                return value
-        except (AssertionError, LoupeError):
-            if time.monotonic() > deadline:
-                raise
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not reached")
-        time.sleep(interval)
+    return eventually_truthy(
+        check, timeout, retry_on=(AssertionError, LoupeError), interval=interval
+    )
 
 
 def test_replica_targeted_query_reads_that_replica(system, prod):

@@ -48,3 +48,27 @@ def wait_until(
             if time.monotonic() > deadline:
                 raise
         time.sleep(interval)
+
+
+def eventually_truthy(
+    check: Callable[[], Any],
+    timeout: float,
+    *,
+    retry_on: tuple[type[BaseException], ...] = (AssertionError,),
+    interval: float = 0.5,
+) -> Any:
+    """``check()`` until it returns a truthy value without one of ``retry_on``; that value
+    (blocking, like ``wait_until``). After ``timeout`` the last error is raised, or an
+    AssertionError when the value stayed falsy."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            value = check()
+            if value:
+                return value
+        except retry_on:
+            if time.monotonic() > deadline:
+                raise
+        if time.monotonic() > deadline:
+            raise AssertionError(f"condition not reached within {timeout}s")
+        time.sleep(interval)
