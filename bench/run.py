@@ -17,7 +17,10 @@ SELECT cost with 1,000 tables against 10 (``bench/many_tables.py``) and
 what the engine's introspection logging costs, on against off
 (``bench/logging_cost.py``), and what replica introspection costs a whole
 system: hydration, updates, an idle replica, change to visible, 10 replicas
-(``bench/introspection.py``).
+(``bench/introspection.py``), what tracking each plan node's hydration costs
+the engine, on against off (``bench/hydration_logging.py``), and hydration
+through the system: a node hydrated until SQL shows it, progress while a view
+hydrates (``bench/hydration.py``).
 """
 
 from __future__ import annotations
@@ -121,6 +124,8 @@ def main() -> int:
         "many_tables.py",
         "logging_cost.py",
         "introspection.py",
+        "hydration_logging.py",
+        "hydration.py",
     )
     for script in scripts:
         print(f"\n== {script}", flush=True)
