@@ -162,6 +162,8 @@ class _Source:
     log: Log = field(default_factory=Log)
     upper: int = 0
     readers: list[Dataflow] = field(default_factory=list)
+    # The rows its snapshot is expected to hold while it is read (``expect_snapshot``).
+    expected: int = 0
     # Per set of converted columns: the expressions padding a batch to every column.
     paddings: dict[tuple[int, ...], list[pl.Expr]] = field(default_factory=dict)
 
@@ -368,7 +370,11 @@ class Dataflow:
         # Per LIR node hydration and progress (``ComputeInstance(hydration_logging=...)``).
         self.tracker = (
             HydrationTracker(
-                self.operators, [r.start for r in self.regions], self.inputs, self.workers
+                self.operators,
+                [r.start for r in self.regions],
+                self.inputs,
+                self.workers,
+                [s.id for s in desc.source_imports],
             )
             if track_hydration
             else None
@@ -398,6 +404,12 @@ class Dataflow:
         if err.height:
             queue.err.append(_advance(err, self.as_of))
             self.queued = True
+
+    def expect_snapshot(self, name: str, rows: int) -> None:
+        """Source import ``name``'s snapshot will hold about ``rows`` updates (progress only)."""
+        tracker = self.tracker
+        if tracker is not None and not tracker.started and name in tracker.imports:
+            tracker.expect(name, rows)
 
     def step(self, upper: int, hooks: LoggingHooks | None) -> bool:
         """Process every update before ``upper`` (the least input frontier)."""
@@ -902,6 +914,8 @@ class ComputeInstance:
             elif not state.log.tables and state.upper == 0:
                 state.log.since = min(state.log.since, dataflow.as_of)
             state.readers.append(dataflow)
+            if state.expected and state.upper <= dataflow.as_of:
+                dataflow.expect_snapshot(source.id, state.expected)  # still being read
             logged = state.log.updates()
             if logged is not None:
                 dataflow.enqueue(source.id, state.read(logged, [dataflow]), empty_errors())
@@ -981,6 +995,21 @@ class ComputeInstance:
     def source_ids(self) -> dict[str, int]:
         """Storage collections to feed, each from the least as_of of its readers."""
         return {sid: min(d.as_of for d in s.readers) for sid, s in self.sources.items()}
+
+    def expect_snapshot(self, source_id: str, rows: int) -> None:
+        """The snapshot of ``source_id`` about to be pushed holds at most ``rows`` updates.
+
+        Progress only: its readers' Get nodes are estimated from it while the
+        snapshot is pushed piece by piece (each piece with the as_of as its
+        upper, so that no step runs before the last one passes it).
+        """
+        state = self.sources.get(source_id)
+        if state is None:
+            return
+        state.expected = rows
+        for dataflow in state.readers:
+            if state.upper <= dataflow.as_of:
+                dataflow.expect_snapshot(source_id, rows)
 
     def push(self, source_id: str, updates: pa.Table, upper: int) -> None:
         """Updates of a storage collection at times before ``upper``, which becomes its frontier."""
