@@ -1016,10 +1016,15 @@ class ComputeInstance:
         state = self.sources.get(source_id)
         if state is None:
             return
+        # A piece of the snapshot, more to come (the upper not past the first reader's as_of):
+        # the log is consolidated once the whole snapshot is in, not piece by piece.
+        piece = upper <= state.log.since
         if updates.num_rows == 0:  # a frontier moving on: nothing to convert or queue
             state.upper = max(state.upper, upper)
+            if not piece:
+                state.log.settle()
             return
-        state.log.append(updates)
+        state.log.append(updates, settle=not piece)
         frame = state.read(updates, state.readers)
         for dataflow in state.readers:
             dataflow.enqueue(source_id, frame, empty_errors())
