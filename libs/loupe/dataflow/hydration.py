@@ -93,7 +93,7 @@ class HydrationTracker:
         node_operator_ids: Sequence[int],
         imports: Mapping[str, ops.Operator],
         workers: int,
-        sources: Collection[str] = (),
+        source_imports: Collection[str] = (),
     ) -> None:
         self.workers = workers
         self.zero: PerWorker = (0,) * workers
@@ -109,9 +109,9 @@ class HydrationTracker:
         for node, operator_id in enumerate(node_operator_ids):
             self.node_of[by_operator_id[operator_id]] = node
         self.imports = {name: position[id(o)] for name, o in imports.items()}
-        # The Get nodes reading a source import (``sources``), by the import's position:
-        # reading its snapshot is their work, counted as done while it arrives.
-        reading = {self.imports[name] for name in sources if name in self.imports}
+        # The Get nodes reading a source import, by the import's position: reading its
+        # snapshot is their work, counted as done while it arrives (an index import's is not).
+        reading = {self.imports[name] for name in source_imports if name in self.imports}
         self.readers: dict[int, list[int]] = {p: [] for p in reading}
         for i, inputs in enumerate(self.sources):
             if self.node_of[i] >= 0 and len(inputs) == 1 and inputs[0] in reading:
