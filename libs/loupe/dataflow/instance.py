@@ -341,7 +341,9 @@ class Dataflow:
         self.created_ns = clock.perf_counter_ns()
         # How long it took to hydrate (mz_compute_hydration_times); None until it has.
         self.hydrated_ns: int | None = None
-        # When its hydrating step (its first) started; None until then.
+        # When it started hydrating: its inputs' snapshots began to arrive (reading them is
+        # most of a hydration, counted as progress), or its hydrating step (its first)
+        # started, whichever came first; None until then.
         self.started_ns: int | None = None
         self.workers = renderer.workers
         self.operators = renderer.operators
@@ -394,6 +396,8 @@ class Dataflow:
     def enqueue(self, name: str, ok: pl.DataFrame, err: pl.DataFrame) -> None:
         """Updates of import ``name``; times before the as_of read as the as_of."""
         queue = self.queues[name]
+        if self.started_ns is None and ok.height and not self.hydrated:
+            self.started_ns = clock.perf_counter_ns()
         if ok.height:
             advanced = _advance(ok, self.as_of)
             queue.ok.append(advanced)
@@ -406,7 +410,10 @@ class Dataflow:
             self.queued = True
 
     def expect_snapshot(self, name: str, rows: int) -> None:
-        """Source import ``name``'s snapshot will hold about ``rows`` updates (progress only)."""
+        """Source import ``name``'s snapshot will hold about ``rows`` updates (progress only):
+        it is being read, the dataflow's hydration has started."""
+        if self.started_ns is None and not self.hydrated:
+            self.started_ns = clock.perf_counter_ns()
         tracker = self.tracker
         if tracker is not None and not tracker.started and name in tracker.imports:
             tracker.expect(name, rows)
@@ -423,7 +430,8 @@ class Dataflow:
         self.queued = True
         hydrating = lower <= self.as_of < upper
         if hydrating:
-            self.started_ns = clock.perf_counter_ns()
+            if self.started_ns is None:
+                self.started_ns = clock.perf_counter_ns()
             if self.tracker is not None:
                 self.tracker.start()
         for name, operator in self.inputs.items():
@@ -1416,7 +1424,8 @@ class DataflowProgress:
     ``hydration_logging=False``); ``records_done``/``records_estimated`` their sums.
     ``hydration_time_ns``: from installation until hydrated (None until then).
     ``installed_ns``/``started_ns``: ``time.perf_counter_ns()`` when the dataflow was
-    installed and when its hydrating step started (None: not yet).
+    installed and when it started hydrating (None: not yet): its inputs' snapshots
+    began to arrive (``expect_snapshot``, a first push) or its hydrating step started.
     """
 
     dataflow_id: str

@@ -483,8 +483,12 @@ def test_a_snapshot_pushed_in_pieces_hydrates_to_the_one_piece_result() -> None:
 def test_a_sources_get_counts_the_snapshot_as_it_is_read() -> None:
     instance = ComputeInstance(workers=WORKERS)
     instance.create_dataflow(index_dataflow("d", sum_of_join(), {"t": T, "u": T}, as_of=AS_OF))
+    assert instance.progress()[0].started_ns is None
     instance.expect_snapshot("t", 150)  # an upper bound: t's parts hold 150, 120 remain
     instance.expect_snapshot("u", 90)
+    # Reading started: so did the hydration (its rate counts the reading).
+    started = instance.progress()[0].started_ns
+    assert started is not None
     start = totals(instance.progress()[0])
     assert start[0] == (0, 150)
     assert start[10] == (0, 150)  # downstream estimates start from the expected sizes
@@ -511,6 +515,7 @@ def test_a_sources_get_counts_the_snapshot_as_it_is_read() -> None:
     assert final[1] == (90, 90)
     assert all(done == estimated for done, estimated in final.values())
     assert final == totals(hydrated_in_one_piece())
+    assert seen[-1].started_ns == started
     for before, after in itertools.pairwise(seen):
         assert before.records_done <= after.records_done
         for a, b in zip(before.nodes, after.nodes, strict=True):
