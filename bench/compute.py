@@ -272,7 +272,15 @@ class Engine:
         began = time.perf_counter()
         self.instance.create_dataflow(desc)
         for source in self.instance.source_ids():
-            self.instance.push(source, self.data.updates[source], LOAD_TS + 1)
+            updates = self.data.updates[source]
+            if PIECE_ROWS:
+                # As the replica reads a snapshot: its size first, then piece by piece at the
+                # as_of, the frontier passing it only after the last piece.
+                self.instance.expect_snapshot(source, updates.num_rows)
+                for offset in range(0, updates.num_rows, PIECE_ROWS):
+                    self.instance.push(source, updates.slice(offset, PIECE_ROWS), LOAD_TS)
+                updates = updates.slice(0, 0)
+            self.instance.push(source, updates, LOAD_TS + 1)
         self._step_past(LOAD_TS)
         return time.perf_counter() - began
 
@@ -454,6 +462,10 @@ def chosen(names: str) -> Iterator[Query]:
         yield by_name[name]
 
 
+# Rows per piece a snapshot is pushed in (``--piece-rows``); 0: one piece.
+PIECE_ROWS = 0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--scale", type=float, default=0.1, help="TPC-H scale factor")
@@ -463,10 +475,18 @@ def main() -> int:
     )
     parser.add_argument("--queries", default="q1,q3,q5")
     parser.add_argument(
+        "--piece-rows",
+        type=int,
+        default=0,
+        help="push each snapshot in pieces of this many rows, as the replica reads it (0: one)",
+    )
+    parser.add_argument(
         "--profile", metavar="QUERY", help="cProfile that query's hydration and inserts"
     )
     parser.add_argument("--profile-top", type=int, default=30)
     options = parser.parse_args()
+    global PIECE_ROWS
+    PIECE_ROWS = options.piece_rows
     queries = list(chosen(options.queries))
     with tempfile.TemporaryDirectory() as scratch:
         data = load_tpch(options.scale, Path(scratch))

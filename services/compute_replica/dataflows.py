@@ -91,7 +91,7 @@ from loupe.persist import (
     nats_upper_notifier,
 )
 from loupe.persist.cache import ShardCache
-from loupe.persist.shard import arrow_schema
+from loupe.persist.shard import Part, ShardState, arrow_schema
 from loupe.plan.codec import dataflow_from_proto
 from loupe.plan.dataflow import ColumnDesc, DataflowDescription, PersistSink, SourceImport
 from loupe.proto.compute.v1 import compute_pb2
@@ -114,6 +114,7 @@ class Engine(Protocol):
     def source_ids(self) -> dict[str, int]: ...
     def push(self, source_id: str, updates: pa.Table, upper: int) -> None: ...
     def step(self) -> bool: ...
+    def expect_snapshot(self, source_id: str, rows: int) -> None: ...
     def write_frontier(self, collection_id: str) -> int: ...
     def peek(
         self, target_id: str, timestamp: int, mfp: Any = None, finishing: Any = None
@@ -165,6 +166,7 @@ class DataflowRunner:
         slow_peek_log: float = 5.0,
         report_interval: float = 0.05,
         poll_interval: float = 0.05,
+        snapshot_piece_rows: int = 250_000,
     ) -> None:
         self._engine = engine
         self._responses = responses
@@ -175,6 +177,8 @@ class DataflowRunner:
         self.slow_peek_log = slow_peek_log
         self.report_interval = report_interval
         self.poll_interval = poll_interval
+        # Snapshots are pushed as they are read, in pieces of parts of about this many rows.
+        self.snapshot_piece_rows = snapshot_piece_rows
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="compute-engine")
         # Read by heartbeats: a replica busy in a long step says so.
         self.activity = EngineActivity()
@@ -523,8 +527,7 @@ class DataflowRunner:
         try:
             shard = await asyncio.to_thread(self._open, source.shard_id, source)
             await self._wait_readable(shard, as_of)
-            snapshot = await asyncio.to_thread(snapshot_updates, shard, as_of)
-            await self._push(source.id, snapshot, as_of + 1)
+            await self._push_snapshot(source.id, shard, as_of)
             listener = await asyncio.to_thread(
                 shard.listen, as_of, nats=self._nats, poll_interval=self.poll_interval
             )
@@ -539,6 +542,48 @@ class DataflowRunner:
             log.warning("feeding a source failed", source_id=source.id, error=failure.message)
             self._feed_errors[source.id] = failure
             self._work.set()
+
+    async def _push_snapshot(self, source_id: str, shard: Shard, as_of: int) -> None:
+        """Push the shard's snapshot at ``as_of`` piece by piece as it is read, then pass it.
+
+        The engine hears the snapshot's expected size first (its parts' rows),
+        then gets every piece (``snapshot_piece_rows`` rows of parts, or one
+        part) at the as_of as soon as it is read, each with the as_of as its
+        upper, so no step runs at the as_of before the last piece: only then
+        does the upper pass it. Reading is most of a hydration, and the
+        engine counts it as its progress. Each piece is consolidated on its
+        own; the engine sums the pieces (an update and its retraction read in
+        different pieces cancel there).
+
+        A compaction may replace parts not read yet: what was pushed is then
+        retracted (pushed negated, at the as_of: it cancels in the engine)
+        and the snapshot read again from the new state.
+        """
+        pushed: list[pa.Table] = []
+        retracted = 0  # rows pushed and retracted by earlier reads: the engine holds them too
+        while True:
+            state, parts = await asyncio.to_thread(shard.snapshot_parts, as_of)
+            expected = retracted + sum(part.rows for part in parts)
+            await self._call(self._engine.expect_snapshot, source_id, expected)
+            complete = True
+            for piece in snapshot_pieces(parts, self.snapshot_piece_rows):
+                updates = await asyncio.to_thread(snapshot_piece, shard, state, piece, as_of)
+                if updates is None:
+                    complete = False
+                    break
+                if updates.num_rows:
+                    await self._push(source_id, updates, as_of)
+                    pushed.append(updates)
+            if complete:
+                break
+            log.info("a compaction replaced parts being read; reading again", source_id=source_id)
+            if pushed:
+                retraction = _negated(pa.concat_tables(pushed))
+                await self._push(source_id, retraction, as_of)
+                retracted += 2 * retraction.num_rows
+                pushed = []
+        empty = _as_persisted(arrow_schema(state.columns).empty_table(), state.columns)
+        await self._push(source_id, empty, as_of + 1)
 
     async def _feed_log(self, source: SourceImport, as_of: int) -> None:
         """Feed a log import from the collector: its state, then every tick's changes."""
@@ -875,11 +920,46 @@ class DataflowRunner:
 def snapshot_updates(shard: Shard, as_of: int) -> pa.Table:
     """The shard's contents at ``as_of`` as updates at ``as_of``, typed as its parts are."""
     snapshot, state = shard.snapshot_with_state(as_of)
+    return _snapshot_at(snapshot, as_of, state.columns)
+
+
+def snapshot_pieces(parts: Sequence[Part], rows: int) -> list[list[Part]]:
+    """``parts`` in order, grouped into pieces of at least ``rows`` rows (the last: fewer)."""
+    pieces: list[list[Part]] = []
+    piece: list[Part] = []
+    held = 0
+    for part in parts:
+        piece.append(part)
+        held += part.rows
+        if held >= rows:
+            pieces.append(piece)
+            piece, held = [], 0
+    if piece:
+        pieces.append(piece)
+    return pieces
+
+
+def snapshot_piece(
+    shard: Shard, state: ShardState, parts: Sequence[Part], as_of: int
+) -> pa.Table | None:
+    """The updates of ``parts`` at or before ``as_of``, consolidated, as updates at ``as_of``;
+    None if a compaction replaced them."""
+    piece = shard.read_snapshot_parts(state, parts, as_of)
+    return None if piece is None else _snapshot_at(piece, as_of, state.columns)
+
+
+def _snapshot_at(snapshot: pa.Table, as_of: int, columns: Sequence[ColumnDesc]) -> pa.Table:
     times = pa.repeat(pa.scalar(as_of, pa.uint64()), snapshot.num_rows)
     updates = snapshot.add_column(
         snapshot.schema.get_field_index(DIFF_COLUMN), TIMESTAMP_COLUMN, times
     )
-    return _as_persisted(updates, state.columns)
+    return _as_persisted(updates, columns)
+
+
+def _negated(updates: pa.Table) -> pa.Table:
+    """``updates`` retracted: every diff negated."""
+    diffs = pc.negate(updates.column(DIFF_COLUMN))
+    return updates.set_column(updates.schema.get_field_index(DIFF_COLUMN), DIFF_COLUMN, diffs)
 
 
 def write_sink_batch(

@@ -346,6 +346,7 @@ class ComputeReplica(Service):
                 slow_peek_log=self.settings.slow_peek_log,
                 report_interval=self.settings.report_interval,
                 poll_interval=self.settings.source_poll_interval,
+                snapshot_piece_rows=self.settings.snapshot_piece_rows,
             )
             self._dataflows.start()
         return self._dataflows

@@ -28,6 +28,9 @@ class ComputeReplicaSettings(BaseSettings):
     report_interval: float = 0.05
     # How often sources are polled for new data between writers' NATS wake-ups.
     source_poll_interval: float = 0.05
+    # A source's snapshot is pushed to the engine as it is read, in pieces of its parts of
+    # at least this many rows (or one part): hydration progress counts the reading.
+    snapshot_piece_rows: int = 250_000
     # A negative port serves no /metrics endpoint (tests run many replicas in one process).
     metrics_port: int = 0
     # An introspection message larger than this (or NATS's max_payload) is dropped,

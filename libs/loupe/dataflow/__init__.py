@@ -78,7 +78,8 @@ every caller codes against:
   ``NodeProgress(lir_id, worker, hydrated, records_done, records_estimated)``
   per LIR node and worker), ``hydration_time_ns`` (None until hydrated),
   ``records_done``/``records_estimated`` (their sums), ``installed_ns`` and
-  ``started_ns`` (``perf_counter_ns``; None: not started). Safe to call from
+  ``started_ns`` (``perf_counter_ns``; None: not started; started: its source
+  snapshots began to arrive, or its hydrating step began). Safe to call from
   another thread while a step runs. ``ComputeInstance(hydration_logging=False)``
   tracks no nodes (``nodes`` empty: dataflow-level only). ``errors() -> dict[str, LoupeError]``: the error each export holds
   now (exports without errors are absent); ``failed()`` those of them whose

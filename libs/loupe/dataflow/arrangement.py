@@ -256,11 +256,18 @@ class Log:
         self.rows = 0
         self.consolidated_rows = 0
 
-    def append(self, table: pa.Table) -> None:
+    def append(self, table: pa.Table, *, settle: bool = True) -> None:
+        """Log ``table``; ``settle=False`` leaves consolidating to a later ``settle`` (a
+        snapshot pushed in pieces is consolidated once, after its last piece)."""
         if table.num_rows == 0:
             return
         self.tables.append(table)
         self.rows += table.num_rows
+        if settle:
+            self.settle()
+
+    def settle(self) -> None:
+        """Consolidate if the log has doubled since it last was (amortised)."""
         if self.rows > 2 * self.consolidated_rows + 100_000:
             self._consolidate()
 

@@ -18,6 +18,14 @@ output estimated from what it consumes (``_output``), and replaced by the
 operator's actual output as soon as it has run, so a node's estimate is
 exact once its inputs are hydrated.
 
+Most of a hydration is reading the source imports' snapshots (the replica
+pushes them piece by piece, ``ComputeInstance.expect_snapshot`` first): a
+source import's Get node counts the rows queued so far (at or below the
+as_of) as its ``done`` while they arrive (reading is its work; the step
+does not count them again, per worker it keeps the larger count), and its
+estimate, like every estimate downstream, starts from the expected snapshot
+size (``max(expected, queued)``).
+
 The engine thread updates the tracker; ``snapshot`` is replaced whole (an
 immutable tuple) after every change, so another thread reading it (the
 replica's event loop, mid-step) sees one consistent state without locks.
@@ -25,7 +33,7 @@ replica's event loop, mid-step) sees one consistent state without locks.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 
 from loupe.dataflow import operators as ops
@@ -85,6 +93,7 @@ class HydrationTracker:
         node_operator_ids: Sequence[int],
         imports: Mapping[str, ops.Operator],
         workers: int,
+        source_imports: Collection[str] = (),
     ) -> None:
         self.workers = workers
         self.zero: PerWorker = (0,) * workers
@@ -100,10 +109,20 @@ class HydrationTracker:
         for node, operator_id in enumerate(node_operator_ids):
             self.node_of[by_operator_id[operator_id]] = node
         self.imports = {name: position[id(o)] for name, o in imports.items()}
+        # The Get nodes reading a source import, by the import's position: reading its
+        # snapshot is their work, counted as done while it arrives (an index import's is not).
+        reading = {self.imports[name] for name in source_imports if name in self.imports}
+        self.readers: dict[int, list[int]] = {p: [] for p in reading}
+        for i, inputs in enumerate(self.sources):
+            if self.node_of[i] >= 0 and len(inputs) == 1 and inputs[0] in reading:
+                self.readers[inputs[0]].append(i)
+        self.counted_reading = {i for nodes in self.readers.values() for i in nodes}
         nodes = len(node_operator_ids)
         # Per operator: rows queued for it (an import, before the step), and its output:
         # estimated, replaced by the actual one once it ran in the hydrating step.
         self.queued = [0] * len(operators)
+        # Per import: the rows its snapshot is expected to hold (``expect``), an upper bound.
+        self.expected = [0] * len(operators)
         self.ran_already = [False] * len(operators)
         self.output: list[PerWorker] = [self.zero] * len(operators)
         # Per node: hydrated, consumed while hydrating, and what ``snapshot`` says it will
@@ -117,10 +136,29 @@ class HydrationTracker:
         self._publish()
 
     def queue(self, name: str, rows: int) -> None:
-        """``rows`` more updates at or below the as_of wait for import ``name`` (before the step)."""
+        """``rows`` more updates at or below the as_of wait for import ``name`` (before the step).
+
+        For a source import they were read: its Get nodes count them as done.
+        """
         position = self.imports[name]
         self.queued[position] += rows
-        self.output[position] = spread_sizes(self.queued[position], self.workers)
+        read = spread_sizes(self.queued[position], self.workers)
+        for reader in self.readers.get(position, ()):
+            node = self.node_of[reader]
+            self.done[node] = tuple(map(max, self.done[node], read))
+        self._imported(position)
+
+    def expect(self, name: str, rows: int) -> None:
+        """Import ``name``'s snapshot will hold about ``rows`` updates (at most: before
+        consolidation); estimates downstream start from it until the step ran."""
+        position = self.imports[name]
+        self.expected[position] = rows
+        self._imported(position)
+
+    def _imported(self, position: int) -> None:
+        self.output[position] = spread_sizes(
+            max(self.expected[position], self.queued[position]), self.workers
+        )
         self._estimate(position + 1, {position})
         self._publish()
 
@@ -143,7 +181,11 @@ class HydrationTracker:
         node = self.node_of[position]
         if node >= 0:
             processed = rows_processed(operator)
-            done = tuple(d + r for d, r in zip(self.done[node], processed, strict=True))
+            if position in self.counted_reading:
+                # Its snapshot was counted as it was read: not again (per worker, never less).
+                done = tuple(map(max, self.done[node], processed))
+            else:
+                done = tuple(d + r for d, r in zip(self.done[node], processed, strict=True))
             self.done[node] = self.estimated[node] = done
             self.hydrated[node] = True
         if changed:
@@ -177,7 +219,7 @@ class HydrationTracker:
                 consumed = self._own(i)
             node = self.node_of[i]
             if node >= 0 and not self.hydrated[node]:
-                done = self.done[node]  # zero, unless a failed step counted it
+                done = self.done[node]  # what was read (a source's Get), or a failed step counted
                 self.estimated[node] = tuple(map(max, consumed, done))
             output = self._output(i, consumed)
             if output != self.output[i]:
@@ -190,7 +232,7 @@ class HydrationTracker:
         rule, bound = self.shapes[i]
         if rule == _CONSTANT:
             return (bound, *self.zero[1:])
-        return spread_sizes(self.queued[i], self.workers)
+        return spread_sizes(max(self.expected[i], self.queued[i]), self.workers)
 
     def _output(self, i: int, consumed: PerWorker) -> PerWorker:
         rule, bound = self.shapes[i]

@@ -162,6 +162,8 @@ class _Source:
     log: Log = field(default_factory=Log)
     upper: int = 0
     readers: list[Dataflow] = field(default_factory=list)
+    # The rows its snapshot is expected to hold while it is read (``expect_snapshot``).
+    expected: int = 0
     # Per set of converted columns: the expressions padding a batch to every column.
     paddings: dict[tuple[int, ...], list[pl.Expr]] = field(default_factory=dict)
 
@@ -339,7 +341,9 @@ class Dataflow:
         self.created_ns = clock.perf_counter_ns()
         # How long it took to hydrate (mz_compute_hydration_times); None until it has.
         self.hydrated_ns: int | None = None
-        # When its hydrating step (its first) started; None until then.
+        # When it started hydrating: its inputs' snapshots began to arrive (reading them is
+        # most of a hydration, counted as progress), or its hydrating step (its first)
+        # started, whichever came first; None until then.
         self.started_ns: int | None = None
         self.workers = renderer.workers
         self.operators = renderer.operators
@@ -368,7 +372,11 @@ class Dataflow:
         # Per LIR node hydration and progress (``ComputeInstance(hydration_logging=...)``).
         self.tracker = (
             HydrationTracker(
-                self.operators, [r.start for r in self.regions], self.inputs, self.workers
+                self.operators,
+                [r.start for r in self.regions],
+                self.inputs,
+                self.workers,
+                [s.id for s in desc.source_imports],
             )
             if track_hydration
             else None
@@ -388,6 +396,8 @@ class Dataflow:
     def enqueue(self, name: str, ok: pl.DataFrame, err: pl.DataFrame) -> None:
         """Updates of import ``name``; times before the as_of read as the as_of."""
         queue = self.queues[name]
+        if self.started_ns is None and ok.height and not self.hydrated:
+            self.started_ns = clock.perf_counter_ns()
         if ok.height:
             advanced = _advance(ok, self.as_of)
             queue.ok.append(advanced)
@@ -398,6 +408,15 @@ class Dataflow:
         if err.height:
             queue.err.append(_advance(err, self.as_of))
             self.queued = True
+
+    def expect_snapshot(self, name: str, rows: int) -> None:
+        """Source import ``name``'s snapshot will hold about ``rows`` updates (progress only):
+        it is being read, the dataflow's hydration has started."""
+        if self.started_ns is None and not self.hydrated:
+            self.started_ns = clock.perf_counter_ns()
+        tracker = self.tracker
+        if tracker is not None and not tracker.started and name in tracker.imports:
+            tracker.expect(name, rows)
 
     def step(self, upper: int, hooks: LoggingHooks | None) -> bool:
         """Process every update before ``upper`` (the least input frontier)."""
@@ -411,7 +430,8 @@ class Dataflow:
         self.queued = True
         hydrating = lower <= self.as_of < upper
         if hydrating:
-            self.started_ns = clock.perf_counter_ns()
+            if self.started_ns is None:
+                self.started_ns = clock.perf_counter_ns()
             if self.tracker is not None:
                 self.tracker.start()
         for name, operator in self.inputs.items():
@@ -902,6 +922,8 @@ class ComputeInstance:
             elif not state.log.tables and state.upper == 0:
                 state.log.since = min(state.log.since, dataflow.as_of)
             state.readers.append(dataflow)
+            if state.expected and state.upper <= dataflow.as_of:
+                dataflow.expect_snapshot(source.id, state.expected)  # still being read
             logged = state.log.updates()
             if logged is not None:
                 dataflow.enqueue(source.id, state.read(logged, [dataflow]), empty_errors())
@@ -982,15 +1004,35 @@ class ComputeInstance:
         """Storage collections to feed, each from the least as_of of its readers."""
         return {sid: min(d.as_of for d in s.readers) for sid, s in self.sources.items()}
 
+    def expect_snapshot(self, source_id: str, rows: int) -> None:
+        """The snapshot of ``source_id`` about to be pushed holds at most ``rows`` updates.
+
+        Progress only: its readers' Get nodes are estimated from it while the
+        snapshot is pushed piece by piece (each piece with the as_of as its
+        upper, so that no step runs before the last one passes it).
+        """
+        state = self.sources.get(source_id)
+        if state is None:
+            return
+        state.expected = rows
+        for dataflow in state.readers:
+            if state.upper <= dataflow.as_of:
+                dataflow.expect_snapshot(source_id, rows)
+
     def push(self, source_id: str, updates: pa.Table, upper: int) -> None:
         """Updates of a storage collection at times before ``upper``, which becomes its frontier."""
         state = self.sources.get(source_id)
         if state is None:
             return
+        # A piece of the snapshot, more to come (the upper not past the first reader's as_of):
+        # the log is consolidated once the whole snapshot is in, not piece by piece.
+        piece = upper <= state.log.since
         if updates.num_rows == 0:  # a frontier moving on: nothing to convert or queue
             state.upper = max(state.upper, upper)
+            if not piece:
+                state.log.settle()
             return
-        state.log.append(updates)
+        state.log.append(updates, settle=not piece)
         frame = state.read(updates, state.readers)
         for dataflow in state.readers:
             dataflow.enqueue(source_id, frame, empty_errors())
@@ -1382,7 +1424,8 @@ class DataflowProgress:
     ``hydration_logging=False``); ``records_done``/``records_estimated`` their sums.
     ``hydration_time_ns``: from installation until hydrated (None until then).
     ``installed_ns``/``started_ns``: ``time.perf_counter_ns()`` when the dataflow was
-    installed and when its hydrating step started (None: not yet).
+    installed and when it started hydrating (None: not yet): its inputs' snapshots
+    began to arrive (``expect_snapshot``, a first push) or its hydrating step started.
     """
 
     dataflow_id: str

@@ -497,17 +497,40 @@ class Shard:
     def snapshot_with_state(self, as_of: int | None = None) -> tuple[pa.Table, ShardState]:
         """``snapshot(as_of)`` and the state it was read from (its upper, since, parts)."""
         while True:
-            state = self.state()
-            read_at = self._check_as_of(state, as_of)
-            # Parts entirely after read_at cannot contribute: not read at all.
-            needed = [part for part in state.parts if overlaps(part, 0, read_at + 1)]
-            updates = self._read_unless_compacted(dataclasses.replace(state, parts=needed))
+            state, needed = self.snapshot_parts(as_of)
+            updates = self.read_snapshot_parts(state, needed, as_of)
             if updates is not None:
-                break
+                return updates, state
+
+    def snapshot_parts(self, as_of: int | None = None) -> tuple[ShardState, list[Part]]:
+        """The current state and those of its parts ``snapshot(as_of)`` reads.
+
+        Their ``rows`` sum to an upper bound of the snapshot's size (updates
+        before consolidation, some perhaps after ``as_of``). Read them, all
+        at once or a few at a time, with ``read_snapshot_parts``.
+        """
+        state = self.state()
+        read_at = self._check_as_of(state, as_of)
+        # Parts entirely after read_at cannot contribute: not read at all.
+        return state, [part for part in state.parts if overlaps(part, 0, read_at + 1)]
+
+    def read_snapshot_parts(
+        self, state: ShardState, parts: Sequence[Part], as_of: int | None = None
+    ) -> pa.Table | None:
+        """The updates of ``parts`` (of ``state``) at or before ``as_of``, consolidated (data
+        columns and ``mz_diff``); None if a compaction has replaced them since.
+
+        Consolidated per call: an update and its retraction in parts read by
+        different calls both come out (their sum is still the snapshot).
+        """
+        read_at = self._check_as_of(state, as_of)
+        updates = self._read_unless_compacted(dataclasses.replace(state, parts=list(parts)))
+        if updates is None:
+            return None
         times = updates.column(TIMESTAMP_COLUMN)
         if updates.num_rows and pa.compute.max(times).as_py() > read_at:
             updates = updates.filter(pa.compute.less_equal(times, read_at))
-        return consolidate(updates, [name for name, _ in state.columns]), state
+        return consolidate(updates, [name for name, _ in state.columns])
 
     def listen(
         self, as_of: int, *, nats: Any = None, poll_interval: float | None = None

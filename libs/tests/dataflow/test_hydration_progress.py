@@ -13,7 +13,7 @@ import pytest
 from loupe.common.errors import LoupeError
 from loupe.dataflow import ComputeInstance, DataflowProgress, LoggingHooks, NodeProgress
 from loupe.dataflow.hydration import HydrationTracker
-from loupe.dataflow.testing import index_dataflow, persist_updates
+from loupe.dataflow.testing import index_dataflow, persist_updates, read
 from loupe.plan import lir, mir
 from loupe.plan.dataflow import IndexImport
 from loupe.plan.lir import MapFilterProject
@@ -195,17 +195,18 @@ def test_estimates_come_from_the_snapshots_and_are_exact_once_the_inputs_hydrate
     instance = ComputeInstance(workers=WORKERS, logging=hooks)
     hooks.instance = instance
     instance.create_dataflow(index_dataflow("d", sum_of_join(), {"t": T, "u": T}, as_of=AS_OF))
-    # Not yet started: nothing done, estimates grow as the snapshots arrive.
+    # Not yet started: nothing done, estimates grow as the snapshots arrive (a source's Get
+    # counts what was read as done: reading is its work).
     first = instance.progress()[0]
     assert (first.records_done, first.records_estimated, first.started_ns) == (0, 0, None)
     push(instance, "t", rows_t(120), AS_OF)
-    assert totals(instance.progress()[0])[0] == (0, 120)
+    assert totals(instance.progress()[0])[0] == (120, 120)
     # An update after the as_of is not part of the snapshot.
     push(instance, "u", [*rows_u(90, 30), (("k0", 1), AS_OF + 3, 1)], AS_OF)
     instance.step()
     start = totals(instance.progress()[0])
-    assert start[0] == (0, 120)
-    assert start[1] == (0, 90)
+    assert start[0] == (120, 120)
+    assert start[1] == (90, 90)
     assert start[20] == (0, 210)  # a join consumes its inputs: exact from the snapshots
     # Its output is estimated as its largest input's (a key-foreign key join): 120 for 90.
     assert start[21] == (0, 120)
@@ -236,7 +237,7 @@ def test_a_filters_estimate_bounds_its_output_from_above() -> None:
     push(instance, "t", rows_t(100), AS_OF)
     instance.step()
     start = totals(instance.progress()[0])
-    assert start == {0: (0, 100), 1: (0, 100), 2: (0, 100)}  # the reduce: at most the filter's
+    assert start == {0: (100, 100), 1: (0, 100), 2: (0, 100)}  # the reduce: at most the filter's
     push(instance, "t", [], AS_OF + 1)
     instance.step()
     assert totals(instance.progress()[0]) == {0: (100, 100), 1: (100, 100), 2: (10, 10)}
@@ -409,3 +410,147 @@ def test_without_hydration_logging_nodes_are_not_tracked(monkeypatch: pytest.Mon
     last_run = max(i for i, e in enumerate(hooks.events) if e[0] == "scheduled")
     first_hydrated = min(i for i, e in enumerate(hooks.events) if e[0] == "hydration")
     assert last_run < first_hydrated
+
+
+# -- snapshots read piece by piece (the replica pushes each as it is read) ---------------------
+
+
+def min_and_sum_of_join() -> lir.Reduce:
+    """Per key of the join of t and u: min and sum of t's n (a retraction matters to a min).
+    Nodes 0, 10, 1, 11, 20, 21."""
+    return lir.Reduce(
+        21,
+        join_t_u(),
+        (Column(0),),
+        (mir.Aggregate("min", Column(1)), mir.Aggregate("sum", Column(1))),
+        lir.ReduceKind.HIERARCHICAL,
+        types=("text", "int4", "int8"),
+    )
+
+
+def history_t() -> list:
+    """t's history before the as_of, in the order a shard's parts hold it: inserts, some of
+    them retracted in later parts, one retraction before its insert, a row updated twice."""
+    inserts = [((f"k{i}", i), AS_OF - 4, 1) for i in range(60)]
+    retractions = [((f"k{i}", i), AS_OF - 2, -1) for i in range(0, 60, 3)]
+    early = [(("k1", -5), AS_OF - 3, -1)]  # its insert comes in a later part
+    late = [(("k1", -5), AS_OF - 1, 1), (("k2", 7), AS_OF - 1, 2), (("k2", 7), AS_OF, -1)]
+    return [*inserts, *early, *retractions, *late]
+
+
+def chunks(rows: list, size: int) -> list[list]:
+    return [rows[i : i + size] for i in range(0, len(rows), size)]
+
+
+def hydrated_with(pieces: list[list], expect: int | None) -> ComputeInstance:
+    instance = ComputeInstance(workers=WORKERS)
+    instance.create_dataflow(
+        index_dataflow("d", min_and_sum_of_join(), {"t": T, "u": T}, as_of=AS_OF)
+    )
+    push(instance, "u", rows_u(90, 30), AS_OF + 1)
+    if expect is not None:
+        instance.expect_snapshot("t", expect)
+    for piece in pieces:
+        push(instance, "t", piece, AS_OF)  # every piece but the last leaves the frontier at it
+        assert not instance.step()
+        assert not instance.progress()[0].hydrated
+    push(instance, "t", [], AS_OF + 1)
+    assert instance.step()
+    return instance
+
+
+def test_a_snapshot_pushed_in_pieces_hydrates_to_the_one_piece_result() -> None:
+    history = history_t()
+    for size in (1, 7, 25):
+        whole = hydrated_with([history], None)
+        pieces = hydrated_with(chunks(history, size), len(history))
+        assert read(pieces, "d_index", AS_OF) == read(whole, "d_index", AS_OF)
+        # The same later: an update after the as_of on both.
+        for instance in (whole, pieces):
+            push(instance, "t", [(("k3", -1), AS_OF + 1, 1), (("k4", 4), AS_OF + 1, -1)], AS_OF + 2)
+            push(instance, "u", [], AS_OF + 2)
+            instance.step()
+        assert read(pieces, "d_index", AS_OF + 1) == read(whole, "d_index", AS_OF + 1)
+        # Nothing counted twice: every node consumed the same in both.
+        assert totals(pieces.progress()[0]) == totals(whole.progress()[0])
+    # The retractions cancelled (u has every key 3 times).
+    rows = {row[0]: row for row in read(hydrated_with([history], None), "d_index", AS_OF)}
+    assert "k0" not in rows  # t's k0 was retracted: the join has nothing
+    assert rows["k1"][1:] == (1, 3)  # (k1, -5) retracted before it was inserted: gone
+    assert rows["k2"][1:] == (2, (2 + 7) * 3)  # (k2, 7) twice, then once less
+
+
+def test_a_sources_get_counts_the_snapshot_as_it_is_read() -> None:
+    instance = ComputeInstance(workers=WORKERS)
+    instance.create_dataflow(index_dataflow("d", sum_of_join(), {"t": T, "u": T}, as_of=AS_OF))
+    assert instance.progress()[0].started_ns is None
+    instance.expect_snapshot("t", 150)  # an upper bound: t's parts hold 150, 120 remain
+    instance.expect_snapshot("u", 90)
+    # Reading started: so did the hydration (its rate counts the reading).
+    started = instance.progress()[0].started_ns
+    assert started is not None
+    start = totals(instance.progress()[0])
+    assert start[0] == (0, 150)
+    assert start[10] == (0, 150)  # downstream estimates start from the expected sizes
+    assert start[1] == (0, 90)
+    assert start[20] == (0, 240)
+    seen = [instance.progress()[0]]
+    for piece in chunks(rows_t(120), 40):
+        push(instance, "t", piece, AS_OF)
+        instance.step()
+        seen.append(instance.progress()[0])
+    # Reading is the Get's work: done rises piece by piece, the estimate stays the bound.
+    assert [totals(p)[0] for p in seen] == [(0, 150), (40, 150), (80, 150), (120, 150)]
+    assert [totals(p)[10][0] for p in seen] == [0, 0, 0, 0]  # the arrangement waits for the step
+    for piece in chunks(rows_u(90, 30), 45):
+        push(instance, "u", piece, AS_OF)
+        seen.append(instance.progress()[0])
+    assert totals(seen[-1])[1] == (90, 90)
+    assert not seen[-1].hydrated
+    hydrate(instance)
+    seen.append(instance.progress()[0])
+    final = totals(seen[-1])
+    # The step did not count the snapshots again; estimates are exact once hydrated.
+    assert final[0] == (120, 120)
+    assert final[1] == (90, 90)
+    assert all(done == estimated for done, estimated in final.values())
+    assert final == totals(hydrated_in_one_piece())
+    assert seen[-1].started_ns == started
+    for before, after in itertools.pairwise(seen):
+        assert before.records_done <= after.records_done
+        for a, b in zip(before.nodes, after.nodes, strict=True):
+            assert a.records_done <= b.records_done <= b.records_estimated
+
+
+def hydrated_in_one_piece() -> DataflowProgress:
+    instance = ComputeInstance(workers=WORKERS)
+    instance.create_dataflow(index_dataflow("d", sum_of_join(), {"t": T, "u": T}, as_of=AS_OF))
+    load(instance)
+    hydrate(instance)
+    return instance.progress()[0]
+
+
+def test_a_snapshot_larger_than_expected_is_estimated_by_what_was_read() -> None:
+    instance = ComputeInstance(workers=WORKERS)
+    instance.create_dataflow(index_dataflow("d", sum_of_join(), {"t": T, "u": T}, as_of=AS_OF))
+    instance.expect_snapshot("t", 50)
+    push(instance, "t", rows_t(120), AS_OF)
+    assert totals(instance.progress()[0])[0] == (120, 120)
+    # An expectation for a source not read, or once the step ran, changes nothing.
+    instance.expect_snapshot("nope", 10)
+    load(instance, t=0)
+    hydrate(instance)
+    hydrated = totals(instance.progress()[0])
+    instance.expect_snapshot("t", 10_000)
+    assert totals(instance.progress()[0]) == hydrated
+
+
+def test_a_dataflow_created_while_its_source_is_read_learns_the_expected_size() -> None:
+    instance = ComputeInstance(workers=WORKERS)
+    instance.create_dataflow(index_dataflow("a", lir.Get(0, "t", types=TYPES), {"t": T}, AS_OF))
+    instance.expect_snapshot("t", 200)
+    push(instance, "t", rows_t(50), AS_OF)
+    instance.create_dataflow(index_dataflow("b", small_n(), {"t": T}, AS_OF))
+    later = next(p for p in instance.progress() if p.dataflow_id == "b")
+    assert totals(later)[0] == (50, 200)
+    assert totals(later)[1] == (0, 200)

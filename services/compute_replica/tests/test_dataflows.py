@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import threading
 import uuid
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
@@ -13,6 +15,8 @@ import pytest
 from loupe.common import values
 from loupe.compute_replica.dataflows import write_sink_batch
 from loupe.persist import DIFF_COLUMN, TIMESTAMP_COLUMN, Shard, expand
+from loupe.persist.cache import ShardCache
+from loupe.persist.location import LocalBlob
 from loupe.persist.shard import arrow_schema
 from loupe.plan import lir
 from loupe.plan.codec import dataflow_to_proto
@@ -161,6 +165,124 @@ async def test_hydration_is_reported_with_the_records_read(running, controller, 
     assert report.dataflow_id == "v"
     assert report.records_read == 3
     assert report.nodes_total == report.nodes_hydrated >= 2
+
+
+class GatedBlob(LocalBlob):
+    """The test's local blob, whose part reads each wait for a permit: reading made observable."""
+
+    def __init__(self, root: Path, permits: threading.Semaphore) -> None:
+        super().__init__(root)
+        self.permits = permits
+        self.reads = 0
+
+    def filesystem_path(self, key: str) -> tuple[Any, str]:
+        assert self.permits.acquire(timeout=60), "the test never let this part be read"
+        self.reads += 1
+        return super().filesystem_path(key)
+
+
+class GatedShards(ShardCache):
+    """Real shards of the test's storage, read through a ``GatedBlob``."""
+
+    def __init__(self, storage: Any, blob: GatedBlob) -> None:
+        super().__init__()
+        self.blob = blob
+        self.consensus = storage._consensus
+
+    def shard(self, shard_id: str, location: Any) -> Shard:
+        return Shard(shard_id, self.blob, self.consensus)
+
+
+async def test_hydration_progress_counts_the_snapshot_as_its_parts_are_read(
+    start_replica, controller, storage
+):
+    """Reading the snapshot is most of a hydration: the Get's records_done rises part by part
+    (each pushed as read) before the dataflow hydrates, from the parts' expected size."""
+    table = Table(storage)
+    for timestamp in range(1, 6):  # five parts of 4 rows; one retracts a row of the first
+        table.write([(timestamp * 10 + i, f"r{i}") for i in range(4)], timestamp)
+    table.write([(10, "r0")], 6, diff=-1)
+    replica = await start_replica(workers=2, snapshot_piece_rows=1, report_interval=0.02)
+    permits = threading.Semaphore(0)
+    blob = GatedBlob(storage._blob.root, permits)
+    replica._shards = GatedShards(storage, blob)  # before its dataflows exist: they use it
+    await controller.wait_for("hello")
+    await controller.create_instance(storage, workers=2)
+    await controller.send(initialization_complete=compute_pb2.InitializationComplete())
+    await controller.send(create_dataflow=dataflow(table, as_of=6))
+
+    def get_node(report: Any) -> tuple[int, int]:
+        nodes = [n for n in report.nodes if n.lir_id == 0]
+        assert len(nodes) == 2  # one per worker
+        return sum(n.records_done for n in nodes), sum(n.records_estimated for n in nodes)
+
+    def reported(done: int) -> Any:
+        reports = [h for h in controller.of_kind("hydration") if h.dataflow_id == "v"]
+        assert reports
+        assert get_node(reports[-1])[0] == done
+        return reports[-1]
+
+    first = await assert_eventually(lambda: reported(0))
+    assert get_node(first) == (0, 21)  # the parts' rows: an upper bound (one retraction)
+    assert not first.hydrated
+    for part, done in enumerate((4, 8, 12, 16, 20), start=1):
+        permits.release()
+        report = await assert_eventually(lambda done=done: reported(done))
+        assert not report.hydrated, f"hydrated after {part} of 6 parts"
+        assert get_node(report) == (done, 21)
+        assert report.records_done >= done
+    permits.release(100)  # the last part, and every read after it
+    final = await assert_eventually(lambda: _hydrated(controller))
+    assert get_node(final) == (21, 21)  # what was read: not counted again by the step
+    assert final.records_done == final.records_estimated
+    reports = [h for h in controller.of_kind("hydration") if h.dataflow_id == "v"]
+    done = [get_node(h)[0] for h in reports]
+    assert done == sorted(done)
+    assert [h.hydrated for h in reports].index(True) > 5  # hydrated only after every part
+    # The pieces sum to the snapshot: the retraction in the last part cancelled its insert.
+    rows = await peek_rows(controller, 6)
+    assert len(rows) == 19
+    assert (10, "r0") not in rows
+
+
+async def test_a_snapshot_compacted_while_it_is_read_is_retracted_and_read_again(
+    start_replica, controller, storage
+):
+    table = Table(storage)
+    for timestamp in range(1, 6):
+        table.write([(timestamp * 10 + i, f"r{i}") for i in range(4)], timestamp)
+    table.write([(10, "r0")], 6, diff=-1)
+    replica = await start_replica(workers=2, snapshot_piece_rows=1, report_interval=0.02)
+    permits = threading.Semaphore(0)
+    replica._shards = GatedShards(storage, GatedBlob(storage._blob.root, permits))
+    await controller.wait_for("hello")
+    await controller.create_instance(storage, workers=2)
+    await controller.send(initialization_complete=compute_pb2.InitializationComplete())
+    await controller.send(create_dataflow=dataflow(table, as_of=6))
+
+    def get_done() -> int:
+        reports = [h for h in controller.of_kind("hydration") if h.dataflow_id == "v"]
+        assert reports
+        return sum(n.records_done for n in reports[-1].nodes if n.lir_id == 0)
+
+    permits.release()
+    await assert_eventually(lambda: _assert(get_done() == 4))  # the first part is in
+    await asyncio.to_thread(table.shard.compact)  # its other parts are gone: one part of 19
+    permits.release(100)
+    final = await assert_eventually(lambda: _hydrated(controller))
+    # The first part was pushed, retracted (4 + 4), then the compacted part read (19).
+    assert [(n.records_done, n.records_estimated) for n in final.nodes if n.lir_id == 0] == [
+        (14, 14),
+        (13, 13),
+    ]
+    rows = await peek_rows(controller, 6)
+    assert rows == sorted((t * 10 + i, f"r{i}") for t in range(1, 6) for i in range(4))[1:]
+
+
+def _hydrated(controller: Any) -> Any:
+    reports = [h for h in controller.of_kind("hydration") if h.dataflow_id == "v" and h.hydrated]
+    assert reports
+    return reports[0]
 
 
 async def test_errors_inside_a_dataflow_are_reported_and_fail_its_peeks(
