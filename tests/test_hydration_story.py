@@ -224,10 +224,10 @@ def test_loupe_sql_shows_progress_while_a_view_hydrates(system, heavy):
 
 
 class Throttled:
-    """Runs ``pid`` a tenth of the time (SIGSTOP / SIGCONT), as a replica on a starved machine:
+    """Runs ``pid`` a twentieth of the time (SIGSTOP / SIGCONT), as a replica on a starved machine:
     its hydrations take seconds instead of one, long enough to be seen in SQL."""
 
-    def __init__(self, pid: int, run: float = 0.03, stop: float = 0.3) -> None:
+    def __init__(self, pid: int, run: float = 0.02, stop: float = 0.4) -> None:
         self.pid, self.run, self.stop = pid, run, stop
         self.done = threading.Event()
         self.thread = threading.Thread(target=self._main, daemon=True)
@@ -252,40 +252,57 @@ class Throttled:
         with contextlib.suppress(ProcessLookupError):
             os.kill(self.pid, signal.SIGCONT)
 
+    def freeze(self) -> None:
+        """Stop throttling and leave the process stopped (SIGSTOP) until ``__exit__``."""
+        self.done.set()
+        self.thread.join(5)
+        os.kill(self.pid, signal.SIGSTOP)
 
-def kill_while_hydrating(system: LoupeUp, replica_id: str, name: str) -> str:
-    """Create a Q5-shaped materialized view while ``replica_id`` runs throttled; kill it -9
-    once the view is seen hydrating there. Returns the view's id."""
-    known = {
-        o
-        for (o,) in system.sql(
-            "SELECT DISTINCT object_id FROM mz_internal.mz_object_hydration_history"
-        )
-    }
+
+def episodes_of(system: LoupeUp, replica_id: str) -> dict[str, str]:
+    rows = system.sql(
+        "SELECT object_id, status FROM mz_internal.mz_object_hydration_history"
+        f" WHERE replica_id = '{replica_id}' AND incarnation = ("
+        " SELECT max(incarnation) FROM mz_internal.mz_object_hydration_history"
+        f" WHERE replica_id = '{replica_id}')"
+    )
+    return dict(rows)
+
+
+def kill_while_hydrating(system: LoupeUp, replica_id: str, attempts: int = 3) -> tuple[str, str]:
+    """Create Q5-shaped materialized views while ``replica_id`` runs throttled, until one is
+    seen hydrating there; then stop the replica (SIGSTOP), confirm after two flushes that SQL
+    still says hydrating (no report can come from a stopped process), and kill it -9.
+    Returns the view's name and id. A view that finished before the stop is a miss: the
+    replica runs again and the next view is tried."""
     pid = replica_pid(system.data_dir, replica_id)
     assert pid is not None
-    with Throttled(pid):
-        creating = threading.Thread(
-            target=lambda: system.sql(
-                f"SET cluster = heavy; CREATE MATERIALIZED VIEW {name} AS {Q5}", timeout=300
-            ),
-            daemon=True,
-        )
-        creating.start()
-
-        def hydrating() -> str:
-            rows = system.sql(
-                "SELECT object_id, status FROM mz_internal.mz_object_hydration_history"
-                f" WHERE replica_id = '{replica_id}'"
+    for attempt in range(attempts):
+        name = f"q5_{attempt}"
+        known = set(episodes_of(system, replica_id))
+        with Throttled(pid) as throttled:
+            creating = threading.Thread(
+                target=lambda n=name: system.sql(
+                    f"SET cluster = heavy; CREATE MATERIALIZED VIEW {n} AS {Q5}", timeout=300
+                ),
+                daemon=True,
             )
-            new = {o: status for o, status in rows if o not in known}
-            assert "hydrated" not in new.values(), f"{name} hydrated before it was seen hydrating"
-            return next((o for o, status in new.items() if status == "hydrating"), "")
+            creating.start()
 
-        oid = eventually(hydrating, 120, interval=0.05)
-        os.kill(pid, signal.SIGKILL)
-    creating.join(300)
-    return oid
+            def started(known: set[str] = known) -> tuple[str, str]:
+                new = {o: s for o, s in episodes_of(system, replica_id).items() if o not in known}
+                return next(iter(new.items()), ("", ""))
+
+            oid, status = eventually(lambda: started()[0] and started(), 120, interval=0.05)
+            if status == "hydrating":
+                throttled.freeze()
+                time.sleep(2.5)
+                if episodes_of(system, replica_id).get(oid) == "hydrating":
+                    os.kill(pid, signal.SIGKILL)
+                    creating.join(300)
+                    return name, oid
+        creating.join(300)
+    raise AssertionError(f"no view was caught hydrating on {replica_id} in {attempts} tries")
 
 
 def test_a_replica_killed_mid_hydration(system, heavy):
@@ -294,8 +311,7 @@ def test_a_replica_killed_mid_hydration(system, heavy):
     kept = object_id(system, "q1_kept")
     eventually(lambda: statuses(system, kept) and all(statuses(system, kept).values()), 120)
     before_r2 = {key: value for key, value in statuses(system, kept).items() if key[0] == r2}
-    name = "q5"
-    oid = kill_while_hydrating(system, r1, name)
+    name, oid = kill_while_hydrating(system, r1)
 
     # The first incarnation's episode ends interrupted; the next one starts over and finishes.
     def restarted_and_hydrated() -> bool:
