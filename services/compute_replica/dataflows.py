@@ -917,12 +917,6 @@ class DataflowRunner:
 # -- storage edges (run in worker threads) ---------------------------------------------------
 
 
-def snapshot_updates(shard: Shard, as_of: int) -> pa.Table:
-    """The shard's contents at ``as_of`` as updates at ``as_of``, typed as its parts are."""
-    snapshot, state = shard.snapshot_with_state(as_of)
-    return _snapshot_at(snapshot, as_of, state.columns)
-
-
 def snapshot_pieces(parts: Sequence[Part], rows: int) -> list[list[Part]]:
     """``parts`` in order, grouped into pieces of at least ``rows`` rows (the last: fewer)."""
     pieces: list[list[Part]] = []
