@@ -183,6 +183,18 @@ def check_hydrated(
     assert time_ns > 0
 
 
+def check_replaced(
+    writer: Any, orchestrator: Any, replica_id: str, killed_at: dt.datetime, nodes: Any = None
+) -> None:
+    """Incarnation 2 of killed ``replica_id`` reported q3: its statuses start over (hydrating,
+    progress received after the kill) and incarnation 1's episode ended interrupted."""
+    check_hydrating(writer, orchestrator, replica_id, "q3", nodes)
+    progress = of(writer, PROGRESS, replica_id, "q3_idx")
+    assert all(r[6] > killed_at for r in progress), progress
+    episodes = of(writer, REPLICA_HISTORY, replica_id)
+    assert sorted((e[7], e[6]) for e in episodes) == [(1, "interrupted"), (2, "hydrating")]
+
+
 @pytest.fixture
 async def cluster(make_compute, nats_url, kit, unique, storage, tpch_tables):
     orchestrator = kit.InProcessOrchestrator(nats_url, replica_class=kit.RealReplica)
@@ -334,14 +346,9 @@ async def test_a_replica_killed_mid_hydration_keeps_its_rows_until_its_next_inca
         assert of(arrow_writer, cid, first) == rows, cid
 
     # The next incarnation's first report replaces them: statuses start over.
-    def replaced() -> None:
-        check_hydrating(arrow_writer, orchestrator, first, "q3")
-        progress = of(arrow_writer, PROGRESS, first, "q3_idx")
-        assert all(r[6] > killed_at for r in progress), progress
-        episodes = of(arrow_writer, REPLICA_HISTORY, first)
-        assert sorted((e[7], e[6]) for e in episodes) == [(1, "interrupted"), (2, "hydrating")]
-
-    await assert_eventually(replaced, timeout=30)
+    await assert_eventually(
+        lambda: check_replaced(arrow_writer, orchestrator, first, killed_at), timeout=30
+    )
     for cid, rows in others.items():
         assert of(arrow_writer, cid, second) == rows, cid
 
@@ -493,14 +500,9 @@ async def test_a_replica_process_killed_with_sigkill_mid_hydration(
 
     await assert_eventually(interrupted, timeout=30)
 
-    def replaced() -> None:
-        check_hydrating(arrow_writer, None, first, "q3", nodes)
-        progress = of(arrow_writer, PROGRESS, first, "q3_idx")
-        assert all(r[6] > killed_at for r in progress), progress
-        episodes = of(arrow_writer, REPLICA_HISTORY, first)
-        assert sorted((e[7], e[6]) for e in episodes) == [(1, "interrupted"), (2, "hydrating")]
-
-    await assert_eventually(replaced, timeout=60)
+    await assert_eventually(
+        lambda: check_replaced(arrow_writer, None, first, killed_at, nodes), timeout=60
+    )
     for cid, rows in others.items():
         assert of(arrow_writer, cid, second) == rows, cid
 
