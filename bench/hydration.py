@@ -30,31 +30,16 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from loupe.testing.system import LoupeUp
 
 sys.path.insert(0, str(Path(__file__).parent))
-from introspection import QUERIES
+from introspection import QUERIES, on, wait_for
 
 REPORT_INTERVAL_S = 0.05  # compute_replica.settings.ReplicaSettings.report_interval
 FLUSH_INTERVAL_S = 1.0  # controller storage_flush_interval
-
-
-def wait_for(check: Callable[[], Any], timeout: float, interval: float = 0.02) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(interval)
-    raise TimeoutError("benchmark condition not reached")
-
-
-def on(system: LoupeUp, statement: str, timeout: float = 600) -> list[tuple]:
-    return system.sql(f"SET cluster = watch; {statement}", timeout=timeout)
 
 
 def object_named(system: LoupeUp, relation: str, name: str) -> str:
@@ -70,7 +55,11 @@ def visible(system: LoupeUp, rounds: int) -> list[float]:
             f"CREATE VIEW vis_{round_} AS SELECT n_regionkey, count(*) AS n FROM nation"
             " GROUP BY n_regionkey"
         )
-        on(system, f"CREATE INDEX vis_{round_}_idx IN CLUSTER watch ON vis_{round_} (n_regionkey)")
+        on(
+            system,
+            "watch",
+            f"CREATE INDEX vis_{round_}_idx IN CLUSTER watch ON vis_{round_} (n_regionkey)",
+        )
         oid = object_named(system, "mz_indexes", f"vis_{round_}_idx")
 
         def all_nodes(oid: str = oid) -> bool:
@@ -81,7 +70,7 @@ def visible(system: LoupeUp, rounds: int) -> list[float]:
             )
             return bool(rows and rows[0][1] and rows[0][0])
 
-        wait_for(all_nodes, 60)
+        wait_for(all_nodes, 60, interval=0.02)
         seen = time.time()
         ((finished,),) = wait_for(
             lambda oid=oid: system.sql(
@@ -90,6 +79,7 @@ def visible(system: LoupeUp, rounds: int) -> list[float]:
                 " AND status = 'hydrated'"
             ),
             60,
+            interval=0.02,
         )
         samples.append(seen - float(finished))
         system.sql(f"DROP VIEW vis_{round_} CASCADE")
@@ -100,7 +90,7 @@ def progress(system: LoupeUp, name: str, query: str) -> dict[str, Any]:
     """Poll one materialized view's progress while it hydrates."""
 
     def create() -> None:
-        on(system, f"CREATE MATERIALIZED VIEW {name} AS {query}")
+        on(system, "watch", f"CREATE MATERIALIZED VIEW {name} AS {query}")
 
     thread = threading.Thread(target=create, daemon=True)
     known = {
@@ -157,7 +147,9 @@ def main() -> int:
                 timeout=900,
             )
             system.sql("CREATE CLUSTER watch REPLICAS (r1 (SIZE '2'))")
-            wait_for(lambda: on(system, "SELECT count(*) FROM nation", timeout=60), 120, 0.5)
+            wait_for(
+                lambda: on(system, "watch", "SELECT count(*) FROM nation", timeout=60), 120, 0.5
+            )
 
             samples = visible(system, options.rounds)
             target = 2 * (REPORT_INTERVAL_S + FLUSH_INTERVAL_S)
