@@ -37,7 +37,7 @@ from loupe.dataflow.batches import (
     spread,
 )
 from loupe.dataflow.hooks import LoggingHooks
-from loupe.dataflow.hydration import HydrationTracker, rows_processed
+from loupe.dataflow.hydration import HydrationTracker, Snapshot, rows_processed
 from loupe.dataflow.memory import MemoryBudget
 from loupe.dataflow.operators import Input, Operator
 from loupe.dataflow.render import LirRegion, Renderer
@@ -369,6 +369,11 @@ class Dataflow:
         # operators' state is then unknown, so the dataflow stops where it was and every
         # read of it fails with this error instead of answering without the lost updates.
         self.failed: LoupeError | None = None
+        # ``ComputeInstance.progress``'s last summary of ``tracker.snapshot``: (that snapshot,
+        # its NodeProgress tuple, nodes hydrated, records done, records estimated).
+        self.progress_summary: tuple[Snapshot, tuple[NodeProgress, ...], int, int, int] | None = (
+            None
+        )
         # Per LIR node hydration and progress (``ComputeInstance(hydration_logging=...)``).
         self.tracker = (
             HydrationTracker(
@@ -1255,18 +1260,28 @@ class ComputeInstance:
         done = estimated = 0
         if tracker is not None:
             snapshot = tracker.snapshot
-            nodes = tuple(
-                NodeProgress(
-                    region.lir_id, worker, status, node_done[worker], node_estimated[worker]
+            summary = dataflow.progress_summary
+            # The replica asks every report interval; a snapshot that did not change (every
+            # hydrated dataflow's) is summarised once, and the same tuple returned again.
+            if summary is None or summary[0] is not snapshot:
+                nodes = tuple(
+                    NodeProgress(
+                        region.lir_id, worker, status, node_done[worker], node_estimated[worker]
+                    )
+                    for region, status, node_done, node_estimated in zip(
+                        regions, snapshot.hydrated, snapshot.done, snapshot.estimated, strict=True
+                    )
+                    for worker in range(dataflow.workers)
                 )
-                for region, status, node_done, node_estimated in zip(
-                    regions, snapshot.hydrated, snapshot.done, snapshot.estimated, strict=True
+                summary = (
+                    snapshot,
+                    nodes,
+                    sum(snapshot.hydrated),
+                    sum(sum(d) for d in snapshot.done),
+                    sum(sum(e) for e in snapshot.estimated),
                 )
-                for worker in range(dataflow.workers)
-            )
-            nodes_hydrated = sum(snapshot.hydrated)
-            done = sum(sum(d) for d in snapshot.done)
-            estimated = sum(sum(e) for e in snapshot.estimated)
+                dataflow.progress_summary = summary
+            _, nodes, nodes_hydrated, done, estimated = summary
         return DataflowProgress(
             dataflow.desc.id,
             hydrated,

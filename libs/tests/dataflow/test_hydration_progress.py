@@ -190,6 +190,22 @@ def test_records_done_per_worker_sum_to_what_each_node_consumed() -> None:
     assert progress.records_read == 210
 
 
+def test_progress_summarises_an_unchanged_snapshot_once() -> None:
+    """The replica asks every report interval: a dataflow whose tracking did not change since
+    (every hydrated one) gets the same summary again, not a rebuilt one."""
+    instance = ComputeInstance(workers=WORKERS)
+    instance.create_dataflow(index_dataflow("d", sum_of_join(), {"t": T, "u": T}, as_of=AS_OF))
+    load(instance, t=120, u=90, keys=30)
+    before = instance.progress()[0]
+    hydrate(instance)
+    after = instance.progress()[0]
+    assert after.nodes is not before.nodes
+    assert after.records_done > before.records_done
+    again = instance.progress()[0]
+    assert again.nodes is after.nodes
+    assert again == after
+
+
 def test_estimates_come_from_the_snapshots_and_are_exact_once_the_inputs_hydrated() -> None:
     hooks = Recorder()
     instance = ComputeInstance(workers=WORKERS, logging=hooks)
