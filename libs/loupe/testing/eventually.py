@@ -57,18 +57,12 @@ def eventually_truthy(
     retry_on: tuple[type[BaseException], ...] = (AssertionError,),
     interval: float = 0.5,
 ) -> Any:
-    """``check()`` until it returns a truthy value without one of ``retry_on``; that value
-    (blocking, like ``wait_until``). After ``timeout`` the last error is raised, or an
-    AssertionError when the value stayed falsy."""
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            value = check()
-            if value:
-                return value
-        except retry_on:
-            if time.monotonic() > deadline:
-                raise
-        if time.monotonic() > deadline:
-            raise AssertionError(f"condition not reached within {timeout}s")
-        time.sleep(interval)
+    """``wait_until`` a truthy value of ``check()``; a falsy one is retried like an
+    AssertionError, and raised as one after ``timeout``."""
+
+    def truthy() -> Any:
+        value = check()
+        assert value, f"condition not reached within {timeout}s"
+        return value
+
+    return wait_until(truthy, timeout, retry_on=(*retry_on, AssertionError), interval=interval)
