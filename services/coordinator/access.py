@@ -101,6 +101,39 @@ async def authenticate(
     raise failed
 
 
+@dataclasses.dataclass(frozen=True)
+class LoginPlan:
+    """How a PostgreSQL-wire client must authenticate: ``trust`` (nothing asked),
+    ``cleartext`` (AuthenticationCleartextPassword, then ``authenticate``) or ``scram``
+    (SASL SCRAM-SHA-256 against ``verifier``; then ``Coordinator.admit``)."""
+
+    method: str
+    verifier: str | None = None
+
+
+def check_login(roles: Mapping[str, catalog_pb2.Role], user: str) -> None:
+    """28000 if ``user``'s role may not log in (NOLOGIN)."""
+    role = roles.get(user)
+    if role is not None and not role.login:
+        raise LoupeError(
+            SqlState.INVALID_AUTHORIZATION, f'role "{user}" is not permitted to log in'
+        )
+
+
+def login_plan(
+    roles: Mapping[str, catalog_pb2.Role],
+    user: str,
+    *,
+    authenticator: str,
+    superusers: Iterable[str],
+    superuser_password: str,
+) -> LoginPlan:
+    """The method a pgwire login of ``user`` takes (foundation: trust or cleartext)."""
+    if authenticator == "trust":
+        return LoginPlan("trust")
+    return LoginPlan("cleartext")
+
+
 def is_superuser(
     roles: Mapping[str, catalog_pb2.Role], user: str, superusers: Iterable[str]
 ) -> bool:

@@ -745,6 +745,27 @@ class Coordinator:
             raise
         return access.is_superuser(state.role_objects, user, self.sessions.superusers)
 
+    async def login_plan(self, user: str) -> access.LoginPlan:
+        """How a PostgreSQL-wire client proves it is ``user`` (``trust``, ``cleartext`` or
+        ``scram`` with the role's verifier); the gRPC API sends the password itself."""
+        state = self.state
+        if user not in state.role_objects:
+            state = await self.context.refreshed_state()
+        return access.login_plan(
+            state.role_objects,
+            user,
+            authenticator=self.config.authenticator,
+            superusers=self.sessions.superusers,
+            superuser_password=self.config.superuser_password,
+        )
+
+    async def admit(self, user: str) -> bool:
+        """After a SCRAM exchange proved the password: 28000 if ``user`` may not log in;
+        whether it is a superuser."""
+        state = self.state
+        access.check_login(state.role_objects, user)
+        return access.is_superuser(state.role_objects, user, self.sessions.superusers)
+
     def session_defaults(self) -> dict[str, str]:
         """Session variables whose default a system variable sets, as of now."""
         return variables.session_defaults(self.context)
