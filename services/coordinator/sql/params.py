@@ -21,7 +21,9 @@ value type     literal
 ``uuid``       ``CAST('…' AS uuid)``
 =============  ================================================
 
-A list is an array of its elements' type: ``CAST('{1,2}' AS integer[])``.
+A list is an array of its elements' type: ``CAST('{1,2}' AS integer[])``; a list whose
+parameter has an array type (``_int2``, as a PostgreSQL-wire client declares it) is an
+array of that type, and a NULL of an array type ``CAST(NULL AS smallint[])``.
 ``bytea`` values are refused (0A000): Loupe has no literal for them.
 
 Where a statement's parameters live: the query of a SELECT (and its ``AS
@@ -266,6 +268,8 @@ def literal(parameter: Parameter) -> exp.Expression:
     value, kind = parameter.value, parameter.type
     if kind == "list" and isinstance(value, list | tuple):
         return _array_literal(list(value))
+    if sqltypes.is_array(kind) and isinstance(value, list | tuple):
+        return _typed_array_literal(list(value), kind)
     if kind in ("bytea", "list"):
         raise LoupeError(
             SqlState.FEATURE_NOT_SUPPORTED, f"parameters of type {kind} are not supported"
@@ -308,6 +312,25 @@ def _array_literal(values: list[Any]) -> exp.Expression:
         ) from None
     text = array_text([None if v is None else _cast_text(v) for v in values])
     return exp.cast(exp.Literal.string(text), exp.DataType.build(array.display, dialect="postgres"))
+
+
+def _typed_array_literal(values: list[Any], kind: str) -> exp.Expression:
+    """A list given an array type (a PostgreSQL-wire parameter of an array OID):
+    ``CAST('{…}' AS type[])`` of its elements' texts."""
+    element = sqltypes.element_type(kind)
+    texts = [
+        None
+        if v is None
+        else jsonb_text(v)
+        if element == "jsonb"
+        else format_interval(v)
+        if isinstance(v, Interval)
+        else _cast_text(v)
+        for v in values
+    ]
+    typed = _cast_type(kind)
+    assert typed is not None
+    return exp.cast(exp.Literal.string(array_text(texts)), typed)
 
 
 def _cast_text(value: Any) -> str:
