@@ -6,10 +6,17 @@ Authentication (``CoordinatorSettings.authenticator``):
   ``trust``. Roles that may not log in (``NOLOGIN``, e.g. ``mz_monitor``) are
   still refused. Meant for a laptop (``loupe up``), never for a network.
 - ``password``: the role must exist, may log in and has a password that
-  matches (scrypt hashes in the catalog, ``loupe.common.passwords``). The
-  configured superusers (``materialize``, ``mz_system``) whose role has no
+  matches (SCRAM-SHA-256 verifiers in the catalog, or a legacy scrypt hash
+  until the role's next password login replaces it: ``loupe.common.passwords``).
+  The configured superusers (``materialize``, ``mz_system``) whose role has no
   password of its own use ``superuser_password`` (Materialize's
   ``external_login_password_mz_system``).
+
+PostgreSQL-wire logins (``login_plan``): ``trust`` asks nothing; a role with a
+verifier, a configured superuser using ``superuser_password`` and an unknown
+role (a verifier of None: it fails at the end, as a wrong password does) go
+through SASL SCRAM-SHA-256; a role with a legacy scrypt hash sends its password
+in cleartext (``authenticate``, which then upgrades the hash).
 
 Authorization: DDL, ``ALTER SYSTEM`` and role management are for superusers
 (a configured superuser or a role with ``SUPERUSER``). The statement log
@@ -24,13 +31,14 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import hmac
 from collections.abc import Iterable, Mapping
 
 from sqlglot import exp
 
 from loupe.common.errors import LoupeError, SqlState
-from loupe.common.passwords import hash_password, verify_password
+from loupe.common.passwords import hash_password, is_legacy, verify_password
 from loupe.coordinator.sql.resolve import search_path_schemas
 from loupe.coordinator.sql.statements import (
     AlterRole,
@@ -41,6 +49,7 @@ from loupe.coordinator.sql.statements import (
     RoleOptions,
     Statement,
 )
+from loupe.pgwire import scram
 from loupe.proto.catalog.v1 import catalog_pb2
 
 AUTHENTICATORS = ("trust", "password")
@@ -128,10 +137,41 @@ def login_plan(
     superusers: Iterable[str],
     superuser_password: str,
 ) -> LoginPlan:
-    """The method a pgwire login of ``user`` takes (foundation: trust or cleartext)."""
+    """The method a pgwire login of ``user`` takes; 28000 if its role may not log in.
+
+    ``scram`` with the role's verifier, with a verifier of ``superuser_password``
+    for a configured superuser without a password of its own, and with None
+    (no verifier: the exchange fails at its end) for an unknown role or one
+    without a password, so the answer never tells whether a role exists.
+    ``cleartext`` for a legacy scrypt hash, which no SCRAM exchange can use.
+    """
+    check_login(roles, user)
     if authenticator == "trust":
         return LoginPlan("trust")
-    return LoginPlan("cleartext")
+    role = roles.get(user)
+    if role is None:
+        return LoginPlan("scram")
+    if role.password_hash:
+        if is_legacy(role.password_hash):
+            return LoginPlan("cleartext")
+        if scram.is_verifier(role.password_hash):
+            return LoginPlan("scram", role.password_hash)
+        return LoginPlan("scram")
+    if user in superusers and superuser_password:
+        return LoginPlan("scram", _superuser_verifier(superuser_password))
+    return LoginPlan("scram")
+
+
+@functools.lru_cache(maxsize=4)
+def _superuser_verifier(password: str) -> str:
+    """A verifier of the configured superuser password, made once (PBKDF2 is slow)."""
+    return scram.verifier(password)
+
+
+def needs_upgrade(roles: Mapping[str, catalog_pb2.Role], user: str) -> bool:
+    """Whether ``user``'s stored password is a legacy scrypt hash (to become a verifier)."""
+    role = roles.get(user)
+    return role is not None and is_legacy(role.password_hash)
 
 
 def is_superuser(

@@ -743,6 +743,12 @@ class Coordinator:
         except LoupeError:
             metrics.AUTHENTICATION_FAILURES.inc()
             raise
+        if self.config.authenticator == "password" and access.needs_upgrade(
+            state.role_objects, user
+        ):
+            # The password just matched a legacy scrypt hash: store it as a SCRAM verifier
+            # (in the background: the login does not wait for a catalog commit).
+            self.context.spawn(roles.upgrade_password_hash(self.context, user, password))
         return access.is_superuser(state.role_objects, user, self.sessions.superusers)
 
     async def login_plan(self, user: str) -> access.LoginPlan:

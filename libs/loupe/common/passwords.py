@@ -1,9 +1,20 @@
-"""Password hashes of roles: scrypt, salted, in a self-describing text form.
+"""Password hashes of roles: PostgreSQL's SCRAM-SHA-256 verifiers, and the legacy scrypt form.
 
-The catalog stores ``scrypt$<n>$<r>$<p>$<salt>$<hash>`` (salt and hash in
-base64), never the password. Verification re-derives with the stored
-parameters and compares in constant time. scrypt is slow on purpose (about
-50 ms here): the coordinator runs it off its event loop.
+The catalog stores a role's password as PostgreSQL stores it with
+``password_encryption = 'scram-sha-256'``:
+``SCRAM-SHA-256$<iterations>:<salt>$<StoredKey>:<ServerKey>`` (see
+``loupe.pgwire.scram``), never the password. That form serves both logins:
+a PostgreSQL-wire client proves the password with a SCRAM exchange against
+it, and a password sent in cleartext (gRPC, pgwire cleartext) is checked by
+re-deriving the keys.
+
+Earlier versions stored ``scrypt$<n>$<r>$<p>$<salt>$<hash>`` (salt and hash
+in base64), which no SCRAM exchange can use. ``verify_password`` still
+accepts it; the coordinator replaces such a hash with a verifier on the
+role's next successful password login (``is_legacy``), and until then the
+role logs in over pgwire with a cleartext password. Both derivations are
+slow on purpose (PBKDF2 4096 rounds, scrypt about 50 ms): the coordinator
+runs them off its event loop.
 """
 
 from __future__ import annotations
@@ -11,37 +22,41 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
-import secrets
 
-_SCHEME = "scrypt"
-# OWASP's minimum for scrypt: N=2^17 costs 128 MiB; 2^14 with r=8 is 16 MiB,
-# what PostgreSQL's SCRAM peers and most libraries settle for.
-_N, _R, _P = 2**14, 8, 1
-_SALT_BYTES, _HASH_BYTES = 16, 32
+from loupe.pgwire.scram import is_verifier, verifier, verify_cleartext
 
-
-def _derive(password: str, salt: bytes, n: int, r: int, p: int) -> bytes:
-    return hashlib.scrypt(
-        password.encode(), salt=salt, n=n, r=r, p=p, dklen=_HASH_BYTES, maxmem=64 * 2**20
-    )
+_LEGACY_SCHEME = "scrypt"
 
 
 def hash_password(password: str) -> str:
-    """A new salted hash of ``password``."""
-    salt = secrets.token_bytes(_SALT_BYTES)
-    digest = _derive(password, salt, _N, _R, _P)
-    b64 = base64.b64encode
-    return f"{_SCHEME}${_N}${_R}${_P}${b64(salt).decode()}${b64(digest).decode()}"
+    """A new SCRAM-SHA-256 verifier of ``password`` (a fresh random salt)."""
+    return verifier(password)
+
+
+def is_legacy(stored: str) -> bool:
+    """Whether ``stored`` is a legacy scrypt hash (to be replaced by a verifier)."""
+    return stored.startswith(_LEGACY_SCHEME + "$")
 
 
 def verify_password(password: str, stored: str) -> bool:
-    """Whether ``password`` matches ``stored``; False for an empty or malformed hash."""
+    """Whether ``password`` matches ``stored`` (a verifier or a legacy scrypt hash); False
+    for an empty or malformed one."""
+    if is_verifier(stored):
+        return verify_cleartext(password, stored)
     try:
         scheme, n, r, p, salt, digest = stored.split("$")
-        if scheme != _SCHEME:
+        if scheme != _LEGACY_SCHEME:
             return False
         expected = base64.b64decode(digest, validate=True)
-        actual = _derive(password, base64.b64decode(salt, validate=True), int(n), int(r), int(p))
+        actual = hashlib.scrypt(
+            password.encode(),
+            salt=base64.b64decode(salt, validate=True),
+            n=int(n),
+            r=int(r),
+            p=int(p),
+            dklen=len(expected),
+            maxmem=64 * 2**20,
+        )
     except (ValueError, TypeError):
         return False
     return hmac.compare_digest(actual, expected)

@@ -101,11 +101,22 @@ async def transact(
     if superuser_only:
         require_superuser(session, statement)
     result = StatementResult(tag=statement.tag)
+    response, notices = await commit(ctx, ops, user=session.user, tag=statement.tag)
+    result.notices.extend(notices)
+    if advance:
+        await after_ddl(ctx)
+    return response, result
+
+
+async def commit(
+    ctx: SequencerContext, ops: list[catalog_pb2.CatalogOp], *, user: str, tag: str
+) -> tuple[catalog_pb2.TransactResponse, list[Notice]]:
+    """Commit ``ops`` as ``user`` (one DDL at a time) and follow the commit; the notices
+    say what has not caught up yet (``tag`` names the change in them)."""
+    notices: list[Notice] = []
     async with ctx.ddl.admitted():
         # Not asked again on a timeout: a commit is not safe to repeat.
-        response = await ctx.catalog.Transact(
-            catalog_pb2.TransactRequest(ops=ops, user=session.user)
-        )
+        response = await ctx.catalog.Transact(catalog_pb2.TransactRequest(ops=ops, user=user))
         snapshot = (
             response.snapshot
             if response.HasField("snapshot")
@@ -117,21 +128,19 @@ async def transact(
         behind = await follow_commit(ctx, snapshot)
         if behind is not None:
             metrics.DDL_ANSWERED_BEHIND.inc()
-            result.notices.append(
+            notices.append(
                 Notice(
                     "WARNING",
-                    f"{statement.tag} committed, but mz_catalog does not show it yet"
+                    f"{tag} committed, but mz_catalog does not show it yet"
                     f" ({behind}); it will once storage has caught up",
                 )
             )
         failure = ctx.follower.apply_failure
         if failure:
-            result.notices.append(
+            notices.append(
                 Notice("WARNING", f"the controller has not applied the change yet: {failure}")
             )
-    if advance:
-        await after_ddl(ctx)
-    return response, result
+    return response, notices
 
 
 async def follow_commit(ctx: SequencerContext, snapshot: catalog_pb2.CatalogSnapshot) -> str | None:
