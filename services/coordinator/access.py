@@ -97,7 +97,7 @@ async def authenticate(
         # The same answer as a wrong password: no telling which roles exist.
         raise failed
     if role.password_hash:
-        # scrypt takes tens of milliseconds on purpose: not on the event loop.
+        # PBKDF2 / scrypt take milliseconds on purpose: not on the event loop.
         if await asyncio.to_thread(verify_password, password, role.password_hash):
             return
         raise failed
@@ -266,6 +266,10 @@ async def _password_hash(options: RoleOptions) -> str | None:
         return None
     if not options.password:
         raise LoupeError(SqlState.INVALID_PARAMETER_VALUE, "a password must not be empty")
+    if scram.is_verifier(options.password):
+        # A verifier given as the password is stored as it is, as PostgreSQL does (what
+        # pg_dumpall writes): the role keeps its password without anyone knowing it.
+        return options.password
     return await asyncio.to_thread(hash_password, options.password)
 
 

@@ -10,12 +10,15 @@ import secrets
 from typing import Any
 
 import grpc
+import psycopg
 import pytest
 
 from loupe.common import passwords
 from loupe.common.errors import LoupeError
 from loupe.coordinator import access
 from loupe.coordinator.sequencer import ddl
+from loupe.coordinator.sql.parser import parse_one
+from loupe.coordinator.sql.statements import CreateRole
 from loupe.pgwire import scram
 from loupe.proto.catalog.v1 import catalog_pb2
 from loupe.proto.sql.v1 import sql_pb2
@@ -93,6 +96,31 @@ def test_new_password_hashes_are_scram_verifiers_and_legacy_ones_still_verify() 
     assert passwords.verify_password("pw", old)
     assert not passwords.verify_password("wrong", old)
     assert not passwords.verify_password("pw", "")
+
+
+async def test_a_verifier_given_as_the_password_is_stored_as_it_is(postgres_url: str) -> None:
+    """As PostgreSQL does (pg_dumpall's roles): the verifier PostgreSQL made for 'x' logs in
+    with 'x'."""
+    with psycopg.connect(postgres_url, autocommit=True) as connection:
+        connection.execute("SET password_encryption = 'scram-sha-256'")
+        connection.execute("CREATE ROLE loupe_dumped PASSWORD 'x'")
+        try:
+            row = connection.execute(
+                "SELECT rolpassword FROM pg_authid WHERE rolname = 'loupe_dumped'"
+            ).fetchone()
+        finally:
+            connection.execute("DROP ROLE loupe_dumped")
+    assert row is not None
+    dumped = parse_one(f"CREATE ROLE dumped WITH LOGIN PASSWORD '{row[0]}'")
+    assert isinstance(dumped, CreateRole)
+    (op,) = await access.role_ops(dumped, grantor="materialize")
+    assert op.create_role.password_hash == row[0]
+    assert passwords.verify_password("x", op.create_role.password_hash)
+    typed = parse_one("CREATE ROLE typed WITH LOGIN PASSWORD 'x'")
+    assert isinstance(typed, CreateRole)
+    (op,) = await access.role_ops(typed, grantor="materialize")
+    assert op.create_role.password_hash != "x"
+    assert passwords.verify_password("x", op.create_role.password_hash)
 
 
 @pytest.fixture
