@@ -366,7 +366,8 @@ def test_lists_of_lists_print_their_lists_bare() -> None:
 PARAMETER_SPELLINGS = [
     ("boolean", ["true", "FALSE", "yes", "off", "1", " t ", "n"]),
     ("integer", [" 42 ", "+7", "-0"]),
-    ("double precision", ["1e3", ".5", "-inf", "nan", "  2.5  ", "Infinity"]),
+    ("double precision", ["1e3", ".5", "-inf", "nan", "  2.5  ", "Infinity", "4.9e-324"]),
+    ("real", ["0.1", "3.4028235e38", "1.4e-45", "-1e-3"]),
     ("numeric", ["1.50", "-.5", "1e3", "  7 ", "nan"]),
     (
         "timestamptz",
@@ -415,6 +416,10 @@ def test_text_parameters_read_as_postgresql_reads_them(
         ("smallint", "40000"),
         ("bigint", "1_000"),
         ("double precision", "1,5"),
+        ("double precision", "1e400"),
+        ("double precision", "-1e-400"),
+        ("real", "1e40"),
+        ("real", "1e-50"),
         ("numeric", "1_0"),
         ("numeric", "abc"),
         ("date", "2024-02-30"),

@@ -228,7 +228,7 @@ def _scalar_text(value: Any, type_name: str) -> str:
     if type_name == "timestamptz":
         return _timestamp_text(_utc(value)) + "+00"
     if type_name == "timestamp":
-        return _timestamp_text(value.replace(tzinfo=None) if value.tzinfo is None else value)
+        return _timestamp_text(value)
     if type_name == "date":
         return _date_text(value)
     if type_name == "time":
@@ -457,10 +457,23 @@ def _decode_integer(text: str, type_name: str) -> int:
     return number
 
 
-def _decode_float(text: str) -> float:
-    if text.strip().lower() not in _FLOAT_WORDS and not _FLOAT.fullmatch(text):
-        raise ValueError(f'invalid input syntax for type double precision: "{text}"')
-    return float(text)
+def _decode_float(text: str, type_name: str = "float8") -> float:
+    """float8in / float4in: a number or NaN/Infinity; out of the type's range (overflow, or
+    nonzero digits that underflow to zero) is an error, as in PostgreSQL."""
+    display = sqltypes.display_name(type_name)
+    word = text.strip().lower()
+    if word in _FLOAT_WORDS:
+        return float(word)
+    match = _FLOAT.fullmatch(text)
+    if match is None:
+        raise ValueError(f'invalid input syntax for type {display}: "{text}"')
+    number = float(text)
+    if type_name == "float4" and math.isfinite(number):
+        number = _single(number)
+    nonzero = any(c in "123456789" for c in match[1])
+    if math.isinf(number) or (number == 0 and nonzero):
+        raise ValueError(f'"{text.strip()}" is out of range for type {display}')
+    return float(_float4_text(number)) if type_name == "float4" else number
 
 
 def _decode_numeric(text: str) -> Decimal:
@@ -578,7 +591,7 @@ def _text_decoder(type_name: str) -> Callable[[str], Any]:
         return lambda text: _decode_integer(text, type_name)
     decoders: dict[str, Callable[[str], Any]] = {
         "bool": _decode_bool,
-        "float4": _decode_float,
+        "float4": lambda text: _decode_float(text, "float4"),
         "float8": _decode_float,
         "numeric": _decode_numeric,
         "date": _decode_date,
