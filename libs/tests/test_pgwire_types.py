@@ -378,6 +378,10 @@ PARAMETER_SPELLINGS = [
             "2024-01-02",
             "2024-01-02 03:04",
             "2024-01-02 03:04:05.1234567",
+            "2024-01-02 03:04:05 Europe/Paris",
+            "2024-07-01 03:04:05 America/New_York",
+            "2024-03-31 02:30:00 Europe/Berlin",  # in the hour a DST change skips
+            "2024-01-02 03:04:05 UTC",
         ],
     ),
     ("timestamp", ["2024-01-02T03:04:05", "2024-01-02 03:04:05+05", "2024-01-02"]),
@@ -424,6 +428,7 @@ def test_text_parameters_read_as_postgresql_reads_them(
         ("numeric", "abc"),
         ("date", "2024-02-30"),
         ("time", "25:00"),
+        ("timestamptz", "2024-01-02 03:04:05 Nowhere/Special"),
         ("uuid", "not-a-uuid"),
         ("jsonb", "{nope"),
         ("integer[]", "{1,{2}}"),

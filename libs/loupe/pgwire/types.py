@@ -42,6 +42,7 @@ import math
 import re
 import struct
 import uuid
+import zoneinfo
 from collections.abc import Callable
 from decimal import Decimal, InvalidOperation, localcontext
 from typing import Any
@@ -430,7 +431,10 @@ _FLOAT = re.compile(r"\s*[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?\s*")
 _FLOAT_WORDS = {"nan", "infinity", "+infinity", "-infinity", "inf", "+inf", "-inf"}
 _DATE = r"(?P<year>\d{4,})-(?P<month>\d{1,2})-(?P<day>\d{1,2})"
 _CLOCK = r"(?P<hour>\d{1,2}):(?P<minute>\d{2})(?::(?P<second>\d{2})(?:\.(?P<fraction>\d+))?)?"
-_OFFSET = r"\s*(?P<offset>[zZ]|[+-]\d{1,2}(?::?\d{2}(?::?\d{2})?)?)"
+_OFFSET = (
+    r"\s*(?:(?P<offset>[zZ]|[+-]\d{1,2}(?::?\d{2}(?::?\d{2})?)?)"
+    r"|\s(?P<zone>[A-Za-z][A-Za-z0-9_/+-]*))"
+)
 _DATE_TEXT = re.compile(rf"\s*{_DATE}\s*")
 _TIME_TEXT = re.compile(rf"\s*{_CLOCK}\s*")
 _TIMESTAMP_TEXT = re.compile(rf"\s*{_DATE}(?:(?:[tT]|\s+){_CLOCK})?(?:{_OFFSET})?\s*")
@@ -536,7 +540,18 @@ def _decode_timestamp(text: str, with_zone: bool) -> dt.datetime:
     if not with_zone:
         return naive  # timestamp ignores an offset, as PostgreSQL's input does
     # The session's TimeZone is UTC: a value without an offset is UTC.
+    if match["zone"]:
+        return _in_zone(naive, match["zone"], text)
     zone = _offset(match["offset"]) if match["offset"] else dt.UTC
+    return naive.replace(tzinfo=zone).astimezone(dt.UTC)
+
+
+def _in_zone(naive: dt.datetime, name: str, text: str) -> dt.datetime:
+    """``naive`` as a wall-clock time in the IANA zone ``name`` (``Europe/Paris``, ``UTC``)."""
+    try:
+        zone = zoneinfo.ZoneInfo(name)
+    except (zoneinfo.ZoneInfoNotFoundError, ValueError):
+        raise ValueError(f'time zone "{name}" not recognized') from None
     return naive.replace(tzinfo=zone).astimezone(dt.UTC)
 
 
