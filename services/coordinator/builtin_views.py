@@ -5,6 +5,9 @@ its place, as a subquery with the view's name as alias; views over views are
 inlined until none is left. Two families:
 
 - the statement log's views (``loupe.builtins.BUILTIN_VIEWS``, ``mz_internal``);
+- PostgreSQL's catalog (``loupe.pg_catalog.VIEWS``, ``pg_catalog`` and
+  ``information_schema``); ``pg_catalog`` is searched first for unqualified
+  names, as PostgreSQL searches it (it holds views only, so no relation shadows);
 - the introspection views (``loupe.introspection.views.VIEWS``), in two schemas:
   ``mz_introspection.<view>`` reads the raw logs of the replica a query
   targets, ``mz_internal.<view>`` the persisted collections of every replica
@@ -28,11 +31,13 @@ from loupe.builtins import BUILTIN_VIEWS, IMPLICIT_SCHEMAS
 from loupe.coordinator.sql.parser import parse_one
 from loupe.coordinator.sql.statements import Query
 from loupe.introspection.views import INTERNAL, INTROSPECTION, VIEWS, passed_over
+from loupe.pg_catalog import PG_CATALOG
+from loupe.pg_catalog import VIEWS as PG_VIEWS
 
 
 def view_sql(schema: str, name: str) -> str | None:
     """The query of the builtin view ``schema.name``, if there is one."""
-    builtin = BUILTIN_VIEWS.get(f"{schema}.{name}")
+    builtin = BUILTIN_VIEWS.get(f"{schema}.{name}") or PG_VIEWS.get(f"{schema}.{name}")
     if builtin is not None:
         return builtin.sql
     view = VIEWS.get(name) if schema in (INTROSPECTION, INTERNAL) else None
@@ -66,7 +71,7 @@ def inline_builtin_views(
     ``is_relation(schema.name)``: whether a relation (not a view) has that
     name, so that it shadows a view later on the path.
     """
-    schemas = (*IMPLICIT_SCHEMAS, *search_path)
+    schemas = (PG_CATALOG, *IMPLICIT_SCHEMAS, *search_path)
     if not _views_named(expression, schemas, is_relation):
         return expression
     expression = expression.copy()

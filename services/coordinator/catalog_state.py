@@ -378,10 +378,12 @@ def item_rows(snapshot: catalog_pb2.CatalogSnapshot) -> dict[str, Counter[Row]]:
             rows[MZ_VIEWS.id][
                 (*common, definition_of(item.create_sql), item.owner_id, sql, sql)
             ] += 1
+            _computed_columns(rows, state, item.id)
         elif item.type == "materialized-view":
             rows[MZ_MATERIALIZED_VIEWS.id][
                 (*common, cluster_id, definition_of(item.create_sql), item.owner_id, sql, sql)
             ] += 1
+            _computed_columns(rows, state, item.id)
         elif item.type == "index":
             index = state.objects.get(item.id)
             on_id = index.on_id if index is not None else None
@@ -389,6 +391,14 @@ def item_rows(snapshot: catalog_pb2.CatalogSnapshot) -> dict[str, Counter[Row]]:
         elif item.type == "source":
             rows[MZ_SOURCES.id][(*common, None, item.owner_id, sql)] += 1
     return rows
+
+
+def _computed_columns(rows: dict[str, Counter[Row]], state: CatalogState, item_id: str) -> None:
+    """mz_columns rows of a view or materialized view, as Materialize lists them (every column
+    nullable: Loupe does not infer nullability), for psql's ``\\d`` and information_schema."""
+    computed = state.objects.get(item_id)
+    for position, (name, kind) in enumerate(computed.columns if computed else (), start=1):
+        rows[MZ_COLUMNS.id][(item_id, name, position, True, display_name(kind))] += 1
 
 
 def catalog_rows(

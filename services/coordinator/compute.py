@@ -48,6 +48,11 @@ from loupe.common.values import from_row
 from loupe.coordinator import statement_logging
 from loupe.coordinator.admission import RETRY_PAUSE, RETRY_PAUSE_CAP, until_answered
 from loupe.coordinator.builtin_views import inline_builtin_views
+from loupe.coordinator.pg_functions import (
+    fold_session_functions,
+    rewrite_catalog_calls,
+    session_values,
+)
 from loupe.coordinator.catalog_state import CatalogState, ClusterInfo
 from loupe.coordinator.dataflows import (
     Inputs,
@@ -170,11 +175,12 @@ class Compute:
     def inline_views(self, session: Session, expression: exp.Expression) -> exp.Expression:
         """``expression`` with the builtin views it names (as the session finds them) inlined."""
         relations = self.state.resolvable(session.database)
-        return inline_builtin_views(
-            expression,
-            search_path=search_path_schemas(session.search_path),
-            is_relation=lambda name: name in relations,
+        search_path = search_path_schemas(session.search_path)
+        expression = rewrite_catalog_calls(expression, search_path=search_path)
+        expression = inline_builtin_views(
+            expression, search_path=search_path, is_relation=lambda name: name in relations
         )
+        return fold_session_functions(expression, session_values(session))
 
     async def resolved(
         self, session: Session, expression: exp.Expression

@@ -1,0 +1,445 @@
+"""PostgreSQL's catalog and session functions, as the queries of PostgreSQL clients call them.
+
+psql, psycopg, pgjdbc and Grafana send queries written for PostgreSQL's
+catalog (``loupe.pg_catalog``): they call functions that look catalog rows up
+by OID (``pg_get_userbyid``, ``format_type``, ``pg_table_is_visible``…), read
+the session (``current_user``, ``current_schemas``, ``current_setting``…) and
+use PostgreSQL's own syntax (``OPERATOR(pg_catalog.~)``, ``COLLATE
+pg_catalog.default``, ``E'\\n'``, ``::pg_catalog.regclass``, ``ARRAY(SELECT …)``).
+
+Rather than engine functions, these are rewritten before planning, into SQL the
+planner and engine already have:
+
+- ``rewrite_catalog_calls`` (before builtin views are inlined): lookups become
+  scalar subqueries over the ``pg_catalog`` views (``pg_get_userbyid(x)`` is
+  ``(SELECT rolname FROM pg_catalog.pg_roles WHERE oid = x)``), so they answer
+  from the catalog at the query's timestamp as any join does; ``format_type``
+  and ``pg_encoding_to_char`` become CASEs over the fixed type and encoding
+  tables; the functions of things Loupe has none of (descriptions, column
+  defaults, constraints) are NULL, as PostgreSQL answers for objects without
+  them; the syntax is rewritten to Loupe's (``OPERATOR(pg_catalog.~)`` is
+  ``~``, the default collation is no collation, ``ARRAY(subquery)`` is an
+  ``array_agg`` of it, empty when it has no rows).
+- ``fold_session_functions`` (after inlining, so the views' own calls are
+  folded too): the session's values as literals, as the planner folds ``now()``.
+
+``pg_table_is_visible(oid)`` is true for relations of the schemas on the
+session's ``search_path``. PostgreSQL's also counts the implicit ``pg_catalog``
+(which psql filters out by name); Loupe's implicit ``mz_catalog`` is not counted,
+so that ``\\d`` lists the user's relations rather than hundreds of builtins.
+Shadowing (an earlier schema's relation of the same name hiding a later one's)
+is not checked.
+"""
+
+from __future__ import annotations
+
+import codecs
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from sqlglot import exp
+
+from loupe.builtins import IMPLICIT_SCHEMAS
+from loupe.coordinator.sql.parser import parse_one
+from loupe.coordinator.sql.statements import Query
+from loupe.pg_catalog import (
+    PG_CATALOG,
+    UTF8_ENCODING,
+    format_type_sql,
+    index_definition,
+    oid_of,
+)
+
+# The version() PostgreSQL clients parse (Materialize reports 9.5.0 as server_version).
+VERSION = "PostgreSQL 9.5.0 on x86_64-pc-linux-gnu (Loupe)"
+# Types whose values are OIDs (Loupe's OID columns are int4, see loupe.pg_catalog).
+_OID_TYPES = frozenset({"oid", "regclass", "regtype", "regproc", "regprocedure", "regnamespace", "regrole"})
+# Types Loupe holds as text.
+_TEXT_TYPES = frozenset({"name", "char", "bpchar", "pg_node_tree"})
+# Functions of things Loupe has none of: NULL, as PostgreSQL answers for objects without them.
+_NULL_TEXT = frozenset(
+    {
+        "obj_description",
+        "col_description",
+        "shobj_description",
+        "pg_get_expr",
+        "pg_get_constraintdef",
+        "pg_get_triggerdef",
+        "pg_get_statisticsobjdef_columns",
+        "pg_get_partkeydef",
+        "pg_get_function_identity_arguments",
+        "pg_get_function_result",
+        "pg_get_function_arguments",
+        "pg_tablespace_location",
+    }
+)
+_REGEX_OPERATORS = {"~": (False, False), "~*": (True, False), "!~": (False, True), "!~*": (True, True)}
+
+
+@dataclass(frozen=True)
+class SessionValues:
+    """What the session functions return for one session."""
+
+    user: str
+    database: str
+    search_path: tuple[str, ...]
+    setting: Callable[[str], str | None]
+
+
+def _select(sql: str) -> exp.Expression:
+    statement = parse_one(sql)
+    assert isinstance(statement, Query), sql
+    return statement.expression
+
+
+def _scalar(sql: str, **args: exp.Expression) -> exp.Expression:
+    """``(sql)`` as a scalar subquery with ``{name}`` placeholders replaced by ``args``."""
+    tree = _select(sql)
+    for placeholder in list(tree.find_all(exp.Column)):
+        name = placeholder.name
+        if not placeholder.table and name.startswith("arg_") and name[4:] in args:
+            placeholder.replace(args[name[4:]].copy())
+    return exp.Subquery(this=tree)
+
+
+def _null_text() -> exp.Expression:
+    return exp.Cast(this=exp.Null(), to=exp.DataType.build("text"))
+
+
+def _int(value: int) -> exp.Expression:
+    return exp.Literal.number(value)
+
+
+def _type_name(to: exp.Expression) -> str | None:
+    """The unqualified lower-case name of a cast's target type when it is a PostgreSQL one
+    the rewrite handles (``pg_catalog.regclass``, ``"char"``, ``name``, ``oid``…)."""
+    if isinstance(to, exp.ObjectIdentifier):
+        return to.name.lower()
+    if not isinstance(to, exp.DataType):
+        return None
+    if to.this == exp.DataType.Type.NAME:
+        return "name"
+    if to.this != exp.DataType.Type.USERDEFINED:
+        return None
+    kind = to.args.get("kind")
+    if isinstance(kind, exp.Dot):
+        if kind.this.name.lower() != PG_CATALOG:
+            return None
+        return kind.expression.name.lower()
+    if isinstance(kind, exp.Identifier):
+        return kind.name.lower()
+    return None
+
+
+def _rewrite_cast(node: exp.Cast) -> exp.Expression | None:
+    name = _type_name(node.to)
+    if name is None and isinstance(node.to, exp.DataType) and node.to.this == exp.DataType.Type.TEXT:
+        name = "text"
+    if name is None:
+        return None
+    operand = node.this
+    if name in _OID_TYPES:
+        if name == "regtype" and isinstance(operand, exp.Literal) and operand.is_string:
+            from loupe import sqltypes
+
+            found = sqltypes.lookup(operand.name)
+            return _int(found.oid) if found is not None else exp.Cast(
+                this=operand, to=exp.DataType.build("int4")
+            )
+        if name == "regclass" and isinstance(operand, exp.Literal) and operand.is_string:
+            relation = operand.name.split(".")[-1].strip('"')
+            return _scalar(
+                "SELECT min(c.oid) FROM pg_catalog.pg_class AS c WHERE c.relname = arg_name",
+                name=exp.Literal.string(relation),
+            )
+        cast = exp.Cast(this=operand, to=exp.DataType.build("int4"))
+        cast.meta["pg_type"] = name  # x::regtype::text is the type's name, not its number
+        return cast
+    if name == "text" and operand.meta.get("pg_type") == "regtype":
+        return _rewrite_call(exp.Anonymous(this="format_type", expressions=[operand.this, exp.Null()]), ())
+    if name == "text" and operand.meta.get("pg_type") == "regclass":
+        return _scalar(
+            "SELECT max(c.relname) FROM pg_catalog.pg_class AS c WHERE c.oid = arg_x",
+            x=operand.this,
+        )
+    if name in _TEXT_TYPES:
+        return exp.Cast(this=operand, to=exp.DataType.build("text"))
+    # pg_catalog.text, pg_catalog.int4…: the type itself.
+    return exp.Cast(this=operand, to=exp.DataType.build(name, dialect="postgres"))
+
+
+def _function_name(node: exp.Expression) -> str | None:
+    if isinstance(node, exp.Anonymous):
+        return str(node.name).lower()
+    return None
+
+
+def _rewrite_call(node: exp.Anonymous, search_path: Sequence[str]) -> exp.Expression | None:
+    name = _function_name(node)
+    args = node.expressions
+    if name == "pg_get_userbyid" and len(args) == 1:
+        return _scalar(
+            "SELECT max(r.rolname) FROM pg_catalog.pg_roles AS r WHERE r.oid = arg_x", x=args[0]
+        )
+    if name == "pg_table_is_visible" and len(args) == 1:
+        schemas = ", ".join("'" + s.replace("'", "''") + "'" for s in search_path) or "NULL"
+        subquery = _select(
+            "SELECT c.oid FROM pg_catalog.pg_class AS c"
+            " JOIN pg_catalog.pg_namespace AS n ON n.oid = c.relnamespace"
+            f" WHERE n.nspname IN ({schemas})"
+        )
+        return exp.In(this=args[0].copy(), query=exp.Subquery(this=subquery))
+    if name == "format_type" and len(args) == 2:
+        case = _select(f"SELECT {format_type_sql('arg_x')}").expressions[0]
+        for placeholder in list(case.find_all(exp.Column)):
+            if placeholder.name == "arg_x":
+                placeholder.replace(args[0].copy())
+        return exp.Paren(this=case)
+    if name == "pg_encoding_to_char" and len(args) == 1:
+        return exp.Case(
+            this=args[0].copy(),
+            ifs=[exp.If(this=_int(UTF8_ENCODING), true=exp.Literal.string("UTF8"))],
+            default=exp.Literal.string(""),
+        )
+    if name == "pg_get_viewdef" and args:
+        return _scalar(
+            "SELECT max(v.definition) FROM (SELECT id, definition FROM mz_catalog.mz_views"
+            " UNION ALL SELECT id, definition FROM mz_catalog.mz_materialized_views) AS v"
+            f" WHERE {oid_of('v.id')} = arg_x",
+            x=args[0],
+        )
+    if name == "pg_get_indexdef" and args:
+        column = args[1] if len(args) > 1 else None
+        if column is not None and not (isinstance(column, exp.Literal) and column.name == "0"):
+            return _null_text()  # one key column's expression: Loupe lists no index columns
+        return _scalar(
+            f"SELECT max({index_definition('i.create_sql')}) FROM mz_catalog.mz_indexes AS i"
+            f" WHERE {oid_of('i.id')} = arg_x",
+            x=args[0],
+        )
+    if name in _NULL_TEXT:
+        return _null_text()
+    if name == "pg_relation_is_publishable":
+        return exp.Boolean(this=False)
+    if name is not None and name.startswith("has_") and name.endswith("_privilege"):
+        return exp.Boolean(this=True)
+    return None
+
+
+def _rewrite_array_subquery(node: exp.Array) -> exp.Expression | None:
+    """``ARRAY(SELECT x …)``: ``(SELECT array_agg(x) …)``, ``'{}'`` when it has no rows."""
+    if len(node.expressions) != 1 or not isinstance(node.expressions[0], exp.Select):
+        return None
+    select = node.expressions[0].copy()
+    if len(select.expressions) != 1:
+        return None
+    select.set("order", None)
+    value = select.expressions[0]
+    value = value.this if isinstance(value, exp.Alias) else value
+    select.set("expressions", [exp.ArrayAgg(this=value.copy())])
+    return exp.Coalesce(
+        this=exp.Subquery(this=select), expressions=[exp.Literal.string("{}")]
+    )
+
+
+def _rewrite_operator(node: exp.Operator) -> exp.Expression | None:
+    operator = str(node.args.get("operator") or "")
+    symbol = operator.split(".")[-1].strip()
+    left, right = node.this, node.expression
+    if symbol in _REGEX_OPERATORS:
+        insensitive, negated = _REGEX_OPERATORS[symbol]
+        match: exp.Expression = (
+            exp.RegexpILike(this=left, expression=right)
+            if insensitive
+            else exp.RegexpLike(this=left, expression=right)
+        )
+        return exp.Not(this=match) if negated else match
+    comparisons: dict[str, type[exp.Expression]] = {
+        "=": exp.EQ,
+        "<>": exp.NEQ,
+        "!=": exp.NEQ,
+        "<": exp.LT,
+        "<=": exp.LTE,
+        ">": exp.GT,
+        ">=": exp.GTE,
+        "~~": exp.Like,
+        "~~*": exp.ILike,
+    }
+    if symbol in comparisons:
+        return comparisons[symbol](this=left, expression=right)
+    return None
+
+
+def rewrite_catalog_calls(
+    expression: exp.Expression, *, search_path: Sequence[str] = ("public",)
+) -> exp.Expression:
+    """``expression`` with PostgreSQL's catalog functions and syntax in Loupe's terms (above)."""
+    if not _has_work(expression):
+        return expression
+
+    def transform(node: exp.Expression) -> exp.Expression:
+        replaced: exp.Expression | None = None
+        if isinstance(node, exp.Subquery):
+            replaced = _catalog_lookup(node)
+        elif isinstance(node, exp.Operator):
+            replaced = _rewrite_operator(node)
+        elif isinstance(node, exp.Collate):
+            replaced = node.this  # the default collation: PostgreSQL's order of bytes is Loupe's
+        elif isinstance(node, exp.ByteString):
+            replaced = exp.Literal.string(codecs.decode(str(node.this), "unicode_escape"))
+        elif isinstance(node, exp.Cast):
+            replaced = _rewrite_cast(node)
+        elif isinstance(node, exp.Anonymous):
+            replaced = _rewrite_call(node, search_path)
+        elif isinstance(node, exp.Array):
+            replaced = _rewrite_array_subquery(node)
+        return replaced if replaced is not None else node
+
+    return _post_order(_named(expression.copy()), transform)
+
+
+def _named(tree: exp.Expression) -> exp.Expression:
+    """``tree`` with every unaliased SELECT-list item aliased by the name PostgreSQL gives it,
+    so that rewriting it (``pg_get_userbyid(x)`` into a subquery) keeps the name."""
+    from loupe.coordinator.plan.sql import output_name
+
+    for select in tree.find_all(exp.Select):
+        items = select.expressions
+        if all(isinstance(i, exp.Alias | exp.Column | exp.Star) for i in items):
+            continue
+        select.set(
+            "expressions",
+            [
+                i
+                if isinstance(i, exp.Alias | exp.Column | exp.Star)
+                else exp.alias_(i, output_name(i), quoted=True)
+                for i in items
+            ],
+        )
+    return tree
+
+
+def _post_order(
+    tree: exp.Expression, transform: Callable[[exp.Expression], exp.Expression]
+) -> exp.Expression:
+    """``tree`` with ``transform`` applied to every node, children before their parent (so
+    ``x::pg_catalog.regtype::pg_catalog.text`` has both casts rewritten)."""
+    for node in reversed(list(tree.dfs())):
+        replaced = transform(node)
+        if replaced is not node:
+            if node is tree:
+                tree = replaced
+            else:
+                node.replace(replaced)
+    return tree
+
+
+def _catalog_lookup(node: exp.Subquery) -> exp.Expression | None:
+    """A scalar subquery over ``pg_catalog`` relations alone whose value is no aggregate, with
+    its value as ``max(value)``.
+
+    psql's queries look catalog rows up by key in correlated scalar subqueries
+    (``(SELECT c.collname FROM pg_catalog.pg_collation c, pg_catalog.pg_type t
+    WHERE c.oid = a.attcollation AND …)``); the planner takes correlated scalar
+    subqueries only when they aggregate. Over a key there is at most one row,
+    where ``max`` is that row's value, so the answer is PostgreSQL's. Queries
+    over any other relation are left alone (PostgreSQL fails one that finds
+    more than one row; Loupe refuses to plan it).
+    """
+    select = node.this
+    if not isinstance(select, exp.Select) or not isinstance(node.parent, exp.Expression):
+        return None
+    if isinstance(node.parent, exp.In | exp.Exists | exp.From | exp.Join | exp.Array):
+        return None
+    if len(select.expressions) != 1 or select.args.get("group") or select.args.get("limit"):
+        return None
+    tables = list(select.find_all(exp.Table))
+    if not tables or any(t.db.lower() != PG_CATALOG for t in tables):
+        return None
+    value = select.expressions[0]
+    inner = value.this if isinstance(value, exp.Alias) else value
+    if isinstance(inner, exp.AggFunc) or any(True for _ in inner.find_all(exp.AggFunc)):
+        return None
+    aggregate = exp.Max(this=inner.copy())
+    select.set(
+        "expressions",
+        [exp.Alias(this=aggregate, alias=value.args["alias"]) if isinstance(value, exp.Alias) else aggregate],
+    )
+    return node
+
+
+def _has_work(expression: exp.Expression) -> bool:
+    kinds = (
+        exp.Operator, exp.Collate, exp.ByteString, exp.Cast, exp.Anonymous, exp.Array, exp.Subquery
+    )
+    return any(True for _ in expression.find_all(*kinds))
+
+
+def fold_session_functions(expression: exp.Expression, session: SessionValues) -> exp.Expression:
+    """``expression`` with the session's functions (current_user, current_setting…) as literals."""
+    kinds = (
+        exp.CurrentUser,
+        exp.SessionUser,
+        exp.CurrentSchema,
+        exp.CurrentSchemas,
+        exp.CurrentCatalog,
+        exp.CurrentDatabase,
+        exp.CurrentVersion,
+        exp.Anonymous,
+        exp.Column,
+    )
+    if not any(True for _ in expression.find_all(*kinds)):
+        return expression
+
+    def transform(node: exp.Expression) -> exp.Expression:
+        if isinstance(node, exp.CurrentUser | exp.SessionUser):
+            return exp.Literal.string(session.user)
+        if isinstance(node, exp.Column) and not node.table and node.name.lower() in (
+            "current_role",
+            "user",
+        ) and not node.this.quoted:
+            return exp.Literal.string(session.user)
+        if isinstance(node, exp.CurrentSchema):
+            return (
+                exp.Literal.string(session.search_path[0]) if session.search_path else _null_text()
+            )
+        if isinstance(node, exp.CurrentSchemas):
+            implicit = _is_true(node.this)
+            schemas = [*((PG_CATALOG, *IMPLICIT_SCHEMAS) if implicit else ()), *session.search_path]
+            return exp.Cast(
+                this=exp.Array(expressions=[exp.Literal.string(s) for s in schemas]),
+                to=exp.DataType.build("text[]", dialect="postgres"),
+            )
+        if isinstance(node, exp.CurrentCatalog | exp.CurrentDatabase):
+            return exp.Literal.string(session.database)
+        if isinstance(node, exp.CurrentVersion):
+            return exp.Literal.string(VERSION)
+        if isinstance(node, exp.Anonymous):
+            name = str(node.name).lower()
+            if name == "version" and not node.expressions:
+                return exp.Literal.string(VERSION)
+            if name == "current_setting" and node.expressions:
+                setting = node.expressions[0]
+                if isinstance(setting, exp.Literal) and setting.is_string:
+                    value = session.setting(setting.name.lower())
+                    return exp.Literal.string(value) if value is not None else _null_text()
+        return node
+
+    return expression.copy().transform(transform, copy=False)
+
+
+def _is_true(node: exp.Expression | None) -> bool:
+    return isinstance(node, exp.Boolean) and bool(node.this)
+
+
+def session_values(session: Any) -> SessionValues:
+    """The values of ``session`` (a ``loupe.coordinator.session.Session``) for the functions."""
+    from loupe.coordinator.sql.resolve import search_path_schemas
+
+    return SessionValues(
+        user=session.user,
+        database=session.database,
+        search_path=tuple(search_path_schemas(session.search_path)),
+        setting=session.get,
+    )
