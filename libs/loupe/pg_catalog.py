@@ -18,7 +18,7 @@ the id, not allocated: ``u<n>`` → 20000 + n (Materialize's user OIDs start at
 20000) and ``s<n>`` → 17000 + n. Derived OIDs need no catalog column, so no
 catalog migration; they are stable for as long as the id is (ids are never
 reused); and they collide with no type OID (PostgreSQL's types are below
-16384, Materialize's own at 16384–16999, see ``loupe.sqltypes``). Each kind of
+16384, Materialize's own at 16384 to 16999, see ``loupe.sqltypes``). Each kind of
 object (relations, schemas, roles, databases) derives from its own ids, so
 ``u1`` the database and ``u1`` the schema share 20001: PostgreSQL's OIDs are
 unique within one catalog relation, which is what joins need. ``pg_catalog``
@@ -74,9 +74,7 @@ def oid_for(object_id: str) -> int:
 # Types pg_type lists: one row per OID (Materialize's lists share one anonymous OID and
 # are left out, as PostgreSQL has no such type).
 PG_TYPES = tuple(
-    t
-    for t in sqltypes.TYPES.values()
-    if not sqltypes.is_list(t.name) and t.name not in ("list",)
+    t for t in sqltypes.TYPES.values() if not sqltypes.is_list(t.name) and t.name not in ("list",)
 )
 _TYPE_LENGTHS = {
     "bool": 1,
@@ -98,8 +96,14 @@ _TYPE_LENGTHS = {
     "unknown": -2,
 }
 _ARRAYS = {t.element: t.oid for t in PG_TYPES if t.element is not None}
-# Types with collations in PostgreSQL (those of the string category).
+# Types with collations in PostgreSQL (those of the string category, and their arrays).
 _COLLATABLE = frozenset({"text", "varchar"})
+# Each category's preferred type (PostgreSQL's typispreferred).
+_PREFERRED = frozenset({"bool", "text", "float8", "timestamptz", "interval"})
+# typalign by length, and PostgreSQL's exceptions (typstorage likewise).
+_ALIGNMENT = {8: "d", 16: "d", 2: "s", 1: "c"}
+_BYTE_ALIGNED = frozenset({"uuid", "unknown"})
+_STORAGE = {"numeric": "m", "unknown": "p", "interval": "p", "uuid": "p"}
 
 
 def _quote(text: str) -> str:
@@ -147,12 +151,14 @@ def _type_rows() -> str:
                     _quote(t.name),
                     _quote("p" if t.name == "unknown" else "b"),
                     _quote(t.category),
-                    "true" if t.name in ("text", "float8", "timestamptz", "bool") else "false",
+                    "true" if t.name in _PREFERRED else "false",
                     str(length),
                     "true" if 0 < length <= 8 else "false",
                     str(element_oid),
                     str(_ARRAYS.get(t.name, 0)),
-                    str(DEFAULT_COLLATION_OID if t.name in _COLLATABLE else 0),
+                    str(DEFAULT_COLLATION_OID if (element or t.name) in _COLLATABLE else 0),
+                    _quote(_ALIGNMENT.get(length, "i") if t.name not in _BYTE_ALIGNED else "c"),
+                    _quote(_STORAGE.get(t.name, "p" if length > 0 else "x")),
                     _quote(t.display),
                 )
             )
@@ -228,15 +234,13 @@ SELECT t.oid, t.typname, {PG_CATALOG_OID} AS typnamespace, {oid_of("'s1'")} AS t
        true AS typisdefined, ',' AS typdelim, 0 AS typrelid, 0 AS typsubscript, t.typelem,
        t.typarray, 0 AS typinput, 0 AS typoutput, 0 AS typreceive, 0 AS typsend,
        0 AS typmodin, 0 AS typmodout, 0 AS typanalyze,
-       CASE WHEN t.typlen = 8 THEN 'd' WHEN t.typlen = 2 THEN 's' WHEN t.typlen = 1 THEN 'c'
-            ELSE 'i' END AS typalign,
-       CASE WHEN t.typlen > 0 THEN 'p' ELSE 'x' END AS typstorage, false AS typnotnull,
+       t.typalign, t.typstorage, false AS typnotnull,
        0 AS typbasetype, -1 AS typtypmod, 0 AS typndims, t.typcollation,
        NULL::text AS typdefaultbin, NULL::text AS typdefault, NULL::text[] AS typacl
 FROM (VALUES
 {_type_rows()}
 ) AS t(oid, typname, typtype, typcategory, typispreferred, typlen, typbyval, typelem,
-       typarray, typcollation, display)
+       typarray, typcollation, typalign, typstorage, display)
 """
 
 _ROLES = f"""
@@ -421,7 +425,7 @@ WHERE r.relkind = 'r'
 PG_VIEWS = _view(
     PG_CATALOG,
     "pg_views",
-    f"""
+    """
 SELECT s.name AS schemaname, v.name AS viewname, ro.name AS viewowner, v.definition
 FROM mz_catalog.mz_views AS v
 JOIN mz_catalog.mz_schemas AS s ON s.id = v.schema_id
@@ -481,7 +485,7 @@ SELECT r.database_name AS table_catalog, r.schema_name AS table_schema,
        CASE WHEN r.relkind = 'r' THEN 'YES' ELSE 'NO' END AS is_insertable_into,
        'NO' AS is_typed, NULL::text AS commit_action
 FROM ({_NAMED_RELATIONS}) AS r
-WHERE r.relkind <> 'i'
+WHERE r.relkind IN ('r', 'v')  -- PostgreSQL's lists no materialized views
 """,
 )
 IS_COLUMNS = _view(
@@ -512,7 +516,7 @@ SELECT r.database_name AS table_catalog, r.schema_name AS table_schema,
 FROM ({_NAMED_RELATIONS}) AS r
 JOIN mz_catalog.mz_columns AS c ON c.id = r.id
 LEFT JOIN pg_catalog.pg_type AS t ON t.oid = {type_oid_of("c.type")}
-WHERE r.relkind <> 'i'
+WHERE r.relkind IN ('r', 'v')  -- PostgreSQL's lists no materialized views
 """,
 )
 IS_SCHEMATA = _view(

@@ -48,11 +48,6 @@ from loupe.common.values import from_row
 from loupe.coordinator import statement_logging
 from loupe.coordinator.admission import RETRY_PAUSE, RETRY_PAUSE_CAP, until_answered
 from loupe.coordinator.builtin_views import inline_builtin_views
-from loupe.coordinator.pg_functions import (
-    fold_session_functions,
-    rewrite_catalog_calls,
-    session_values,
-)
 from loupe.coordinator.catalog_state import CatalogState, ClusterInfo
 from loupe.coordinator.dataflows import (
     Inputs,
@@ -86,6 +81,12 @@ from loupe.coordinator.objects import (
     quote,
     relation_columns,
     view_sql,
+)
+from loupe.coordinator.pg_functions import (
+    fold_session_functions,
+    regclass_resolver,
+    rewrite_catalog_calls,
+    session_values,
 )
 from loupe.coordinator.plan import PlannedQuery, explain, lower_to_lir, plan_query, plan_select
 from loupe.coordinator.results import (
@@ -176,7 +177,11 @@ class Compute:
         """``expression`` with the builtin views it names (as the session finds them) inlined."""
         relations = self.state.resolvable(session.database)
         search_path = search_path_schemas(session.search_path)
-        expression = rewrite_catalog_calls(expression, search_path=search_path)
+        expression = rewrite_catalog_calls(
+            expression,
+            search_path=search_path,
+            regclass=regclass_resolver(search_path, relations),
+        )
         expression = inline_builtin_views(
             expression, search_path=search_path, is_relation=lambda name: name in relations
         )

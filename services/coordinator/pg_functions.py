@@ -34,13 +34,14 @@ is not checked.
 from __future__ import annotations
 
 import codecs
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from sqlglot import exp
 
 from loupe.builtins import IMPLICIT_SCHEMAS
+from loupe.common.errors import LoupeError, SqlState
 from loupe.coordinator.sql.parser import parse_one
 from loupe.coordinator.sql.statements import Query
 from loupe.pg_catalog import (
@@ -48,13 +49,16 @@ from loupe.pg_catalog import (
     UTF8_ENCODING,
     format_type_sql,
     index_definition,
+    oid_for,
     oid_of,
 )
 
 # The version() PostgreSQL clients parse (Materialize reports 9.5.0 as server_version).
 VERSION = "PostgreSQL 9.5.0 on x86_64-pc-linux-gnu (Loupe)"
 # Types whose values are OIDs (Loupe's OID columns are int4, see loupe.pg_catalog).
-_OID_TYPES = frozenset({"oid", "regclass", "regtype", "regproc", "regprocedure", "regnamespace", "regrole"})
+_OID_TYPES = frozenset(
+    {"oid", "regclass", "regtype", "regproc", "regprocedure", "regnamespace", "regrole"}
+)
 # Types Loupe holds as text.
 _TEXT_TYPES = frozenset({"name", "char", "bpchar", "pg_node_tree"})
 # Functions of things Loupe has none of: NULL, as PostgreSQL answers for objects without them.
@@ -74,7 +78,12 @@ _NULL_TEXT = frozenset(
         "pg_tablespace_location",
     }
 )
-_REGEX_OPERATORS = {"~": (False, False), "~*": (True, False), "!~": (False, True), "!~*": (True, True)}
+_REGEX_OPERATORS = {
+    "~": (False, False),
+    "~*": (True, False),
+    "!~": (False, True),
+    "!~*": (True, True),
+}
 
 
 @dataclass(frozen=True)
@@ -132,9 +141,13 @@ def _type_name(to: exp.Expression) -> str | None:
     return None
 
 
-def _rewrite_cast(node: exp.Cast) -> exp.Expression | None:
+def _rewrite_cast(node: exp.Cast, regclass: Callable[[str], int]) -> exp.Expression | None:
     name = _type_name(node.to)
-    if name is None and isinstance(node.to, exp.DataType) and node.to.this == exp.DataType.Type.TEXT:
+    if (
+        name is None
+        and isinstance(node.to, exp.DataType)
+        and node.to.this == exp.DataType.Type.TEXT
+    ):
         name = "text"
     if name is None:
         return None
@@ -144,20 +157,20 @@ def _rewrite_cast(node: exp.Cast) -> exp.Expression | None:
             from loupe import sqltypes
 
             found = sqltypes.lookup(operand.name)
-            return _int(found.oid) if found is not None else exp.Cast(
-                this=operand, to=exp.DataType.build("int4")
+            return (
+                _int(found.oid)
+                if found is not None
+                else exp.Cast(this=operand, to=exp.DataType.build("int4"))
             )
         if name == "regclass" and isinstance(operand, exp.Literal) and operand.is_string:
-            relation = operand.name.split(".")[-1].strip('"')
-            return _scalar(
-                "SELECT min(c.oid) FROM pg_catalog.pg_class AS c WHERE c.relname = arg_name",
-                name=exp.Literal.string(relation),
-            )
+            return _int(regclass(operand.name))
         cast = exp.Cast(this=operand, to=exp.DataType.build("int4"))
         cast.meta["pg_type"] = name  # x::regtype::text is the type's name, not its number
         return cast
     if name == "text" and operand.meta.get("pg_type") == "regtype":
-        return _rewrite_call(exp.Anonymous(this="format_type", expressions=[operand.this, exp.Null()]), ())
+        return _rewrite_call(
+            exp.Anonymous(this="format_type", expressions=[operand.this, exp.Null()]), ()
+        )
     if name == "text" and operand.meta.get("pg_type") == "regclass":
         return _scalar(
             "SELECT max(c.relname) FROM pg_catalog.pg_class AS c WHERE c.oid = arg_x",
@@ -238,9 +251,7 @@ def _rewrite_array_subquery(node: exp.Array) -> exp.Expression | None:
     value = select.expressions[0]
     value = value.this if isinstance(value, exp.Alias) else value
     select.set("expressions", [exp.ArrayAgg(this=value.copy())])
-    return exp.Coalesce(
-        this=exp.Subquery(this=select), expressions=[exp.Literal.string("{}")]
-    )
+    return exp.Coalesce(this=exp.Subquery(this=select), expressions=[exp.Literal.string("{}")])
 
 
 def _rewrite_operator(node: exp.Operator) -> exp.Expression | None:
@@ -272,9 +283,16 @@ def _rewrite_operator(node: exp.Operator) -> exp.Expression | None:
 
 
 def rewrite_catalog_calls(
-    expression: exp.Expression, *, search_path: Sequence[str] = ("public",)
+    expression: exp.Expression,
+    *,
+    search_path: Sequence[str] = ("public",),
+    regclass: Callable[[str], int] = lambda name: _no_relation(name),
 ) -> exp.Expression:
-    """``expression`` with PostgreSQL's catalog functions and syntax in Loupe's terms (above)."""
+    """``expression`` with PostgreSQL's catalog functions and syntax in Loupe's terms (above).
+
+    ``regclass(name)``: the OID of the relation ``'name'::regclass`` names, as the session
+    resolves it (PostgreSQL resolves these constants when it parses the query too).
+    """
     if not _has_work(expression):
         return expression
 
@@ -289,7 +307,7 @@ def rewrite_catalog_calls(
         elif isinstance(node, exp.ByteString):
             replaced = exp.Literal.string(codecs.decode(str(node.this), "unicode_escape"))
         elif isinstance(node, exp.Cast):
-            replaced = _rewrite_cast(node)
+            replaced = _rewrite_cast(node, regclass)
         elif isinstance(node, exp.Anonymous):
             replaced = _rewrite_call(node, search_path)
         elif isinstance(node, exp.Array):
@@ -308,16 +326,18 @@ def _named(tree: exp.Expression) -> exp.Expression:
         items = select.expressions
         if all(isinstance(i, exp.Alias | exp.Column | exp.Star) for i in items):
             continue
-        select.set(
-            "expressions",
-            [
-                i
-                if isinstance(i, exp.Alias | exp.Column | exp.Star)
-                else exp.alias_(i, output_name(i), quoted=True)
-                for i in items
-            ],
-        )
+        select.set("expressions", [_aliased(i, output_name) for i in items])
     return tree
+
+
+def _aliased(item: exp.Expression, output_name: Callable[[exp.Expression], str]) -> exp.Expression:
+    if isinstance(item, exp.Alias | exp.Column | exp.Star):
+        return item
+    try:
+        name = output_name(item)
+    except (LoupeError, AttributeError):  # a cast to a type the planner names differently
+        name = "?column?"
+    return exp.Alias(this=item, alias=exp.to_identifier(name, quoted=True))
 
 
 def _post_order(
@@ -325,7 +345,8 @@ def _post_order(
 ) -> exp.Expression:
     """``tree`` with ``transform`` applied to every node, children before their parent (so
     ``x::pg_catalog.regtype::pg_catalog.text`` has both casts rewritten)."""
-    for node in reversed(list(tree.dfs())):
+    nodes: list[exp.Expression] = [n for n in tree.dfs() if isinstance(n, exp.Expression)]
+    for node in reversed(nodes):
         replaced = transform(node)
         if replaced is not node:
             if node is tree:
@@ -364,14 +385,72 @@ def _catalog_lookup(node: exp.Subquery) -> exp.Expression | None:
     aggregate = exp.Max(this=inner.copy())
     select.set(
         "expressions",
-        [exp.Alias(this=aggregate, alias=value.args["alias"]) if isinstance(value, exp.Alias) else aggregate],
+        [
+            exp.Alias(this=aggregate, alias=value.args["alias"])
+            if isinstance(value, exp.Alias)
+            else aggregate
+        ],
     )
     return node
 
 
+def _no_relation(name: str) -> int:
+    raise LoupeError(SqlState.UNDEFINED_TABLE, f'relation "{name}" does not exist')
+
+
+# PostgreSQL's OIDs of its catalog relations, for ``'pg_class'::regclass`` (pgjdbc and
+# DBeaver join pg_description on ``classoid = 'pg_class'::regclass``).
+CATALOG_RELATION_OIDS = {
+    "pg_type": 1247,
+    "pg_attribute": 1249,
+    "pg_proc": 1255,
+    "pg_class": 1259,
+    "pg_authid": 1260,
+    "pg_database": 1262,
+    "pg_attrdef": 2604,
+    "pg_constraint": 2606,
+    "pg_inherits": 2611,
+    "pg_index": 2610,
+    "pg_description": 2609,
+    "pg_namespace": 2615,
+    "pg_trigger": 2620,
+    "pg_am": 2601,
+    "pg_depend": 2608,
+    "pg_collation": 3456,
+    "pg_policy": 3256,
+}
+
+
+def regclass_resolver(
+    search_path: Sequence[str], relations: Mapping[str, Any]
+) -> Callable[[str], int]:
+    """``'name'::regclass`` for a session: a pg_catalog relation's PostgreSQL OID, or the
+    derived OID of the relation the name resolves to on ``search_path``; 42P01 otherwise."""
+
+    def resolve(text: str) -> int:
+        parts = [p.strip().strip('"') for p in text.split(".")]
+        name = parts[-1] if parts[-1].startswith('"') else parts[-1].lower()
+        schemas = [parts[-2]] if len(parts) > 1 else [PG_CATALOG, *IMPLICIT_SCHEMAS, *search_path]
+        for schema in schemas:
+            if schema == PG_CATALOG and name in CATALOG_RELATION_OIDS:
+                return CATALOG_RELATION_OIDS[name]
+            relation = relations.get(f"{schema}.{name}")
+            if relation is not None:
+                return oid_for(relation.id)
+        return _no_relation(text)
+
+    return resolve
+
+
 def _has_work(expression: exp.Expression) -> bool:
     kinds = (
-        exp.Operator, exp.Collate, exp.ByteString, exp.Cast, exp.Anonymous, exp.Array, exp.Subquery
+        exp.Operator,
+        exp.Collate,
+        exp.ByteString,
+        exp.Cast,
+        exp.Anonymous,
+        exp.Array,
+        exp.Subquery,
     )
     return any(True for _ in expression.find_all(*kinds))
 
@@ -395,10 +474,16 @@ def fold_session_functions(expression: exp.Expression, session: SessionValues) -
     def transform(node: exp.Expression) -> exp.Expression:
         if isinstance(node, exp.CurrentUser | exp.SessionUser):
             return exp.Literal.string(session.user)
-        if isinstance(node, exp.Column) and not node.table and node.name.lower() in (
-            "current_role",
-            "user",
-        ) and not node.this.quoted:
+        if (
+            isinstance(node, exp.Column)
+            and not node.table
+            and node.name.lower()
+            in (
+                "current_role",
+                "user",
+            )
+            and not node.this.quoted
+        ):
             return exp.Literal.string(session.user)
         if isinstance(node, exp.CurrentSchema):
             return (

@@ -13,7 +13,6 @@ the owner's name, the index method).
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -45,6 +44,8 @@ _LOUPE_TYPE = {
     "name": "text",
     "char": "text",
     "bpchar": "text",
+    # information_schema's character_data and yes_or_no: Loupe's varchar is text in expressions.
+    "varchar": "text",
     "pg_node_tree": "text",
     "_aclitem": "_text",
     "_char": "_text",
@@ -73,17 +74,20 @@ def postgres() -> Iterator[psycopg.Connection]:
         context.__exit__(None, None, None)
 
 
-def pg_answer(connection: psycopg.Connection, sql: str) -> tuple[list[tuple[str, str]], list[tuple]]:
+def pg_answer(
+    connection: psycopg.Connection, sql: str
+) -> tuple[list[tuple[str, str]], list[tuple]]:
     """(columns as (name, Loupe type), rows) of ``sql`` on PostgreSQL."""
     # PostgreSQL 15 has no relhasoids (psql asks a 9.5 server for it): false, as on 9.5.
     cursor = connection.execute(sql.replace("c.relhasoids", "false AS relhasoids"))
-    columns = []
+    columns: list[tuple[str, str]] = []
     for column in cursor.description or ():
         typname = connection.execute(
             "SELECT typname FROM pg_type WHERE oid = %s", (column.type_code,)
         ).fetchone()
         assert typname is not None
-        columns.append((column.name, _LOUPE_TYPE.get(typname[0], typname[0])))
+        name = str(typname[0])
+        columns.append((str(column.name), _LOUPE_TYPE.get(name, name)))
     return columns, [tuple(row) for row in cursor.fetchall()]
 
 
@@ -148,7 +152,8 @@ async def test_psql_listings_answer_as_postgresql(
     pg_columns, pg_rows = pg_answer(postgres, schemas)
     columns, rows = await loupe_answer(engine, session, schemas)
     assert columns == pg_columns
-    assert ("public", LOUPE_USER) in rows and any(r[0] == "public" for r in pg_rows)
+    assert ("public", LOUPE_USER) in rows
+    assert any(r[0] == "public" for r in pg_rows)
     [databases] = QUERIES["\\l"]
     pg_columns, pg_rows = pg_answer(postgres, databases)
     columns, rows = await loupe_answer(engine, session, databases)
@@ -194,7 +199,8 @@ async def _check_describe(
     lookup = QUERIES[command][0]
     pg_columns, [(pg_oid, *pg_named)] = pg_answer(postgres, lookup)
     columns, [(oid, *named)] = await loupe_answer(engine, session, lookup)
-    assert columns == pg_columns and named == pg_named
+    assert columns == pg_columns
+    assert named == pg_named
     for pg_sql, sql in zip(
         _describe_queries(command, pg_oid), _describe_queries(command, oid), strict=True
     ):
@@ -208,3 +214,120 @@ async def _check_describe(
             rows = [r[:5] + r[6:] for r in rows]
             expected = [r[:5] + r[6:] for r in expected]
         assert rows == expected, sql
+
+
+# psycopg's TypeInfo.fetch (psycopg.types.TypeInfo._get_info_query), for a type by name.
+TYPE_INFO = """\
+SELECT
+    typname AS name, oid, typarray AS array_oid,
+    oid::regtype::text AS regtype, typdelim AS delimiter
+FROM pg_type t
+WHERE t.oid = '{name}'::regtype
+ORDER BY t.oid
+"""
+# Grafana's PostgreSQL data source: its table and column pickers.
+GRAFANA = (
+    "SELECT table_name FROM information_schema.tables"
+    " WHERE table_schema = 'public' ORDER BY table_name",
+    "SELECT column_name, data_type FROM information_schema.columns"
+    " WHERE table_name = 't' ORDER BY column_name",
+    "SELECT schema_name FROM information_schema.schemata WHERE schema_name = 'public'",
+    "SELECT table_name, view_definition IS NOT NULL FROM information_schema.views"
+    " WHERE table_schema = 'public'",
+)
+# DBeaver (pgjdbc's metadata and DBeaver's own navigator queries).
+DBEAVER_SCHEMAS = (
+    "SELECT n.oid,n.*,d.description FROM pg_catalog.pg_namespace n"
+    " LEFT OUTER JOIN pg_catalog.pg_description d"
+    " ON d.objoid=n.oid AND d.objsubid=0 AND d.classoid='pg_namespace'::regclass"
+    " WHERE nspname = 'public' ORDER BY nspname"
+)
+DBEAVER_TABLES = (
+    "SELECT c.oid,c.*,d.description,pg_catalog.pg_get_expr(c.relpartbound, c.oid) as partition_expr,"
+    " pg_catalog.pg_get_partkeydef(c.oid) as partition_key"
+    " FROM pg_catalog.pg_class c"
+    " LEFT OUTER JOIN pg_catalog.pg_description d"
+    " ON d.objoid=c.oid AND d.objsubid=0 AND d.classoid='pg_class'::regclass"
+    " WHERE c.relnamespace={namespace} AND c.relkind not in ('i','I','c') ORDER BY c.relname"
+)
+DBEAVER_COLUMNS = (
+    "SELECT c.relname,a.*,pg_catalog.pg_get_expr(ad.adbin, ad.adrelid, true) as def_value,"
+    "dsc.description,dep.objid"
+    " FROM pg_catalog.pg_attribute a"
+    " INNER JOIN pg_catalog.pg_class c ON (a.attrelid=c.oid)"
+    " LEFT OUTER JOIN pg_catalog.pg_attrdef ad ON (a.attrelid=ad.adrelid AND a.attnum = ad.adnum)"
+    " LEFT OUTER JOIN pg_catalog.pg_description dsc"
+    " ON (c.oid=dsc.objoid AND a.attnum = dsc.objsubid)"
+    " LEFT OUTER JOIN pg_depend dep on dep.refobjid = a.attrelid AND dep.deptype = 'i'"
+    " and dep.refobjsubid = a.attnum and dep.classid = dep.refclassid"
+    " WHERE NOT a.attisdropped AND c.relkind not in ('i','I','c') AND c.oid={relation}"
+    " ORDER BY a.attnum"
+)
+# (Types whose array type Loupe has: the others have typarray 0 in Loupe, bytea, varchar…)
+DBEAVER_TYPES = (
+    "SELECT t.oid, t.typname, t.typtype, t.typcategory, t.typlen, t.typelem, t.typarray,"
+    " t.typispreferred, t.typbyval, t.typdelim, t.typcollation, t.typalign, t.typstorage,"
+    " t.typbasetype, format_type(nullif(t.typbasetype, 0), t.typtypmod) as base_type_name,"
+    " c.relkind, d.description"
+    " FROM pg_catalog.pg_type t"
+    " LEFT OUTER JOIN pg_catalog.pg_class c ON c.oid=t.typrelid"
+    " LEFT OUTER JOIN pg_catalog.pg_description d ON t.oid=d.objoid"
+    " WHERE t.typname IN ('bool', 'int2', 'int4', 'int8', 'float8', 'text',"
+    " 'numeric', 'date', 'time', 'timestamp', 'timestamptz', 'interval', 'jsonb', 'uuid',"
+    " 'unknown', '_int4', '_text', '_numeric') ORDER BY t.oid"
+)
+# The columns DBeaver reads of pg_class and pg_attribute rows (c.* and a.* hold more: OIDs,
+# statistics and storage details that necessarily differ).
+_CLASS_READ = ("relname", "relkind", "relhasindex", "relpersistence", "relnatts", "description")
+_ATTRIBUTE_READ = ("relname", "attname", "attnum", "attnotnull", "atthasdef", "def_value")
+
+
+def _picked(
+    answer: tuple[list[tuple[str, str]], list[tuple]], names: tuple[str, ...]
+) -> tuple[list[tuple[str, str]], list[tuple]]:
+    """Only the columns ``names`` of an answer (columns and rows)."""
+    columns, rows = answer
+    positions = [[c for c, _ in columns].index(name) for name in names]
+    return [columns[p] for p in positions], [tuple(r[p] for p in positions) for r in rows]
+
+
+async def test_client_catalog_queries_answer_as_postgresql(
+    engine: TableHarness, postgres: psycopg.Connection
+) -> None:
+    """psycopg's TypeInfo query, Grafana's information_schema pickers and DBeaver's
+    pg_namespace/pg_class/pg_attribute/pg_type browsing: PostgreSQL's columns and rows."""
+    session = await _loupe_with_objects(engine)
+    for name in ("int4", "integer", "text", "numeric", "bool", "timestamptz", "jsonb", "uuid"):
+        sql = TYPE_INFO.format(name=name)
+        assert await loupe_answer(engine, session, sql) == pg_answer(postgres, sql), name
+    for sql in GRAFANA:
+        assert await loupe_answer(engine, session, sql) == pg_answer(postgres, sql), sql
+    pg_columns, pg_rows = pg_answer(postgres, DBEAVER_SCHEMAS)
+    columns, rows = await loupe_answer(engine, session, DBEAVER_SCHEMAS)
+    assert columns == pg_columns
+    # public (PostgreSQL's has an ACL and a description, Loupe keeps neither).
+    assert [r[2] for r in rows] == [r[2] for r in pg_rows] == ["public"]
+    [[namespace]] = (
+        await loupe_answer(engine, session, "SELECT oid FROM pg_namespace WHERE nspname = 'public'")
+    )[1]
+    [pg_namespace] = pg_answer(postgres, "SELECT oid FROM pg_namespace WHERE nspname = 'public'")[1]
+    tables = await loupe_answer(engine, session, DBEAVER_TABLES.format(namespace=namespace))
+    pg_tables = pg_answer(postgres, DBEAVER_TABLES.format(namespace=pg_namespace[0]))
+    # Loupe's pg_class also has relhasoids (PostgreSQL 9.5's, which psql asks a 9.5 server for).
+    assert [c for c, _ in tables[0] if c != "relhasoids"] == [c for c, _ in pg_tables[0]]
+    assert _picked(tables, _CLASS_READ) == _picked(pg_tables, _CLASS_READ)
+    [[relation]] = (await loupe_answer(engine, session, "SELECT 't'::regclass::int4"))[1]
+    [pg_relation] = pg_answer(postgres, "SELECT 't'::regclass::oid")[1]
+    attributes = await loupe_answer(engine, session, DBEAVER_COLUMNS.format(relation=relation))
+    pg_attributes = pg_answer(postgres, DBEAVER_COLUMNS.format(relation=pg_relation[0]))
+    assert [c for c, _ in attributes[0]] == [c for c, _ in pg_attributes[0]]
+    # PostgreSQL's system columns (ctid, xmin…, attnum < 0) Loupe has none of.
+    pg_columns, pg_rows = _picked(pg_attributes, _ATTRIBUTE_READ)
+    assert _picked(attributes, _ATTRIBUTE_READ) == (pg_columns, [r for r in pg_rows if r[2] > 0])
+    types, pg_types = (
+        await loupe_answer(engine, session, DBEAVER_TYPES),
+        pg_answer(postgres, DBEAVER_TYPES),
+    )
+    assert types[0] == pg_types[0]
+    # All but the description (PostgreSQL describes its types; pg_description is empty in Loupe).
+    assert [r[:-1] for r in types[1]] == [r[:-1] for r in pg_types[1]]
