@@ -596,6 +596,9 @@ class BuiltinView:
     schema: str
     name: str
     sql: str
+    # The id it is listed under in mz_views, mz_objects and mz_columns (as Materialize lists
+    # its builtin views); None: not listed (yet).
+    id: str | None = None
 
     @property
     def qualified_name(self) -> str:

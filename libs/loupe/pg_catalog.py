@@ -30,7 +30,8 @@ Types. Loupe has no ``oid``, ``name``, ``"char"``, ``regclass``/``regtype``/
 (every derived OID fits), names and ``"char"`` columns are ``text``,
 ``aclitem[]`` is ``text[]`` (always NULL: Loupe keeps no ACLs here),
 ``int2vector`` is ``int2[]``, ``oidvector``/``oid[]`` are ``int4[]`` and
-``pg_node_tree`` is ``text``. A client reads the same values from them; the
+``pg_node_tree`` is ``text`` (and ``pg_trigger.tgargs``, ``bytea``, is ``text``: casts to
+bytea are not planned). A client reads the same values from them; the
 wire announces ``int4``/``text`` where PostgreSQL announces ``oid``/``name``.
 ``information_schema``'s domains (``sql_identifier``, ``cardinal_number``…)
 are their base types (``text``, ``int4``).
@@ -184,17 +185,36 @@ UNION ALL SELECT i.id, o.schema_id, i.name, i.owner_id, 'i', i.on_id
   FROM mz_catalog.mz_indexes AS i JOIN mz_catalog.mz_objects AS o ON o.id = i.on_id
 """
 
+
+def namespace_oid(id_sql: str, name_sql: str) -> str:
+    """SQL for the OID of the schema with this id and name: PostgreSQL's fixed OIDs for
+    pg_catalog and information_schema, the derived one for the others."""
+    return (
+        f"(CASE {name_sql} WHEN '{PG_CATALOG}' THEN {PG_CATALOG_OID}"
+        f" WHEN '{INFORMATION_SCHEMA}' THEN {INFORMATION_SCHEMA_OID} ELSE {oid_of(id_sql)} END)"
+    )
+
+
+# The catalog's schemas; pg_catalog and information_schema also when it has none by those
+# names (catalogs bootstrapped before Loupe had them).
 _NAMESPACES = f"""
-SELECT {oid_of("id")} AS oid, name AS nspname, {oid_of("owner_id")} AS nspowner,
-       NULL::text[] AS nspacl
+SELECT {namespace_oid("id", "name")} AS oid, name AS nspname,
+       {oid_of("owner_id")} AS nspowner, NULL::text[] AS nspacl
 FROM mz_catalog.mz_schemas
-WHERE name NOT IN ('{PG_CATALOG}', '{INFORMATION_SCHEMA}')
-UNION ALL SELECT {PG_CATALOG_OID}, '{PG_CATALOG}', {oid_of("'s1'")}, NULL::text[]
-UNION ALL SELECT {INFORMATION_SCHEMA_OID}, '{INFORMATION_SCHEMA}', {oid_of("'s1'")}, NULL::text[]
+WHERE database_id IS NULL OR database_id = (
+  SELECT min(id) FROM mz_catalog.mz_databases WHERE name = current_database()
+)
+UNION ALL
+SELECT x.oid, x.nspname, {oid_of("'s1'")}, NULL::text[]
+FROM (VALUES ({PG_CATALOG_OID}, '{PG_CATALOG}'), ({INFORMATION_SCHEMA_OID}, '{INFORMATION_SCHEMA}'))
+  AS x(oid, nspname)
+LEFT JOIN mz_catalog.mz_schemas AS s ON s.name = x.nspname AND s.database_id IS NULL
+WHERE s.id IS NULL
 """
 
 _CLASSES = f"""
-SELECT {oid_of("r.id")} AS oid, r.name AS relname, {oid_of("r.schema_id")} AS relnamespace,
+SELECT {oid_of("r.id")} AS oid, r.name AS relname,
+       {namespace_oid("r.schema_id", "s.name")} AS relnamespace,
        0 AS reltype, 0 AS reloftype, {oid_of("r.owner_id")} AS relowner,
        CASE r.relkind WHEN 'i' THEN {ARRANGEMENT_AM_OID} WHEN 'v' THEN 0 ELSE {HEAP_AM_OID} END
          AS relam,
@@ -212,6 +232,7 @@ SELECT {oid_of("r.id")} AS oid, r.name AS relname, {oid_of("r.schema_id")} AS re
        0 AS relfrozenxid, 0 AS relminmxid, NULL::text[] AS relacl, NULL::text[] AS reloptions,
        NULL::text AS relpartbound, false AS relhasoids
 FROM ({_RELATIONS}) AS r
+LEFT JOIN mz_catalog.mz_schemas AS s ON s.id = r.schema_id
 """
 
 _ATTRIBUTES = f"""
@@ -276,8 +297,44 @@ LEFT JOIN mz_catalog.mz_roles AS ro ON ro.id = r.owner_id
 _NAMED_RELATIONS = _SCHEMA_NAMES.format(relations=_RELATIONS)
 
 
+# The ids the views are listed under in mz_views, mz_objects and mz_columns: fixed here,
+# never reused (s6NN: pg_catalog, s65N: information_schema).
+_IDS = {
+    "pg_namespace": "s600",
+    "pg_class": "s601",
+    "pg_attribute": "s602",
+    "pg_type": "s603",
+    "pg_database": "s604",
+    "pg_roles": "s605",
+    "pg_authid": "s606",
+    "pg_user": "s607",
+    "pg_auth_members": "s608",
+    "pg_index": "s609",
+    "pg_am": "s610",
+    "pg_description": "s611",
+    "pg_shdescription": "s612",
+    "pg_constraint": "s613",
+    "pg_inherits": "s614",
+    "pg_attrdef": "s615",
+    "pg_depend": "s616",
+    "pg_trigger": "s617",
+    "pg_policy": "s618",
+    "pg_collation": "s619",
+    "pg_proc": "s620",
+    "pg_settings": "s621",
+    "pg_tables": "s622",
+    "pg_views": "s623",
+    "pg_matviews": "s624",
+    "pg_indexes": "s625",
+    "tables": "s650",
+    "columns": "s651",
+    "schemata": "s652",
+    "views": "s653",
+}
+
+
 def _view(schema: str, name: str, sql: str) -> BuiltinView:
-    return BuiltinView(schema, name, sql)
+    return BuiltinView(schema, name, sql, _IDS[name])
 
 
 PG_NAMESPACE = _view(PG_CATALOG, "pg_namespace", _NAMESPACES)
@@ -376,7 +433,7 @@ PG_TRIGGER = _view(
         "oid int4, tgrelid int4, tgparentid int4, tgname text, tgfoid int4, tgtype int2,"
         " tgenabled text, tgisinternal bool, tgconstrrelid int4, tgconstrindid int4,"
         " tgconstraint int4, tgdeferrable bool, tginitdeferred bool, tgnargs int2,"
-        " tgattr int2[], tgargs bytea, tgqual text, tgoldtable text, tgnewtable text"
+        " tgattr int2[], tgargs text, tgqual text, tgoldtable text, tgnewtable text"
     ),
 )
 PG_POLICY = _view(
@@ -561,7 +618,7 @@ SETTINGS = (
     "TimeZone",
     "transaction_isolation",
 )
-PG_SETTINGS = BuiltinView(
+PG_SETTINGS = _view(
     PG_CATALOG,
     "pg_settings",
     PG_SETTINGS.sql.replace(

@@ -119,3 +119,31 @@ def _view_named(
         if view_sql(schema, name) is not None:
             return (schema, name)
     return None
+
+
+# The session the columns of a builtin view are typed in (the values do not matter).
+_TYPING_SESSION_USER = "mz_system"
+
+
+@cache
+def builtin_view_columns(schema: str, name: str) -> tuple[tuple[str, str], ...]:
+    """(name, type) of each column of the builtin view ``schema.name``, as the planner types
+    its query (for mz_columns, where the listed builtin views' columns are)."""
+    from loupe.builtins import BY_QUALIFIED_NAME
+    from loupe.coordinator.objects import relation_columns
+    from loupe.coordinator.pg_functions import SessionValues, fold_session_functions
+    from loupe.coordinator.plan import plan_query
+    from loupe.coordinator.sql.resolve import resolve_relations
+
+    expression = inline_builtin_views(_view_query(schema, name).copy())
+    session = SessionValues(
+        user=_TYPING_SESSION_USER, database="", search_path=(), setting=lambda _name: ""
+    )
+    expression = fold_session_functions(expression, session)
+    expression, relations = resolve_relations(expression, collections=BY_QUALIFIED_NAME)
+
+    def resolve(qualified: str) -> tuple[str, list[tuple[str, str]]] | None:
+        found = relations.get(qualified)
+        return (found.id, relation_columns(found)) if found is not None else None
+
+    return tuple(plan_query(expression, resolve).columns)

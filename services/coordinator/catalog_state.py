@@ -43,6 +43,7 @@ from loupe.builtins import (
 )
 from loupe.common.logging import get_logger
 from loupe.coordinator.audit_log import AUDIT_COLLECTIONS, AuditLog, Row
+from loupe.coordinator.builtin_views import builtin_view_columns
 from loupe.coordinator.introspection import (
     LOG_RELATIONS,
     Relations,
@@ -53,6 +54,7 @@ from loupe.coordinator.introspection import (
 from loupe.coordinator.objects import ComputeObject, load_objects, relation_columns
 from loupe.coordinator.tables import Table, columns_of
 from loupe.interval import Interval
+from loupe.pg_catalog import VIEWS as PG_VIEWS
 from loupe.proto.catalog.v1 import catalog_pb2
 from loupe.sqltypes import display_name
 
@@ -351,6 +353,17 @@ def item_rows(snapshot: catalog_pb2.CatalogSnapshot) -> dict[str, Counter[Row]]:
         rows[MZ_OBJECTS.id][(builtin.id, schema_id, builtin.name, "table", "s1", None)] += 1
         for position, (name, kind) in enumerate(builtin.columns, start=1):
             rows[MZ_COLUMNS.id][(builtin.id, name, position, True, display_name(kind))] += 1
+    # The builtin views listed as Materialize lists its own (pg_catalog's; information_schema's
+    # once the catalog has that schema).
+    for view in PG_VIEWS.values():
+        schema_id = schema_ids.get(view.schema)
+        if view.id is None or schema_id is None:
+            continue
+        rows[MZ_VIEWS.id][(view.id, schema_id, view.name, view.sql.strip(), "s1", None, None)] += 1
+        rows[MZ_OBJECTS.id][(view.id, schema_id, view.name, "view", "s1", None)] += 1
+        columns = builtin_view_columns(view.schema, view.name)
+        for position, (name, kind) in enumerate(columns, start=1):
+            rows[MZ_COLUMNS.id][(view.id, name, position, True, display_name(kind))] += 1
     # The replicas' raw logs, as Materialize lists its log sources.
     for log_relation in LOG_RELATIONS.values():
         schema_id = schema_ids.get("mz_introspection")

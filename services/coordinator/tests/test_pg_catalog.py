@@ -23,6 +23,7 @@ import pytest
 from loupe import sqltypes
 from loupe.common.values import from_row
 from loupe.coordinator.tests.conftest import TableHarness
+from loupe.pg_catalog import PG_CLASS
 from loupe.testing.postgres import PostgresUnavailable, postgres_database
 
 QUERIES: dict[str, list[str]] = json.loads(
@@ -331,3 +332,30 @@ async def test_client_catalog_queries_answer_as_postgresql(
     assert types[0] == pg_types[0]
     # All but the description (PostgreSQL describes its types; pg_description is empty in Loupe).
     assert [r[:-1] for r in types[1]] == [r[:-1] for r in pg_types[1]]
+
+
+async def test_catalog_views_are_listed_as_materialize_lists_its_own(engine: TableHarness) -> None:
+    """The pg_catalog views are in mz_views, mz_objects and mz_columns (with the types their
+    queries have), and in pg_class under pg_catalog, so \\dS and schema browsers see them."""
+    session = await engine.session()
+    views = await engine.rows(
+        session,
+        "SELECT v.id, o.type FROM mz_catalog.mz_views AS v"
+        " JOIN mz_catalog.mz_schemas AS s ON s.id = v.schema_id"
+        " JOIN mz_catalog.mz_objects AS o ON o.id = v.id"
+        " WHERE s.name = 'pg_catalog' AND v.name = 'pg_class'",
+    )
+    assert views == [(PG_CLASS.id, "view")]
+    columns = await engine.rows(
+        session,
+        f"SELECT name, type FROM mz_catalog.mz_columns WHERE id = '{PG_CLASS.id}'"
+        " ORDER BY position",
+    )
+    assert columns[:3] == [("oid", "integer"), ("relname", "text"), ("relnamespace", "integer")]
+    listed = await engine.rows(
+        session,
+        "SELECT c.relkind, n.nspname FROM pg_catalog.pg_class AS c"
+        " JOIN pg_catalog.pg_namespace AS n ON n.oid = c.relnamespace"
+        " WHERE c.relname = 'pg_type'",
+    )
+    assert listed == [("v", "pg_catalog")]
