@@ -56,6 +56,8 @@ HEAP_AM_OID = 2
 ARRANGEMENT_AM_OID = SYSTEM_OID_BASE - 1
 DEFAULT_COLLATION_OID = 100
 UTF8_ENCODING = 6
+# PostgreSQL's pg_default tablespace (pg_database.dattablespace joins pg_tablespace on it).
+DEFAULT_TABLESPACE_OID = 1663
 
 
 def oid_of(id_sql: str) -> str:
@@ -173,6 +175,8 @@ def _empty(columns: str) -> str:
     parts = [c.strip().rsplit(" ", 1) for c in columns.split(",")]
     return "SELECT " + ", ".join(f"NULL::{t} AS {n}" for n, t in parts) + " WHERE false"
 
+
+_SYSTEM_OWNER = oid_of("'s1'")
 
 # Every relation, with its kind (PostgreSQL's relkind), schema and owner; indexes have
 # no schema of their own (PostgreSQL's live in their table's schema).
@@ -326,6 +330,8 @@ _IDS = {
     "pg_views": "s623",
     "pg_matviews": "s624",
     "pg_indexes": "s625",
+    "pg_rewrite": "s626",
+    "pg_tablespace": "s627",
     "tables": "s650",
     "columns": "s651",
     "schemata": "s652",
@@ -348,7 +354,7 @@ PG_DATABASE = _view(
 SELECT {oid_of("id")} AS oid, name AS datname, {oid_of("owner_id")} AS datdba,
        {UTF8_ENCODING} AS encoding, 'c' AS datlocprovider, false AS datistemplate,
        true AS datallowconn, -1 AS datconnlimit, 0 AS datfrozenxid, 0 AS datminmxid,
-       0 AS dattablespace, 'C' AS datcollate, 'C' AS datctype, NULL::text AS daticulocale,
+       {DEFAULT_TABLESPACE_OID} AS dattablespace, 'C' AS datcollate, 'C' AS datctype, NULL::text AS daticulocale,
        NULL::text AS datcollversion, NULL::text[] AS datacl
 FROM mz_catalog.mz_databases
 """,
@@ -425,6 +431,22 @@ PG_DEPEND = _view(
         "classid int4, objid int4, objsubid int4, refclassid int4, refobjid int4,"
         " refobjsubid int4, deptype text"
     ),
+)
+PG_REWRITE = _view(
+    PG_CATALOG,
+    "pg_rewrite",
+    _empty(
+        "oid int4, rulename text, ev_class int4, ev_type text, ev_enabled text,"
+        " is_instead bool, ev_qual text, ev_action text"
+    ),
+)
+PG_TABLESPACE = _view(
+    PG_CATALOG,
+    "pg_tablespace",
+    f"SELECT {DEFAULT_TABLESPACE_OID} AS oid, 'pg_default' AS spcname,"
+    f" {_SYSTEM_OWNER} AS spcowner, NULL::text[] AS spcacl, NULL::text[] AS spcoptions"
+    f" UNION ALL SELECT {DEFAULT_TABLESPACE_OID + 1}, 'pg_global', {_SYSTEM_OWNER},"
+    " NULL::text[], NULL::text[]",
 )
 PG_TRIGGER = _view(
     PG_CATALOG,
@@ -647,6 +669,8 @@ VIEWS: dict[str, BuiltinView] = {
         PG_INHERITS,
         PG_ATTRDEF,
         PG_DEPEND,
+        PG_REWRITE,
+        PG_TABLESPACE,
         PG_TRIGGER,
         PG_POLICY,
         PG_COLLATION,

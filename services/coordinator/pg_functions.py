@@ -76,6 +76,18 @@ _NULL_TEXT = frozenset(
         "pg_get_function_result",
         "pg_get_function_arguments",
         "pg_tablespace_location",
+        "pg_get_ruledef",
+    }
+)
+# Sizes Loupe does not know here (storage is the storage writer's): NULL, which psql
+# shows as an empty Size.
+_NULL_SIZES = frozenset(
+    {
+        "pg_table_size",
+        "pg_relation_size",
+        "pg_total_relation_size",
+        "pg_indexes_size",
+        "pg_database_size",
     }
 )
 _REGEX_OPERATORS = {
@@ -113,7 +125,7 @@ def _scalar(sql: str, **args: exp.Expression) -> exp.Expression:
 
 
 def _null_text() -> exp.Expression:
-    return exp.Cast(this=exp.Null(), to=exp.DataType.build("text"))
+    return exp.Cast(this=exp.Null(), to=exp.DataType.build("text", dialect="postgres"))
 
 
 def _int(value: int) -> exp.Expression:
@@ -160,11 +172,11 @@ def _rewrite_cast(node: exp.Cast, regclass: Callable[[str], int]) -> exp.Express
             return (
                 _int(found.oid)
                 if found is not None
-                else exp.Cast(this=operand, to=exp.DataType.build("int4"))
+                else exp.Cast(this=operand, to=exp.DataType.build("int4", dialect="postgres"))
             )
         if name == "regclass" and isinstance(operand, exp.Literal) and operand.is_string:
             return _int(regclass(operand.name))
-        cast = exp.Cast(this=operand, to=exp.DataType.build("int4"))
+        cast = exp.Cast(this=operand, to=exp.DataType.build("int4", dialect="postgres"))
         cast.meta["pg_type"] = name  # x::regtype::text is the type's name, not its number
         return cast
     if name == "text" and operand.meta.get("pg_type") == "regtype":
@@ -177,7 +189,7 @@ def _rewrite_cast(node: exp.Cast, regclass: Callable[[str], int]) -> exp.Express
             x=operand.this,
         )
     if name in _TEXT_TYPES:
-        return exp.Cast(this=operand, to=exp.DataType.build("text"))
+        return exp.Cast(this=operand, to=exp.DataType.build("text", dialect="postgres"))
     # pg_catalog.text, pg_catalog.int4…: the type itself.
     return exp.Cast(this=operand, to=exp.DataType.build(name, dialect="postgres"))
 
@@ -233,6 +245,8 @@ def _rewrite_call(node: exp.Anonymous, search_path: Sequence[str]) -> exp.Expres
         )
     if name in _NULL_TEXT:
         return _null_text()
+    if name in _NULL_SIZES:
+        return exp.Cast(this=exp.Null(), to=exp.DataType.build("int8", dialect="postgres"))
     if name == "pg_relation_is_publishable":
         return exp.Boolean(this=False)
     if name is not None and name.startswith("has_") and name.endswith("_privilege"):
@@ -312,6 +326,12 @@ def rewrite_catalog_calls(
             replaced = _rewrite_call(node, search_path)
         elif isinstance(node, exp.Array):
             replaced = _rewrite_array_subquery(node)
+        elif (
+            isinstance(node, exp.Table)
+            and not isinstance(node.this, exp.Identifier)
+            and node.db.lower() == PG_CATALOG
+        ):
+            node.set("db", None)  # pg_catalog.unnest(…): the function itself
         return replaced if replaced is not None else node
 
     return _post_order(_named(expression.copy()), transform)
@@ -452,7 +472,9 @@ def _has_work(expression: exp.Expression) -> bool:
         exp.Array,
         exp.Subquery,
     )
-    return any(True for _ in expression.find_all(*kinds))
+    if any(True for _ in expression.find_all(*kinds)):
+        return True
+    return any(not isinstance(t.this, exp.Identifier) for t in expression.find_all(exp.Table))
 
 
 def fold_session_functions(expression: exp.Expression, session: SessionValues) -> exp.Expression:

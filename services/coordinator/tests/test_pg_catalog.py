@@ -138,17 +138,25 @@ LISTINGS = ("\\d", "\\dt", "\\dv", "\\dm", "\\di")
 async def test_psql_listings_answer_as_postgresql(
     engine: TableHarness, postgres: psycopg.Connection
 ) -> None:
-    """\\d, \\dt, \\dv, \\dm, \\di: PostgreSQL's columns and the same rows for t, v, mv, t_a_idx;
-    \\dn, \\l, \\du: PostgreSQL's columns, a row for public, the database and the user."""
+    """\\d, \\dt, \\dv, \\dm, \\di (and their + forms): PostgreSQL's columns and the same rows
+    for t, v, mv, t_a_idx; \\dn, \\l, \\du (+): PostgreSQL's columns, a row for public, the
+    database and the user."""
     session = await _loupe_with_objects(engine)
     pg_user = _pg_user(postgres)
-    for command in LISTINGS:
+    for command in (*LISTINGS, *(f"{c}+" for c in LISTINGS[1:])):
         [sql] = QUERIES[command]
         pg_columns, pg_rows = pg_answer(postgres, sql)
         columns, rows = await loupe_answer(engine, session, sql)
         assert columns == pg_columns, command
-        assert rows == [_normalized(r, pg_user) for r in pg_rows], command
+        # Sizes (\\dt+…) are PostgreSQL's files' sizes; Loupe does not know them here (NULL).
+        kept = [i for i, (name, _) in enumerate(columns) if name != "Size"]
+        expected = [_normalized(tuple(r[i] for i in kept), pg_user) for r in pg_rows]
+        assert [tuple(r[i] for i in kept) for r in rows] == expected, command
         assert rows, command
+    for command in ("\\dn+", "\\l+", "\\du+"):
+        [sql] = QUERIES[command]
+        columns, _ = await loupe_answer(engine, session, sql)
+        assert columns == pg_answer(postgres, sql)[0], command
     [schemas] = QUERIES["\\dn"]
     pg_columns, pg_rows = pg_answer(postgres, schemas)
     columns, rows = await loupe_answer(engine, session, schemas)
@@ -359,3 +367,38 @@ async def test_catalog_views_are_listed_as_materialize_lists_its_own(engine: Tab
         " WHERE c.relname = 'pg_type'",
     )
     assert listed == [("v", "pg_catalog")]
+
+
+async def test_session_functions_answer_from_the_session(engine: TableHarness) -> None:
+    """current_user, current_database(), current_schemas, current_setting, pg_settings and
+    version() give the session's values, as SHOW does; pg_get_viewdef gives the definition."""
+    session = await engine.session()
+    await engine.tag(session, "SET search_path = public, mz_internal")
+    [(shown_path,)] = await engine.rows(session, "SHOW search_path")
+    [(version,)] = await engine.rows(session, "SHOW server_version")
+    [row] = await engine.rows(
+        session,
+        "SELECT current_user, current_database(), current_schema, current_schemas(false),"
+        " current_schemas(true), current_setting('search_path'), version()",
+    )
+    assert row[:5] == (
+        LOUPE_USER,
+        "materialize",
+        "public",
+        ["public", "mz_internal"],
+        ["pg_catalog", "mz_catalog", "public", "mz_internal"],
+    )
+    assert row[5] == shown_path
+    assert row[6].startswith(f"PostgreSQL {version} ")
+    settings = await engine.rows(
+        session, "SELECT setting FROM pg_settings WHERE name IN ('search_path', 'server_version')"
+    )
+    assert sorted(settings) == sorted([(shown_path,), (version,)])
+    await engine.tag(session, "CREATE TABLE t (a int)")
+    await engine.tag(session, "CREATE VIEW v AS SELECT a FROM t")
+    [(definition, viewdef)] = await engine.rows(
+        session,
+        "SELECT v.definition, pg_catalog.pg_get_viewdef('public.v'::regclass, true)"
+        " FROM mz_catalog.mz_views AS v WHERE v.name = 'v'",
+    )
+    assert viewdef == definition
