@@ -56,6 +56,8 @@ HEAP_AM_OID = 2
 ARRANGEMENT_AM_OID = SYSTEM_OID_BASE - 1
 DEFAULT_COLLATION_OID = 100
 UTF8_ENCODING = 6
+# PostgreSQL's array_in, every array type's typinput (pgjdbc tells arrays by it).
+ARRAY_IN_OID = 750
 # PostgreSQL's pg_default tablespace (pg_database.dattablespace joins pg_tablespace on it).
 DEFAULT_TABLESPACE_OID = 1663
 
@@ -257,7 +259,8 @@ _TYPES = f"""
 SELECT t.oid, t.typname, {PG_CATALOG_OID} AS typnamespace, {oid_of("'s1'")} AS typowner,
        t.typlen::int2 AS typlen, t.typbyval, t.typtype, t.typcategory, t.typispreferred,
        true AS typisdefined, ',' AS typdelim, 0 AS typrelid, 0 AS typsubscript, t.typelem,
-       t.typarray, 0 AS typinput, 0 AS typoutput, 0 AS typreceive, 0 AS typsend,
+       t.typarray, CASE WHEN t.typcategory = 'A' THEN {ARRAY_IN_OID} ELSE 0 END AS typinput,
+       0 AS typoutput, 0 AS typreceive, 0 AS typsend,
        0 AS typmodin, 0 AS typmodout, 0 AS typanalyze,
        t.typalign, t.typstorage, false AS typnotnull,
        0 AS typbasetype, -1 AS typtypmod, 0 AS typndims, t.typcollation,

@@ -45,6 +45,7 @@ from loupe.common.errors import LoupeError, SqlState
 from loupe.coordinator.sql.parser import parse_one
 from loupe.coordinator.sql.statements import Query
 from loupe.pg_catalog import (
+    ARRAY_IN_OID,
     PG_CATALOG,
     UTF8_ENCODING,
     format_type_sql,
@@ -176,6 +177,11 @@ def _rewrite_cast(node: exp.Cast, regclass: Callable[[str], int]) -> exp.Express
             )
         if name == "regclass" and isinstance(operand, exp.Literal) and operand.is_string:
             return _int(regclass(operand.name))
+        if name == "regproc" and isinstance(operand, exp.Literal) and operand.is_string:
+            function = operand.name.split(".")[-1].lower()
+            if function not in PROCEDURE_OIDS:
+                raise LoupeError(UNDEFINED_FUNCTION, f'function "{operand.name}" does not exist')
+            return _int(PROCEDURE_OIDS[function])
         cast = exp.Cast(this=operand, to=exp.DataType.build("int4", dialect="postgres"))
         cast.meta["pg_type"] = name  # x::regtype::text is the type's name, not its number
         return cast
@@ -243,6 +249,15 @@ def _rewrite_call(node: exp.Anonymous, search_path: Sequence[str]) -> exp.Expres
             f" WHERE {oid_of('i.id')} = arg_x",
             x=args[0],
         )
+    if name in ("array_upper", "array_lower") and len(args) == 2:
+        # Loupe's arrays have one dimension, from 1: bounds of dimension 1, NULL otherwise.
+        count = exp.Anonymous(this="cardinality", expressions=[args[0].copy()])
+        bound = count if name == "array_upper" else _int(1)
+        present = exp.and_(
+            exp.EQ(this=args[1].copy(), expression=_int(1)),
+            exp.GT(this=count.copy(), expression=_int(0)),
+        )
+        return exp.Case(ifs=[exp.If(this=present, true=bound)])
     if name in _NULL_TEXT:
         return _null_text()
     if name in _NULL_SIZES:
@@ -417,6 +432,11 @@ def _catalog_lookup(node: exp.Subquery) -> exp.Expression | None:
 def _no_relation(name: str) -> int:
     raise LoupeError(SqlState.UNDEFINED_TABLE, f'relation "{name}" does not exist')
 
+
+UNDEFINED_FUNCTION = "42883"
+# PostgreSQL's OIDs of the functions pg_type names (typinput…) that clients compare with
+# (pgjdbc: ``typinput = 'pg_catalog.array_in'::regproc`` tells arrays).
+PROCEDURE_OIDS = {"array_in": ARRAY_IN_OID}
 
 # PostgreSQL's OIDs of its catalog relations, for ``'pg_class'::regclass`` (pgjdbc and
 # DBeaver join pg_description on ``classoid = 'pg_class'::regclass``).

@@ -285,6 +285,21 @@ DBEAVER_TYPES = (
     " 'numeric', 'date', 'time', 'timestamp', 'timestamptz', 'interval', 'jsonb', 'uuid',"
     " 'unknown', '_int4', '_text', '_numeric') ORDER BY t.oid"
 )
+# pgjdbc's TypeInfoCache, for a type OID it does not know (DBeaver's driver).
+PGJDBC_TYPES = (
+    "SELECT typinput='pg_catalog.array_in'::regproc as is_array, typtype, typname, pg_type.oid"
+    " FROM pg_catalog.pg_type"
+    " LEFT JOIN (select ns.oid as nspoid, ns.nspname, r.r from pg_namespace as ns"
+    " join ( select s.r, (current_schemas(false))[s.r] as nspname"
+    " from generate_series(1, array_upper(current_schemas(false), 1)) as s(r) ) as r"
+    " using ( nspname ) ) as sp ON sp.nspoid = typnamespace"
+    " WHERE pg_type.oid = {oid} ORDER BY sp.r, pg_type.oid DESC",
+    "SELECT n.nspname = ANY(current_schemas(true)), n.nspname, t.typname"
+    " FROM pg_catalog.pg_type t JOIN pg_catalog.pg_namespace n ON t.typnamespace = n.oid"
+    " WHERE t.oid = {oid}",
+    "SELECT e.typdelim FROM pg_catalog.pg_type t, pg_catalog.pg_type e"
+    " WHERE t.oid = {oid} and t.typelem = e.oid",
+)
 # The columns DBeaver reads of pg_class and pg_attribute rows (c.* and a.* hold more: OIDs,
 # statistics and storage details that necessarily differ).
 _CLASS_READ = ("relname", "relkind", "relhasindex", "relpersistence", "relnatts", "description")
@@ -303,12 +318,15 @@ def _picked(
 async def test_client_catalog_queries_answer_as_postgresql(
     engine: TableHarness, postgres: psycopg.Connection
 ) -> None:
-    """psycopg's TypeInfo query, Grafana's information_schema pickers and DBeaver's
-    pg_namespace/pg_class/pg_attribute/pg_type browsing: PostgreSQL's columns and rows."""
+    """psycopg's TypeInfo query, pgjdbc's type lookups, Grafana's information_schema pickers
+    and DBeaver's pg_namespace/pg_class/pg_attribute/pg_type browsing: PostgreSQL's columns
+    and rows."""
     session = await _loupe_with_objects(engine)
     for name in ("int4", "integer", "text", "numeric", "bool", "timestamptz", "jsonb", "uuid"):
         sql = TYPE_INFO.format(name=name)
         assert await loupe_answer(engine, session, sql) == pg_answer(postgres, sql), name
+    for sql in (q.format(oid=oid) for q in PGJDBC_TYPES for oid in (23, 25, 1007, 1009)):
+        assert await loupe_answer(engine, session, sql) == pg_answer(postgres, sql), sql
     for sql in GRAFANA:
         assert await loupe_answer(engine, session, sql) == pg_answer(postgres, sql), sql
     pg_columns, pg_rows = pg_answer(postgres, DBEAVER_SCHEMAS)
