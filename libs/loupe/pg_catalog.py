@@ -228,7 +228,9 @@ SELECT {oid_of("r.id")} AS oid, r.name AS relname,
        0 AS relallvisible, 0 AS reltoastrelid,
        EXISTS (SELECT 1 FROM mz_catalog.mz_indexes AS x WHERE x.on_id = r.id) AS relhasindex,
        false AS relisshared, 'p' AS relpersistence, r.relkind,
-       (SELECT count(*) FROM mz_catalog.mz_columns AS col WHERE col.id = r.id)::int2 AS relnatts,
+       ((SELECT count(*) FROM mz_catalog.mz_columns AS col WHERE col.id = r.id)
+        + (SELECT count(*) FROM mz_catalog.mz_index_columns AS ic WHERE ic.index_id = r.id)
+       )::int2 AS relnatts,
        0::int2 AS relchecks,
        r.relkind IN ('v', 'm') AS relhasrules,  -- PostgreSQL's views are rewrite rules
        false AS relhastriggers,
@@ -253,6 +255,15 @@ SELECT {oid_of("c.id")} AS attrelid, c.name AS attname, {type_oid_of("c.type")} 
        NULL::text[] AS attacl, NULL::text[] AS attoptions, NULL::text[] AS attfdwoptions,
        NULL::text AS attmissingval
 FROM mz_catalog.mz_columns AS c
+UNION ALL
+SELECT {oid_of("ic.index_id")}, c.name, {type_oid_of("c.type")}, -1, -1::int2,
+       ic.index_position::int2, 0, -1, -1, false, 'i', 'x', '', false, false, false, '', '',
+       false, true, 0,
+       CASE WHEN c.type IN ('text', 'character varying') THEN {DEFAULT_COLLATION_OID} ELSE 0 END,
+       NULL::text[], NULL::text[], NULL::text[], NULL::text
+FROM mz_catalog.mz_index_columns AS ic
+JOIN mz_catalog.mz_indexes AS i ON i.id = ic.index_id
+JOIN mz_catalog.mz_columns AS c ON c.id = i.on_id AND c.position = ic.on_position
 """
 
 _TYPES = f"""
@@ -284,7 +295,11 @@ FROM mz_catalog.mz_roles AS r
 
 _INDEXES = f"""
 SELECT {oid_of("i.id")} AS indexrelid, {oid_of("i.on_id")} AS indrelid,
-       0::int2 AS indnatts, 0::int2 AS indnkeyatts, false AS indisunique,
+       (SELECT count(*) FROM mz_catalog.mz_index_columns AS ic WHERE ic.index_id = i.id)::int2
+         AS indnatts,
+       (SELECT count(*) FROM mz_catalog.mz_index_columns AS ic WHERE ic.index_id = i.id)::int2
+         AS indnkeyatts,
+       false AS indisunique,
        false AS indnullsnotdistinct, false AS indisprimary, false AS indisexclusion,
        true AS indimmediate, false AS indisclustered, true AS indisvalid,
        false AS indcheckxmin, true AS indisready, true AS indislive, false AS indisreplident,

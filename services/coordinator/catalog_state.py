@@ -30,6 +30,7 @@ from loupe.builtins import (
     MZ_CLUSTERS,
     MZ_COLUMNS,
     MZ_DATABASES,
+    MZ_INDEX_COLUMNS,
     MZ_INDEXES,
     MZ_MATERIALIZED_VIEWS,
     MZ_OBJECTS,
@@ -65,6 +66,7 @@ ITEM_COLLECTIONS = (
     MZ_VIEWS,
     MZ_MATERIALIZED_VIEWS,
     MZ_INDEXES,
+    MZ_INDEX_COLUMNS,
     MZ_SOURCES,
     MZ_OBJECTS,
     MZ_COLUMNS,
@@ -401,6 +403,8 @@ def item_rows(snapshot: catalog_pb2.CatalogSnapshot) -> dict[str, Counter[Row]]:
             index = state.objects.get(item.id)
             on_id = index.on_id if index is not None else None
             rows[MZ_INDEXES.id][(item.id, item.name, on_id, cluster_id, item.owner_id, sql)] += 1
+            for position, on_position in enumerate(index.key if index else (), start=1):
+                rows[MZ_INDEX_COLUMNS.id][(item.id, position, on_position + 1, None, True)] += 1
         elif item.type == "source":
             rows[MZ_SOURCES.id][(*common, None, item.owner_id, sql)] += 1
     return rows

@@ -243,7 +243,15 @@ def _rewrite_call(node: exp.Anonymous, search_path: Sequence[str]) -> exp.Expres
     if name == "pg_get_indexdef" and args:
         column = args[1] if len(args) > 1 else None
         if column is not None and not (isinstance(column, exp.Literal) and column.name == "0"):
-            return _null_text()  # one key column's expression: Loupe lists no index columns
+            # One key column's expression: the indexed object's column (Loupe's keys are columns).
+            return _scalar(
+                "SELECT max(c.name) FROM mz_catalog.mz_index_columns AS ic"
+                " JOIN mz_catalog.mz_indexes AS i ON i.id = ic.index_id"
+                " JOIN mz_catalog.mz_columns AS c ON c.id = i.on_id AND c.position = ic.on_position"
+                f" WHERE {oid_of('ic.index_id')} = arg_x AND ic.index_position = arg_n",
+                x=args[0],
+                n=column,
+            )
         return _scalar(
             f"SELECT max({index_definition('i.create_sql')}) FROM mz_catalog.mz_indexes AS i"
             f" WHERE {oid_of('i.id')} = arg_x",
