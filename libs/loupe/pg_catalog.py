@@ -350,6 +350,7 @@ _IDS = {
     "pg_indexes": "s625",
     "pg_rewrite": "s626",
     "pg_tablespace": "s627",
+    "pg_extension": "s628",
     "tables": "s650",
     "columns": "s651",
     "schemata": "s652",
@@ -456,6 +457,14 @@ PG_REWRITE = _view(
     _empty(
         "oid int4, rulename text, ev_class int4, ev_type text, ev_enabled text,"
         " is_instead bool, ev_qual text, ev_action text"
+    ),
+)
+PG_EXTENSION = _view(
+    PG_CATALOG,
+    "pg_extension",
+    _empty(
+        "oid int4, extname text, extowner int4, extnamespace int4, extrelocatable bool,"
+        " extversion text, extconfig int4[], extcondition text[]"
     ),
 )
 PG_TABLESPACE = _view(
@@ -689,6 +698,7 @@ VIEWS: dict[str, BuiltinView] = {
         PG_DEPEND,
         PG_REWRITE,
         PG_TABLESPACE,
+        PG_EXTENSION,
         PG_TRIGGER,
         PG_POLICY,
         PG_COLLATION,

@@ -177,6 +177,9 @@ class Compute:
         """``expression`` with the builtin views it names (as the session finds them) inlined."""
         relations = self.state.resolvable(session.database)
         search_path = search_path_schemas(session.search_path)
+        values = session_values(session)
+        # Folded before the rewrite too: string_to_array(current_setting('search_path'), …).
+        expression = fold_session_functions(expression, values)
         expression = rewrite_catalog_calls(
             expression,
             search_path=search_path,
@@ -185,7 +188,7 @@ class Compute:
         expression = inline_builtin_views(
             expression, search_path=search_path, is_relation=lambda name: name in relations
         )
-        return fold_session_functions(expression, session_values(session))
+        return fold_session_functions(expression, values)
 
     async def resolved(
         self, session: Session, expression: exp.Expression

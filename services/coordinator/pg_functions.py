@@ -257,6 +257,8 @@ def _rewrite_call(node: exp.Anonymous, search_path: Sequence[str]) -> exp.Expres
             f" WHERE {oid_of('i.id')} = arg_x",
             x=args[0],
         )
+    if name == "quote_ident" and len(args) == 1:
+        return _quote_ident(args[0])
     if name in ("array_upper", "array_lower") and len(args) == 2:
         # Loupe's arrays have one dimension, from 1: bounds of dimension 1, NULL otherwise.
         count = exp.Anonymous(this="cardinality", expressions=[args[0].copy()])
@@ -275,6 +277,55 @@ def _rewrite_call(node: exp.Anonymous, search_path: Sequence[str]) -> exp.Expres
     if name is not None and name.startswith("has_") and name.endswith("_privilege"):
         return exp.Boolean(this=True)
     return None
+
+
+def _quote_ident(value: exp.Expression) -> exp.Expression:
+    """``quote_ident(x)``: x, or x in double quotes (inner ones doubled) unless it is a plain
+    lower-case identifier. (PostgreSQL also quotes reserved keywords; this does not.)"""
+    plain = exp.RegexpLike(this=value.copy(), expression=exp.Literal.string("^[a-z_][a-z0-9_$]*$"))
+    doubled = exp.Anonymous(
+        this="replace",
+        expressions=[value.copy(), exp.Literal.string('"'), exp.Literal.string('""')],
+    )
+    quoted = exp.DPipe(
+        this=exp.DPipe(this=exp.Literal.string('"'), expression=doubled),
+        expression=exp.Literal.string('"'),
+    )
+    return exp.Paren(this=exp.Case(ifs=[exp.If(this=plain, true=value.copy())], default=quoted))
+
+
+def _string_to_array(node: exp.StringToArray) -> exp.Expression | None:
+    """``string_to_array(text, delimiter)`` of constants (Grafana splits ``search_path``):
+    the array; Loupe has no such function over columns."""
+    text, delimiter = node.this, node.expression
+    constants = all(isinstance(a, exp.Literal) and a.is_string for a in (text, delimiter))
+    if not constants or node.args.get("null") is not None:
+        return None
+    parts = text.name.split(delimiter.name) if delimiter.name else [text.name]
+    return exp.Cast(
+        this=exp.Array(expressions=[exp.Literal.string(p) for p in parts]),
+        to=exp.DataType.build("text[]", dialect="postgres"),
+    )
+
+
+def _scalar_in_from(node: exp.Table) -> exp.Expression | None:
+    """A scalar function in FROM (``FROM string_to_array(…) s``): as PostgreSQL reads it, one
+    row whose one column is named after the alias."""
+    call = node.this
+    table_functions = (exp.Explode, exp.Unnest, exp.GenerateSeries, exp.ExplodingGenerateSeries)
+    if isinstance(call, (exp.Identifier, *table_functions)):
+        return None
+    if isinstance(call, exp.Anonymous) and str(call.name).lower() in (
+        "generate_series",
+        "unnest",
+        "regexp_split_to_table",
+    ):
+        return None
+    if not isinstance(call, exp.Func):
+        return None
+    name = node.alias or call.sql_name().lower()
+    select = exp.select(exp.Alias(this=call.copy(), alias=exp.to_identifier(name)))
+    return exp.Subquery(this=select, alias=exp.TableAlias(this=exp.to_identifier(name)))
 
 
 def _rewrite_array_subquery(node: exp.Array) -> exp.Expression | None:
@@ -349,12 +400,12 @@ def rewrite_catalog_calls(
             replaced = _rewrite_call(node, search_path)
         elif isinstance(node, exp.Array):
             replaced = _rewrite_array_subquery(node)
-        elif (
-            isinstance(node, exp.Table)
-            and not isinstance(node.this, exp.Identifier)
-            and node.db.lower() == PG_CATALOG
-        ):
-            node.set("db", None)  # pg_catalog.unnest(…): the function itself
+        elif isinstance(node, exp.StringToArray):
+            replaced = _string_to_array(node)
+        elif isinstance(node, exp.Table) and not isinstance(node.this, exp.Identifier):
+            if node.db.lower() == PG_CATALOG:
+                node.set("db", None)  # pg_catalog.unnest(…): the function itself
+            replaced = _scalar_in_from(node)
         return replaced if replaced is not None else node
 
     return _post_order(_named(expression.copy()), transform)
@@ -499,6 +550,7 @@ def _has_work(expression: exp.Expression) -> bool:
         exp.Anonymous,
         exp.Array,
         exp.Subquery,
+        exp.StringToArray,
     )
     if any(True for _ in expression.find_all(*kinds)):
         return True
@@ -518,22 +570,13 @@ def fold_session_functions(expression: exp.Expression, session: SessionValues) -
         exp.Anonymous,
         exp.Column,
     )
-    if not any(True for _ in expression.find_all(*kinds)):
+    if not any(_is_session_function(n) for n in expression.find_all(*kinds)):
         return expression
 
     def transform(node: exp.Expression) -> exp.Expression:
         if isinstance(node, exp.CurrentUser | exp.SessionUser):
             return exp.Literal.string(session.user)
-        if (
-            isinstance(node, exp.Column)
-            and not node.table
-            and node.name.lower()
-            in (
-                "current_role",
-                "user",
-            )
-            and not node.this.quoted
-        ):
+        if isinstance(node, exp.Column) and _is_user_keyword(node):
             return exp.Literal.string(session.user)
         if isinstance(node, exp.CurrentSchema):
             return (
@@ -562,6 +605,19 @@ def fold_session_functions(expression: exp.Expression, session: SessionValues) -
         return node
 
     return expression.copy().transform(transform, copy=False)
+
+
+def _is_session_function(node: exp.Expr) -> bool:
+    if isinstance(node, exp.Column):
+        return _is_user_keyword(node)
+    if isinstance(node, exp.Anonymous):
+        return str(node.name).lower() in ("version", "current_setting")
+    return True
+
+
+def _is_user_keyword(node: exp.Column) -> bool:
+    """``current_role`` and ``user`` (keywords sqlglot reads as column names)."""
+    return not node.table and node.name.lower() in ("current_role", "user") and not node.this.quoted
 
 
 def _is_true(node: exp.Expression | None) -> bool:
