@@ -303,7 +303,9 @@ SELECT {oid_of("i.id")} AS indexrelid, {oid_of("i.on_id")} AS indrelid,
        false AS indnullsnotdistinct, false AS indisprimary, false AS indisexclusion,
        true AS indimmediate, false AS indisclustered, true AS indisvalid,
        false AS indcheckxmin, true AS indisready, true AS indislive, false AS indisreplident,
-       NULL::int2[] AS indkey, NULL::int4[] AS indcollation, NULL::int4[] AS indclass,
+       (SELECT array_agg(ic.on_position::int2 ORDER BY ic.index_position)
+        FROM mz_catalog.mz_index_columns AS ic WHERE ic.index_id = i.id) AS indkey,
+       NULL::int4[] AS indcollation, NULL::int4[] AS indclass,
        NULL::int2[] AS indoption, NULL::text AS indexprs, NULL::text AS indpred
 FROM mz_catalog.mz_indexes AS i
 """

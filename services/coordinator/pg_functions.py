@@ -270,7 +270,8 @@ def _rewrite_call(node: exp.Anonymous, search_path: Sequence[str]) -> exp.Expres
         return exp.Case(ifs=[exp.If(this=present, true=bound)])
     if name in _NULL_TEXT:
         return _null_text()
-    if name in _NULL_SIZES:
+    if name in _NULL_SIZES or (name is not None and name.startswith("pg_stat_get_")):
+        # (and PostgreSQL's access statistics, which Loupe does not keep)
         return exp.Cast(this=exp.Null(), to=exp.DataType.build("int8", dialect="postgres"))
     if name == "pg_relation_is_publishable":
         return exp.Boolean(this=False)

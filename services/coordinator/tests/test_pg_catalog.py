@@ -305,6 +305,34 @@ DBEAVER_COLUMNS = (
     " WHERE NOT a.attisdropped AND c.relkind not in ('i','I','c') AND c.oid={relation}"
     " ORDER BY a.attnum"
 )
+# DBeaver's navigator: databases, roles, the relation sizes and the index list of a table.
+DBEAVER_MORE = (
+    "SELECT db.oid,db.* FROM pg_catalog.pg_database db"
+    " WHERE datallowconn AND NOT datistemplate OR db.datname = current_database()"
+    " ORDER BY db.datname",
+    "SELECT a.oid,a.* FROM pg_catalog.pg_roles a ORDER BY a.rolname",
+    "select c.oid,pg_catalog.pg_total_relation_size(c.oid) as total_rel_size,"
+    "pg_catalog.pg_relation_size(c.oid) as rel_size FROM pg_class c"
+    " WHERE c.relnamespace={namespace}",
+    "SELECT i.*,i.indkey as keys,c.relname,c.relnamespace,c.relam,c.reltablespace,"
+    "tc.relname as tabrelname,dsc.description,"
+    "pg_catalog.pg_get_expr(i.indpred, i.indrelid) as pred_expr,"
+    "pg_catalog.pg_get_expr(i.indexprs, i.indrelid, true) as expr,"
+    "pg_catalog.pg_relation_size(i.indexrelid) as index_rel_size,"
+    "pg_catalog.pg_stat_get_numscans(i.indexrelid) as index_num_scans"
+    " FROM pg_catalog.pg_index i"
+    " INNER JOIN pg_catalog.pg_class c ON c.oid=i.indexrelid"
+    " INNER JOIN pg_catalog.pg_class tc ON tc.oid=i.indrelid"
+    " LEFT OUTER JOIN pg_catalog.pg_description dsc ON i.indexrelid=dsc.objoid"
+    " WHERE i.indrelid={relation} ORDER BY c.relname",
+    "SELECT t.oid,t.*,c.relkind,format_type(nullif(t.typbasetype, 0), t.typtypmod)"
+    " as base_type_name, d.description FROM pg_catalog.pg_type t"
+    " LEFT OUTER JOIN pg_catalog.pg_type et ON et.oid=t.typelem"
+    " LEFT OUTER JOIN pg_catalog.pg_class c ON c.oid=t.typrelid"
+    " LEFT OUTER JOIN pg_catalog.pg_description d ON t.oid=d.objoid"
+    " WHERE t.typname IS NOT NULL AND (c.relkind IS NULL OR c.relkind = 'c')"
+    " AND (et.typcategory IS NULL OR et.typcategory <> 'C')",
+)
 # (Types whose array type Loupe has: the others have typarray 0 in Loupe, bytea, varchar…)
 DBEAVER_TYPES = (
     "SELECT t.oid, t.typname, t.typtype, t.typcategory, t.typlen, t.typelem, t.typarray,"
@@ -388,6 +416,20 @@ async def test_client_catalog_queries_answer_as_postgresql(
     # PostgreSQL's system columns (ctid, xmin…, attnum < 0) Loupe has none of.
     pg_columns, pg_rows = _picked(pg_attributes, _ATTRIBUTE_READ)
     assert _picked(attributes, _ATTRIBUTE_READ) == (pg_columns, [r for r in pg_rows if r[2] > 0])
+    for template in DBEAVER_MORE:
+        sql = template.format(namespace=namespace, relation=relation)
+        pg_sql = template.format(namespace=pg_namespace[0], relation=pg_relation[0])
+        more, pg_more = await loupe_answer(engine, session, sql), pg_answer(postgres, pg_sql)
+        assert [c for c, _ in more[0] if c != "relhasoids"] == [c for c, _ in pg_more[0]], sql
+        assert more[1], sql
+        if "indkey as keys" in sql:  # the key columns' positions, as PostgreSQL's int2vector
+            assert _picked(more, ("keys", "relname", "tabrelname")) == (
+                [("keys", "_int2"), ("relname", "text"), ("tabrelname", "text")],
+                [([1], "t_a_idx", "t")],
+            )
+            # (psycopg reads an int2vector as its text, "1")
+            [(pg_keys,)] = _picked(pg_more, ("keys",))[1]
+            assert [int(k) for k in pg_keys.split()] == [1]
     types, pg_types = (
         await loupe_answer(engine, session, DBEAVER_TYPES),
         pg_answer(postgres, DBEAVER_TYPES),
