@@ -170,11 +170,9 @@ def _rewrite_cast(node: exp.Cast, regclass: Callable[[str], int]) -> exp.Express
             from loupe import sqltypes
 
             found = sqltypes.lookup(operand.name)
-            return (
-                _int(found.oid)
-                if found is not None
-                else exp.Cast(this=operand, to=exp.DataType.build("int4", dialect="postgres"))
-            )
+            if found is None:
+                raise LoupeError(UNDEFINED_OBJECT, f'type "{operand.name}" does not exist')
+            return _int(found.oid)
         if name == "regclass" and isinstance(operand, exp.Literal) and operand.is_string:
             return _int(regclass(operand.name))
         if name == "regproc" and isinstance(operand, exp.Literal) and operand.is_string:
@@ -187,7 +185,7 @@ def _rewrite_cast(node: exp.Cast, regclass: Callable[[str], int]) -> exp.Express
         return cast
     if name == "text" and operand.meta.get("pg_type") == "regtype":
         return _rewrite_call(
-            exp.Anonymous(this="format_type", expressions=[operand.this, exp.Null()]), ()
+            exp.Anonymous(this="format_type", expressions=[operand.this, exp.Null()]), (), regclass
         )
     if name == "text" and operand.meta.get("pg_type") == "regclass":
         return _scalar(
@@ -206,7 +204,9 @@ def _function_name(node: exp.Expression) -> str | None:
     return None
 
 
-def _rewrite_call(node: exp.Anonymous, search_path: Sequence[str]) -> exp.Expression | None:
+def _rewrite_call(
+    node: exp.Anonymous, search_path: Sequence[str], regclass: Callable[[str], int]
+) -> exp.Expression | None:
     name = _function_name(node)
     args = node.expressions
     if name == "pg_get_userbyid" and len(args) == 1:
@@ -257,6 +257,15 @@ def _rewrite_call(node: exp.Anonymous, search_path: Sequence[str]) -> exp.Expres
             f" WHERE {oid_of('i.id')} = arg_x",
             x=args[0],
         )
+    if name in ("to_regtype", "to_regclass") and len(args) == 1:
+        # The OID of the type or relation the constant names, NULL when there is none.
+        target = "regtype" if name == "to_regtype" else "regclass"
+        cast = exp.Cast(this=args[0].copy(), to=exp.DataType.build("text", dialect="postgres"))
+        cast.set("to", exp.ObjectIdentifier(this=target.upper()))
+        try:
+            return _rewrite_cast(cast, regclass)
+        except LoupeError:
+            return exp.Cast(this=exp.Null(), to=exp.DataType.build("int4", dialect="postgres"))
     if name == "quote_ident" and len(args) == 1:
         return _quote_ident(args[0])
     if name in ("array_upper", "array_lower") and len(args) == 2:
@@ -398,7 +407,7 @@ def rewrite_catalog_calls(
         elif isinstance(node, exp.Cast):
             replaced = _rewrite_cast(node, regclass)
         elif isinstance(node, exp.Anonymous):
-            replaced = _rewrite_call(node, search_path)
+            replaced = _rewrite_call(node, search_path, regclass)
         elif isinstance(node, exp.Array):
             replaced = _rewrite_array_subquery(node)
         elif isinstance(node, exp.StringToArray):
@@ -494,6 +503,7 @@ def _no_relation(name: str) -> int:
 
 
 UNDEFINED_FUNCTION = "42883"
+UNDEFINED_OBJECT = "42704"
 # PostgreSQL's OIDs of the functions pg_type names (typinput…) that clients compare with
 # (pgjdbc: ``typinput = 'pg_catalog.array_in'::regproc`` tells arrays).
 PROCEDURE_OIDS = {"array_in": ARRAY_IN_OID}

@@ -230,13 +230,14 @@ async def _check_describe(
         assert rows == expected, sql
 
 
-# psycopg's TypeInfo.fetch (psycopg.types.TypeInfo._get_info_query), for a type by name.
+# psycopg's TypeInfo.fetch (psycopg.types.TypeInfo._get_info_query), for a type by name: with
+# to_regtype() for servers from 9.4 on (Loupe reports 9.5.0), ::regtype before.
 TYPE_INFO = """\
 SELECT
     typname AS name, oid, typarray AS array_oid,
     oid::regtype::text AS regtype, typdelim AS delimiter
 FROM pg_type t
-WHERE t.oid = '{name}'::regtype
+WHERE t.oid = {regtype}
 ORDER BY t.oid
 """
 # Grafana's PostgreSQL data source (postgresMetaQuery.ts): its version and TimescaleDB checks,
@@ -383,9 +384,16 @@ async def test_client_catalog_queries_answer_as_postgresql(
     and DBeaver's pg_namespace/pg_class/pg_attribute/pg_type browsing: PostgreSQL's columns
     and rows."""
     session = await _loupe_with_objects(engine)
-    for name in ("int4", "integer", "text", "numeric", "bool", "timestamptz", "jsonb", "uuid"):
-        sql = TYPE_INFO.format(name=name)
-        assert await loupe_answer(engine, session, sql) == pg_answer(postgres, sql), name
+    for name in ("int4", "integer", "text", "numeric", "bool", "timestamptz", "jsonb", "no_such"):
+        for regtype in (f"to_regtype('{name}')", f"'{name}'::regtype"):
+            sql = TYPE_INFO.format(regtype=regtype)
+            if name == "no_such" and "::" in regtype:  # an error, PostgreSQL's
+                with pytest.raises(psycopg.Error) as pg_error:
+                    pg_answer(postgres, sql)
+                error = await engine.error(session, sql)
+                assert error.code == pg_error.value.sqlstate
+                continue
+            assert await loupe_answer(engine, session, sql) == pg_answer(postgres, sql), sql
     for sql in (q.format(oid=oid) for q in PGJDBC_TYPES for oid in (23, 25, 1007, 1009)):
         assert await loupe_answer(engine, session, sql) == pg_answer(postgres, sql), sql
     for sql in GRAFANA:
