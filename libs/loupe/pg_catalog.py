@@ -515,7 +515,9 @@ PG_PROC = _view(
         " provolatile text, proparallel text, pronargs int2, pronargdefaults int2,"
         " prorettype int4, proargtypes int4[], proallargtypes int4[], proargmodes text[],"
         " proargnames text[], proargdefaults text, protrftypes int4[], prosrc text,"
-        " probin text, prosqlbody text, proconfig text[], proacl text[]"
+        " probin text, prosqlbody text, proconfig text[], proacl text[],"
+        # PostgreSQL 9.5's, which psql's \\df asks a 9.5 server for (as relhasoids).
+        " proisagg bool, proiswindow bool"
     ),
 )
 PG_TABLES = _view(

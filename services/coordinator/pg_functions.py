@@ -23,9 +23,10 @@ planner and engine already have:
 - ``fold_session_functions`` (after inlining, so the views' own calls are
   folded too): the session's values as literals, as the planner folds ``now()``.
 
-``pg_table_is_visible(oid)`` is true for relations of the schemas on the
-session's ``search_path``. PostgreSQL's also counts the implicit ``pg_catalog``
-(which psql filters out by name); Loupe's implicit ``mz_catalog`` is not counted,
+``pg_table_is_visible(oid)`` (and ``pg_type_is_visible``,
+``pg_function_is_visible``) is true for objects of ``pg_catalog`` and of the
+schemas on the session's ``search_path``, as PostgreSQL's (psql filters
+``pg_catalog`` out by name); Loupe's implicit ``mz_catalog`` is not counted,
 so that ``\\d`` lists the user's relations rather than hundreds of builtins.
 Shadowing (an earlier schema's relation of the same name hiding a later one's)
 is not checked.
@@ -169,7 +170,10 @@ def _rewrite_cast(node: exp.Cast, regclass: Callable[[str], int]) -> exp.Express
         if name == "regtype" and isinstance(operand, exp.Literal) and operand.is_string:
             from loupe import sqltypes
 
-            found = sqltypes.lookup(operand.name)
+            spelled = operand.name.lower().removeprefix("pg_catalog.")
+            if spelled in PSEUDO_TYPE_OIDS:
+                return _int(PSEUDO_TYPE_OIDS[spelled])
+            found = sqltypes.lookup(spelled)
             if found is None:
                 raise LoupeError(UNDEFINED_OBJECT, f'type "{operand.name}" does not exist')
             return _int(found.oid)
@@ -213,11 +217,18 @@ def _rewrite_call(
         return _scalar(
             "SELECT max(r.rolname) FROM pg_catalog.pg_roles AS r WHERE r.oid = arg_x", x=args[0]
         )
-    if name == "pg_table_is_visible" and len(args) == 1:
-        schemas = ", ".join("'" + s.replace("'", "''") + "'" for s in search_path) or "NULL"
+    visible_in = {
+        "pg_table_is_visible": ("pg_class", "relnamespace"),
+        "pg_type_is_visible": ("pg_type", "typnamespace"),
+        "pg_function_is_visible": ("pg_proc", "pronamespace"),
+    }
+    if name in visible_in and len(args) == 1:
+        relation, namespace = visible_in[name]
+        visible = (PG_CATALOG, *search_path)
+        schemas = ", ".join("'" + s.replace("'", "''") + "'" for s in visible)
         subquery = _select(
-            "SELECT c.oid FROM pg_catalog.pg_class AS c"
-            " JOIN pg_catalog.pg_namespace AS n ON n.oid = c.relnamespace"
+            f"SELECT x.oid FROM pg_catalog.{relation} AS x"
+            f" JOIN pg_catalog.pg_namespace AS n ON n.oid = x.{namespace}"
             f" WHERE n.nspname IN ({schemas})"
         )
         return exp.In(this=args[0].copy(), query=exp.Subquery(this=subquery))
@@ -504,6 +515,19 @@ def _no_relation(name: str) -> int:
 
 UNDEFINED_FUNCTION = "42883"
 UNDEFINED_OBJECT = "42704"
+# PostgreSQL's pseudo-types (functions' argument and result types, which psql's \\df
+# compares with: ``prorettype = 'pg_catalog.trigger'::pg_catalog.regtype``).
+PSEUDO_TYPE_OIDS = {
+    "record": 2249,
+    "cstring": 2275,
+    "any": 2276,
+    "anyarray": 2277,
+    "void": 2278,
+    "trigger": 2279,
+    "internal": 2281,
+    "anyelement": 2283,
+    "event_trigger": 3838,
+}
 # PostgreSQL's OIDs of the functions pg_type names (typinput…) that clients compare with
 # (pgjdbc: ``typinput = 'pg_catalog.array_in'::regproc`` tells arrays).
 PROCEDURE_OIDS = {"array_in": ARRAY_IN_OID}

@@ -79,8 +79,11 @@ def pg_answer(
     connection: psycopg.Connection, sql: str
 ) -> tuple[list[tuple[str, str]], list[tuple]]:
     """(columns as (name, Loupe type), rows) of ``sql`` on PostgreSQL."""
-    # PostgreSQL 15 has no relhasoids (psql asks a 9.5 server for it): false, as on 9.5.
-    cursor = connection.execute(sql.replace("c.relhasoids", "false AS relhasoids"))
+    # PostgreSQL 15 has no relhasoids, proisagg, proiswindow (psql asks a 9.5 server for
+    # them): false, as they are on 9.5 for these objects.
+    sql = sql.replace("c.relhasoids", "false AS relhasoids")
+    sql = sql.replace("p.proisagg", "false").replace("p.proiswindow", "false")
+    cursor = connection.execute(sql)
     columns: list[tuple[str, str]] = []
     for column in cursor.description or ():
         typname = connection.execute(
@@ -153,6 +156,9 @@ async def test_psql_listings_answer_as_postgresql(
         expected = [_normalized(tuple(r[i] for i in kept), pg_user) for r in pg_rows]
         assert [tuple(r[i] for i in kept) for r in rows] == expected, command
         assert rows, command
+    # \\df: no functions outside pg_catalog, in either.
+    [functions] = QUERIES["\\df"]
+    assert await loupe_answer(engine, session, functions) == pg_answer(postgres, functions)
     for command in ("\\dn+", "\\l+", "\\du+"):
         [sql] = QUERIES[command]
         columns, _ = await loupe_answer(engine, session, sql)
