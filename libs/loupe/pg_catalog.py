@@ -353,6 +353,12 @@ _IDS = {
     "pg_rewrite": "s626",
     "pg_tablespace": "s627",
     "pg_extension": "s628",
+    "pg_cast": "s629",
+    "pg_operator": "s630",
+    "pg_event_trigger": "s631",
+    "pg_conversion": "s632",
+    "pg_enum": "s633",
+    "pg_range": "s634",
     "tables": "s650",
     "columns": "s651",
     "schemata": "s652",
@@ -467,6 +473,54 @@ PG_EXTENSION = _view(
     _empty(
         "oid int4, extname text, extowner int4, extnamespace int4, extrelocatable bool,"
         " extversion text, extconfig int4[], extcondition text[]"
+    ),
+)
+# Relations of things Loupe has none of that clients list (psql's \\dC, \\do, \\dy, \\dc,
+# \\dT's enums, asyncpg's ranges): empty, with PostgreSQL's columns.
+PG_CAST = _view(
+    PG_CATALOG,
+    "pg_cast",
+    _empty(
+        "oid int4, castsource int4, casttarget int4, castfunc int4, castcontext text,"
+        " castmethod text"
+    ),
+)
+PG_OPERATOR = _view(
+    PG_CATALOG,
+    "pg_operator",
+    _empty(
+        "oid int4, oprname text, oprnamespace int4, oprowner int4, oprkind text,"
+        " oprcanmerge bool, oprcanhash bool, oprleft int4, oprright int4, oprresult int4,"
+        " oprcom int4, oprnegate int4, oprcode int4, oprrest int4, oprjoin int4"
+    ),
+)
+PG_EVENT_TRIGGER = _view(
+    PG_CATALOG,
+    "pg_event_trigger",
+    _empty(
+        "oid int4, evtname text, evtevent text, evtowner int4, evtfoid int4, evtenabled text,"
+        " evttags text[]"
+    ),
+)
+PG_CONVERSION = _view(
+    PG_CATALOG,
+    "pg_conversion",
+    _empty(
+        "oid int4, conname text, connamespace int4, conowner int4, conforencoding int4,"
+        " contoencoding int4, conproc int4, condefault bool"
+    ),
+)
+PG_ENUM = _view(
+    PG_CATALOG,
+    "pg_enum",
+    _empty("oid int4, enumtypid int4, enumsortorder float4, enumlabel text"),
+)
+PG_RANGE = _view(
+    PG_CATALOG,
+    "pg_range",
+    _empty(
+        "rngtypid int4, rngsubtype int4, rngmultitypid int4, rngcollation int4,"
+        " rngsubopc int4, rngcanonical int4, rngsubdiff int4"
     ),
 )
 PG_TABLESPACE = _view(
@@ -703,6 +757,12 @@ VIEWS: dict[str, BuiltinView] = {
         PG_REWRITE,
         PG_TABLESPACE,
         PG_EXTENSION,
+        PG_CAST,
+        PG_OPERATOR,
+        PG_EVENT_TRIGGER,
+        PG_CONVERSION,
+        PG_ENUM,
+        PG_RANGE,
         PG_TRIGGER,
         PG_POLICY,
         PG_COLLATION,

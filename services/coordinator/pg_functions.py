@@ -54,6 +54,7 @@ from loupe.pg_catalog import (
     oid_for,
     oid_of,
 )
+from loupe.pg_catalog import VIEWS as PG_VIEWS
 
 # The version() PostgreSQL clients parse (Materialize reports 9.5.0 as server_version).
 VERSION = "PostgreSQL 9.5.0 on x86_64-pc-linux-gnu (Loupe)"
@@ -221,6 +222,9 @@ def _rewrite_call(
         "pg_table_is_visible": ("pg_class", "relnamespace"),
         "pg_type_is_visible": ("pg_type", "typnamespace"),
         "pg_function_is_visible": ("pg_proc", "pronamespace"),
+        "pg_operator_is_visible": ("pg_operator", "oprnamespace"),
+        "pg_conversion_is_visible": ("pg_conversion", "connamespace"),
+        "pg_collation_is_visible": ("pg_collation", "collnamespace"),
     }
     if name in visible_in and len(args) == 1:
         relation, namespace = visible_in[name]
@@ -356,11 +360,34 @@ def _rewrite_array_subquery(node: exp.Array) -> exp.Expression | None:
     select = node.expressions[0].copy()
     if len(select.expressions) != 1:
         return None
+    unnested = _unnested_array(select)
+    if unnested is not None:
+        return exp.Coalesce(this=unnested, expressions=[exp.Literal.string("{}")])
     select.set("order", None)
     value = select.expressions[0]
     value = value.this if isinstance(value, exp.Alias) else value
     select.set("expressions", [exp.ArrayAgg(this=value.copy())])
     return exp.Coalesce(this=exp.Subquery(this=select), expressions=[exp.Literal.string("{}")])
+
+
+def _unnested_array(select: exp.Select) -> exp.Expression | None:
+    """``a`` when ``select`` is ``SELECT x FROM unnest(a) AS t(x)``: its rows are a's elements
+    in order, so ``ARRAY(select)`` is ``a`` (psql's ``\\dy`` lists tags that way)."""
+    source = select.args.get("from_") or select.args.get("from")
+    if source is None or any(select.args.get(k) for k in ("joins", "where", "group", "order")):
+        return None
+    table = source.this
+    call = table.this if isinstance(table, exp.Table) else table
+    if not isinstance(call, exp.Explode):  # unnest(a) of one array
+        return None
+    alias = table.args.get("alias")
+    names = {alias.name} if alias is not None else set()
+    names |= {c.name for c in (alias.args.get("columns") or [])} if alias is not None else set()
+    item = select.expressions[0]
+    item = item.this if isinstance(item, exp.Alias) else item
+    if not isinstance(item, exp.Column) or item.name not in names:
+        return None
+    return call.this.copy()
 
 
 def _rewrite_operator(node: exp.Operator) -> exp.Expression | None:
@@ -532,42 +559,21 @@ PSEUDO_TYPE_OIDS = {
 # (pgjdbc: ``typinput = 'pg_catalog.array_in'::regproc`` tells arrays).
 PROCEDURE_OIDS = {"array_in": ARRAY_IN_OID}
 
-# PostgreSQL's OIDs of its catalog relations, for ``'pg_class'::regclass`` (pgjdbc and
-# DBeaver join pg_description on ``classoid = 'pg_class'::regclass``).
-CATALOG_RELATION_OIDS = {
-    "pg_type": 1247,
-    "pg_attribute": 1249,
-    "pg_proc": 1255,
-    "pg_class": 1259,
-    "pg_authid": 1260,
-    "pg_database": 1262,
-    "pg_attrdef": 2604,
-    "pg_constraint": 2606,
-    "pg_inherits": 2611,
-    "pg_index": 2610,
-    "pg_description": 2609,
-    "pg_namespace": 2615,
-    "pg_trigger": 2620,
-    "pg_am": 2601,
-    "pg_depend": 2608,
-    "pg_collation": 3456,
-    "pg_policy": 3256,
-}
-
 
 def regclass_resolver(
     search_path: Sequence[str], relations: Mapping[str, Any]
 ) -> Callable[[str], int]:
-    """``'name'::regclass`` for a session: a pg_catalog relation's PostgreSQL OID, or the
-    derived OID of the relation the name resolves to on ``search_path``; 42P01 otherwise."""
+    """``'name'::regclass`` for a session: the OID of the relation (or pg_catalog view,
+    ``pg_class`` lists them) the name resolves to on ``search_path``; 42P01 otherwise."""
 
     def resolve(text: str) -> int:
         parts = [p.strip().strip('"') for p in text.split(".")]
         name = parts[-1] if parts[-1].startswith('"') else parts[-1].lower()
         schemas = [parts[-2]] if len(parts) > 1 else [PG_CATALOG, *IMPLICIT_SCHEMAS, *search_path]
         for schema in schemas:
-            if schema == PG_CATALOG and name in CATALOG_RELATION_OIDS:
-                return CATALOG_RELATION_OIDS[name]
+            view = PG_VIEWS.get(f"{schema}.{name}")
+            if view is not None and view.id is not None:
+                return oid_for(view.id)
             relation = relations.get(f"{schema}.{name}")
             if relation is not None:
                 return oid_for(relation.id)

@@ -156,9 +156,6 @@ async def test_psql_listings_answer_as_postgresql(
         expected = [_normalized(tuple(r[i] for i in kept), pg_user) for r in pg_rows]
         assert [tuple(r[i] for i in kept) for r in rows] == expected, command
         assert rows, command
-    # \\df: no functions outside pg_catalog, in either.
-    [functions] = QUERIES["\\df"]
-    assert await loupe_answer(engine, session, functions) == pg_answer(postgres, functions)
     for command in ("\\dn+", "\\l+", "\\du+"):
         [sql] = QUERIES[command]
         columns, _ = await loupe_answer(engine, session, sql)
@@ -184,6 +181,35 @@ async def test_psql_listings_answer_as_postgresql(
     [superuser] = [r for r in rows if r[0] == LOUPE_USER]
     # rolsuper, rolinherit, rolcanlogin, rolconnlimit, memberof as PostgreSQL's superuser's.
     assert [superuser[i] for i in (1, 2, 5, 6, 8)] == [pg_superuser[i] for i in (1, 2, 5, 6, 8)]
+
+
+# psql's listings of what Loupe has none of, or only builtins of (PostgreSQL lists its own casts,
+# operators, conversions, extensions): PostgreSQL's columns; the same rows where neither has
+# builtins to list.
+OTHER_LISTINGS = ("\\dT", "\\dx", "\\db", "\\dC", "\\do", "\\dy", "\\dc", "\\dD", "\\df", "\\dS")
+SAME_ROWS = ("\\dT", "\\dy", "\\dD", "\\df")
+
+
+async def test_psql_other_listings_answer_as_postgresql(
+    engine: TableHarness, postgres: psycopg.Connection
+) -> None:
+    """\\dT, \\dx, \\db, \\dC, \\do, \\dy, \\dc, \\dD, \\df, \\dS: PostgreSQL's columns; the
+    same rows where PostgreSQL has no builtins to list; \\db lists pg_default and pg_global;
+    \\dS lists the pg_catalog views."""
+    session = await engine.session()
+    for command in OTHER_LISTINGS:
+        [sql] = QUERIES[command]
+        columns, rows = await loupe_answer(engine, session, sql)
+        pg_columns, pg_rows = pg_answer(postgres, sql)
+        assert columns == pg_columns, command
+        if command in SAME_ROWS:
+            assert rows == pg_rows, command
+        elif command == "\\db":
+            assert [r[0] for r in rows] == [r[0] for r in pg_rows] == ["pg_default", "pg_global"]
+        elif command == "\\dS":
+            listed = {(r[0], r[1], r[2]) for r in rows}
+            assert ("pg_catalog", "pg_class", "view") in listed
+            assert ("pg_catalog", "pg_class", "table") in {(r[0], r[1], r[2]) for r in pg_rows}
 
 
 def _describe_queries(command: str, oid: int) -> list[str]:
