@@ -109,6 +109,8 @@ class SessionValues:
     database: str
     search_path: tuple[str, ...]
     setting: Callable[[str], str | None]
+    # Every setting's name, for current_setting(x) of a column (psql's \\dconfig).
+    names: tuple[str, ...] = ()
 
 
 def _select(sql: str) -> exp.Expression:
@@ -643,9 +645,21 @@ def fold_session_functions(expression: exp.Expression, session: SessionValues) -
                 if isinstance(setting, exp.Literal) and setting.is_string:
                     value = session.setting(setting.name.lower())
                     return exp.Literal.string(value) if value is not None else _null_text()
+                if session.names:  # of a column: each setting's value, NULL for others
+                    return _settings_case(setting, session)
         return node
 
     return expression.copy().transform(transform, copy=False)
+
+
+def _settings_case(setting: exp.Expression, session: SessionValues) -> exp.Expression:
+    whens = []
+    for name in session.names:
+        value = session.setting(name)
+        if value is not None:
+            whens.append(exp.If(this=exp.Literal.string(name), true=exp.Literal.string(value)))
+    lowered = exp.Lower(this=setting.copy())
+    return exp.Paren(this=exp.Case(this=lowered, ifs=whens, default=_null_text()))
 
 
 def _is_session_function(node: exp.Expr) -> bool:
@@ -667,6 +681,7 @@ def _is_true(node: exp.Expression | None) -> bool:
 
 def session_values(session: Any) -> SessionValues:
     """The values of ``session`` (a ``loupe.coordinator.session.Session``) for the functions."""
+    from loupe.coordinator.session import VARIABLES
     from loupe.coordinator.sql.resolve import search_path_schemas
 
     return SessionValues(
@@ -674,4 +689,5 @@ def session_values(session: Any) -> SessionValues:
         database=session.database,
         search_path=tuple(search_path_schemas(session.search_path)),
         setting=session.get,
+        names=(*VARIABLES, "is_superuser"),
     )

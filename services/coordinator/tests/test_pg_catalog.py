@@ -506,7 +506,9 @@ async def test_catalog_views_are_listed_as_materialize_lists_its_own(engine: Tab
     assert listed == [("v", "pg_catalog")]
 
 
-async def test_session_functions_answer_from_the_session(engine: TableHarness) -> None:
+async def test_session_functions_answer_from_the_session(
+    engine: TableHarness, postgres: psycopg.Connection
+) -> None:
     """current_user, current_database(), current_schemas, current_setting, pg_settings and
     version() give the session's values, as SHOW does; pg_get_viewdef gives the definition."""
     session = await engine.session()
@@ -531,6 +533,13 @@ async def test_session_functions_answer_from_the_session(engine: TableHarness) -
         session, "SELECT setting FROM pg_settings WHERE name IN ('search_path', 'server_version')"
     )
     assert sorted(settings) == sorted([(shown_path,), (version,)])
+    # current_setting of a column (psql's \\dconfig): each setting's own value.
+    by_name = await engine.rows(session, "SELECT setting, current_setting(name) FROM pg_settings")
+    assert by_name
+    assert all(setting == current for setting, current in by_name)
+    [dconfig] = QUERIES["\\dconfig"]
+    columns, _ = await loupe_answer(engine, session, dconfig)
+    assert columns == pg_answer(postgres, dconfig)[0]
     await engine.tag(session, "CREATE TABLE t (a int)")
     await engine.tag(session, "CREATE VIEW v AS SELECT a FROM t")
     [(definition, viewdef)] = await engine.rows(
