@@ -12,7 +12,8 @@ planner and engine already have:
 
 - ``rewrite_catalog_calls`` (before builtin views are inlined): lookups become
   scalar subqueries over the ``pg_catalog`` views (``pg_get_userbyid(x)`` is
-  ``(SELECT rolname FROM pg_catalog.pg_roles WHERE oid = x)``), so they answer
+  ``(SELECT max(rolname) FROM pg_catalog.pg_roles WHERE oid = x)``: over a key,
+  the one row's value, as an aggregate the planner decorrelates), so they answer
   from the catalog at the query's timestamp as any join does; ``format_type``
   and ``pg_encoding_to_char`` become CASEs over the fixed type and encoding
   tables; the functions of things Loupe has none of (descriptions, column
@@ -20,8 +21,10 @@ planner and engine already have:
   them; the syntax is rewritten to Loupe's (``OPERATOR(pg_catalog.~)`` is
   ``~``, the default collation is no collation, ``ARRAY(subquery)`` is an
   ``array_agg`` of it, empty when it has no rows).
-- ``fold_session_functions`` (after inlining, so the views' own calls are
-  folded too): the session's values as literals, as the planner folds ``now()``.
+- ``fold_session_functions`` (before the rewrite, and after inlining, so the
+  views' own calls are folded too): the session's values as literals, as the
+  planner folds ``now()``; ``current_setting`` of a column is a CASE over the
+  session's settings.
 
 ``pg_table_is_visible(oid)`` (and ``pg_type_is_visible``,
 ``pg_function_is_visible``) is true for objects of ``pg_catalog`` and of the
@@ -41,6 +44,7 @@ from typing import Any
 
 from sqlglot import exp
 
+from loupe import sqltypes
 from loupe.builtins import IMPLICIT_SCHEMAS
 from loupe.common.errors import LoupeError, SqlState
 from loupe.coordinator.sql.parser import parse_one
@@ -120,7 +124,7 @@ def _select(sql: str) -> exp.Expression:
 
 
 def _scalar(sql: str, **args: exp.Expression) -> exp.Expression:
-    """``(sql)`` as a scalar subquery with ``{name}`` placeholders replaced by ``args``."""
+    """``(sql)`` as a scalar subquery with its ``arg_<name>`` columns replaced by ``args``."""
     tree = _select(sql)
     for placeholder in list(tree.find_all(exp.Column)):
         name = placeholder.name
@@ -171,8 +175,6 @@ def _rewrite_cast(node: exp.Cast, regclass: Callable[[str], int]) -> exp.Express
     operand = node.this
     if name in _OID_TYPES:
         if name == "regtype" and isinstance(operand, exp.Literal) and operand.is_string:
-            from loupe import sqltypes
-
             spelled = operand.name.lower().removeprefix("pg_catalog.")
             if spelled in PSEUDO_TYPE_OIDS:
                 return _int(PSEUDO_TYPE_OIDS[spelled])
