@@ -33,7 +33,9 @@ def type_oid(type_name: str) -> int:
 
 
 def type_size(type_name: str) -> int:
-    return {"bool": 1, "int2": 2, "int4": 4, "int8": 8, "float4": 4, "float8": 8}.get(type_name, -1)
+    return {"bool": 1, "int2": 2, "int4": 4, "int8": 8, "float4": 4, "float8": 8}.get(
+        type_name, -1
+    )
 
 
 def encode_text(value: Any, type_name: str) -> bytes:
