@@ -185,6 +185,20 @@ MZ_INDEXES = BuiltinCollection(
     ),
     "catalog",
 )
+# Each index's key columns, as Materialize's (on_expression: Loupe's keys are columns, NULL).
+MZ_INDEX_COLUMNS = BuiltinCollection(
+    "s116",
+    "mz_catalog",
+    "mz_index_columns",
+    (
+        ("index_id", "text"),
+        ("index_position", "uint8"),
+        ("on_position", "uint8"),
+        ("on_expression", "text"),
+        ("nullable", "bool"),
+    ),
+    "catalog",
+)
 MZ_SOURCES = BuiltinCollection(
     "s111",
     "mz_catalog",
@@ -571,6 +585,7 @@ BUILTIN_COLLECTIONS: tuple[BuiltinCollection, ...] = (
     MZ_VIEWS,
     MZ_MATERIALIZED_VIEWS,
     MZ_INDEXES,
+    MZ_INDEX_COLUMNS,
     MZ_SOURCES,
     MZ_OBJECTS,
     MZ_COLUMNS,
@@ -596,6 +611,9 @@ class BuiltinView:
     schema: str
     name: str
     sql: str
+    # The id it is listed under in mz_views, mz_objects and mz_columns (as Materialize lists
+    # its builtin views); None: not listed (yet).
+    id: str | None = None
 
     @property
     def qualified_name(self) -> str:

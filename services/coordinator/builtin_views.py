@@ -5,6 +5,9 @@ its place, as a subquery with the view's name as alias; views over views are
 inlined until none is left. Two families:
 
 - the statement log's views (``loupe.builtins.BUILTIN_VIEWS``, ``mz_internal``);
+- PostgreSQL's catalog (``loupe.pg_catalog.VIEWS``, ``pg_catalog`` and
+  ``information_schema``); ``pg_catalog`` is searched first for unqualified
+  names, as PostgreSQL searches it (it holds views only, so no relation shadows);
 - the introspection views (``loupe.introspection.views.VIEWS``), in two schemas:
   ``mz_introspection.<view>`` reads the raw logs of the replica a query
   targets, ``mz_internal.<view>`` the persisted collections of every replica
@@ -28,11 +31,13 @@ from loupe.builtins import BUILTIN_VIEWS, IMPLICIT_SCHEMAS
 from loupe.coordinator.sql.parser import parse_one
 from loupe.coordinator.sql.statements import Query
 from loupe.introspection.views import INTERNAL, INTROSPECTION, VIEWS, passed_over
+from loupe.pg_catalog import PG_CATALOG
+from loupe.pg_catalog import VIEWS as PG_VIEWS
 
 
 def view_sql(schema: str, name: str) -> str | None:
     """The query of the builtin view ``schema.name``, if there is one."""
-    builtin = BUILTIN_VIEWS.get(f"{schema}.{name}")
+    builtin = BUILTIN_VIEWS.get(f"{schema}.{name}") or PG_VIEWS.get(f"{schema}.{name}")
     if builtin is not None:
         return builtin.sql
     view = VIEWS.get(name) if schema in (INTROSPECTION, INTERNAL) else None
@@ -66,7 +71,7 @@ def inline_builtin_views(
     ``is_relation(schema.name)``: whether a relation (not a view) has that
     name, so that it shadows a view later on the path.
     """
-    schemas = (*IMPLICIT_SCHEMAS, *search_path)
+    schemas = (PG_CATALOG, *IMPLICIT_SCHEMAS, *search_path)
     if not _views_named(expression, schemas, is_relation):
         return expression
     expression = expression.copy()
@@ -114,3 +119,31 @@ def _view_named(
         if view_sql(schema, name) is not None:
             return (schema, name)
     return None
+
+
+# The session the columns of a builtin view are typed in (the values do not matter).
+_TYPING_SESSION_USER = "mz_system"
+
+
+@cache
+def builtin_view_columns(schema: str, name: str) -> tuple[tuple[str, str], ...]:
+    """(name, type) of each column of the builtin view ``schema.name``, as the planner types
+    its query (for mz_columns, where the listed builtin views' columns are)."""
+    from loupe.builtins import BY_QUALIFIED_NAME
+    from loupe.coordinator.objects import relation_columns
+    from loupe.coordinator.pg_functions import SessionValues, fold_session_functions
+    from loupe.coordinator.plan import plan_query
+    from loupe.coordinator.sql.resolve import resolve_relations
+
+    expression = inline_builtin_views(_view_query(schema, name).copy())
+    session = SessionValues(
+        user=_TYPING_SESSION_USER, database="", search_path=(), setting=lambda _name: ""
+    )
+    expression = fold_session_functions(expression, session)
+    expression, relations = resolve_relations(expression, collections=BY_QUALIFIED_NAME)
+
+    def resolve(qualified: str) -> tuple[str, list[tuple[str, str]]] | None:
+        found = relations.get(qualified)
+        return (found.id, relation_columns(found)) if found is not None else None
+
+    return tuple(plan_query(expression, resolve).columns)

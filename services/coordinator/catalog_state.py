@@ -30,6 +30,7 @@ from loupe.builtins import (
     MZ_CLUSTERS,
     MZ_COLUMNS,
     MZ_DATABASES,
+    MZ_INDEX_COLUMNS,
     MZ_INDEXES,
     MZ_MATERIALIZED_VIEWS,
     MZ_OBJECTS,
@@ -43,6 +44,7 @@ from loupe.builtins import (
 )
 from loupe.common.logging import get_logger
 from loupe.coordinator.audit_log import AUDIT_COLLECTIONS, AuditLog, Row
+from loupe.coordinator.builtin_views import builtin_view_columns
 from loupe.coordinator.introspection import (
     LOG_RELATIONS,
     Relations,
@@ -53,6 +55,7 @@ from loupe.coordinator.introspection import (
 from loupe.coordinator.objects import ComputeObject, load_objects, relation_columns
 from loupe.coordinator.tables import Table, columns_of
 from loupe.interval import Interval
+from loupe.pg_catalog import VIEWS as PG_VIEWS
 from loupe.proto.catalog.v1 import catalog_pb2
 from loupe.sqltypes import display_name
 
@@ -63,6 +66,7 @@ ITEM_COLLECTIONS = (
     MZ_VIEWS,
     MZ_MATERIALIZED_VIEWS,
     MZ_INDEXES,
+    MZ_INDEX_COLUMNS,
     MZ_SOURCES,
     MZ_OBJECTS,
     MZ_COLUMNS,
@@ -351,6 +355,17 @@ def item_rows(snapshot: catalog_pb2.CatalogSnapshot) -> dict[str, Counter[Row]]:
         rows[MZ_OBJECTS.id][(builtin.id, schema_id, builtin.name, "table", "s1", None)] += 1
         for position, (name, kind) in enumerate(builtin.columns, start=1):
             rows[MZ_COLUMNS.id][(builtin.id, name, position, True, display_name(kind))] += 1
+    # The builtin views listed as Materialize lists its own (pg_catalog's; information_schema's
+    # once the catalog has that schema).
+    for view in PG_VIEWS.values():
+        schema_id = schema_ids.get(view.schema)
+        if view.id is None or schema_id is None:
+            continue
+        rows[MZ_VIEWS.id][(view.id, schema_id, view.name, view.sql.strip(), "s1", None, None)] += 1
+        rows[MZ_OBJECTS.id][(view.id, schema_id, view.name, "view", "s1", None)] += 1
+        columns = builtin_view_columns(view.schema, view.name)
+        for position, (name, kind) in enumerate(columns, start=1):
+            rows[MZ_COLUMNS.id][(view.id, name, position, True, display_name(kind))] += 1
     # The replicas' raw logs, as Materialize lists its log sources.
     for log_relation in LOG_RELATIONS.values():
         schema_id = schema_ids.get("mz_introspection")
@@ -378,17 +393,29 @@ def item_rows(snapshot: catalog_pb2.CatalogSnapshot) -> dict[str, Counter[Row]]:
             rows[MZ_VIEWS.id][
                 (*common, definition_of(item.create_sql), item.owner_id, sql, sql)
             ] += 1
+            _computed_columns(rows, state, item.id)
         elif item.type == "materialized-view":
             rows[MZ_MATERIALIZED_VIEWS.id][
                 (*common, cluster_id, definition_of(item.create_sql), item.owner_id, sql, sql)
             ] += 1
+            _computed_columns(rows, state, item.id)
         elif item.type == "index":
             index = state.objects.get(item.id)
             on_id = index.on_id if index is not None else None
             rows[MZ_INDEXES.id][(item.id, item.name, on_id, cluster_id, item.owner_id, sql)] += 1
+            for position, on_position in enumerate(index.key if index else (), start=1):
+                rows[MZ_INDEX_COLUMNS.id][(item.id, position, on_position + 1, None, True)] += 1
         elif item.type == "source":
             rows[MZ_SOURCES.id][(*common, None, item.owner_id, sql)] += 1
     return rows
+
+
+def _computed_columns(rows: dict[str, Counter[Row]], state: CatalogState, item_id: str) -> None:
+    """mz_columns rows of a view or materialized view, as Materialize lists them (every column
+    nullable: Loupe does not infer nullability), for psql's ``\\d`` and information_schema."""
+    computed = state.objects.get(item_id)
+    for position, (name, kind) in enumerate(computed.columns if computed else (), start=1):
+        rows[MZ_COLUMNS.id][(item_id, name, position, True, display_name(kind))] += 1
 
 
 def catalog_rows(

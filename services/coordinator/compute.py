@@ -82,6 +82,12 @@ from loupe.coordinator.objects import (
     relation_columns,
     view_sql,
 )
+from loupe.coordinator.pg_functions import (
+    fold_session_functions,
+    regclass_resolver,
+    rewrite_catalog_calls,
+    session_values,
+)
 from loupe.coordinator.plan import PlannedQuery, explain, lower_to_lir, plan_query, plan_select
 from loupe.coordinator.results import (
     Complete,
@@ -170,11 +176,19 @@ class Compute:
     def inline_views(self, session: Session, expression: exp.Expression) -> exp.Expression:
         """``expression`` with the builtin views it names (as the session finds them) inlined."""
         relations = self.state.resolvable(session.database)
-        return inline_builtin_views(
+        search_path = search_path_schemas(session.search_path)
+        values = session_values(session)
+        # Folded before the rewrite too: string_to_array(current_setting('search_path'), …).
+        expression = fold_session_functions(expression, values)
+        expression = rewrite_catalog_calls(
             expression,
-            search_path=search_path_schemas(session.search_path),
-            is_relation=lambda name: name in relations,
+            search_path=search_path,
+            regclass=regclass_resolver(search_path, relations),
         )
+        expression = inline_builtin_views(
+            expression, search_path=search_path, is_relation=lambda name: name in relations
+        )
+        return fold_session_functions(expression, values)
 
     async def resolved(
         self, session: Session, expression: exp.Expression

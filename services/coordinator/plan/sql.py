@@ -1737,6 +1737,11 @@ def _regexp_split_args(call: exp.Expression, scalars: Scalars) -> list[Scalar]:
     return [a if t == "text" else Literal(None, "text") for a, t in zip(args, types, strict=True)]
 
 
+def output_name(node: exp.Expression) -> str:
+    """The name PostgreSQL gives a SELECT-list item without an alias."""
+    return _output_name(node)
+
+
 def _output_name(node: exp.Expression) -> str:
     if isinstance(node, exp.Alias):
         return node.alias
@@ -1763,6 +1768,10 @@ def _output_name(node: exp.Expression) -> str:
         return _output_name(node.this.expressions[0]) if node.this.expressions else "?column?"
     if isinstance(node, exp.Pad):
         return "lpad" if node.args.get("is_left") else "rpad"
+    if isinstance(node, exp.Case):  # after its ELSE when that has a name, as in PostgreSQL
+        default = node.args.get("default")
+        named = _output_name(default) if default is not None else "?column?"
+        return "case" if named == "?column?" or isinstance(default, exp.Case) else named
     if type(node) in _CALL_NAMES:
         return _CALL_NAMES[type(node)]
     if isinstance(node, exp.Filter):  # agg(x) FILTER (WHERE …) is named after agg
