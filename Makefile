@@ -45,8 +45,8 @@ $(STAMP): pyproject.toml setup.py scripts/ensure_system_deps.sh
 run: install ## start Loupe on its embedded defaults (Ctrl-C stops it)
 	$(BIN)/loupe up --data-dir $(DATA_DIR) --sql-port $(SQL_PORT)
 
-test: install check-protos lint typecheck ## checks, then the whole test suite (unit, service, end-to-end)
-	$(BIN)/pytest $(PYTEST_ARGS)
+test: install check-protos lint typecheck ## checks, then the whole test suite in two lanes (unit/service | end-to-end)
+	scripts/test_lanes.sh $(BIN)/pytest $(PYTEST_ARGS)
 
 test-fast: install ## run the tests without the end-to-end ones
 	$(BIN)/pytest -m "not e2e" $(PYTEST_ARGS)

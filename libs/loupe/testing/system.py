@@ -116,6 +116,17 @@ class LoupeUp:
                 os.killpg(self.process.pid, signal.SIGKILL)
                 self.process.wait()
 
+    def log_tails(self, lines: int = 30) -> str:
+        """The last ``lines`` of each process's log (what a failed test attaches)."""
+        parts = []
+        for path in sorted((self.data_dir / "logs").glob("*.log")):
+            try:
+                tail = path.read_text(errors="replace").splitlines()[-lines:]
+            except OSError:
+                continue
+            parts.append(f"--- {path.name} (last {len(tail)} lines)\n" + "\n".join(tail))
+        return "\n".join(parts)
+
     def processes(self) -> list[tuple[int, str]]:
         """Live processes whose command line names this data directory."""
         return processes_mentioning(str(self.data_dir))

@@ -146,6 +146,24 @@ class Compactor:
         result.seconds = time.monotonic() - began
         return result
 
+    def advance_since(self, shard: Shard, collection: BuiltinCollection) -> None:
+        """Only step 1: the since to ``upper - retention_ms`` (one CAS, no job; never raises).
+
+        The writer does this for every collection before, and between, the merges of
+        a pass: merges are Spark jobs, and a pass over every collection can take
+        longer than the compaction interval, which would otherwise keep the last
+        collections' history that much past their retention.
+        """
+        try:
+            state = shard.state()
+            if state.upper == 0:
+                return
+            since = target_since(state, collection.retention_ms)
+            if state.since < since:
+                shard.downgrade_since(since)
+        except Exception:
+            log.exception("storage_since_advance_failed", shard=shard.shard_id)
+
     def _compact(
         self, shard: Shard, collection: BuiltinCollection, result: CompactionResult
     ) -> None:

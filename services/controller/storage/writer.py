@@ -736,10 +736,21 @@ class StorageWriter:
         return live
 
     def _compact_all(self) -> list[CompactionResult]:
-        return [
-            self._compactor.compact(self._shards[cid], collection)
-            for cid, collection in self._collections.items()
-        ]
+        """Compact every collection; sinces first, and again whenever merges took an
+        interval (``Compactor.advance_since``), so retention holds however long a pass is."""
+        collections = list(self._collections.items())
+        advanced = self._advance_sinces(collections)
+        results = []
+        for cid, collection in collections:
+            results.append(self._compactor.compact(self._shards[cid], collection))
+            if time.monotonic() - advanced >= self._compaction_interval:
+                advanced = self._advance_sinces(collections)
+        return results
+
+    def _advance_sinces(self, collections: list[tuple[str, BuiltinCollection]]) -> float:
+        for cid, collection in collections:
+            self._compactor.advance_since(self._shards[cid], collection)
+        return time.monotonic()
 
     def _settle_waiters(self) -> None:
         pending = []

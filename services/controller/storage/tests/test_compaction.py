@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import os
+import threading
 from collections import Counter
 from typing import Any
 
@@ -214,3 +215,46 @@ async def test_spark_and_pyarrow_merges_agree(spark: Any, tmp_path: Any) -> None
         )
         assert written == merged.num_rows
     assert outputs["spark"] == outputs["pyarrow"] == [("b", 10, 2), ("c", 12, 1)]
+
+
+class _SlowMerges(ArrowPartStore):
+    """Merges of ``slow_shard`` wait until the test lets them go (a long Spark job)."""
+
+    def __init__(self, slow_shard: str) -> None:
+        super().__init__()
+        self.slow_shard = slow_shard
+        self.merging = threading.Event()
+        self.release = threading.Event()
+
+    def merge(self, columns: Any, updates: pa.Table, since: int, path: str) -> int:
+        if f"/{self.slow_shard}/" in path:
+            self.merging.set()
+            assert self.release.wait(30), "the test never released the merge"
+        return super().merge(columns, updates, since, path)
+
+
+async def test_a_long_merge_does_not_hold_back_the_other_collections_sinces(
+    make_writer: Any, blob: LocalBlob, consensus: Any
+) -> None:
+    """Retention holds for every collection however long one collection's merge takes:
+    the pass moves every since before it starts merging."""
+    churn_too = BuiltinCollection(
+        "t903", "test", "churn_too", CHURN.columns, "controller", retention_ms=0
+    )
+    store = _SlowMerges(CHURN.id)
+    writer = await make_writer(collections=[CHURN, churn_too], part_store=store)
+    later = Shard(churn_too.id, blob, consensus)
+    for value in range(3):
+        writer.stage(CHURN.id, ("key", value), 1)
+        writer.stage(churn_too.id, ("key", value), 1)
+        await writer.flush()
+    await writer.flush()
+
+    compaction = asyncio.ensure_future(writer.compact())
+    assert await asyncio.to_thread(store.merging.wait, 30)
+    # CHURN's merge is under way; churn_too, compacted after it, has its since already.
+    state = later.state()
+    assert state.since == state.upper - 1
+    store.release.set()
+    results = await compaction
+    assert all(r.merges == 1 for r in results)
