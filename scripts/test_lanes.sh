@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # `make test`'s pytest run, in two lanes at once, one per core of a CI machine:
-# - the end-to-end stories (tests/, but for the two below): each starts a whole
+# - the end-to-end stories (tests/, but for those below): each starts a whole
 #   system of processes (`loupe up`) that mostly waits on itself — for Spark, a
 #   replica's restart, a retention window — so one story at a time, in order;
 # - everything else: unit and service tests (libs/, services/), the
-#   PostgreSQL-differential tests and the sqllogictest sample.
+#   PostgreSQL-differential tests, the introspection views' tests and the
+#   sqllogictest sample.
 # The stories lane prints when it is done, after the other; the exit code is
 # non-zero if either lane failed. With arguments, one plain pytest run of them.
 set -uo pipefail
@@ -16,13 +17,14 @@ if [ $# -gt 0 ]; then
 fi
 
 stories_log=$(mktemp -t loupe-stories-XXXXXX.log)
-"$pytest" tests --ignore=tests/differential --ignore=tests/test_sqllogictest.py \
+"$pytest" tests --ignore=tests/differential --ignore=tests/introspection \
+  --ignore=tests/test_sqllogictest.py \
   -p no:cacheprovider >"$stories_log" 2>&1 &
 stories=$!
 trap 'kill "$stories" 2>/dev/null; rm -f "$stories_log"; exit 130' INT TERM
 
 echo "== lane 1: unit, service, differential and sqllogictest tests (the stories run beside it)"
-"$pytest" libs services tests/differential tests/test_sqllogictest.py
+"$pytest" libs services tests/differential tests/introspection tests/test_sqllogictest.py
 parts_status=$?
 
 wait "$stories"
