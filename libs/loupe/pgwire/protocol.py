@@ -214,7 +214,7 @@ class _Reader:
     def byte(self) -> str:
         return self._take(1).decode("latin-1")
 
-    def bytes(self, size: int) -> bytes:
+    def raw(self, size: int) -> bytes:
         return self._take(size)
 
     def cstring(self) -> str:
@@ -306,7 +306,11 @@ def parse_message(kind: bytes, body: bytes) -> FrontendMessage:
         case b"S" | b"H" | b"X" | b"c":
             if body:
                 raise ProtocolViolation("invalid message: unexpected body")
-            return {b"S": Sync, b"H": Flush, b"X": Terminate, b"c": CopyDone}[kind]()
+            if kind == b"S":
+                return Sync()
+            if kind == b"H":
+                return Flush()
+            return Terminate() if kind == b"X" else CopyDone()
         case b"p":
             return PasswordMessage(body)
         case b"d":
@@ -325,7 +329,7 @@ def _parse_bind(body: bytes) -> Bind:
         size = reader.int32()
         if size < -1:
             raise ProtocolViolation("invalid bind message: negative parameter length")
-        params.append(None if size == -1 else reader.bytes(size))
+        params.append(None if size == -1 else reader.raw(size))
     results = tuple(reader.int16() for _ in range(reader.count()))
     reader.done()
     if len(formats) > 1 and len(formats) != len(params):
@@ -342,7 +346,7 @@ def parse_sasl_initial_response(data: bytes) -> SASLInitialResponse:
     reader = _Reader(data, "SASLInitialResponse")
     mechanism = reader.cstring()
     size = reader.int32()
-    payload = b"" if size == -1 else reader.bytes(size)
+    payload = b"" if size == -1 else reader.raw(size)
     reader.done()
     return SASLInitialResponse(mechanism, payload)
 
