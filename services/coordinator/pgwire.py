@@ -40,6 +40,7 @@ import random
 import re
 import shlex
 import ssl
+import struct
 import time
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
@@ -47,6 +48,7 @@ from typing import Any, Protocol
 
 from sqlglot import exp
 
+from loupe import sqltypes
 from loupe.common.errors import LoupeError, SqlState, client_error
 from loupe.common.logging import get_logger
 from loupe.coordinator import metrics
@@ -501,6 +503,9 @@ class Connection:
             await asyncio.wait({task, watch}, return_when=asyncio.FIRST_COMPLETED)
         finally:
             watch.cancel()
+            # Wait for it to stop reading: the stream allows one reader at a time.
+            with contextlib.suppress(asyncio.CancelledError):
+                await watch
         if not task.done():
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
@@ -918,10 +923,46 @@ def encode_row(
         if value is None:
             values.append(None)
         elif code == 1:
-            values.append(pgtypes.encode_binary(value, kind))
+            values.append(_encode_binary(value, kind))
         else:
             values.append(pgtypes.encode_text(value, kind))
     return values
+
+
+# Until every type has a binary format in loupe.pgwire.types, the fixed-width basics
+# (what psycopg and asyncpg send in binary for Python ints, floats, bools and strings).
+_BINARY = {
+    16: ("bool", "!?"),
+    21: ("int2", "!h"),
+    23: ("int4", "!i"),
+    20: ("int8", "!q"),
+    700: ("float4", "!f"),
+    701: ("float8", "!d"),
+}
+_BINARY_BY_NAME = dict(_BINARY.values())
+_TEXTUAL = {25, 1043, 19, 705, 1042}
+
+
+def _decode_binary(data: bytes, oid: int) -> Any:
+    try:
+        return pgtypes.decode_binary(data, oid)
+    except NotImplementedError:
+        if oid in _TEXTUAL:
+            return data.decode()
+        if oid not in _BINARY:
+            raise
+        return struct.unpack(_BINARY[oid][1], data)[0]
+
+
+def _encode_binary(value: Any, type_name: str) -> bytes:
+    try:
+        return pgtypes.encode_binary(value, type_name)
+    except NotImplementedError:
+        if type_name in ("text", "varchar", "name", "bpchar"):
+            return str(value).encode()
+        if type_name not in _BINARY_BY_NAME:
+            raise
+        return struct.pack(_BINARY_BY_NAME[type_name], value)
 
 
 def decode_parameter(value: bytes | None, code: int, oid: int) -> Parameter:
@@ -931,12 +972,12 @@ def decode_parameter(value: bytes | None, code: int, oid: int) -> Parameter:
         return Parameter(None, type_name or "unknown")
     try:
         if code == 1:
-            decoded = pgtypes.decode_binary(value, oid or TEXT_OID)
+            decoded = _decode_binary(value, oid or TEXT_OID)
         elif type_name is None:
-            return Parameter(value.decode(), "unknown")
+            return Parameter(value.decode(), "text")
         else:
             decoded = pgtypes.decode_text(value, oid)
-    except (ValueError, UnicodeDecodeError, NotImplementedError) as error:
+    except (ValueError, UnicodeDecodeError, NotImplementedError, struct.error) as error:
         code_ = pw.PROTOCOL_VIOLATION if code == 1 else INVALID_TEXT_REPRESENTATION
         raise LoupeError(code_, f"invalid parameter value: {error}") from None
     return Parameter(decoded, type_name or "text")
@@ -1047,11 +1088,8 @@ async def implied_parameter_types(
         for cast in tree.find_all(exp.Cast):
             number = parameter_number(cast.this)
             if number is not None:
-                type_name = cast.to.sql(dialect="postgres").lower()
-                with contextlib.suppress(Exception):
-                    implied.setdefault(
-                        number, pgtypes.param_type_name(pgtypes.type_oid(type_name)) or "text"
-                    )
+                entry = sqltypes.lookup(cast.to.sql(dialect="postgres"))
+                implied.setdefault(number, entry.name if entry is not None else "text")
     return implied
 
 
