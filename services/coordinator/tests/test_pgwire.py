@@ -233,9 +233,12 @@ async def test_copy_from_stdin_bad_row_fails_whole_copy(engine):
     def run() -> list[tuple]:
         with loupe_connect(engine.service.pgwire_port, autocommit=True) as conn:
             conn.execute("CREATE TABLE bad (a int)")
-            with pytest.raises(psycopg.errors.DataError), conn.cursor() as cursor:
-                with cursor.copy("COPY bad FROM STDIN") as copy:
-                    copy.write("1\nnot a number\n")
+            with (
+                pytest.raises(psycopg.errors.DataError),
+                conn.cursor() as cursor,
+                cursor.copy("COPY bad FROM STDIN") as copy,
+            ):
+                copy.write("1\nnot a number\n")
             return conn.execute("SELECT count(*) FROM bad").fetchall()
 
     assert await asyncio.to_thread(run) == [(0,)]
