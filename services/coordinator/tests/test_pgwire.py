@@ -147,7 +147,7 @@ async def test_asyncpg_extended_protocol(engine):
 async def test_extended_error_discards_until_sync(engine):
     """After an error in extended mode the connection recovers at Sync and keeps serving."""
 
-    def run() -> tuple:
+    def run() -> tuple | None:
         with loupe_connect(
             engine.service.pgwire_port, autocommit=True, prepare_threshold=0
         ) as conn:
