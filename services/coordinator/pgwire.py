@@ -70,6 +70,7 @@ from loupe.coordinator.session import DEFAULT_USER, VARIABLES, Session
 from loupe.coordinator.sql.params import Parameter, bind, highest_parameter, parameter_number
 from loupe.coordinator.sql.parser import parse
 from loupe.coordinator.sql.statements import Insert, ObjectName, Query, Statement
+from loupe.coordinator.statement_logging import PreparedLog
 from loupe.coordinator.tables import Table, UntypedString, check_columns
 from loupe.pgwire import protocol as pw
 from loupe.pgwire import types as pgtypes
@@ -165,6 +166,9 @@ class PreparedStatement:
     param_oids: tuple[int, ...]
     columns: tuple[tuple[str, str], ...] | None = None
     described: bool = False
+    # A named statement is one prepared statement in the statement log, however often
+    # it runs (Materialize's semantics); the unnamed one is prepared anew each time.
+    log: PreparedLog | None = None
 
 
 @dataclass
@@ -651,7 +655,9 @@ class Connection:
         statement = statements[0] if statements else None
         count = max(len(oids), highest_parameter(statement) if statement is not None else 0)
         client = tuple(oids) + (0,) * (count - len(oids))
-        self.statements[name] = PreparedStatement(sql, statement, client, client)
+        self.statements[name] = PreparedStatement(
+            sql, statement, client, client, log=PreparedLog(name) if name else None
+        )
         self.send(pw.parse_complete())
 
     async def _describe_statement(self, prepared: PreparedStatement) -> None:
@@ -706,7 +712,9 @@ class Connection:
         if transaction is not None:
             portal.events = _transaction_events(self, transaction)
         else:
-            portal.events = self.coordinator.execute(session, sql, portal.params)
+            portal.events = self.coordinator.execute(
+                session, sql, portal.params, prepared_log=portal.statement.log
+            )
         async for event in portal.events:
             if isinstance(event, Description):
                 portal.columns = event.columns

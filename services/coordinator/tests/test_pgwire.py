@@ -4,10 +4,20 @@ from __future__ import annotations
 
 import asyncio
 import subprocess
+from collections import Counter
 
 import asyncpg
 import psycopg
 import pytest
+
+from loupe.builtins import (
+    MZ_PREPARED_STATEMENT_HISTORY,
+    MZ_SQL_TEXT,
+    MZ_STATEMENT_EXECUTION_HISTORY,
+)
+
+PREPARED_COLUMNS = [name for name, _ in MZ_PREPARED_STATEMENT_HISTORY.columns]
+EXECUTION_COLUMNS = [name for name, _ in MZ_STATEMENT_EXECUTION_HISTORY.columns]
 
 PSQL = "/usr/bin/psql"
 
@@ -242,3 +252,44 @@ async def test_copy_from_stdin_bad_row_fails_whole_copy(engine):
             return conn.execute("SELECT count(*) FROM bad").fetchall()
 
     assert await asyncio.to_thread(run) == [(0,)]
+
+
+def logged_rows(updates: list, collection: str, columns: list[str]) -> list[dict]:
+    """The rows of ``collection`` that remain once every retraction is applied."""
+    counts: Counter[tuple] = Counter()
+    for collection_id, row, diff in updates:
+        if collection_id == collection:
+            counts[row] += diff
+    return [dict(zip(columns, row, strict=True)) for row, count in counts.items() if count > 0]
+
+
+async def test_parse_is_a_prepared_statement_and_bind_params_are_logged(
+    nats_url, data_dir, stream, start_table_system
+):
+    """psycopg (prepare_threshold=0) Parses once under a name and executes twice: one
+    prepared statement row, two executions with their Bind parameters."""
+    async with start_table_system(
+        nats_url, data_dir, storage_subject=stream.subject, instance_name="pgwire-log"
+    ) as h:
+        admin = await h.session()
+        await h.tag(admin, "ALTER SYSTEM SET statement_logging_max_sample_rate = 1")
+        await h.tag(admin, "ALTER SYSTEM SET statement_logging_default_sample_rate = 1")
+        sql = "SELECT $1::int + 1"
+
+        def run() -> list:
+            with loupe_connect(h.service.pgwire_port, autocommit=True, prepare_threshold=0) as c:
+                return [c.execute("SELECT %s::int + 1", (n,)).fetchone() for n in (1, 2)]
+
+        assert await asyncio.to_thread(run) == [(2,), (3,)]
+        assert h.service.coordinator is not None
+        await h.service.coordinator.statement_log.drain()
+        updates = await stream.updates()
+
+    prepared = logged_rows(updates, MZ_PREPARED_STATEMENT_HISTORY.id, PREPARED_COLUMNS)
+    texts = {row[1]: row[2] for c, row, _ in updates if c == MZ_SQL_TEXT.id}
+    ours = [p for p in prepared if texts.get(p["sql_hash"]) == sql]
+    assert len(ours) == 1
+    assert ours[0]["name"]  # psycopg's statement name
+    executions = logged_rows(updates, MZ_STATEMENT_EXECUTION_HISTORY.id, EXECUTION_COLUMNS)
+    params = [e["params"] for e in executions if e["prepared_statement_id"] == ours[0]["id"]]
+    assert sorted(params) == ["{1}", "{2}"]
