@@ -63,13 +63,24 @@ from loupe.coordinator.results import (
     Notice,
     Progress,
     RowBatch,
+    StatementResult,
 )
 from loupe.coordinator.sequencer.dml import unique_keys
 from loupe.coordinator.sequencer.table import table_named
 from loupe.coordinator.session import DEFAULT_USER, VARIABLES, Session
 from loupe.coordinator.sql.params import Parameter, bind, highest_parameter, parameter_number
 from loupe.coordinator.sql.parser import parse
-from loupe.coordinator.sql.statements import Insert, ObjectName, Query, Statement
+from loupe.coordinator.sql.statements import (
+    Insert,
+    ObjectName,
+    Query,
+    ShowClusterReplicas,
+    ShowClusters,
+    ShowObjects,
+    ShowRoles,
+    ShowVariable,
+    Statement,
+)
 from loupe.coordinator.statement_logging import PreparedLog
 from loupe.coordinator.tables import Table, UntypedString, check_columns
 from loupe.pgwire import protocol as pw
@@ -110,6 +121,7 @@ FIXED_PARAMETERS = {
     "server_encoding": "UTF8",
     "mz_version": "v0.1.0 (loupe)",
 }
+SHOW_STATEMENTS = (ShowVariable, ShowClusters, ShowClusterReplicas, ShowObjects, ShowRoles)
 TRANSACTION_COMMANDS = {
     "BEGIN": "BEGIN",
     "START": "BEGIN",
@@ -676,6 +688,11 @@ class Connection:
                 for oid in prepared.param_oids
             ]
             prepared.columns = await describe_query(self.coordinator, session, statement, params)
+        elif isinstance(statement, SHOW_STATEMENTS):
+            # SHOW reads and changes nothing: run unlogged, for its columns only.
+            result = await self.coordinator.run_statement(session, statement)
+            if isinstance(result, StatementResult):
+                prepared.columns = result.columns
         prepared.described = True
 
     def _bind(self, message: pw.Bind) -> None:

@@ -150,6 +150,10 @@ async def test_asyncpg_extended_protocol(engine):
         statement = await conn.prepare("SELECT b FROM q WHERE a = $1::int4")
         assert [tuple(r) for r in await statement.fetch(3)] == [("three",)]
         assert await conn.fetchval("SELECT $1::text || 'x'", "a") == "ax"
+        # Binary results of the common fixed-width types, and a SHOW described unrun.
+        row = await conn.fetchrow("SELECT 1::int8 AS i, 2.5::float8 AS f, true AS b, 'z' AS t")
+        assert tuple(row) == (1, 2.5, True, "z")
+        assert await conn.fetchval("SHOW cluster") == "quickstart"
     finally:
         await conn.close()
 

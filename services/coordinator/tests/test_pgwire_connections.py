@@ -278,3 +278,39 @@ async def test_client_vanishing_mid_subscribe_frees_the_session(engine):
         await writer.wait_closed()
     await wait_until(lambda: not {s.id for s in coordinator.sessions} & {s.id for s in running})
     assert all(s.running is None or s.running.done() for s in running)
+
+
+async def test_jdbc_style_startup_parameters_are_accepted(engine):
+    """pgJDBC (DBeaver, Grafana) sends startup parameters Loupe has no variable for
+    (extra_float_digits, DateStyle=ISO): each is a NOTICE, the session opens and serves."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", engine.service.pgwire_port)
+    parameters = {
+        "user": "materialize",
+        "database": "materialize",
+        "client_encoding": "UTF8",
+        "DateStyle": "ISO",
+        "TimeZone": "UTC",
+        "extra_float_digits": "2",
+        "application_name": "DBeaver 24.0.0 - Main",
+    }
+    body = struct.pack("!i", pw.PROTOCOL_VERSION_3)
+    body += b"".join(k.encode() + b"\0" + v.encode() + b"\0" for k, v in parameters.items())
+    body += b"\0"
+    writer.write(struct.pack("!i", len(body) + 4) + body)
+    notices = []
+    statuses = {}
+    while True:
+        kind, message = await asyncio.wait_for(read_backend(reader), 10)
+        assert kind != b"E", message
+        if kind == b"N":
+            notices.append(error_fields(message)["M"])
+        if kind == b"S":
+            name, value, _ = message.split(b"\0")
+            statuses[name.decode()] = value.decode()
+        if kind == b"Z":
+            break
+    assert any("extra_float_digits" in n for n in notices)
+    assert statuses["application_name"] == "DBeaver 24.0.0 - Main"
+    await query(writer, "SELECT 1")
+    assert (await until_message(reader, b"D")).endswith(b"1")
+    writer.close()
