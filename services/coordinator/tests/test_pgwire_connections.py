@@ -314,3 +314,61 @@ async def test_jdbc_style_startup_parameters_are_accepted(engine):
     await query(writer, "SELECT 1")
     assert (await until_message(reader, b"D")).endswith(b"1")
     writer.close()
+
+
+async def test_client_vanishing_mid_copy_from_writes_nothing(engine):
+    """A client that goes away during COPY FROM STDIN: its session is closed, no row written."""
+    port = engine.service.pgwire_port
+    coordinator = engine.service.coordinator
+
+    def create() -> None:
+        with connect(port, autocommit=True) as conn:
+            conn.execute("CREATE TABLE half (a int)")
+
+    await asyncio.to_thread(create)
+    before = {s.id for s in coordinator.sessions}
+    reader, writer = await raw_session(port)
+    ours = {s.id for s in coordinator.sessions} - before
+    await query(writer, "COPY half FROM STDIN")
+    await until_message(reader, b"G")  # CopyInResponse
+    data = b"1\n2\n"
+    writer.write(b"d" + struct.pack("!i", 4 + len(data)) + data)
+    await writer.drain()
+    writer.close()
+    await wait_until(lambda: not {s.id for s in coordinator.sessions} & ours)
+
+    def count() -> tuple | None:
+        with connect(port) as conn:
+            return conn.execute("SELECT count(*) FROM half").fetchone()
+
+    assert await asyncio.to_thread(count) == (0,)
+
+
+async def test_empty_query_and_notices_as_postgresql_sends_them(engine):
+    """An empty query is EmptyQueryResponse; a NOTICE arrives as NoticeResponse with
+    PostgreSQL's message (CREATE TABLE IF NOT EXISTS of an existing table)."""
+    sql = "CREATE TABLE IF NOT EXISTS twice (a int)"
+
+    def notices(**params) -> list[str]:
+        received: list[str] = []
+        with psycopg.connect(autocommit=True, **params) as conn:
+            if params["port"] == 5432:  # the reference keeps its tables between runs
+                conn.execute("DROP TABLE IF EXISTS twice")
+            conn.add_notice_handler(lambda d: received.append(d.message_primary or ""))
+            conn.execute(sql)
+            conn.execute(sql)
+            assert conn.execute("").pgresult.status == psycopg.pq.ExecStatus.EMPTY_QUERY
+        return received
+
+    reference = await asyncio.to_thread(
+        notices, host="127.0.0.1", port=5432, user="postgres", dbname="postgres"
+    )
+    loupe = await asyncio.to_thread(
+        notices,
+        host="127.0.0.1",
+        port=engine.service.pgwire_port,
+        user="materialize",
+        dbname="materialize",
+    )
+    assert reference  # PostgreSQL did send a notice
+    assert loupe == reference
