@@ -328,6 +328,9 @@ class Connection:
         except Exception:
             unexpected_failure("pgwire connection failed unexpectedly")
         finally:
+            with contextlib.suppress(Exception):
+                for name in list(self.portals):
+                    await self._close_portal(name)
             self._close()
 
     def _close(self) -> None:
@@ -486,6 +489,7 @@ class Connection:
                         await self._simple_query(sql)  # reads the client's CopyData itself
                     else:
                         await self._watched(self._simple_query(sql))
+                    await self._end_of_transaction()
                     self.send(pw.ready_for_query(self.transaction))
                     await self.flush()
                 case pw.Parse() | pw.Bind() | pw.Describe() | pw.Execute() | pw.Close():
@@ -499,7 +503,7 @@ class Connection:
                         self.discard_until_sync = True
                 case pw.Sync():
                     self.discard_until_sync = False
-                    self.portals.pop("", None)
+                    await self._end_of_transaction()
                     self.send(pw.ready_for_query(self.transaction))
                     await self.flush()
                 case pw.Flush():
@@ -610,7 +614,7 @@ class Connection:
             case pw.Parse(name, sql, oids):
                 await self._parse(name, sql, oids)
             case pw.Bind():
-                self._bind(message)
+                await self._bind(message)
             case pw.Describe("S", name):
                 prepared = self._statement(name)
                 if not prepared.described:
@@ -627,10 +631,20 @@ class Connection:
                 self.statements.pop(name, None)
                 self.send(pw.close_complete())
             case pw.Close(_, name):
-                closing = self.portals.pop(name, None)
-                if closing is not None and closing.events is not None:
-                    await closing.events.aclose()  # type: ignore[attr-defined]
+                await self._close_portal(name)
                 self.send(pw.close_complete())
+
+    async def _close_portal(self, name: str) -> None:
+        """Drop a portal; a statement it left unfinished ends (its session lock, its log)."""
+        portal = self.portals.pop(name, None)
+        if portal is not None and portal.events is not None and not portal.done:
+            await portal.events.aclose()  # type: ignore[attr-defined]
+
+    async def _end_of_transaction(self) -> None:
+        """Outside a transaction block every portal ends at Sync (or a simple query's end)."""
+        if self.transaction == "I":
+            for name in list(self.portals):
+                await self._close_portal(name)
 
     def _row_description(
         self, columns: tuple[tuple[str, str], ...] | None, formats: Sequence[int]
@@ -695,7 +709,7 @@ class Connection:
                 prepared.columns = result.columns
         prepared.described = True
 
-    def _bind(self, message: pw.Bind) -> None:
+    async def _bind(self, message: pw.Bind) -> None:
         prepared = self._statement(message.statement)
         if len(message.params) != len(prepared.client_oids):
             raise LoupeError(
@@ -712,6 +726,7 @@ class Connection:
             params.append(decode_parameter(value, code, oid))
         if message.portal and message.portal in self.portals:
             raise LoupeError("42P03", f'portal "{message.portal}" already exists')
+        await self._close_portal(message.portal)  # the unnamed one is replaced
         self.portals[message.portal] = Portal(prepared, tuple(params), message.result_formats)
         self.send(pw.bind_complete())
 

@@ -372,3 +372,30 @@ async def test_empty_query_and_notices_as_postgresql_sends_them(engine):
     )
     assert reference  # PostgreSQL did send a notice
     assert loupe == reference
+
+
+def frontend(kind: bytes, body: bytes) -> bytes:
+    return kind + struct.pack("!i", len(body) + 4) + body
+
+
+async def test_suspended_portal_ends_at_sync(engine):
+    """A portal suspended by Execute's row limit ends at Sync (outside a transaction
+    block), so the next query of the connection runs (it would wait for its statement)."""
+    reader, writer = await raw_session(engine.service.pgwire_port)
+    sql = b"SELECT 1 AS n UNION ALL SELECT 2 UNION ALL SELECT 3"
+    writer.write(
+        frontend(b"P", b"\0" + sql + b"\0" + struct.pack("!h", 0))
+        + frontend(b"B", b"\0\0" + struct.pack("!hhh", 0, 0, 0))
+        + frontend(b"E", b"\0" + struct.pack("!i", 1))
+        + frontend(b"S", b"")
+    )
+    await writer.drain()
+    kinds = []
+    while not kinds or kinds[-1] != b"Z":
+        kind, body = await asyncio.wait_for(read_backend(reader), 10)
+        assert kind != b"E", body
+        kinds.append(kind)
+    assert kinds == [b"1", b"2", b"D", b"s", b"Z"]
+    await query(writer, "SELECT 42")
+    assert (await until_message(reader, b"D")).endswith(b"42")
+    writer.close()
