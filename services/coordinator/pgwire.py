@@ -48,7 +48,7 @@ from typing import Any, Protocol
 
 from sqlglot import exp
 
-from loupe import sqltypes
+from loupe.sqltypes import lookup as lookup_type
 from loupe.common.errors import LoupeError, SqlState, client_error
 from loupe.common.logging import get_logger
 from loupe.coordinator import metrics
@@ -1128,7 +1128,7 @@ async def implied_parameter_types(
         for cast in tree.find_all(exp.Cast):
             number = parameter_number(cast.this)
             if number is not None:
-                entry = sqltypes.lookup(cast.to.sql(dialect="postgres"))
+                entry = lookup_type(cast.to.sql(dialect="postgres"))
                 implied.setdefault(number, entry.name if entry is not None else "text")
     return implied
 

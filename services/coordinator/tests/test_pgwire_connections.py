@@ -357,7 +357,9 @@ async def test_empty_query_and_notices_as_postgresql_sends_them(engine):
             conn.add_notice_handler(lambda d: received.append(d.message_primary or ""))
             conn.execute(sql)
             conn.execute(sql)
-            assert conn.execute("").pgresult.status == psycopg.pq.ExecStatus.EMPTY_QUERY
+            result = conn.execute("").pgresult
+            assert result is not None
+            assert result.status == psycopg.pq.ExecStatus.EMPTY_QUERY
         return received
 
     reference = await asyncio.to_thread(
