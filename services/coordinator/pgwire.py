@@ -48,7 +48,6 @@ from typing import Any, Protocol
 
 from sqlglot import exp
 
-from loupe.sqltypes import lookup as lookup_type
 from loupe.common.errors import LoupeError, SqlState, client_error
 from loupe.common.logging import get_logger
 from loupe.coordinator import metrics
@@ -85,6 +84,7 @@ from loupe.coordinator.statement_logging import PreparedLog
 from loupe.coordinator.tables import Table, UntypedString, check_columns
 from loupe.pgwire import protocol as pw
 from loupe.pgwire import types as pgtypes
+from loupe.sqltypes import lookup as lookup_type
 
 log = get_logger(__name__)
 
