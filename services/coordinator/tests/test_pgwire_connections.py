@@ -401,3 +401,24 @@ async def test_suspended_portal_ends_at_sync(engine):
     await query(writer, "SELECT 42")
     assert (await until_message(reader, b"D")).endswith(b"42")
     writer.close()
+
+
+async def test_role_that_cannot_log_in_is_refused_with_28000(engine):
+    """A NOLOGIN role (CREATE ROLE's default) gets a FATAL 28000 and the connection closes."""
+    port = engine.service.pgwire_port
+
+    def create() -> None:
+        with connect(port, autocommit=True) as admin:
+            admin.execute("CREATE ROLE auditors")
+
+    await asyncio.to_thread(create)
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    body = struct.pack("!i", pw.PROTOCOL_VERSION_3) + b"user\0auditors\0\0"
+    writer.write(struct.pack("!i", len(body) + 4) + body)
+    kind, message = await asyncio.wait_for(read_backend(reader), 10)
+    assert kind == b"E"
+    fields = error_fields(message)
+    assert (fields["S"], fields["C"]) == ("FATAL", "28000")
+    assert fields["M"] == 'role "auditors" is not permitted to log in'
+    assert await asyncio.wait_for(reader.read(), 10) == b""
+    writer.close()
