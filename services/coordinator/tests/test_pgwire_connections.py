@@ -159,6 +159,20 @@ async def test_cleartext_password(nats_url, data_dir, start_table_system):
         assert row == (1,)
         assert 'password authentication failed for user "materialize"' in refused
 
+        def role() -> tuple:
+            with connect(port, password="s3cret", autocommit=True) as admin:
+                admin.execute("CREATE ROLE alice WITH LOGIN PASSWORD 'alice-pw'")
+            with connect(port, user="alice", password="alice-pw") as alice:
+                row = alice.execute("SELECT 1").fetchone()
+            with pytest.raises(psycopg.OperationalError) as wrong:
+                connect(port, user="alice", password="nope")
+            return row, str(wrong.value)
+
+        # A role's own password (SCRAM-SHA-256 once the role has a verifier).
+        row, refused = await asyncio.to_thread(role)
+        assert row == (1,)
+        assert 'password authentication failed for user "alice"' in refused
+
 
 async def test_max_connections_refused_with_53300(engine):
     """Past max_connections a pgwire login is refused with 53300, as over gRPC."""
