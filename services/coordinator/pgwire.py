@@ -1139,6 +1139,11 @@ _COPY_TO = re.compile(
     r"^\s*COPY\s*\((?P<query>.*)\)\s*TO\s+STDOUT\s*(?:WITH\s*)?(?P<options>\(.*\))?\s*;?\s*$",
     re.IGNORECASE | re.DOTALL,
 )
+_COPY_TABLE_TO = re.compile(
+    r"^\s*COPY\s+(?P<table>[\w.\"]+)\s*(?:\((?P<columns>[^)]*)\))?\s*TO\s+STDOUT\s*"
+    r"(?:WITH\s*)?(?P<options>\(.*\))?\s*;?\s*$",
+    re.IGNORECASE | re.DOTALL,
+)
 _COPY_FROM = re.compile(
     r"^\s*COPY\s+(?P<table>[\w.\"]+)\s*(?:\((?P<columns>[^)]*)\))?\s*FROM\s+STDIN\s*"
     r"(?:WITH\s*)?(?P<options>\(.*\))?\s*;?\s*$",
@@ -1258,6 +1263,13 @@ def parse_copy(sql: str) -> CopyStatement | None:
     if match is not None:
         options = _copy_options(match.group("options"))
         return _with_options(CopyStatement("TO", query=match.group("query").strip()), options)
+    match = _COPY_TABLE_TO.match(sql)
+    if match is not None:
+        # COPY t [(columns)] TO STDOUT is COPY (SELECT columns FROM t) TO STDOUT.
+        options = _copy_options(match.group("options"))
+        columns = match.group("columns") or "*"
+        query = f"SELECT {columns} FROM {match.group('table')}"
+        return _with_options(CopyStatement("TO", query=query), options)
     match = _COPY_FROM.match(sql)
     if match is not None:
         options = _copy_options(match.group("options"))

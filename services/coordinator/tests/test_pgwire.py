@@ -194,25 +194,49 @@ async def test_max_rows_suspends_portal(engine):
         await conn.close()
 
 
+async def copy_out_both(port: int, sql: str) -> tuple[list[str], list[str]]:
+    """The sorted lines of a COPY … TO STDOUT from Loupe and from the local PostgreSQL."""
+    loupe = await apsql(port, sql)
+    assert loupe.returncode == 0, loupe.stderr
+    reference = await asyncio.to_thread(
+        subprocess.run,
+        [PSQL, "-h", "127.0.0.1", "-U", "postgres", "-X", "-A", "-t", "-c", sql],
+        capture_output=True,
+        text=True,
+    )
+    assert reference.returncode == 0, reference.stderr
+    return sorted(loupe.stdout.splitlines()), sorted(reference.stdout.splitlines())
+
+
 async def test_copy_to_stdout_text_and_csv(engine):
     """COPY (SELECT …) TO STDOUT in text and CSV formats, as PostgreSQL writes them."""
     query = "SELECT 1 AS a, 'x\ty' AS b, NULL::text AS c UNION ALL SELECT 2, 'q\"', ''"
-    results = {}
     for options in ("", " WITH (FORMAT csv)"):
-        sql = f"COPY ({query}) TO STDOUT{options}"
-        loupe = await apsql(engine.service.pgwire_port, sql)
-        assert loupe.returncode == 0, loupe.stderr
-        reference = await asyncio.to_thread(
-            subprocess.run,
-            [PSQL, "-h", "127.0.0.1", "-U", "postgres", "-X", "-A", "-t", "-c", sql],
-            capture_output=True,
-            text=True,
+        loupe_lines, reference_lines = await copy_out_both(
+            engine.service.pgwire_port, f"COPY ({query}) TO STDOUT{options}"
         )
-        results[options] = (
-            sorted(loupe.stdout.splitlines()),
-            sorted(reference.stdout.splitlines()),
-        )
-    for loupe_lines, reference_lines in results.values():
+        assert loupe_lines == reference_lines
+
+
+async def test_copy_table_to_stdout(engine):
+    """COPY t [(columns)] TO STDOUT writes the table's rows as PostgreSQL does."""
+    port = engine.service.pgwire_port
+    setup = ["CREATE TABLE ct (a int, b text)", "INSERT INTO ct VALUES (1, 'x y'), (2, NULL)"]
+    for target, user, database in (
+        (port, "materialize", "materialize"),
+        (5432, "postgres", "postgres"),
+    ):
+        statements = setup if target == port else ["DROP TABLE IF EXISTS ct", *setup]
+        for statement in statements:
+            done = await asyncio.to_thread(
+                subprocess.run,
+                [PSQL, "-h", "127.0.0.1", "-p", str(target), "-U", user, "-d", database,
+                 "-X", "-q", "-c", statement],
+                capture_output=True, text=True,
+            )  # fmt: skip
+            assert done.returncode == 0, done.stderr
+    for sql in ("COPY ct TO STDOUT", "COPY ct (b) TO STDOUT WITH (FORMAT csv)"):
+        loupe_lines, reference_lines = await copy_out_both(port, sql)
         assert loupe_lines == reference_lines
 
 
