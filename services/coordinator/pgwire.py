@@ -485,10 +485,13 @@ class Connection:
                 continue
             match message:
                 case pw.Query(sql):
-                    if _is_copy_from(sql):
-                        await self._simple_query(sql)  # reads the client's CopyData itself
-                    else:
-                        await self._watched(self._simple_query(sql))
+                    try:
+                        if _is_copy_from(sql):
+                            await self._simple_query(sql)  # reads the client's CopyData itself
+                        else:
+                            await self._watched(self._simple_query(sql))
+                    except LoupeError as error:
+                        self.error(error)
                     await self._end_of_transaction()
                     self.send(pw.ready_for_query(self.transaction))
                     await self.flush()

@@ -240,6 +240,18 @@ async def test_copy_table_to_stdout(engine):
         assert loupe_lines == reference_lines
 
 
+async def test_unsupported_copy_is_an_error_not_a_closed_connection(engine):
+    """COPY to a server file is refused (0A000) and the connection keeps serving."""
+
+    def run() -> tuple | None:
+        with loupe_connect(engine.service.pgwire_port, autocommit=True) as conn:
+            with pytest.raises(psycopg.errors.FeatureNotSupported):
+                conn.execute("COPY (SELECT 1) TO '/tmp/loupe-copy'")
+            return conn.execute("SELECT 5").fetchone()
+
+    assert await asyncio.to_thread(run) == (5,)
+
+
 async def test_copy_from_stdin_text_and_csv(engine):
     """COPY t FROM STDIN (psycopg's copy()) loads rows in text and CSV, NULLs included."""
 
