@@ -326,7 +326,11 @@ class Connection:
         except (asyncio.IncompleteReadError, ConnectionError, ssl.SSLError):
             pass  # the client went away
         except Exception:
-            unexpected_failure("pgwire connection failed unexpectedly")
+            # A bug: the client still hears why (XX000 with the incident id) before it closes.
+            error = unexpected_failure("pgwire connection failed unexpectedly").error
+            with contextlib.suppress(Exception):
+                self.send(pw.error_response(error.code, error.message, severity="FATAL"))
+                await self.flush()
         finally:
             with contextlib.suppress(Exception):
                 for name in list(self.portals):
