@@ -89,6 +89,7 @@ from loupe.sqltypes import lookup as lookup_type
 log = get_logger(__name__)
 
 TOO_MANY_CONNECTIONS = "53300"
+IDLE_SESSION_TIMEOUT = "57P05"
 FEATURE_NOT_SUPPORTED = "0A000"
 INVALID_CURSOR_NAME = "34000"
 INVALID_SQL_STATEMENT_NAME = "26000"
@@ -484,7 +485,14 @@ class Connection:
         while True:
             message = await self._read()
             if self.session is not None:
-                self.session.touch()
+                try:
+                    self.coordinator.sessions.get(self.session.id)  # marks it active
+                except LoupeError:
+                    # Closed meanwhile: idle longer than idle_session_timeout.
+                    self.session = None
+                    await self.fatal(
+                        IDLE_SESSION_TIMEOUT, "terminating connection due to idle-session timeout"
+                    )
             if self.discard_until_sync and not isinstance(message, pw.Sync | pw.Terminate):
                 continue
             match message:

@@ -436,3 +436,18 @@ async def test_role_that_cannot_log_in_is_refused_with_28000(engine):
     assert fields["M"] == 'role "auditors" is not permitted to log in'
     assert await asyncio.wait_for(reader.read(), 10) == b""
     writer.close()
+
+
+async def test_idle_session_timeout_ends_the_connection(nats_url, data_dir, start_table_system):
+    """A pgwire session idle past idle_session_timeout is closed; the connection's next
+    message gets FATAL 57P05, as PostgreSQL's idle_session_timeout does."""
+    async with start_table_system(nats_url, data_dir, idle_session_timeout=0.4) as harness:
+        coordinator = harness.service.coordinator
+        reader, writer = await raw_session(harness.service.pgwire_port)
+        await wait_until(lambda: len(coordinator.sessions) == 0)
+        await query(writer, "SELECT 1")
+        kind, body = await asyncio.wait_for(read_backend(reader), 10)
+        assert kind == b"E"
+        assert (error_fields(body)["S"], error_fields(body)["C"]) == ("FATAL", "57P05")
+        assert await asyncio.wait_for(reader.read(), 10) == b""
+        writer.close()
