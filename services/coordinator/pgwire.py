@@ -40,7 +40,6 @@ import random
 import re
 import shlex
 import ssl
-import struct
 import time
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
@@ -978,46 +977,10 @@ def encode_row(
         if value is None:
             values.append(None)
         elif code == 1:
-            values.append(_encode_binary(value, kind))
+            values.append(pgtypes.encode_binary(value, kind))
         else:
             values.append(pgtypes.encode_text(value, kind))
     return values
-
-
-# Until every type has a binary format in loupe.pgwire.types, the fixed-width basics
-# (what psycopg and asyncpg send in binary for Python ints, floats, bools and strings).
-_BINARY = {
-    16: ("bool", "!?"),
-    21: ("int2", "!h"),
-    23: ("int4", "!i"),
-    20: ("int8", "!q"),
-    700: ("float4", "!f"),
-    701: ("float8", "!d"),
-}
-_BINARY_BY_NAME = dict(_BINARY.values())
-_TEXTUAL = {25, 1043, 19, 705, 1042}
-
-
-def _decode_binary(data: bytes, oid: int) -> Any:
-    try:
-        return pgtypes.decode_binary(data, oid)
-    except NotImplementedError:
-        if oid in _TEXTUAL:
-            return data.decode()
-        if oid not in _BINARY:
-            raise
-        return struct.unpack(_BINARY[oid][1], data)[0]
-
-
-def _encode_binary(value: Any, type_name: str) -> bytes:
-    try:
-        return pgtypes.encode_binary(value, type_name)
-    except NotImplementedError:
-        if type_name in ("text", "varchar", "name", "bpchar"):
-            return str(value).encode()
-        if type_name not in _BINARY_BY_NAME:
-            raise
-        return struct.pack(_BINARY_BY_NAME[type_name], value)
 
 
 def decode_parameter(value: bytes | None, code: int, oid: int) -> Parameter:
@@ -1027,12 +990,12 @@ def decode_parameter(value: bytes | None, code: int, oid: int) -> Parameter:
         return Parameter(None, type_name or "unknown")
     try:
         if code == 1:
-            decoded = _decode_binary(value, oid or TEXT_OID)
+            decoded = pgtypes.decode_binary(value, oid or TEXT_OID)
         elif type_name is None:
             return Parameter(value.decode(), "text")
         else:
             decoded = pgtypes.decode_text(value, oid)
-    except (ValueError, UnicodeDecodeError, NotImplementedError, struct.error) as error:
+    except (ValueError, UnicodeDecodeError) as error:
         code_ = pw.PROTOCOL_VIOLATION if code == 1 else INVALID_TEXT_REPRESENTATION
         raise LoupeError(code_, f"invalid parameter value: {error}") from None
     return Parameter(decoded, type_name or "text")

@@ -139,8 +139,9 @@ async def test_tls_with_a_certificate(nats_url, data_dir, start_table_system, ce
         assert await asyncio.to_thread(run) == (True, (2,))
 
 
-async def test_cleartext_password(nats_url, data_dir, start_table_system):
-    """In password mode a right password logs in; a wrong one is 28P01 and the connection closes."""
+async def test_password_logins_use_scram(nats_url, data_dir, start_table_system):
+    """In password mode the server asks for SCRAM-SHA-256 (AuthenticationSASL); psycopg's
+    exchange with the right password logs in, a wrong one is 28P01 and the connection closes."""
     async with start_table_system(
         nats_url, data_dir, authenticator="password", superuser_password="s3cret"
     ) as harness:
@@ -155,6 +156,12 @@ async def test_cleartext_password(nats_url, data_dir, start_table_system):
                 return row, str(error)
             raise AssertionError("a wrong password logged in")
 
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        body = struct.pack("!i", pw.PROTOCOL_VERSION_3) + b"user\0materialize\0\0"
+        writer.write(struct.pack("!i", len(body) + 4) + body)
+        kind, request = await asyncio.wait_for(read_backend(reader), 10)
+        writer.close()
+        assert (kind, request) == (b"R", struct.pack("!i", 10) + b"SCRAM-SHA-256\0\0")
         row, refused = await asyncio.to_thread(run)
         assert row == (1,)
         assert 'password authentication failed for user "materialize"' in refused
