@@ -1,8 +1,9 @@
 """Issue 14's story over the PostgreSQL wire protocol, every service a real process (``loupe up``).
 
-psql creates a table, inserts and selects; ``COPY (SUBSCRIBE t) TO STDOUT`` streams
-until a CancelRequest (psycopg's ``cancel()``, what psql's Ctrl-C sends) stops it, and
-the statement log records that execution ``canceled``, as for the gRPC API.
+psql creates a table, inserts and selects, and ``\\d t`` prints what PostgreSQL prints;
+``COPY (SUBSCRIBE t) TO STDOUT`` streams until a CancelRequest (psycopg's ``cancel()``,
+what psql's Ctrl-C sends) stops it, and the statement log records that execution
+``canceled``, as for the gRPC API.
 """
 
 from __future__ import annotations
@@ -39,6 +40,26 @@ def psql(system: LoupeUp, sql: str) -> str:
     return result.stdout
 
 
+def describe(connection: list[str]) -> str:
+    """What psql's ``\\d t`` prints."""
+    result = subprocess.run(
+        ["/usr/bin/psql", "-h", "127.0.0.1", *connection, "-X", "-c", "\\d t"],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    return result.stdout
+
+
+def reference_describe() -> str:
+    """``\\d t`` of the same table in the local PostgreSQL (a database of its own)."""
+    with psycopg.connect("host=127.0.0.1 user=postgres dbname=postgres", autocommit=True) as conn:
+        conn.execute("DROP DATABASE IF EXISTS loupe_pgwire_story")
+        conn.execute("CREATE DATABASE loupe_pgwire_story")
+    with psycopg.connect("host=127.0.0.1 user=postgres dbname=loupe_pgwire_story") as conn:
+        conn.execute("CREATE TABLE t (a int)")
+    return describe(["-U", "postgres", "-d", "loupe_pgwire_story"])
+
+
 def stream_until_canceled(conn: psycopg.Connection, sql: str, received: list[bytes]) -> None:
     """Read a COPY TO STDOUT; cancel it (CancelRequest) once the first row came."""
     with conn.cursor() as cursor, cursor.copy(sql) as copy:
@@ -58,10 +79,13 @@ def test_loupe_up_prints_the_pgwire_address(system):
 
 
 def test_psql_story_and_canceled_copy_subscribe(system):
-    """psql CREATE/INSERT/SELECT; COPY (SUBSCRIBE t) cancelled; logged as canceled."""
+    """psql CREATE/INSERT/SELECT and \\d t; COPY (SUBSCRIBE t) cancelled; logged as canceled."""
     psql(system, "CREATE TABLE t (a int)")
     assert psql(system, "INSERT INTO t VALUES (1)").strip() == "INSERT 0 1"
     assert psql(system, "SELECT a FROM t").strip() == "1"
+    assert describe(["-p", str(system.pgwire_port), "-U", "materialize", "-d", "materialize"]) == (
+        reference_describe()
+    )
 
     with psycopg.connect(
         host="127.0.0.1",
