@@ -20,6 +20,11 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--sql-host", help="address of the SQL API (default 127.0.0.1)")
     parser.add_argument("--sql-port", type=int, help="port of the SQL API; 0 = any (default 6875)")
     parser.add_argument(
+        "--pgwire-port",
+        type=int,
+        help="port of the PostgreSQL wire protocol; 0 = any (default 6877)",
+    )
+    parser.add_argument(
         "--superusers", help="comma-separated superusers (default materialize,mz_system)"
     )
 
@@ -32,6 +37,7 @@ def run(args: argparse.Namespace) -> int:
             "coordinator",
             sql_host=args.sql_host,
             sql_port=args.sql_port,
+            pgwire_port=args.pgwire_port,
             superusers=args.superusers,
         )
     except SettingsError as error:

@@ -402,12 +402,19 @@ class Coordinator:
     # -- execution ----------------------------------------------------------------------
 
     async def execute(
-        self, session: Session, sql: str, params: Sequence[Parameter] = ()
+        self,
+        session: Session,
+        sql: str,
+        params: Sequence[Parameter] = (),
+        *,
+        prepared_log: stmtlog.PreparedLog | None = None,
     ) -> AsyncIterator[Event]:
         """Run the statements of ``sql`` in order; a failure ends the stream.
 
         ``params`` are the values of its ``$1, $2, …`` (``loupe.coordinator.sql.params``);
         with them, ``sql`` is one statement, as in PostgreSQL's extended protocol.
+        ``prepared_log``: the named prepared statement (pgwire's ``Parse``) this executes,
+        logged once for all its executions; None: an unnamed one, prepared anew.
         """
         async with session.lock:
             session.cancel_requested = False
@@ -433,7 +440,7 @@ class Coordinator:
                 )
                 return
             for statement in statements:
-                bound, failure = await self._bound(session, statement, params)
+                bound, failure = await self._bound(session, statement, params, prepared_log)
                 kind = bound.kind
                 text = bound.sql
                 if access.hides_password(statement):
@@ -449,7 +456,11 @@ class Coordinator:
                     return
 
     async def _bound(
-        self, session: Session, statement: Statement, params: Sequence[Parameter]
+        self,
+        session: Session,
+        statement: Statement,
+        params: Sequence[Parameter],
+        prepared_log: stmtlog.PreparedLog | None = None,
     ) -> tuple[prepared.Bound, LoupeError | None]:
         """``statement`` with its parameters bound; EXECUTE becomes the statement it names.
 
@@ -461,7 +472,10 @@ class Coordinator:
             if isinstance(statement, Execute):
                 evaluate = functools.partial(select.run_query, self.context)
                 return await prepared.bound_execution(session, statement, evaluate), None
-            return prepared.Bound.unnamed(statement, params), None
+            bound = prepared.Bound.unnamed(statement, params)
+            if prepared_log is not None:
+                bound = dataclasses.replace(bound, prepared=prepared_log)
+            return bound, None
         except LoupeError as error:
             return prepared.Bound.unnamed(statement, params), error
 

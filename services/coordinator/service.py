@@ -1,4 +1,4 @@
-"""The coordinator service process: NATS, the ``Sql`` gRPC server, metrics."""
+"""The coordinator service process: NATS, the ``Sql`` gRPC server, the pgwire server, metrics."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from loupe.common.settings import BaseSettings
 from loupe.common.transport import connect
 from loupe.coordinator.coordinator import Coordinator, CoordinatorConfig
 from loupe.coordinator.grpc_api import SqlServicer
+from loupe.coordinator.pgwire import PgwireServer
 from loupe.coordinator.session import SessionManager
 from loupe.proto.sql.v1 import sql_pb2, sql_pb2_grpc
 
@@ -33,6 +34,13 @@ class CoordinatorSettings(BaseSettings):
     sql_host: str = "127.0.0.1"
     # Port of the gRPC SQL API; 0 picks a free one.
     sql_port: int = 6875
+    # Port of the PostgreSQL wire protocol (psql, drivers) on sql_host; 0 picks a free one.
+    pgwire_port: int = 6877
+    # TLS for pgwire clients that ask for it (SSLRequest); without both, it is refused ('N').
+    pgwire_tls_cert: str = ""
+    pgwire_tls_key: str = ""
+    # Largest pgwire message accepted (bytes); a larger one is a protocol violation (08P01).
+    pgwire_max_message_size: int = 64 * 1024 * 1024
     # Comma-separated users that are superusers.
     superusers: str = "materialize,mz_system"
     # Seconds a session may go unused (running nothing) before it is closed, for
@@ -89,6 +97,7 @@ class CoordinatorService(Service):
         super().__init__()
         self.settings = settings
         self.sql_port = 0
+        self.pgwire_port = 0
         self.metrics_port = 0
         self.coordinator: Coordinator | None = None
         self.ready = asyncio.Event()
@@ -132,17 +141,29 @@ class CoordinatorService(Service):
             )
             self.sql_port = await server.start()
             stack.push_async_callback(server.stop, 5.0)
+            pgwire = PgwireServer(
+                coordinator,
+                settings.sql_host,
+                settings.pgwire_port,
+                tls_cert=settings.pgwire_tls_cert,
+                tls_key=settings.pgwire_tls_key,
+                max_message_size=settings.pgwire_max_message_size,
+            )
+            self.pgwire_port = await pgwire.start()
+            stack.push_async_callback(pgwire.stop)
             write_ready_file(
                 settings.data_dir,
                 "coordinator",
                 sql_port=self.sql_port,
                 sql_host=settings.sql_host,
+                pgwire_port=self.pgwire_port,
                 metrics_port=self.metrics_port,
             )
             stack.callback(remove_ready_file, settings.data_dir, "coordinator")
             log.info(
                 "coordinator serving SQL",
                 sql=f"{settings.sql_host}:{self.sql_port}",
+                pgwire=f"{settings.sql_host}:{self.pgwire_port}",
                 metrics_port=self.metrics_port,
             )
             self.ready.set()

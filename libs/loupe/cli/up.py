@@ -54,9 +54,16 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
         help="port of the gRPC SQL API (default 6875; 0 = any free port)",
     )
     parser.add_argument(
+        "--pgwire-port",
+        type=int,
+        default=int(os.environ.get("LOUPE_PGWIRE_PORT", 6877)),
+        help="port of the PostgreSQL wire protocol (psql, drivers; default 6877; 0 = any free port)",
+    )
+    parser.add_argument(
         "--catalog-grpc-port",
         type=int,
-        default=6877,
+        # 6877 is pgwire's (the issue's `make run` prints it there).
+        default=6878,
         help="port of the catalog's gRPC admin API (0 = any)",
     )
     parser.add_argument(
@@ -196,7 +203,12 @@ class Supervisor:
         extra = {
             "catalog": ["--grpc-port", str(self.args.catalog_grpc_port)],
             "controller": [],
-            "coordinator": ["--sql-port", str(self.args.sql_port)],
+            "coordinator": [
+                "--sql-port",
+                str(self.args.sql_port),
+                "--pgwire-port",
+                str(self.args.pgwire_port),
+            ],
         }
         for name in SERVICES:
             args = [sys.executable, "-m", "loupe.cli.main", COMMANDS[name], *common, *extra[name]]
@@ -213,6 +225,7 @@ class Supervisor:
                 f"  {name:<12} ready   ({time.monotonic() - began:4.1f}s more, pid {ready[name]['pid']})"
             )
         self.sql_port = int(ready["coordinator"]["sql_port"])
+        self.pgwire_port = int(ready["coordinator"]["pgwire_port"])
         self._wait_for_query()
         self.nats_url = nats_url
 
@@ -354,6 +367,11 @@ def run(args: argparse.Namespace) -> int:
         say(f"\nLoupe is ready ({elapsed:.1f}s).")
         say(
             f"  SQL (gRPC):   127.0.0.1:{supervisor.sql_port}    try: loupe sql --port {supervisor.sql_port}"
+        )
+        pgwire = supervisor.pgwire_port
+        say(
+            f"  SQL (pgwire): 127.0.0.1:{pgwire}    try: psql -h 127.0.0.1 -p {pgwire}"
+            " -U materialize materialize"
         )
         say(f"  NATS:         {supervisor.nats_url}")
         say(f"  Logs:         {supervisor.logs}/")

@@ -33,6 +33,7 @@ class LoupeUp:
         # More environment for every process (settings: LOUPE_<FIELD>).
         self.env = env or {}
         self.sql_port = free_port()
+        self.pgwire_port = free_port()
         self.catalog_port = free_port()
         self.extra_args = extra_args or []
         self.process: subprocess.Popen[str] | None = None
@@ -60,6 +61,8 @@ class LoupeUp:
                 str(self.data_dir),
                 "--sql-port",
                 str(self.sql_port),
+                "--pgwire-port",
+                str(self.pgwire_port),
                 "--catalog-grpc-port",
                 str(self.catalog_port),
                 *self.extra_args,

@@ -609,6 +609,7 @@ async def _start_coordinator(
             data_dir=data_dir,
             nats_url=nats_url,
             sql_port=0,
+            pgwire_port=0,
             metrics_port=0,
             **settings,
         )
