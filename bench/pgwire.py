@@ -113,16 +113,11 @@ def peeks(system: LoupeUp, rows: int, rounds: int) -> None:
         wire, rpc = [], []
         for round_ in range(rounds):
             key = (round_ * 7919) % rows
-            result: list = []
-            wire.append(
-                timed(
-                    lambda k=key: result.append(
-                        loupe.execute("SELECT * FROM peeked WHERE k = %s", (k,)).fetchall()
-                    )
-                )
-            )
-            if result[-1] != [(key, f"v{key}")]:
-                raise AssertionError(f"k = {key}: {result[-1]}")
+            began = time.perf_counter()
+            result = loupe.execute("SELECT * FROM peeked WHERE k = %s", (key,)).fetchall()
+            wire.append(time.perf_counter() - began)
+            if result != [(key, f"v{key}")]:
+                raise AssertionError(f"k = {key}: {result}")
             rpc.append(timed(lambda k=key: grpc.query(f"SELECT * FROM peeked WHERE k = {k}")))
     line("fast-path peek over pgwire (prepared, $1)", wire, rpc, "gRPC")
     line("fast-path peek over gRPC", rpc, None)
