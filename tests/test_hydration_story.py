@@ -269,18 +269,20 @@ def episodes_of(system: LoupeUp, replica_id: str) -> dict[str, str]:
     return dict(rows)
 
 
-def kill_while_hydrating(system: LoupeUp, replica_id: str, attempts: int = 3) -> tuple[str, str]:
+def kill_while_hydrating(system: LoupeUp, replica_id: str, attempts: int = 5) -> tuple[str, str]:
     """Create Q5-shaped materialized views while ``replica_id`` runs throttled, until one is
     seen hydrating there; then stop the replica (SIGSTOP), confirm after two flushes that SQL
     still says hydrating (no report can come from a stopped process), and kill it -9.
     Returns the view's name and id. A view that finished before the stop is a miss: the
-    replica runs again and the next view is tried."""
+    replica runs again and the next view is tried, throttled twice as hard (on a loaded
+    machine the throttle's own wake-ups come late, and the storage flush that makes a
+    status visible takes longer)."""
     pid = replica_pid(system.data_dir, replica_id)
     assert pid is not None
     for attempt in range(attempts):
         name = f"q5_{attempt}"
         known = set(episodes_of(system, replica_id))
-        with Throttled(pid) as throttled:
+        with Throttled(pid, run=0.02 / 2**attempt) as throttled:
             creating = threading.Thread(
                 target=lambda n=name: system.sql(
                     f"SET cluster = heavy; CREATE MATERIALIZED VIEW {n} AS {Q5}", timeout=300
