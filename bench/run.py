@@ -20,7 +20,9 @@ system: hydration, updates, an idle replica, change to visible, 10 replicas
 (``bench/introspection.py``), what tracking each plan node's hydration costs
 the engine, on against off (``bench/hydration_logging.py``), and hydration
 through the system: a node hydrated until SQL shows it, progress while a view
-hydrates (``bench/hydration.py``).
+hydrates (``bench/hydration.py``), and the PostgreSQL wire protocol: ``SELECT 1``
+over pgwire against gRPC and PostgreSQL, a fast-path peek over pgwire, ``COPY
+FROM STDIN`` against PostgreSQL's, 200 idle connections (``bench/pgwire.py``).
 """
 
 from __future__ import annotations
@@ -126,6 +128,7 @@ def main() -> int:
         "introspection.py",
         "hydration_logging.py",
         "hydration.py",
+        "pgwire.py",
     )
     for script in scripts:
         print(f"\n== {script}", flush=True)

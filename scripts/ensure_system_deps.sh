@@ -4,6 +4,8 @@
 # - Java 17+ for Spark (PySpark 4.x).
 # - PostgreSQL's server binaries, so the tests of the stash-postgres catalog
 #   can start a temporary cluster when no server runs locally.
+# - psql and PostgreSQL's JDBC driver (pgjdbc), the real clients the pgwire
+#   tests connect with.
 set -euo pipefail
 
 missing=()
@@ -16,6 +18,8 @@ fi
 if ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 && ! command -v initdb >/dev/null 2>&1; then
   missing+=(postgresql)
 fi
+command -v psql >/dev/null 2>&1 || missing+=(postgresql-client)
+[ -f /usr/share/java/postgresql.jar ] || missing+=(libpostgresql-jdbc-java)
 [ ${#missing[@]} -eq 0 ] && exit 0
 
 if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
@@ -24,6 +28,6 @@ if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
   exit 0
 fi
-echo "Loupe needs: ${missing[*]} (Java 17+ for Spark; PostgreSQL for the stash-postgres tests)." >&2
+echo "Loupe needs: ${missing[*]} (Java 17+ for Spark; PostgreSQL, psql and pgjdbc for tests)." >&2
 if [[ " ${missing[*]} " == *" openjdk-17-jre-headless "* ]]; then exit 1; fi
 echo "continuing without PostgreSQL: its tests will be skipped" >&2

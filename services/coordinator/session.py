@@ -58,6 +58,16 @@ def duration_ms(value: str) -> int:
     return round(amount * _DURATION_UNITS[unit])
 
 
+def _extra_float_digits(value: str) -> str:
+    try:
+        digits = int(value.strip())
+    except ValueError:
+        raise ValueError("must be an integer") from None
+    if not -15 <= digits <= 3:
+        raise ValueError(f"{digits} is outside the valid range for parameter (-15 .. 3)")
+    return str(digits)
+
+
 def _statement_timeout(value: str) -> str:
     milliseconds = duration_ms(value)
     return "0" if milliseconds == 0 else f"{milliseconds}ms"
@@ -111,6 +121,14 @@ VARIABLES: dict[str, Variable] = {
             read_only=True,
         ),
         Variable("integer_datetimes", "on", "Datetimes are integers.", read_only=True),
+        # JDBC drivers set it on connecting. As in Materialize, floats are always printed
+        # in their shortest exact form (PostgreSQL's output for a value of 1 to 3).
+        Variable(
+            "extra_float_digits",
+            "3",
+            "Accepted for PostgreSQL clients; floats are always printed shortest-exact.",
+            check=_extra_float_digits,
+        ),
         Variable("is_superuser", "off", "Whether the user is a superuser.", read_only=True),
     )
 }
