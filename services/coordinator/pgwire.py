@@ -40,19 +40,16 @@ import random
 import re
 import shlex
 import ssl
-import time
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
-
-from sqlglot import exp
 
 from loupe.common.errors import LoupeError, SqlState, client_error
 from loupe.common.logging import get_logger
 from loupe.coordinator import metrics
 from loupe.coordinator.coordinator import Coordinator, unexpected_failure
+from loupe.coordinator.describe import describe
 from loupe.coordinator.dml import insert_plan, query_rows
-from loupe.coordinator.plan import plan_select
 from loupe.coordinator.results import (
     Complete,
     Description,
@@ -66,10 +63,9 @@ from loupe.coordinator.results import (
 from loupe.coordinator.sequencer.dml import unique_keys
 from loupe.coordinator.sequencer.table import table_named
 from loupe.coordinator.session import DEFAULT_USER, VARIABLES, Session
-from loupe.coordinator.sql.params import Parameter, bind, highest_parameter, parameter_number
+from loupe.coordinator.sql.params import Parameter, highest_parameter
 from loupe.coordinator.sql.parser import parse
 from loupe.coordinator.sql.statements import (
-    Insert,
     ObjectName,
     Query,
     ShowClusterReplicas,
@@ -83,7 +79,6 @@ from loupe.coordinator.statement_logging import PreparedLog
 from loupe.coordinator.tables import Table, UntypedString, check_columns
 from loupe.pgwire import protocol as pw
 from loupe.pgwire import types as pgtypes
-from loupe.sqltypes import lookup as lookup_type
 
 log = get_logger(__name__)
 
@@ -704,23 +699,22 @@ class Connection:
         """The parameter types and result columns of a statement, found without running it."""
         session = self.session
         assert session is not None
-        implied = await implied_parameter_types(self.coordinator, session, prepared.statement)
-        prepared.param_oids = tuple(
-            oid or pgtypes.type_oid(implied.get(index + 1, "text"))
-            for index, oid in enumerate(prepared.client_oids)
-        )
         statement = prepared.statement
-        if isinstance(statement, Query):
-            params = [
-                Parameter(None, pgtypes.param_type_name(oid) or "text")
-                for oid in prepared.param_oids
-            ]
-            prepared.columns = await describe_query(self.coordinator, session, statement, params)
-        elif isinstance(statement, SHOW_STATEMENTS):
+        client_types = [
+            pgtypes.param_type_name(oid) if oid else None for oid in prepared.client_oids
+        ]
+        described = await describe(self.coordinator, session, statement, client_types)
+        prepared.param_oids = tuple(
+            oid or pgtypes.type_oid(kind)
+            for oid, kind in zip(prepared.client_oids, described.parameter_types, strict=True)
+        )
+        if isinstance(statement, SHOW_STATEMENTS):
             # SHOW reads and changes nothing: run unlogged, for its columns only.
             result = await self.coordinator.run_statement(session, statement)
             if isinstance(result, StatementResult):
                 prepared.columns = result.columns
+        elif isinstance(statement, Query):
+            prepared.columns = described.columns
         prepared.described = True
 
     async def _bind(self, message: pw.Bind) -> None:
@@ -1055,60 +1049,6 @@ def transaction_command(sql: str) -> str | None:
     if command == "BEGIN" and rest and rest[0] not in ("TRANSACTION", "WORK", "ISOLATION", "READ"):
         return None
     return command
-
-
-# -- describing without running -----------------------------------------------------------
-
-
-async def describe_query(
-    coordinator: Coordinator, session: Session, query: Query, params: Sequence[Parameter]
-) -> tuple[tuple[str, str], ...] | None:
-    """A query's result columns, planned (not run) with ``params`` standing for its ``$n``."""
-    bound = bind(query, params, check_count=False) if params else query
-    assert isinstance(bound, Query)
-    compute = coordinator.compute
-    expression = compute.inline_views(session, bound.expression)
-    expression, relations = await compute.resolved(session, expression)
-    now = int(time.time() * 1000)
-    if relations:
-        planned = compute.plan(expression, relations, query_time=now)
-    else:
-        planned = plan_select(expression, lambda _name: None, query_time=now)
-    return tuple(planned.columns)
-
-
-async def implied_parameter_types(
-    coordinator: Coordinator, session: Session, statement: Statement | None
-) -> dict[int, str]:
-    """Types of ``$n`` the statement implies: ``$n::t`` and ``INSERT … VALUES`` columns."""
-    implied: dict[int, str] = {}
-    if statement is None:
-        return implied
-    trees: list[exp.Expression] = []
-    if isinstance(statement, Query):
-        trees.append(statement.expression)
-    if isinstance(statement, Insert):
-        trees.extend(e for row in statement.rows for e in row)
-        with contextlib.suppress(LoupeError):
-            table = await table_named(coordinator.context, session, statement.table)
-            if table is not None:
-                targets = (
-                    check_columns(table, statement.columns)
-                    if statement.columns is not None
-                    else list(table.columns)
-                )
-                for row in statement.rows:
-                    for column, value in zip(targets, row, strict=False):
-                        number = parameter_number(value)
-                        if number is not None:
-                            implied.setdefault(number, column.sql_type.name)
-    for tree in trees:
-        for cast in tree.find_all(exp.Cast):
-            number = parameter_number(cast.this)
-            if number is not None:
-                entry = lookup_type(cast.to.sql(dialect="postgres"))
-                implied.setdefault(number, entry.name if entry is not None else "text")
-    return implied
 
 
 # -- COPY ---------------------------------------------------------------------------------
