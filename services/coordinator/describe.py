@@ -20,8 +20,10 @@ from collections.abc import Sequence
 from sqlglot import exp
 
 from loupe.common.errors import LoupeError
+from loupe.coordinator.compute import SUBSCRIBE_COLUMNS
 from loupe.coordinator.coordinator import Coordinator
 from loupe.coordinator.plan import parameters, plan_select
+from loupe.coordinator.sequencer.explain import EXPLAIN_COLUMNS
 from loupe.coordinator.sequencer.table import table_named
 from loupe.coordinator.session import Session
 from loupe.coordinator.sql.params import Parameter, highest_parameter, literal, parameter_number
@@ -37,6 +39,23 @@ from loupe.coordinator.sql.statements import (
 from loupe.coordinator.tables import check_columns
 
 Columns = tuple[tuple[str, str], ...]
+
+
+# Statements that never return rows (their Describe is NoData), by command tag.
+ROWLESS_TAGS = frozenset(
+    {"INSERT", "UPDATE", "DELETE", "CREATE", "DROP", "ALTER", "SET", "RESET", "PREPARE"}
+    | {"DEALLOCATE", "GRANT", "REVOKE", "COMMENT", "DISCARD", "BEGIN", "COMMIT", "ROLLBACK"}
+)
+
+
+def rowless(statement: Statement) -> bool:
+    """Whether ``statement`` never returns rows (so Describe is NoData without planning)."""
+    return statement.tag.split()[0] in ROWLESS_TAGS
+
+
+def planned_shape(statement: Statement | None) -> bool:
+    """Whether Describe knows ``statement``'s columns by planning alone."""
+    return isinstance(statement, Query | Subscribe | Explain)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -94,10 +113,11 @@ async def _plan(
         case Subscribe():
             columns = await query_columns(coordinator, session, statement.query.expression, given)
             # SUBSCRIBE's rows lead with mz_timestamp and mz_diff.
-            return (("mz_timestamp", "numeric"), ("mz_diff", "int8"), *columns)
-        case Explain() if statement.query is not None:
-            await query_columns(coordinator, session, statement.query.expression, given)
-            return None
+            return (*SUBSCRIBE_COLUMNS, *columns)
+        case Explain():
+            if statement.query is not None:
+                await query_columns(coordinator, session, statement.query.expression, given)
+            return ((EXPLAIN_COLUMNS[statement.stage], "text"),)
         case Insert():
             await _insert_targets(coordinator, session, statement)
             for row in statement.rows:

@@ -48,7 +48,7 @@ from loupe.common.errors import LoupeError, SqlState, client_error
 from loupe.common.logging import get_logger
 from loupe.coordinator import metrics
 from loupe.coordinator.coordinator import Coordinator, unexpected_failure
-from loupe.coordinator.describe import describe
+from loupe.coordinator.describe import describe, planned_shape, rowless
 from loupe.coordinator.dml import insert_plan, query_rows
 from loupe.coordinator.results import (
     Complete,
@@ -67,7 +67,6 @@ from loupe.coordinator.sql.params import Parameter, highest_parameter
 from loupe.coordinator.sql.parser import parse
 from loupe.coordinator.sql.statements import (
     ObjectName,
-    Query,
     ShowClusterReplicas,
     ShowClusters,
     ShowObjects,
@@ -193,6 +192,8 @@ class Portal:
     sent: int = 0
     done: bool = False
     started: bool = False
+    # Described by planning (Describe), not yet run: ``columns`` are the planned ones.
+    described: bool = False
 
 
 class PgwireServer:
@@ -632,7 +633,7 @@ class Connection:
                 self.send(self._row_description(prepared.columns, ()))
             case pw.Describe(_, name):
                 portal = self._portal(name)
-                await self._start(portal)
+                await self._describe_portal(portal)
                 self.send(self._row_description(portal.columns, portal.result_formats))
             case pw.Execute(name, max_rows):
                 await self._execute(self._portal(name), max_rows)
@@ -713,9 +714,42 @@ class Connection:
             result = await self.coordinator.run_statement(session, statement)
             if isinstance(result, StatementResult):
                 prepared.columns = result.columns
-        elif isinstance(statement, Query):
+        elif planned_shape(statement):
             prepared.columns = described.columns
         prepared.described = True
+
+    async def _describe_portal(self, portal: Portal) -> None:
+        """A portal's result columns, by planning: it runs (and is logged) at Execute only.
+
+        A statement whose columns planning cannot tell (another shape, or a query
+        that fails to plan) starts running, as before, so its rows are described.
+        """
+        if portal.started or portal.described:
+            return
+        session = self.session
+        assert session is not None
+        statement = portal.statement.statement
+        if statement is None:
+            if transaction_command(portal.statement.sql) is not None:
+                portal.described = True  # BEGIN/COMMIT/ROLLBACK: NoData
+                return
+        elif rowless(statement):
+            portal.described = True
+            return
+        elif isinstance(statement, SHOW_STATEMENTS):
+            result = await self.coordinator.run_statement(session, statement)
+            if isinstance(result, StatementResult):
+                portal.columns = result.columns
+                portal.described = True
+                return
+        elif planned_shape(statement):
+            types = [p.type if p.type != "unknown" else None for p in portal.params]
+            described = await describe(self.coordinator, session, statement, types)
+            if described.columns is not None:
+                portal.columns = described.columns
+                portal.described = True
+                return
+        await self._start(portal)
 
     async def _bind(self, message: pw.Bind) -> None:
         prepared = self._statement(message.statement)

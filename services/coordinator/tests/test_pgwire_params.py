@@ -4,6 +4,7 @@ answers the same Parse/Describe for the same table and is the reference."""
 from __future__ import annotations
 
 import asyncio
+import struct
 
 import asyncpg
 import psycopg
@@ -103,3 +104,85 @@ async def test_asyncpg_sends_inferred_parameter_types(engine):
         assert await conn.fetchval("SELECT b FROM kv WHERE k = $1", 1) == 99
     finally:
         await conn.close()
+
+
+def frontend(kind: bytes, body: bytes) -> bytes:
+    return kind + struct.pack("!i", len(body) + 4) + body
+
+
+def parse_bind_describe(sql: str, *, execute: bool) -> bytes:
+    """Parse, Bind, Describe (portal), [Execute,] Sync of ``sql`` on the unnamed statement."""
+    messages = (
+        frontend(b"P", b"\0" + sql.encode() + b"\0" + struct.pack("!h", 0))
+        + frontend(b"B", b"\0\0" + struct.pack("!hhh", 0, 0, 0))
+        + frontend(b"D", b"P\0")
+    )
+    if execute:
+        messages += frontend(b"E", b"\0" + struct.pack("!i", 0))
+    return messages + frontend(b"S", b"")
+
+
+async def exchange(port: int, user: str, database: str, messages: list[bytes]) -> list[list]:
+    """Send each batch of messages on one raw connection; per batch the backend messages
+    (kind, and the column type OIDs of a RowDescription) up to ReadyForQuery."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+
+    async def read() -> tuple[bytes, bytes]:
+        header = await asyncio.wait_for(reader.readexactly(5), 10)
+        (length,) = struct.unpack("!i", header[1:])
+        return header[:1], await reader.readexactly(length - 4)
+
+    async def until_ready() -> list:
+        seen: list = []
+        while True:
+            kind, body = await read()
+            if kind == b"T":
+                seen.append(("T", row_description_oids(body)))
+            elif kind == b"D":
+                seen.append(("D", body))
+            elif kind not in (b"N", b"S", b"K"):
+                seen.append(kind.decode())
+            if kind == b"Z":
+                return seen
+
+    startup = struct.pack("!i", 196608) + f"user\0{user}\0database\0{database}\0\0".encode()
+    writer.write(struct.pack("!i", len(startup) + 4) + startup)
+    await until_ready()
+    answers = []
+    for batch in messages:
+        writer.write(batch)
+        await writer.drain()
+        answers.append(await until_ready())
+    writer.close()
+    return answers
+
+
+def row_description_oids(body: bytes) -> list[int]:
+    (count,) = struct.unpack("!h", body[:2])
+    oids, offset = [], 2
+    for _ in range(count):
+        offset = body.index(b"\0", offset) + 1
+        oids.append(struct.unpack("!i", body[offset + 6 : offset + 10])[0])
+        offset += 18
+    return oids
+
+
+async def test_describe_portal_plans_and_runs_at_execute(engine):
+    """Describing a bound portal does not run it: an INSERT described and never executed
+    inserts nothing; a SELECT is described then run at Execute (as PostgreSQL answers)."""
+    batches = [
+        b"".join(frontend(b"Q", f"{q}\0".encode()) for q in ["CREATE TABLE described (a int)"]),
+        parse_bind_describe("INSERT INTO described VALUES (1)", execute=False),
+        parse_bind_describe("SELECT count(*) AS n, 'x'::text AS t FROM described", execute=True),
+        parse_bind_describe("INSERT INTO described VALUES (2)", execute=True),
+        parse_bind_describe("SELECT a FROM described", execute=True),
+    ]
+    postgres = await exchange(
+        5432,
+        "postgres",
+        "postgres",
+        [frontend(b"Q", b"DROP TABLE IF EXISTS described\0"), *batches],
+    )
+    loupe = await exchange(engine.service.pgwire_port, "materialize", "materialize", batches)
+    assert loupe[1:] == postgres[2:]
+    await exchange(5432, "postgres", "postgres", [frontend(b"Q", b"DROP TABLE described\0")])
