@@ -37,7 +37,6 @@ import contextlib
 import csv
 import itertools
 import random
-import re
 import shlex
 import ssl
 from collections.abc import AsyncIterator, Sequence
@@ -66,6 +65,7 @@ from loupe.coordinator.session import DEFAULT_USER, VARIABLES, Session
 from loupe.coordinator.sql.params import Parameter, highest_parameter
 from loupe.coordinator.sql.parser import parse
 from loupe.coordinator.sql.statements import (
+    Copy,
     ObjectName,
     ShowClusterReplicas,
     ShowClusters,
@@ -1087,20 +1087,7 @@ def transaction_command(sql: str) -> str | None:
 
 # -- COPY ---------------------------------------------------------------------------------
 
-_COPY_TO = re.compile(
-    r"^\s*COPY\s*\((?P<query>.*)\)\s*TO\s+STDOUT\s*(?:WITH\s*)?(?P<options>\(.*\))?\s*;?\s*$",
-    re.IGNORECASE | re.DOTALL,
-)
-_COPY_TABLE_TO = re.compile(
-    r"^\s*COPY\s+(?P<table>[\w.\"]+)\s*(?:\((?P<columns>[^)]*)\))?\s*TO\s+STDOUT\s*"
-    r"(?:WITH\s*)?(?P<options>\(.*\))?\s*;?\s*$",
-    re.IGNORECASE | re.DOTALL,
-)
-_COPY_FROM = re.compile(
-    r"^\s*COPY\s+(?P<table>[\w.\"]+)\s*(?:\((?P<columns>[^)]*)\))?\s*FROM\s+STDIN\s*"
-    r"(?:WITH\s*)?(?P<options>\(.*\))?\s*;?\s*$",
-    re.IGNORECASE | re.DOTALL,
-)
+
 _TEXT_ESCAPES = {"b": "\b", "f": "\f", "n": "\n", "r": "\r", "t": "\t", "v": "\v"}
 
 
@@ -1206,50 +1193,24 @@ def _is_copy_from(sql: str) -> bool:
 
 
 def parse_copy(sql: str) -> CopyStatement | None:
-    """The COPY statement ``sql`` is (None: not a COPY); 0A000 for the forms not supported."""
-    stripped = sql.lstrip()
-    if stripped[:4].upper() != "COPY":
+    """The COPY statement ``sql`` is (None: not a COPY), as the SQL parser reads it.
+
+    COPY TO runs the whole statement (the coordinator answers its query's rows and
+    logs the COPY); its options say how this server formats them.
+    """
+    if sql.lstrip()[:4].upper() != "COPY":
         return None
-    options: dict[str, str] = {}
-    match = _COPY_TO.match(sql)
-    if match is not None:
-        options = _copy_options(match.group("options"))
-        return _with_options(CopyStatement("TO", query=match.group("query").strip()), options)
-    match = _COPY_TABLE_TO.match(sql)
-    if match is not None:
-        # COPY t [(columns)] TO STDOUT is COPY (SELECT columns FROM t) TO STDOUT.
-        options = _copy_options(match.group("options"))
-        columns = match.group("columns") or "*"
-        query = f"SELECT {columns} FROM {match.group('table')}"
-        return _with_options(CopyStatement("TO", query=query), options)
-    match = _COPY_FROM.match(sql)
-    if match is not None:
-        options = _copy_options(match.group("options"))
-        parts = tuple(p.strip().strip('"') for p in match.group("table").split("."))
-        names = match.group("columns")
-        columns = tuple(c.strip().strip('"') for c in names.split(",")) if names else ()
-        return _with_options(
-            CopyStatement("FROM", table=ObjectName(parts=parts), columns=columns), options
-        )
-    raise LoupeError(
-        FEATURE_NOT_SUPPORTED,
-        "COPY supports (query) TO STDOUT and table FROM STDIN only",
-        position=len(sql) - len(stripped) + 1,
+    statements = parse(sql)
+    if len(statements) != 1 or not isinstance(statements[0], Copy):
+        return None
+    copy = statements[0]
+    base = CopyStatement(
+        copy.direction,
+        query=sql if copy.direction == "TO" else "",
+        table=copy.table or ObjectName(parts=("",)),
+        columns=copy.columns,
     )
-
-
-def _copy_options(text: str | None) -> dict[str, str]:
-    if not text:
-        return {}
-    options = {}
-    for item in text.strip()[1:-1].split(","):
-        words = item.strip().split(None, 1)
-        if words:
-            value = words[1].strip() if len(words) > 1 else "true"
-            if len(value) >= 2 and value[0] == value[-1] == "'":
-                value = value[1:-1].replace("''", "'")
-            options[words[0].lower()] = value
-    return options
+    return _with_options(base, dict(copy.options))
 
 
 def _with_options(copy: CopyStatement, options: dict[str, str]) -> CopyStatement:
