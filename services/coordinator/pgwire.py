@@ -39,6 +39,7 @@ import itertools
 import random
 import shlex
 import ssl
+import struct
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -873,7 +874,10 @@ class Connection:
                 match event:
                     case Description(described):
                         columns = described
-                        self.send(pw.copy_out_response(len(columns)))
+                        binary = int(copy.format == "binary")
+                        self.send(pw.copy_out_response(len(columns), binary))
+                        if binary:
+                            self.send(pw.copy_data(BINARY_COPY_HEADER))
                         await self.flush()
                     case RowBatch(rows):
                         assert columns is not None
@@ -887,6 +891,8 @@ class Connection:
                                 FEATURE_NOT_SUPPORTED,
                                 "COPY TO STDOUT needs a query that returns rows",
                             )
+                        if copy.format == "binary":
+                            self.send(pw.copy_data(BINARY_COPY_TRAILER))
                         self.send(pw.copy_done(), pw.command_complete(f"COPY {count}"))
                     case Notice():
                         self.send(notice_message(event))
@@ -904,8 +910,10 @@ class Connection:
             check_columns(table, [(name, 0) for name in copy.columns]) if copy.columns else None
         )
         width = len(columns) if columns is not None else len(table.columns)
-        self.send(pw.copy_in_response(width))
+        self.send(pw.copy_in_response(width, int(copy.format == "binary")))
         await self.flush()
+        binary = copy.format == "binary"
+        received: list[bytes] = []
         rows: list[tuple[Any, ...]] = []
         pending = b""
         failure: LoupeError | None = None
@@ -914,6 +922,9 @@ class Connection:
             message = await self._read()
             if isinstance(message, pw.CopyData):
                 if failure is not None:
+                    continue
+                if binary:
+                    received.append(message.data)
                     continue
                 pending += message.data
                 *lines, pending = pending.split(b"\n")
@@ -937,6 +948,10 @@ class Connection:
                 )
         if failure is not None:
             raise failure
+        if binary:
+            kinds = [c.sql_type.name for c in (columns or table.columns)]
+            texts = binary_tuples(b"".join(received), kinds)
+            rows.extend(query_rows(table, columns, texts, width))
         if pending:
             await self._convert(copy, table, columns, width, [pending], rows, line_number)
         keys = unique_keys(context, table)
@@ -1106,6 +1121,8 @@ class CopyStatement:
     quote: str = '"'
 
     def format_row(self, row: Sequence[Any], columns: Sequence[tuple[str, str]]) -> bytes:
+        if self.format == "binary":
+            return binary_tuple(row, columns)
         texts = [
             None if value is None else pgtypes.encode_text(value, kind).decode()
             for value, (_, kind) in zip(row, columns, strict=True)
@@ -1137,6 +1154,69 @@ class CopyStatement:
             None if part == self.null else _text_unescape(part, number)
             for part in line.split(self.delimiter)
         ]
+
+
+# PostgreSQL's binary COPY format: signature, flags (no OIDs), header extension length;
+# each tuple a field count then (length, bytes) per field, -1 for NULL; a count of -1 ends it.
+BINARY_COPY_SIGNATURE = b"PGCOPY\n\xff\r\n\x00"
+BINARY_COPY_HEADER = BINARY_COPY_SIGNATURE + struct.pack("!ii", 0, 0)
+BINARY_COPY_TRAILER = struct.pack("!h", -1)
+
+
+def binary_tuple(row: Sequence[Any], columns: Sequence[tuple[str, str]]) -> bytes:
+    """One row as a tuple of PostgreSQL's binary COPY format."""
+    parts = [struct.pack("!h", len(row))]
+    for value, (_, kind) in zip(row, columns, strict=True):
+        if value is None:
+            parts.append(struct.pack("!i", -1))
+        else:
+            data = pgtypes.encode_binary(value, kind)
+            parts.append(struct.pack("!i", len(data)) + data)
+    return b"".join(parts)
+
+
+def binary_tuples(data: bytes, kinds: Sequence[str]) -> list[tuple[Any, ...]]:
+    """The rows of a binary COPY stream, each value as its text (what a text COPY reads)."""
+
+    def bad(why: str) -> LoupeError:
+        return LoupeError(BAD_COPY_FILE_FORMAT, f"invalid COPY file {why}")
+
+    if not data.startswith(BINARY_COPY_SIGNATURE):
+        raise LoupeError(BAD_COPY_FILE_FORMAT, "COPY file signature not recognized")
+    offset = len(BINARY_COPY_SIGNATURE)
+    try:
+        flags, extension = struct.unpack_from("!ii", data, offset)
+        if flags & 0x10000:
+            raise bad("header (WITH OIDS is not supported)")
+        offset += 8 + extension
+        rows: list[tuple[Any, ...]] = []
+        oids = [pgtypes.type_oid(kind) for kind in kinds]
+        while True:
+            (count,) = struct.unpack_from("!h", data, offset)
+            offset += 2
+            if count == -1:
+                return rows
+            if count != len(kinds):
+                raise LoupeError(
+                    BAD_COPY_FILE_FORMAT,
+                    f"row field count is {count}, expected {len(kinds)}",
+                )
+            values: list[Any] = []
+            for oid, kind in zip(oids, kinds, strict=True):
+                (length,) = struct.unpack_from("!i", data, offset)
+                offset += 4
+                if length == -1:
+                    values.append(None)
+                    continue
+                field_data = data[offset : offset + length]
+                if len(field_data) != length:
+                    raise bad("format: unexpected end of data")
+                offset += length
+                value = pgtypes.decode_binary(field_data, oid)
+                values.append(UntypedString(pgtypes.encode_text(value, kind).decode()))
+            rows.append(tuple(values))
+    except struct.error:
+        raise bad("format: unexpected end of data") from None
 
 
 def _csv_field(text: str, delimiter: str, quote: str, null: str) -> str:
@@ -1215,7 +1295,7 @@ def parse_copy(sql: str) -> CopyStatement | None:
 
 def _with_options(copy: CopyStatement, options: dict[str, str]) -> CopyStatement:
     format_ = options.get("format", "text").lower()
-    if format_ not in ("text", "csv"):
+    if format_ not in ("text", "csv", "binary"):
         raise LoupeError(FEATURE_NOT_SUPPORTED, f"COPY format {format_} is not supported")
     csv_mode = format_ == "csv"
     return CopyStatement(

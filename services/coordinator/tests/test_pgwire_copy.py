@@ -85,3 +85,41 @@ async def test_statement_log_records_copy_to(nats_url, data_dir, stream, start_t
     executions = logged_rows(updates, MZ_STATEMENT_EXECUTION_HISTORY.id, EXECUTION_COLUMNS)
     ours = [e for e in executions if e["prepared_statement_id"] in ids]
     assert [(e["finished_status"], e["rows_returned"]) for e in ours] == [("success", 2)]
+
+
+BINARY_QUERY = (
+    "SELECT * FROM (VALUES"
+    " (1, 9000000000::int8, 'x y'::text, true, 1.5::float8, 12.25::numeric,"
+    " '2024-02-29'::date, '1999-12-31 23:59:59.5'::timestamp),"
+    " (-2, NULL, '', false, -0.1::float8, -3::numeric, NULL, NULL)"
+    ") AS v (a, b, c, d, e, f, g, h)"
+)
+BINARY_TABLE = (
+    "(a int, b bigint, c text, d boolean, e double precision, f numeric, g date, h timestamp)"
+)
+
+
+def copy_out(connection: psycopg.Connection, sql: str) -> bytes:
+    with connection.cursor().copy(sql) as copy:
+        return b"".join(bytes(data) for data in copy)
+
+
+async def test_binary_copy_is_postgresql_binary_format(engine):
+    """COPY … TO STDOUT (FORMAT binary) writes the bytes PostgreSQL writes for the same rows;
+    COPY FROM STDIN (FORMAT binary) of PostgreSQL's own output loads the same rows."""
+    sql = f"COPY ({BINARY_QUERY}) TO STDOUT (FORMAT binary)"
+    with psycopg.connect(POSTGRES, autocommit=True) as reference:
+        expected = copy_out(reference, sql)
+        expected_rows = reference.execute(f"{BINARY_QUERY} ORDER BY a").fetchall()
+
+    def run() -> tuple[bytes, list[tuple]]:
+        with loupe_connect(engine.service.pgwire_port, autocommit=True) as connection:
+            produced = copy_out(connection, sql)
+            connection.execute(f"CREATE TABLE loaded {BINARY_TABLE}")
+            with connection.cursor().copy("COPY loaded FROM STDIN (FORMAT binary)") as copy:
+                copy.write(expected)
+            return produced, connection.execute("SELECT * FROM loaded ORDER BY a").fetchall()
+
+    produced, loaded = await asyncio.to_thread(run)
+    assert produced == expected
+    assert loaded == expected_rows
