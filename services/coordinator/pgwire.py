@@ -47,6 +47,7 @@ from typing import Any, Protocol
 from loupe.common.errors import LoupeError, SqlState, client_error
 from loupe.common.logging import get_logger
 from loupe.coordinator import metrics
+from loupe.coordinator import statement_logging as stmtlog
 from loupe.coordinator.coordinator import Coordinator, unexpected_failure
 from loupe.coordinator.describe import describe, planned_shape, rowless
 from loupe.coordinator.dml import insert_plan, query_rows
@@ -860,9 +861,28 @@ class Connection:
             if copy.direction == "TO":
                 await self._copy_out(copy)
             else:
-                await self._copy_in(copy)
+                await self._logged_copy_in(copy)
         except LoupeError as error:
             self.error(error)
+
+    async def _logged_copy_in(self, copy: CopyStatement) -> None:
+        """COPY FROM STDIN, logged as the COPY statement it is (it runs here, not in
+        ``Coordinator.execute``): how it ended, and its error."""
+        session = self.session
+        assert session is not None
+        log = self.coordinator.statement_log
+        execution = log.begin(session, copy.text, "copy")
+        status, message = stmtlog.CANCELED, None  # the client went away mid-COPY
+        try:
+            await self._copy_in(copy)
+            status = stmtlog.SUCCESS
+        except LoupeError as error:
+            canceled = error.code == SqlState.QUERY_CANCELED
+            status, message = (stmtlog.CANCELED if canceled else stmtlog.ERROR), error.message
+            raise
+        finally:
+            if execution is not None:
+                log.end(execution, status, error_message=message)
 
     async def _copy_out(self, copy: CopyStatement) -> None:
         session = self.session
@@ -1111,6 +1131,7 @@ class CopyStatement:
     """``COPY (query) TO STDOUT`` or ``COPY t [(columns)] FROM STDIN``, with its format."""
 
     direction: str  # "TO" or "FROM"
+    text: str = ""  # the COPY statement as written (the statement log's)
     query: str = ""
     table: ObjectName = field(default_factory=lambda: ObjectName(parts=("",)))
     columns: tuple[str, ...] = ()
@@ -1286,6 +1307,7 @@ def parse_copy(sql: str) -> CopyStatement | None:
     copy = statements[0]
     base = CopyStatement(
         copy.direction,
+        text=copy.text,
         query=sql if copy.direction == "TO" else "",
         table=copy.table or ObjectName(parts=("",)),
         columns=copy.columns,
@@ -1300,6 +1322,7 @@ def _with_options(copy: CopyStatement, options: dict[str, str]) -> CopyStatement
     csv_mode = format_ == "csv"
     return CopyStatement(
         copy.direction,
+        text=copy.text,
         query=copy.query,
         table=copy.table,
         columns=copy.columns,

@@ -56,8 +56,11 @@ async def test_copy_over_grpc_answers_rows_and_refuses_copy_from(engine):
     )
 
 
-async def test_statement_log_records_copy_to(nats_url, data_dir, stream, start_table_system):
-    """A COPY … TO STDOUT over pgwire is logged as the COPY, with the rows it sent."""
+async def test_statement_log_records_copy_to_and_from(
+    nats_url, data_dir, stream, start_table_system
+):
+    """COPY … TO STDOUT and COPY … FROM STDIN over pgwire are logged as the COPY statements
+    (statement_type copy), COPY TO with the rows it sent."""
     async with start_table_system(
         nats_url, data_dir, storage_subject=stream.subject, instance_name="pgwire-copy-log"
     ) as h:
@@ -66,12 +69,15 @@ async def test_statement_log_records_copy_to(nats_url, data_dir, stream, start_t
         await h.tag(admin, "ALTER SYSTEM SET statement_logging_default_sample_rate = 1")
         sql = "COPY (SELECT 1 AS a UNION ALL SELECT 2) TO STDOUT"
 
+        copy_from = "COPY logged FROM STDIN"
+
         def run() -> bytes:
-            with (
-                loupe_connect(h.service.pgwire_port, autocommit=True) as connection,
-                connection.cursor().copy(sql) as copy,
-            ):
-                return b"".join(bytes(data) for data in copy)
+            with loupe_connect(h.service.pgwire_port, autocommit=True) as connection:
+                sent = copy_out(connection, sql)
+                connection.execute("CREATE TABLE logged (a int)")
+                with connection.cursor().copy(copy_from) as copy:
+                    copy.write(b"1\n2\n3\n")
+                return sent
 
         assert await asyncio.to_thread(run) == b"1\n2\n"
         assert h.service.coordinator is not None
@@ -80,11 +86,17 @@ async def test_statement_log_records_copy_to(nats_url, data_dir, stream, start_t
 
     texts = {row[1]: row[2] for c, row, _ in updates if c == MZ_SQL_TEXT.id}
     prepared = logged_rows(updates, MZ_PREPARED_STATEMENT_HISTORY.id, PREPARED_COLUMNS)
-    ids = {p["id"] for p in prepared if texts.get(p["sql_hash"]) == sql}
-    assert ids, sorted(texts.values())
+    ids = {p["id"]: p["statement_type"] for p in prepared if texts.get(p["sql_hash"]) == sql}
+    assert set(ids.values()) == {"copy"}, sorted(texts.values())
     executions = logged_rows(updates, MZ_STATEMENT_EXECUTION_HISTORY.id, EXECUTION_COLUMNS)
     ours = [e for e in executions if e["prepared_statement_id"] in ids]
     assert [(e["finished_status"], e["rows_returned"]) for e in ours] == [("success", 2)]
+    from_ids = {
+        p["id"]: p["statement_type"] for p in prepared if texts.get(p["sql_hash"]) == copy_from
+    }
+    assert set(from_ids.values()) == {"copy"}
+    loads = [e for e in executions if e["prepared_statement_id"] in from_ids]
+    assert [e["finished_status"] for e in loads] == ["success"]
 
 
 BINARY_QUERY = (
