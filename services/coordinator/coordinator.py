@@ -78,6 +78,7 @@ from loupe.coordinator.sql.statements import (
     AlterCluster,
     AlterRole,
     AlterSystem,
+    Copy,
     CreateCluster,
     CreateClusterReplica,
     CreateIndex,
@@ -669,6 +670,19 @@ class Coordinator:
         task.cancel()
         return True
 
+    async def _copy(self, session: Session, copy: Copy) -> StatementResult | Streaming:
+        """COPY … TO STDOUT answers its query's rows (the PostgreSQL wire protocol formats
+        them); COPY FROM STDIN reads data only that protocol carries."""
+        if copy.direction == "FROM" or copy.query is None:
+            raise LoupeError(
+                SqlState.FEATURE_NOT_SUPPORTED,
+                "COPY FROM STDIN needs the PostgreSQL wire protocol",
+            )
+        result = await self.run_statement(session, copy.query)
+        if isinstance(result, StatementResult):
+            return dataclasses.replace(result, tag=f"COPY {len(result.rows)}")
+        return result
+
     async def run_statement(
         self, session: Session, statement: Statement
     ) -> StatementResult | Streaming:
@@ -692,6 +706,8 @@ class Coordinator:
                 return await show.show(ctx, session, statement)
             case Subscribe():
                 return await self.compute.subscribe(session, statement)
+            case Copy():
+                return await self._copy(session, statement)
             case Insert():
                 return await dml.insert(ctx, session, statement)
             case Update():

@@ -37,22 +37,20 @@ import contextlib
 import csv
 import itertools
 import random
-import re
 import shlex
 import ssl
-import time
+import struct
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from sqlglot import exp
-
 from loupe.common.errors import LoupeError, SqlState, client_error
 from loupe.common.logging import get_logger
 from loupe.coordinator import metrics
+from loupe.coordinator import statement_logging as stmtlog
 from loupe.coordinator.coordinator import Coordinator, unexpected_failure
+from loupe.coordinator.describe import describe, planned_shape, rowless
 from loupe.coordinator.dml import insert_plan, query_rows
-from loupe.coordinator.plan import plan_select
 from loupe.coordinator.results import (
     Complete,
     Description,
@@ -66,12 +64,11 @@ from loupe.coordinator.results import (
 from loupe.coordinator.sequencer.dml import unique_keys
 from loupe.coordinator.sequencer.table import table_named
 from loupe.coordinator.session import DEFAULT_USER, VARIABLES, Session
-from loupe.coordinator.sql.params import Parameter, bind, highest_parameter, parameter_number
+from loupe.coordinator.sql.params import Parameter, highest_parameter
 from loupe.coordinator.sql.parser import parse
 from loupe.coordinator.sql.statements import (
-    Insert,
+    Copy,
     ObjectName,
-    Query,
     ShowClusterReplicas,
     ShowClusters,
     ShowObjects,
@@ -83,7 +80,6 @@ from loupe.coordinator.statement_logging import PreparedLog
 from loupe.coordinator.tables import Table, UntypedString, check_columns
 from loupe.pgwire import protocol as pw
 from loupe.pgwire import types as pgtypes
-from loupe.sqltypes import lookup as lookup_type
 
 log = get_logger(__name__)
 
@@ -198,6 +194,8 @@ class Portal:
     sent: int = 0
     done: bool = False
     started: bool = False
+    # Described by planning (Describe), not yet run: ``columns`` are the planned ones.
+    described: bool = False
 
 
 class PgwireServer:
@@ -637,7 +635,7 @@ class Connection:
                 self.send(self._row_description(prepared.columns, ()))
             case pw.Describe(_, name):
                 portal = self._portal(name)
-                await self._start(portal)
+                await self._describe_portal(portal)
                 self.send(self._row_description(portal.columns, portal.result_formats))
             case pw.Execute(name, max_rows):
                 await self._execute(self._portal(name), max_rows)
@@ -704,24 +702,56 @@ class Connection:
         """The parameter types and result columns of a statement, found without running it."""
         session = self.session
         assert session is not None
-        implied = await implied_parameter_types(self.coordinator, session, prepared.statement)
-        prepared.param_oids = tuple(
-            oid or pgtypes.type_oid(implied.get(index + 1, "text"))
-            for index, oid in enumerate(prepared.client_oids)
-        )
         statement = prepared.statement
-        if isinstance(statement, Query):
-            params = [
-                Parameter(None, pgtypes.param_type_name(oid) or "text")
-                for oid in prepared.param_oids
-            ]
-            prepared.columns = await describe_query(self.coordinator, session, statement, params)
-        elif isinstance(statement, SHOW_STATEMENTS):
+        client_types = [
+            pgtypes.param_type_name(oid) if oid else None for oid in prepared.client_oids
+        ]
+        described = await describe(self.coordinator, session, statement, client_types)
+        prepared.param_oids = tuple(
+            oid or pgtypes.type_oid(kind)
+            for oid, kind in zip(prepared.client_oids, described.parameter_types, strict=True)
+        )
+        if isinstance(statement, SHOW_STATEMENTS):
             # SHOW reads and changes nothing: run unlogged, for its columns only.
             result = await self.coordinator.run_statement(session, statement)
             if isinstance(result, StatementResult):
                 prepared.columns = result.columns
+        elif planned_shape(statement):
+            prepared.columns = described.columns
         prepared.described = True
+
+    async def _describe_portal(self, portal: Portal) -> None:
+        """A portal's result columns, by planning: it runs (and is logged) at Execute only.
+
+        A statement whose columns planning cannot tell (another shape, or a query
+        that fails to plan) starts running, as before, so its rows are described.
+        """
+        if portal.started or portal.described:
+            return
+        session = self.session
+        assert session is not None
+        statement = portal.statement.statement
+        if statement is None:
+            if transaction_command(portal.statement.sql) is not None:
+                portal.described = True  # BEGIN/COMMIT/ROLLBACK: NoData
+                return
+        elif rowless(statement):
+            portal.described = True
+            return
+        elif isinstance(statement, SHOW_STATEMENTS):
+            result = await self.coordinator.run_statement(session, statement)
+            if isinstance(result, StatementResult):
+                portal.columns = result.columns
+                portal.described = True
+                return
+        elif planned_shape(statement):
+            types = [p.type if p.type != "unknown" else None for p in portal.params]
+            described = await describe(self.coordinator, session, statement, types)
+            if described.columns is not None:
+                portal.columns = described.columns
+                portal.described = True
+                return
+        await self._start(portal)
 
     async def _bind(self, message: pw.Bind) -> None:
         prepared = self._statement(message.statement)
@@ -831,9 +861,28 @@ class Connection:
             if copy.direction == "TO":
                 await self._copy_out(copy)
             else:
-                await self._copy_in(copy)
+                await self._logged_copy_in(copy)
         except LoupeError as error:
             self.error(error)
+
+    async def _logged_copy_in(self, copy: CopyStatement) -> None:
+        """COPY FROM STDIN, logged as the COPY statement it is (it runs here, not in
+        ``Coordinator.execute``): how it ended, and its error."""
+        session = self.session
+        assert session is not None
+        log = self.coordinator.statement_log
+        execution = log.begin(session, copy.text, "copy")
+        status, message = stmtlog.CANCELED, None  # the client went away mid-COPY
+        try:
+            await self._copy_in(copy)
+            status = stmtlog.SUCCESS
+        except LoupeError as error:
+            canceled = error.code == SqlState.QUERY_CANCELED
+            status, message = (stmtlog.CANCELED if canceled else stmtlog.ERROR), error.message
+            raise
+        finally:
+            if execution is not None:
+                log.end(execution, status, error_message=message)
 
     async def _copy_out(self, copy: CopyStatement) -> None:
         session = self.session
@@ -845,7 +894,10 @@ class Connection:
                 match event:
                     case Description(described):
                         columns = described
-                        self.send(pw.copy_out_response(len(columns)))
+                        binary = int(copy.format == "binary")
+                        self.send(pw.copy_out_response(len(columns), binary))
+                        if binary:
+                            self.send(pw.copy_data(BINARY_COPY_HEADER))
                         await self.flush()
                     case RowBatch(rows):
                         assert columns is not None
@@ -859,6 +911,8 @@ class Connection:
                                 FEATURE_NOT_SUPPORTED,
                                 "COPY TO STDOUT needs a query that returns rows",
                             )
+                        if copy.format == "binary":
+                            self.send(pw.copy_data(BINARY_COPY_TRAILER))
                         self.send(pw.copy_done(), pw.command_complete(f"COPY {count}"))
                     case Notice():
                         self.send(notice_message(event))
@@ -876,8 +930,10 @@ class Connection:
             check_columns(table, [(name, 0) for name in copy.columns]) if copy.columns else None
         )
         width = len(columns) if columns is not None else len(table.columns)
-        self.send(pw.copy_in_response(width))
+        self.send(pw.copy_in_response(width, int(copy.format == "binary")))
         await self.flush()
+        binary = copy.format == "binary"
+        received: list[bytes] = []
         rows: list[tuple[Any, ...]] = []
         pending = b""
         failure: LoupeError | None = None
@@ -886,6 +942,9 @@ class Connection:
             message = await self._read()
             if isinstance(message, pw.CopyData):
                 if failure is not None:
+                    continue
+                if binary:
+                    received.append(message.data)
                     continue
                 pending += message.data
                 *lines, pending = pending.split(b"\n")
@@ -909,6 +968,10 @@ class Connection:
                 )
         if failure is not None:
             raise failure
+        if binary:
+            kinds = [c.sql_type.name for c in (columns or table.columns)]
+            texts = binary_tuples(b"".join(received), kinds)
+            rows.extend(query_rows(table, columns, texts, width))
         if pending:
             await self._convert(copy, table, columns, width, [pending], rows, line_number)
         keys = unique_keys(context, table)
@@ -1057,76 +1120,9 @@ def transaction_command(sql: str) -> str | None:
     return command
 
 
-# -- describing without running -----------------------------------------------------------
-
-
-async def describe_query(
-    coordinator: Coordinator, session: Session, query: Query, params: Sequence[Parameter]
-) -> tuple[tuple[str, str], ...] | None:
-    """A query's result columns, planned (not run) with ``params`` standing for its ``$n``."""
-    bound = bind(query, params, check_count=False) if params else query
-    assert isinstance(bound, Query)
-    compute = coordinator.compute
-    expression = compute.inline_views(session, bound.expression)
-    expression, relations = await compute.resolved(session, expression)
-    now = int(time.time() * 1000)
-    if relations:
-        planned = compute.plan(expression, relations, query_time=now)
-    else:
-        planned = plan_select(expression, lambda _name: None, query_time=now)
-    return tuple(planned.columns)
-
-
-async def implied_parameter_types(
-    coordinator: Coordinator, session: Session, statement: Statement | None
-) -> dict[int, str]:
-    """Types of ``$n`` the statement implies: ``$n::t`` and ``INSERT … VALUES`` columns."""
-    implied: dict[int, str] = {}
-    if statement is None:
-        return implied
-    trees: list[exp.Expression] = []
-    if isinstance(statement, Query):
-        trees.append(statement.expression)
-    if isinstance(statement, Insert):
-        trees.extend(e for row in statement.rows for e in row)
-        with contextlib.suppress(LoupeError):
-            table = await table_named(coordinator.context, session, statement.table)
-            if table is not None:
-                targets = (
-                    check_columns(table, statement.columns)
-                    if statement.columns is not None
-                    else list(table.columns)
-                )
-                for row in statement.rows:
-                    for column, value in zip(targets, row, strict=False):
-                        number = parameter_number(value)
-                        if number is not None:
-                            implied.setdefault(number, column.sql_type.name)
-    for tree in trees:
-        for cast in tree.find_all(exp.Cast):
-            number = parameter_number(cast.this)
-            if number is not None:
-                entry = lookup_type(cast.to.sql(dialect="postgres"))
-                implied.setdefault(number, entry.name if entry is not None else "text")
-    return implied
-
-
 # -- COPY ---------------------------------------------------------------------------------
 
-_COPY_TO = re.compile(
-    r"^\s*COPY\s*\((?P<query>.*)\)\s*TO\s+STDOUT\s*(?:WITH\s*)?(?P<options>\(.*\))?\s*;?\s*$",
-    re.IGNORECASE | re.DOTALL,
-)
-_COPY_TABLE_TO = re.compile(
-    r"^\s*COPY\s+(?P<table>[\w.\"]+)\s*(?:\((?P<columns>[^)]*)\))?\s*TO\s+STDOUT\s*"
-    r"(?:WITH\s*)?(?P<options>\(.*\))?\s*;?\s*$",
-    re.IGNORECASE | re.DOTALL,
-)
-_COPY_FROM = re.compile(
-    r"^\s*COPY\s+(?P<table>[\w.\"]+)\s*(?:\((?P<columns>[^)]*)\))?\s*FROM\s+STDIN\s*"
-    r"(?:WITH\s*)?(?P<options>\(.*\))?\s*;?\s*$",
-    re.IGNORECASE | re.DOTALL,
-)
+
 _TEXT_ESCAPES = {"b": "\b", "f": "\f", "n": "\n", "r": "\r", "t": "\t", "v": "\v"}
 
 
@@ -1135,6 +1131,7 @@ class CopyStatement:
     """``COPY (query) TO STDOUT`` or ``COPY t [(columns)] FROM STDIN``, with its format."""
 
     direction: str  # "TO" or "FROM"
+    text: str = ""  # the COPY statement as written (the statement log's)
     query: str = ""
     table: ObjectName = field(default_factory=lambda: ObjectName(parts=("",)))
     columns: tuple[str, ...] = ()
@@ -1145,6 +1142,8 @@ class CopyStatement:
     quote: str = '"'
 
     def format_row(self, row: Sequence[Any], columns: Sequence[tuple[str, str]]) -> bytes:
+        if self.format == "binary":
+            return binary_tuple(row, columns)
         texts = [
             None if value is None else pgtypes.encode_text(value, kind).decode()
             for value, (_, kind) in zip(row, columns, strict=True)
@@ -1176,6 +1175,69 @@ class CopyStatement:
             None if part == self.null else _text_unescape(part, number)
             for part in line.split(self.delimiter)
         ]
+
+
+# PostgreSQL's binary COPY format: signature, flags (no OIDs), header extension length;
+# each tuple a field count then (length, bytes) per field, -1 for NULL; a count of -1 ends it.
+BINARY_COPY_SIGNATURE = b"PGCOPY\n\xff\r\n\x00"
+BINARY_COPY_HEADER = BINARY_COPY_SIGNATURE + struct.pack("!ii", 0, 0)
+BINARY_COPY_TRAILER = struct.pack("!h", -1)
+
+
+def binary_tuple(row: Sequence[Any], columns: Sequence[tuple[str, str]]) -> bytes:
+    """One row as a tuple of PostgreSQL's binary COPY format."""
+    parts = [struct.pack("!h", len(row))]
+    for value, (_, kind) in zip(row, columns, strict=True):
+        if value is None:
+            parts.append(struct.pack("!i", -1))
+        else:
+            data = pgtypes.encode_binary(value, kind)
+            parts.append(struct.pack("!i", len(data)) + data)
+    return b"".join(parts)
+
+
+def binary_tuples(data: bytes, kinds: Sequence[str]) -> list[tuple[Any, ...]]:
+    """The rows of a binary COPY stream, each value as its text (what a text COPY reads)."""
+
+    def bad(why: str) -> LoupeError:
+        return LoupeError(BAD_COPY_FILE_FORMAT, f"invalid COPY file {why}")
+
+    if not data.startswith(BINARY_COPY_SIGNATURE):
+        raise LoupeError(BAD_COPY_FILE_FORMAT, "COPY file signature not recognized")
+    offset = len(BINARY_COPY_SIGNATURE)
+    try:
+        flags, extension = struct.unpack_from("!ii", data, offset)
+        if flags & 0x10000:
+            raise bad("header (WITH OIDS is not supported)")
+        offset += 8 + extension
+        rows: list[tuple[Any, ...]] = []
+        oids = [pgtypes.type_oid(kind) for kind in kinds]
+        while True:
+            (count,) = struct.unpack_from("!h", data, offset)
+            offset += 2
+            if count == -1:
+                return rows
+            if count != len(kinds):
+                raise LoupeError(
+                    BAD_COPY_FILE_FORMAT,
+                    f"row field count is {count}, expected {len(kinds)}",
+                )
+            values: list[Any] = []
+            for oid, kind in zip(oids, kinds, strict=True):
+                (length,) = struct.unpack_from("!i", data, offset)
+                offset += 4
+                if length == -1:
+                    values.append(None)
+                    continue
+                field_data = data[offset : offset + length]
+                if len(field_data) != length:
+                    raise bad("format: unexpected end of data")
+                offset += length
+                value = pgtypes.decode_binary(field_data, oid)
+                values.append(UntypedString(pgtypes.encode_text(value, kind).decode()))
+            rows.append(tuple(values))
+    except struct.error:
+        raise bad("format: unexpected end of data") from None
 
 
 def _csv_field(text: str, delimiter: str, quote: str, null: str) -> str:
@@ -1232,59 +1294,35 @@ def _is_copy_from(sql: str) -> bool:
 
 
 def parse_copy(sql: str) -> CopyStatement | None:
-    """The COPY statement ``sql`` is (None: not a COPY); 0A000 for the forms not supported."""
-    stripped = sql.lstrip()
-    if stripped[:4].upper() != "COPY":
+    """The COPY statement ``sql`` is (None: not a COPY), as the SQL parser reads it.
+
+    COPY TO runs the whole statement (the coordinator answers its query's rows and
+    logs the COPY); its options say how this server formats them.
+    """
+    if sql.lstrip()[:4].upper() != "COPY":
         return None
-    options: dict[str, str] = {}
-    match = _COPY_TO.match(sql)
-    if match is not None:
-        options = _copy_options(match.group("options"))
-        return _with_options(CopyStatement("TO", query=match.group("query").strip()), options)
-    match = _COPY_TABLE_TO.match(sql)
-    if match is not None:
-        # COPY t [(columns)] TO STDOUT is COPY (SELECT columns FROM t) TO STDOUT.
-        options = _copy_options(match.group("options"))
-        columns = match.group("columns") or "*"
-        query = f"SELECT {columns} FROM {match.group('table')}"
-        return _with_options(CopyStatement("TO", query=query), options)
-    match = _COPY_FROM.match(sql)
-    if match is not None:
-        options = _copy_options(match.group("options"))
-        parts = tuple(p.strip().strip('"') for p in match.group("table").split("."))
-        names = match.group("columns")
-        columns = tuple(c.strip().strip('"') for c in names.split(",")) if names else ()
-        return _with_options(
-            CopyStatement("FROM", table=ObjectName(parts=parts), columns=columns), options
-        )
-    raise LoupeError(
-        FEATURE_NOT_SUPPORTED,
-        "COPY supports (query) TO STDOUT and table FROM STDIN only",
-        position=len(sql) - len(stripped) + 1,
+    statements = parse(sql)
+    if len(statements) != 1 or not isinstance(statements[0], Copy):
+        return None
+    copy = statements[0]
+    base = CopyStatement(
+        copy.direction,
+        text=copy.text,
+        query=sql if copy.direction == "TO" else "",
+        table=copy.table or ObjectName(parts=("",)),
+        columns=copy.columns,
     )
-
-
-def _copy_options(text: str | None) -> dict[str, str]:
-    if not text:
-        return {}
-    options = {}
-    for item in text.strip()[1:-1].split(","):
-        words = item.strip().split(None, 1)
-        if words:
-            value = words[1].strip() if len(words) > 1 else "true"
-            if len(value) >= 2 and value[0] == value[-1] == "'":
-                value = value[1:-1].replace("''", "'")
-            options[words[0].lower()] = value
-    return options
+    return _with_options(base, dict(copy.options))
 
 
 def _with_options(copy: CopyStatement, options: dict[str, str]) -> CopyStatement:
     format_ = options.get("format", "text").lower()
-    if format_ not in ("text", "csv"):
+    if format_ not in ("text", "csv", "binary"):
         raise LoupeError(FEATURE_NOT_SUPPORTED, f"COPY format {format_} is not supported")
     csv_mode = format_ == "csv"
     return CopyStatement(
         copy.direction,
+        text=copy.text,
         query=copy.query,
         table=copy.table,
         columns=copy.columns,

@@ -20,6 +20,7 @@ from sqlglot import exp
 import loupe.plan.mir as mir
 from loupe import sqltypes
 from loupe.common.errors import LoupeError, SqlState
+from loupe.coordinator.plan import parameters
 from loupe.coordinator.plan.scope import Scope
 from loupe.coordinator.plan.values import fold_cast
 from loupe.coordinator.sql.parser import ListAgg
@@ -375,6 +376,10 @@ class Scalars:
             return self._column(node)
         if isinstance(node, exp.Literal | exp.Boolean | exp.Null):
             return literal(node)
+        if isinstance(node, exp.Parameter) and parameters.active():
+            number = parameters.number_of(node)
+            if number is not None:
+                return parameters.Slot(None, "unknown", number)
         if isinstance(node, exp.Interval):
             return self._interval(node)
         if isinstance(node, exp.Escape) and isinstance(node.this, exp.Like | exp.ILike):
@@ -596,6 +601,7 @@ class Scalars:
     def _cast(self, node: exp.Cast) -> Scalar:
         to = cast_type(node.to)
         operand = self._lower(node.this)
+        parameters.typed(operand, to)
         modifiers = _numeric_modifiers(node.to) if to == "numeric" else None
         if isinstance(operand, Literal):
             try:
@@ -861,7 +867,10 @@ def _typed_like(arg: Scalar, type_: str, context: str) -> Scalar:
     if not isinstance(arg, Literal):
         return arg
     if arg.value is None:  # an untyped NULL; CAST(NULL AS int8) keeps its type
-        return Literal(None, context) if type_ == "unknown" else arg
+        if type_ != "unknown":
+            return arg
+        parameters.typed(arg, context)  # an untyped $n takes the type a NULL would
+        return Literal(None, context)
     if type_ != "text" or not isinstance(arg.value, str):
         return arg
     try:

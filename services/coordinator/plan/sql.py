@@ -39,7 +39,7 @@ from sqlglot import exp
 import loupe.plan.mir as mir
 from loupe import sqltypes
 from loupe.common.errors import LoupeError, SqlState
-from loupe.coordinator.plan import relational
+from loupe.coordinator.plan import parameters, relational
 from loupe.coordinator.plan.joins import (
     factor_or,
     inner_join,
@@ -1803,6 +1803,14 @@ def _constant_int(node: exp.Expression | None, what: str) -> int | None:
     if node is None:
         return None
     value = node.expression if isinstance(node, exp.Limit | exp.Offset) else node
+    number = parameters.number_of(value)
+    if number is not None and parameters.active():
+        parameters.typed_number(number, "int8")  # LIMIT $1 is bigint, as in PostgreSQL
+        return None
+    if isinstance(value, exp.Cast) and value.to.is_type(*exp.DataType.INTEGER_TYPES):
+        value = value.this  # a bound bigint parameter: CAST('5' AS bigint)
+        if isinstance(value, exp.Literal) and value.is_string and value.this.isdigit():
+            return int(value.this)
     if isinstance(value, exp.Literal) and not value.is_string and str(value.this).isdigit():
         return int(value.this)
     raise unsupported(f"non-constant {what}")

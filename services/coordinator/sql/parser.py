@@ -50,6 +50,7 @@ from loupe.coordinator.sql.statements import (
     AlterRole,
     AlterSystem,
     ColumnDef,
+    Copy,
     CreateCluster,
     CreateClusterReplica,
     CreateIndex,
@@ -407,6 +408,8 @@ def _parse_statement(sql: str, tokens: list[Token]) -> Statement:
         return _LoupeParser(sql, tokens).drop_objects()
     if first == "SUBSCRIBE" and tokens[0].token_type != TokenType.IDENTIFIER:
         return _LoupeParser(sql, tokens).subscribe()
+    if first == "COPY" and tokens[0].token_type != TokenType.IDENTIFIER:
+        return _LoupeParser(sql, tokens).copy()
     if first in ("INSERT", "UPDATE", "DELETE"):
         return _parse_dml(sql, tokens)
     if first in PREPARED_STATEMENT_KEYWORDS and tokens[0].token_type != TokenType.IDENTIFIER:
@@ -1121,6 +1124,81 @@ class _LoupeParser:
             names=tuple(names),
             if_exists=if_exists,
             cascade=cascade,
+        )
+
+    def copy(self) -> Copy:
+        """``COPY {(query) | t [(columns)]} TO STDOUT`` or ``COPY t [(columns)] FROM STDIN``,
+        each with ``[WITH] (option [value], …)`` (PostgreSQL's option list; values kept as
+        written, checked where COPY runs)."""
+        self.expect("COPY")
+        start = self.index
+        query: Query | Subscribe | None = None
+        table: ObjectName | None = None
+        columns: tuple[str, ...] = ()
+        if self.at("("):
+            close = self.matching_paren()
+            inner = self.tokens[start + 1 : close]
+            if not inner:
+                raise self.error("a query")
+            parsed = _parse_statement(self.sql, inner)
+            if not isinstance(parsed, Query | Subscribe):
+                raise _unsupported(f"COPY ({_describe_words(inner)})", inner[0])
+            query = parsed
+            self.index = close + 1
+        else:
+            table = self.object_name("a table name or (query)")
+            if self.accept("("):
+                names = [self.identifier("a column name")]
+                while self.accept(","):
+                    names.append(self.identifier("a column name"))
+                self.expect(")")
+                columns = tuple(names)
+        position = self.position()
+        if self.accept("TO"):
+            direction = "TO"
+            if not self.accept("STDOUT"):
+                raise _unsupported("COPY TO a file or program (only STDOUT)", self.advance())
+        elif self.accept("FROM"):
+            direction = "FROM"
+            if query is not None:
+                raise LoupeError(
+                    SqlState.SYNTAX_ERROR, "COPY (query) FROM is not allowed", position=position
+                )
+            if not self.accept("STDIN"):
+                raise _unsupported("COPY FROM a file or program (only STDIN)", self.advance())
+        else:
+            raise self.error("TO or FROM")
+        options: list[tuple[str, str]] = []
+        self.accept("WITH")
+        if self.accept("("):
+            while True:
+                name = self.identifier("a COPY option")
+                value = "true"
+                if not self.at(",") and not self.at(")"):
+                    value = self.value("a COPY option value")
+                options.append((name, value))
+                if self.accept(")"):
+                    break
+                self.expect(",")
+        self.end()
+        if query is None and direction == "TO":
+            assert table is not None
+            quoted = ".".join('"' + part.replace('"', '""') + '"' for part in table.parts)
+            selected: list[exp.Expression] = [exp.column(c, quoted=True) for c in columns]
+            query = Query(
+                text=self.sql[self.tokens[start].start : self.tokens[self.index - 1].end + 1],
+                offset=self.tokens[start].start,
+                expression=exp.select(*(selected or [exp.Star()])).from_(
+                    exp.to_table(quoted, dialect=_DIALECT)
+                ),
+            )
+        return Copy(
+            **self.common(),  # type: ignore[arg-type]
+            direction=direction,
+            query=query,
+            table=table,
+            columns=columns,
+            options=tuple(options),
         )
 
     def subscribe(self) -> Subscribe:

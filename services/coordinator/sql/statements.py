@@ -469,6 +469,26 @@ class DropObjects(Statement):
 
 
 @dataclass(frozen=True, kw_only=True)
+class Copy(Statement):
+    """``COPY (query) TO STDOUT``, ``COPY t [(columns)] TO STDOUT`` or ``COPY t [(columns)]
+    FROM STDIN``, with ``WITH (option value, …)`` (names lower-cased, values as written).
+
+    ``query`` is what COPY TO sends (for the table form, ``SELECT columns FROM t``);
+    ``table`` and ``columns`` name what COPY FROM loads (and the table of COPY t TO).
+    """
+
+    direction: str  # "TO" or "FROM"
+    query: Query | Subscribe | None = field(default=None, compare=False)
+    table: ObjectName | None = None
+    columns: tuple[str, ...] = ()
+    options: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def tag(self) -> str:
+        return "COPY"
+
+
+@dataclass(frozen=True, kw_only=True)
 class Subscribe(Statement):
     """``SUBSCRIBE [TO] <object | (query)> [WITH (SNAPSHOT [=] bool)] [AS OF t]``."""
 
