@@ -68,8 +68,9 @@ from loupe.coordinator.results import (
 )
 from loupe.coordinator.sequencer.dml import unique_keys
 from loupe.coordinator.sequencer.table import table_named
-from loupe.coordinator.sequencer.transaction import aborted_error
-from loupe.coordinator.session import DEFAULT_USER, VARIABLES, Cursor, Session
+from loupe.coordinator.sequencer.transaction import aborted_error, keep_rows
+from loupe.coordinator.sequencer.transaction import add_ops as transaction_ops
+from loupe.coordinator.session import DEFAULT_USER, VARIABLES, WRITES, Cursor, Session
 from loupe.coordinator.sql.params import Parameter, bind, highest_parameter, parameter_number
 from loupe.coordinator.sql.parser import parse
 from loupe.coordinator.sql.statements import (
@@ -871,6 +872,8 @@ class Connection:
             check_columns(table, [(name, 0) for name in copy.columns]) if copy.columns else None
         )
         width = len(columns) if columns is not None else len(table.columns)
+        # In a transaction block a COPY FROM is one of its writes (Materialize's rules).
+        in_transaction = transaction_ops(session, WRITES)
         self.send(pw.copy_in_response(width))
         await self.flush()
         rows: list[tuple[Any, ...]] = []
@@ -906,6 +909,11 @@ class Connection:
             raise failure
         if pending:
             await self._convert(copy, table, columns, width, [pending], rows, line_number)
+        if in_transaction is not None:
+            # Written at COMMIT with the transaction's INSERTs.
+            keep_rows(in_transaction, table, rows)
+            self.send(pw.command_complete(f"COPY {len(rows)}"))
+            return
         keys = unique_keys(context, table)
         written = await context.tables.write(
             table,

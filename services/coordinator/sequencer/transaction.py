@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from loupe.common.errors import LoupeError, SqlState
@@ -73,7 +74,7 @@ from loupe.coordinator.sql.statements import (
     Statement,
     Subscribe,
 )
-from loupe.coordinator.tables import check_columns
+from loupe.coordinator.tables import Table, check_columns
 
 if TYPE_CHECKING:
     from loupe.coordinator.sequencer.context import SequencerContext
@@ -279,13 +280,17 @@ async def insert(ctx: SequencerContext, session: Session, statement: Insert) -> 
     assert table is not None
     columns = check_columns(table, statement.columns) if statement.columns is not None else None
     rows = values_rows(table, columns, statement.rows)
+    keep_rows(transaction, table, rows)
+    return StatementResult(tag=f"INSERT 0 {len(rows)}")
+
+
+def keep_rows(transaction: Transaction, table: Table, rows: Sequence[tuple[Any, ...]]) -> None:
+    """Rows for ``table`` to write at COMMIT (one write per table)."""
     for pending_table, pending in transaction.writes:
         if pending_table.id == table.id:
             pending.extend(rows)
-            break
-    else:
-        transaction.writes.append((table, list(rows)))
-    return StatementResult(tag=f"INSERT 0 {len(rows)}")
+            return
+    transaction.writes.append((table, list(rows)))
 
 
 async def write(ctx: SequencerContext, transaction: Transaction) -> None:

@@ -197,6 +197,30 @@ async def test_write_transaction_commits_atomically_and_rollback_discards(engine
     assert len({row[0] for row in rows}) == 1, rows
 
 
+async def test_copy_from_stdin_in_a_transaction_is_one_of_its_writes(engine):
+    """COPY FROM in a transaction block is written at COMMIT with its INSERTs, or not at all."""
+    port = engine.service.pgwire_port
+
+    def run() -> list[int]:
+        counts = []
+        with loupe(port, autocommit=True) as other, loupe(port) as conn:
+            other.execute("CREATE TABLE cp (a int, b text)")
+            conn.execute("INSERT INTO cp VALUES (0, 'zero')")
+            with conn.cursor().copy("COPY cp FROM STDIN") as copy:
+                copy.write_row((1, "one"))
+                copy.write_row((2, "two"))
+            counts.append(other.execute("SELECT count(*) FROM cp").fetchone()[0])
+            conn.commit()
+            counts.append(other.execute("SELECT count(*) FROM cp").fetchone()[0])
+            with conn.cursor().copy("COPY cp FROM STDIN") as copy:
+                copy.write_row((3, "three"))
+            conn.rollback()
+            counts.append(other.execute("SELECT count(*) FROM cp").fetchone()[0])
+        return counts
+
+    assert await asyncio.to_thread(run) == [0, 3, 3]
+
+
 async def test_ddl_and_other_writes_cannot_run_in_a_transaction(engine):
     """DDL, UPDATE, DELETE and INSERT … SELECT in a transaction block: Materialize's 25001."""
     port = engine.service.pgwire_port
