@@ -718,12 +718,14 @@ class Coordinator:
             roles=self.state.role_objects,
         )
         ctx = self.context
-        transaction.check_allowed(session, statement)
+        if transaction.check_allowed(session, statement):
+            return transaction.defer(session, statement)
         match statement:
             case StartTransaction():
                 return transaction.begin(session, statement)
             case Commit():
-                return await transaction.commit(ctx, session, statement)
+                run = functools.partial(self.run_statement, session)
+                return await transaction.commit(ctx, session, statement, run)
             case Rollback():
                 return await transaction.rollback(session, statement)
             case Declare():

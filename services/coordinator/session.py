@@ -135,7 +135,9 @@ def _unknown(name: str, position: int = 0) -> LoupeError:
 # What a transaction has done so far (Materialize's ``TransactionOps``): it may read
 # (SELECTs at one timestamp), subscribe (one SUBSCRIBE, nothing else), or write (INSERTs
 # of values, committed at COMMIT); never two of these.
-NO_OPS, READS, SUBSCRIBE, WRITES = "none", "reads", "subscribe", "writes"
+# A transaction of one DDL statement runs it at COMMIT (SINGLE, Materialize's
+# ``SingleStatement``).
+NO_OPS, READS, SUBSCRIBE, WRITES, SINGLE = "none", "reads", "subscribe", "writes", "single"
 
 
 @dataclass
@@ -189,6 +191,8 @@ class Transaction:
     writes: list[tuple[Table, list[tuple[Any, ...]]]] = field(default_factory=list)
     failed: bool = False
     cursors: dict[str, Cursor] = field(default_factory=dict)
+    # The DDL statement of a single-statement transaction, run at COMMIT.
+    single: Any = None
 
 
 @dataclass

@@ -8,8 +8,9 @@ written at COMMIT in one table write at one timestamp (ROLLBACK forgets them).
 Queries that read no relation go with anything. Mixing the kinds fails with
 Materialize's errors (25006 "transaction in read-only mode", 25000 "transaction
 in write-only mode", 25000 "SUBSCRIBE in transactions must be the only read
-statement"); any other statement fails with 25001 "… cannot be run inside a
-transaction block". A failed statement leaves the transaction failed (25P02
+statement"). DDL alone in a transaction runs at its COMMIT (Materialize's
+single-statement transactions); UPDATE, DELETE and INSERT … SELECT fail with
+25001 "… cannot be run inside a transaction block". A failed statement leaves the transaction failed (25P02
 for everything but COMMIT/ROLLBACK; COMMIT then rolls back).
 
 The implicit transaction of a multi-statement request (``Coordinator.execute``)
@@ -45,6 +46,7 @@ from loupe.coordinator.sequencer.table import table_named
 from loupe.coordinator.session import (
     NO_OPS,
     READS,
+    SINGLE,
     SUBSCRIBE,
     WRITES,
     Cursor,
@@ -52,10 +54,24 @@ from loupe.coordinator.session import (
     Transaction,
 )
 from loupe.coordinator.sql.statements import (
+    AlterCluster,
+    AlterRole,
     Close,
     Commit,
+    CreateCluster,
+    CreateClusterReplica,
+    CreateIndex,
+    CreateRole,
+    CreateSource,
+    CreateTable,
+    CreateView,
     Deallocate,
     Declare,
+    DropCluster,
+    DropClusterReplica,
+    DropObjects,
+    DropRole,
+    DropTable,
     Explain,
     ExplainAnalyze,
     Fetch,
@@ -114,6 +130,27 @@ ALWAYS_ALLOWED = (
 )
 
 
+# DDL whose tag is known before it runs: alone in a transaction, it runs at COMMIT
+# (Materialize's single-statement transactions; ``BEGIN; CREATE TABLE …; COMMIT``, as
+# psycopg's default mode sends it).
+SINGLE_STATEMENT_DDL = (
+    CreateTable,
+    DropTable,
+    CreateView,
+    CreateIndex,
+    CreateSource,
+    DropObjects,
+    CreateCluster,
+    CreateClusterReplica,
+    DropCluster,
+    DropClusterReplica,
+    AlterCluster,
+    CreateRole,
+    AlterRole,
+    DropRole,
+)
+
+
 def aborted_error() -> LoupeError:
     return LoupeError(
         IN_FAILED_SQL_TRANSACTION,
@@ -133,6 +170,12 @@ def write_only_error() -> LoupeError:
     return LoupeError(INVALID_TRANSACTION_STATE, "transaction in write-only mode")
 
 
+def single_statement_error() -> LoupeError:
+    return LoupeError(
+        INVALID_TRANSACTION_STATE, "this transaction can only execute a single statement"
+    )
+
+
 def subscribe_only_error() -> LoupeError:
     return LoupeError(
         INVALID_TRANSACTION_STATE, "SUBSCRIBE in transactions must be the only read statement"
@@ -145,13 +188,16 @@ def explicit(session: Session) -> Transaction | None:
     return transaction if transaction is not None and transaction.explicit else None
 
 
-def check_allowed(session: Session, statement: Statement) -> None:
+def check_allowed(session: Session, statement: Statement) -> bool:
     """Refuse what an explicit transaction may not run (Materialize's list: DDL, UPDATE,
-    DELETE, INSERT … SELECT, …) with 25001."""
+    DELETE, INSERT … SELECT, …) with 25001; True for DDL it runs at COMMIT instead (a
+    transaction of that one statement, ``defer``)."""
     if explicit(session) is None or isinstance(statement, ALWAYS_ALLOWED):
-        return
+        return False
     if isinstance(statement, Insert) and statement.query is None:
-        return
+        return False
+    if isinstance(statement, SINGLE_STATEMENT_DDL):
+        return True
     raise LoupeError(
         ACTIVE_SQL_TRANSACTION,
         f"{statement.text} cannot be run inside a transaction block",
@@ -167,9 +213,11 @@ def add_ops(session: Session, ops: str) -> Transaction | None:
     current = transaction.ops
     if ops == WRITES and transaction.access == "read only":
         raise read_only_error()
-    if current == NO_OPS or current == ops != SUBSCRIBE:
+    if current == NO_OPS or current == ops not in (SUBSCRIBE, SINGLE):
         transaction.ops = ops
         return transaction
+    if current == SINGLE:
+        raise single_statement_error()
     if current == SUBSCRIBE:
         raise subscribe_only_error()
     if current == WRITES:
@@ -221,8 +269,19 @@ def begin(session: Session, statement: StartTransaction) -> StatementResult:
     return StatementResult(tag="BEGIN")
 
 
-async def commit(ctx: SequencerContext, session: Session, statement: Commit) -> StatementResult:
-    """Write what the transaction INSERTed (all of it at one timestamp) and end it."""
+def defer(session: Session, statement: Statement) -> StatementResult:
+    """DDL in an explicit transaction: its tag now, the statement at COMMIT."""
+    transaction = add_ops(session, SINGLE)
+    assert transaction is not None
+    transaction.single = statement
+    return StatementResult(tag=statement.tag)
+
+
+async def commit(
+    ctx: SequencerContext, session: Session, statement: Commit, run: Any
+) -> StatementResult:
+    """Write what the transaction INSERTed (all of it at one timestamp), or run its one
+    DDL statement (``run(statement)``), and end it."""
     transaction = session.transaction
     notices = []
     if transaction is None or not transaction.explicit:
@@ -237,7 +296,23 @@ async def commit(ctx: SequencerContext, session: Session, statement: Commit) -> 
         return StatementResult(tag="ROLLBACK", notices=notices)
     if transaction.writes:
         await write(ctx, transaction)
+    if transaction.single is not None:
+        notices.extend(await _run_to_end(await run(transaction.single)))
     return StatementResult(tag="COMMIT", notices=notices)
+
+
+async def _run_to_end(result: StatementResult | Streaming) -> list[Notice]:
+    """The notices of a statement's result; a streaming one (DDL reporting progress) is
+    followed to its end (its failure raised)."""
+    if isinstance(result, StatementResult):
+        return list(result.notices)
+    notices = []
+    async for event in result.stream:
+        if isinstance(event, Failure):
+            raise event.error
+        if isinstance(event, Notice):
+            notices.append(event)
+    return notices
 
 
 async def rollback(session: Session, statement: Rollback) -> StatementResult:

@@ -221,21 +221,15 @@ async def test_copy_from_stdin_in_a_transaction_is_one_of_its_writes(engine):
     assert await asyncio.to_thread(run) == [0, 3, 3]
 
 
-async def test_ddl_and_other_writes_cannot_run_in_a_transaction(engine):
-    """DDL, UPDATE, DELETE and INSERT … SELECT in a transaction block: Materialize's 25001."""
+async def test_writes_but_inserts_cannot_run_in_a_transaction(engine):
+    """UPDATE, DELETE and INSERT … SELECT in a transaction block: Materialize's 25001."""
     port = engine.service.pgwire_port
 
     def run() -> list[tuple[str | None, str]]:
         found = []
         with loupe(port, autocommit=True) as conn:
             conn.execute("CREATE TABLE d (a int)")
-            for sql in (
-                "CREATE TABLE d2 (a int)",
-                "UPDATE d SET a = 2",
-                "DELETE FROM d",
-                "INSERT INTO d SELECT 1",
-                "CREATE VIEW dv AS SELECT 1",
-            ):
+            for sql in ("UPDATE d SET a = 2", "DELETE FROM d", "INSERT INTO d SELECT 1"):
                 conn.execute("BEGIN")
                 try:
                     conn.execute(sql)
@@ -247,15 +241,46 @@ async def test_ddl_and_other_writes_cannot_run_in_a_transaction(engine):
             conn.execute("ROLLBACK")
         return found
 
-    found = await asyncio.to_thread(run)
-    assert found[:5] == [
-        ("25001", "CREATE TABLE d2 (a int) cannot be run inside a transaction block"),
+    assert await asyncio.to_thread(run) == [
         ("25001", "UPDATE d SET a = 2 cannot be run inside a transaction block"),
         ("25001", "DELETE FROM d cannot be run inside a transaction block"),
         ("25001", "INSERT INTO d SELECT 1 cannot be run inside a transaction block"),
-        ("25001", "CREATE VIEW dv AS SELECT 1 cannot be run inside a transaction block"),
+        ("25006", "read only"),
     ]
-    assert found[5] == ("25006", "read only")
+
+
+async def test_ddl_alone_in_a_transaction_runs_at_commit(engine):
+    """psycopg's default mode sends BEGIN before DDL: as in Materialize, a transaction of one
+    DDL statement answers its tag and runs it at COMMIT; ROLLBACK forgets it; a second
+    statement is 25000, a DDL after a read 25006."""
+    port = engine.service.pgwire_port
+
+    def run() -> None:
+        with loupe(port, autocommit=True) as other, loupe(port) as conn:
+            assert conn.execute("CREATE TABLE later (a int)").statusmessage == "CREATE TABLE"
+            assert sqlstate(other, "SELECT * FROM later") == "42P01"
+            conn.commit()
+            assert other.execute("SELECT count(*) FROM later").fetchone() == (0,)
+            conn.execute("CREATE VIEW never AS SELECT 1 AS a")
+            conn.rollback()
+            assert sqlstate(other, "SELECT * FROM never") == "42P01"
+            conn.execute("CREATE VIEW v1 AS SELECT 1 AS a")
+            with pytest.raises(psycopg.errors.InvalidTransactionState) as raised:
+                conn.execute("CREATE VIEW v2 AS SELECT 2 AS a")
+            message = raised.value.diag.message_primary
+            assert message == "this transaction can only execute a single statement"
+            conn.rollback()
+            conn.execute("SELECT * FROM later")
+            assert sqlstate(conn, "DROP TABLE later") == "25006"
+            conn.rollback()
+            # A DDL that fails at COMMIT fails the COMMIT.
+            conn.execute("CREATE TABLE later (b int)")
+            with pytest.raises(psycopg.Error, match="already exists"):
+                conn.commit()
+            assert conn.info.transaction_status == IDLE
+            assert other.execute("SELECT a FROM later").fetchall() == []
+
+    await asyncio.to_thread(run)
 
 
 async def test_subscribe_cursor_fetch_waits_up_to_its_timeout(engine):
