@@ -56,6 +56,12 @@ def assert_like_postgres(port: int, statements: list[str]) -> list[tuple[Any, ..
     return found
 
 
+def count(conn: psycopg.Connection, table: str) -> int:
+    row = conn.execute(f"SELECT count(*) FROM {table}").fetchone()
+    assert row is not None
+    return int(row[0])
+
+
 def sqlstate(conn: psycopg.Connection, sql: str) -> str | None:
     try:
         conn.execute(sql)
@@ -209,13 +215,13 @@ async def test_copy_from_stdin_in_a_transaction_is_one_of_its_writes(engine):
             with conn.cursor().copy("COPY cp FROM STDIN") as copy:
                 copy.write_row((1, "one"))
                 copy.write_row((2, "two"))
-            counts.append(other.execute("SELECT count(*) FROM cp").fetchone()[0])
+            counts.append(count(other, "cp"))
             conn.commit()
-            counts.append(other.execute("SELECT count(*) FROM cp").fetchone()[0])
+            counts.append(count(other, "cp"))
             with conn.cursor().copy("COPY cp FROM STDIN") as copy:
                 copy.write_row((3, "three"))
             conn.rollback()
-            counts.append(other.execute("SELECT count(*) FROM cp").fetchone()[0])
+            counts.append(count(other, "cp"))
         return counts
 
     assert await asyncio.to_thread(run) == [0, 3, 3]
