@@ -397,3 +397,32 @@ async def test_grpc_transactions_and_cursors(engine):
     # The implicit transaction of that request ended, and its cursor with it.
     assert (await grpc_outcome(engine, session, "FETCH c"))[0] == "34000"
     assert (await grpc_outcome(engine, session, "DECLARE c CURSOR FOR SELECT 1"))[0] == "25P01"
+
+
+async def test_fetch_times_out_and_a_closed_session_drops_its_cursors(engine):
+    """A FETCH waiting for a SUBSCRIBE's rows is canceled at its statement_timeout (57014,
+    the transaction failed); closing the connection drops the cursor's dataflow."""
+    port = engine.service.pgwire_port
+    created = len(engine.controller.created)
+
+    def run() -> tuple[str | None, str]:
+        with loupe(port, autocommit=True) as other:
+            other.execute("CREATE TABLE quiet (a int)")
+        with loupe(port) as conn:
+            conn.execute("SET statement_timeout = '1s'")
+            conn.execute("DECLARE c CURSOR FOR SUBSCRIBE quiet")
+            code = sqlstate(conn, "FETCH c")
+            return code, conn.info.transaction_status.name
+
+    assert await asyncio.to_thread(run) == ("57014", "INERROR")
+    subscribes = [
+        request.dataflow.id
+        for request in engine.controller.created[created:]
+        if request.dataflow.sink_exports
+    ]
+    assert len(subscribes) == 1
+    for _ in range(50):
+        if set(subscribes) <= engine.controller.dropped:
+            break
+        await asyncio.sleep(0.1)
+    assert set(subscribes) <= engine.controller.dropped
