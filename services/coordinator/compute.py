@@ -99,7 +99,7 @@ from loupe.coordinator.results import (
     StatementResult,
     Streaming,
 )
-from loupe.coordinator.sequencer import ddl
+from loupe.coordinator.sequencer import ddl, transaction
 from loupe.coordinator.sequencer.cluster import catalog_op
 from loupe.coordinator.sequencer.peek import peek_target_replica, send_peek
 from loupe.coordinator.session import Session
@@ -235,7 +235,8 @@ class Compute:
                 return await self._select_once(session, query, expression, relations)
             except LoupeError as error:
                 since = _since_of(error)
-                if query.as_of is not None or since is None or since <= missed:
+                pinned = transaction.explicit(session) is not None
+                if query.as_of is not None or since is None or since <= missed or pinned:
                     raise
                 missed = since
                 log.info("read timestamp no longer readable; reading later", since=since)
@@ -255,7 +256,13 @@ class Compute:
             replica_id = await self.log_replica(session, cluster, logs)
         inputs = self.inputs(cluster.id)
         # The logs are read at the oracle's time: no shard tells a latest complete one.
-        serializable = query.as_of is None and not logs and _is_serializable(session, expression)
+        # A transaction's reads all read at its timestamp, whatever the isolation level.
+        serializable = (
+            query.as_of is None
+            and not logs
+            and transaction.explicit(session) is None
+            and _is_serializable(session, expression)
+        )
         timestamp = (
             0
             if serializable
@@ -291,7 +298,7 @@ class Compute:
         if serializable:
             timestamp = await self.latest_complete(dataflow)
             dataflow = dataclasses.replace(dataflow, as_of=timestamp)
-        elif query.as_of is None:
+        elif query.as_of is None and transaction.explicit(session) is None:
             fresh = await self.fresh_builtin_timestamp(dataflow, timestamp)
             if fresh > timestamp:
                 timestamp = fresh
@@ -485,12 +492,26 @@ class Compute:
                 )
 
     async def read_timestamp(
-        self, session: Session, as_of: exp.Expression | None, position: int
+        self,
+        session: Session,
+        as_of: exp.Expression | None,
+        position: int,
+        *,
+        subscribe: bool = False,
     ) -> int:
-        """``AS OF`` if given, else the oracle's read timestamp (strict serializable)."""
+        """``AS OF`` if given, else the oracle's read timestamp (strict serializable).
+
+        In an explicit transaction, the timestamp its first read chose
+        (``sequencer.transaction``); a read the transaction may not do fails here.
+        """
+        pinned = transaction.pinned_timestamp(session, subscribe=subscribe)
         if as_of is not None:
             return as_of_timestamp(as_of, position)
-        return await until_answered("ReadTimestamp", self.c.oracle.read_timestamp)
+        if pinned is not None:
+            return pinned
+        timestamp = await until_answered("ReadTimestamp", self.c.oracle.read_timestamp)
+        transaction.pin(session, timestamp)
+        return timestamp
 
     async def session_cluster(self, session: Session) -> ClusterInfo:
         cluster = await self.c.cluster(session.cluster)
@@ -1084,7 +1105,9 @@ class Compute:
         logs = self.logs_read(relations)
         if logs:
             await self.check_log_subscribe(session, cluster, logs, statement.as_of)
-        timestamp = await self.read_timestamp(session, statement.as_of, statement.as_of_position)
+        timestamp = await self.read_timestamp(
+            session, statement.as_of, statement.as_of_position, subscribe=True
+        )
         if statement.as_of is None:
             await self.complete_inputs((r.id for r in relations.values()), timestamp)
         dataflow_id = self.transient_id()

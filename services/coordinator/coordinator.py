@@ -66,11 +66,12 @@ from loupe.coordinator.sequencer import (
     show,
     source,
     table,
+    transaction,
     variables,
 )
 from loupe.coordinator.sequencer.context import SequencerContext
 from loupe.coordinator.sequencer.peek import canceled_error
-from loupe.coordinator.session import Session, SessionManager
+from loupe.coordinator.session import Session, SessionManager, Transaction
 from loupe.coordinator.sql.params import Parameter
 from loupe.coordinator.sql.params import bind as bind_params
 from loupe.coordinator.sql.parser import parse
@@ -78,6 +79,8 @@ from loupe.coordinator.sql.statements import (
     AlterCluster,
     AlterRole,
     AlterSystem,
+    Close,
+    Commit,
     Copy,
     CreateCluster,
     CreateClusterReplica,
@@ -87,6 +90,7 @@ from loupe.coordinator.sql.statements import (
     CreateTable,
     CreateView,
     Deallocate,
+    Declare,
     Delete,
     DropCluster,
     DropClusterReplica,
@@ -96,17 +100,20 @@ from loupe.coordinator.sql.statements import (
     Execute,
     Explain,
     ExplainAnalyze,
+    Fetch,
     GrantRole,
     Insert,
     Prepare,
     Query,
     ResetVariable,
+    Rollback,
     SetVariable,
     ShowClusterReplicas,
     ShowClusters,
     ShowObjects,
     ShowRoles,
     ShowVariable,
+    StartTransaction,
     Statement,
     Subscribe,
     Update,
@@ -440,21 +447,47 @@ class Coordinator:
                     )
                 )
                 return
-            for statement in statements:
-                bound, failure = await self._bound(session, statement, params, prepared_log)
-                kind = bound.kind
-                text = bound.sql
-                if access.hides_password(statement):
-                    text = stmtlog.redact_sql(text)
-                execution = self.statement_log.begin(
-                    session, text, kind, params=bound.params_text, prepared=bound.prepared
-                )
-                failed = False
-                async for event in self._logged(session, bound.statement, execution, failure):
-                    failed = isinstance(event, Failure)
-                    yield event
-                if failed:
-                    return
+            try:
+                for statement in statements:
+                    current = session.transaction
+                    if current is not None and current.failed:
+                        if not isinstance(statement, Commit | Rollback):
+                            # Refused unlogged, as Materialize's pgwire refuses it.
+                            yield Failure(transaction.aborted_error())
+                            return
+                    elif current is None and len(statements) > 1:
+                        # PostgreSQL's implicit transaction of a multi-statement request.
+                        session.transaction = Transaction(explicit=False)
+                    failed = False
+                    async for event in self._statement(session, statement, params, prepared_log):
+                        failed = isinstance(event, Failure)
+                        yield event
+                    if failed:
+                        if session.transaction is not None and session.transaction.explicit:
+                            session.transaction.failed = True
+                        return
+            finally:
+                if session.transaction is not None and not session.transaction.explicit:
+                    await asyncio.shield(transaction.end(session))
+
+    async def _statement(
+        self,
+        session: Session,
+        statement: Statement,
+        params: Sequence[Parameter],
+        prepared_log: stmtlog.PreparedLog | None,
+    ) -> AsyncIterator[Event]:
+        """One statement of a request, bound and logged."""
+        bound, failure = await self._bound(session, statement, params, prepared_log)
+        kind = bound.kind
+        text = bound.sql
+        if access.hides_password(statement):
+            text = stmtlog.redact_sql(text)
+        execution = self.statement_log.begin(
+            session, text, kind, params=bound.params_text, prepared=bound.prepared
+        )
+        async for event in self._logged(session, bound.statement, execution, failure):
+            yield event
 
     async def _bound(
         self,
@@ -611,6 +644,7 @@ class Coordinator:
         cancelable = isinstance(
             statement,
             Query
+            | Fetch
             | ShowClusters
             | ShowClusterReplicas
             | ShowRoles
@@ -646,6 +680,9 @@ class Coordinator:
         session = self.sessions.close(session_id)
         if session is not None:
             self.cancel(session)
+            if session.transaction is not None:
+                # Its cursors' SUBSCRIBE dataflows are dropped; its INSERTs are forgotten.
+                self.context.spawn(transaction.end(session))
             self.statement_log.session_closed(session.id)
             log.info("session closed", session_id=session.id, why=why)
         metrics.SESSIONS.set(len(self.sessions))
@@ -695,7 +732,25 @@ class Coordinator:
             roles=self.state.role_objects,
         )
         ctx = self.context
+        if transaction.check_allowed(session, statement):
+            return transaction.defer(session, statement)
         match statement:
+            case StartTransaction():
+                return transaction.begin(session, statement)
+            case Commit():
+                run = functools.partial(self.run_statement, session)
+                return await transaction.commit(ctx, session, statement, run)
+            case Rollback():
+                return await transaction.rollback(session, statement)
+            case Declare():
+                return transaction.declare(session, statement)
+            case Fetch():
+                run = functools.partial(self.run_statement, session)
+                return await transaction.fetch(session, statement, run)
+            case Close():
+                return await transaction.close(session, statement)
+            case Insert() if transaction.explicit(session) is not None:
+                return await transaction.insert(ctx, session, statement)
             case Query():
                 return await select.select(ctx, session, statement)
             case Explain():

@@ -25,9 +25,11 @@ Connection life (PostgreSQL's "Message Flow"):
    (``Coordinator.close_session``: what it runs is cancelled, a SUBSCRIBE's
    dataflow dropped); other connections are not affected.
 
-Transactions: Loupe runs every statement on its own. ``BEGIN``/``COMMIT``/``ROLLBACK``
-are accepted so drivers that open transactions work; the ``ReadyForQuery`` status
-follows them (``T``, ``E`` after an error until ``ROLLBACK``).
+Transactions and cursors are the session's (``loupe.coordinator.sequencer.transaction``):
+``BEGIN``/``COMMIT``/``ROLLBACK``, ``DECLARE``/``FETCH``/``CLOSE`` run through
+``Coordinator.execute`` as any statement, and ``ReadyForQuery`` reports the session's
+transaction status (``I``, ``T``, ``E``). A cursor is also a portal ``Describe`` can name
+(psycopg's server-side cursors describe it so).
 """
 
 from __future__ import annotations
@@ -48,8 +50,9 @@ from loupe.common.errors import LoupeError, SqlState, client_error
 from loupe.common.logging import get_logger
 from loupe.coordinator import metrics
 from loupe.coordinator import statement_logging as stmtlog
+from loupe.coordinator.compute import SUBSCRIBE_COLUMNS
 from loupe.coordinator.coordinator import Coordinator, unexpected_failure
-from loupe.coordinator.describe import describe, planned_shape, rowless
+from loupe.coordinator.describe import describe, planned_shape, query_columns, rowless
 from loupe.coordinator.dml import insert_plan, query_rows
 from loupe.coordinator.results import (
     Complete,
@@ -63,18 +66,22 @@ from loupe.coordinator.results import (
 )
 from loupe.coordinator.sequencer.dml import unique_keys
 from loupe.coordinator.sequencer.table import table_named
-from loupe.coordinator.session import DEFAULT_USER, VARIABLES, Session
+from loupe.coordinator.sequencer.transaction import aborted_error, keep_rows
+from loupe.coordinator.sequencer.transaction import add_ops as transaction_ops
+from loupe.coordinator.session import DEFAULT_USER, VARIABLES, WRITES, Cursor, Session
 from loupe.coordinator.sql.params import Parameter, highest_parameter
 from loupe.coordinator.sql.parser import parse
 from loupe.coordinator.sql.statements import (
     Copy,
     ObjectName,
+    Query,
     ShowClusterReplicas,
     ShowClusters,
     ShowObjects,
     ShowRoles,
     ShowVariable,
     Statement,
+    Subscribe,
 )
 from loupe.coordinator.statement_logging import PreparedLog
 from loupe.coordinator.tables import Table, UntypedString, check_columns
@@ -118,14 +125,6 @@ FIXED_PARAMETERS = {
     "mz_version": "v0.1.0 (loupe)",
 }
 SHOW_STATEMENTS = (ShowVariable, ShowClusters, ShowClusterReplicas, ShowObjects, ShowRoles)
-TRANSACTION_COMMANDS = {
-    "BEGIN": "BEGIN",
-    "START": "BEGIN",
-    "COMMIT": "COMMIT",
-    "END": "COMMIT",
-    "ROLLBACK": "ROLLBACK",
-    "ABORT": "ROLLBACK",
-}
 
 
 class _Closed(Exception):
@@ -277,8 +276,12 @@ class Connection:
         self.secret_key = random.randint(-(1 << 31), (1 << 31) - 1)
         self.statements: dict[str, PreparedStatement] = {}
         self.portals: dict[str, Portal] = {}
-        self.transaction = "I"
         self.discard_until_sync = False
+
+    @property
+    def transaction(self) -> str:
+        """The session's transaction status, as ReadyForQuery reports it."""
+        return self.session.transaction_status if self.session is not None else "I"
 
     # -- plumbing --------------------------------------------------------------------
 
@@ -306,8 +309,11 @@ class Connection:
                 position=error.position,
             )
         )
-        if self.transaction == "T":
-            self.transaction = "E"
+        # An error of the protocol's own (a portal that does not exist) fails the
+        # transaction too; the coordinator marks its statements' failures itself.
+        transaction = self.session.transaction if self.session is not None else None
+        if transaction is not None and transaction.explicit:
+            transaction.failed = True
 
     async def run(self) -> None:
         try:
@@ -555,19 +561,10 @@ class Connection:
             return
         copy = parse_copy(sql)
         if copy is not None:
+            if self.transaction == "E":
+                self.error(aborted_error())
+                return
             await self._copy(copy)
-            return
-        transaction = transaction_command(sql)
-        if transaction is not None:
-            self.send(pw.command_complete(self.transaction_command(transaction)))
-            return
-        if self.transaction == "E":
-            self.error(
-                LoupeError(
-                    "25P02",
-                    "current transaction is aborted, commands ignored until end of transaction block",
-                )
-            )
             return
         columns: tuple[tuple[str, str], ...] | None = None
         async with contextlib.aclosing(self.coordinator.execute(session, sql)) as events:
@@ -594,31 +591,6 @@ class Connection:
                     case Progress():
                         pass
 
-    def transaction_command(self, command: str) -> str:
-        """Follow BEGIN/COMMIT/ROLLBACK in the transaction status; the command tag."""
-        if command == "BEGIN":
-            if self.transaction != "I":
-                self.send(
-                    pw.notice_response(
-                        "there is already a transaction in progress",
-                        severity="WARNING",
-                        code="25001",
-                    )
-                )
-            else:
-                self.transaction = "T"
-        else:
-            if self.transaction == "I":
-                self.send(
-                    pw.notice_response(
-                        "there is no transaction in progress", severity="WARNING", code="25P01"
-                    )
-                )
-            if command == "COMMIT" and self.transaction == "E":
-                command = "ROLLBACK"
-            self.transaction = "I"
-        return command
-
     # -- extended query --------------------------------------------------------------
 
     async def _extended(self, message: pw.FrontendMessage) -> None:
@@ -633,6 +605,13 @@ class Connection:
                     await self._describe_statement(prepared)
                 self.send(pw.parameter_description(prepared.param_oids))
                 self.send(self._row_description(prepared.columns, ()))
+            case pw.Describe(_, name) if name not in self.portals and self._cursor(name):
+                cursor = self._cursor(name)
+                assert cursor is not None
+                columns = cursor.columns
+                if columns is None:
+                    columns = await self._cursor_columns(cursor.statement)
+                self.send(self._row_description(columns, ()))
             case pw.Describe(_, name):
                 portal = self._portal(name)
                 await self._describe_portal(portal)
@@ -645,6 +624,23 @@ class Connection:
             case pw.Close(_, name):
                 await self._close_portal(name)
                 self.send(pw.close_complete())
+
+    def _cursor(self, name: str) -> Cursor | None:
+        """The session's DECLAREd cursor ``name`` (a portal in PostgreSQL's terms)."""
+        transaction = self.session.transaction if self.session is not None else None
+        return transaction.cursors.get(name) if transaction is not None else None
+
+    async def _cursor_columns(self, statement: Statement) -> tuple[tuple[str, str], ...] | None:
+        """The columns a cursor's FETCH returns, found without running its statement."""
+        session = self.session
+        assert session is not None
+        if isinstance(statement, Query):
+            return await query_columns(self.coordinator, session, statement.expression, {})
+        if isinstance(statement, Subscribe):
+            query = statement.query.expression
+            columns = await query_columns(self.coordinator, session, query, {})
+            return (*SUBSCRIBE_COLUMNS, *columns)
+        return None
 
     async def _close_portal(self, name: str) -> None:
         """Drop a portal; a statement it left unfinished ends (its session lock, its log)."""
@@ -684,7 +680,7 @@ class Connection:
             raise LoupeError(
                 DUPLICATE_PREPARED_STATEMENT, f'prepared statement "{name}" already exists'
             )
-        plain = parse_copy(sql) is None and transaction_command(sql) is None
+        plain = parse_copy(sql) is None
         statements = parse(sql) if plain else []
         if len(statements) > 1:
             raise LoupeError(
@@ -731,14 +727,10 @@ class Connection:
         session = self.session
         assert session is not None
         statement = portal.statement.statement
-        if statement is None:
-            if transaction_command(portal.statement.sql) is not None:
-                portal.described = True  # BEGIN/COMMIT/ROLLBACK: NoData
-                return
-        elif rowless(statement):
+        if statement is None or rowless(statement):  # an empty query, BEGIN, INSERT…: NoData
             portal.described = True
             return
-        elif isinstance(statement, SHOW_STATEMENTS):
+        if isinstance(statement, SHOW_STATEMENTS):
             result = await self.coordinator.run_statement(session, statement)
             if isinstance(result, StatementResult):
                 portal.columns = result.columns
@@ -784,20 +776,22 @@ class Connection:
         sql = portal.statement.sql
         if portal.statement.statement is None and parse_copy(sql) is not None:
             raise LoupeError(FEATURE_NOT_SUPPORTED, "COPY in the extended query protocol")
-        transaction = transaction_command(sql)
-        if transaction is not None:
-            portal.events = _transaction_events(self, transaction)
-        else:
-            portal.events = self.coordinator.execute(
-                session, sql, portal.params, prepared_log=portal.statement.log
-            )
+        portal.events = self.coordinator.execute(
+            session, sql, portal.params, prepared_log=portal.statement.log
+        )
+        # Read to the end unless the statement streams: a suspended portal must not keep
+        # the session (its lock) from the next statement of the transaction (COMMIT).
         async for event in portal.events:
             if isinstance(event, Description):
                 portal.columns = event.columns
-                return
+                if isinstance(portal.statement.statement, Subscribe):
+                    return
+                continue
             portal.buffered.append(event)
-            if isinstance(event, Complete | Failure):
+            if isinstance(event, RowBatch) and event.streaming:
                 return
+        # Run to its end (not closed early): a failure marks the transaction failed.
+        portal.events = None
 
     async def _next_event(self, portal: Portal) -> Event | None:
         if portal.buffered:
@@ -930,6 +924,8 @@ class Connection:
             check_columns(table, [(name, 0) for name in copy.columns]) if copy.columns else None
         )
         width = len(columns) if columns is not None else len(table.columns)
+        # In a transaction block a COPY FROM is one of its writes (Materialize's rules).
+        in_transaction = transaction_ops(session, WRITES)
         self.send(pw.copy_in_response(width, int(copy.format == "binary")))
         await self.flush()
         binary = copy.format == "binary"
@@ -974,6 +970,11 @@ class Connection:
             rows.extend(query_rows(table, columns, texts, width))
         if pending:
             await self._convert(copy, table, columns, width, [pending], rows, line_number)
+        if in_transaction is not None:
+            # Written at COMMIT with the transaction's INSERTs.
+            keep_rows(in_transaction, table, rows)
+            self.send(pw.command_complete(f"COPY {len(rows)}"))
+            return
         keys = unique_keys(context, table)
         written = await context.tables.write(
             table,
@@ -1014,10 +1015,6 @@ class Connection:
             rows.extend(query_rows(table, columns, batch, width))
             await asyncio.sleep(0)
         return line_number
-
-
-async def _transaction_events(connection: Connection, command: str) -> AsyncIterator[Event]:
-    yield Complete(connection.transaction_command(command))
 
 
 # -- values ------------------------------------------------------------------------------
@@ -1065,7 +1062,9 @@ def decode_parameter(value: bytes | None, code: int, oid: int) -> Parameter:
 
 
 def notice_message(notice: Notice) -> bytes:
-    return pw.notice_response(notice.message, severity=notice.severity or "NOTICE")
+    return pw.notice_response(
+        notice.message, severity=notice.severity or "NOTICE", code=notice.code or "00000"
+    )
 
 
 def startup_options(parameters: dict[str, str]) -> tuple[dict[str, str], list[str]]:
@@ -1104,20 +1103,6 @@ def startup_options(parameters: dict[str, str]) -> tuple[dict[str, str], list[st
     return options, notices
 
 
-def transaction_command(sql: str) -> str | None:
-    """``BEGIN``/``COMMIT``/``ROLLBACK`` (and their synonyms) when ``sql`` is just that."""
-    words = sql.strip().rstrip(";").split()
-    if not words:
-        return None
-    command = TRANSACTION_COMMANDS.get(words[0].upper())
-    if command is None or ";" in sql.strip().rstrip(";"):
-        return None
-    rest = [w.upper() for w in words[1:]]
-    if words[0].upper() == "START" and rest[:1] != ["TRANSACTION"]:
-        return None
-    if command == "BEGIN" and rest and rest[0] not in ("TRANSACTION", "WORK", "ISOLATION", "READ"):
-        return None
-    return command
 
 
 # -- COPY ---------------------------------------------------------------------------------

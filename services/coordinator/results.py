@@ -37,6 +37,8 @@ class Complete:
 class Notice:
     severity: str
     message: str
+    # The SQLSTATE PostgreSQL gives it (pgwire's NoticeResponse); "" for 00000 / 01000.
+    code: str = ""
 
 
 @dataclass(frozen=True)

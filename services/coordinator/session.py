@@ -9,12 +9,13 @@ is 55P02.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime as dt
 import time
 import uuid
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from loupe.builtins import DEFAULT_CLUSTER_NAME
 from loupe.common.errors import LoupeError, SqlState
@@ -22,6 +23,7 @@ from loupe.common.system_vars import check_rate
 
 if TYPE_CHECKING:
     from loupe.coordinator.prepared import PreparedStatement
+    from loupe.coordinator.tables import Table
 
 DEFAULT_USER = "materialize"
 DEFAULT_SUPERUSERS = ("materialize", "mz_system")
@@ -148,6 +150,69 @@ def _unknown(name: str, position: int = 0) -> LoupeError:
     )
 
 
+# What a transaction has done so far (Materialize's ``TransactionOps``): it may read
+# (SELECTs at one timestamp), subscribe (one SUBSCRIBE, nothing else), or write (INSERTs
+# of values, committed at COMMIT); never two of these.
+# A transaction of one DDL statement runs it at COMMIT (SINGLE, Materialize's
+# ``SingleStatement``).
+NO_OPS, READS, SUBSCRIBE, WRITES, SINGLE = "none", "reads", "subscribe", "writes", "single"
+
+
+@dataclass
+class Cursor:
+    """A ``DECLARE``d cursor: its query runs at the first ``FETCH``.
+
+    ``rows`` were produced and not fetched yet; ``stream`` is the running
+    statement's (a SUBSCRIBE's) events, ``pending`` the task waiting for its next
+    one (kept across FETCHes: canceling it would end the stream).
+    """
+
+    name: str
+    statement: Any
+    columns: tuple[tuple[str, str], ...] | None = None
+    started: bool = False
+    rows: list[tuple[Any, ...]] = field(default_factory=list)
+    stream: AsyncIterator[Any] | None = None
+    pending: asyncio.Future[Any] | None = None
+    done: bool = False
+
+    async def close(self) -> None:
+        """Stop what it runs (a SUBSCRIBE's dataflow is dropped by its stream's clean-up)."""
+        self.done = True
+        if self.pending is not None and not self.pending.done():
+            self.pending.cancel()
+            with contextlib.suppress(BaseException):
+                await self.pending
+        self.pending = None
+        if self.stream is not None:
+            with contextlib.suppress(Exception):
+                await self.stream.aclose()  # type: ignore[attr-defined]
+            self.stream = None
+
+
+@dataclass
+class Transaction:
+    """A session's transaction (PostgreSQL's transaction block, with Materialize's rules).
+
+    ``explicit``: opened by BEGIN; otherwise the implicit transaction of a
+    multi-statement request, which ends with it. ``access``: as BEGIN said
+    ("read only", "read write") or None. ``timestamp``: the read timestamp its
+    first read chose; every later read of the transaction reads there.
+    ``writes``: INSERTed rows by table, written at COMMIT. ``failed``: a statement
+    failed; only COMMIT/ROLLBACK run until it ends.
+    """
+
+    explicit: bool
+    access: str | None = None
+    ops: str = NO_OPS
+    timestamp: int | None = None
+    writes: list[tuple[Table, list[tuple[Any, ...]]]] = field(default_factory=list)
+    failed: bool = False
+    cursors: dict[str, Cursor] = field(default_factory=dict)
+    # The DDL statement of a single-statement transaction, run at COMMIT.
+    single: Any = None
+
+
 @dataclass
 class Session:
     """One client session."""
@@ -167,6 +232,17 @@ class Session:
     prepared: dict[str, PreparedStatement] = field(default_factory=dict, repr=False)
     # time.monotonic() of the last request that named the session.
     last_active: float = field(default_factory=time.monotonic, repr=False)
+    # The open transaction (explicit, or the implicit one of a multi-statement request).
+    transaction: Transaction | None = field(default=None, repr=False)
+
+    @property
+    def transaction_status(self) -> str:
+        """PostgreSQL's ReadyForQuery status: ``I`` idle, ``T`` in a transaction block,
+        ``E`` in a failed one."""
+        transaction = self.transaction
+        if transaction is None or not transaction.explicit:
+            return "I"
+        return "E" if transaction.failed else "T"
 
     def touch(self) -> None:
         self.last_active = time.monotonic()

@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -199,6 +199,84 @@ class TableStore:
                     delay = backoff(delay, WRITE_RETRY_PAUSE_CAP)
                     continue
                 return WriteResult(timestamp, count)
+
+    async def write_all(
+        self, writes: Sequence[tuple[Table, Plan, bool]], *, along: Iterable[Table] = ()
+    ) -> int:
+        """Plan and append the writes of one transaction, every table at one timestamp.
+
+        Each ``(table, plan, read)`` as ``write`` takes it. Every plan runs before
+        anything is appended (a unique violation writes nothing). Persist has no
+        append across shards: should another writer move a table's upper between
+        the check and its append, that table's rows are written at a later
+        timestamp (logged) rather than lost.
+        """
+        ids = {table.id for table, _, _ in writes}
+        along = [t for t in along if t.id not in ids]
+        async with self.writes.admitted():
+            delay = RETRY_PAUSE
+            # No tick moves an upper while the transaction's tables are checked and appended.
+            self._loading += 1
+            try:
+                while True:
+                    timestamp = await until_answered("WriteTimestamp", self.oracle.write_timestamp)
+                    try:
+                        return await asyncio.to_thread(self._write_all_at, writes, timestamp, along)
+                    except (UpperMismatch, _TimestampTaken) as error:
+                        metrics.TABLE_WRITE_RETRIES.inc()
+                        log.info(
+                            "transaction write lost a race; planning it again", error=str(error)
+                        )
+                        await pause(delay)
+                        delay = backoff(delay, WRITE_RETRY_PAUSE_CAP)
+            finally:
+                self._loading -= 1
+
+    def _write_all_at(
+        self, writes: Sequence[tuple[Table, Plan, bool]], timestamp: int, along: list[Table]
+    ) -> int:
+        planned = []
+        for table, plan, read in writes:
+            shard = self.shard(table.id)
+            state = shard.ensure(table.storage_columns)
+            if state.upper > timestamp:
+                raise _TimestampTaken(f"table {table.id} upper {state.upper} > {timestamp}")
+            contents = self._contents(shard, table, state.upper) if read else None
+            updates, count = plan(contents)
+            planned.append((table, shard, state.upper, updates, count))
+        total = 0
+        for index, (table, shard, upper, updates, count) in enumerate(planned):
+            part = updates_table(table, updates, timestamp) if updates else None
+            try:
+                shard.compare_and_append(part, upper, timestamp + 1)
+            except UpperMismatch:
+                if index == 0:
+                    raise  # nothing appended yet: the whole transaction is planned again
+                log.warning(
+                    "a transaction's table moved on during its commit; writing it later",
+                    table=table.id,
+                )
+                later = self._write_later(table, updates)
+                log.info("transaction rows written later", table=table.id, timestamp=later)
+            total += count
+        self._advance(timestamp, along)
+        return total
+
+    def _write_later(self, table: Table, updates: Any) -> int:
+        """Append ``updates`` to ``table`` just past its current upper (a lost race)."""
+        shard = self.shard(table.id)
+        while True:
+            state = shard.ensure(table.storage_columns)
+            timestamp = state.upper
+            try:
+                shard.compare_and_append(
+                    updates_table(table, updates, timestamp) if updates else None,
+                    state.upper,
+                    timestamp + 1,
+                )
+                return timestamp
+            except UpperMismatch:
+                continue
 
     def _write_at(
         self, table: Table, plan: Plan, read: bool, timestamp: int, along: list[Table]

@@ -49,7 +49,9 @@ from loupe.coordinator.sql.statements import (
     AlterCluster,
     AlterRole,
     AlterSystem,
+    Close,
     ColumnDef,
+    Commit,
     Copy,
     CreateCluster,
     CreateClusterReplica,
@@ -59,6 +61,7 @@ from loupe.coordinator.sql.statements import (
     CreateTable,
     CreateView,
     Deallocate,
+    Declare,
     Delete,
     DropCluster,
     DropClusterReplica,
@@ -68,6 +71,7 @@ from loupe.coordinator.sql.statements import (
     Execute,
     Explain,
     ExplainAnalyze,
+    Fetch,
     GrantRole,
     Insert,
     ObjectName,
@@ -76,12 +80,14 @@ from loupe.coordinator.sql.statements import (
     ReplicaSpec,
     ResetVariable,
     RoleOptions,
+    Rollback,
     SetVariable,
     ShowClusterReplicas,
     ShowClusters,
     ShowObjects,
     ShowRoles,
     ShowVariable,
+    StartTransaction,
     Statement,
     Subscribe,
     UniqueKey,
@@ -146,6 +152,18 @@ OTHER_STATEMENT_KEYWORDS = frozenset(
         "DO",
         "VALIDATE",
     }
+)
+
+# Transaction control and cursors, parsed here (``_LoupeParser.transaction_statement``).
+TRANSACTION_KEYWORDS = frozenset(
+    {"BEGIN", "START", "COMMIT", "END", "ROLLBACK", "ABORT", "DECLARE", "FETCH", "CLOSE"}
+)
+ISOLATION_LEVELS = (
+    ("STRICT", "SERIALIZABLE"),
+    ("SERIALIZABLE",),
+    ("REPEATABLE", "READ"),
+    ("READ", "COMMITTED"),
+    ("READ", "UNCOMMITTED"),
 )
 
 # PREPARE, EXECUTE and DEALLOCATE, and the statements PREPARE takes (PostgreSQL's).
@@ -416,6 +434,8 @@ def _parse_statement(sql: str, tokens: list[Token]) -> Statement:
         return _LoupeParser(sql, tokens).prepared_statement_command()
     if first == "EXPLAIN" and tokens[0].token_type != TokenType.IDENTIFIER:
         return _LoupeParser(sql, tokens).explain()
+    if first in TRANSACTION_KEYWORDS and tokens[0].token_type != TokenType.IDENTIFIER:
+        return _LoupeParser(sql, tokens).transaction_statement()
     if first in OTHER_STATEMENT_KEYWORDS or tokens[0].token_type in LoupeDialect.COMMAND_TOKENS:
         # Not a query: refused whether or not sqlglot would parse it (it parses
         # CREATE SOURCE as a Command and fails on others).
@@ -698,6 +718,34 @@ def _key_columns_not_null(
     return tuple(
         dataclasses.replace(c, nullable=False) if c.name in primary else c for c in columns
     )
+
+
+_TIMEOUT_UNITS = {
+    "": 1.0,
+    "s": 1.0,
+    "sec": 1.0,
+    "second": 1.0,
+    "seconds": 1.0,
+    "ms": 0.001,
+    "millisecond": 0.001,
+    "milliseconds": 0.001,
+    "min": 60.0,
+    "minute": 60.0,
+    "minutes": 60.0,
+}
+_TIMEOUT = re.compile(r"\s*(\d+(?:\.\d*)?)\s*([a-z]*)\s*")
+
+
+def _timeout_seconds(text: str, position: int) -> float:
+    """FETCH's timeout (``'1s'``, ``'500ms'``, ``'2 seconds'``, a bare number of seconds)."""
+    match = _TIMEOUT.fullmatch(text.lower())
+    if match is None or match.group(2) not in _TIMEOUT_UNITS:
+        raise LoupeError(
+            SqlState.INVALID_PARAMETER_VALUE,
+            f"invalid FETCH timeout {text!r}: expected a duration such as '1s'",
+            position=position,
+        )
+    return float(match.group(1)) * _TIMEOUT_UNITS[match.group(2)]
 
 
 class _LoupeParser:
@@ -1247,6 +1295,111 @@ class _LoupeParser:
             as_of=as_of,
             as_of_position=as_of_position,
         )
+
+    # transactions and cursors ------------------------------------------------------
+
+    def transaction_statement(self) -> Statement:
+        """``BEGIN``/``START TRANSACTION``, ``COMMIT``/``END``, ``ROLLBACK``/``ABORT``,
+        ``DECLARE``, ``FETCH`` and ``CLOSE`` (PostgreSQL's forms, Materialize's FETCH options)."""
+        first = self.advance().text.upper()
+        if first == "DECLARE":
+            return self.declare()
+        if first == "FETCH":
+            return self.fetch()
+        if first == "CLOSE":
+            name = None if self.accept("ALL") else self.identifier("a cursor name or ALL")
+            self.end()
+            return Close(**self.common(), name=name)  # type: ignore[arg-type]
+        if first == "START":
+            self.expect("TRANSACTION")
+        elif not self.accept("TRANSACTION"):
+            self.accept("WORK")
+        if first in ("COMMIT", "END", "ROLLBACK", "ABORT"):
+            if self.at("AND"):
+                raise _unsupported(f"{first} AND CHAIN", self.tokens[0])
+            self.end()
+            kind = Commit if first in ("COMMIT", "END") else Rollback
+            return kind(**self.common())  # type: ignore[arg-type]
+        access = None
+        while self.peek() is not None:
+            if self.accept("READ", "ONLY"):
+                access = "read only"
+            elif self.accept("READ", "WRITE"):
+                access = "read write"
+            elif self.accept("ISOLATION", "LEVEL"):
+                # One timestamp for the whole transaction: every level reads the same.
+                if not any(self.accept(*level) for level in ISOLATION_LEVELS):
+                    raise self.error("an isolation level")
+            elif self.at("DEFERRABLE") or self.at("NOT", "DEFERRABLE"):
+                raise _unsupported("DEFERRABLE", self.tokens[0])
+            else:
+                raise self.error("READ ONLY, READ WRITE, ISOLATION LEVEL or end of statement")
+            if self.peek() is not None:
+                self.accept(",")
+        return StartTransaction(**self.common(), access=access)  # type: ignore[arg-type]
+
+    def declare(self) -> Declare:
+        """``DECLARE name [NO SCROLL] CURSOR [WITHOUT HOLD] FOR <SELECT | SUBSCRIBE>``."""
+        name = self.identifier("a cursor name")
+        self.accept("BINARY")
+        self.accept("ASENSITIVE") or self.accept("INSENSITIVE")
+        if self.at("SCROLL"):
+            raise _unsupported("SCROLL cursors", self.tokens[self.index])
+        self.accept("NO", "SCROLL")
+        self.expect("CURSOR")
+        if self.at("WITH", "HOLD"):
+            raise _unsupported("WITH HOLD cursors", self.tokens[self.index])
+        self.accept("WITHOUT", "HOLD")
+        self.expect("FOR")
+        rest = self.tokens[self.index :]
+        if not rest:
+            raise self.error("SELECT or SUBSCRIBE")
+        statement = _parse_statement(self.sql, rest)
+        if not isinstance(statement, Query | Subscribe):
+            raise LoupeError(
+                SqlState.FEATURE_NOT_SUPPORTED,
+                "DECLARE CURSOR needs a SELECT or SUBSCRIBE",
+                position=statement.position,
+            )
+        return Declare(**self.common(), name=name, statement=statement)  # type: ignore[arg-type]
+
+    def fetch(self) -> Fetch:
+        """``FETCH [FORWARD] [count | ALL | NEXT] [FROM | IN] name [WITH (timeout [=] t)]``."""
+        count: int | None = 1
+        forward = self.accept("FORWARD")
+        if self.accept("ALL"):
+            count = None
+        elif self.accept("NEXT"):
+            count = 1
+        else:
+            token = self.peek()
+            if token is not None and token.token_type == TokenType.NUMBER:
+                if not token.text.isdigit():
+                    raise self.value_error("FETCH count must be a whole number", self.position())
+                count = int(token.text)
+                self.index += 1
+            elif (forward and self.at("FROM")) or self.at("IN"):
+                count = 1
+        if not self.accept("FROM"):
+            self.accept("IN")
+        name = self.identifier("a cursor name")
+        timeout = None
+        if self.accept("WITH"):
+            self.expect("(")
+            position = self.position()
+            option = self.identifier("TIMEOUT")
+            if option != "timeout":
+                raise LoupeError(
+                    SqlState.FEATURE_NOT_SUPPORTED,
+                    f"FETCH option {option.upper()} is not supported",
+                    position=position,
+                )
+            self.optional_equals()
+            position = self.position()
+            timeout = _timeout_seconds(self.value("a timeout"), position)
+            self.expect(")")
+        self.end()
+        return Fetch(**self.common(), name=name, count=count, timeout=timeout)  # type: ignore[arg-type]
 
     def prepared_statement_command(self) -> Statement:
         """``PREPARE``, ``EXECUTE`` or ``DEALLOCATE`` (PostgreSQL's forms)."""

@@ -561,3 +561,77 @@ class GrantRole(Statement):
     @property
     def tag(self) -> str:
         return "REVOKE ROLE" if self.revoke else "GRANT ROLE"
+
+
+# -- transactions and cursors ---------------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True)
+class StartTransaction(Statement):
+    """``BEGIN [TRANSACTION | WORK]`` / ``START TRANSACTION`` ``[READ ONLY | READ WRITE]``.
+
+    ``access``: "read only", "read write" or None (not said: the first statement decides).
+    """
+
+    access: str | None = None
+
+    @property
+    def tag(self) -> str:
+        return "BEGIN"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Commit(Statement):
+    """``COMMIT`` / ``END [TRANSACTION | WORK]``."""
+
+    @property
+    def tag(self) -> str:
+        return "COMMIT"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Rollback(Statement):
+    """``ROLLBACK`` / ``ABORT [TRANSACTION | WORK]``."""
+
+    @property
+    def tag(self) -> str:
+        return "ROLLBACK"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Declare(Statement):
+    """``DECLARE name [NO SCROLL] CURSOR [WITHOUT HOLD] FOR <SELECT | SUBSCRIBE>``."""
+
+    name: str
+    statement: Statement = field(compare=False)
+
+    @property
+    def tag(self) -> str:
+        return "DECLARE CURSOR"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Fetch(Statement):
+    """``FETCH [FORWARD] [count | ALL | NEXT] [FROM | IN] name [WITH (timeout = t)]``.
+
+    ``count`` None: ALL. ``timeout`` in seconds; None: not given.
+    """
+
+    name: str
+    count: int | None = 1
+    timeout: float | None = None
+
+    @property
+    def tag(self) -> str:
+        return "FETCH"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Close(Statement):
+    """``CLOSE name | ALL``; ``name`` None: every cursor."""
+
+    name: str | None
+
+    @property
+    def tag(self) -> str:
+        return "CLOSE CURSOR"

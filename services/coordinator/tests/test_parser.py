@@ -9,25 +9,31 @@ from loupe.common.errors import LoupeError
 from loupe.coordinator.sql import parse, parse_interval_ns, parse_one
 from loupe.coordinator.sql.statements import (
     AlterCluster,
+    Close,
+    Commit,
     CreateCluster,
     CreateClusterReplica,
     CreateIndex,
     CreateSource,
     CreateTable,
     CreateView,
+    Declare,
     Delete,
     DropCluster,
     DropClusterReplica,
     DropObjects,
     Explain,
+    Fetch,
     Insert,
     Query,
     ReplicaSpec,
     ResetVariable,
+    Rollback,
     SetVariable,
     ShowClusterReplicas,
     ShowClusters,
     ShowVariable,
+    StartTransaction,
     Subscribe,
     Update,
 )
@@ -236,7 +242,7 @@ def test_empty_request_has_no_statements() -> None:
             "CREATE OR REPLACE MATERIALIZED VIEW v AS SELECT 1",
             "CREATE OR REPLACE is not supported",
         ),
-        ("BEGIN", "BEGIN is not supported"),
+        ("SAVEPOINT s", "SAVEPOINT is not supported"),
     ],
 )
 def test_what_sqlglot_cannot_run_is_refused(sql: str, message: str) -> None:
@@ -565,3 +571,66 @@ def test_explain_for_objects(sql: str, kind: str, name: tuple[str, ...]) -> None
     assert statement.query is None
     assert statement.object_name is not None
     assert (statement.object_kind, statement.object_name.parts) == (kind, name)
+
+
+@pytest.mark.parametrize(
+    ("sql", "expected"),
+    [
+        ("BEGIN", StartTransaction(text="BEGIN", offset=0)),
+        ("begin work", StartTransaction(text="begin work", offset=0)),
+        (
+            "START TRANSACTION READ ONLY",
+            StartTransaction(text="START TRANSACTION READ ONLY", offset=0, access="read only"),
+        ),
+        (
+            "BEGIN ISOLATION LEVEL STRICT SERIALIZABLE, READ WRITE",
+            StartTransaction(
+                text="BEGIN ISOLATION LEVEL STRICT SERIALIZABLE, READ WRITE",
+                offset=0,
+                access="read write",
+            ),
+        ),
+        ("END", Commit(text="END", offset=0)),
+        ("COMMIT TRANSACTION", Commit(text="COMMIT TRANSACTION", offset=0)),
+        ("ABORT", Rollback(text="ABORT", offset=0)),
+        ("FETCH c", Fetch(text="FETCH c", offset=0, name="c")),
+        ("FETCH ALL IN c", Fetch(text="FETCH ALL IN c", offset=0, name="c", count=None)),
+        (
+            "FETCH FORWARD 5 FROM c",
+            Fetch(text="FETCH FORWARD 5 FROM c", offset=0, name="c", count=5),
+        ),
+        (
+            "FETCH 100 c WITH (timeout = '1.5s')",
+            Fetch(
+                text="FETCH 100 c WITH (timeout = '1.5s')",
+                offset=0,
+                name="c",
+                count=100,
+                timeout=1.5,
+            ),
+        ),
+        (
+            "FETCH c WITH (TIMEOUT '250ms')",
+            Fetch(text="FETCH c WITH (TIMEOUT '250ms')", offset=0, name="c", timeout=0.25),
+        ),
+        ("CLOSE c", Close(text="CLOSE c", offset=0, name="c")),
+        ("CLOSE ALL", Close(text="CLOSE ALL", offset=0, name=None)),
+    ],
+)
+def test_transaction_and_cursor_statements(sql: str, expected: object) -> None:
+    """BEGIN/COMMIT/ROLLBACK and FETCH/CLOSE in PostgreSQL's forms and Materialize's timeout."""
+    assert parse_one(sql) == expected
+
+
+def test_declare_takes_a_select_or_a_subscribe() -> None:
+    """DECLARE's statement is parsed as itself; anything but SELECT or SUBSCRIBE is 0A000."""
+    declared = parse_one('DECLARE "C" NO SCROLL CURSOR WITHOUT HOLD FOR SUBSCRIBE t')
+    assert isinstance(declared, Declare)
+    assert declared.name == "C"
+    assert isinstance(declared.statement, Subscribe)
+    assert isinstance(parse_one("DECLARE c CURSOR FOR SELECT 1").statement, Query)  # type: ignore[attr-defined]
+    error = error_of("DECLARE c CURSOR FOR INSERT INTO t VALUES (1)")
+    assert error.code == "0A000"
+    assert error_of("FETCH c WITH (timeout = 'soon')").code == "22023"
+    assert error_of("DECLARE c CURSOR WITH HOLD FOR SELECT 1").code == "0A000"
+    assert error_of("DECLARE c SCROLL CURSOR FOR SELECT 1").code == "0A000"
