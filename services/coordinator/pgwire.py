@@ -1103,8 +1103,6 @@ def startup_options(parameters: dict[str, str]) -> tuple[dict[str, str], list[st
     return options, notices
 
 
-
-
 # -- COPY ---------------------------------------------------------------------------------
 
 
