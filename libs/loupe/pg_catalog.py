@@ -41,6 +41,7 @@ from __future__ import annotations
 
 from loupe import sqltypes
 from loupe.builtins import BuiltinView
+from loupe.pgwire import types as pgtypes
 
 PG_CATALOG = "pg_catalog"
 INFORMATION_SCHEMA = "information_schema"
@@ -81,25 +82,6 @@ def oid_for(object_id: str) -> int:
 PG_TYPES = tuple(
     t for t in sqltypes.TYPES.values() if not sqltypes.is_list(t.name) and t.name not in ("list",)
 )
-_TYPE_LENGTHS = {
-    "bool": 1,
-    "int2": 2,
-    "int4": 4,
-    "int8": 8,
-    "uint2": 2,
-    "uint4": 4,
-    "uint8": 8,
-    "mz_timestamp": 8,
-    "float4": 4,
-    "float8": 8,
-    "date": 4,
-    "time": 8,
-    "timestamp": 8,
-    "timestamptz": 8,
-    "interval": 16,
-    "uuid": 16,
-    "unknown": -2,
-}
 _ARRAYS = {t.element: t.oid for t in PG_TYPES if t.element is not None}
 # Types with collations in PostgreSQL (those of the string category, and their arrays).
 _COLLATABLE = frozenset({"text", "varchar"})
@@ -147,7 +129,7 @@ def _type_rows() -> str:
     for t in PG_TYPES:
         element = sqltypes.element_type(t.name)
         element_oid = sqltypes.sql_type(element).oid if element is not None else 0
-        length = _TYPE_LENGTHS.get(t.name, -1)
+        length = pgtypes.type_size(t.name)
         rows.append(
             "("
             + ", ".join(
