@@ -1003,3 +1003,28 @@ async def stream(nats_connection):
     await ensure_stream(nats_connection, stream.name, [stream.subject])
     yield stream
     await nats_connection.jetstream().delete_stream(stream.name)
+
+
+# The configured superusers' password in tests of password logins.
+SUPERUSER_PASSWORD = "s3cret-for-tests"
+
+
+@pytest.fixture
+async def secured(nats_url, data_dir, start_table_system):
+    """A coordinator with the ``password`` authenticator over the table system."""
+    async with start_table_system(
+        nats_url,
+        data_dir,
+        authenticator="password",
+        superuser_password=SUPERUSER_PASSWORD,
+        storage_settle_timeout=0.1,
+    ) as harness:
+        yield harness
+
+
+async def _open(harness: Any, user: str, password: str) -> str:
+    """A gRPC session of ``user`` (raises on a refused login)."""
+    response = await harness.stub.OpenSession(
+        sql_pb2.OpenSessionRequest(user=user, password=password)
+    )
+    return response.session_id

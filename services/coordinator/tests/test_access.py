@@ -16,28 +16,7 @@ from loupe.catalog.bootstrap import bootstrap_state
 from loupe.catalog.transaction import Transaction
 from loupe.coordinator import access
 from loupe.coordinator.sql.parser import parse_one
-from loupe.proto.sql.v1 import sql_pb2
-
-SUPERUSER_PASSWORD = "s3cret-for-tests"
-
-
-@pytest.fixture
-async def secured(nats_url, data_dir, start_table_system):
-    async with start_table_system(
-        nats_url,
-        data_dir,
-        authenticator="password",
-        superuser_password=SUPERUSER_PASSWORD,
-        storage_settle_timeout=0.1,
-    ) as harness:
-        yield harness
-
-
-async def _open(harness: Any, user: str, password: str) -> str:
-    response = await harness.stub.OpenSession(
-        sql_pb2.OpenSessionRequest(user=user, password=password)
-    )
-    return response.session_id
+from loupe.coordinator.tests.conftest import SUPERUSER_PASSWORD, _open
 
 
 async def _refused(harness: Any, user: str, password: str) -> tuple[Any, str]:

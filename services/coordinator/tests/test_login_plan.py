@@ -19,11 +19,10 @@ from loupe.coordinator import access
 from loupe.coordinator.sequencer import ddl
 from loupe.coordinator.sql.parser import parse_one
 from loupe.coordinator.sql.statements import CreateRole
+from loupe.coordinator.tests.conftest import SUPERUSER_PASSWORD, _open
 from loupe.pgwire import scram
 from loupe.proto.catalog.v1 import catalog_pb2
-from loupe.proto.sql.v1 import sql_pb2
 
-SUPERUSER_PASSWORD = "s3cret-for-tests"
 SUPERUSERS = ("materialize", "mz_system")
 
 
@@ -121,25 +120,6 @@ async def test_a_verifier_given_as_the_password_is_stored_as_it_is(postgres_url:
     (op,) = await access.role_ops(typed, grantor="materialize")
     assert op.create_role.password_hash != "x"
     assert passwords.verify_password("x", op.create_role.password_hash)
-
-
-@pytest.fixture
-async def secured(nats_url, data_dir, start_table_system):
-    async with start_table_system(
-        nats_url,
-        data_dir,
-        authenticator="password",
-        superuser_password=SUPERUSER_PASSWORD,
-        storage_settle_timeout=0.1,
-    ) as harness:
-        yield harness
-
-
-async def _open(harness: Any, user: str, password: str) -> str:
-    response = await harness.stub.OpenSession(
-        sql_pb2.OpenSessionRequest(user=user, password=password)
-    )
-    return response.session_id
 
 
 async def _stored_hash(harness: Any, user: str) -> str:
