@@ -20,8 +20,7 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
 
-from sqlglot import exp
-
+from loupe.coordinator.sql.params import parameter_number as number_of  # noqa: F401 (used as parameters.number_of)
 from loupe.plan.scalar import Literal
 
 _INFERRED: ContextVar[dict[int, str] | None] = ContextVar("inferred_parameters", default=None)
@@ -43,16 +42,6 @@ def inferring() -> Iterator[dict[int, str]]:
         yield inferred
     finally:
         _INFERRED.reset(token)
-
-
-def number_of(node: object) -> int | None:
-    """``n`` of a ``$n`` node; None for any other node."""
-    if not isinstance(node, exp.Parameter):
-        return None
-    inner = node.this
-    if isinstance(inner, exp.Literal) and not inner.is_string and str(inner.this).isdigit():
-        return int(inner.this)
-    return None
 
 
 def active() -> bool:
