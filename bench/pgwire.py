@@ -173,8 +173,8 @@ def idle_connections(system: LoupeUp, count: int, rounds: int) -> None:
     grown = rss_after - rss_before
     verdict = "met" if grown < IDLE_MEMORY_TARGET * count / 200 else "NOT met"
     print(
-        f"{f'{count} idle pgwire connections':<44} coordinator RSS +{grown / 2**20:.1f} MiB"
-        f" ({grown / count / 1024:.0f} KiB each; target < 100 MB for 200: {verdict})",
+        f"{f'{count} idle pgwire connections':<44} coordinator RSS {grown / 2**20:+.1f} MiB"
+        f" ({grown / count / 1024:+.0f} KiB each; target < 100 MB for 200: {verdict})",
         flush=True,
     )
     line("SELECT 1 with them open", after, before, "without")
