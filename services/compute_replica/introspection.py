@@ -159,12 +159,13 @@ class Introspection:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         was_running = self._ticker is not None
-        self._ticker = self._publisher = None
         self._queue, self._queued_bytes = asyncio.Queue(), 0
         if self._target is not None:
             with contextlib.suppress(Exception):
                 await self._target.install_logging(None, {})
         self._target, self.collector, self.interval_ns = None, None, 0
+        # Not running only once the hooks are off (a test saw the two apart).
+        self._ticker = self._publisher = None
         if was_running:
             log.info("introspection stopped")
 
