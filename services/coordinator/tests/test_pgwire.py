@@ -70,6 +70,12 @@ def reference_error(sql: str) -> tuple[str, int]:
     raise AssertionError(f"PostgreSQL ran {sql!r}")
 
 
+async def asyncpg_connect(port: int) -> asyncpg.Connection:
+    return await asyncpg.connect(
+        host="127.0.0.1", port=port, user="materialize", database="materialize"
+    )
+
+
 def loupe_connect(port: int, **kwargs) -> psycopg.Connection:
     return psycopg.connect(
         host="127.0.0.1", port=port, user="materialize", dbname="materialize", **kwargs
@@ -138,12 +144,7 @@ async def test_psycopg_default_transaction(engine):
 
 async def test_asyncpg_extended_protocol(engine):
     """asyncpg: Parse/Describe/Bind/Execute with parameters, named statements and binary-free reads."""
-    conn = await asyncpg.connect(
-        host="127.0.0.1",
-        port=engine.service.pgwire_port,
-        user="materialize",
-        database="materialize",
-    )
+    conn = await asyncpg_connect(engine.service.pgwire_port)
     try:
         await conn.execute("CREATE TABLE q (a int, b text)")
         await conn.execute("INSERT INTO q VALUES ($1, $2)", 3, "three")
@@ -175,12 +176,7 @@ async def test_extended_error_discards_until_sync(engine):
 async def test_max_rows_suspends_portal(engine):
     """Execute with max_rows answers PortalSuspended and resumes on the next Execute."""
 
-    conn = await asyncpg.connect(
-        host="127.0.0.1",
-        port=engine.service.pgwire_port,
-        user="materialize",
-        database="materialize",
-    )
+    conn = await asyncpg_connect(engine.service.pgwire_port)
     try:
         await conn.execute("CREATE TABLE m (a int)")
         await conn.execute("INSERT INTO m VALUES " + ", ".join(f"({i})" for i in range(1, 26)))

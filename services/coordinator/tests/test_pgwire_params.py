@@ -6,10 +6,11 @@ from __future__ import annotations
 import asyncio
 import struct
 
-import asyncpg
 import psycopg
 import pytest
 from psycopg import generators, waiting
+
+from loupe.coordinator.tests.test_pgwire import asyncpg_connect
 
 TABLE = "kv (k int, v text, b bigint, f double precision, d date, n numeric)"
 
@@ -86,12 +87,7 @@ async def test_parse_infers_parameter_types_as_postgresql(engine, postgres):
 
 async def test_asyncpg_sends_inferred_parameter_types(engine):
     """asyncpg encodes arguments by the described types: an int for `$1 + 1` and `k = $1`."""
-    conn = await asyncpg.connect(
-        host="127.0.0.1",
-        port=engine.service.pgwire_port,
-        user="materialize",
-        database="materialize",
-    )
+    conn = await asyncpg_connect(engine.service.pgwire_port)
     try:
         assert await conn.fetchval("SELECT $1 + 1", 5) == 6
         await conn.execute(f"CREATE TABLE {TABLE}")
