@@ -15,6 +15,10 @@ SLT_ARGS ?= --postgres --max-records 1000
 CHAOS_ARGS ?=
 # `make soak`'s arguments (python -m loupe.testing.soak --help).
 SOAK_ARGS ?= --minutes 30
+# bench/compute.py's Pathway baseline lives in a venv of the benchmark's own,
+# never in Loupe's dependencies.
+PATHWAY_VENV    ?= bench/.venv-pathway
+PATHWAY_VERSION ?= 0.33.0
 
 export SPARK_LOCAL_IP ?= 127.0.0.1
 export PYSPARK_PYTHON := $(abspath $(PY))
@@ -22,7 +26,7 @@ export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
 .DEFAULT_GOAL := help
 
-.PHONY: help install run test test-fast lint format typecheck protos check-protos bench slt chaos soak clean
+.PHONY: help install run test test-fast lint format typecheck protos check-protos bench bench-pathway slt chaos soak clean
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  make %-14s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -42,7 +46,7 @@ $(STAMP): pyproject.toml setup.py scripts/ensure_system_deps.sh
 	$(PY) -m pip install --quiet -e ".[dev]"
 	@touch $(STAMP)
 
-run: install ## start Loupe on its embedded defaults (Ctrl-C stops it)
+run: install ## start Loupe on its embedded defaults, print the SQL ports and the console URL (Ctrl-C stops)
 	$(BIN)/loupe up --data-dir $(DATA_DIR) --sql-port $(SQL_PORT)
 
 test: install check-protos lint typecheck ## checks, then the whole test suite in two lanes (unit/service | end-to-end)
@@ -68,8 +72,23 @@ protos: install ## regenerate libs/loupe/proto from protos/
 check-protos: install ## fail when the generated code is stale
 	$(PY) scripts/gen_protos.py --check
 
-bench: install ## run the benchmarks and print their numbers
+bench: install ## run the benchmarks and print their numbers (creates the Pathway baseline's venv when missing)
+	@# Without it (offline, say) bench/compute.py says the Pathway baseline was skipped and why.
+	-@$(MAKE) --no-print-directory bench-pathway
 	$(PY) bench/run.py
+
+bench-pathway: $(PATHWAY_VENV)/.installed ## the venv of bench/compute.py's Pathway baseline (bench/.venv-pathway)
+
+$(PATHWAY_VENV)/.installed:
+	@echo "creating $(PATHWAY_VENV) with pathway==$(PATHWAY_VERSION) (log: $(PATHWAY_VENV).log)"
+	@rm -rf $(PATHWAY_VENV)
+	@{ $(PYTHON) -m venv $(PATHWAY_VENV) \
+	   && $(PATHWAY_VENV)/bin/python -m pip install --quiet --retries 1 --timeout 30 pathway==$(PATHWAY_VERSION) \
+	   && $(PATHWAY_VENV)/bin/python -c "import pathway"; } > $(PATHWAY_VENV).log 2>&1 \
+	 || { echo "failed: see $(PATHWAY_VENV).log"; rm -rf $(PATHWAY_VENV); \
+	      echo "creating $(PATHWAY_VENV) failed (pip install pathway==$(PATHWAY_VERSION))" >> $(PATHWAY_VENV).log; \
+	      exit 1; }
+	@touch $@
 
 slt: install ## run sqllogictest scripts on a fresh Loupe (and PostgreSQL): pass rate per file
 	$(PY) -m loupe.slt --dir $(SLT_DIR) $(SLT_ARGS)

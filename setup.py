@@ -15,6 +15,7 @@ SOURCE_ROOTS = {
     "loupe.catalog": "services/catalog",
     "loupe.controller": "services/controller",
     "loupe.compute_replica": "services/compute_replica",
+    "loupe.console": "services/console",
 }
 
 

@@ -18,23 +18,39 @@ For TPC-H Q1-, Q3- and Q5-shaped views at ``--scale`` (default SF 0.1):
 - memory: the process's resident set growth over hydration, per million
   rows the engine's arrangements hold.
 
-After the inserts the index is peeked and compared with DuckDB's answer
-(a mismatch makes the run fail). ``--profile q5`` prints the hottest
-functions (cProfile) of that query's hydration and inserts instead.
+Second baseline, Pathway (an incremental engine, like this one): the same
+tables, the same query in Pathway's Python API and the same inserted rows,
+run by ``bench/pathway_baseline.py`` in a venv of the benchmark's own
+(``bench/.venv-pathway``, which ``make bench-pathway`` creates and ``make
+bench`` creates when missing; Pathway is never a dependency of Loupe), once
+per query after the engine's inserts. Printed in the same run: hydration
+against Pathway's (target <= 1x), the one-row insert p50 against Pathway's
+(target <= 1x) and the engine's p99 against its p50 (target <= 3x). Without
+the venv (or with ``--no-pathway``) it says the baseline was skipped and why,
+and the rest runs as before.
 
-Run: ``.venv/bin/python bench/compute.py [--scale 0.1] [--inserts 50] [--queries q1,q3,q5]``.
+After the inserts the index is peeked and compared with DuckDB's answer, and
+so are Pathway's output after hydration and after the inserts (a mismatch
+makes the run fail). ``--profile q5`` prints the hottest functions
+(cProfile) of that query's hydration and inserts instead.
+
+Run: ``.venv/bin/python bench/compute.py [--scale 0.1] [--inserts 50] [--queries q1,q3,q5]
+[--no-pathway]``.
 """
 
 from __future__ import annotations
 
 import argparse
 import cProfile
+import datetime
 import gc
 import io
+import json
 import math
 import os
 import pstats
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -45,6 +61,7 @@ from typing import Any
 
 import duckdb
 import pyarrow as pa
+import pyarrow.parquet as pq
 import sqlglot
 from sqlglot import exp
 
@@ -63,6 +80,15 @@ from loupe.plan.dataflow import (
 
 HYDRATION_TARGET = 5.0
 INSERT_P50_TARGET_S = 0.050
+# Against Pathway: hydration and the one-row insert p50 at most Pathway's.
+PATHWAY_TARGET = 1.0
+# The engine's one-row insert p99 at most this many times its p50.
+INSERT_P99_OVER_P50_TARGET = 3.0
+# The benchmark's own venv holding Pathway (``make bench-pathway``), and its runner.
+PATHWAY_VENV = Path(__file__).with_name(".venv-pathway")
+PATHWAY_RUNNER = Path(__file__).with_name("pathway_baseline.py")
+# Seconds the Pathway runner may take for one query (hydration and every insert).
+PATHWAY_TIMEOUT_S = 900
 # The time the tables are loaded at; dataflows are built as of it.
 LOAD_TS = 1
 # Views arranging fewer rows than this get no per-million memory figure.
@@ -192,6 +218,93 @@ def best_of(rounds: int, step: Callable[[], Any]) -> float:
         step()
         best = min(best, time.perf_counter() - began)
     return best
+
+
+# -- Pathway, the incremental baseline -------------------------------------------------
+
+
+@dataclass
+class PathwayRun:
+    """What ``bench/pathway_baseline.py`` measured for one query."""
+
+    version: str
+    hydration: float
+    inserts: list[float]
+    peak_rss: int
+    peak_rss_growth: int
+    hydrated: list[tuple[Any, ...]]
+    final: list[tuple[Any, ...]]
+
+
+class Pathway:
+    """Runs the Pathway baseline in its own venv, one subprocess per query.
+
+    ``skipped`` says why it does not run (no venv, ``--no-pathway``); a run
+    that fails says why and the benchmark goes on without its ratios.
+    """
+
+    def __init__(self, python: Path | None, scratch: Path, tables: dict[str, pa.Table]) -> None:
+        self.python = python
+        self.scratch = scratch
+        self.skipped = "" if python is not None else "--no-pathway"
+        if python is not None and not python.exists():
+            self.skipped = f"{python} not found ({install_hint()})"
+        if not self.skipped:
+            for name, table in tables.items():
+                pq.write_table(table, scratch / f"{name}.parquet")
+
+    def run(self, query: Query, rows: pa.Table) -> PathwayRun | None:
+        """Hydrate ``query`` in Pathway, then insert ``rows`` one at a time; None if it failed."""
+        assert self.python is not None
+        inserts = self.scratch / f"inserts_{query.name}.parquet"
+        pq.write_table(rows, inserts)
+        command = [str(self.python), str(PATHWAY_RUNNER), "--tables", str(self.scratch)]
+        command += ["--inserts", str(inserts), "--query", query.name]
+        try:
+            done = subprocess.run(
+                command,
+                capture_output=True,
+                text=True,
+                timeout=PATHWAY_TIMEOUT_S,
+                check=False,
+                # Loupe's import paths mean nothing to the other venv's Python.
+                env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"},
+            )
+        except subprocess.TimeoutExpired:
+            print(f"pathway   {query.name}  baseline timed out after {PATHWAY_TIMEOUT_S} s")
+            return None
+        if done.returncode != 0:
+            tail = " | ".join(done.stderr.strip().splitlines()[-5:])
+            print(f"pathway   {query.name}  baseline failed (exit {done.returncode}): {tail}")
+            return None
+        out = json.loads(done.stdout)
+        return PathwayRun(
+            version=out["pathway"],
+            hydration=out["hydration_s"],
+            inserts=out["insert_s"],
+            peak_rss=out["peak_rss_bytes"],
+            peak_rss_growth=out["peak_rss_growth_bytes"],
+            hydrated=[tuple(row) for row in out["hydrated"]],
+            final=[tuple(row) for row in out["final"]],
+        )
+
+
+def install_hint() -> str:
+    log = PATHWAY_VENV.with_name(PATHWAY_VENV.name + ".log")
+    hint = "make bench-pathway creates it"
+    if log.exists():
+        lines = [line.strip() for line in log.read_text().splitlines() if line.strip()]
+        errors = [line for line in lines if line.startswith("ERROR")]
+        if lines:
+            hint += f"; its last attempt ended: {(errors or lines)[-1]}"
+    return hint
+
+
+def iso_dates(rows: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
+    """Dates as ISO strings, as the Pathway runner returns them."""
+    return [
+        tuple(v.isoformat() if isinstance(v, datetime.date) else v for v in row) for row in rows
+    ]
 
 
 # -- the engine ------------------------------------------------------------------------
@@ -367,10 +480,11 @@ def hydrate(query: Query, data: TpchData, rounds: int) -> tuple[Engine, float, i
     return engine, best, rss_growth
 
 
-def bench_query(query: Query, data: TpchData, inserts: int, rounds: int) -> bool:
-    """All three measurements for one query; False when the engine's answer is wrong."""
+def bench_query(query: Query, data: TpchData, inserts: int, rounds: int, pathway: Pathway) -> bool:
+    """All three measurements for one query, then Pathway's; False when an answer is wrong."""
     duck = DuckDb(data.tables)
     duck_hydration = best_of(rounds, lambda: duck.query(query.sql))
+    duck_hydrated = arrow_rows(duck.query(query.sql))
     engine, hydration, rss_growth = hydrate(query, data, rounds)
     ratio = hydration / duck_hydration
     verdict = "ok" if ratio <= HYDRATION_TARGET else "OVER TARGET"
@@ -382,26 +496,83 @@ def bench_query(query: Query, data: TpchData, inserts: int, rounds: int) -> bool
     report_memory(query, engine, rss_growth)
 
     new_rows = duck.lineitems_to_insert(query, inserts)
-    engine_samples, duck_samples = [], []
+    engine_samples, duck_samples, inserted = [], [], []
     for index in range(new_rows.num_rows):
         row = fresh_line(new_rows.slice(index, 1), index)
+        inserted.append(row)
         engine_samples.append(engine.insert(row))
         began = time.perf_counter()
         duck.insert("lineitem", row)
         duck.query(query.sql)
         duck_samples.append(time.perf_counter() - began)
     p50, duck_p50 = statistics.median(engine_samples), statistics.median(duck_samples)
+    p99 = percentile(engine_samples, 0.99)
     verdict = "ok" if p50 < INSERT_P50_TARGET_S else "OVER TARGET"
     print(
         f"insert    {query.name}  engine p50 {p50 * 1000:7.1f} ms  p99 "
-        f"{percentile(engine_samples, 0.99) * 1000:7.1f} ms   DuckDB recompute p50 "
+        f"{p99 * 1000:7.1f} ms   DuckDB recompute p50 "
         f"{duck_p50 * 1000:6.1f} ms   ({p50 / duck_p50:.2f}x; target p50 < "
         f"{INSERT_P50_TARGET_S * 1000:.0f} ms: {verdict})   n={len(engine_samples)}",
         flush=True,
     )
-    correct = same_rows(engine.contents(), arrow_rows(duck.query(query.sql)), query.key)
+    tail = p99 / p50
+    verdict = "ok" if tail <= INSERT_P99_OVER_P50_TARGET else "OVER TARGET"
+    print(
+        f"insert    {query.name}  engine p99 / p50 {tail:.2f}"
+        f"   (target <= {INSERT_P99_OVER_P50_TARGET:.0f}: {verdict})",
+        flush=True,
+    )
+    duck_final = arrow_rows(duck.query(query.sql))
+    correct = same_rows(engine.contents(), duck_final, query.key)
     print(f"check     {query.name}  index after the inserts equals DuckDB: {correct}")
-    return correct
+    if pathway.skipped:
+        return correct
+    run = pathway.run(query, pa.concat_tables(inserted))
+    if run is None:
+        return correct
+    return (
+        report_pathway(query, run, hydration, engine_samples, duck_hydrated, duck_final) and correct
+    )
+
+
+def report_pathway(
+    query: Query,
+    run: PathwayRun,
+    hydration: float,
+    engine_samples: list[float],
+    duck_hydrated: list[tuple[Any, ...]],
+    duck_final: list[tuple[Any, ...]],
+) -> bool:
+    """Print the engine against Pathway; False when Pathway's answers differ from DuckDB's."""
+    ratio = hydration / run.hydration
+    verdict = "ok" if ratio <= PATHWAY_TARGET else "OVER TARGET"
+    print(
+        f"hydrate   {query.name}  engine {hydration * 1000:9.1f} ms   Pathway {run.hydration * 1000:7.1f} ms"
+        f"   ({ratio:.2f}x Pathway; target <= {PATHWAY_TARGET:.0f}x: {verdict})",
+        flush=True,
+    )
+    p50, pathway_p50 = statistics.median(engine_samples), statistics.median(run.inserts)
+    ratio = p50 / pathway_p50
+    verdict = "ok" if ratio <= PATHWAY_TARGET else "OVER TARGET"
+    print(
+        f"insert    {query.name}  engine p50 {p50 * 1000:7.1f} ms   Pathway p50 "
+        f"{pathway_p50 * 1000:6.2f} ms  p99 {percentile(run.inserts, 0.99) * 1000:6.2f} ms"
+        f"   ({ratio:.1f}x Pathway; target <= {PATHWAY_TARGET:.0f}x: {verdict})"
+        f"   n={len(run.inserts)}",
+        flush=True,
+    )
+    print(
+        f"memory    {query.name}  Pathway {run.version} peak RSS {run.peak_rss / 2**20:.0f} MiB"
+        f" (+{run.peak_rss_growth / 2**20:.0f} MiB over its resident size before pw.run)",
+        flush=True,
+    )
+    hydrated = same_rows(run.hydrated, iso_dates(duck_hydrated), query.key)
+    final = same_rows(run.final, iso_dates(duck_final), query.key)
+    print(
+        f"check     {query.name}  Pathway after hydration equals DuckDB: {hydrated},"
+        f" after the inserts: {final}"
+    )
+    return hydrated and final
 
 
 def fresh_line(row: pa.Table, index: int) -> pa.Table:
@@ -484,6 +655,13 @@ def main() -> int:
         "--profile", metavar="QUERY", help="cProfile that query's hydration and inserts"
     )
     parser.add_argument("--profile-top", type=int, default=30)
+    parser.add_argument("--no-pathway", action="store_true", help="skip the Pathway baseline")
+    parser.add_argument(
+        "--pathway-python",
+        type=Path,
+        default=PATHWAY_VENV / "bin" / "python",
+        help="the Python of a venv with Pathway (make bench-pathway creates the default)",
+    )
     options = parser.parse_args()
     global PIECE_ROWS
     PIECE_ROWS = options.piece_rows
@@ -493,7 +671,14 @@ def main() -> int:
     if options.profile:
         profile(next(chosen(options.profile)), data, options.inserts, options.profile_top)
         return 0
-    failures = sum(not bench_query(q, data, options.inserts, options.rounds) for q in queries)
+    with tempfile.TemporaryDirectory() as scratch:
+        python = None if options.no_pathway else options.pathway_python
+        pathway = Pathway(python, Path(scratch), data.tables)
+        if pathway.skipped:
+            print(f"pathway   baseline skipped: {pathway.skipped}", flush=True)
+        failures = sum(
+            not bench_query(q, data, options.inserts, options.rounds, pathway) for q in queries
+        )
     return 1 if failures else 0
 
 

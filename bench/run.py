@@ -9,7 +9,8 @@ measured in the same run.
 Then the benchmarks of the parts, each its own script: the storage writer
 (``bench/storage_writer.py``), catalog commits and opens per backend
 (``bench/catalog_commit.py``), shard snapshots (``bench/persist_snapshot.py``),
-the compute engine on TPC-H against DuckDB (``bench/compute.py``), the
+the compute engine on TPC-H against DuckDB and Pathway (``bench/compute.py``;
+Pathway in its own venv, ``make bench-pathway``), the
 whole system's fast-path peeks and inserts to visible changes through gRPC
 (``bench/compute_system.py``), statement logging's overhead and delay to
 visible (``bench/statement_logging.py``) and what a one-row INSERT and a small
@@ -22,7 +23,10 @@ the engine, on against off (``bench/hydration_logging.py``), and hydration
 through the system: a node hydrated until SQL shows it, progress while a view
 hydrates (``bench/hydration.py``), and the PostgreSQL wire protocol: ``SELECT 1``
 over pgwire against gRPC and PostgreSQL, a fast-path peek over pgwire, ``COPY
-FROM STDIN`` against PostgreSQL's, 200 idle connections (``bench/pgwire.py``).
+FROM STDIN`` against PostgreSQL's, 200 idle connections (``bench/pgwire.py``),
+and the console: each page's first render with 50 objects on 5 replicas against
+its own SQL on pgwire, a hydration update from visible in SQL to the open page,
+and what it costs when nobody looks (``bench/console.py``).
 """
 
 from __future__ import annotations
@@ -129,6 +133,7 @@ def main() -> int:
         "hydration_logging.py",
         "hydration.py",
         "pgwire.py",
+        "console.py",
     )
     for script in scripts:
         print(f"\n== {script}", flush=True)

@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import cProfile
+import os
 import pstats
 import tempfile
 import time
@@ -113,7 +114,9 @@ async def main(args: argparse.Namespace) -> None:
         f"(best of {args.rounds}); logging costs {best['1'] - best['0']:.1f} us/execution"
     )
     if profile is not None:
-        pstats.Stats(profile).sort_stats("tottime").print_stats(25)
+        pstats.Stats(profile).sort_stats(os.environ.get("SORT", "tottime")).print_stats(
+            int(os.environ.get("TOP", "25"))
+        )
 
 
 if __name__ == "__main__":

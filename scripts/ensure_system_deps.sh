@@ -6,6 +6,8 @@
 #   can start a temporary cluster when no server runs locally.
 # - psql and PostgreSQL's JDBC driver (pgjdbc), the real clients the pgwire
 #   tests connect with.
+# - Debian's Chromium and ChromeDriver: the console's tests drive a real
+#   browser with Playwright (never a browser download of Playwright's own).
 set -euo pipefail
 
 missing=()
@@ -20,6 +22,8 @@ if ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 && ! command -v initdb 
 fi
 command -v psql >/dev/null 2>&1 || missing+=(postgresql-client)
 [ -f /usr/share/java/postgresql.jar ] || missing+=(libpostgresql-jdbc-java)
+command -v chromium >/dev/null 2>&1 || missing+=(chromium)
+command -v chromedriver >/dev/null 2>&1 || missing+=(chromium-driver)
 [ ${#missing[@]} -eq 0 ] && exit 0
 
 if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
@@ -28,6 +32,6 @@ if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
   exit 0
 fi
-echo "Loupe needs: ${missing[*]} (Java 17+ for Spark; PostgreSQL, psql and pgjdbc for tests)." >&2
+echo "Loupe needs: ${missing[*]} (Java 17+ for Spark; PostgreSQL, psql, pgjdbc and Chromium for tests)." >&2
 if [[ " ${missing[*]} " == *" openjdk-17-jre-headless "* ]]; then exit 1; fi
-echo "continuing without PostgreSQL: its tests will be skipped" >&2
+echo "continuing without them: the tests that need them will be skipped" >&2

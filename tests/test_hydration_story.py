@@ -13,7 +13,6 @@ says the first episode was interrupted.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import re
 import signal
@@ -26,6 +25,7 @@ import pytest
 
 from loupe.common.errors import LoupeError
 from loupe.testing.eventually import eventually_truthy
+from loupe.testing.procs import Throttled
 from loupe.testing.system import LoupeUp, replica_pid
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
@@ -223,42 +223,6 @@ def test_loupe_sql_shows_progress_while_a_view_hydrates(system, heavy):
     assert any("records" in line for line in lines), lines
 
 
-class Throttled:
-    """Runs ``pid`` a twentieth of the time (SIGSTOP / SIGCONT), as a replica on a starved machine:
-    its hydrations take seconds instead of one, long enough to be seen in SQL."""
-
-    def __init__(self, pid: int, run: float = 0.02, stop: float = 0.4) -> None:
-        self.pid, self.run, self.stop = pid, run, stop
-        self.done = threading.Event()
-        self.thread = threading.Thread(target=self._main, daemon=True)
-
-    def _main(self) -> None:
-        try:
-            while not self.done.is_set():
-                os.kill(self.pid, signal.SIGSTOP)
-                time.sleep(self.stop)
-                os.kill(self.pid, signal.SIGCONT)
-                time.sleep(self.run)
-        except ProcessLookupError:
-            pass
-
-    def __enter__(self) -> Throttled:
-        self.thread.start()
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        self.done.set()
-        self.thread.join(5)
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(self.pid, signal.SIGCONT)
-
-    def freeze(self) -> None:
-        """Stop throttling and leave the process stopped (SIGSTOP) until ``__exit__``."""
-        self.done.set()
-        self.thread.join(5)
-        os.kill(self.pid, signal.SIGSTOP)
-
-
 def episodes_of(system: LoupeUp, replica_id: str) -> dict[str, str]:
     rows = system.sql(
         "SELECT object_id, status FROM mz_internal.mz_object_hydration_history"
@@ -277,9 +241,9 @@ def kill_while_hydrating(system: LoupeUp, replica_id: str, attempts: int = 5) ->
     replica runs again and the next view is tried, throttled twice as hard (on a loaded
     machine the throttle's own wake-ups come late, and the storage flush that makes a
     status visible takes longer)."""
-    pid = replica_pid(system.data_dir, replica_id)
-    assert pid is not None
     for attempt in range(attempts):
+        # The replica's current process (a replica replaced meanwhile has a new one).
+        pid = eventually(lambda: replica_pid(system.data_dir, replica_id), 120)
         name = f"q5_{attempt}"
         known = set(episodes_of(system, replica_id))
         with Throttled(pid, run=0.02 / 2**attempt) as throttled:
@@ -300,7 +264,13 @@ def kill_while_hydrating(system: LoupeUp, replica_id: str, attempts: int = 5) ->
                 throttled.freeze()
                 time.sleep(2.5)
                 if episodes_of(system, replica_id).get(oid) == "hydrating":
-                    os.kill(pid, signal.SIGKILL)
+                    try:
+                        os.kill(pid, signal.SIGKILL)
+                    except ProcessLookupError:
+                        # Stopped past the heartbeat timeout on a loaded machine, it was
+                        # replaced first: a miss, try the next view.
+                        creating.join(300)
+                        continue
                     creating.join(300)
                     return name, oid
         creating.join(300)

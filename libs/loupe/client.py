@@ -261,8 +261,13 @@ class SqlClient:
 def _rpc_error(error: grpc.RpcError, address: str) -> Exception:
     code = error.code() if hasattr(error, "code") else None
     details = error.details() if hasattr(error, "details") else str(error)
-    if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
+    if code == grpc.StatusCode.UNAVAILABLE:
         return ConnectionFailed(f"cannot connect to the coordinator at {address}: {details}")
+    if code == grpc.StatusCode.DEADLINE_EXCEEDED:
+        # The channel was up: the call's deadline (statement_timeout) passed unanswered.
+        return ConnectionFailed(
+            f"the coordinator at {address} did not answer within the deadline: {details}"
+        )
     trailers = dict(error.trailing_metadata() or ()) if hasattr(error, "trailing_metadata") else {}
     sqlstate = trailers.get(SQLSTATE_TRAILER)
     return LoupeError(sqlstate or (code.name if code else "UNKNOWN"), details or str(error))

@@ -137,3 +137,18 @@ def test_batch_bytes_are_what_protobuf_serializes_for_every_kind_of_value() -> N
     for batch_id in ("b-1", ""):
         expected = encode_batch(batch_id, updates).SerializeToString()
         assert encode_batch_bytes(batch_id, updates) == expected
+
+
+def test_batch_bytes_stay_exact_when_values_recur_within_a_batch() -> None:
+    """Texts and timestamps encoded once per batch: equal values of other types keep their own."""
+    from loupe.storage.wire import encode_batch_bytes
+
+    execution = "6f1c2a9e-0000-4000-8000-000000000001"
+    naive = AT.replace(tzinfo=None)
+    updates = [
+        ("e", (execution, "select", AT, 1, 1.0, True, naive, "1"), 1),
+        ("l", (execution, "x" * 20_000, AT, naive), 1),
+        ("l", (execution, True, 1.0, 1, "select", AT), -1),
+        ("e", (execution, "select", AT, 1, 1.0, True, naive, "1"), -1),
+    ]
+    assert encode_batch_bytes("b", updates) == encode_batch("b", updates).SerializeToString()

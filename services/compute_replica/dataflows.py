@@ -186,6 +186,8 @@ class DataflowRunner:
         self._dataflows: dict[str, _Dataflow] = {}
         # Export id (index or sink) -> the dataflow exporting it.
         self._exports: dict[str, str] = {}
+        # The since AllowCompaction last allowed, per export.
+        self._sinces: dict[str, int] = {}
         # Exports of dataflows the engine refused: peeks get this error.
         self._failed: dict[str, LoupeError] = {}
         self._sources: dict[str, SourceImport] = {}
@@ -402,9 +404,12 @@ class DataflowRunner:
             log.debug("compaction of an unknown collection", collection_id=collection_id)
             return
         if message.empty:
+            self._sinces.pop(collection_id, None)
             await self._drop(collection_id)
         else:
-            await self._call(self._engine.allow_compaction, collection_id, message.since)
+            since = max(self._sinces.get(collection_id, 0), message.since)
+            self._sinces[collection_id] = since
+            await self._call(self._engine.allow_compaction, collection_id, since)
         self._work.set()
 
     async def _drop(self, collection_id: str) -> None:
@@ -451,7 +456,16 @@ class DataflowRunner:
             stepped = self._stepped
             frontier = self.write_frontier(target)
             timestamp = request.timestamp or frontier - 1
-            earliest = 0 if request.timestamp else self._dataflows[self._exports[target]].desc.as_of
+            # The latest complete time only once it is past the since as well: the index
+            # forgets the times before it (a lagging replica of a compacted index waits).
+            earliest = (
+                0
+                if request.timestamp
+                else max(
+                    self._dataflows[self._exports[target]].desc.as_of,
+                    self._sinces.get(target, 0),
+                )
+            )
             if frontier > timestamp >= earliest:
                 break
             if not logged and time.monotonic() - began > self.slow_peek_log:

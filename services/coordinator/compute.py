@@ -49,6 +49,7 @@ from loupe.coordinator import statement_logging
 from loupe.coordinator.admission import RETRY_PAUSE, RETRY_PAUSE_CAP, until_answered
 from loupe.coordinator.builtin_views import inline_builtin_views
 from loupe.coordinator.catalog_state import CatalogState, ClusterInfo
+from loupe.coordinator.compaction import compaction_target
 from loupe.coordinator.dataflows import (
     Inputs,
     fast_path,
@@ -232,7 +233,9 @@ class Compute:
         missed = -1
         while True:
             try:
-                return await self._select_once(session, query, expression, relations)
+                # Whatever timestamp it chooses is at or after the hold (``compaction``).
+                with self.c.read_holds.hold():
+                    return await self._select_once(session, query, expression, relations)
             except LoupeError as error:
                 since = _since_of(error)
                 pinned = transaction.explicit(session) is not None
@@ -702,6 +705,53 @@ class Compute:
             except LoupeError as error:
                 log.warning("could not install a dataflow", id=obj.id, error=error.message)
 
+    async def _install(self, obj: ComputeObject) -> None:
+        """Send a new index's or materialized view's dataflow, at the oracle's time."""
+        # The indexes it imports must stay readable at that time until it arrives.
+        with self.c.read_holds.hold():
+            as_of = await self.c.oracle.read_timestamp()
+            await self.complete_inputs([obj.id], as_of)
+            await self.create_dataflow(obj.cluster_id, self.object_dataflow(obj, as_of))
+
+    async def compact(self, pinned: list[int]) -> None:
+        """One round of compute compaction (``compaction``): move every index's and
+        materialized view's since to the read policy's, short of the read holds and of
+        ``pinned`` (the open transactions' timestamps)."""
+        holds = self.c.read_holds
+        now = await self.c.oracle.read_timestamp()
+        holds.floor = max(holds.floor, now)
+        window = int(self.config.compute_compaction_window * 1000)
+        by_cluster: dict[str, set[str]] = {}
+        for obj in self.state.objects.values():
+            if obj.type in ("index", "materialized-view") and obj.cluster_id:
+                by_cluster.setdefault(obj.cluster_id, set()).add(obj.id)
+        for cluster_id, ids in by_cluster.items():
+            try:
+                # All of the cluster's: one not created there yet would fail the request.
+                response = await self.c.controller.ListFrontiers(
+                    controller_pb2.ListFrontiersRequest(cluster_id=cluster_id), timeout=5
+                )
+            except LoupeError as error:
+                log.debug("no frontiers to compact by", cluster_id=cluster_id, error=error.message)
+                continue
+            moves: dict[int, list[str]] = {}
+            for collection in response.collections:
+                if collection.collection_id not in ids:
+                    continue  # a transient dataflow or a subscribe: held by its reader
+                held = holds.least(collection.collection_id, pinned)
+                target = compaction_target(
+                    now, window, collection.write_frontier, held, collection.since
+                )
+                if target is not None:
+                    moves.setdefault(target, []).append(collection.collection_id)
+            for since, collection_ids in moves.items():
+                await self.c.controller.AllowCompaction(
+                    controller_pb2.AllowCompactionRequest(
+                        cluster_id=cluster_id, collection_ids=collection_ids, since=since
+                    ),
+                    timeout=5,
+                )
+
     async def ensure_shard(self, view: ComputeObject) -> None:
         """Create a materialized view's shard (empty) if it does not exist yet."""
         self._require_storage()
@@ -757,9 +807,7 @@ class Compute:
         if obj.type == "view":
             return result
         await self.ensure_shard(obj)
-        as_of = await self.c.oracle.read_timestamp()
-        await self.complete_inputs([obj.id], as_of)
-        await self.create_dataflow(obj.cluster_id, self.object_dataflow(obj, as_of))
+        await self._install(obj)
         return Streaming(self._hydrating(obj, result))
 
     async def create_index(
@@ -806,9 +854,7 @@ class Compute:
         if created is None:
             return _skipped(statement, index_name)
         result, obj = created
-        as_of = await self.c.oracle.read_timestamp()
-        await self.complete_inputs([obj.id], as_of)
-        await self.create_dataflow(obj.cluster_id, self.object_dataflow(obj, as_of))
+        await self._install(obj)
         return Streaming(self._hydrating(obj, result))
 
     async def _create_item(
@@ -1157,26 +1203,35 @@ class Compute:
             compute_pb2.SubscribeBatch,
             received,
         )
-        try:
-            await self.create_dataflow(cluster.id, dataflow)
-            yield Description((*SUBSCRIBE_COLUMNS, *plan.columns))
-            upper = 0
-            while True:
-                batch = await batches.get()
-                if batch.HasField("error") and batch.error.code:
-                    raise LoupeError.from_proto(batch.error)
-                if batch.upper <= upper:
-                    continue  # a duplicate
-                upper = batch.upper
-                updates = sorted(batch.updates, key=lambda u: u.time)
-                rows = [(u.time, u.diff, *from_row(u.row)) for u in updates]
-                if rows:
-                    yield RowBatch(rows, streaming=True)
-        finally:
-            with contextlib.suppress(Exception):
-                await subscription.unsubscribe()
-            # Shielded: the stream is usually closed because its task was canceled.
-            await asyncio.shield(self.drop_dataflows(cluster.id, [dataflow.id]))
+        # A replica that restarts replays the subscribe from its as_of: the indexes it
+        # reads must still be readable there (``compaction``).
+        imported = [i.index_id for i in dataflow.index_imports]
+        held = (
+            self.c.read_holds.hold(dataflow.as_of, imported)
+            if imported
+            else contextlib.nullcontext()
+        )
+        with held:
+            try:
+                await self.create_dataflow(cluster.id, dataflow)
+                yield Description((*SUBSCRIBE_COLUMNS, *plan.columns))
+                upper = 0
+                while True:
+                    batch = await batches.get()
+                    if batch.HasField("error") and batch.error.code:
+                        raise LoupeError.from_proto(batch.error)
+                    if batch.upper <= upper:
+                        continue  # a duplicate
+                    upper = batch.upper
+                    updates = sorted(batch.updates, key=lambda u: u.time)
+                    rows = [(u.time, u.diff, *from_row(u.row)) for u in updates]
+                    if rows:
+                        yield RowBatch(rows, streaming=True)
+            finally:
+                with contextlib.suppress(Exception):
+                    await subscription.unsubscribe()
+                # Shielded: the stream is usually closed because its task was canceled.
+                await asyncio.shield(self.drop_dataflows(cluster.id, [dataflow.id]))
 
     # -- EXPLAIN ------------------------------------------------------------------------
 
@@ -1203,7 +1258,13 @@ class Compute:
             target = self.state.objects.get(obj.on_id) or self.state.tables.get(obj.on_id)
             columns = tuple(relation_columns(target)) if target is not None else obj.columns
             name = getattr(target, "full_name", obj.on_id)
-            if isinstance(target, ComputeObject) and target.query is not None:
+            # An index on a view builds the view; one on a materialized view (or a
+            # table) reads its storage collection, as its dataflow does.
+            if (
+                isinstance(target, ComputeObject)
+                and target.type == "view"
+                and target.query is not None
+            ):
                 return obj.full_name, self._plan_by_name(target.query)
             return obj.full_name, mir.Get(name, columns)
         assert obj.query is not None

@@ -177,6 +177,11 @@ class CoordinatorConfig:
     table_retention: float = 3600.0
     # Ticks between compactions of the tables.
     table_compaction_ticks: int = 10
+    # Seconds between moves of the indexes' and materialized views' sinces
+    # (0 keeps them where their dataflows started), and how far behind the
+    # present they stay: what AS OF may read of an index (``compaction``).
+    compute_compaction_interval: float = 1.0
+    compute_compaction_window: float = 1.0
     # How long CREATE INDEX / MATERIALIZED VIEW wait for their dataflow to hydrate.
     hydration_wait: float = 60.0
     hydration_poll_interval: float = 0.2
@@ -295,6 +300,8 @@ class Coordinator:
             self._ticker = asyncio.create_task(self._tick_tables())
         if self.config.idle_session_timeout > 0:
             self.context.spawn(self._reap_idle_sessions())
+        if self.config.compute_compaction_interval > 0:
+            self.context.spawn(self._compact_compute())
         # After a storage writer outage the catalog relations catch up without new DDL.
         self.context.spawn(self.follower.keep_storage_in_sync(CATALOG_RESYNC_INTERVAL_S))
         # A controller that (re)starts has no dataflows: send ours again then too.
@@ -362,6 +369,30 @@ class Coordinator:
                 # Once at warning, then quietly until it works again.
                 (log.debug if failing else log.warning)("table tick failed", error=str(error))
                 failing = True
+
+    async def _compact_compute(self) -> None:
+        """Move the compute collections' sinces on (``compaction``), forever."""
+        failing = False
+        while True:
+            await asyncio.sleep(self.config.compute_compaction_interval)
+            try:
+                await self.compute.compact(self._pinned_timestamps())
+                failing = False
+            except Exception as error:
+                (log.debug if failing else log.warning)(
+                    "compute compaction failed", error=str(error)
+                )
+                failing = True
+
+    def _pinned_timestamps(self) -> list[int]:
+        """The timestamps open explicit transactions read at: compaction holds them."""
+        return [
+            s.transaction.timestamp
+            for s in self.sessions
+            if s.transaction is not None
+            and s.transaction.explicit
+            and s.transaction.timestamp is not None
+        ]
 
     async def stop(self) -> None:
         await self.statement_log.stop()

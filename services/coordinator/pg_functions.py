@@ -470,14 +470,21 @@ def _named(tree: exp.Expression) -> exp.Expression:
 
     for select in tree.find_all(exp.Select):
         items = select.expressions
-        if all(isinstance(i, exp.Alias | exp.Column | exp.Star) for i in items):
+        if all(_keeps_its_name(i) for i in items):
             continue
         select.set("expressions", [_aliased(i, output_name) for i in items])
     return tree
 
 
+def _keeps_its_name(item: exp.Expression) -> bool:
+    """An alias, a star, or a column (but not ``user``/``current_role``, folded to literals)."""
+    if isinstance(item, exp.Column):
+        return not _is_user_keyword(item)
+    return isinstance(item, exp.Alias | exp.Star)
+
+
 def _aliased(item: exp.Expression, output_name: Callable[[exp.Expression], str]) -> exp.Expression:
-    if isinstance(item, exp.Alias | exp.Column | exp.Star):
+    if _keeps_its_name(item):
         return item
     try:
         name = output_name(item)
@@ -651,7 +658,8 @@ def fold_session_functions(expression: exp.Expression, session: SessionValues) -
                     return _settings_case(setting, session)
         return node
 
-    return expression.copy().transform(transform, copy=False)
+    # Named first: a folded literal would lose the name PostgreSQL gives the call.
+    return _named(expression.copy()).transform(transform, copy=False)
 
 
 def _settings_case(setting: exp.Expression, session: SessionValues) -> exp.Expression:

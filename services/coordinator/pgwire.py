@@ -173,6 +173,12 @@ class PreparedStatement:
     param_oids: tuple[int, ...]
     columns: tuple[tuple[str, str], ...] | None = None
     described: bool = False
+    # Result columns its portals were described with, by what planning depends on
+    # (catalog snapshot, search path, database, parameter types): a client that
+    # Describes every portal it binds (psycopg) plans the statement once, not twice.
+    portal_columns: dict[tuple[object, ...], tuple[tuple[str, str], ...]] = field(
+        default_factory=dict
+    )
     # A named statement is one prepared statement in the statement log, however often
     # it runs (Materialize's semantics); the unnamed one is prepared anew each time.
     log: PreparedLog | None = None
@@ -738,10 +744,24 @@ class Connection:
                 return
         elif planned_shape(statement):
             types = [p.type if p.type != "unknown" else None for p in portal.params]
+            key = (
+                self.coordinator.state.key,
+                session.search_path,
+                session.database,
+                tuple(types),
+            )
+            cached = portal.statement.portal_columns.get(key)
+            if cached is not None:
+                portal.columns = cached
+                portal.described = True
+                return
             described = await describe(self.coordinator, session, statement, types)
             if described.columns is not None:
                 portal.columns = described.columns
                 portal.described = True
+                if len(portal.statement.portal_columns) >= 8:  # catalog changes: keep the newest
+                    portal.statement.portal_columns.clear()
+                portal.statement.portal_columns[key] = described.columns
                 return
         await self._start(portal)
 

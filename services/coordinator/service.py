@@ -80,6 +80,10 @@ class CoordinatorSettings(BaseSettings):
     table_retention: float = 3600.0
     # Ticks between compactions of the tables' parts.
     table_compaction_ticks: int = 10
+    # Seconds between moves of the indexes' and materialized views' sinces (0:
+    # never), and how many seconds of history an index keeps for AS OF.
+    compute_compaction_interval: float = 1.0
+    compute_compaction_window: float = 1.0
     # This coordinator's name; each coordinator of a deployment needs its own
     # (the statement log finds the executions it left open by it).
     instance_name: str = "coordinator"
@@ -122,6 +126,8 @@ class CoordinatorService(Service):
                     table_tick_interval=settings.table_tick_interval,
                     table_retention=settings.table_retention,
                     table_compaction_ticks=settings.table_compaction_ticks,
+                    compute_compaction_interval=settings.compute_compaction_interval,
+                    compute_compaction_window=settings.compute_compaction_window,
                     instance_name=settings.instance_name,
                     storage_subject=settings.storage_subject,
                     idle_session_timeout=settings.idle_session_timeout,

@@ -101,7 +101,7 @@ from typing import Any
 import nats.js.errors
 from nats.aio.client import Client as NatsConnection
 from prometheus_client import Counter, Gauge
-from sqlglot.tokens import TokenType
+from sqlglot.tokens import Token, TokenType
 
 from loupe.builtins import (
     MZ_PREPARED_STATEMENT_HISTORY,
@@ -129,6 +129,9 @@ OPEN_EXECUTIONS_BUCKET = "loupe_statement_log_open"
 # coordinator crash can lose and the delay it adds to a record's visibility.
 PUBLISH_COALESCE_S = 0.02
 _OPEN_EXECUTIONS_STREAM = f"KV_{OPEN_EXECUTIONS_BUCKET}"
+# A version 4 UUID's fixed bits (RFC 4122 variant, version 4), as uuid.UUID sets them.
+_UUID4_KEEP = ~((0xC000 << 48) | (0xF000 << 64))
+_UUID4_SET = (0x8000 << 48) | (4 << 76)
 # The seed of the reproducible generator.
 REPRODUCIBLE_SEED = 0
 REDACTED = "'<REDACTED>'"
@@ -200,9 +203,18 @@ def redact_sql(sql: str) -> str:
         return REDACTED  # it does not even tokenize: hide all of it
     literal = {TokenType.STRING, TokenType.NUMBER, TokenType.NATIONAL_STRING}
     pieces, cursor = [], 0
+    previous: Token | None = None
     for token in tokens:
+        after, previous = previous, token
         if token.token_type not in literal:
             continue
+        if (
+            token.token_type == TokenType.NUMBER
+            and after is not None
+            and after.token_type == TokenType.PARAMETER
+            and after.end + 1 == token.start
+        ):
+            continue  # $1 is a parameter's number, not a literal (its value is in params)
         # A string token's span covers its quotes; its text does not.
         start = (
             sql.rfind("'", 0, token.start + 1)
@@ -618,7 +630,9 @@ class StatementLogger:
         return True
 
     def _new_id(self) -> str:
-        return str(uuid.UUID(int=self._ids.getrandbits(128), version=4))
+        """``str(uuid.UUID(int=self._ids.getrandbits(128), version=4))``, without the object."""
+        digits = "%032x" % (self._ids.getrandbits(128) & _UUID4_KEEP | _UUID4_SET)
+        return f"{digits[:8]}-{digits[8:12]}-{digits[12:16]}-{digits[16:20]}-{digits[20:]}"
 
     # -- publishing ---------------------------------------------------------------------
 
@@ -814,26 +828,26 @@ def _consolidated(updates: list[Update]) -> list[Update]:
     has its began row added and retracted in the same message: neither is
     sent (the writer would sum them to nothing), which spares encoding,
     publishing and writing a wide row twice per short statement.
+
+    A row is matched by identity: the logger retracts the very tuple it added
+    (``Execution.began_row``), and hashing wide rows by value cost more than
+    the rest of this. Equal rows that are distinct objects are sent as they
+    are; the writer sums them all the same.
     """
-    try:
-        net: dict[tuple[str, tuple[Any, ...]], int] = {
-            (collection_id, row): 0 for collection_id, row, diff in updates if diff < 0
-        }
-    except TypeError:  # an unhashable value: send the updates as they are
-        return updates
+    net: dict[int, int] = {id(row): 0 for _, row, diff in updates if diff < 0}
     if not net:
         return updates
-    for collection_id, row, diff in updates:
-        key = (collection_id, row)
+    for _, row, diff in updates:
+        key = id(row)
         if key in net:
             net[key] += diff
     consolidated: list[Update] = []
-    for collection_id, row, diff in updates:
-        key = (collection_id, row)
+    for update in updates:
+        key = id(update[1])
         if key not in net:
-            consolidated.append((collection_id, row, diff))
+            consolidated.append(update)
         elif net[key]:
-            consolidated.append((collection_id, row, net[key]))
+            consolidated.append((update[0], update[1], net[key]))
             net[key] = 0  # sent once, with the sum of its diffs
     return consolidated
 

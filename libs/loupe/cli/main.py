@@ -19,6 +19,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "controller": ("loupe.controller.cli", "run the controller service"),
     "coordinator": ("loupe.coordinator.cli", "run the coordinator service"),
     "compute-replica": ("loupe.compute_replica.cli", "run one compute replica process"),
+    "console": ("loupe.console.cli", "run the console (introspection in a browser)"),
 }
 
 

@@ -12,12 +12,20 @@ from loupe.proto.sql.v1 import sql_pb2, sql_pb2_grpc
 
 
 def query_once(
-    host: str, port: int, sql: str, *, user: str = "materialize", timeout: float = 10.0
+    host: str,
+    port: int,
+    sql: str,
+    *,
+    user: str = "materialize",
+    password: str = "",
+    timeout: float = 10.0,
 ) -> list[tuple[Any, ...]]:
     """Run ``sql`` in a fresh session and return the rows of its last result."""
     with grpc.insecure_channel(f"{host}:{port}") as channel:
         stub = sql_pb2_grpc.SqlStub(channel)
-        session = stub.OpenSession(sql_pb2.OpenSessionRequest(user=user), timeout=timeout)
+        session = stub.OpenSession(
+            sql_pb2.OpenSessionRequest(user=user, password=password), timeout=timeout
+        )
         rows: list[tuple[Any, ...]] = []
         try:
             for response in stub.Execute(

@@ -7,7 +7,7 @@ replicas of ``mz_catalog_server`` and ``quickstart``. ``loupe up`` is ready
 when a query through the SQL API succeeds; it prints where to connect.
 
 It supervises: a service that dies is restarted. Ctrl-C (or SIGTERM) stops
-everything in order (coordinator, controller and its replicas, catalog,
+everything in order (console, coordinator, controller and its replicas, catalog,
 nats-server); every child also dies with ``loupe up`` if it is killed, so no
 process is left behind. One data directory serves one ``loupe up`` at a time.
 """
@@ -26,10 +26,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from loupe.common.nats_server import NatsServerProcess, die_with_parent
+from loupe.common.nats_server import NatsServerProcess, die_with_parent, free_port
 
-SERVICES = ("catalog", "controller", "coordinator")
-COMMANDS = {"catalog": "catalog-server", "controller": "controller", "coordinator": "coordinator"}
+SERVICES = ("catalog", "controller", "coordinator", "console")
+COMMANDS = {
+    "catalog": "catalog-server",
+    "controller": "controller",
+    "coordinator": "coordinator",
+    "console": "console",
+}
 READY_TIMEOUT = 120.0
 RESTART_BACKOFF = 1.0
 # A service that ran at least this long before dying restarts after the base backoff
@@ -58,6 +63,12 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
         type=int,
         default=int(os.environ.get("LOUPE_PGWIRE_PORT", 6877)),
         help="port of the PostgreSQL wire protocol (psql, drivers; default 6877; 0 = any free port)",
+    )
+    parser.add_argument(
+        "--console-port",
+        type=int,
+        default=int(os.environ.get("LOUPE_CONSOLE_PORT", 6876)),
+        help="port of the console, in a browser (default 6876; 0 = any free port)",
     )
     parser.add_argument(
         "--catalog-grpc-port",
@@ -200,6 +211,8 @@ class Supervisor:
             with contextlib.suppress(FileNotFoundError):
                 (self.run_dir / f"{name}.ready.json").unlink()
         common = ["--data-dir", str(self.data_dir), "--nats-url", nats_url]
+        # The console reaches the coordinator's pgwire port, so it is known before both start.
+        pgwire_port = self.args.pgwire_port or free_port()
         extra = {
             "catalog": ["--grpc-port", str(self.args.catalog_grpc_port)],
             "controller": [],
@@ -207,7 +220,13 @@ class Supervisor:
                 "--sql-port",
                 str(self.args.sql_port),
                 "--pgwire-port",
-                str(self.args.pgwire_port),
+                str(pgwire_port),
+            ],
+            "console": [
+                "--http-port",
+                str(self.args.console_port),
+                "--coordinator-pgwire-port",
+                str(pgwire_port),
             ],
         }
         for name in SERVICES:
@@ -226,6 +245,7 @@ class Supervisor:
             )
         self.sql_port = int(ready["coordinator"]["sql_port"])
         self.pgwire_port = int(ready["coordinator"]["pgwire_port"])
+        self.console_url = str(ready["console"]["url"])
         self._wait_for_query()
         self.nats_url = nats_url
 
@@ -283,6 +303,8 @@ class Supervisor:
                     "127.0.0.1",
                     self.sql_port,
                     "SELECT count(*) FROM mz_internal.mz_cluster_replica_statuses WHERE status = 'online'",
+                    # With the "password" authenticator, the superuser's password.
+                    password=self.env.get("LOUPE_SUPERUSER_PASSWORD", ""),
                 )
                 return
             except Exception as error:  # not ready yet: services still converging
@@ -373,6 +395,7 @@ def run(args: argparse.Namespace) -> int:
             f"  SQL (pgwire): 127.0.0.1:{pgwire}    try: psql -h 127.0.0.1 -p {pgwire}"
             " -U materialize materialize"
         )
+        say(f"  Console:      {supervisor.console_url}    open it in a browser")
         say(f"  NATS:         {supervisor.nats_url}")
         say(f"  Logs:         {supervisor.logs}/")
         say("Press Ctrl-C to stop.")

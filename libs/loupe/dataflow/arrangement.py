@@ -25,15 +25,32 @@ from collections.abc import Sequence
 import polars as pl
 import pyarrow as pa
 
-from loupe.dataflow.batches import DIFF, HASH, TIME, advance, cancel, consolidate, key_hash
+from loupe.dataflow.batches import (
+    DIFF,
+    HASH,
+    TIME,
+    advance,
+    cancel,
+    consolidate,
+    consolidate_rows,
+    key_hash,
+)
 from loupe.dataflow.types import PERSIST_DIFF, PERSIST_TIME
 
 
-def matching(stored: pl.Series, wanted: pl.Series) -> pl.Series:
-    """Positions in sorted ``stored`` of the values in sorted, distinct ``wanted``.
+def wanted_hashes(hashes: pl.Series | Sequence[int]) -> pl.Series:
+    """``hashes`` sorted and distinct (what ``matching`` searches for)."""
+    if isinstance(hashes, pl.Series):
+        return hashes.unique().sort()
+    return pl.Series(HASH, sorted(set(hashes)), dtype=pl.UInt64)
 
-    A small delta's lookup finds a few rows: listing them in Python costs
-    less than one polars query does.
+
+def matching(stored: pl.Series, order: pl.Series, wanted: pl.Series) -> pl.Series:
+    """The rows (by ``order``, the row of each sorted hash) whose hash in sorted ``stored``
+    is one of sorted, distinct ``wanted``.
+
+    A small delta's lookup finds a few rows: listing them in Python costs less
+    than one polars query does.
     """
     if wanted.len() <= _BISECT:
         # A point lookup (a peek by key, a one-row change): Python's bisect over the
@@ -41,15 +58,16 @@ def matching(stored: pl.Series, wanted: pl.Series) -> pl.Series:
         values = wanted.to_list()
         ranges = [(bisect.bisect_left(stored, v), bisect.bisect_right(stored, v)) for v in values]
         if sum(b - a for a, b in ranges) <= _FEW:
-            return pl.Series([i for a, b in ranges for i in range(a, b)], dtype=pl.Int64)
+            return order.gather([i for a, b in ranges for i in range(a, b)])
     low = stored.search_sorted(wanted, side="left")
     high = stored.search_sorted(wanted, side="right")
     if wanted.len() <= _FEW:
         ranges = [(a, b) for a, b in zip(low.to_list(), high.to_list(), strict=True) if b > a]
         if sum(b - a for a, b in ranges) <= _FEW:
-            return pl.Series([i for a, b in ranges for i in range(a, b)], dtype=pl.Int64)
+            return order.gather([i for a, b in ranges for i in range(a, b)])
     present = high > low
-    return pl.select(pl.int_ranges(low.filter(present), high.filter(present)).explode()).to_series()
+    positions = pl.select(pl.int_ranges(low.filter(present), high.filter(present)).explode())
+    return order.gather(positions.to_series())
 
 
 # Lookups finding at most this many rows are listed without a polars query.
@@ -99,6 +117,10 @@ class Spine:
         Equal rows that only add up may stay apart (readers sum them), so an
         insert-only state (a hydration) is never regrouped.
         """
+        if self.sum_columns == [DIFF]:
+            small = consolidate_rows(frame)
+            if small is not None:  # a small step's merge: every equal row summed, in Python
+                return small
         negative = pl.any_horizontal([pl.col(c) < 0 for c in self.sum_columns])
         hashes = frame.filter(negative)[HASH].unique()
         if hashes.len() == 0:
@@ -115,21 +137,21 @@ class Spine:
         nonzero = pl.any_horizontal([pl.col(c) != 0 for c in self.sum_columns])
         return summed.filter(nonzero).select(frame.columns)
 
-    def lookup(self, hashes: pl.Series) -> pl.DataFrame | None:
+    def lookup(self, hashes: pl.Series | Sequence[int]) -> pl.DataFrame | None:
         """Every stored row whose key hash is in ``hashes`` (not consolidated across batches)."""
         if not self.batches:  # hydrating: sorting the delta's hashes would find nothing
             return None
-        wanted = hashes.unique().sort()
+        wanted = wanted_hashes(hashes)
         found = []
         for position, batch in enumerate(self.batches):
             index = self.indexes[position]
             if index is None:
                 order = batch[HASH].arg_sort()
                 index = self.indexes[position] = (batch[HASH].gather(order), order)
-            stored, order = index
-            positions = matching(stored, wanted)
+            stored, rows = index
+            positions = matching(stored, rows, wanted)
             if positions.len():
-                found.append(batch[order.gather(positions)])
+                found.append(batch[positions])
         if not found:
             return None
         return found[0] if len(found) == 1 else pl.concat(found, how="vertical_relaxed")
@@ -178,7 +200,8 @@ class Trace:
 
     def _merge(self, start: int) -> None:
         merged = pl.concat(self.batches[start:], how="vertical_relaxed")
-        self.batches[start:] = [cancel(advance(merged, self.since))]
+        small = consolidate_rows(merged, self.since)
+        self.batches[start:] = [small if small is not None else cancel(advance(merged, self.since))]
         if self.batches[-1].height == 0:
             self.batches.pop()
 
@@ -196,13 +219,13 @@ class Trace:
 
     def lookup_at(self, probe: pl.DataFrame, time: int) -> pl.DataFrame:
         """Like ``at``, but only rows whose key hashes like ``probe``'s (key columns) rows."""
-        wanted = key_hash(probe, self.keys).unique().sort()
+        wanted = wanted_hashes(key_hash(probe, self.keys))
         found = []
         for batch in self.batches:
             hashes, rows = self._index(batch)
-            positions = matching(hashes, wanted)
+            positions = matching(hashes, rows, wanted)
             if positions.len():
-                found.append(batch[rows.gather(positions)])
+                found.append(batch[positions])
         return self._as_of(found, time)
 
     def _index(self, batch: pl.DataFrame) -> tuple[pl.Series, pl.Series]:

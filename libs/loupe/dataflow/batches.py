@@ -8,9 +8,11 @@ per-row Python.
 
 from __future__ import annotations
 
+import math
 import time as clock
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
+from typing import Any
 
 import polars as pl
 
@@ -26,6 +28,9 @@ ERROR_SCHEMA: dict[str, pl.DataType] = {ERROR: pl.Utf8(), TIME: pl.UInt64(), DIF
 
 # Exchanges sending at most this many rows from a worker are counted in Python (logging).
 _FEW_SENT = 64
+
+# Frames of at most this many rows are consolidated in Python (``consolidate_rows``).
+_FEW_ROWS = 256
 
 # Batches from this size on are worth a check for a single time before grouping.
 _LARGE = 10_000
@@ -87,6 +92,76 @@ def sum_by(
             grouped = frame.group_by(keys).agg(pl.col(sums).sum())
             return grouped.select(*keys, pl.lit(low, pl.UInt64).alias(TIME), *sums)
     return frame.group_by([*keys, TIME]).agg(pl.col(sums).sum()).select(order)
+
+
+def row_safe(dtype: pl.DataType, *, floats: bool = False) -> bool:
+    """Whether values of ``dtype`` round-trip through Python rows unchanged, and group in a
+    dict as polars groups them (float keys do not: NaN, -0.0)."""
+    if dtype.is_integer() or isinstance(dtype, pl.Decimal):
+        return True
+    if isinstance(dtype, pl.Datetime):  # Python's datetime holds microseconds
+        return dtype.time_unit != "ns"
+    if floats and dtype == pl.Float64:
+        return True
+    return dtype in (pl.String, pl.Boolean, pl.Date)
+
+
+def frame_of_rows(rows: Sequence[Sequence[Any]], schema: dict[str, pl.DataType]) -> pl.DataFrame:
+    """A frame of Python ``rows`` with exactly ``schema`` (the row paths' one construction).
+
+    ``pl.DataFrame(rows, schema=..., orient="row")`` spends most of its ~500 us in
+    Python around polars' own row reader; the reader alone takes ~80 us. Where this
+    polars has it, it is called directly (``test_row_path`` checks that both give
+    the same frame), else the public constructor.
+    """
+    if _FROM_ROWS is not None:
+        try:
+            return pl.DataFrame._from_pydf(_FROM_ROWS(rows, schema=schema))
+        except TypeError:  # another polars' signature: the public way from now on
+            _disable_from_rows()
+    return pl.DataFrame(rows, schema=schema, orient="row")
+
+
+def _load_from_rows() -> Callable[..., Any] | None:
+    try:
+        from polars._plr import PyDataFrame  # type: ignore[attr-defined]
+    except ImportError:
+        return None
+    return getattr(PyDataFrame, "from_rows", None)
+
+
+_FROM_ROWS = _load_from_rows()
+
+
+def _disable_from_rows() -> None:
+    global _FROM_ROWS
+    _FROM_ROWS = None
+
+
+def consolidate_rows(frame: pl.DataFrame, since: int | None = None) -> pl.DataFrame | None:
+    """``consolidate`` of a small frame whose ``diff`` is its last column, in Python (one
+    polars call where grouping makes several); ``since``: times before it read as it
+    (``advance``). None when the frame is not small or a value would not group in a
+    dict as polars groups it (a float NaN or -0.0: the columnar path then decides).
+    """
+    if frame.height > _FEW_ROWS or frame.columns[-1] != DIFF:
+        return None
+    if not all(row_safe(d, floats=True) for d in frame.dtypes):
+        return None
+    floats = [i for i, d in enumerate(frame.dtypes[:-1]) if d == pl.Float64]
+    at = frame.columns.index(TIME) if since is not None and TIME in frame.columns else -1
+    summed: dict[tuple[Any, ...], int] = {}
+    for row in frame.rows():
+        for i in floats:
+            value = row[i]
+            if value != value or (value == 0.0 and math.copysign(1.0, value) < 0):
+                return None
+        group = row[:-1]
+        if at >= 0 and group[at] < since:
+            group = (*group[:at], since, *group[at + 1 :])
+        summed[group] = summed.get(group, 0) + row[-1]
+    kept = [(*group, diff) for group, diff in summed.items() if diff != 0]
+    return frame_of_rows(kept, dict(frame.schema))
 
 
 def cancel(frame: pl.DataFrame) -> pl.DataFrame:

@@ -17,13 +17,17 @@ from __future__ import annotations
 import time as clock
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from decimal import Decimal
+from decimal import Context, Decimal
+from functools import partial
+from operator import itemgetter
+from typing import Any
 
 import polars as pl
 
 from loupe import sqltypes
 from loupe.common.errors import LoupeError, SqlState
 from loupe.dataflow import expr, intervals, memory
+from loupe.dataflow import rows as rows_path
 from loupe.dataflow.arrangement import Spine
 from loupe.dataflow.batches import (
     DIFF,
@@ -37,7 +41,9 @@ from loupe.dataflow.batches import (
     consolidate,
     empty_errors,
     exchange,
+    frame_of_rows,
     key_hash,
+    row_safe,
     spread,
     sum_by,
 )
@@ -45,7 +51,7 @@ from loupe.dataflow.expr import NUMERIC
 from loupe.dataflow.types import empty_frame, polars_dtype
 from loupe.interval import structs
 from loupe.plan import lir, mir
-from loupe.plan.scalar import Scalar, columns_of, scalar_type, shift
+from loupe.plan.scalar import Column, Scalar, columns_of, scalar_type, shift
 from loupe.sqltypes import TIME_TYPES
 
 UNIT = "_u"  # the key column of a reduce without group key
@@ -161,13 +167,29 @@ class Mfp(Operator):
         self.mfp = node.mfp
         self.input_types = source.types
         expr.mfp_output_types(self.mfp, self.input_types)  # refuse unknown functions at render
+        # A small delta's rows are mapped and filtered in Python where this compiles.
+        self.row_mfp = None
+        safe = [*source.empty.dtypes, *self.empty.dtypes]
+        if not self.mfp.is_identity and all(row_safe(d, floats=True) for d in safe):
+            self.row_mfp = rows_path.compile_mfp(
+                node.mfp.expressions, node.mfp.predicates, node.mfp.projection, source.types
+            )
+        self.schema = dict(self.empty.schema)
 
     def run(self, lower: int, upper: int) -> None:
         errors = [self.inputs[0].err]
+        small = sum(p.height for p in self.inputs[0].ok) <= SMALL_DELTA
 
         def body(worker: int, part: pl.DataFrame) -> pl.DataFrame:
             if part.height == 0:
                 return self.empty
+            if small and self.row_mfp is not None:
+                try:
+                    rows = self.row_mfp.apply(part.rows())
+                except rows_path.Declined:  # an error row: polars evaluates the batch
+                    pass
+                else:
+                    return frame_of_rows(rows, self.schema) if rows else self.empty
             ok, err = expr.apply_mfp(part, self.mfp, self.input_types)
             errors.append(err)
             return self.conform(ok)
@@ -240,6 +262,39 @@ def semi_join(frame: pl.DataFrame, keys_frame: pl.DataFrame, keys: Sequence[str]
 # -- accumulating operators: Threshold, Distinct, Accumulable reduces ----------------------
 
 
+# A delta of at most this many rows takes a reduce's row path: Python over the rows and a
+# few polars calls, where the columnar path makes dozens (each costs 50-200 us, however
+# few the rows).
+SMALL_DELTA = 64
+
+_I64, _I128, _F64 = "i64", "i128", "f64"
+_KINDS: dict[pl.DataType, str] = {pl.Int64(): _I64, pl.Int128(): _I128, pl.Float64(): _F64}
+_BITS = {_I64: 64, _I128: 128}
+
+
+def _wrap(kind: str, value: Any) -> Any:
+    """``value`` as the columnar path's integer column holds it: wrapped around its width."""
+    bits = _BITS.get(kind)
+    if bits is None:
+        return value
+    half = 1 << (bits - 1)
+    if -half <= value < half:
+        return value
+    return (value + half) % (1 << bits) - half
+
+
+@dataclass
+class RowSteps:
+    """A small delta's steps planned by ``Accumulator.plan_rows``.
+
+    ``steps``: per key and time, in time order, ``(key, time, prev sums, new sums)``;
+    ``updates``: the state rows to retract and insert, ``(hash, key..., sums..., diff)``.
+    """
+
+    steps: list[tuple[tuple[Any, ...], int, tuple[Any, ...], tuple[Any, ...]]]
+    updates: list[tuple[Any, ...]]
+
+
 class Accumulator:
     """Running sums per key, one state row per key, updated for a batch of contributions.
 
@@ -255,6 +310,8 @@ class Accumulator:
         self.sums = list(sums)
         self.alive = alive
         self.spine = Spine(self.keys)
+        # Per sum, what it is kept in (set by the operator for the row path): _I64, _I128, _F64.
+        self.kinds: tuple[str, ...] = ()
 
     def step(self, delta: pl.DataFrame, summed: bool = False) -> pl.DataFrame:
         """``summed``: the delta holds one row per key and time already (keys, time, sums)."""
@@ -335,6 +392,78 @@ class Accumulator:
         )
         updates.append(insert)
         self.spine.insert(pl.concat(updates, how="vertical_relaxed"))
+
+    # The row path: a small delta in Python, a few polars calls instead of dozens.
+
+    def plan_rows(self, rows: Sequence[tuple[Any, ...]], hashes: Sequence[int]) -> RowSteps | None:
+        """``step`` for a small delta, without changing the state yet (``commit_rows`` does).
+
+        ``rows`` are contributions ``(keys..., time, sums...)`` (not summed; a
+        keyless state's key is ``(0,)``), ``hashes`` their keys' hashes. None when
+        the state found is not one row per key (the columnar path then decides).
+        """
+        width, count = len(self.keys), len(self.sums)
+        by_key: dict[tuple[Any, ...], dict[int, list[Any]]] = {}
+        hash_of: dict[tuple[Any, ...], int] = {}
+        for row, hashed in zip(rows, hashes, strict=True):
+            key = row[:width]
+            times = by_key.setdefault(key, {})
+            values = row[width + 1 :]
+            summed = times.get(row[width])
+            if summed is None:
+                times[row[width]] = list(values)
+            else:
+                for j in range(count):
+                    summed[j] += values[j]
+            hash_of[key] = hashed
+        state = self._state_rows(sorted(set(hash_of.values())))
+        if state is None:
+            return None
+        zeros = tuple(0.0 if kind == _F64 else 0 for kind in self.kinds)
+        steps: list[tuple[tuple[Any, ...], int, tuple[Any, ...], tuple[Any, ...]]] = []
+        updates: list[tuple[Any, ...]] = []
+        alive = self.sums.index(self.alive)
+        for key, times in by_key.items():
+            old = state.get(key)
+            running = old if old is not None else zeros
+            for time in sorted(times):
+                contribution = times[time]
+                new = tuple(
+                    _wrap(kind, value + change)
+                    for kind, value, change in zip(self.kinds, running, contribution, strict=True)
+                )
+                steps.append((key, time, running, new))
+                running = new
+            hashed = hash_of[key]
+            if old is not None:
+                updates.append((hashed, *key, *old, -1))
+            if running[alive] != 0:
+                updates.append((hashed, *key, *running, 1))
+        return RowSteps(steps, updates)
+
+    def commit_rows(self, planned: RowSteps, schema: dict[str, pl.DataType]) -> None:
+        """Apply what ``plan_rows`` planned: retract the keys' old rows, insert the new."""
+        if planned.updates:
+            self.spine.insert(frame_of_rows(planned.updates, schema))
+
+    def _state_rows(self, hashes: list[int]) -> dict[tuple[Any, ...], tuple[Any, ...]] | None:
+        """The state row of each key with one of ``hashes`` (None if a key has not one)."""
+        found = self.spine.lookup(hashes)
+        if found is None:
+            return {}
+        width = len(self.keys)
+        net: dict[tuple[Any, ...], int] = {}
+        for row in found.select(*self.keys, *self.sums, DIFF).rows():
+            net[row[:-1]] = net.get(row[:-1], 0) + row[-1]
+        state: dict[tuple[Any, ...], tuple[Any, ...]] = {}
+        for row, diff in net.items():
+            if diff == 0:
+                continue
+            key = row[:width]
+            if diff != 1 or key in state:  # NaN sums do not cancel in a dict: columnar path
+                return None
+            state[key] = row[width:]
+        return state
 
 
 class Threshold(Operator):
@@ -417,12 +546,60 @@ class Reduce(Operator):
             self.state: list = [Accumulator(self.keys, self.sums, "_n") for _ in range(workers)]
         else:
             self.state = [(Spine(self.keys), Spine(self.keys)) for _ in range(workers)]
+        self._plan_row_path(source.types)
+
+    def _plan_row_path(self, input_types: Sequence[str]) -> None:
+        """What ``_run_rows`` needs, or ``row_exprs`` None where it does not apply: keys and
+        arguments Python evaluates (``rows.compile_row``) into dtypes it round-trips,
+        sums whose Python arithmetic is the columnar path's (floats only of float
+        arguments: a numeric's float is rounded once in Python, maybe twice in polars)."""
+        self.row_exprs: list[rows_path.RowScalar] | None = None
+        if not self.accumulable:
+            return
+        key_types = [scalar_type(k, tuple(input_types)) for k in self.node.group_key]
+        self.key_schema = {k: polars_dtype(t) for k, t in zip(self.keys, key_types, strict=True)}
+        if not all(row_safe(d) for d in self.key_schema.values()):
+            return
+        columns = [k.index for k in self.node.group_key if isinstance(k, Column)]
+        plain = len(columns) == len(self.keys) and all(
+            polars_dtype(input_types[c]) == self.key_schema[k]
+            for c, k in zip(columns, self.keys, strict=True)
+        )
+        self.key_columns = [f"c{c}" for c in columns] if plain else None
+        # Per aggregate with an argument: the position of its value among the args.
+        self.arg_positions: dict[int, int] = {}
+        self.sum_kinds: dict[int, str] = {}
+        exprs = list(self.node.group_key)
+        self.sum_schema: dict[str, pl.DataType] = {"_n": pl.Int64()}
+        for i, agg in enumerate(self.node.aggregates):
+            kind = _KINDS.get(self._accumulator_dtype(i))
+            if kind is None or len(agg.scalars) > 1:
+                return
+            self.sum_schema |= {f"s{i}": self._accumulator_dtype(i), f"n{i}": pl.Int64()}
+            if agg.expr is None:
+                continue
+            argument = scalar_type(agg.expr, tuple(input_types))
+            if kind == _F64 and argument not in ("float4", "float8"):
+                return
+            if kind == _I64 and agg.func != "count" and argument not in ("int2", "int4", "int8"):
+                return
+            if i in self.shadowed and argument not in ("int2", "int4", "int8", "numeric"):
+                return
+            self.arg_positions[i] = len(exprs) - len(self.keys)
+            self.sum_kinds[i] = kind
+            exprs.append(agg.expr)
+        self.sum_schema |= {f"f{i}": pl.Float64() for i in self.shadowed}
+        self.row_exprs = rows_path.compile_all(exprs, input_types)
 
     def run(self, lower: int, upper: int) -> None:
+        total = sum(p.height for p in self.inputs[0].ok)
+        if 0 < total <= SMALL_DELTA and self.row_exprs is not None and self._run_rows():
+            return
         errors = [self.inputs[0].err]
         # Per worker, in worker order (an empty batch stays: the exchange counts who sent what).
         keyed = []
         meter = self.meter
+        small = self.accumulable and total <= SMALL_DELTA
         for worker, part in enumerate(self.inputs[0].ok):
             if part.height == 0:
                 keyed.append(part)
@@ -436,8 +613,9 @@ class Reduce(Operator):
             )
             errors.append(err)
             if self.accumulable:
-                # Combine before the exchange: a worker sends one row per key and time.
-                keyed.append(self._contributions(valued))
+                # Combine before the exchange: a worker sends one row per key and time
+                # (a small delta's rows are combined in Python, by the row path).
+                keyed.append(self._contributions(valued, combine=not small))
             else:
                 keyed.append(valued.select(*self.keys, *self.arg_names, TIME, DIFF))
             if meter is not None:
@@ -447,6 +625,13 @@ class Reduce(Operator):
         if not present:
             self.ok = [self.empty] * self.workers
             return
+        if small:
+            rows = self._row_path(keyed)
+            if rows is not None:
+                self.ok = rows
+                return
+            keyed = [sum_by(k, self.keys, self.sums) if k.height else k for k in keyed]
+            present = [k for k in keyed if k.height]
         empty = present[0].clear()
         keyed = [k if k.height else empty for k in keyed]
         parts = exchange(keyed, self.keys, self.workers, meter)
@@ -455,8 +640,9 @@ class Reduce(Operator):
 
     # Accumulable and Distinct: running sums per key.
 
-    def _contributions(self, part: pl.DataFrame) -> pl.DataFrame:
-        """Per key and time: the row count, and each aggregate's sum and non-NULL count."""
+    def _contributions(self, part: pl.DataFrame, *, combine: bool = True) -> pl.DataFrame:
+        """Per key and time: the row count, and each aggregate's sum and non-NULL count
+        (``combine=False``: per row, not yet summed per key and time)."""
         columns = [pl.col(DIFF).alias("_n")]
         diffs = part[DIFF]
         # Inserts only (a hydration): the values are their own contributions, with no
@@ -486,7 +672,275 @@ class Reduce(Operator):
                 shadow = shadow if inserts else shadow * pl.col(DIFF)
                 columns.append(shadow.fill_null(0).alias(f"f{i}"))
         selected = [pl.col(k) for k in self.keys] + [pl.col(TIME), *columns]
+        if not combine:
+            return part.select(selected)
         return sum_by(part, self.keys, self.sums, selected)
+
+    def _row_path(self, keyed: list[pl.DataFrame]) -> Parts | None:
+        """A small delta's changes, from its per-row contributions ``keyed`` (per worker).
+
+        The same as the columnar path (``exchange``, ``Accumulator.step``,
+        ``_accumulate``) computes, by Python over the rows; None (nothing changed)
+        where values would not round-trip through Python alike or the state is
+        not one row per key.
+        """
+        present = [k for k in keyed if k.height]
+        whole = present[0] if len(present) == 1 else pl.concat(present, how="vertical_relaxed")
+        schema = whole.schema
+        if not all(row_safe(schema[k]) for k in self.keys):
+            return None
+        kinds = tuple(_KINDS.get(schema[s]) for s in self.sums)
+        if None in kinds or not all(row_safe(d, floats=True) for d in self.empty.dtypes):
+            return None
+        owners = key_hash(whole, self.keys).to_list() if self.keys else [0] * whole.height
+        if self.keys:
+            hashes, rows = owners, whole.select(*self.keys, TIME, *self.sums).rows()
+        else:
+            hashes = [_unit_hash()] * whole.height
+            rows = [(0, *row) for row in whole.select(TIME, *self.sums).rows()]
+        return self._row_steps(schema, rows, hashes, owners, [k.height for k in keyed])
+
+    def _row_steps(
+        self,
+        schema: dict[str, pl.DataType],
+        rows: list[tuple[Any, ...]],
+        hashes: list[int],
+        owners: list[int],
+        heights: list[int],
+    ) -> Parts | None:
+        """The row path from the delta's contributions ``rows`` ``(keys..., time, sums...)``
+        (of dtypes ``schema``), their keys' ``hashes``, ``owners`` (whose hash routes a
+        row) and how many rows each worker sent (``heights``)."""
+        kinds = tuple(_KINDS.get(schema[s]) for s in self.sums)
+        routed: list[list[int]] = [[] for _ in range(self.workers)]
+        for position, owner in enumerate(owners):
+            routed[owner % self.workers].append(position)
+        if self.meter is not None:
+            self._count_rows(heights, owners)
+        planned: list[RowSteps | None] = []
+        for worker, positions in enumerate(routed):
+            accumulator = self.state[worker]
+            accumulator.kinds = kinds  # type: ignore[assignment]
+            if not positions:
+                planned.append(None)
+                continue
+            started = clock.perf_counter_ns()
+            plan = accumulator.plan_rows(
+                [rows[p] for p in positions], [hashes[p] for p in positions]
+            )
+            if plan is None:
+                return None
+            _check_shadows(plan, [self.sums.index(f"f{i}") for i in self.shadowed])
+            planned.append(plan)
+            if self.meter is not None:
+                self.meter.ns[worker] += clock.perf_counter_ns() - started
+        state_schema = {HASH: pl.UInt64(), **{k: schema[k] for k in self.keys}}
+        if not self.keys:
+            state_schema[UNIT] = pl.Int8()
+        state_schema |= {s: schema[s] for s in self.sums}
+        state_schema[DIFF] = pl.Int64()
+        out = []
+        for worker, plan in enumerate(planned):
+            if plan is None:
+                out.append(self.empty)
+                continue
+            started = clock.perf_counter_ns()
+            self.state[worker].commit_rows(plan, state_schema)
+            out.append(self._changes(plan, schema))
+            if self.meter is not None:
+                self.meter.ns[worker] += clock.perf_counter_ns() - started
+        return out
+
+    def _count_rows(self, heights: list[int], owners: list[int]) -> None:
+        """What each worker's rows sent each worker (an exchange's count, while logging)."""
+        assert self.meter is not None
+        offset = 0
+        for source, height in enumerate(heights):
+            sent: dict[int, int] = {}
+            for owner in owners[offset : offset + height]:
+                sent[owner % self.workers] = sent.get(owner % self.workers, 0) + 1
+            for target, records in sent.items():
+                self.meter.message(0, source, target, records)
+            offset += height
+
+    def _run_rows(self) -> bool:
+        """The whole of a small delta in Python, its keys and arguments evaluated by
+        ``rows.compile_row`` (no polars query for them): False if a row declines (an
+        error row: the columnar path evaluates the batch) or the state is not one row
+        per key."""
+        compiled = self.row_exprs
+        assert compiled is not None
+        width = len(self.keys)
+        parts = self.inputs[0].ok
+        heights = [p.height for p in parts]
+        try:
+            contributions = [
+                self._row_contribution(row, compiled, width)
+                for part in parts
+                if part.height
+                for row in part.rows()
+            ]
+        except rows_path.Declined:
+            return False
+        if self.keys:
+            keys = [row[:width] for row in contributions]
+            if self.key_columns is not None:  # the keys are input columns: hash them there
+                present = [p for p in parts if p.height]
+                whole = present[0] if len(present) == 1 else pl.concat(present)
+                owners = key_hash(whole, self.key_columns).to_list()
+            else:
+                frame = frame_of_rows(keys, self.key_schema)
+                owners = key_hash(frame, self.keys).to_list()
+            hashes = owners
+        else:
+            contributions = [(0, *row) for row in contributions]
+            owners = [0] * len(contributions)
+            hashes = [_unit_hash()] * len(contributions)
+        schema = dict(self.key_schema) | {TIME: pl.UInt64()} | self.sum_schema
+        out = self._row_steps(schema, contributions, hashes, owners, heights)
+        if out is None:
+            return False
+        self.err = self.inputs[0].err
+        self.ok = out
+        return True
+
+    def _row_contribution(
+        self, row: tuple[Any, ...], compiled: list[rows_path.RowScalar], width: int
+    ) -> tuple[Any, ...]:
+        """``_contributions`` of one input row: its keys, its time, then each sum's part."""
+        values = [c(row) for c in compiled]
+        time, diff = row[-2], row[-1]
+        sums: list[Any] = [diff]
+        shadows = []
+        for i, agg in enumerate(self.node.aggregates):
+            if agg.expr is None:
+                sums += [0, diff]
+                continue
+            value = values[width + self.arg_positions[i]]
+            present = value is not None
+            kind = self.sum_kinds[i]
+            if agg.func == "count":
+                summand: Any = 0
+            elif i in self.shadowed:  # the numeric's 128-bit integer, and its float
+                if not present:
+                    whole = 0
+                elif isinstance(value, int):
+                    whole = value * 10**sqltypes.NUMERIC_SCALE
+                else:
+                    whole = rows_path.units(value)
+                summand = _wrap(_I128, whole * diff)
+                shadows.append(float(whole) * diff if present else 0.0)
+            elif kind == _F64:
+                summand = float(value) * diff if present else 0.0
+            else:
+                summand = _wrap(_I64, value * diff) if present else 0
+            sums += [summand, diff if present else 0]
+        return (*values[:width], time, *sums, *shadows)
+
+    def _changes(self, plan: RowSteps, schema: dict[str, pl.DataType]) -> pl.DataFrame:
+        """The output changes of ``plan``'s steps: each changed key's old row out, new row in.
+
+        The aggregates' values come from the accumulators in Python where
+        ``_row_values`` knows the columnar path's arithmetic exactly, else by
+        ``_values`` (one polars select over the steps).
+        """
+        values = self._row_values(schema)
+        if values is None:
+            return self._changes_by_polars(plan, schema)
+        alive = self.sums.index("_n")
+        steps = []
+        for key, time, prev, new in plan.steps:
+            alive_before, alive_after = prev[alive] > 0, new[alive] > 0
+            try:
+                before = tuple(value(prev) for value in values) if alive_before else ()
+                after = tuple(value(new) for value in values) if alive_after else ()
+            except _Inexact:
+                return self._changes_by_polars(plan, schema)
+            shown = key[: len(self.keys)]
+            steps.append((shown, time, alive_before, alive_after, before, after))
+        return self._emit(steps)
+
+    def _emit(
+        self, steps: Sequence[tuple[tuple[Any, ...], int, bool, bool, Sequence[Any], Sequence[Any]]]
+    ) -> pl.DataFrame:
+        """The output changes of ``(key, time, alive before, alive after, before, after)``
+        steps: each changed key's old row out, new row in."""
+        changes: list[tuple[Any, ...]] = []
+        for key, time, alive_before, alive_after, before, after in steps:
+            if alive_before and alive_after and before == after:
+                continue  # the same row: nothing to retract and insert
+            if alive_before:
+                changes.append((*key, *before, time, -1))
+            if alive_after:
+                changes.append((*key, *after, time, 1))
+        if not changes:
+            return self.empty
+        return frame_of_rows(changes, dict(self.empty.schema))
+
+    def _row_values(
+        self, schema: dict[str, pl.DataType]
+    ) -> list[Callable[[tuple[Any, ...]], Any]] | None:
+        """Per aggregate, its output value from a key's sums, as ``_values`` computes it
+        in polars; None if one aggregate's arithmetic is not one of these."""
+        position = {s: i for i, s in enumerate(self.sums)}
+        width = len(self.keys)
+        values: list[Callable[[tuple[Any, ...]], Any]] = []
+        for i, agg in enumerate(self.node.aggregates):
+            total, count = position[f"s{i}"], position[f"n{i}"]
+            kind, output = schema[f"s{i}"], self.empty.schema[f"c{width + i}"]
+            if agg.func == "count":
+                values.append(itemgetter(count))
+            elif i in self.shadowed and agg.func in ("sum", "avg"):
+                values.append(partial(_exact_value, total, count, agg.func == "avg"))
+            elif kind == output == pl.Int64 and agg.func == "sum":
+                values.append(partial(_plain_value, total, count, False))
+            elif kind == output == pl.Float64 and agg.func in ("sum", "avg"):
+                values.append(partial(_plain_value, total, count, agg.func == "avg"))
+            else:
+                return None
+        return values
+
+    def _changes_by_polars(self, plan: RowSteps, schema: dict[str, pl.DataType]) -> pl.DataFrame:
+        """``_changes`` with the values computed by ``_values`` in one polars select."""
+        width = len(self.keys)
+        columns: dict[str, list[Any]] = {k: [] for k in self.keys}
+        columns[TIME] = []
+        for s in self.sums:
+            columns[f"prev_{s}"] = []
+            columns[f"new_{s}"] = []
+        for key, time, prev, new in plan.steps:
+            for k, value in zip(self.keys, key, strict=False):
+                columns[k].append(value)
+            columns[TIME].append(time)
+            for s, before, after in zip(self.sums, prev, new, strict=True):
+                columns[f"prev_{s}"].append(before)
+                columns[f"new_{s}"].append(after)
+        step_schema = {k: schema[k] for k in self.keys} | {TIME: pl.UInt64()}
+        for s in self.sums:
+            step_schema[f"prev_{s}"] = step_schema[f"new_{s}"] = schema[s]
+        steps = pl.DataFrame(columns, schema=step_schema)
+        values = steps.select(
+            *[pl.col(k) for k in self.keys],
+            pl.col(TIME),
+            pl.col("prev__n") > 0,
+            pl.col("new__n") > 0,
+            *self._values("prev_"),
+            *[v.alias(f"_new{i}") for i, v in enumerate(self._values("new_"))],
+        ).rows()
+        aggregates = len(self.node.aggregates)
+        return self._emit(
+            [
+                (
+                    row[:width],
+                    row[width],
+                    row[width + 1],
+                    row[width + 2],
+                    row[width + 3 : width + 3 + aggregates],
+                    row[width + 3 + aggregates :],
+                )
+                for row in values
+            ]
+        )
 
     def _accumulator_dtype(self, index: int) -> pl.DataType:
         """What a running sum is kept in: a float, a decimal's 128-bit integer, else Int64."""
@@ -772,6 +1226,64 @@ _LAST_DIGIT = pl.lit(Decimal(1).scaleb(-sqltypes.NUMERIC_SCALE), NUMERIC)
 _SHADOW_LIMIT = float(sqltypes.NUMERIC_LIMIT.scaleb(sqltypes.NUMERIC_SCALE)) * (1 - 1e-9)
 
 
+def _exact_value(total: int, count: int, average: bool, sums: tuple[Any, ...]) -> Decimal | None:
+    """An exact sum (or avg) from its 128-bit integer: ``_from_integer`` (and ``_mean``,
+    whose decimal division rounds half to even at numeric's scale) in Python."""
+    n = sums[count]
+    if n <= 0:
+        return None
+    units = sums[total]
+    if average:
+        if abs(units) >= _EXACT_DIVISION:
+            raise _Inexact  # polars' quotient loses digits here: let it divide
+        quotient, remainder = divmod(abs(units), n)
+        if 2 * remainder > n or (2 * remainder == n and quotient % 2):
+            quotient += 1
+        units = quotient if units >= 0 else -quotient
+    return Decimal(units).scaleb(-sqltypes.NUMERIC_SCALE, _EXACT)
+
+
+class _Inexact(Exception):
+    """A value the row path leaves to polars, to compute it as the columnar path does."""
+
+
+# Totals (in numeric's last digits) from which polars' decimal division loses digits: it
+# divides exactly, rounding half to even, below 10^28 (tested on near-ties in
+# ``test_row_path``), not from 10^28 on (2 * 10^28 / 3 is off by one last digit).
+_EXACT_DIVISION = 10**28
+
+# Enough digits for any numeric: scaleb then rounds nothing.
+_EXACT = Context(prec=80)
+
+
+def _plain_value(total: int, count: int, average: bool, sums: tuple[Any, ...]) -> Any:
+    """An integer sum, or a float sum or avg, from its accumulators (``_values``: the
+    sum, or it over the count)."""
+    n = sums[count]
+    if n <= 0:
+        return None
+    return sums[total] / n if average else sums[total]
+
+
+def _check_shadows(plan: RowSteps, positions: Sequence[int]) -> None:
+    """``_check_sums`` for the row path's new sums (their float shadows at ``positions``)."""
+    for _, _, _, new in plan.steps:
+        for position in positions:
+            if abs(new[position]) >= _SHADOW_LIMIT:
+                raise LoupeError(expr.OUT_OF_RANGE, expr.NUMERIC_OVERFLOW)
+
+
+_UNIT_HASH: list[int] = []
+
+
+def _unit_hash() -> int:
+    """The key hash of a keyless reduce's one state row (its ``_u`` column, 0)."""
+    if not _UNIT_HASH:
+        unit = pl.DataFrame({UNIT: [0]}, schema={UNIT: pl.Int8()})
+        _UNIT_HASH.append(key_hash(unit, [UNIT])[0])
+    return _UNIT_HASH[0]
+
+
 def _check_sums(frame: pl.DataFrame, shadows: Sequence[str]) -> None:
     """22003 when an exact sum left numeric's range (its integer may have wrapped around)."""
     for shadow in shadows:
@@ -977,6 +1489,16 @@ class TopK(Operator):
 
 
 @dataclass
+class _RowLookup:
+    """A lookup step as the row path runs it: the prefix's key columns (global positions),
+    where the looked-up input's kept columns go, and the column pairs that must be equal."""
+
+    prefix: list[int]
+    placed: list[int]
+    checks: list[tuple[int, int]]
+
+
+@dataclass
 class _Lookup:
     """One step of a delta path: look input ``input`` up by ``pairs`` (its expr, the prefix's)."""
 
@@ -985,6 +1507,8 @@ class _Lookup:
     dtypes: list[pl.DataType]
     # Equalities checkable once this input is joined (pruning before the next step).
     filters: list[pl.Expr]
+    # The row path's plan of this step (``Join._row_step``), or None if it has none.
+    rows: _RowLookup | None = None
 
     @property
     def key(self) -> tuple[int, tuple[Scalar, ...]]:
@@ -1064,6 +1588,7 @@ class Join(Operator):
                 dtypes.append(canonical_key_dtype([local_dtype, prefix_dtype]) or local_dtype)
             joined.add(j)
             step = _Lookup(j, pairs, dtypes, self._checkable(joined))
+            step.rows = self._row_step(j, pairs, dtypes, joined)
             if step.key not in self.arrangements:
                 spines = [Spine(step.names) for _ in range(self.workers)]
                 self.arrangements[step.key] = (step, spines)
@@ -1081,6 +1606,58 @@ class Join(Operator):
             if input_index == j and key and set(key) <= set(available):
                 return [available[local] for local in key]
         return pairs
+
+    def _row_step(
+        self,
+        j: int,
+        pairs: list[tuple[Scalar, Scalar]],
+        dtypes: list[pl.DataType],
+        joined: set[int],
+    ) -> _RowLookup | None:
+        """The row path's plan of looking ``j`` up by ``pairs``: only where every key and
+        equality is a column whose values compare in Python as polars compares them."""
+        prefix = []
+        for (local, theirs), dtype in zip(pairs, dtypes, strict=True):
+            if not isinstance(local, Column) or not isinstance(theirs, Column):
+                return None
+            if not row_safe(dtype) or not self._comparable(
+                theirs.index, self.starts[j] + local.index
+            ):
+                return None
+            prefix.append(theirs.index)
+        checks = self._column_checks(joined)
+        if checks is None:
+            return None
+        start = self.starts[j]
+        placed = [start + int(c[1:]) for c in self.kept[j]]
+        return _RowLookup(prefix, placed, checks)
+
+    def _comparable(self, left: int, right: int) -> bool:
+        """Whether columns ``left`` and ``right`` (global) are equal in Python as in polars:
+        the same dtype (or both integers), not a float (NaN, -0.0)."""
+        dtypes = list(self.empty.dtypes)
+        a, b = dtypes[left], dtypes[right]
+        if not (row_safe(a) and row_safe(b)):
+            return False
+        return a == b or (a.is_integer() and b.is_integer())
+
+    def _column_checks(self, joined: set[int]) -> list[tuple[int, int]] | None:
+        """``_checkable``'s equalities as pairs of global columns (None if one is not)."""
+        checks = []
+        for cls in self.classes:
+            members = [e for e in cls if {self._input_of(c) for c in columns_of(e)} <= joined]
+            if not members:
+                continue
+            if not all(isinstance(e, Column) for e in members):
+                return None
+            first = members[0]
+            assert isinstance(first, Column)
+            for other in members[1:]:
+                assert isinstance(other, Column)
+                if not self._comparable(first.index, other.index):
+                    return None
+                checks.append((first.index, other.index))
+        return checks
 
     def _checkable(self, joined: set[int]) -> list[pl.Expr]:
         """Equalities among the equivalence-class members over ``joined`` inputs only."""
@@ -1220,6 +1797,10 @@ class Join(Operator):
         errors: list[pl.DataFrame],
     ) -> pl.DataFrame:
         """Input ``first``'s delta joined with every other input (see the class docstring)."""
+        if delta.height <= SMALL_DELTA:
+            rows = self._path_rows(first, delta, keyed_deltas)
+            if rows is not None:
+                return rows
         start = self.starts[first]
         prefix = delta.rename({c: f"c{start + int(c[1:])}" for c in self.kept[first]})
         for step in self.paths[first]:
@@ -1247,6 +1828,100 @@ class Join(Operator):
             if step.filters:
                 prefix = prefix.filter(pl.all_horizontal(step.filters))
         return prefix.select(self.absent.get(c, c) for c in self.empty.columns)
+
+    def _path_rows(
+        self,
+        first: int,
+        delta: pl.DataFrame,
+        keyed_deltas: dict[tuple[int, tuple[Scalar, ...]], pl.DataFrame],
+    ) -> pl.DataFrame | None:
+        """``_path`` of a small delta by Python over its rows: a lookup per step hashes the
+        delta's keys and gathers what the spines hold under them; the rows are matched,
+        combined and checked in Python, and built into a frame once, at the end.
+
+        None where the row path does not apply (keys that are expressions, floats
+        or types Python compares otherwise) or the rows multiply past
+        ``SMALL_DELTA`` * 16: the columnar path then joins.
+        """
+        steps = self.paths[first]
+        if any(step.rows is None for step in steps):
+            return None
+        width = len(self.types)
+        if not all(row_safe(d, floats=True) for d in self.empty.dtypes[:width]):
+            return None
+        start = self.starts[first]
+        placed = [start + int(c[1:]) for c in self.kept[first]]
+        prefix: list[tuple[list[Any], int, int]] = []
+        for row in delta.select(*self.kept[first], TIME, DIFF).rows():
+            values: list[Any] = [None] * width
+            for position, value in zip(placed, row, strict=False):
+                values[position] = value
+            prefix.append((values, row[-2], row[-1]))
+        for step in steps:
+            plan = step.rows
+            assert plan is not None
+            keys: dict[tuple[Any, ...], list[tuple[list[Any], int, int]]] = {}
+            for entry in prefix:
+                key = tuple(entry[0][g] for g in plan.prefix)
+                if None not in key:  # NULL equals nothing
+                    keys.setdefault(key, []).append(entry)
+            if not keys:
+                return self.empty.clear()
+            found = self._found_rows(step, list(keys))
+            if found is None:
+                return None
+            if step.input < first and step.key in keyed_deltas:
+                fresh = keyed_deltas[step.key].select(
+                    *step.names, *self.kept[step.input], TIME, DIFF
+                )
+                for row in fresh.rows():
+                    found.setdefault(row[: len(plan.prefix)], []).append(
+                        (row[len(plan.prefix) : -2], row[-2], row[-1])
+                    )
+            joined: list[tuple[list[Any], int, int]] = []
+            for key, entries in keys.items():
+                for other, other_time, other_diff in found.get(key, ()):
+                    for values, time, diff in entries:
+                        combined = list(values)
+                        for position, value in zip(plan.placed, other, strict=True):
+                            combined[position] = value
+                        if all(_equal(combined[a], combined[b]) for a, b in plan.checks):
+                            joined.append((combined, max(time, other_time), diff * other_diff))
+            if len(joined) > SMALL_DELTA * 16:
+                return None
+            if not joined:
+                return self.empty.clear()
+            prefix = joined
+        rows = [(*values, time, diff) for values, time, diff in prefix]
+        return frame_of_rows(rows, dict(self.empty.schema))
+
+    def _found_rows(
+        self, step: _Lookup, keys: list[tuple[Any, ...]]
+    ) -> dict[tuple[Any, ...], list[tuple[tuple[Any, ...], int, int]]] | None:
+        """What the spines of ``step`` hold under ``keys``: per key, (kept values, 0, diff)
+        (an arranged row is older than every delta: time 0 never wins the max)."""
+        frame = frame_of_rows(keys, dict(zip(step.names, step.dtypes, strict=True)))
+        hashes = key_hash(frame, step.names).to_list()
+        spines = self.arrangements[step.key][1]
+        owned: list[list[int]] = [[] for _ in range(self.workers)]
+        for hashed in hashes:
+            owned[hashed % self.workers].append(hashed)
+        found: dict[tuple[Any, ...], list[tuple[tuple[Any, ...], int, int]]] = {}
+        width = len(step.names)
+        wanted = set(keys)
+        for worker, mine in enumerate(owned):
+            if not mine or not spines[worker].batches:
+                continue
+            rows = spines[worker].lookup(mine)
+            if rows is None:
+                continue
+            if rows.height > SMALL_DELTA * 16:
+                return None
+            for row in rows.select(*step.names, *self.kept[step.input], DIFF).rows():
+                key = row[:width]
+                if key in wanted:  # a hash collision finds other keys too
+                    found.setdefault(key, []).append((row[width:-1], 0, row[-1]))
+        return found
 
     def _match(
         self, prefix: pl.DataFrame, found: pl.DataFrame, step: _Lookup, with_time: bool
@@ -1280,6 +1955,11 @@ class Join(Operator):
         return [
             [spines[w] for _, spines in self.arrangements.values()] for w in range(self.workers)
         ]
+
+
+def _equal(a: Any, b: Any) -> bool:
+    """SQL equality of two non-float values: NULL equals nothing."""
+    return a is not None and b is not None and a == b
 
 
 def _merge_classes(equivalences: Sequence[Sequence[Scalar]]) -> list[tuple[Scalar, ...]]:

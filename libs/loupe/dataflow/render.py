@@ -64,12 +64,19 @@ class Renderer:
             self.rendered = {}
             self.collections[build.id] = self._node(build.id, build.plan, None, 0)
         # An index or sink exported straight from a source import (an index
-        # on a table) reads every column of it.
-        exported = [e.on_id for e in self.desc.index_exports]
-        exported += [s.from_id for s in self.desc.sink_exports]
-        for collection_id in exported:
+        # on a table or a materialized view) reads every column of it, through
+        # the plan's one node, `Get::PassArrangements` (node 0, as EXPLAIN shows
+        # it), whose hydration is reported like any other node's.
+        exported = [(e.index_id, e.on_id) for e in self.desc.index_exports]
+        exported += [(s.sink_id, s.from_id) for s in self.desc.sink_exports]
+        for export_id, collection_id in exported:
             if collection_id in self.source_demand:
                 self.source_demand[collection_id] = None
+                if not self.desc.objects_to_build and not self.regions:
+                    get = lir.Get(0, collection_id, types=self.collections[collection_id].types)
+                    self.demand = {}
+                    self.rendered = {}
+                    self.collections[collection_id] = self._node(export_id, get, None, 0)
 
     def _import(self, name: str, operator: ops.Input) -> None:
         self._add(operator)

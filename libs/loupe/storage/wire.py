@@ -113,8 +113,22 @@ def encode_batch_bytes(batch_id: str, updates: Iterable[Update]) -> bytes:
     Other values (lists, dates, …) go through ``to_value``.
     """
     by_collection: dict[str, list[bytes]] = {}
+    # Texts and timestamps recur within a batch (an execution's id in each of its rows,
+    # a session's names in each execution, one time in a began row and its event):
+    # each distinct one is encoded once.
+    encoded: dict[Any, bytes] = {}
     for collection_id, row, diff in updates:
-        values = b"".join([_VALUE_ENCODERS.get(type(v), _value_via_proto)(v) for v in row])
+        parts = []
+        for v in row:
+            kind = type(v)
+            if kind in _RECURRING:
+                data = encoded.get(v)
+                if data is None:
+                    data = encoded[v] = _VALUE_ENCODERS[kind](v)
+            else:
+                data = _VALUE_ENCODERS.get(kind, _value_via_proto)(v)
+            parts.append(data)
+        values = b"".join(parts)
         body = b"\n" + _varint(len(values)) + values  # Update.row
         if diff:
             body += b"\x18" + _varint(_zigzag(diff))
@@ -134,6 +148,8 @@ def encode_batch_bytes(batch_id: str, updates: Iterable[Update]) -> bytes:
 def _varint(number: int) -> bytes:
     if number < 0x80:
         return _SMALL_VARINTS[number]
+    if number < 0x4000:  # a row's or a batch part's length: most of the rest
+        return bytes(((number & 0x7F) | 0x80, number >> 7))
     out = bytearray()
     while number >= 0x80:
         out.append((number & 0x7F) | 0x80)
@@ -204,6 +220,11 @@ _VALUE_ENCODERS: dict[type, Callable[[Any], bytes]] = {
     bool: _bool_value,
     dt.datetime: _timestamp_value,
 }
+
+
+# Value types encode_batch_bytes encodes once per distinct value in a batch. Only
+# types no value of another one equals (1 == 1.0 == True would share an entry).
+_RECURRING = frozenset({str, dt.datetime})
 
 
 def batch_rows(batch: storage_pb2.UpdateBatch) -> int:

@@ -1,13 +1,19 @@
 """The processes of one ``loupe up``, read from /proc: roles, trees, memory, leftovers.
 
 Shared by the chaos test (which kills them and checks none is left behind)
-and the soak test (which samples their memory). /proc, not psutil: Loupe
-does not depend on psutil and these tests run on Linux.
+and the soak test (which samples their memory); ``Throttled`` starves one of
+them (the hydration story and the console's browser tests watch a replica
+hydrate). /proc, not psutil: Loupe does not depend on psutil and these tests
+run on Linux.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
+import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -135,3 +141,41 @@ class Tracker:
         """Processes once in the tree, still running, but no longer in it."""
         tree = {(proc.pid, proc.start) for proc in descendants(self.root)}
         return [proc for key, proc in self.seen.items() if key not in tree and alive(proc)]
+
+
+class Throttled:
+    """Runs ``pid`` a small share of the time (``run`` seconds, then ``stop`` seconds
+    stopped: SIGSTOP / SIGCONT), as a replica on a starved machine: its hydrations
+    take seconds instead of one, long enough to be watched in SQL or a browser. The
+    stops stay far below the heartbeat timeout; a process gone meanwhile ends it."""
+
+    def __init__(self, pid: int, run: float = 0.02, stop: float = 0.4) -> None:
+        self.pid, self.run, self.stop = pid, run, stop
+        self.done = threading.Event()
+        self.thread = threading.Thread(target=self._main, daemon=True)
+
+    def _main(self) -> None:
+        try:
+            while not self.done.is_set():
+                os.kill(self.pid, signal.SIGSTOP)
+                time.sleep(self.stop)
+                os.kill(self.pid, signal.SIGCONT)
+                time.sleep(self.run)
+        except ProcessLookupError:
+            pass
+
+    def __enter__(self) -> Throttled:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.done.set()
+        self.thread.join(5)
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(self.pid, signal.SIGCONT)
+
+    def freeze(self) -> None:
+        """Stop throttling and leave the process stopped (SIGSTOP) until ``__exit__``."""
+        self.done.set()
+        self.thread.join(5)
+        os.kill(self.pid, signal.SIGSTOP)

@@ -35,6 +35,7 @@ class LoupeUp:
         self.sql_port = free_port()
         self.pgwire_port = free_port()
         self.catalog_port = free_port()
+        self.console_port = free_port()
         self.extra_args = extra_args or []
         self.process: subprocess.Popen[str] | None = None
         self.output: list[str] = []
@@ -65,6 +66,8 @@ class LoupeUp:
                 str(self.pgwire_port),
                 "--catalog-grpc-port",
                 str(self.catalog_port),
+                "--console-port",
+                str(self.console_port),
                 *self.extra_args,
             ],
             stdout=subprocess.PIPE,
@@ -92,8 +95,13 @@ class LoupeUp:
             if line.startswith("Loupe is ready"):
                 self._ready.set()
 
+    @property
+    def console_url(self) -> str:
+        return f"http://127.0.0.1:{self.console_port}/"
+
     def sql(self, statement: str, timeout: float = 30.0) -> list[tuple[Any, ...]]:
-        return query_once("127.0.0.1", self.sql_port, statement, timeout=timeout)
+        password = self.env.get("LOUPE_SUPERUSER_PASSWORD", "")
+        return query_once("127.0.0.1", self.sql_port, statement, password=password, timeout=timeout)
 
     def cli(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
         return subprocess.run(

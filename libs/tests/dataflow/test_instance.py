@@ -196,8 +196,16 @@ def test_an_index_straight_on_a_source_reads_all_its_columns() -> None:
         desc, objects_to_build=(), index_exports=(IndexExport("t_index", "t", (0,)),)
     )
     instance.create_dataflow(on_source)
+    (before,) = instance.progress()
     push(instance, [(("x", 1), 0, 1)], upper=1)
     assert read(instance, "t_index", 0) == Counter({("x", 1): 1})
+    # Its one plan node (EXPLAIN's `Get::PassArrangements`, node 0) reports hydration
+    # like any other: not hydrated before the data, hydrated after, exported as t_index.
+    (after,) = instance.progress()
+    assert [(n.lir_id, n.hydrated) for n in before.nodes] == [(0, False)]
+    assert [(n.lir_id, n.hydrated) for n in after.nodes] == [(0, True)]
+    assert after.hydrated
+    assert after.export_ids == ("t_index",)
 
 
 def divide_by_n() -> lir.Mfp:

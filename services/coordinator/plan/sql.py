@@ -1681,6 +1681,7 @@ _CALL_NAMES: dict[type[exp.Expression], str] = {
     exp.Substring: "substring",
     exp.StrPosition: "position",
     exp.CurrentTimestamp: "now",
+    exp.CurrentVersion: "version",
     exp.Concat: "concat",
     exp.Pow: "power",
     exp.ExplodingGenerateSeries: "generate_series",

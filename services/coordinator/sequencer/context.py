@@ -23,6 +23,7 @@ from loupe.coordinator import admission
 from loupe.coordinator.admission import AdmissionQueue
 from loupe.coordinator.catalog_relations import CatalogRelationsWriter
 from loupe.coordinator.catalog_state import CatalogState, ClusterInfo
+from loupe.coordinator.compaction import ReadHolds
 from loupe.coordinator.follower import CatalogFollower
 from loupe.coordinator.table_store import TableStore, TimestampOracle
 from loupe.proto.common.v1 import common_pb2
@@ -76,6 +77,8 @@ class SequencerContext:
         self._peek_queues: dict[str, AdmissionQueue] = {}
         # Fire-and-forget work (canceling a peek, reaping sessions), canceled at stop.
         self.background: set[asyncio.Task[Any]] = set()
+        # What compute compaction must not pass (``compaction``).
+        self.read_holds = ReadHolds()
         # Brings mz_catalog up to date with DDL commits storage has not confirmed yet.
         # Compute takes this context (it sequences views, indexes and reads with it).
         self.compute = compute(self)

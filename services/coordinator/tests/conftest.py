@@ -921,6 +921,28 @@ class EngineController(StorageController):
         await self.runner.create_dataflow(compute_pb2.CreateDataflow(dataflow=request.dataflow))
         return common_pb2.Empty()
 
+    @property
+    def sinces(self) -> dict[str, int]:
+        """The sinces AllowCompaction moved, per collection: the replica's own record."""
+        sinces: dict[str, int] = self.runner._sinces
+        return sinces
+
+    async def ListFrontiers(self, request: Any, context: Any) -> Any:
+        """Every export's write frontier on the replica and the since it was allowed."""
+        exports = self.runner._exports
+        return controller_pb2.ListFrontiersResponse(
+            collections=[
+                controller_pb2.CollectionFrontiers(
+                    collection_id=export_id,
+                    write_frontier=self.runner.write_frontier(export_id),
+                    since=self.sinces.get(
+                        export_id, self.runner._dataflows[dataflow_id].desc.as_of
+                    ),
+                )
+                for export_id, dataflow_id in exports.items()
+            ]
+        )
+
     async def AllowCompaction(self, request: Any, context: Any) -> common_pb2.Empty:
         for collection_id in request.collection_ids:
             await self.runner.allow_compaction(
@@ -947,6 +969,14 @@ class EngineController(StorageController):
         if peek.target_id in self.answers or self.block_peeks:
             return await super().Peek(request, context)
         self.peeks.append(request)
+        since = self.sinces.get(peek.target_id, 0)
+        if peek.timestamp and peek.timestamp < since:  # as the controller refuses it
+            error = LoupeError(
+                "XX000",
+                f"Timestamp ({peek.timestamp}) is not valid for all inputs:"
+                f" {peek.target_id} since {since}",
+            )
+            return compute_pb2.PeekResponse(uuid=peek.uuid, error=error.to_proto())
         try:
             result = await self.runner.peek(PeekRequest.from_proto(peek))
         except LoupeError as error:

@@ -198,6 +198,18 @@ async def test_explain_for_view_and_index(compute: TableHarness) -> None:
     assert "materialize.public.t" in view_plan
     [(index_plan,)] = await compute.rows(session, "EXPLAIN PHYSICAL PLAN FOR INDEX v_idx")
     assert index_plan.splitlines()[0] == "materialize.public.v_idx:"
+    # An index on a view builds the view; one on a materialized view reads its storage
+    # collection (as its dataflow does): the one node 0 that reports its hydration.
+    await compute.execute(
+        session, "CREATE MATERIALIZED VIEW mv AS SELECT a FROM t; CREATE INDEX mv_idx ON mv (a);"
+    )
+    [(mv_index_plan,)] = await compute.rows(
+        session, "EXPLAIN PHYSICAL PLAN WITH (node_ids) FOR INDEX mv_idx"
+    )
+    assert mv_index_plan.splitlines()[1:] == [
+        "  Get::PassArrangements materialize.public.mv // { node_id: 0 }",
+        "    raw=true",
+    ]
     wrong = await compute.error(session, "EXPLAIN MATERIALIZED VIEW v")
     assert wrong.code == "42809"
 

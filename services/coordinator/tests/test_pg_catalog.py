@@ -529,6 +529,14 @@ async def test_session_functions_answer_from_the_session(
     )
     assert row[5] == shown_path
     assert row[6].startswith(f"PostgreSQL {version} ")
+    # Folded to the session's values, they keep the names PostgreSQL gives them.
+    named = (
+        "SELECT current_user, session_user, user, current_role, current_schema,"
+        " current_schemas(false), current_catalog, current_database(),"
+        " current_setting('search_path'), version()"
+    )
+    columns, _ = await loupe_answer(engine, session, named)
+    assert columns == pg_answer(postgres, named)[0]
     settings = await engine.rows(
         session, "SELECT setting FROM pg_settings WHERE name IN ('search_path', 'server_version')"
     )

@@ -329,3 +329,49 @@ async def test_parse_is_a_prepared_statement_and_bind_params_are_logged(
     executions = logged_rows(updates, MZ_STATEMENT_EXECUTION_HISTORY.id, EXECUTION_COLUMNS)
     params = [e["params"] for e in executions if e["prepared_statement_id"] == ours[0]["id"]]
     assert sorted(params) == ["{1}", "{2}"]
+
+
+async def test_a_prepared_statement_is_planned_once_for_its_portals_descriptions(
+    engine, monkeypatch
+):
+    """psycopg Describes every portal it binds; the second Describe of the same
+    statement with the same parameter types reuses the first one's columns, until the
+    catalog changes (a table recreated with other columns is described anew)."""
+    from loupe.coordinator import pgwire as pgwire_module
+
+    planned: list[str] = []
+    real_describe = pgwire_module.describe
+
+    async def counting(coordinator, session, statement, types):
+        planned.append(type(statement).__name__)
+        return await real_describe(coordinator, session, statement, types)
+
+    monkeypatch.setattr(pgwire_module, "describe", counting)
+    port = engine.service.pgwire_port
+
+    def run() -> tuple[list, list, int, list]:
+        with loupe_connect(port, autocommit=True, prepare_threshold=0) as conn:
+            conn.execute("CREATE TABLE described (a int, b text)")
+            conn.execute("INSERT INTO described VALUES (1, 'one'), (2, 'two')")
+            before = len(planned)
+            query = "SELECT * FROM described WHERE a = %s"
+            first = conn.execute(query, (1,)).fetchall()
+            second = conn.execute(query, (2,)).fetchall()
+            between = len(planned) - before
+            conn.execute("DROP TABLE described")
+            conn.execute("CREATE TABLE described (a int, c bigint)")
+            conn.execute("INSERT INTO described VALUES (1, 10)")
+            cursor = conn.execute(query, (1,))
+            return (
+                first + second,
+                [c.name for c in cursor.description or []],
+                between,
+                cursor.fetchall(),
+            )
+
+    rows, columns, plans, recreated = await asyncio.to_thread(run)
+    assert rows == [(1, "one"), (2, "two")]
+    # The first portal's Describe planned the statement; the second's planned nothing.
+    assert plans == 1
+    assert columns == ["a", "c"]
+    assert recreated == [(1, 10)]

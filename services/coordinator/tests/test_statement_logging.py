@@ -40,6 +40,10 @@ def test_redacted_sql_hides_every_literal_and_keeps_the_rest():
     assert (
         stmtlog.redact_sql("CREATE CLUSTER c (SIZE '2')") == "CREATE CLUSTER c (SIZE '<REDACTED>')"
     )
+    # A parameter's number is not a literal: $1 stays $1 (its value is in params).
+    assert stmtlog.redact_sql("SELECT $1, a FROM t WHERE b = $12 AND c = 5") == (
+        "SELECT $1, a FROM t WHERE b = $12 AND c = '<REDACTED>'"
+    )
 
 
 def test_system_variables_refuse_out_of_range_values():
@@ -236,7 +240,7 @@ async def test_a_began_row_is_sent_only_if_its_execution_was_open_at_a_message(
 
 
 def test_consolidation_sums_the_diffs_of_retracted_rows_only():
-    """Rows never retracted pass as they are; unhashable rows leave the message unchanged."""
+    """Rows never retracted pass as they are; a row retracted where it was added is left out."""
     a, b = ("a", 1.0), ("b", None)
     assert stmtlog._consolidated([("e", a, 1), ("l", b, 1), ("e", a, -1), ("e", b, 1)]) == [
         ("l", b, 1),
@@ -246,6 +250,9 @@ def test_consolidation_sums_the_diffs_of_retracted_rows_only():
     assert stmtlog._consolidated([("e", a, -1), ("e", b, 1)]) == [("e", a, -1), ("e", b, 1)]
     unhashable = [("e", a, 1), ("e", (["x"],), -1)]
     assert stmtlog._consolidated(unhashable) == unhashable
+    # Matched by identity (the logger retracts the tuple it added): an equal copy stays.
+    copy = ("a", float("1"))  # built at run time: not the constant a is
+    assert stmtlog._consolidated([("e", a, 1), ("e", copy, -1)]) == [("e", a, 1), ("e", copy, -1)]
 
 
 async def _open_keys(nc: Any, owner: str) -> list[str]:

@@ -67,9 +67,13 @@ def schedule(rng: random.Random, count: int, kinds: tuple[str, ...] = KINDS) -> 
     return chosen[:count]
 
 
-def pick_target(kind: str, tree: list[Proc], rng: random.Random) -> Proc | None:
+def pick_target(
+    kind: str, tree: list[Proc], rng: random.Random, replicas_of: str = "replica:"
+) -> Proc | None:
+    """The process to hit; a replica fault picks among replicas whose role starts with
+    ``replicas_of`` (``replica:u``: user clusters' only)."""
     if kind.startswith("replica-"):
-        replicas = sorted((p for p in tree if p.role.startswith("replica:")), key=lambda p: p.pid)
+        replicas = sorted((p for p in tree if p.role.startswith(replicas_of)), key=lambda p: p.pid)
         return rng.choice(replicas) if replicas else None
     matching = [p for p in tree if p.role == SERVICE_OF[kind]]
     return matching[0] if matching else None

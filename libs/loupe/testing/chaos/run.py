@@ -46,6 +46,8 @@ class Options:
     catalog_bound: float = CATALOG_BOUND
     recovery_bound: float = RECOVERY_BOUND
     kinds: tuple[str, ...] = KINDS
+    # Replica faults hit replicas whose role starts with this ("replica:u": user ones).
+    replicas_of: str = "replica:"
     serializability_rounds: int = 0
     data_dir: Path | None = None  # kept afterwards; default a temporary one, kept on findings
 
@@ -152,7 +154,7 @@ def _one_fault(
     rng: random.Random,
     options: Options,
 ) -> Fault | None:
-    target = fault_kinds.pick_target(kind, tracker.snapshot(), rng)
+    target = fault_kinds.pick_target(kind, tracker.snapshot(), rng, options.replicas_of)
     if target is None:
         return None
     fault = fault_kinds.inject(kind, target)

@@ -1,0 +1,481 @@
+"""The row path of small deltas computes exactly what the columnar path computes.
+
+A reduce's small delta (at most ``SMALL_DELTA`` rows) is combined, looked up and
+accumulated in Python, and small arrangement merges consolidate in Python
+(``consolidate_rows``). Each must give the columnar path's rows: the same exact
+numerics (avg rounds half to even at numeric's scale), integers and NULLs, on one
+worker and on several. Floats agree to 12 significant digits: a float sum depends
+on the order it adds in (polars adds a group's values in its own order, PostgreSQL
+in the order it reads them), on either path.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+import random
+from collections import Counter
+from collections.abc import Sequence
+from decimal import Decimal
+
+import polars as pl
+import pytest
+
+from loupe.common.errors import LoupeError
+from loupe.dataflow import ComputeInstance, batches, operators
+from loupe.dataflow import rows as rows_path
+from loupe.dataflow.batches import DIFF, TIME, consolidate, consolidate_rows
+from loupe.dataflow.expr import NUMERIC, apply_mfp
+from loupe.dataflow.testing import index_dataflow, persist_updates
+from loupe.dataflow.types import empty_frame
+from loupe.plan import lir, mir
+from loupe.plan.lir import MapFilterProject
+from loupe.plan.scalar import Call, Column, Literal
+
+T = (("k", "text"), ("n", "numeric"), ("f", "float8"), ("i", "int8"), ("j", "int4"))
+TYPES = tuple(t for _, t in T)
+UNITS = [Decimal(u).scaleb(-16) for u in (1, 2, 3, 5, -1, -4)]
+
+
+def reduce_of(group: tuple[int, ...], types: tuple[str, ...]) -> lir.Reduce:
+    aggregates = (
+        mir.Aggregate("count", None),
+        mir.Aggregate("count", Column(2)),
+        mir.Aggregate("sum", Column(1)),
+        mir.Aggregate("avg", Column(1)),
+        mir.Aggregate("sum", Column(2)),
+        mir.Aggregate("avg", Column(2)),
+        mir.Aggregate("sum", Column(4)),
+        mir.Aggregate("sum", Column(3)),
+        mir.Aggregate("avg", Column(4)),
+    )
+    return lir.Reduce(
+        1,
+        lir.Get(0, "t", types=TYPES),
+        tuple(Column(c) for c in group),
+        aggregates,
+        lir.ReduceKind.ACCUMULABLE,
+        types=types,
+    )
+
+
+AGGREGATE_TYPES = (
+    "int8",
+    "int8",
+    "numeric",
+    "numeric",
+    "float8",
+    "float8",
+    "int8",
+    "numeric",
+    "numeric",
+)
+U = (("k", "text"), ("j", "int8"), ("w", "float8"))
+V = (("i", "int8"), ("s", "text"))
+JOIN_TYPES = TYPES + tuple(t for _, t in U) + tuple(t for _, t in V)
+
+
+def join_t_u_v() -> lir.Join:
+    """t.k = u.k, t.j = u.j (int4 = int8), t.i = v.i = u.j (a check once all are joined)."""
+    inputs = tuple(
+        lir.ArrangeBy(node, lir.Get(node + 10, name, types=types), ((Column(0),),), types=types)
+        for node, (name, types) in enumerate(
+            [("t", TYPES), ("u", tuple(t for _, t in U)), ("v", tuple(t for _, t in V))], start=2
+        )
+    )
+    equivalences = (
+        (Column(0), Column(5)),
+        (Column(4), Column(6)),
+        (Column(3), Column(8), Column(6)),
+    )
+    return lir.Join(5, inputs, equivalences, lir.JoinKind.LINEAR, types=JOIN_TYPES)
+
+
+def arithmetic() -> lir.Reduce:
+    """Keys and arguments that are expressions: sum(j * (1 - n)), avg(i + j), sum(j * j)
+    grouped by j + 1 (the row path evaluates them in Python)."""
+    one = Literal(1, "int4")
+    return lir.Reduce(
+        1,
+        lir.Get(0, "t", types=TYPES),
+        (Call("add", (Column(4), one)),),
+        (
+            mir.Aggregate("sum", Call("mul", (Column(4), Call("sub", (one, Column(1)))))),
+            mir.Aggregate("avg", Call("add", (Column(3), Column(4)))),
+            mir.Aggregate("sum", Call("mul", (Column(4), Column(4)))),
+        ),
+        lir.ReduceKind.ACCUMULABLE,
+        types=("int4", "numeric", "numeric", "int8"),
+    )
+
+
+VIEWS = {
+    "arithmetic": arithmetic(),
+    "by_key": reduce_of((0,), ("text", *AGGREGATE_TYPES)),
+    "keyless": reduce_of((), AGGREGATE_TYPES),
+    "join": join_t_u_v(),
+}
+SOURCES: dict[str, Sequence[tuple[str, str]]] = {"t": T, "u": U, "v": V}
+# Big enough that an avg of a few takes the row path's fallback to polars (10^28 units).
+BIG = Decimal(4 * 10**27 + 3).scaleb(-16)
+
+
+def row(rng: random.Random, table: str = "t") -> tuple[object, ...]:
+    if table == "u":
+        return (rng.choice(["a", "b", None]), rng.choice([1, 2, None]), rng.choice([0.5, None]))
+    if table == "v":
+        return (rng.choice([1, 2, None]), rng.choice(["x", "y"]))
+    return (
+        rng.choice(["a", "b", "c", None]),
+        rng.choice([*UNITS, Decimal("1.5"), BIG, None]),
+        rng.choice([0.1, 0.2, 1e16, -3.5, None]),
+        rng.choice([1, 2, 2**62, -7, None]),
+        rng.choice([1, 2, 3, None]),
+    )
+
+
+def run(workers: int, seed: int, small: int, monkeypatch: pytest.MonkeyPatch) -> list[Counter]:
+    """Every view's rows (exactly) after each of 30 steps of random small changes."""
+    monkeypatch.setattr(operators, "SMALL_DELTA", small)
+    rng = random.Random(seed)
+    instance = ComputeInstance(workers=workers)
+    for name, plan in VIEWS.items():
+        instance.create_dataflow(index_dataflow(name, plan, SOURCES, 0))
+    current: dict[str, list[tuple[object, ...]]] = {name: [] for name in SOURCES}
+    seen = []
+    for time in range(30):
+        for table, columns in SOURCES.items():
+            changes = [(row(rng, table), time, 1) for _ in range(rng.randint(0, 4))]
+            for _ in range(rng.randint(0, 2)):
+                if current[table]:
+                    rows = current[table]
+                    changes.append((rows.pop(rng.randrange(len(rows))), time, -1))
+            current[table] += [r for r, _, d in changes if d > 0]
+            instance.push(table, persist_updates(columns, changes), time + 1)
+        assert instance.step()
+        for name in VIEWS:
+            seen.append(Counter(map(floats_rounded, instance.peek(f"{name}_index", time).rows())))
+    return seen
+
+
+def floats_rounded(row: tuple[object, ...]) -> tuple[object, ...]:
+    return tuple(float(f"{v:.12g}") if isinstance(v, float) else v for v in row)
+
+
+@pytest.mark.parametrize("workers", [1, 3])
+def test_the_row_path_gives_the_columnar_paths_rows_exactly(workers, monkeypatch):
+    columnar = run(workers, seed=workers, small=0, monkeypatch=monkeypatch)
+    rows = run(workers, seed=workers, small=64, monkeypatch=monkeypatch)
+    assert rows == columnar
+    # The workload reaches the cases that differ most easily: NULL keys, joined rows.
+    assert any(r[0] is None for seen in rows for r in seen)
+    assert sum(len(seen) for seen in rows[3::4]) > 30
+
+
+def test_a_small_delta_skips_the_columnar_accumulator(monkeypatch):
+    """After hydration a one-row change never calls ``Accumulator.step`` (the columnar path);
+    a change of more than ``SMALL_DELTA`` rows does."""
+    instance = ComputeInstance()
+    instance.create_dataflow(index_dataflow("v", VIEWS["by_key"], {"t": T}, 0))
+    snapshot = [(("a", Decimal(1), 1.0, 1, 1), 0, 1)] * 10
+    instance.push("t", persist_updates(T, snapshot), 1)
+    instance.step()
+    calls = []
+    step = operators.Accumulator.step
+
+    def counted(self, *args, **kwargs):
+        calls.append(1)
+        return step(self, *args, **kwargs)
+
+    monkeypatch.setattr(operators.Accumulator, "step", counted)
+    instance.push("t", persist_updates(T, [(("b", UNITS[0], 0.5, 2, 3), 1, 1)]), 2)
+    instance.step()
+    assert calls == []
+    assert (
+        Counter(instance.peek("v_index", 1).rows())[
+            ("b", 1, 1, UNITS[0], UNITS[0], 0.5, 0.5, 3, Decimal(2), Decimal(3))
+        ]
+        == 1
+    )
+    many = [(("c", Decimal(1), 1.0, 1, 1), 2, 1)] * (operators.SMALL_DELTA + 1)
+    instance.push("t", persist_updates(T, many), 3)
+    instance.step()
+    assert calls
+
+
+def test_an_exact_avg_rounds_as_polars_divides_up_to_its_limit():
+    """``_exact_value`` against polars' decimal division (what ``_values`` runs): near
+    ties of every size up to the row path's limit, and past it the row path declines."""
+    rng = random.Random(7)
+    pairs = []
+    for digits in range(1, 29):
+        for _ in range(40):
+            count = rng.choice([2, 3, 4, 7, 16, 1000, rng.randrange(1, 10**6)])
+            base = rng.randrange(10 ** (digits - 1), 10**digits) // count * count
+            total = base + rng.choice([count // 2, count // 2 + 1, count // 2 - 1, 1, count - 1])
+            total *= rng.choice([1, -1])
+            if abs(total) < operators._EXACT_DIVISION:
+                pairs.append((total, count))
+    frame = pl.DataFrame(
+        {"t": [Decimal(t).scaleb(-16) for t, _ in pairs], "c": [c for _, c in pairs]},
+        schema={"t": NUMERIC, "c": pl.Int64},
+    )
+    divided = frame.select(pl.col("t") / pl.col("c").clip(1).cast(NUMERIC))["t"].to_list()
+    assert [operators._exact_value(0, 1, True, pair) for pair in pairs] == divided
+    totals = [3, 5, -3, -5, 7, 1, 10**28 + 1, -(10**37) - 3]
+    counts = [2, 2, 2, 2, 3, 6, 2, 4]
+    frame = pl.DataFrame(
+        {"t": [Decimal(t).scaleb(-16) for t in totals], "c": counts},
+        schema={"t": NUMERIC, "c": pl.Int64},
+    )
+    divided = frame.select(pl.col("t") / pl.col("c").clip(1).cast(NUMERIC))["t"].to_list()
+    mine = [
+        operators._exact_value(0, 1, True, (t, c)) for t, c in zip(totals[:6], counts, strict=False)
+    ]
+    assert mine == divided[:6]
+    # From 10^28 units polars' quotient loses digits: the row path leaves it to polars.
+    for total, count in zip(totals[6:], counts[6:], strict=True):
+        with pytest.raises(operators._Inexact):
+            operators._exact_value(0, 1, True, (total, count))
+    exact = Decimal("1000000000000000000000.0000000000000001")
+    assert operators._exact_value(0, 1, False, (10**37 + 1, 1)) == exact
+    assert operators._exact_value(0, 1, True, (5, 0)) is None
+
+
+def test_consolidate_rows_equals_consolidate_and_declines_what_a_dict_would_group_apart():
+    frame = pl.DataFrame(
+        {"k": ["a", "a", "b", None, None], "x": [1.5, 1.5, 2.0, 0.0, 0.0]}
+        | {TIME: [1, 3, 2, 5, 5], DIFF: [1, -1, 2, 1, -1]},
+        schema={"k": pl.String, "x": pl.Float64, TIME: pl.UInt64, DIFF: pl.Int64},
+    )
+    small = consolidate_rows(frame)
+    assert small is not None
+    assert sorted(small.rows()) == sorted(consolidate(frame).rows())
+    # Times before 4 read as 4: the "a" updates cancel.
+    advanced = consolidate_rows(frame, since=4)
+    assert advanced is not None
+    assert sorted(advanced.rows(), key=repr) == [("b", 2.0, 4, 2)]
+    for odd in (math.nan, -0.0):
+        tricky = frame.with_columns(pl.lit(odd, pl.Float64).alias("x"))
+        assert consolidate_rows(tricky) is None
+
+
+def test_a_small_delta_joins_without_the_columnar_match(monkeypatch):
+    """After hydration a one-row change joins by the row path (no ``Join._match``); a change
+    of more than ``SMALL_DELTA`` rows joins in polars."""
+    instance = ComputeInstance()
+    instance.create_dataflow(index_dataflow("j", VIEWS["join"], SOURCES, 0))
+    for table, columns, snapshot in (
+        ("t", T, [("a", Decimal(1), 1.0, 1, 1)]),
+        ("u", U, [("a", 1, 0.5)]),
+        ("v", V, [(1, "x")]),
+    ):
+        instance.push(table, persist_updates(columns, [(r, 0, 1) for r in snapshot]), 1)
+    instance.step()
+    calls = []
+    match = operators.Join._match
+
+    def counted(self, *args, **kwargs):
+        calls.append(1)
+        return match(self, *args, **kwargs)
+
+    monkeypatch.setattr(operators.Join, "_match", counted)
+    instance.push("t", persist_updates(T, [(("a", Decimal(2), 2.0, 1, 1), 1, 1)]), 2)
+    instance.push("u", persist_updates(U, []), 2)
+    instance.push("v", persist_updates(V, []), 2)
+    instance.step()
+    assert calls == []
+    rows = Counter(instance.peek("j_index", 1).rows())
+    assert rows[("a", Decimal(2), 2.0, 1, 1, "a", 1, 0.5, 1, "x")] == 1
+    many = [(("a", Decimal(3), 3.0, 1, 1), 2, 1)] * (operators.SMALL_DELTA + 1)
+    instance.push("t", persist_updates(T, many), 3)
+    instance.push("u", persist_updates(U, []), 3)
+    instance.push("v", persist_updates(V, []), 3)
+    instance.step()
+    assert calls
+
+
+def test_a_small_delta_is_evaluated_without_polars(monkeypatch):
+    """A one-row change of a reduce whose keys and arguments Python evaluates runs no
+    polars ``evaluate``; a row whose product overflows numeric declines the row path and
+    becomes polars' error row (22003)."""
+    instance = ComputeInstance()
+    instance.create_dataflow(index_dataflow("a", VIEWS["arithmetic"], {"t": T}, 0))
+    instance.push("t", persist_updates(T, [(("a", Decimal(2), 1.0, 1, 1), 0, 1)]), 1)
+    instance.step()
+    calls = []
+    evaluate = operators.evaluate
+
+    def counted(*args, **kwargs):
+        calls.append(1)
+        return evaluate(*args, **kwargs)
+
+    monkeypatch.setattr(operators, "evaluate", counted)
+    instance.push("t", persist_updates(T, [(("b", Decimal(3), 0.5, 2, 1), 1, 1)]), 2)
+    instance.step()
+    assert calls == []
+    # 1 * (1 - 2) + 1 * (1 - 3) = -3; avg(1 + 1, 2 + 1) = 2.5; 1 * 1 + 1 * 1; key 1 + 1.
+    assert instance.peek("a_index", 1).rows() == [(2, Decimal(-3), Decimal("2.5"), 2)]
+    huge = 2**31 - 1  # j * j overflows int4: 22003 in PostgreSQL
+    instance.push("t", persist_updates(T, [(("c", Decimal(1), 0.5, 2, huge), 2, 1)]), 3)
+    instance.step()
+    assert calls
+    with pytest.raises(LoupeError) as raised:
+        instance.peek("a_index", 2)
+    assert raised.value.code == "22003"
+
+
+@pytest.mark.parametrize(
+    "scalar",
+    [
+        Call("mul", (Column(0), Column(1))),
+        Call("add", (Column(0), Column(1))),
+        Call("sub", (Column(0), Column(1))),
+        Call("mul", (Column(0), Call("sub", (Literal(1, "int4"), Column(1))))),
+        Call("mul", (Column(2), Column(3))),
+        Call("add", (Column(2), Column(0))),
+        Call("mod", (Column(2), Column(3))),
+        Call("mod", (Column(2), Literal(10, "int4"))),
+    ],
+    ids=["mul", "add", "sub", "mul_sub", "int_mul", "int_add_numeric", "mod", "mod_10"],
+)
+def test_compile_row_evaluates_as_polars_does(scalar):
+    """``rows.compile_row`` against the compiled polars expression on random numerics of
+    every scale (products rounding half to even), NULLs and overflows: the same value,
+    or the row path declines where polars makes an error row."""
+    rng = random.Random(repr(scalar))
+    types = ("numeric", "numeric", "int4", "int4")
+
+    def number() -> Decimal | None:
+        if rng.random() < 0.1:
+            return None
+        digits = rng.choice([1, 4, 9, 12, 20, 24])
+        return Decimal(rng.randrange(-(10**digits), 10**digits)).scaleb(-rng.randrange(0, 17))
+
+    def integer() -> int | None:
+        if rng.random() < 0.1:
+            return None
+        return rng.choice([rng.randrange(-100, 100), 2**31 - 1, -(2**31), 0])
+
+    data = [(number(), number(), integer(), integer()) for _ in range(2000)]
+    frame = pl.DataFrame(
+        data, schema={"c0": NUMERIC, "c1": NUMERIC, "c2": pl.Int32, "c3": pl.Int32}, orient="row"
+    ).with_columns(pl.lit(0, pl.UInt64).alias(TIME), pl.lit(1, pl.Int64).alias(DIFF))
+    valued, errors = operators.evaluate(frame.with_row_index("_row"), [scalar], types, ["v"])
+    by_row = dict(zip(valued["_row"].to_list(), valued["v"].to_list(), strict=True))
+    assert errors.height == len(data) - valued.height
+    compiled = rows_path.compile_row(scalar, types)
+    assert compiled is not None
+    agreed = 0
+    for position, row in enumerate(data):
+        if position not in by_row:  # polars' error row: the row path must decline it
+            with pytest.raises(rows_path.Declined):
+                compiled(row)
+            continue
+        try:
+            value = compiled(row)
+        except rows_path.Declined:  # past the row path's exact range: polars decides
+            continue
+        assert value == by_row[position], (row, value, by_row[position])
+        agreed += 1
+    assert agreed > len(data) // 4  # not vacuous: most rows are evaluated both ways
+
+
+@pytest.mark.parametrize("direct", [True, False], ids=["polars-row-reader", "public"])
+def test_frame_of_rows_builds_what_the_public_constructor_builds(direct, monkeypatch):
+    if not direct:
+        monkeypatch.setattr(batches, "_FROM_ROWS", None)
+    schema = {
+        "a": NUMERIC,
+        "b": pl.Date(),
+        "c": pl.Datetime("us"),
+        "d": pl.String(),
+        "e": pl.Int128(),
+        "f": pl.UInt64(),
+        "g": pl.Boolean(),
+        "h": pl.Float64(),
+        "i": pl.Int32(),
+        "j": pl.Datetime("us", "UTC"),
+    }
+    rows = [
+        (
+            Decimal("1.5"),
+            dt.date(2020, 1, 2),
+            dt.datetime(2020, 1, 2, 3, 4, 5, 6),
+            "x",
+            2**100,
+            2**64 - 1,
+            True,
+            1.25,
+            7,
+            dt.datetime(2020, 1, 2, tzinfo=dt.UTC),
+        ),
+        (None,) * 10,
+        (
+            Decimal("-12345678901234567890.1234567890123456"),
+            dt.date(1, 1, 1),
+            dt.datetime(9999, 12, 31),
+            "",
+            -(2**100),
+            0,
+            False,
+            -0.0,
+            -7,
+            None,
+        ),
+    ]
+    built = batches.frame_of_rows(rows, schema)
+    public = pl.DataFrame(rows, schema=schema, orient="row")
+    assert built.schema == public.schema
+    assert built.rows() == public.rows() == rows
+
+
+def test_a_row_mfp_maps_filters_and_projects_as_polars_does():
+    """``rows.compile_mfp`` against ``expr.apply_mfp`` on random rows with NULLs: the same
+    rows pass, mapped and projected alike (comparisons of every compared type, and/or/not,
+    a map feeding a predicate)."""
+    rng = random.Random(11)
+    types = ("int4", "text", "date", "numeric", "int8", "bool")
+    day = dt.date(1995, 3, 15)
+    one = Literal(1, "int4")
+    compare = [
+        Call("lt", (Column(2), Literal(day, "date"))),
+        Call("eq", (Column(1), Literal("b", "text"))),
+        Call("gte", (Column(0), Column(4))),
+        Call("neq", (Column(3), Column(0))),
+        Call("lte", (Column(6), Literal(Decimal("0.5"), "numeric"))),
+        Call("eq", (Column(5), Literal(True, "bool"))),
+    ]
+    predicates = (
+        Call("or", (compare[0], Call("not", (compare[1],)))),
+        Call("and", (compare[2], compare[3])),
+        Call("or", (compare[4], compare[5])),
+    )
+    mfp = MapFilterProject(
+        6, (Call("mul", (Column(3), Call("sub", (one, Column(3))))),), predicates, (6, 1, 0, 2)
+    )
+    compiled = rows_path.compile_mfp(mfp.expressions, mfp.predicates, mfp.projection, types)
+    assert compiled is not None
+
+    def maybe(value: object) -> object:
+        return None if rng.random() < 0.15 else value
+
+    rows = [
+        (
+            maybe(rng.randrange(-3, 4)),
+            maybe(rng.choice(["a", "b", "c", "B"])),
+            maybe(day + dt.timedelta(days=rng.randrange(-2, 3))),
+            maybe(Decimal(rng.randrange(-20, 20)).scaleb(-1)),
+            maybe(rng.randrange(-3, 4)),
+            maybe(rng.random() < 0.5),
+            0,
+            1,
+        )
+        for _ in range(3000)
+    ]
+    schema = dict(empty_frame(types).schema)
+    frame = pl.DataFrame(rows, schema=schema, orient="row")
+    ok, errors = apply_mfp(frame, mfp, types)
+    assert errors.height == 0
+    assert compiled.apply(rows) == ok.rows()
+    assert 0 < ok.height < len(rows)
