@@ -12,6 +12,7 @@ import pytest
 
 from loupe.loadgen import tpch
 from loupe.persist import LocalBlob, Shard, SqliteConsensus, expand
+from loupe.persist.shard import UpperMismatch
 
 SCALE = 0.01
 
@@ -151,3 +152,32 @@ def test_the_command_line_loads_a_location(tmp_path, capsys):
     shard = shards_for(tmp_path, ["nation"])["nation"]
     assert expand(shard.snapshot(1)).num_rows == 25
     assert "nation" in capsys.readouterr().err
+
+
+def test_load_survives_a_tick_that_moves_the_upper_meanwhile(tables, tmp_path):
+    """An empty append (a tick) while the parts are written does not fail the load.
+
+    The coordinator's ticker advances every table's upper without the write
+    lock; the load appends its parts at ``ts`` as long as the upper is still
+    at most ``ts``, and refuses once another writer is past it.
+    """
+    region = {"region": tables["region"]}
+
+    def tick_to(root: Path, upper: int):
+        ticker = shards_for(root, region)["region"]  # another writer, same shard
+
+        def progress(table: str, written: int, total: int) -> None:
+            if written == total:  # the parts are written, the append is next
+                state = ticker.ensure(tpch.TPCH_TABLES["region"])
+                ticker.compare_and_append(None, state.upper, upper)
+
+        return progress
+
+    shards = shards_for(tmp_path, region)
+    states = tpch.load(region, shards, 7, progress=tick_to(tmp_path, 5))
+    assert states["region"].upper == 8
+    assert expand(shards["region"].snapshot(7)).num_rows == 5
+
+    past = tmp_path / "past"
+    with pytest.raises(UpperMismatch):
+        tpch.load(region, shards_for(past, region), 7, progress=tick_to(past, 9))

@@ -30,7 +30,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from loupe.persist import Part, Shard, ShardState, open_location
-from loupe.persist.shard import DIFF_COLUMN, TIMESTAMP_COLUMN, arrow_schema
+from loupe.persist.shard import DIFF_COLUMN, TIMESTAMP_COLUMN, UpperMismatch, arrow_schema
 
 Columns = tuple[tuple[str, str], ...]
 # (table, rows written so far, rows in the table), after each part is written.
@@ -210,7 +210,8 @@ def load(
     A table's parts are written to Blob first (``progress`` after each), then
     appended in one compare-and-append, so a reader sees all of a table or
     none of it. Shards are created if missing; each must have an upper
-    ``<= ts`` (``UpperMismatch`` if another writer moves it meanwhile).
+    ``<= ts``. Another writer may move an upper meanwhile as long as it stays
+    ``<= ts`` (a tick's empty append); past ``ts``, ``UpperMismatch``.
     """
     return {
         name: _append(
@@ -274,7 +275,17 @@ def _append(
         written += chunk.num_rows
         if progress is not None:
             progress(name, written, total)
-    return shard.compare_and_append(parts, state.upper, ts + 1)
+    upper = state.upper
+    while True:
+        try:
+            return shard.compare_and_append(parts, upper, ts + 1)
+        except UpperMismatch as mismatch:
+            # A tick advanced the upper meanwhile (empty appends only, as data
+            # writes wait for the write lock a load holds): still at most ``ts``,
+            # the parts belong at ``ts`` all the same.
+            if mismatch.current > ts:
+                raise
+            upper = mismatch.current
 
 
 def progress_printer(stream: TextIO) -> Progress:
