@@ -192,6 +192,8 @@ class DataflowRunner:
         self._failed: dict[str, LoupeError] = {}
         self._sources: dict[str, SourceImport] = {}
         self._feeders: dict[str, asyncio.Task[None]] = {}
+        # The as_of each feeder reads its source's snapshot at.
+        self._feed_as_ofs: dict[str, int] = {}
         # Source id -> the upper pushed last.
         self._fed: dict[str, int] = {}
         self._feed_errors: dict[str, LoupeError] = {}
@@ -378,11 +380,20 @@ class DataflowRunner:
         its inputs can all be read at (sources' sinces, imported indexes'
         as_ofs on this replica), and reads before that are refused as
         compacted.
+
+        A source another dataflow already has fed is read from its feeder's
+        as_of on (its snapshot is there), so a dataflow asking for an earlier
+        as_of starts at that one too; otherwise its snapshot would arrive
+        after its as_of, and a materialized view's first batch, the contents
+        through the as_of, would hold more than that.
         """
         readable = [desc.as_of]
         for source in desc.source_imports:
             if _is_log(source):
                 continue  # kept in memory from the dataflow's as_of on
+            fed_from = self._feed_as_ofs.get(source.id)
+            if fed_from is not None:
+                readable.append(fed_from)
             state = self._open(source.shard_id, source).state(missing_ok=True)
             readable.append(state.since if state is not None else 0)
         for index in desc.index_imports:
@@ -524,6 +535,7 @@ class DataflowRunner:
         wanted: dict[str, int] = await self._call(self._engine.source_ids)
         for source_id in [s for s in self._feeders if s not in wanted]:
             self._feeders.pop(source_id).cancel()
+            self._feed_as_ofs.pop(source_id, None)
             self._fed.pop(source_id, None)
             self._feed_errors.pop(source_id, None)
             log.info("stopped feeding", source_id=source_id)
@@ -536,6 +548,7 @@ class DataflowRunner:
                 continue
             feed = self._feed_log(source, as_of) if _is_log(source) else self._feed(source, as_of)
             self._feeders[source_id] = asyncio.create_task(feed, name=f"feed-{source_id}")
+            self._feed_as_ofs[source_id] = as_of
 
     async def _feed(self, source: SourceImport, as_of: int) -> None:
         try:
@@ -782,7 +795,13 @@ class DataflowRunner:
                 continue
             try:
                 outcome = await asyncio.to_thread(
-                    write_sink_batch, shard, sink.columns, batch.lower, batch.upper, batch.updates
+                    write_sink_batch,
+                    shard,
+                    sink.columns,
+                    batch.lower,
+                    batch.upper,
+                    batch.updates,
+                    snapshot=batch.snapshot,
                 )
             except Exception as error:
                 log.exception("sink batch not written", sink_id=sink.sink_id)
@@ -971,7 +990,13 @@ def _negated(updates: pa.Table) -> pa.Table:
 
 
 def write_sink_batch(
-    shard: Shard, columns: Sequence[ColumnDesc], lower: int, upper: int, updates: pa.Table
+    shard: Shard,
+    columns: Sequence[ColumnDesc],
+    lower: int,
+    upper: int,
+    updates: pa.Table,
+    *,
+    snapshot: bool = False,
 ) -> str:
     """Write a sink batch ``[lower, upper)`` so the shard holds every time exactly once.
 
@@ -981,10 +1006,13 @@ def write_sink_batch(
     - ``u >= upper``: someone wrote it already (``"skipped"``);
     - ``lower <= u < upper``: the updates at ``u`` and later are appended,
       ``u -> upper`` (a replica behind another resumes where it stopped);
-    - ``u < lower``: the shard is behind the dataflow's as_of (a new shard,
-      or a dataflow re-created later): the first batch holds the snapshot at
-      ``lower``, so what the shard holds is retracted at ``lower`` in the
-      same append, and the shard equals the view from ``lower`` on.
+    - ``u < lower``, or ``u == lower`` for a ``snapshot`` batch: the shard is
+      behind the dataflow's as_of (a new shard, or a dataflow re-created
+      later, e.g. by a restarted replica from a compacted since): the first
+      batch holds the snapshot at ``lower``, the contents through ``lower``,
+      so what the shard holds is retracted at ``lower`` in the same append,
+      and the shard equals the view from ``lower`` on. (Appending that
+      snapshot at ``u == lower`` would add it to the rows the shard holds.)
 
     A lost race (``UpperMismatch``) re-reads the upper and decides again.
     """
@@ -993,7 +1021,7 @@ def write_sink_batch(
         current = state.upper
         if current >= upper:
             return "skipped"
-        if current >= lower:
+        if current > lower or (current == lower and not snapshot):
             times = updates.column(TIMESTAMP_COLUMN)
             chunk = updates.filter(pc.greater_equal(times, pa.scalar(current, pa.uint64())))
             outcome = "written"

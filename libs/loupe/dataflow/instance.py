@@ -252,7 +252,8 @@ class _SinkExport:
             self.errors = consolidate(both, with_time=False)
         error = _first_error(self.errors)
         table = types.to_persist(updates, self.columns)
-        self.batches.append(SinkBatch(self.id, lower, upper, table, error))
+        snapshot = lower == self.as_of
+        self.batches.append(SinkBatch(self.id, lower, upper, table, error, snapshot))
 
 
 def _snapshot_rows(frame: pl.DataFrame, as_of: int) -> int:

@@ -103,7 +103,9 @@ class SinkBatch:
     """A sink's consolidated updates with times in ``[lower, upper)``, in persist's format.
 
     ``error`` is set (and ``updates`` empty) when the sinked collection holds
-    a dataflow error in that interval.
+    a dataflow error in that interval. ``snapshot``: the dataflow's first
+    batch (``lower`` is its as_of), whose updates at ``lower`` are the
+    collection's contents through ``lower``, not only the changes at it.
     """
 
     sink_id: str
@@ -111,6 +113,7 @@ class SinkBatch:
     upper: int
     updates: pa.Table
     error: LoupeError | None = None
+    snapshot: bool = False
 
 
 @dataclass(frozen=True)

@@ -106,6 +106,8 @@ def test_persist_sink_batches_cover_every_interval_once() -> None:
         ("mv", 4, 6),
         ("mv", 6, 7),
     ]
+    # Only the first holds the snapshot (the contents through the as_of).
+    assert [b.snapshot for b in batches] == [True, False, False]
     assert rows_of(batches[0].updates) == Counter({("a", 3, 3, 1): 1, ("b", 5, 3, 1): 1})
     assert rows_of(batches[1].updates) == Counter(
         {("a", 3, 4, -1): 1, ("a", 7, 4, 1): 1, ("a", 7, 5, -1): 1, ("a", 3, 5, 1): 1}

@@ -486,6 +486,31 @@ async def test_persist_sink_writes_the_view_into_its_shard(running, controller, 
     assert _contents(view, 6) == [(2, "b")]
 
 
+async def test_a_view_restarted_behind_a_shared_feed_is_not_written_twice(
+    running, controller, storage
+):
+    """A restarted replica re-creates a materialized view from a compacted since while
+    another dataflow already feeds its table from a later as_of: the view starts at the
+    feed's as_of, and its first batch (the contents through it) replaces what the
+    shard holds instead of adding to it."""
+    table = Table(storage)
+    table.write([(1, "a")], timestamp=1)
+    table.write([(2, "b")], timestamp=3)
+    table.write([(3, "c")], timestamp=5)
+    view = Shard(f"mv{uuid.uuid4().hex[:6]}", storage._blob, storage._consensus)
+    # What the replica's earlier incarnation wrote: the view through 5.
+    before = sink_batch([(1, "a", 1, 1), (2, "b", 3, 1), (3, "c", 5, 1)])
+    write_sink_batch(view, COLUMNS, 1, 6, before, snapshot=True)
+    await controller.send(create_dataflow=dataflow(table, as_of=6, name="w", index="j"))
+    await assert_eventually(lambda: _assert(running.dataflows.fed_sources() == ["t"]))
+    sink = PersistSink("mv", "v", view.shard_id, COLUMNS)
+    await controller.send(create_dataflow=dataflow(table, as_of=4, sinks=(sink,)))
+    table.write([(1, "a")], timestamp=6, diff=-1)
+    await assert_eventually(lambda: _assert(view.upper >= 7))
+    assert _contents(view, 5) == [(1, "a"), (2, "b"), (3, "c")]
+    assert _contents(view, 6) == [(2, "b"), (3, "c")]
+
+
 async def test_subscribe_sends_its_batches(running, controller, storage):
     """A subscribe sink's changes arrive as SubscribeBatch responses, gap-free."""
     table = Table(storage)
@@ -560,3 +585,19 @@ def test_a_sink_starting_after_the_shards_upper_corrects_what_it_holds(storage):
     assert write_sink_batch(view, COLUMNS, 10, 11, snapshot) == "corrected"
     assert _contents(view, 3) == [(1, "a"), (2, "b")]
     assert _contents(view, 10) == [(2, "b"), (3, "c")]
+
+
+def test_a_snapshot_at_the_shards_upper_replaces_what_it_holds(storage):
+    """A dataflow re-created with its as_of at the shard's upper (a restarted replica,
+    from a compacted since): its first batch is the view's contents through the as_of,
+    not the changes at it, so the shard's rows are retracted, not counted twice."""
+    view = Shard("mv-at-upper", storage._blob, storage._consensus)
+    write_sink_batch(view, COLUMNS, 0, 6, sink_batch([(1, "a", 1, 1), (2, "b", 5, 1)]))
+    # The view through 6 is {1, 3}: (2, b) went and (3, c) came at 6.
+    snapshot = sink_batch([(1, "a", 6, 1), (3, "c", 6, 1)])
+    assert write_sink_batch(view, COLUMNS, 6, 7, snapshot, snapshot=True) == "corrected"
+    assert _contents(view, 5) == [(1, "a"), (2, "b")]
+    assert _contents(view, 6) == [(1, "a"), (3, "c")]
+    # Not a snapshot: the batch's updates at 7 are the changes at 7, appended as they are.
+    assert write_sink_batch(view, COLUMNS, 7, 8, sink_batch([(4, "d", 7, 1)])) == "written"
+    assert _contents(view, 7) == [(1, "a"), (3, "c"), (4, "d")]
