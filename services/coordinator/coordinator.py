@@ -338,7 +338,11 @@ class Coordinator:
         deadline = time.monotonic() + self.config.startup_timeout
         while True:
             try:
-                await self.follower.start(self.collections, self._retry_unavailable)
+                await self.follower.start(
+                    self.collections,
+                    self._retry_unavailable,
+                    append_wait=self.config.catalog_relations_wait,
+                )
                 return
             except LoupeError as error:
                 if error.code != "DEADLINE_EXCEEDED" or time.monotonic() >= deadline:

@@ -109,12 +109,20 @@ class CatalogFollower:
     # -- start ------------------------------------------------------------------------
 
     async def start(
-        self, collections: Mapping[str, common_pb2.CollectionMetadata], retry: Retry
+        self,
+        collections: Mapping[str, common_pb2.CollectionMetadata],
+        retry: Retry,
+        *,
+        append_wait: float | None = None,
     ) -> None:
         """Read the catalog (snapshot and audit log) and storage; append what storage lacks.
 
         Changes arriving meanwhile are adopted but not written: the
-        reconciliation here covers them.
+        reconciliation here covers them. The append waits ``append_wait``
+        seconds at most (None: as long as the writer retries); a storage
+        writer that does not confirm it by then (down, or still catching up
+        after a restart) does not keep the coordinator from serving: the
+        writer is left stale and ``keep_storage_in_sync`` finishes the job.
         """
         # The log before the snapshot: events of commits in between arrive on the stream.
         events = await self._list_audit_events(0, retry)
@@ -134,7 +142,20 @@ class CatalogFollower:
             if snapshot_key(snapshot) >= self.followed_key:
                 self._advance(snapshot)
             await self._apply_to_controller(self._followed)
-            await self.writer.sync(self._target(), batch_id(self._followed))
+            try:
+                await asyncio.wait_for(
+                    self.writer.sync(self._target(), batch_id(self._followed)), append_wait
+                )
+            except (LoupeError, TimeoutError) as error:
+                if not self.writer.stale:
+                    raise
+                because = str(error) or f"storage did not confirm it within {append_wait:g}s"
+                log.warning(
+                    "catalog relations behind the catalog at start; catching up in the background",
+                    error=because,
+                )
+                self.resync_soon(because)
+                self._show_behind()
         log.info(
             "coordinator reconciled with the catalog",
             clusters=len(self.state.clusters),

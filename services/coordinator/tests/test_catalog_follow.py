@@ -363,3 +363,32 @@ async def test_storage_catches_up_after_an_outage_without_further_ddl(fleet: Any
         lambda: assert_storage_matches_catalog(fleet.controller, fleet.catalog), timeout=30
     )
     assert not relations.stale
+
+
+async def test_a_coordinator_starts_and_serves_while_storage_does_not_confirm(
+    fleet: Any,
+) -> None:
+    """A coordinator (re)started while the storage writer is down or still catching up
+    serves at once; mz_catalog reaches the catalog in the background once it is back.
+
+    Before, its start waited for that append: after a controller restart under load, a
+    killed coordinator's successor answered nothing for minutes (the chaos test)."""
+    fleet.controller.persist = True
+    fleet.controller.refuse_appends = True
+    fleet.controller.refuse_code = "DEADLINE_EXCEEDED"  # retried, as a slow writer's
+    harness = await fleet.add(catalog_relations_wait=0.5)
+    session = await harness.session()
+    assert await harness.rows(session, "SELECT 1") == [(1,)]
+    created = await harness.execute(session, "CREATE CLUSTER c REPLICAS (r1 (SIZE '1'))")
+    assert not [r.error for r in created if r.HasField("error")]
+    assert harness.service.coordinator.follower.storage_behind
+    fleet.controller.refuse_appends = False
+    await assert_eventually(
+        lambda: assert_storage_matches_catalog(fleet.controller, fleet.catalog), timeout=30
+    )
+    follower = harness.service.coordinator.follower
+    await assert_eventually(lambda: _assert_not(follower.storage_behind), timeout=30)
+
+
+def _assert_not(condition: object) -> None:
+    assert not condition
