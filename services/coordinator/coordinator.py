@@ -326,6 +326,8 @@ class Coordinator:
         log.info(
             "a controller started: installing the catalog's dataflows", boot_id=started.boot_id
         )
+        if self.follower.storage_behind:
+            self.follower.resync_soon()  # its storage writer is back: catch up now
         await self._install_dataflows()
 
     async def _start_following(self) -> None:

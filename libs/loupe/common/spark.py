@@ -37,6 +37,8 @@ _session: Any = None
 _scratch: Path | None = None
 # Sessions built by this process so far (1 after the first ``get_spark``).
 _incarnation = 0
+# id(session) -> its JVM process (a Popen; None where the JVM was not started here).
+_jvms: dict[int, Any] = {}
 # Scratch subdirectories: Spark's local dir, the JVM's java.io.tmpdir,
 # the SQL warehouse and the checkpoint directory.
 SCRATCH_DIRS = ("local", "tmp", "warehouse", "checkpoints")
@@ -97,6 +99,11 @@ def _build(master: str | None, app_name: str, scratch: Path | None) -> Any:
             .config("spark.sql.warehouse.dir", str(dirs["warehouse"]))
         )
     session = builder.getOrCreate()
+    from pyspark import SparkContext
+
+    # PySpark keeps one gateway per process (a class attribute, replaced by the next
+    # build): remember which JVM is this session's, so killing it never kills a later one.
+    _jvms[id(session)] = getattr(SparkContext._gateway, "proc", None)
     session.sparkContext.setLogLevel("ERROR")
     if scratch is not None:
         session.sparkContext.setCheckpointDir(str(scratch / "checkpoints"))
@@ -126,10 +133,7 @@ def spark_pid(session: Any = None) -> int | None:
     session = session if session is not None else _session
     if session is None:
         return None
-    from pyspark import SparkContext
-
-    gateway = SparkContext._gateway
-    proc = getattr(gateway, "proc", None)
+    proc = _jvm_of(session)
     return proc.pid if proc is not None else None
 
 
@@ -185,11 +189,28 @@ def restart_spark(master: str | None = None, app_name: str = "loupe") -> Any:
         return _session
 
 
-def kill_spark_jvm() -> None:
-    """SIGKILL the JVM of the current session (a hung one) and reap it."""
+def _jvm_of(session: Any) -> Any:
+    """The JVM process (``Popen``) of ``session`` (None: the current one), if this process
+    started it; None for a session already discarded (its JVM is gone)."""
+    session = session if session is not None else _session
+    if session is None:
+        return None
+    if id(session) in _jvms:
+        return _jvms[id(session)]
+    if session is not _session:
+        return None
     from pyspark import SparkContext
 
-    proc = getattr(SparkContext._gateway, "proc", None)
+    return getattr(SparkContext._gateway, "proc", None)
+
+
+def kill_spark_jvm(session: Any = None) -> None:
+    """SIGKILL the JVM of ``session`` (default: the current session's; a hung one) and reap it.
+
+    A job that hung on a session since replaced must kill that session's JVM,
+    never the replacement's, which the process's gateway now points to.
+    """
+    proc = _jvm_of(session)
     if proc is not None and proc.poll() is None:
         proc.kill()
         with contextlib.suppress(Exception):
@@ -202,10 +223,20 @@ def _discard(session: Any) -> None:
     from pyspark.sql import SparkSession, SQLContext
 
     gateway = SparkContext._gateway
+
+    def stop() -> None:
+        with contextlib.suppress(Exception):
+            session.stop()
+
     # A dead or hung gateway fails or hangs here: its JVM is killed below.
-    with contextlib.suppress(Exception):
-        call_with_timeout(session.stop, STOP_TIMEOUT_S)
-    kill_spark_jvm()
+    stopper = threading.Thread(target=stop, name="spark-stop", daemon=True)
+    stopper.start()
+    stopper.join(STOP_TIMEOUT_S)
+    kill_spark_jvm(session)
+    _jvms.pop(id(session), None)
+    # A stop that hung ends with its JVM; let it finish before the next session is
+    # built, or its last steps (clearing PySpark's active context) would hit that one.
+    stopper.join(STOP_TIMEOUT_S)
     if gateway is not None:
         with contextlib.suppress(Exception):
             call_with_timeout(gateway.shutdown, STOP_TIMEOUT_S)

@@ -223,7 +223,7 @@ class SparkSupervisor:
         problem = f"a Spark job ({what}) hung past {timeout:g}s and did not cancel"
         self._mark_broken(spark, problem, cause=what)
         # The hung call ends when its JVM does; the next job gets a new session.
-        spark_session.kill_spark_jvm()
+        spark_session.kill_spark_jvm(spark)
 
     def _mark_broken(self, spark: Any, problem: str, *, cause: str) -> None:
         with self._lock:

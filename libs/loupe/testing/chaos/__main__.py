@@ -22,6 +22,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--seed", type=int, default=None, help="reproduce a run")
     parser.add_argument("--kinds", default=",".join(KINDS), help=f"a subset of {','.join(KINDS)}")
+    parser.add_argument(
+        "--replicas-of",
+        default="replica:",
+        metavar="PREFIX",
+        help="replica faults hit only targets starting so: replica:u (user), replica:s1",
+    )
     parser.add_argument("--writers", type=int, default=3)
     parser.add_argument("--readers", type=int, default=2)
     parser.add_argument(
@@ -69,6 +75,7 @@ def main(argv: list[str] | None = None) -> int:
         recovery_bound=args.recovery_bound,
         catalog_bound=args.catalog_bound,
         kinds=kinds,
+        replicas_of=args.replicas_of,
         serializability_rounds=args.serializability_rounds,
         data_dir=args.data_dir,
     )

@@ -1,13 +1,15 @@
 """A ``SparkSupervisor`` in a process of its own, whose Spark session a test may break.
 
-    python supervisor_process.py SCRATCH_DIR {dead|hung}
+    python supervisor_process.py SCRATCH_DIR {dead|hung|replaced}
 
 Runs one scenario against a real Spark session and prints one JSON object per
 step (what happened, the session's pid and incarnation, restarts), so the
 test's own session is never touched. ``dead``: the SparkContext stopped
 under the supervisor, then its scratch directory deleted. ``hung``: a job
 that never ends (cancelled at the deadline), then a JVM frozen with SIGSTOP
-(killed at the deadline).
+(killed at the deadline). ``replaced``: a session replaced by a new one, then
+the old one's JVM killed (as a job hung on it is, at its deadline) while the
+new one runs jobs.
 """
 
 from __future__ import annotations
@@ -24,7 +26,13 @@ from typing import Any
 import pyarrow as pa
 
 from loupe.common.logging import configure_logging
-from loupe.common.spark import get_spark, spark_incarnation, spark_pid
+from loupe.common.spark import (
+    get_spark,
+    kill_spark_jvm,
+    restart_spark,
+    spark_incarnation,
+    spark_pid,
+)
 from loupe.controller.storage import SparkSupervisor
 
 
@@ -84,6 +92,19 @@ def hung(scratch: Path) -> None:
     step("after the freeze", supervisor, count_rows)
 
 
+def replaced(scratch: Path) -> None:
+    first = get_spark(scratch_dir=scratch)
+    supervisor = SparkSupervisor(first, job_timeout=120)
+    step("first", supervisor, count_rows)
+    first_pid = spark_pid(first)
+    second = restart_spark()
+    supervisor = SparkSupervisor(second, job_timeout=120)
+    step("second", supervisor, count_rows)
+    kill_spark_jvm(first)  # a job that hung on the first session reached its deadline
+    step("the first one's JVM killed", supervisor, count_rows)
+    print(json.dumps({"step": "pids", "first": first_pid, "second": spark_pid(second)}))
+
+
 if __name__ == "__main__":
     configure_logging("warning", json=True)
-    {"dead": dead, "hung": hung}[sys.argv[2]](Path(sys.argv[1]))
+    {"dead": dead, "hung": hung, "replaced": replaced}[sys.argv[2]](Path(sys.argv[1]))

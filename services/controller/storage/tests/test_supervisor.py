@@ -77,6 +77,20 @@ def test_a_hung_job_is_cancelled_and_a_frozen_jvm_replaced(tmp_path: Path) -> No
     assert after["pid"] != healthy["pid"]
 
 
+@pytest.mark.spark
+@pytest.mark.timeout(300)
+def test_killing_a_replaced_sessions_jvm_leaves_the_new_one_running(tmp_path: Path) -> None:
+    """A job that hung on a session already replaced times out later: the supervisor kills
+    that session's JVM, never the replacement's (PySpark's gateway is per process and
+    points to the newest)."""
+    steps = run_scenario(tmp_path / "spark", "replaced")
+    pids = steps["pids"]
+    assert pids["first"] != pids["second"]
+    assert steps["second"]["result"] == 3
+    after = steps["the first one's JVM killed"]
+    assert (after["result"], after["error"], after["pid"]) == (3, None, pids["second"])
+
+
 def chained(cause: BaseException) -> RuntimeError:
     """A flush's error raised while handling ``cause``."""
     error = RuntimeError("the flush failed")
