@@ -104,6 +104,10 @@ class SparkPartStore:
         """The current session (built again first if the last one died)."""
         return self.supervisor.session()
 
+    def close(self) -> None:
+        """The writer is stopping: jobs still running end, no session is built again."""
+        self.supervisor.close()
+
     def write_flush(
         self, group: WriteGroup, tables: Mapping[str, pa.Table], timestamp: int, path: str
     ) -> None:

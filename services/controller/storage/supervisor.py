@@ -142,6 +142,7 @@ class SparkSupervisor:
         self._next_attempt = 0.0
         self._backoff = RESTART_BACKOFF_S[0]
         self._executor = ThreadPoolExecutor(JOB_THREADS, thread_name_prefix="spark-job")
+        self._closed = False
         self.metrics.spark_healthy.set(1)
 
     # -- state ------------------------------------------------------------------------
@@ -162,6 +163,10 @@ class SparkSupervisor:
     def session(self) -> Any:
         """The usable session: built (again) first if there is none or it is broken."""
         with self._lock:
+            if self._closed:
+                # Stopping: a job still running (a compaction) must not build a JVM
+                # that would outlive the process.
+                raise SparkUnavailable("the storage writer is stopping")
             if self._session is not None and self._broken is None:
                 return self._session
             if time.monotonic() < self._next_attempt:
@@ -276,4 +281,7 @@ class SparkSupervisor:
         return session
 
     def close(self) -> None:
+        """No more jobs, and no more sessions built (the process is stopping)."""
+        with self._lock:
+            self._closed = True
         self._executor.shutdown(wait=False, cancel_futures=True)

@@ -311,6 +311,11 @@ class StorageWriter:
         self._closing = True
         self._wake.set()
         self._outbox_wake.set()
+        # A compaction thread may still run a job: it must not rebuild a Spark
+        # session that the service's exit then stops under it.
+        close_store = getattr(self._store, "close", None)
+        if close_store is not None:
+            close_store()
         await self._inbox.close()
         for task in self._tasks:
             task.cancel()
@@ -742,6 +747,8 @@ class StorageWriter:
         advanced = self._advance_sinces(collections)
         results = []
         for cid, collection in collections:
+            if self._closing:
+                break  # stopping: the next start compacts what is left
             results.append(self._compactor.compact(self._shards[cid], collection))
             if time.monotonic() - advanced >= self._compaction_interval:
                 advanced = self._advance_sinces(collections)
