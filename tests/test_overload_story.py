@@ -106,7 +106,9 @@ def run_client(port: int, client: int, until: float) -> list[tuple[str, float, s
 
 
 def coordinator_metrics(data_dir: Path) -> str:
-    (ready,) = data_dir.rglob("coordinator.ready.json")
+    # Where the coordinator announces itself (``write_ready_file``): not a walk of the
+    # whole data dir, whose storage flush directories come and go meanwhile.
+    ready = data_dir / "run" / "coordinator.ready.json"
     port = json.loads(ready.read_text())["metrics_port"]
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
         return response.read().decode()
