@@ -50,6 +50,7 @@ from typing import Any
 import aiohttp
 import psycopg
 
+from loupe.testing.eventually import eventually_truthy
 from loupe.testing.system import LoupeUp
 
 REPO = Path(__file__).resolve().parent.parent
@@ -94,16 +95,6 @@ def coordinator_sessions(system: LoupeUp) -> int:
         text = response.read().decode()
     match = re.search(r"^loupe_coordinator_sessions (\S+)$", text, re.MULTILINE)
     return int(float(match.group(1))) if match else -1
-
-
-def wait_for(check: Any, timeout: float, interval: float = 0.2) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(interval)
-    raise TimeoutError("benchmark condition not reached")
 
 
 # -- the system -----------------------------------------------------------------
@@ -399,7 +390,9 @@ def idle_cost(system: LoupeUp, before_sessions: int, seconds: float) -> None:
         "WHERE application_name = 'loupe-console'"
     )
     # The console's connections close IDLE_CLOSE_S after their last use.
-    wait_for(lambda: coordinator_sessions(system) <= before_sessions, IDLE_CLOSE_S + 30)
+    eventually_truthy(
+        lambda: coordinator_sessions(system) <= before_sessions, IDLE_CLOSE_S + 30, interval=0.2
+    )
     time.sleep(2.0)  # the statement log's last flush
     logged_before = system.sql(statements)[0][0]
     console_cpu, coordinator_cpu = cpu_seconds(console_pid), cpu_seconds(coordinator_pid)
@@ -442,7 +435,7 @@ def main() -> int:
             before_sessions = coordinator_sessions(system)
             ids = populate(system, options.replicas, options.objects)
             began = time.monotonic()
-            wait_for(lambda: hydrated(system, ids, options.replicas), 600, interval=1.0)
+            eventually_truthy(lambda: hydrated(system, ids, options.replicas), 600, interval=1.0)
             ((replicas,),) = system.sql(
                 "SELECT count(*) FROM mz_catalog.mz_cluster_replicas WHERE id LIKE 'u%'"
             )
