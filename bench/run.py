@@ -10,9 +10,10 @@ Then the benchmarks of the parts, each its own script: the storage writer
 (``bench/storage_writer.py``), catalog commits and opens per backend
 (``bench/catalog_commit.py``), shard snapshots (``bench/persist_snapshot.py``),
 the compute engine on TPC-H against DuckDB and Pathway (``bench/compute.py``;
-Pathway in its own venv, ``make bench-pathway``), the
-whole system's fast-path peeks and inserts to visible changes through gRPC
-(``bench/compute_system.py``), statement logging's overhead and delay to
+Pathway in its own venv, ``make bench-pathway``), a replica's catch-up of
+hundreds of times in one step against the per-time algorithm
+(``bench/catch_up.py``), the whole system's fast-path peeks and inserts to
+visible changes through gRPC (``bench/compute_system.py``), statement logging's overhead and delay to
 visible (``bench/statement_logging.py``) and what a one-row INSERT and a small
 SELECT cost with 1,000 tables against 10 (``bench/many_tables.py``) and
 what the engine's introspection logging costs, on against off
@@ -125,6 +126,7 @@ def main() -> int:
         "catalog_commit.py",
         "persist_snapshot.py",
         "compute.py",
+        "catch_up.py",
         "compute_system.py",
         "statement_logging.py",
         "many_tables.py",

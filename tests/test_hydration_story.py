@@ -246,7 +246,8 @@ def kill_while_hydrating(system: LoupeUp, replica_id: str, attempts: int = 5) ->
         pid = eventually(lambda: replica_pid(system.data_dir, replica_id), 120)
         name = f"q5_{attempt}"
         known = set(episodes_of(system, replica_id))
-        with Throttled(pid, run=0.02 / 2**attempt) as throttled:
+        # Never below 5 ms a period: starved more, a replica misses its heartbeats.
+        with Throttled(pid, run=max(0.005, 0.02 / 2**attempt)) as throttled:
             creating = threading.Thread(
                 target=lambda n=name: system.sql(
                     f"SET cluster = heavy; CREATE MATERIALIZED VIEW {n} AS {Q5}", timeout=300
@@ -260,8 +261,8 @@ def kill_while_hydrating(system: LoupeUp, replica_id: str, attempts: int = 5) ->
                 return next(iter(new.items()), ("", ""))
 
             oid, status = eventually(lambda: started()[0] and started(), 120, interval=0.05)
-            if status == "hydrating":
-                throttled.freeze()
+            # A process starved past the heartbeat timeout was replaced: a miss.
+            if status == "hydrating" and throttled.freeze():
                 time.sleep(2.5)
                 if episodes_of(system, replica_id).get(oid) == "hydrating":
                     try:

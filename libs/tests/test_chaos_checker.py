@@ -15,6 +15,7 @@ from loupe.common.errors import LoupeError
 from loupe.testing.chaos.checker import check_rows, normalized, process_findings
 from loupe.testing.chaos.faults import KINDS, schedule
 from loupe.testing.chaos.report import Report, percentile
+from loupe.testing.chaos.run import Options, catalog_bound_after
 from loupe.testing.chaos.workload import Gate, Ledger, NotSent, definite_failure
 from loupe.testing.procs import Proc, Tracker, role_of
 from loupe.testing.soak import Sample, svg, verdicts
@@ -171,6 +172,18 @@ def test_report_percentiles_per_kind() -> None:
     assert not report.ok
     assert "after controller-kill of controller: no write" in report.render()
     assert '"ok": false' in report.to_json()
+
+
+def test_a_kind_held_to_its_own_bound_is_shown_with_it() -> None:
+    report = Report(seed=1, recovery_bound=120, kind_bounds={"spark-kill": 240})
+    assert "bound 120s, spark-kill 240s" in report.render()
+
+
+def test_a_kind_held_to_a_longer_bound_gives_the_catalog_as_long_after_it() -> None:
+    options = Options(catalog_bound=120, kind_bounds={"spark-kill": 300, "replica-kill": 60})
+    assert catalog_bound_after(options, "spark-kill") == 300
+    assert catalog_bound_after(options, "replica-kill") == 120  # a shorter one: the catalog's
+    assert catalog_bound_after(options, "controller-kill") == 120
 
 
 def test_soak_verdicts_tell_growth_from_a_plateau() -> None:

@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import datetime as dt
+import importlib.abc
+import sys
+from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pytest
 
 from loupe import interval
@@ -152,3 +156,25 @@ def test_batch_bytes_stay_exact_when_values_recur_within_a_batch() -> None:
         ("e", (execution, "select", AT, 1, 1.0, True, naive, "1"), -1),
     ]
     assert encode_batch_bytes("b", updates) == encode_batch("b", updates).SerializeToString()
+
+
+def test_pyarrow_type_inference_imports_nothing_per_call() -> None:
+    """Decoding a batch infers types many times: pyarrow must not look for a module each time
+    (it imports dateutil on every inference, a sys.path scan when it is not installed)."""
+    pa.scalar(0)
+    pa.array(["x"])
+    attempts: list[str] = []
+
+    class Recorder(importlib.abc.MetaPathFinder):
+        def find_spec(self, name: str, path: Any, target: Any = None) -> None:
+            attempts.append(name)
+
+    sys.meta_path.insert(0, Recorder())
+    try:
+        for _ in range(3):
+            pa.scalar(0)
+            pa.array(["x"])
+            pc.equal(pa.array([1, 2]), 0)
+    finally:
+        sys.meta_path.pop(0)
+    assert attempts == []

@@ -169,11 +169,14 @@ class PeekRequest:
     mfp: MapFilterProject | None = None
     finishing: Finishing | None = None
     result_columns: tuple[ResultColumn, ...] = ()
+    # Where the coordinator takes the rows straight from the replica ("": nowhere).
+    reply_subject: str = ""
 
     @classmethod
     def from_proto(cls, message: compute_pb2.Peek) -> PeekRequest:
         return cls(
             uuid=message.uuid,
+            reply_subject=message.reply_subject,
             timestamp=message.timestamp,
             max_result_rows=message.max_result_rows,
             target_id=message.target_id,

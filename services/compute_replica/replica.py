@@ -419,6 +419,8 @@ class ComputeReplica(Service):
             response, outcome, rows = self._responses.peek_error(peek.uuid, failure), "error", 0
         if not self._pending.finish(peek.uuid):
             return
+        if outcome == "rows" and peek.reply_subject:
+            await self._reply_directly(peek.reply_subject, response.peek_response)
         PEEKS.labels(replica_id=self.replica_id, outcome=outcome).inc()
         log.info(
             "peek answered",
@@ -429,6 +431,16 @@ class ComputeReplica(Service):
             elapsed_ms=round((time.monotonic() - started) * 1000, 1),
         )
         await self._publish(response)
+
+    async def _reply_directly(self, subject: str, response: compute_pb2.PeekResponse) -> None:
+        """The rows to the coordinator that asked too, ahead of the controller's copy: they
+        skip a hop and the controller's event loop. Best effort: the controller's copy is
+        the answer that counts when this one is lost."""
+        assert self._nc is not None
+        try:
+            await publish(self._nc, subject, response)
+        except Exception as error:
+            log.debug("direct peek reply not sent", uuid=response.uuid, error=repr(error))
 
     async def _cancel_peek(self, uuid: str) -> None:
         if self._pending.cancel(uuid):

@@ -283,6 +283,15 @@ class Compute:
             index_id, mfp = fast
             statement_logging.note_strategy(statement_logging.FAST_PATH, timestamp=timestamp)
             statement_logging.note_event(statement_logging.DEPENDENCIES_FINISHED)
+            index = self.state.objects.get(index_id)
+
+            def dropped() -> str | None:
+                """A dropped input, or the peeked index itself dropped."""
+                gone = self.dropped_relation(relations)
+                if gone is None and index is not None and index_id not in self.state.objects:
+                    gone = f'index "{index.full_name}"'
+                return gone
+
             rows = await self.peek(
                 session,
                 cluster,
@@ -291,7 +300,7 @@ class Compute:
                 finishing,
                 columns,
                 mfp,
-                dropped=lambda: self.dropped_relation(relations),
+                dropped=dropped,
                 replica_id=replica_id,
             )
             return columns, rows

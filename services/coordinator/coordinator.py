@@ -165,6 +165,8 @@ class CoordinatorConfig:
     startup_timeout: float = 180.0
     # Timeout of one catalog or controller request (peeks excepted).
     request_timeout: float = 30.0
+    # Timeout of one call to the catalog's timestamp oracle (asked again after it).
+    oracle_timeout: float = 5.0
     # How long to wait at start for the storage writer's next flush.
     storage_settle_timeout: float = 3.0
     # How long DDL waits for its own commit on the changes stream before
@@ -238,7 +240,7 @@ class Coordinator:
             self.writer,
             follow_timeout=self.config.follow_timeout,
         )
-        self.oracle = TimestampOracle(self.catalog)
+        self.oracle = TimestampOracle(self.catalog, call_timeout=self.config.oracle_timeout)
         self.tables = TableStore(
             self.oracle,
             lambda: self.state.tables.values(),
@@ -311,6 +313,7 @@ class Coordinator:
             controller_pb2.ControllerStarted,
             self._on_controller_started,
         )
+        await self.context.peek_replies.start()
         await self._install_dataflows()
         await self.statement_log.start()
 
@@ -412,6 +415,7 @@ class Coordinator:
                 with contextlib.suppress(Exception):
                     await subscription.unsubscribe()
         self._subscription = self._controller_started = None
+        await self.context.peek_replies.stop()
         background = self.context.background
         for task in list(background):
             task.cancel()

@@ -101,6 +101,8 @@ class CatalogFollower:
         self.behind_because: str | None = None
         # Own commits (``reach_storage``) not yet confirmed in storage.
         self._unconfirmed = 0
+        # Set (and replaced) whenever ``state`` is replaced by a newer snapshot.
+        self._changed = asyncio.Event()
 
     @property
     def followed_key(self) -> tuple[int, int]:
@@ -356,7 +358,13 @@ class CatalogFollower:
         fresh = CatalogState(snapshot)
         if fresh.is_newer_than(self.state):
             self.state = fresh
+            self._changed.set()
+            self._changed = asyncio.Event()
         return self.state
+
+    async def changed(self) -> None:
+        """Return once ``state`` is replaced by a newer snapshot (a commit, a refresh)."""
+        await self._changed.wait()
 
     # -- helpers ----------------------------------------------------------------------
 

@@ -9,9 +9,10 @@ them to.
 
 - A read at ``ts`` first moves the uppers of the tables it depends on past
   ``ts`` (``advance_to``: empty appends, only where behind), so it never waits
-  on an idle table. A write in flight at an earlier timestamp then loses its
-  compare-and-append and is planned again at a new timestamp: it was not
-  acknowledged, so the read not seeing it is a valid serial order.
+  on an idle table. A write in flight at an earlier timestamp then lands at
+  the new upper instead, and the oracle is moved past that before the write
+  is acknowledged: it was not acknowledged when the read chose ``ts``, so the
+  read not seeing it is a valid serial order, and every later read sees it.
 - A write also moves the tables maintained together with its table (the other
   inputs of indexes and materialized views that read it), so they advance at
   once rather than at the next tick.
@@ -20,13 +21,16 @@ them to.
   and every table's upper follow the wall clock.
 
 UPDATE and DELETE read the table at ``upper - 1`` and append their
-retractions and insertions with that upper as the expected one: if another
-writer moved it meanwhile the compare-and-append fails and the statement is
-planned again on the new contents, at a new timestamp.
+retractions and insertions with that upper as the expected one. If the upper
+moved meanwhile with no rows (a tick, a read), the plan still holds and lands
+at the new upper; if another writer appended rows, the statement is planned
+again on the new contents, at a new timestamp. Without this, a busy table's
+writes livelocked: each planning outlasted the next tick or read, which moved
+the upper and sent it back to plan again.
 
 Writes go one at a time through the ``table_write`` admission queue
 (``loupe.coordinator.admission``): under load they wait their turn. A write
-that loses a race is planned again after a growing pause, with no limit on
+that loses a race to rows is planned again after a growing pause, with no limit on
 how often: only its ``statement_timeout`` (57014, before it commits) ends it.
 
 History: every tick moves each table's ``since`` to ``ts - retention`` and
@@ -58,7 +62,7 @@ from loupe.coordinator.admission import (
 from loupe.coordinator.tables import Table, updates_table
 from loupe.persist import Shard, UpperMismatch, open_location, parts_to_merge
 from loupe.persist.location import Blob, Consensus
-from loupe.persist.shard import UpperNotify, arrow_schema
+from loupe.persist.shard import ShardState, UpperNotify, arrow_schema
 from loupe.proto.common.v1 import common_pb2
 
 log = get_logger(__name__)
@@ -77,12 +81,20 @@ Plan = Callable[[pa.Table | None], tuple[list[Update], int]]
 class TimestampOracle:
     """The catalog's timestamp oracle, as the coordinator uses it."""
 
-    def __init__(self, catalog: NatsServiceClient) -> None:
+    def __init__(self, catalog: NatsServiceClient, *, call_timeout: float = 5.0) -> None:
         self._catalog = catalog
+        # One oracle call's limit. The oracle answers in milliseconds; a call with
+        # no answer this long went to a catalog that died holding it, and is asked
+        # again (``until_answered``) of the one that took its place. Before, such
+        # a call waited the 30 s request timeout, and every table write queued
+        # behind it (30 s to write again after the catalog restarted in 1).
+        self.call_timeout = call_timeout
 
     async def read_timestamp(self) -> int:
         """A timestamp at which every completed write is visible (strict serializable)."""
-        response = await self._catalog.ReadTimestamp(common_pb2.Empty())
+        response = await self._catalog.call(
+            "ReadTimestamp", common_pb2.Empty(), timeout=self.call_timeout
+        )
         return int(response.timestamp)
 
     async def write_timestamp(self, at_least: int = 0, *, patience: float = 5.0) -> int:
@@ -94,15 +106,18 @@ class TimestampOracle:
         """
         deadline = time.monotonic() + patience
         while True:
-            response = await self._catalog.WriteTimestamp(common_pb2.Empty())
+            response = await self._catalog.call(
+                "WriteTimestamp", common_pb2.Empty(), timeout=self.call_timeout
+            )
             timestamp = int(response.timestamp)
             if timestamp >= at_least or time.monotonic() >= deadline:
                 return timestamp
             await asyncio.sleep(min((at_least - timestamp) / 1000, 0.5))
 
 
-class _TimestampTaken(Exception):
-    """The table's upper is already past our timestamp: another writer went ahead."""
+def _rows_since(state: ShardState, upper: int) -> bool:
+    """Whether any rows were appended to the shard at or after ``upper``."""
+    return any(part.rows and part.upper > upper for part in state.parts)
 
 
 @dataclass(frozen=True)
@@ -180,6 +195,11 @@ class TableStore:
         ``read``: ``plan`` gets the table's contents at the time of the write
         (UPDATE, DELETE, keyed INSERT); otherwise None. ``along``: tables whose
         uppers move past the write too (read together with ``table``).
+
+        A tick or a read that moves the upper past the timestamp meanwhile adds
+        no rows: the write then lands at the new upper instead (the oracle is
+        moved past it before the write is acknowledged), planned once. Only rows
+        another writer appended in between make a reading write plan again.
         """
         along = [t for t in along if t.id != table.id]
         async with self.writes.admitted():
@@ -187,18 +207,26 @@ class TableStore:
             while True:
                 timestamp = await until_answered("WriteTimestamp", self.oracle.write_timestamp)
                 try:
-                    count = await asyncio.to_thread(
+                    landed, count = await asyncio.to_thread(
                         self._write_at, table, plan, read, timestamp, along
                     )
-                except (UpperMismatch, _TimestampTaken) as error:
-                    # Lost to a read or a tick moving the upper: planned again, after
-                    # a pause that grows, until it wins or its statement_timeout ends it.
+                except UpperMismatch as error:
+                    # Rows landed between our read and our append: planned again,
+                    # after a pause that grows, until it wins or its statement_timeout ends it.
                     metrics.TABLE_WRITE_RETRIES.inc()
                     log.info("table write lost a race; planning it again", error=str(error))
                     await pause(delay)
                     delay = backoff(delay, WRITE_RETRY_PAUSE_CAP)
                     continue
-                return WriteResult(timestamp, count)
+                await self._oracle_past(landed, timestamp)
+                return WriteResult(landed, count)
+
+    async def _oracle_past(self, landed: int, timestamp: int) -> None:
+        """Make every later read timestamp see a write that landed after its oracle ``timestamp``."""
+        if landed > timestamp:
+            await until_answered(
+                "WriteTimestamp", lambda: self.oracle.write_timestamp(at_least=landed)
+            )
 
     async def write_all(
         self, writes: Sequence[tuple[Table, Plan, bool]], *, along: Iterable[Table] = ()
@@ -221,30 +249,39 @@ class TableStore:
                 while True:
                     timestamp = await until_answered("WriteTimestamp", self.oracle.write_timestamp)
                     try:
-                        return await asyncio.to_thread(self._write_all_at, writes, timestamp, along)
-                    except (UpperMismatch, _TimestampTaken) as error:
+                        landed, total = await asyncio.to_thread(
+                            self._write_all_at, writes, timestamp, along
+                        )
+                    except UpperMismatch as error:
                         metrics.TABLE_WRITE_RETRIES.inc()
                         log.info(
                             "transaction write lost a race; planning it again", error=str(error)
                         )
                         await pause(delay)
                         delay = backoff(delay, WRITE_RETRY_PAUSE_CAP)
+                        continue
+                    await self._oracle_past(landed, timestamp)
+                    return total
             finally:
                 self._loading -= 1
 
     def _write_all_at(
         self, writes: Sequence[tuple[Table, Plan, bool]], timestamp: int, along: list[Table]
-    ) -> int:
-        planned = []
-        for table, plan, read in writes:
+    ) -> tuple[int, int]:
+        """Returns the latest timestamp a table's rows landed at, and the row count."""
+        states = []
+        for table, _, _ in writes:
             shard = self.shard(table.id)
-            state = shard.ensure(table.storage_columns)
-            if state.upper > timestamp:
-                raise _TimestampTaken(f"table {table.id} upper {state.upper} > {timestamp}")
+            states.append((shard, shard.ensure(table.storage_columns)))
+        # Past every upper a tick or a read moved beyond the oracle's timestamp.
+        timestamp = max([timestamp, *(state.upper for _, state in states)])
+        planned = []
+        for (table, plan, read), (shard, state) in zip(writes, states, strict=True):
             contents = self._contents(shard, table, state.upper) if read else None
             updates, count = plan(contents)
             planned.append((table, shard, state.upper, updates, count))
         total = 0
+        landed = timestamp
         for index, (table, shard, upper, updates, count) in enumerate(planned):
             part = updates_table(table, updates, timestamp) if updates else None
             try:
@@ -258,42 +295,53 @@ class TableStore:
                 )
                 later = self._write_later(table, updates)
                 log.info("transaction rows written later", table=table.id, timestamp=later)
+                landed = max(landed, later)
             total += count
         self._advance(timestamp, along)
-        return total
+        return landed, total
 
     def _write_later(self, table: Table, updates: Any) -> int:
         """Append ``updates`` to ``table`` just past its current upper (a lost race)."""
         shard = self.shard(table.id)
-        while True:
-            state = shard.ensure(table.storage_columns)
-            timestamp = state.upper
-            try:
-                shard.compare_and_append(
-                    updates_table(table, updates, timestamp) if updates else None,
-                    state.upper,
-                    timestamp + 1,
-                )
-                return timestamp
-            except UpperMismatch:
-                continue
+        return self._land(table, shard, updates, shard.ensure(table.storage_columns), 0, read=False)
 
     def _write_at(
         self, table: Table, plan: Plan, read: bool, timestamp: int, along: list[Table]
-    ) -> int:
+    ) -> tuple[int, int]:
+        """Returns the timestamp the write landed at (>= ``timestamp``) and its row count."""
         shard = self.shard(table.id)
         state = shard.ensure(table.storage_columns)
-        if state.upper > timestamp:
-            raise _TimestampTaken(f"table {table.id} upper {state.upper} > {timestamp}")
         contents = self._contents(shard, table, state.upper) if read else None
         updates, count = plan(contents)
-        if updates:
-            part = updates_table(table, updates, timestamp)
-            shard.compare_and_append(part, state.upper, timestamp + 1)
-        else:
-            shard.compare_and_append(None, state.upper, timestamp + 1)
-        self._advance(timestamp, along)
-        return count
+        landed = self._land(table, shard, updates, state, timestamp, read=read)
+        self._advance(landed, along)
+        return landed, count
+
+    def _land(
+        self,
+        table: Table,
+        shard: Shard,
+        updates: Any,
+        state: ShardState,
+        timestamp: int,
+        *,
+        read: bool,
+    ) -> int:
+        """Append ``updates`` at ``timestamp``, or at the upper where a tick or a read moved it
+        past that; returns the timestamp they landed at. ``read``: they were planned on the
+        contents at ``state.upper``, so rows appended since then raise ``UpperMismatch``
+        (plan again); an upper that only moved does not change the plan."""
+        planned_at = state.upper
+        while True:
+            landed = max(timestamp, state.upper)
+            part = updates_table(table, updates, landed) if updates else None
+            try:
+                shard.compare_and_append(part, state.upper, landed + 1)
+                return landed
+            except UpperMismatch:
+                state = shard.ensure(table.storage_columns)
+                if read and _rows_since(state, planned_at):
+                    raise
 
     async def contents(self, table: Table) -> pa.Table:
         """The table's consolidated contents at its latest complete time (``mz_diff`` counts)."""

@@ -14,6 +14,7 @@ looks up its own keys: no operator rescans its state for a small change.
 
 from __future__ import annotations
 
+import itertools
 import time as clock
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -499,7 +500,149 @@ class Threshold(Operator):
 # -- Reduce -----------------------------------------------------------------------------
 
 
-class Reduce(Operator):
+class ReEvaluating(Operator):
+    """An operator that re-evaluates the groups a step touches from its arranged input
+    (BASIC and HIERARCHICAL reduces, top-k), time by time, or a step's many times at once.
+
+    ``state`` holds per worker the input's and the output's spines; a subclass says
+    which columns group (``_group_columns``), which the updates carry
+    (``_delta_columns``), when a step's group's old result and its updates decide its
+    new one (``_old_decides``, with the old result as input rows: ``_as_prior``), how a
+    group's rows evaluate (``_evaluate``, grouped by more columns too) and how one time does
+    (``_recompute_at``).
+    """
+
+    state: list
+
+    def _group_columns(self) -> tuple[list[str], list[str]]:
+        """The grouping columns in the input and in the output."""
+        raise NotImplementedError
+
+    def _delta_columns(self) -> list[str]:
+        raise NotImplementedError
+
+    def _old_decides(self, delta: pl.DataFrame) -> bool:
+        """Whether each group's old result and ``delta`` decide its new result (no lookup
+        of its whole input: min/max or a top-k without offset, and only inserts)."""
+        raise NotImplementedError
+
+    def _as_prior(self, old: pl.DataFrame) -> pl.DataFrame:
+        """Old results as input rows."""
+        raise NotImplementedError
+
+    def _evaluate(self, rows: pl.DataFrame, also_by: Sequence[str]) -> pl.DataFrame:
+        raise NotImplementedError
+
+    def _recompute_at(self, worker: int, at: int, delta: pl.DataFrame) -> pl.DataFrame:
+        raise NotImplementedError
+
+    def _recompute(self, worker: int, part: pl.DataFrame) -> pl.DataFrame:
+        if part.height == 0:
+            return self.empty
+        times = part[TIME].unique().sort()
+        if times.len() == 1:
+            return self._recompute_at(worker, times[0], part)
+        changes = []
+        if not self.state[worker][0].batches:
+            # Hydration: the first time's delta is the whole input, nothing to look up.
+            first = times[0]
+            changes.append(self._recompute_at(worker, first, part.filter(pl.col(TIME) == first)))
+            part, times = part.filter(pl.col(TIME) != first), times.slice(1)
+        changes.append(self._recompute_times(worker, part, times))
+        return concat(changes, self.empty)
+
+    def _recompute_times(self, worker: int, part: pl.DataFrame, times: pl.Series) -> pl.DataFrame:
+        """The output's changes at each of ``part``'s ``times`` (sorted), with a fixed number
+        of dataframe operations however many times there are (a catch-up after a restart
+        brings hundreds): every touched group's rows at each time it was touched, the rows
+        it had before plus its updates up to then, evaluated per group and time at once; at
+        each such time the group's result then retracts its result at the group's previous
+        time. What that expands to is bounded (``EXPANSION_LIMIT`` rows): past it the
+        times are taken in consecutive runs, each run's state stored before the next
+        looks it up, or one at a time where a run would hold only a time or two (a
+        large group touched at every time)."""
+        if times.len() == 1:
+            return self._recompute_at(worker, times[0], part)
+        inputs, outputs = self.state[worker]
+        keys, output_keys = self._group_columns()
+        touched = part.select(keys).unique()
+        hashes = _touched_hashes(part, touched, keys)
+        old = _current(
+            outputs.lookup(hashes),
+            touched.rename(dict(zip(keys, output_keys, strict=True))),
+            output_keys,
+        )
+        base: pl.DataFrame | None
+        if self._old_decides(part):
+            base = self._as_prior(old) if old is not None else None
+        else:
+            base = _current(inputs.lookup(hashes), touched, keys)
+        carried = self._delta_columns()
+        delta = part.select(*carried, TIME, DIFF)
+        pairs = delta.select(*keys, pl.col(TIME).alias(_AT)).unique()
+        prior = None
+        if base is not None:  # keys in the delta's dtypes, to join on (an old result's conform)
+            prior = base.select(
+                *(pl.col(c).cast(delta.schema[c]) if c in keys else pl.col(c) for c in carried),
+                DIFF,
+            )
+        expansion = _expansion(prior, delta, pairs, keys)
+        if expansion > EXPANSION_LIMIT:
+            pieces = -(-expansion // EXPANSION_LIMIT)
+            if 2 * pieces > times.len():  # a few times at most per piece: one at a time
+                changes = [self._recompute_at(worker, at, d) for at, d in _by_time(part)]
+                return concat(changes, self.empty)
+            # Consecutive runs of times, each stored before the next looks its keys up.
+            bounds = [times[(i * times.len()) // pieces] for i in range(pieces)] + [None]
+            changes = []
+            for lower, upper in itertools.pairwise(bounds):
+                within = times >= lower if upper is None else (times >= lower) & (times < upper)
+                run = part.filter(pl.col(TIME) >= lower)
+                if upper is not None:
+                    run = run.filter(pl.col(TIME) < upper)
+                changes.append(self._recompute_times(worker, run, times.filter(within)))
+            return concat(changes, self.empty)
+        # Every touched (group, time) pair with the group's rows then.
+        expanded = [_join_keys(delta, pairs, keys).filter(pl.col(TIME) <= pl.col(_AT)).drop(TIME)]
+        if prior is not None and prior.height:
+            expanded.append(_join_keys(prior, pairs, keys))
+        rows = _positive(pl.concat(expanded, how="vertical_relaxed"))
+        columns = self.empty.columns
+        changes = []
+        if rows.height:
+            new = self._evaluate(rows, (_AT,))
+            changes.append(new.with_columns(pl.col(_AT).alias(TIME)).select(columns))
+            # Each pair's result is retracted at the group's next touched time.
+            following = pairs.sort(_AT).with_columns(
+                pl.col(_AT).shift(-1).over(keys).alias(_NEXT)
+                if keys
+                else pl.col(_AT).shift(-1).alias(_NEXT)
+            )
+            following = following.filter(pl.col(_NEXT).is_not_null()).rename(
+                dict(zip(keys, output_keys, strict=True))
+            )
+            retracted = new.join(following, on=[*output_keys, _AT], nulls_equal=True)
+            changes.append(
+                retracted.with_columns(pl.col(_NEXT).alias(TIME), -pl.col(DIFF)).select(columns)
+            )
+        if old is not None and old.height:
+            # What a group had before the part is retracted at its first touched time.
+            firsts = (
+                pairs.group_by(keys).agg(pl.col(_AT).min())
+                if keys
+                else pairs.select(pl.col(_AT).min())
+            ).rename(dict(zip(keys, output_keys, strict=True)))
+            before = _join_keys(old, firsts, output_keys)
+            changes.append(
+                before.with_columns(pl.col(_AT).alias(TIME), -pl.col(DIFF)).select(columns)
+            )
+        change = consolidate(concat([self.conform(c) for c in changes], self.empty))
+        inputs.insert(part)
+        outputs.insert(change.with_columns(key_hash(change, output_keys)))
+        return change
+
+
+class Reduce(ReEvaluating):
     """Group by key expressions; output the key columns then one column per aggregate."""
 
     def __init__(self, node: lir.Reduce, source: Operator, workers: int) -> None:
@@ -994,42 +1137,54 @@ class Reduce(Operator):
             outputs.append(value.alias(f"c{width + i}"))
         return outputs
 
-    # Hierarchical and Basic: re-evaluate the changed keys from the arranged input.
+    # Hierarchical and Basic: re-evaluate the changed keys from the arranged input
+    # (``ReEvaluating``: a step of many times at once).
 
-    def _recompute(self, worker: int, part: pl.DataFrame) -> pl.DataFrame:
-        if part.height == 0:
-            return self.empty
+    def _group_columns(self) -> tuple[list[str], list[str]]:
+        return self.keys, [f"c{i}" for i in range(len(self.keys))]
+
+    def _delta_columns(self) -> list[str]:
+        return [*self.keys, *self.arg_names]
+
+    def _old_decides(self, delta: pl.DataFrame) -> bool:
+        return self.node.kind == lir.ReduceKind.HIERARCHICAL and _only_inserts(delta)
+
+    def _as_prior(self, old: pl.DataFrame) -> pl.DataFrame:
+        return self._as_input(old)
+
+    def _evaluate(self, rows: pl.DataFrame, also_by: Sequence[str]) -> pl.DataFrame:
+        return self._aggregate(rows, also_by=also_by)
+
+    def _recompute_at(self, worker: int, at: int, delta: pl.DataFrame) -> pl.DataFrame:
+        """The output's change at ``at``, the one time of ``delta``."""
         inputs, outputs = self.state[worker]
-        output_keys = [f"c{i}" for i in range(len(self.keys))]
-        changes = []
-        for at, delta in _by_time(part):
-            first = not inputs.batches
-            inputs.insert(delta)
-            touched = delta.select(self.keys).unique()
-            hashes = _touched_hashes(delta, touched, self.keys)
-            renamed = touched.rename(dict(zip(self.keys, output_keys, strict=True)))
-            old = _current(outputs.lookup(hashes), renamed, output_keys)
-            rows: pl.DataFrame | None
-            if first:  # hydration: the delta is the whole input
-                rows = _positive(delta.drop(TIME))
-            elif self.node.kind == lir.ReduceKind.HIERARCHICAL and _only_inserts(delta):
-                # min/max only move toward the inserted values: the old result
-                # and the new rows decide, not the whole group.
-                rows = concat([self._as_input(old), delta.drop(TIME)], delta.drop(TIME).clear())
-            else:
-                found = inputs.lookup(hashes)
-                rows = _current(found, touched, self.keys)
-            parts = []
-            if rows is not None and rows.height:
-                new = self._aggregate(rows).with_columns(pl.lit(at, pl.UInt64).alias(TIME))
-                parts.append(self.conform(new.select(self.empty.columns)))
-            if old is not None:
-                old = old.with_columns(-pl.col(DIFF), pl.lit(at, pl.UInt64).alias(TIME))
-                parts.append(self.conform(old.select(self.empty.columns)))
-            change = consolidate(concat(parts, self.empty))
-            outputs.insert(change.with_columns(key_hash(change, output_keys)))
-            changes.append(change)
-        return concat(changes, self.empty)
+        _, output_keys = self._group_columns()
+        first = not inputs.batches
+        inputs.insert(delta)
+        touched = delta.select(self.keys).unique()
+        hashes = _touched_hashes(delta, touched, self.keys)
+        renamed = touched.rename(dict(zip(self.keys, output_keys, strict=True)))
+        old = _current(outputs.lookup(hashes), renamed, output_keys)
+        rows: pl.DataFrame | None
+        if first:  # hydration: the delta is the whole input
+            rows = _positive(delta.drop(TIME))
+        elif self._old_decides(delta):
+            # min/max only move toward the inserted values: the old result
+            # and the new rows decide, not the whole group.
+            rows = concat([self._as_input(old), delta.drop(TIME)], delta.drop(TIME).clear())
+        else:
+            found = inputs.lookup(hashes)
+            rows = _current(found, touched, self.keys)
+        parts = []
+        if rows is not None and rows.height:
+            new = self._aggregate(rows).with_columns(pl.lit(at, pl.UInt64).alias(TIME))
+            parts.append(self.conform(new.select(self.empty.columns)))
+        if old is not None:
+            old = old.with_columns(-pl.col(DIFF), pl.lit(at, pl.UInt64).alias(TIME))
+            parts.append(self.conform(old.select(self.empty.columns)))
+        change = consolidate(concat(parts, self.empty))
+        outputs.insert(change.with_columns(key_hash(change, output_keys)))
+        return change
 
     def _as_input(self, old: pl.DataFrame | None) -> pl.DataFrame:
         """Current min/max rows as input rows (each aggregate's value in its argument column)."""
@@ -1040,7 +1195,8 @@ class Reduce(Operator):
         columns += [pl.col(f"c{width + i}").alias(a) for i, a in enumerate(self.args)]
         return old.select(*columns, DIFF)
 
-    def _aggregate(self, rows: pl.DataFrame) -> pl.DataFrame:
+    def _aggregate(self, rows: pl.DataFrame, also_by: Sequence[str] = ()) -> pl.DataFrame:
+        """Each group's output row (``also_by``: more columns to group by, kept in the output)."""
         weight = pl.col(DIFF)
         positive = weight > 0
         aggs = [weight.sum().alias("_n")]
@@ -1077,7 +1233,8 @@ class Reduce(Operator):
                     agg, value, weight, positive, numeric=self.result_types[i] == "numeric"
                 ).alias(f"c{width + i}")
             )
-        grouped = rows.group_by(self.keys).agg(aggs) if self.keys else rows.select(aggs)
+        by = [*self.keys, *also_by]
+        grouped = rows.group_by(by).agg(aggs) if by else rows.select(aggs)
         _check_sums(grouped, [f"_f{i}" for i in self.shadowed])
         exact = []
         for i in self.shadowed:
@@ -1368,6 +1525,32 @@ def _touched_hashes(delta: pl.DataFrame, touched: pl.DataFrame, keys: Sequence[s
     return key_hash(touched if keys else delta.head(1), keys)
 
 
+# A multi-time recompute expands each touched key's rows once per time it was touched;
+# past this many rows it takes the times in runs (about 100 bytes a row at its peak).
+EXPANSION_LIMIT = 500_000
+_AT, _NEXT = "_at", "_next"
+
+
+def _join_keys(left: pl.DataFrame, right: pl.DataFrame, keys: Sequence[str]) -> pl.DataFrame:
+    """``left`` joined to ``right`` on ``keys`` (NULL keys match NULL; no keys: every pair)."""
+    if not keys:
+        return left.join(right, how="cross")
+    return left.join(right, on=list(keys), nulls_equal=True)
+
+
+def _expansion(
+    prior: pl.DataFrame | None, delta: pl.DataFrame, pairs: pl.DataFrame, keys: Sequence[str]
+) -> int:
+    """The rows a multi-time recompute would aggregate: per key, its rows times its times."""
+    if not keys:  # one group (``select([])`` would keep no rows to count)
+        return (delta.height + (prior.height if prior is not None else 0)) * pairs.height
+    frames = [delta.select(keys)] + ([prior.select(keys)] if prior is not None else [])
+    rows = pl.concat(frames).group_by(keys).len(name="_rows")
+    times = pairs.group_by(keys).len(name="_times")
+    product = rows.join(times, on=list(keys), nulls_equal=True)
+    return int(product.select((pl.col("_rows") * pl.col("_times")).sum()).item() or 0)
+
+
 def _by_time(frame: pl.DataFrame) -> list[tuple[int, pl.DataFrame]]:
     """``frame``'s updates split by time, in time order (usually one time per step)."""
     times = frame[TIME].unique().sort()
@@ -1379,7 +1562,7 @@ def _by_time(frame: pl.DataFrame) -> list[tuple[int, pl.DataFrame]]:
 # -- TopK ---------------------------------------------------------------------------------
 
 
-class TopK(Operator):
+class TopK(ReEvaluating):
     """Per group, the rows ``offset`` to ``offset + limit`` in ``order`` (ties by the whole row)."""
 
     name = "TopK"
@@ -1395,44 +1578,59 @@ class TopK(Operator):
         parts = exchange(self.inputs[0].ok, self.groups, self.workers, self.meter)
         return self.per_worker(parts, self._recompute)
 
-    def _recompute(self, worker: int, part: pl.DataFrame) -> pl.DataFrame:
-        if part.height == 0:
-            return self.empty
-        inputs, outputs = self.state[worker]
-        changes = []
-        for at, delta in _by_time(part):
-            first = not inputs.batches
-            inputs.insert(delta)
-            touched = delta.select(self.groups).unique()
-            hashes = _touched_hashes(delta, touched, self.groups)
-            old = _current(outputs.lookup(hashes), touched, self.groups)
-            rows: pl.DataFrame | None
-            if first:  # hydration: the delta is the whole input
-                rows = _positive(delta.drop(TIME))
-            elif self.node.offset == 0 and _only_inserts(delta):
-                # Inserted rows can only push others out of the top: the old
-                # top and the new rows decide, not the whole group (equal rows
-                # may come apart: the window sums them).
-                inserted = delta.drop(TIME)
-                rows = concat([old, inserted] if old is not None else [inserted], inserted)
-            else:
-                rows = _current(inputs.lookup(hashes), touched, self.groups)
-            parts = []
-            if rows is not None:
-                parts.append(self._top(rows).with_columns(pl.lit(at, pl.UInt64).alias(TIME)))
-            if old is not None:
-                parts.append(old.with_columns(-pl.col(DIFF), pl.lit(at, pl.UInt64).alias(TIME)))
-            change = consolidate(
-                concat([self.conform(p.select(self.empty.columns)) for p in parts], self.empty)
-            )
-            outputs.insert(change)
-            changes.append(change)
-        return concat(changes, self.empty)
+    def _group_columns(self) -> tuple[list[str], list[str]]:
+        return self.groups, self.groups
 
-    def _top(self, rows: pl.DataFrame) -> pl.DataFrame:
-        """The rows of each group inside the offset/limit window, with their multiplicities."""
-        rows = self._candidates(rows.filter(pl.col(DIFF) > 0))
-        keys = [(g, False, True) for g in self.groups]
+    def _delta_columns(self) -> list[str]:
+        return self.columns
+
+    def _old_decides(self, delta: pl.DataFrame) -> bool:
+        return self.node.offset == 0 and _only_inserts(delta)
+
+    def _as_prior(self, old: pl.DataFrame) -> pl.DataFrame:
+        return old
+
+    def _evaluate(self, rows: pl.DataFrame, also_by: Sequence[str]) -> pl.DataFrame:
+        return self._top(rows, also_by)
+
+    def _recompute_at(self, worker: int, at: int, delta: pl.DataFrame) -> pl.DataFrame:
+        """The output's change at ``at``, the one time of ``delta``."""
+        inputs, outputs = self.state[worker]
+        first = not inputs.batches
+        inputs.insert(delta)
+        touched = delta.select(self.groups).unique()
+        hashes = _touched_hashes(delta, touched, self.groups)
+        old = _current(outputs.lookup(hashes), touched, self.groups)
+        rows: pl.DataFrame | None
+        if first:  # hydration: the delta is the whole input
+            rows = _positive(delta.drop(TIME))
+        elif self._old_decides(delta):
+            # Inserted rows can only push others out of the top: the old
+            # top and the new rows decide, not the whole group (equal rows
+            # may come apart: the window sums them).
+            inserted = delta.drop(TIME)
+            rows = concat([old, inserted] if old is not None else [inserted], inserted)
+        else:
+            rows = _current(inputs.lookup(hashes), touched, self.groups)
+        parts = []
+        if rows is not None:
+            parts.append(self._top(rows).with_columns(pl.lit(at, pl.UInt64).alias(TIME)))
+        if old is not None:
+            parts.append(old.with_columns(-pl.col(DIFF), pl.lit(at, pl.UInt64).alias(TIME)))
+        change = consolidate(
+            concat([self.conform(p.select(self.empty.columns)) for p in parts], self.empty)
+        )
+        outputs.insert(change)
+        return change
+
+    def _top(self, rows: pl.DataFrame, also_by: Sequence[str] = ()) -> pl.DataFrame:
+        """The rows of each group inside the offset/limit window, with their multiplicities
+        (``also_by``: more columns that group, kept in the output)."""
+        groups = [*self.groups, *also_by]
+        rows = rows.filter(pl.col(DIFF) > 0)
+        if not also_by:
+            rows = self._candidates(rows)
+        keys = [(g, False, True) for g in groups]
         keys += [(f"c{k.column}", k.desc, k.nulls_last) for k in self.node.order]
         by, descending, nulls_last = intervals.order_by(rows.schema, keys)
         # Ties are broken by the whole row (an interval's fields too: a stable choice).
@@ -1443,7 +1641,7 @@ class TopK(Operator):
         # A group's running count: the global one minus the count before the
         # group's first row (polars windows over many groups are slow).
         first = pl.any_horizontal(
-            [pl.lit(False)] + [pl.col(g).ne_missing(pl.col(g).shift(1)) for g in self.groups]
+            [pl.lit(False)] + [pl.col(g).ne_missing(pl.col(g).shift(1)) for g in groups]
         ) | (pl.int_range(pl.len()) == 0)
         total = pl.col(DIFF).cum_sum()
         before_group = pl.when(first).then(total - pl.col(DIFF)).forward_fill()

@@ -174,8 +174,14 @@ class Throttled:
         with contextlib.suppress(ProcessLookupError):
             os.kill(self.pid, signal.SIGCONT)
 
-    def freeze(self) -> None:
-        """Stop throttling and leave the process stopped (SIGSTOP) until ``__exit__``."""
+    def freeze(self) -> bool:
+        """Stop throttling and leave the process stopped (SIGSTOP) until ``__exit__``.
+        False when the process is gone (starved past the heartbeat timeout, it was
+        replaced)."""
         self.done.set()
         self.thread.join(5)
-        os.kill(self.pid, signal.SIGSTOP)
+        try:
+            os.kill(self.pid, signal.SIGSTOP)
+        except ProcessLookupError:
+            return False
+        return True

@@ -14,13 +14,14 @@ from collections import Counter
 from decimal import Decimal
 
 import duckdb
+import polars as pl
 import pytest
 
-from loupe.dataflow import ComputeInstance
+from loupe.dataflow import ComputeInstance, operators
 from loupe.dataflow.testing import index_dataflow, persist_updates, read
 from loupe.plan import lir, mir
 from loupe.plan.lir import MapFilterProject
-from loupe.plan.scalar import Call, Column, Literal
+from loupe.plan.scalar import Call, Cast, Column, Literal
 
 T = (("k", "text"), ("v", "int4"), ("x", "float8"))
 U = (("k", "text"), ("w", "int8"))
@@ -104,6 +105,47 @@ VIEWS: dict[str, tuple[lir.Node, str]] = {
             types=("text", "int8", "int8"),
         ),
         "SELECT k, count(DISTINCT v), sum(v) FROM t GROUP BY k",
+    ),
+    # Keyless: one group, whose rows a multi-time step pairs with every time.
+    "global_min_max": (
+        lir.Reduce(
+            1,
+            t_get(),
+            (),
+            (mir.Aggregate("min", Column(1)), mir.Aggregate("max", Column(0))),
+            lir.ReduceKind.HIERARCHICAL,
+            types=("int4", "text"),
+        ),
+        "SELECT min(v), max(k) FROM t HAVING count(*) > 0",
+    ),
+    "global_distinct": (
+        lir.Reduce(
+            1,
+            t_get(),
+            (),
+            (mir.Aggregate("count", Column(0), distinct=True),),
+            lir.ReduceKind.BASIC,
+            types=("int8",),
+        ),
+        "SELECT count(DISTINCT k) FROM t HAVING count(*) > 0",
+    ),
+    "string_agg": (
+        lir.Reduce(
+            1,
+            t_get(),
+            (Column(0),),
+            (
+                mir.Aggregate(
+                    "string_agg",
+                    Cast(Column(1), "text"),
+                    args=(Literal(",", "text"),),
+                    order_by=(mir.AggregateOrder(Column(1), desc=True),),
+                ),
+            ),
+            lir.ReduceKind.BASIC,
+            types=("text", "text"),
+        ),
+        "SELECT k, string_agg(CAST(v AS TEXT), ',' ORDER BY v DESC) FROM t GROUP BY k",
     ),
     "join": (join_t_u(), "SELECT * FROM t JOIN u ON t.k = u.k"),
     "join_reduce": (
@@ -272,3 +314,101 @@ def test_many_times_in_one_step_match_each_times_recompute(workers: int) -> None
         for name in VIEWS:
             expected = view_contents(fresh, name, time)
             assert view_contents(instance, name, time) == expected, (name, time)
+
+
+def count_evaluations(monkeypatch: pytest.MonkeyPatch) -> Counter[int]:
+    """Per operator (re-evaluating reduces and top-k): how many times it evaluated groups."""
+    calls: Counter[int] = Counter()
+    for cls, method in ((operators.Reduce, "_aggregate"), (operators.TopK, "_top")):
+        original = getattr(cls, method)
+
+        def counted(self, rows, *args, _original=original, **kwargs):
+            calls[id(self)] += 1
+            return _original(self, rows, *args, **kwargs)
+
+        monkeypatch.setattr(cls, method, counted)
+    return calls
+
+
+RECOMPUTED = (
+    "min_max",
+    "count_distinct",
+    "global_min_max",
+    "global_distinct",
+    "string_agg",
+    "top3",
+    "top_per_key",
+)
+
+
+def _catch_up(
+    workers: int, inserts_only: bool, times: int, monkeypatch: pytest.MonkeyPatch
+) -> Counter[int]:
+    """Random changes of t at ``times`` times after a snapshot at 0, pushed at once (a
+    replica catching up) to one instance and time by time to another: every time's
+    contents must agree. Returns how often each operator evaluated groups in the one step."""
+    rng = random.Random(workers * 2 + inserts_only)
+    workload = Workload(seed=rng.randrange(1000))
+    at_once, stepwise = ComputeInstance(workers=workers), ComputeInstance(workers=workers)
+    pushed = []
+    for instance in (at_once, stepwise):
+        for name in RECOMPUTED:
+            plan, _ = VIEWS[name]
+            instance.create_dataflow(index_dataflow(name, plan, {"t": T}, 0))
+    for time in range(times):
+        changes = workload.changes("t")
+        if inserts_only:
+            changes = [(row, diff) for row, diff in changes if diff > 0]
+        updates = [(row, time, diff) for row, diff in changes]
+        pushed += updates
+        stepwise.push("t", persist_updates(T, updates), time + 1)
+        stepwise.step()
+    calls = count_evaluations(monkeypatch)
+    at_once.push("t", persist_updates(T, pushed), times)
+    assert at_once.step()
+    for time in range(times):
+        for name in RECOMPUTED:
+            expected = view_contents(stepwise, name, time)
+            assert view_contents(at_once, name, time) == expected, (name, time)
+    return calls
+
+
+@pytest.mark.parametrize("workers", [1, 3])
+@pytest.mark.parametrize("inserts_only", [False, True])
+def test_a_catch_up_of_many_times_aggregates_once_not_once_per_time(
+    workers: int, inserts_only: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """min/max, count(DISTINCT), string_agg and top-k (re-evaluated, not accumulated) over
+    40 times in one step answer every time as a step per time does, with one evaluation
+    per worker and view (two with the snapshot's), not one per time: a replica that
+    catches up after a restart pays a fixed number of dataframe operations, not one
+    round per time."""
+    calls = _catch_up(workers, inserts_only, 40, monkeypatch)
+    assert sum(calls.values()) <= 2 * workers * len(RECOMPUTED), calls
+
+
+def test_a_catch_up_past_the_expansion_limit_takes_its_times_in_runs(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Rows times times over ``EXPANSION_LIMIT``: the times are split in runs, each stored
+    before the next looks its keys up (or one at a time, for the keyless groups that hold
+    every row), and every time still answers as stepwise."""
+    monkeypatch.setattr(operators, "EXPANSION_LIMIT", 60)
+    calls = _catch_up(1, False, 40, monkeypatch)
+    assert len(calls) == len(RECOMPUTED)
+    assert all(n > 2 for n in calls.values()), calls  # every view's times were split
+
+
+def test_the_expansion_counts_each_keys_rows_times_its_times() -> None:
+    """What decides the split: a keyless group's rows too (its key columns are none)."""
+    delta = pl.DataFrame(
+        {"k0": ["a", "a", "b"], "a0": [1, 2, 3], "time": [1, 2, 2], "diff": [1, 1, 1]},
+        schema_overrides={"time": pl.UInt64},
+    )
+    prior = pl.DataFrame({"k0": ["a"] * 10 + [None] * 5, "a0": [5] * 15, "diff": [1] * 15})
+    keyed = delta.select("k0", pl.col("time").alias("_at")).unique()
+    # a: (2 updates + 10 rows) x 2 times; b: 1 update x 1 time; NULL: not touched.
+    assert operators._expansion(prior, delta, keyed, ["k0"]) == 12 * 2 + 1
+    keyless = delta.select(pl.col("time").alias("_at")).unique()
+    assert operators._expansion(prior, delta, keyless, []) == (3 + 15) * 2
+    assert operators._expansion(None, delta, keyless, []) == 3 * 2

@@ -138,6 +138,7 @@ class ControllerPeer:
         timestamp: int = 0,
         max_result_rows: int = 0,
         incarnation: int | None = None,
+        reply_subject: str = "",
     ) -> str:
         """Peek index ``target_id``, naming the result ``columns``; returns the peek's uuid."""
         peek_id = str(uuid.uuid4())
@@ -148,6 +149,7 @@ class ControllerPeer:
                 timestamp=timestamp,
                 target_id=target_id,
                 max_result_rows=max_result_rows,
+                reply_subject=reply_subject,
                 result_desc=common_pb2.RelationDesc(
                     columns=[common_pb2.Column(name=n, type=t) for n, t in columns]
                 ),

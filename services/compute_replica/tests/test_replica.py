@@ -6,6 +6,7 @@ import asyncio
 import os
 import time
 import uuid
+from typing import Any
 
 import structlog
 from prometheus_client import REGISTRY
@@ -253,6 +254,38 @@ async def test_cancel_peek_answers_canceled_and_nothing_after(created, controlle
     assert len(controller.peek_responses(peek_id)) == 1
     assert len(controller.peek_responses(answered)) == 1
     assert not controller.peek_responses(answered)[0].canceled
+
+
+async def test_peek_rows_go_to_the_reply_subject_too_and_errors_do_not(
+    created, controller, storage
+):
+    """A peek naming a reply subject gets its rows there as well as through the controller
+    (the coordinator takes the first copy); an error goes to the controller only."""
+    storage.append(REPLICAS, [replica_row("u1", "r1")], timestamp=3)
+    await controller.create_index(REPLICAS, as_of=3)
+    subject = f"{controller.nc.new_inbox()}.peek"
+    direct: list[compute_pb2.PeekResponse] = []
+
+    async def received(msg: Any) -> None:
+        direct.append(compute_pb2.PeekResponse.FromString(msg.data))
+
+    subscription = await controller.nc.subscribe(f"{subject}.*", cb=received)
+    try:
+        answered = await controller.peek(columns=REPLICAS.columns, reply_subject=f"{subject}.rows")
+        refused = await controller.peek(target_id="", reply_subject=f"{subject}.error")
+        by_controller = await controller.peek_response(answered)
+        assert (await controller.peek_response(refused)).HasField("error")
+        await assert_eventually(lambda: _assert(len(direct) >= 1))
+        (response,) = direct  # the error was not sent there
+        assert response.uuid == answered
+        assert response == by_controller
+        assert rows_of(response) == [as_tuple(replica_row("u1", "r1"))]
+    finally:
+        await subscription.unsubscribe()
+
+
+def _assert(condition: bool) -> None:
+    assert condition
 
 
 async def test_peek_before_create_instance_is_an_error(start_replica, controller):

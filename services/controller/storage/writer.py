@@ -122,6 +122,8 @@ OUTBOX_TIMEOUT_S = 10.0
 # published right after the first (an execution's end) go into it too.
 GATHER_QUIET_S = 0.02
 GATHER_MAX_S = 0.1
+# A flush longer than this (or two intervals) is logged with where its time went.
+SLOW_FLUSH_S = 3.0
 # How long start-up waits for the backlog of an earlier run to be applied.
 CATCH_UP_TIMEOUT_S = 120.0
 # How long a statement log collection waits for the stream's backlog to be
@@ -741,23 +743,12 @@ class StorageWriter:
         return live
 
     def _compact_all(self) -> list[CompactionResult]:
-        """Compact every collection; sinces first, and again whenever merges took an
-        interval (``Compactor.advance_since``), so retention holds however long a pass is."""
-        collections = list(self._collections.items())
-        advanced = self._advance_sinces(collections)
-        results = []
-        for cid, collection in collections:
-            if self._closing:
-                break  # stopping: the next start compacts what is left
-            results.append(self._compactor.compact(self._shards[cid], collection))
-            if time.monotonic() - advanced >= self._compaction_interval:
-                advanced = self._advance_sinces(collections)
-        return results
-
-    def _advance_sinces(self, collections: list[tuple[str, BuiltinCollection]]) -> float:
-        for cid, collection in collections:
-            self._compactor.advance_since(self._shards[cid], collection)
-        return time.monotonic()
+        """One compaction pass over every collection (``Compactor.compact_all``)."""
+        return self._compactor.compact_all(
+            [(self._shards[cid], collection) for cid, collection in self._collections.items()],
+            interval=self._compaction_interval,
+            stopping=lambda: self._closing,
+        )
 
     def _settle_waiters(self) -> None:
         pending = []
@@ -824,7 +815,9 @@ class StorageWriter:
             retracting = (
                 set() if upper_only else self._add_retractions(tables, states, live_sessions)
             )
+            prepared = time.monotonic()
             parts = self._write_parts(tables, timestamp, report)
+            written = time.monotonic()
             # The upper moves to the wall clock of now, not to timestamp + 1: the
             # Spark write took a while, and a reader at the oracle's timestamp
             # (about now) would otherwise wait for the next upper tick.
@@ -847,8 +840,22 @@ class StorageWriter:
                 self.metrics.disk_full_now.set(0)
             if not upper_only and not report.failed_steps:
                 self._flush_error = None
-            self.metrics.flush_duration.observe(time.monotonic() - started)
+            ended = time.monotonic()
+            self.metrics.flush_duration.observe(ended - started)
             self.metrics.flushes.labels("partial" if report.failed_steps else "ok").inc()
+            if ended - started > max(SLOW_FLUSH_S, 2 * self._flush_interval):
+                # Every builtin collection's upper waits for a flush: say where it went.
+                log.info(
+                    "storage_flush_slow",
+                    seconds=round(ended - started, 2),
+                    prepare_s=round(prepared - started, 2),
+                    write_s=round(written - prepared, 2),
+                    append_s=round(ended - written, 2),
+                    batches=len(received),
+                    rows=sum(t.num_rows for t in tables.values()),
+                    collections=len(tables),
+                    failed_steps=report.failed_steps,
+                )
             return report
 
     def _take(

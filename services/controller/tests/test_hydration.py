@@ -129,6 +129,14 @@ def of(writer: Any, cid: str, replica_id: str, object_id: str | None = None) -> 
     return sorted(rows, key=repr)
 
 
+def the_one(writer: Any, cid: str, replica_id: str, object_id: str | None = None) -> Any:
+    """The one row ``of`` finds; an AssertionError (retried by ``assert_eventually``) while
+    it is not there yet, not the ValueError of unpacking an empty list."""
+    rows = of(writer, cid, replica_id, object_id)
+    assert len(rows) == 1, (cid, replica_id, object_id, rows)
+    return rows[0]
+
+
 def lir_ids(orchestrator: Any, replica_id: str, dataflow_id: str) -> set[int]:
     """The LIR ids of the dataflow as the replica's engine rendered it."""
     replica = orchestrator.replicas.get(replica_id)
@@ -178,7 +186,7 @@ def check_hydrated(
     assert statuses == sorted(((replica_id, object_id, n, True) for n in nodes), key=repr)
     progress = of(writer, PROGRESS, replica_id, object_id)
     assert {(r[2], r[3]) for r in progress} == {(n, w) for n in nodes for w in range(WORKERS)}
-    ((_, _, time_ns),) = of(writer, TIMES, replica_id, object_id)
+    (_, _, time_ns) = the_one(writer, TIMES, replica_id, object_id)
     assert time_ns is not None
     assert time_ns > 0
 
@@ -196,9 +204,9 @@ def check_replaced(
 
 
 def check_history_hydrating(writer: Any, replica_id: str) -> None:
-    (episode,) = of(writer, REPLICA_HISTORY, replica_id)
+    episode = the_one(writer, REPLICA_HISTORY, replica_id)
     assert (episode[6], episode[3]) == ("hydrating", None), episode
-    (obj,) = of(writer, OBJECT_HISTORY, replica_id, "q3_idx")
+    obj = the_one(writer, OBJECT_HISTORY, replica_id, "q3_idx")
     assert (obj[6], obj[5]) == ("hydrating", None), obj
     assert obj[3] is not None, obj
 
@@ -247,16 +255,16 @@ async def test_statuses_progress_times_dependencies_and_histories(cluster, arrow
 
     def histories() -> None:
         for replica_id in (first, second):
-            (episode,) = of(arrow_writer, REPLICA_HISTORY, replica_id)
+            episode = the_one(arrow_writer, REPLICA_HISTORY, replica_id)
             _, cluster_id, started, finished, count, peak, status, incarnation = episode
             assert (cluster_id, count, status, incarnation) == (info.id, 1, "hydrated", 1)
             assert finished is not None
             assert finished >= started
             assert peak > 0
-            (obj,) = of(arrow_writer, OBJECT_HISTORY, replica_id, "q3_idx")
+            obj = the_one(arrow_writer, OBJECT_HISTORY, replica_id, "q3_idx")
             assert (obj[6], obj[7]) == ("hydrated", 1)
             installed, finished_at = obj[3], obj[5]
-            ((_, _, time_ns),) = of(arrow_writer, TIMES, replica_id, "q3_idx")
+            (_, _, time_ns) = the_one(arrow_writer, TIMES, replica_id, "q3_idx")
             assert finished_at - installed == dt.timedelta(microseconds=time_ns // 1000)
 
     await assert_eventually(histories, timeout=10)
@@ -318,7 +326,7 @@ async def test_replicas_report_every_node_on_every_worker_with_times(
     assert {(r[2], r[3]): (r[4], r[5]) for r in progress} == {
         (n.lir_id, n.worker_id): (n.records_done, n.records_estimated) for n in final.nodes
     }
-    (obj,) = of(arrow_writer, OBJECT_HISTORY, first, "q3_idx")
+    obj = the_one(arrow_writer, OBJECT_HISTORY, first, "q3_idx")
     assert obj[8] == final.records_done
     assert obj[4] == dt.datetime.fromtimestamp(final.started_at_ms / 1000, dt.UTC)
 

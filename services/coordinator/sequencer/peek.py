@@ -14,20 +14,27 @@ between them, see ``loupe.controller.peeks``): a round that ends unanswered,
 or a controller that is away (restarting), only means asking again, and a
 read still waiting after its first round is logged once with what it waits
 for. What ends a wait early is an answer that cannot change: what it reads
-was dropped (42704, in Materialize's words). Peeks in flight to a cluster
-are bounded (``loupe.coordinator.admission``): a read past the bound waits
-its turn.
+was dropped (42704, in Materialize's words), noticed as soon as the drop
+commits (the catalog snapshot changes), not at the end of a round. Peeks in
+flight to a cluster are bounded (``loupe.coordinator.admission``): a read past
+the bound waits its turn.
+
+The rows come back the shorter way when they can: a peek names a reply
+subject of this coordinator, and the replica that has the rows publishes them
+there as well as to the controller (``PeekReplies``); the first copy answers.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any
 
 from loupe.common.errors import LoupeError, SqlState
 from loupe.common.logging import get_logger
+from loupe.common.transport import subscribe
 from loupe.common.values import from_row
 from loupe.coordinator.admission import (
     RETRY_PAUSE,
@@ -43,6 +50,62 @@ if TYPE_CHECKING:
     from loupe.coordinator.sequencer.context import SequencerContext
 
 log = get_logger(__name__)
+
+
+class PeekReplies:
+    """Rows a replica sends straight to this coordinator (``Peek.reply_subject``).
+
+    The controller routes every peek and answers it; a replica that has the rows
+    also publishes them to the subject the peek names, one per peek under this
+    coordinator's inbox. That answer skips a hop and the controller's event loop,
+    which decodes the storage writer's input between two peeks. Only rows come
+    this way: an error still comes through the controller, which waits for the
+    cluster's other replicas. Rows at the peek's timestamp are the same from
+    every replica, so the first copy is the answer.
+    """
+
+    def __init__(self, connection: Any) -> None:
+        self._nc = connection
+        self._prefix = ""
+        self._subscription: Any = None
+        self._waiting: dict[str, asyncio.Future[compute_pb2.PeekResponse]] = {}
+
+    async def start(self) -> None:
+        self._prefix = f"{self._nc.new_inbox()}.peek"
+        self._subscription = await subscribe(
+            self._nc, f"{self._prefix}.*", compute_pb2.PeekResponse, self._received
+        )
+
+    async def stop(self) -> None:
+        if self._subscription is not None:
+            with contextlib.suppress(Exception):
+                await self._subscription.unsubscribe()
+        self._subscription = None
+        for future in self._waiting.values():
+            future.cancel()
+        self._waiting.clear()
+
+    def expect(self, uuid: str) -> tuple[str, asyncio.Future[compute_pb2.PeekResponse]] | None:
+        """(reply subject, future of the rows) for peek ``uuid``; None before ``start``."""
+        if self._subscription is None:
+            return None
+        future = self._waiting[uuid] = asyncio.get_running_loop().create_future()
+        return f"{self._prefix}.{uuid}", future
+
+    def forget(self, uuid: str) -> None:
+        future = self._waiting.pop(uuid, None)
+        if future is not None and not future.done():
+            future.cancel()
+
+    async def _received(self, response: compute_pb2.PeekResponse, msg: Any) -> None:
+        uuid = msg.subject.rpartition(".")[2]
+        future = self._waiting.get(uuid)
+        if future is None or future.done():
+            return  # a late copy: the peek was answered already
+        if response.uuid != uuid or response.WhichOneof("result") != "rows":
+            log.warning("direct peek reply ignored", subject=msg.subject, uuid=response.uuid)
+            return
+        future.set_result(response)
 
 
 def canceled_error() -> LoupeError:
@@ -101,14 +164,21 @@ async def _send_peek(
     began = time.monotonic()
     logged = False
     pause = RETRY_PAUSE
+    direct = ctx.peek_replies.expect(peek_id)
+    if direct is not None:
+        request.peek.reply_subject = direct[0]
     try:
         while True:
             try:
                 # The transport's own limit is the round plus room for a busy controller.
-                response = await ctx.controller.call(
+                call = ctx.controller.call(
                     "Peek", request, timeout=round_seconds + ctx.config.request_timeout
                 )
+                watch = None if dropped is None else _dropped_meanwhile(ctx, dropped)
+                response = await _first_answer(call, None if direct is None else direct[1], watch)
                 break
+            except _Dropped as dropping:
+                raise _ended_by_drop(ctx, peek_id, dropping.what) from None
             except LoupeError as error:
                 if error.code not in TRANSIENT:
                     raise
@@ -119,13 +189,10 @@ async def _send_peek(
                     pause = min(pause * 2, RETRY_PAUSE_CAP)
                 else:
                     pause = RETRY_PAUSE
+                # A drop the watch of this round could not see (it came between rounds).
                 gone = dropped() if dropped is not None else None
                 if gone is not None:
-                    ctx.spawn(cancel_peek(ctx, peek_id))
-                    raise LoupeError(
-                        SqlState.UNDEFINED_OBJECT,
-                        f"query could not complete because {gone} was dropped",
-                    ) from None
+                    raise _ended_by_drop(ctx, peek_id, gone) from None
             waited = time.monotonic() - began
             if not logged and waited >= round_seconds:
                 logged = True
@@ -140,6 +207,8 @@ async def _send_peek(
     except asyncio.CancelledError:
         ctx.spawn(cancel_peek(ctx, peek_id))
         raise
+    finally:
+        ctx.peek_replies.forget(peek_id)
     if logged:
         log.info("waiting read answered", uuid=peek_id, waited=round(time.monotonic() - began, 1))
     kind = response.WhichOneof("result")
@@ -149,6 +218,66 @@ async def _send_peek(
         raise canceled_error()
     columns = tuple((c.name, c.type) for c in response.rows.desc.columns)
     return columns, [from_row(row) for row in response.rows.rows]
+
+
+def _ended_by_drop(ctx: SequencerContext, peek_id: str, what: str) -> LoupeError:
+    """Cancel peek ``peek_id`` (in the background) and say why: ``what`` was dropped."""
+    ctx.spawn(cancel_peek(ctx, peek_id))
+    return LoupeError(
+        SqlState.UNDEFINED_OBJECT, f"query could not complete because {what} was dropped"
+    )
+
+
+class _Dropped(Exception):
+    """What a waiting read depends on was dropped (``what``, as the user names it)."""
+
+    def __init__(self, what: str) -> None:
+        super().__init__(what)
+        self.what = what
+
+
+async def _dropped_meanwhile(ctx: SequencerContext, dropped: Callable[[], str | None]) -> str:
+    """Return what ``dropped`` names once a catalog change drops it."""
+    while True:
+        await ctx.follower.changed()
+        gone = dropped()
+        if gone is not None:
+            return gone
+
+
+async def _first_answer(
+    call: Coroutine[Any, Any, Any],
+    direct: asyncio.Future[compute_pb2.PeekResponse] | None,
+    watch: Coroutine[Any, Any, str] | None,
+) -> Any:
+    """The controller's answer to ``call``, or the rows a replica sent straight here if they
+    come first (the controller's call is then dropped: it would bring the same rows).
+    ``watch`` ends the wait with ``_Dropped`` if it returns first (what the read depends
+    on was dropped)."""
+    if direct is not None and direct.done():
+        call.close()
+        if watch is not None:
+            watch.close()
+        return direct.result()
+    task = asyncio.ensure_future(call)
+    watching = asyncio.ensure_future(watch) if watch is not None else None
+    waits: set[asyncio.Future[Any]] = {task}
+    waits.update(f for f in (direct, watching) if f is not None)
+    try:
+        await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+    except asyncio.CancelledError:
+        task.cancel()
+        raise
+    finally:
+        if watching is not None:
+            watching.cancel()
+    if task.done():
+        return task.result()
+    task.cancel()
+    if direct is not None and direct.done():
+        return direct.result()
+    assert watching is not None
+    raise _Dropped(watching.result())
 
 
 async def cancel_peek(ctx: SequencerContext, peek_id: str) -> None:

@@ -39,8 +39,9 @@ from loupe.coordinator.coordinator import (
     CONTROLLER_SERVICE,
 )
 from loupe.coordinator.service import CoordinatorService, CoordinatorSettings
+from loupe.coordinator.tables import Table, updates_table
 from loupe.interval import structs
-from loupe.persist import Shard, open_location
+from loupe.persist import Shard, UpperMismatch, open_location
 from loupe.persist.location import default_uris
 from loupe.persist.shard import arrow_schema
 from loupe.proto.catalog.v1 import catalog_pb2
@@ -798,6 +799,21 @@ class TableHarness(Harness):
         errors = [r.error for r in responses if r.HasField("error")]
         assert not errors, errors
         return [r.complete.tag for r in responses if r.HasField("complete")][-1]
+
+
+def append_as_another_writer(
+    shard: Shard, table: Table, rows: list[tuple[Any, ...]], *, step: int = 1
+) -> None:
+    """Append ``rows`` (none: only move the upper) at the shard's upper and move it by
+    ``step``, as another writer or a tick would; again if a tick moved the upper first."""
+    while True:
+        upper = shard.state().upper
+        part = updates_table(table, [(row, 1) for row in rows], upper) if rows else None
+        try:
+            shard.compare_and_append(part, upper, upper + step)
+            return
+        except UpperMismatch:
+            continue
 
 
 @contextlib.asynccontextmanager

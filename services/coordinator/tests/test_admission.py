@@ -21,6 +21,7 @@ from loupe.client import SqlClient
 from loupe.common.errors import LoupeError
 from loupe.coordinator import admission
 from loupe.coordinator.admission import AdmissionQueue, until_answered
+from loupe.coordinator.tests.conftest import append_as_another_writer
 from loupe.proto.common.v1 import common_pb2
 from loupe.proto.sql.v1 import sql_pb2
 from loupe.testing import assert_eventually
@@ -299,7 +300,11 @@ async def test_a_parameter_that_does_not_decode_is_a_sqlstate_not_a_grpc_error(
 
 
 async def test_a_write_losing_many_races_is_planned_again_until_it_commits(fleet: Any) -> None:
-    """No retry limit (it was 40001 after 10 lost races): only statement_timeout ends it."""
+    """No retry limit (it was 40001 after 10 lost races): only statement_timeout ends it.
+
+    A race lost to rows (another writer appending between the plan's read and its
+    append) plans again; one lost to an empty advance does not (``test_tables``).
+    """
     harness = await fleet.add()
     coordinator = harness.service.coordinator
     session = await harness.session()
@@ -308,25 +313,28 @@ async def test_a_write_losing_many_races_is_planned_again_until_it_commits(fleet
     store = coordinator.tables
     retries = REGISTRY.get_sample_value("loupe_coordinator_table_write_retries_total") or 0.0
     races = 12
+    seen: list[int] = []
 
-    def plan(_contents: Any) -> tuple[list[Any], int]:
+    def plan(contents: Any) -> tuple[list[Any], int]:
         nonlocal races
+        seen.append(sum(contents.column("mz_diff").to_pylist()) if contents.num_rows else 0)
         if races:
-            # Another writer (a read's advance, a tick) moves the upper first.
+            # Another writer appends a row first.
             races -= 1
-            shard = store.shard(table.id)
-            upper = shard.state().upper
-            shard.compare_and_append(None, upper, upper + 1)
+            append_as_another_writer(store.shard(table.id), table, [(0,)])
         return [((7,), 1)], 1
 
-    written = await store.write(table, plan)
+    written = await store.write(table, plan, read=True)
     assert written.count == 1
     assert races == 0
+    # Planned 13 times, each time on the rows the last race left.
+    assert seen == list(range(13))
     assert REGISTRY.get_sample_value("loupe_coordinator_table_write_retries_total") == (
         retries + 12
     )
     contents = await store.contents(table)
-    assert contents.column("a").to_pylist() == [7]
+    assert sorted(contents.column("a").to_pylist()) == [0, 7]
+    assert sorted(contents.column("mz_diff").to_pylist()) == [1, 12]
 
 
 async def test_sessions_past_max_connections_are_refused_with_53300(tables: Any) -> None:

@@ -13,6 +13,10 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
+from loupe.catalog.service import QUEUE_GROUP as CATALOG_QUEUE
+from loupe.common.transport import connect, subject_for
+from loupe.coordinator.coordinator import CATALOG_SERVICE
+from loupe.coordinator.tests.conftest import append_as_another_writer
 from loupe.persist import Shard, open_location
 from loupe.testing import assert_eventually
 
@@ -409,6 +413,93 @@ async def test_concurrent_inserts_are_all_kept(tables: Any) -> None:
         *(tables.tag(s, f"INSERT INTO t VALUES ({i})") for i, s in enumerate(sessions))
     )
     assert await tables.rows(session, "SELECT count(*), sum(a) FROM t") == [(4, 6)]
+
+
+async def _table_with_one_row(tables: Any) -> tuple[str, Any, Any, Shard]:
+    """A session, the coordinator's table store, table ``t (a int)`` holding 1, its shard."""
+    session = await tables.session()
+    await tables.tag(session, "CREATE TABLE t (a int)")
+    await tables.tag(session, "INSERT INTO t VALUES (1)")
+    store = tables.service.coordinator.tables
+    (table,) = [t for t in tables.service.coordinator.state.tables.values() if t.name == "t"]
+    return session, store, table, store.shard(table.id)
+
+
+async def test_a_write_racing_uppers_that_keep_moving_is_planned_once(tables: Any) -> None:
+    """Ticks and reads that move the upper mid-plan add no rows: the write lands past them.
+
+    Before, every such race sent the write back to plan again at a new timestamp;
+    a plan slower than the ticks (a loaded machine) then never committed.
+    """
+    session, store, table, shard = await _table_with_one_row(tables)
+    oracle = store.oracle
+    plans: list[int] = []
+
+    def plan(contents: Any, rows: list[tuple[Any, ...]]) -> tuple[list[Any], int]:
+        plans.append(contents.num_rows if contents is not None else -1)
+        # A tick lands while this plan runs, every time it runs: past the write's timestamp.
+        append_as_another_writer(shard, table, [], step=50)
+        return [(row, 1) for row in rows], len(rows)
+
+    blind = await store.write(table, lambda c: plan(c, [(2,)]))
+    assert plans == [-1]
+    reading = await store.write(table, lambda c: plan(c, [(3,)]), read=True)
+    assert plans == [-1, 2]  # read the two rows once, never again
+    assert blind.timestamp < reading.timestamp
+    # Acknowledged writes are visible to every later read at the oracle's timestamp.
+    assert await oracle.read_timestamp() >= reading.timestamp
+    assert await tables.rows(session, "SELECT a FROM t ORDER BY a") == [(1,), (2,), (3,)]
+
+
+async def test_writes_go_on_when_an_oracle_call_goes_to_a_catalog_that_died(
+    tables: Any, nats_url: str
+) -> None:
+    """A catalog that dies holding an oracle call never answers it: the call is asked
+    again after the oracle's call timeout, not after the 30 s request timeout, so the
+    writes queued behind it go on once another catalog serves."""
+    session = await tables.session()
+    await tables.tag(session, "CREATE TABLE t (a int)")
+    tables.service.coordinator.oracle.call_timeout = 0.5
+    # A catalog that died after taking its share of the oracle's requests: subscribed
+    # in the catalog's queue group, it answers nothing.
+    connection = await connect(nats_url, name="dead-catalog")
+    try:
+        for method in ("WriteTimestamp", "ReadTimestamp"):
+            await connection.subscribe(
+                subject_for(CATALOG_SERVICE, method), queue=CATALOG_QUEUE, cb=_swallow
+            )
+        await connection.flush()
+        # Under the 30 s request timeout one swallowed call is enough to fail an INSERT;
+        # with the oracle's 0.5 s here, only many in a row (each half the time) could.
+        await tables.tag(session, "SET statement_timeout = '20s'")
+        for value in range(8):
+            await tables.tag(session, f"INSERT INTO t VALUES ({value})")
+    finally:
+        await connection.close()
+    assert await tables.rows(session, "SELECT count(*), sum(a) FROM t") == [(8, 28)]
+
+
+async def _swallow(message: Any) -> None:
+    """Takes a request and never answers it."""
+
+
+async def test_a_reading_write_plans_again_when_rows_land_meanwhile(tables: Any) -> None:
+    """Rows another writer appends between a DELETE's read and its append are not missed."""
+    session, store, table, shard = await _table_with_one_row(tables)
+    seen: list[list[int]] = []
+
+    def delete_all(contents: Any) -> tuple[list[Any], int]:
+        rows = contents.column("a").to_pylist()
+        seen.append(rows)
+        if len(seen) == 1:
+            # Another writer's row lands after this plan read the table.
+            append_as_another_writer(shard, table, [(5,)])
+        return [((a,), -1) for a in rows], len(rows)
+
+    result = await store.write(table, delete_all, read=True)
+    assert seen == [[1], [1, 5]]
+    assert result.count == 2
+    assert await tables.rows(session, "SELECT a FROM t") == []
 
 
 async def test_serializable_reads_the_latest_complete_time(

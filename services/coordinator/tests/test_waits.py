@@ -20,6 +20,11 @@ from loupe.builtins import (
     MZ_SQL_TEXT,
     MZ_STATEMENT_EXECUTION_HISTORY,
 )
+from loupe.common.errors import LoupeError
+from loupe.common.transport import publish
+from loupe.compute_replica.protocol import PeekResult
+from loupe.coordinator.tests.conftest import _result_columns
+from loupe.proto.compute.v1 import compute_pb2
 from loupe.proto.sql.v1 import sql_pb2
 from loupe.testing import assert_eventually
 
@@ -54,6 +59,85 @@ async def test_a_read_waits_through_many_rounds_and_is_answered(fleet: Any) -> N
     assert waiting[0]["log_level"] == "info"
     assert "waits for the test to release it" in waiting[0]["waiting_for"]
     assert harness.controller.canceled == []
+
+
+async def test_rows_a_replica_sends_straight_here_answer_before_the_controller(
+    fleet: Any,
+) -> None:
+    """A peek names a reply subject; rows published there answer the read while the
+    controller has not answered yet (it relays the same rows later). Anything but rows
+    there is ignored: errors come through the controller."""
+    harness = await fleet.add(peek_round=0.2)
+    session = await harness.session()
+    harness.controller.block_peeks = True
+    running = asyncio.create_task(harness.rows(session, "SELECT name FROM mz_clusters"))
+    await assert_eventually(lambda: _at_least(len(harness.controller.peeks), 1), timeout=10)
+    peek = harness.controller.peeks[-1].peek
+    assert peek.reply_subject
+    connection = harness.service.coordinator.context.connection
+    error = LoupeError("XX000", "not from here")
+    await publish(
+        connection,
+        peek.reply_subject,
+        compute_pb2.PeekResponse(uuid=peek.uuid, error=error.to_proto()),
+    )
+    rows = PeekResult(_result_columns(peek), [("straight from a replica",)]).to_proto()
+    await publish(
+        connection, peek.reply_subject, compute_pb2.PeekResponse(uuid=peek.uuid, rows=rows)
+    )
+    try:
+        assert await asyncio.wait_for(running, 10) == [("straight from a replica",)]
+        assert harness.controller.canceled == []
+    finally:
+        harness.controller.release_peeks()
+
+
+async def test_a_drop_ends_a_waiting_read_at_once_not_at_the_end_of_its_round(
+    fleet: Any,
+) -> None:
+    """The read is asked in rounds of a minute here; the DROP that commits meanwhile ends
+    it within seconds (42704), and its peek is canceled at the controller."""
+    harness = await fleet.add(peek_round=60)
+    session, other = await harness.session(), await harness.session()
+    assert await harness.rows(session, "CREATE TABLE soon_gone (a int)") == []
+    harness.controller.block_peeks = True
+    try:
+        read = asyncio.create_task(harness.execute(session, "SELECT count(*) FROM soon_gone"))
+        await assert_eventually(lambda: _at_least(len(harness.controller.peeks), 1), timeout=10)
+        assert await harness.rows(other, "DROP TABLE soon_gone") == []
+        failed = error_of(await asyncio.wait_for(read, 10))
+        assert (failed.code, failed.message) == (
+            "42704",
+            'query could not complete because table "materialize.public.soon_gone" was dropped',
+        )
+        assert len(harness.controller.peeks) == 1  # one round, not ended by its clock
+        peek_id = harness.controller.peeks[0].peek.uuid
+        await assert_eventually(lambda: _has(harness.controller.canceled, peek_id), timeout=5)
+    finally:
+        harness.controller.release_peeks()
+
+
+async def test_dropping_the_peeked_index_ends_a_waiting_fast_path_read(fleet: Any) -> None:
+    """A fast-path read of an index waits; DROP INDEX (its table stays) ends it at once,
+    naming the index as Materialize does."""
+    harness = await fleet.add(peek_round=60)
+    session, other = await harness.session(), await harness.session()
+    for sql in ("CREATE TABLE kept (a int)", "CREATE INDEX kept_a ON kept (a)"):
+        assert await harness.rows(session, sql) == []
+    harness.controller.block_peeks = True
+    try:
+        read = asyncio.create_task(harness.execute(session, "SELECT a FROM kept WHERE a = 3"))
+        await assert_eventually(lambda: _at_least(len(harness.controller.peeks), 1), timeout=10)
+        index_id = harness.controller.peeks[0].peek.target_id
+        assert index_id.startswith("u"), index_id  # the fast path: the index itself
+        assert await harness.rows(other, "DROP INDEX kept_a") == []
+        failed = error_of(await asyncio.wait_for(read, 10))
+        assert (failed.code, failed.message) == (
+            "42704",
+            'query could not complete because index "materialize.public.kept_a" was dropped',
+        )
+    finally:
+        harness.controller.release_peeks()
 
 
 async def test_a_controller_that_is_away_is_waited_for(fleet: Any) -> None:

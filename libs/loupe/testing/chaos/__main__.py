@@ -46,6 +46,14 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--recovery-bound", type=float, default=RECOVERY_BOUND)
     parser.add_argument(
+        "--kind-bound",
+        action="append",
+        default=[],
+        metavar="KIND=SECONDS",
+        help="hold one kind to another recovery bound (repeatable), e.g. spark-kill=240;"
+        " a longer one is also the catalog relations' bound after that kind",
+    )
+    parser.add_argument(
         "--catalog-bound",
         type=float,
         default=CATALOG_BOUND,
@@ -64,6 +72,15 @@ def main(argv: list[str] | None = None) -> int:
     unknown = set(kinds) - set(KINDS)
     if unknown:
         parser.error(f"unknown fault kinds: {sorted(unknown)}")
+    kind_bounds: dict[str, float] = {}
+    for entry in args.kind_bound:
+        kind, _, seconds = entry.partition("=")
+        if kind not in KINDS or not seconds:
+            parser.error(f"--kind-bound wants KIND=SECONDS with a known kind, not {entry!r}")
+        try:
+            kind_bounds[kind] = float(seconds)
+        except ValueError:
+            parser.error(f"--kind-bound {entry!r}: {seconds!r} is not a number of seconds")
     options = Options(
         faults=args.faults,
         minutes=args.minutes,
@@ -73,6 +90,7 @@ def main(argv: list[str] | None = None) -> int:
         gap=(args.min_gap, args.max_gap),
         ddl_pause=tuple(args.ddl_pause),
         recovery_bound=args.recovery_bound,
+        kind_bounds=kind_bounds,
         catalog_bound=args.catalog_bound,
         kinds=kinds,
         replicas_of=args.replicas_of,

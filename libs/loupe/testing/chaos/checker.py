@@ -97,9 +97,11 @@ class Checker:
                     )
         return findings
 
-    def catalog(self, ledger: Ledger) -> list[str]:
+    def catalog(self, ledger: Ledger, bound: float | None = None) -> list[str]:
         """The catalog itself (name resolution) against the DDL ledger, then the catalog
-        relations and SHOW (queries over them) against the catalog, eventually."""
+        relations and SHOW (queries over them) against the catalog, eventually: within
+        ``bound`` seconds (default ``catalog_bound``)."""
+        bound = self.catalog_bound if bound is None else bound
         findings, truth = self.resolved(ledger)
         began = time.monotonic()
         while True:
@@ -113,8 +115,8 @@ class Checker:
             if not differences:
                 self.catalog_lags.append(time.monotonic() - began)
                 return findings
-            if time.monotonic() - began > self.catalog_bound:
-                lag = f"catalog after {self.catalog_bound:.0f}s: "
+            if time.monotonic() - began > bound:
+                lag = f"catalog after {bound:.0f}s: "
                 return [*findings, lag + "; ".join(differences)]
             time.sleep(1)
 

@@ -21,6 +21,7 @@ def percentile(values: list[float], fraction: float) -> float:
 class Report:
     seed: int
     recovery_bound: float
+    kind_bounds: dict[str, float] = field(default_factory=dict)
     faults: list[Fault] = field(default_factory=list)
     counts: Counter[str] = field(default_factory=Counter)
     errors: Counter[str] = field(default_factory=Counter)
@@ -82,7 +83,10 @@ class Report:
                 f"catalog relations equal to SHOW after: p50 {percentile(self.catalog_lags, 0.5):.1f}s,"
                 f" max {max(self.catalog_lags):.1f}s"
             )
-        lines.append(f"recovery (seconds from the signal; bound {self.recovery_bound:.0f}s):")
+        others = "".join(f", {k} {b:.0f}s" for k, b in sorted(self.kind_bounds.items()))
+        lines.append(
+            f"recovery (seconds from the signal; bound {self.recovery_bound:.0f}s{others}):"
+        )
         lines.append(
             f"  {'fault':<18}{'n':>3}  {'query p50/p95/max':>22}  {'write p50/p95/max':>22}"
         )

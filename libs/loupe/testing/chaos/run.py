@@ -15,7 +15,7 @@ import shutil
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from loupe.testing.chaos import faults as fault_kinds
@@ -45,6 +45,8 @@ class Options:
     # Seconds the catalog relations may take to equal the catalog at a check.
     catalog_bound: float = CATALOG_BOUND
     recovery_bound: float = RECOVERY_BOUND
+    # Kinds held to another bound than ``recovery_bound`` (kind -> seconds).
+    kind_bounds: dict[str, float] = field(default_factory=dict)
     kinds: tuple[str, ...] = KINDS
     # Replica faults hit replicas whose role starts with this ("replica:u": user ones).
     replicas_of: str = "replica:"
@@ -56,7 +58,9 @@ def run_chaos(options: Options, say: Callable[[str], None] = print) -> Report:
     seed = options.seed if options.seed is not None else random.randrange(2**31)
     say(f"chaos: seed {seed} (rerun with --seed {seed})")
     rng = random.Random(seed)
-    report = Report(seed=seed, recovery_bound=options.recovery_bound)
+    report = Report(
+        seed=seed, recovery_bound=options.recovery_bound, kind_bounds=dict(options.kind_bounds)
+    )
     scratch = None if options.data_dir else Path(tempfile.mkdtemp(prefix="loupe-chaos-"))
     data_dir = options.data_dir or scratch / "data"  # type: ignore[operator]
     began = time.monotonic()
@@ -128,7 +132,8 @@ def _run(
             if fault.query_seconds is None or fault.write_seconds is None:
                 say("chaos: the system did not recover; stopping the run")
                 break
-            fault.findings += _check(workload, checker, tracker, system, report)
+            catalog_bound = catalog_bound_after(options, kind)
+            fault.findings += _check(workload, checker, tracker, system, report, catalog_bound)
             for finding in fault.findings:
                 say(f"  finding: {finding}")
     finally:
@@ -146,6 +151,13 @@ def _run(
         report.findings += run_rounds(system, options.serializability_rounds, say=say)
 
 
+def catalog_bound_after(options: Options, kind: str) -> float:
+    """Seconds the catalog relations may take to converge after a fault of ``kind``: a kind
+    held to a longer recovery bound (a Spark restart: mz_catalog waits for the cold JVM's
+    backlog) has that long for them too."""
+    return max(options.catalog_bound, options.kind_bounds.get(kind, 0.0))
+
+
 def _one_fault(
     kind: str,
     number: int,
@@ -158,22 +170,29 @@ def _one_fault(
     if target is None:
         return None
     fault = fault_kinds.inject(kind, target)
-    fault_kinds.await_recovery(fault, system.sql_port, options.recovery_bound, probe_id=number)
+    bound = options.kind_bounds.get(kind, options.recovery_bound)
+    fault_kinds.await_recovery(fault, system.sql_port, bound, probe_id=number)
     if kind == "replica-stop":
         fault_kinds.settle_stopped_replica(fault, target)
     return fault
 
 
 def _check(
-    workload: Workload, checker: Checker, tracker: Tracker, system: LoupeUp, report: Report
+    workload: Workload,
+    checker: Checker,
+    tracker: Tracker,
+    system: LoupeUp,
+    report: Report,
+    catalog_bound: float | None = None,
 ) -> list[str]:
-    """Every check with the writers paused; a check that cannot run is itself a finding."""
+    """Every check with the writers paused; a check that cannot run is itself a finding
+    (``catalog_bound``: the catalog relations' bound, default the checker's)."""
     findings: list[str] = []
     report.checks += 1
     with workload.gate.paused():
         for name, check in (
             ("writes and views", lambda: checker.data(workload.ledger)),
-            ("catalog", lambda: checker.catalog(workload.ledger)),
+            ("catalog", lambda: checker.catalog(workload.ledger, catalog_bound)),
             ("processes", lambda: check_processes(tracker, _replica_ids(checker))),
         ):
             try:

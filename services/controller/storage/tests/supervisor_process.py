@@ -1,6 +1,6 @@
 """A ``SparkSupervisor`` in a process of its own, whose Spark session a test may break.
 
-    python supervisor_process.py SCRATCH_DIR {dead|hung|replaced}
+    python supervisor_process.py SCRATCH_DIR {dead|hung|replaced|compaction}
 
 Runs one scenario against a real Spark session and prints one JSON object per
 step (what happened, the session's pid and incarnation, restarts), so the
@@ -9,7 +9,9 @@ under the supervisor, then its scratch directory deleted. ``hung``: a job
 that never ends (cancelled at the deadline), then a JVM frozen with SIGSTOP
 (killed at the deadline). ``replaced``: a session replaced by a new one, then
 the old one's JVM killed (as a job hung on it is, at its deadline) while the
-new one runs jobs.
+new one runs jobs. ``compaction``: the JVM killed before a compaction pass over
+three shards (the pass ends at the first, flushes come first), then a pass
+on the new session.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from loupe.builtins import BuiltinCollection
 from loupe.common.logging import configure_logging
 from loupe.common.spark import (
     get_spark,
@@ -33,7 +36,9 @@ from loupe.common.spark import (
     spark_incarnation,
     spark_pid,
 )
-from loupe.controller.storage import SparkSupervisor
+from loupe.controller.storage import CompactionPolicy, Compactor, SparkPartStore, SparkSupervisor
+from loupe.persist import LocalBlob, Shard, SqliteConsensus
+from loupe.persist.shard import arrow_schema
 
 
 def count_rows(spark: Any) -> int:
@@ -105,6 +110,44 @@ def replaced(scratch: Path) -> None:
     print(json.dumps({"step": "pids", "first": first_pid, "second": spark_pid(second)}))
 
 
+def compaction(scratch: Path) -> None:
+    supervisor = SparkSupervisor(get_spark(scratch_dir=scratch), job_timeout=120)
+    blob = LocalBlob(scratch.parent / "blob")
+    consensus = SqliteConsensus(scratch.parent / "consensus.sqlite")
+    columns = (("id", "text"), ("value", "int8"))
+    shards = []
+    for index in range(3):
+        # No history kept: every part but the last lies below the since, to be merged.
+        collection = BuiltinCollection(
+            f"t90{index}", "test", f"churn{index}", columns, "controller", retention_ms=0
+        )
+        shard = Shard(collection.shard_id, blob, consensus)
+        shard.ensure(list(columns))
+        for ts in range(4):
+            rows = {"id": [f"r{ts}"], "value": [ts], "mz_timestamp": [ts], "mz_diff": [1]}
+            shard.compare_and_append(pa.table(rows, schema=arrow_schema(list(columns))), ts, ts + 1)
+        shards.append((shard, collection))
+    compactor = Compactor(SparkPartStore(supervisor), blob, CompactionPolicy(max_parts=2))
+    kill_spark_jvm(supervisor.session())
+    for name in ("the JVM killed", "the next pass"):
+        results = compactor.compact_all(shards, interval=3600)
+        parts = [len(shard.state().parts) for shard, _ in shards]
+        health = supervisor.health()
+        print(
+            json.dumps(
+                {
+                    "step": name,
+                    "compacted": [r.shard_id for r in results],
+                    "failed": [r.shard_id for r in results if r.errors],
+                    "parts": parts,
+                    "restarts": health.restarts,
+                }
+            ),
+            flush=True,
+        )
+
+
 if __name__ == "__main__":
     configure_logging("warning", json=True)
-    {"dead": dead, "hung": hung, "replaced": replaced}[sys.argv[2]](Path(sys.argv[1]))
+    scenarios = {"dead": dead, "hung": hung, "replaced": replaced, "compaction": compaction}
+    scenarios[sys.argv[2]](Path(sys.argv[1]))

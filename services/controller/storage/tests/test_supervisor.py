@@ -91,6 +91,23 @@ def test_killing_a_replaced_sessions_jvm_leaves_the_new_one_running(tmp_path: Pa
     assert (after["result"], after["error"], after["pid"]) == (3, None, pids["second"])
 
 
+@pytest.mark.spark
+@pytest.mark.timeout(300)
+def test_a_compaction_pass_ends_when_its_spark_session_is_lost(tmp_path: Path) -> None:
+    """The merges of a pass do not go on into a new, cold JVM ahead of the flushes that
+    wait for it: the pass ends at the shard that found the session dead, the next pass
+    compacts every shard on the new one."""
+    steps = run_scenario(tmp_path / "spark", "compaction")
+    cut = steps["the JVM killed"]
+    assert cut["compacted"] == cut["failed"] == ["t900"], cut
+    assert cut["parts"] == [4, 4, 4]
+    after = steps["the next pass"]
+    assert after["compacted"] == ["t900", "t901", "t902"], after
+    assert after["failed"] == [], after
+    assert all(parts < 4 for parts in after["parts"]), after
+    assert after["restarts"] == 1
+
+
 def chained(cause: BaseException) -> RuntimeError:
     """A flush's error raised while handling ``cause``."""
     error = RuntimeError("the flush failed")

@@ -12,6 +12,7 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
+import structlog
 from prometheus_client import REGISTRY
 
 from loupe import interval
@@ -413,3 +414,33 @@ async def test_data_after_a_quiet_interval_is_flushed_at_once(
 
     await assert_eventually(landed, timeout=10)
     assert time.monotonic() - staged < 2.0, "flushed at once, not at the next interval"
+
+
+async def test_a_slow_flush_says_where_its_time_went(
+    make_writer: Any, spark: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every builtin collection's upper waits for a flush: one past ``SLOW_FLUSH_S`` is
+    logged with its phases (here the part store's write is made slow)."""
+    from loupe.controller.storage import SparkPartStore
+    from loupe.controller.storage import writer as writer_module
+
+    class SlowWrites:
+        def __init__(self, inner: SparkPartStore) -> None:
+            self.inner, self.name = inner, inner.name
+
+        def write_flush(self, *args: Any) -> None:
+            time.sleep(0.3)
+            self.inner.write_flush(*args)
+
+        def merge(self, *args: Any) -> int:
+            return self.inner.merge(*args)
+
+    monkeypatch.setattr(writer_module, "SLOW_FLUSH_S", 0.2)
+    writer = await make_writer(part_store=SlowWrites(SparkPartStore(spark)), flush_interval=0.05)
+    with structlog.testing.capture_logs() as logs:
+        writer.stage(MZ_CLUSTERS.id, CLUSTER, 1)
+        await writer.flush()  # this one or the loop's: whichever took the row
+    (slow,) = [e for e in logs if e["event"] == "storage_flush_slow" and e["rows"]]
+    assert slow["write_s"] >= 0.3, slow
+    assert slow["seconds"] >= slow["write_s"], slow
+    assert (slow["rows"], slow["collections"], slow["failed_steps"]) == (1, 1, 0), slow

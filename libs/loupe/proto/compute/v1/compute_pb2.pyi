@@ -115,7 +115,7 @@ class PeekSource(_message.Message):
     def __init__(self, name: _Optional[str] = ..., collection: _Optional[_Union[_common_pb2.CollectionMetadata, _Mapping]] = ...) -> None: ...
 
 class Peek(_message.Message):
-    __slots__ = ("uuid", "timestamp", "sources", "sql", "max_result_rows", "target_id", "map_filter_project", "finishing", "result_desc")
+    __slots__ = ("uuid", "timestamp", "sources", "sql", "max_result_rows", "target_id", "map_filter_project", "finishing", "result_desc", "reply_subject")
     UUID_FIELD_NUMBER: _ClassVar[int]
     TIMESTAMP_FIELD_NUMBER: _ClassVar[int]
     SOURCES_FIELD_NUMBER: _ClassVar[int]
@@ -125,6 +125,7 @@ class Peek(_message.Message):
     MAP_FILTER_PROJECT_FIELD_NUMBER: _ClassVar[int]
     FINISHING_FIELD_NUMBER: _ClassVar[int]
     RESULT_DESC_FIELD_NUMBER: _ClassVar[int]
+    REPLY_SUBJECT_FIELD_NUMBER: _ClassVar[int]
     uuid: str
     timestamp: int
     sources: _containers.RepeatedCompositeFieldContainer[PeekSource]
@@ -134,7 +135,8 @@ class Peek(_message.Message):
     map_filter_project: _plan_pb2.MapFilterProject
     finishing: RowSetFinishing
     result_desc: _common_pb2.RelationDesc
-    def __init__(self, uuid: _Optional[str] = ..., timestamp: _Optional[int] = ..., sources: _Optional[_Iterable[_Union[PeekSource, _Mapping]]] = ..., sql: _Optional[str] = ..., max_result_rows: _Optional[int] = ..., target_id: _Optional[str] = ..., map_filter_project: _Optional[_Union[_plan_pb2.MapFilterProject, _Mapping]] = ..., finishing: _Optional[_Union[RowSetFinishing, _Mapping]] = ..., result_desc: _Optional[_Union[_common_pb2.RelationDesc, _Mapping]] = ...) -> None: ...
+    reply_subject: str
+    def __init__(self, uuid: _Optional[str] = ..., timestamp: _Optional[int] = ..., sources: _Optional[_Iterable[_Union[PeekSource, _Mapping]]] = ..., sql: _Optional[str] = ..., max_result_rows: _Optional[int] = ..., target_id: _Optional[str] = ..., map_filter_project: _Optional[_Union[_plan_pb2.MapFilterProject, _Mapping]] = ..., finishing: _Optional[_Union[RowSetFinishing, _Mapping]] = ..., result_desc: _Optional[_Union[_common_pb2.RelationDesc, _Mapping]] = ..., reply_subject: _Optional[str] = ...) -> None: ...
 
 class CancelPeek(_message.Message):
     __slots__ = ("uuid",)
