@@ -28,6 +28,11 @@ again on the new contents, at a new timestamp. Without this, a busy table's
 writes livelocked: each planning outlasted the next tick or read, which moved
 the upper and sent it back to plan again.
 
+A transaction writing several tables appends them one by one (persist has no
+append across shards), all at one timestamp: it holds the tables' upper locks
+from the check of their uppers to the last append, and a tick or a read moving
+one of them (``_advance``) waits on its lock meanwhile.
+
 Writes go one at a time through the ``table_write`` admission queue
 (``loupe.coordinator.admission``): under load they wait their turn. A write
 that loses a race to rows is planned again after a growing pause, with no limit on
@@ -41,8 +46,10 @@ history for ``AS OF`` and a bounded number of parts.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -158,6 +165,12 @@ class TableStore:
             "table_write", capacity=1, max_waiting=max_waiting, what="a table write"
         )
         self._loading = 0
+        # One lock per table, held while its upper is read and moved: a tick or a
+        # read (``_advance``) never moves a table between a transaction's check of
+        # its upper and its append, which would split the transaction over two
+        # timestamps. Threads, not tasks: the appends run in ``to_thread``.
+        self._upper_locks: dict[str, threading.Lock] = {}
+        self._upper_locks_guard = threading.Lock()
 
     @property
     def is_open(self) -> bool:
@@ -235,15 +248,17 @@ class TableStore:
 
         Each ``(table, plan, read)`` as ``write`` takes it. Every plan runs before
         anything is appended (a unique violation writes nothing). Persist has no
-        append across shards: should another writer move a table's upper between
-        the check and its append, that table's rows are written at a later
-        timestamp (logged) rather than lost.
+        append across shards: this coordinator's ticks and reads wait on the
+        tables' upper locks meanwhile, but should another process move a
+        table's upper between the check and its append, that table's rows are
+        written at a later timestamp (logged) rather than lost.
         """
         ids = {table.id for table, _, _ in writes}
         along = [t for t in along if t.id not in ids]
         async with self.writes.admitted():
             delay = RETRY_PAUSE
-            # No tick moves an upper while the transaction's tables are checked and appended.
+            # Ticks skip the tables meanwhile; one already under way waits on the
+            # upper locks of the transaction's tables while they are checked and appended.
             self._loading += 1
             try:
                 while True:
@@ -265,10 +280,30 @@ class TableStore:
             finally:
                 self._loading -= 1
 
+    def _upper_lock(self, table_id: str) -> threading.Lock:
+        with self._upper_locks_guard:
+            return self._upper_locks.setdefault(table_id, threading.Lock())
+
+    @contextlib.contextmanager
+    def _uppers_held(self, tables: Iterable[Table]) -> Iterator[None]:
+        """Hold the upper locks of ``tables``, taken in id order (no two holders deadlock)."""
+        with contextlib.ExitStack() as stack:
+            for table_id in sorted({table.id for table in tables}):
+                stack.enter_context(self._upper_lock(table_id))
+            yield
+
     def _write_all_at(
         self, writes: Sequence[tuple[Table, Plan, bool]], timestamp: int, along: list[Table]
     ) -> tuple[int, int]:
         """Returns the latest timestamp a table's rows landed at, and the row count."""
+        with self._uppers_held(table for table, _, _ in writes):
+            landed, total = self._append_all_at(writes, timestamp)
+        self._advance(landed, along)
+        return landed, total
+
+    def _append_all_at(
+        self, writes: Sequence[tuple[Table, Plan, bool]], timestamp: int
+    ) -> tuple[int, int]:
         states = []
         for table, _, _ in writes:
             shard = self.shard(table.id)
@@ -293,17 +328,18 @@ class TableStore:
                     "a transaction's table moved on during its commit; writing it later",
                     table=table.id,
                 )
-                later = self._write_later(table, updates)
+                later = self._write_later(table, updates, timestamp)
                 log.info("transaction rows written later", table=table.id, timestamp=later)
                 landed = max(landed, later)
             total += count
-        self._advance(timestamp, along)
         return landed, total
 
-    def _write_later(self, table: Table, updates: Any) -> int:
-        """Append ``updates`` to ``table`` just past its current upper (a lost race)."""
+    def _write_later(self, table: Table, updates: Any, timestamp: int) -> int:
+        """Append ``updates`` to ``table`` at ``timestamp`` or past its current upper (a race
+        lost to another process: this one's ticks and reads wait on the upper locks)."""
         shard = self.shard(table.id)
-        return self._land(table, shard, updates, shard.ensure(table.storage_columns), 0, read=False)
+        state = shard.ensure(table.storage_columns)
+        return self._land(table, shard, updates, state, timestamp, read=False)
 
     def _write_at(
         self, table: Table, plan: Plan, read: bool, timestamp: int, along: list[Table]
@@ -398,9 +434,10 @@ class TableStore:
         for table in tables:
             shard = self.shard(table.id)
             try:
-                state = shard.ensure(table.storage_columns)
-                if state.upper <= timestamp:
-                    shard.compare_and_append(None, state.upper, timestamp + 1)
+                with self._upper_lock(table.id):
+                    state = shard.ensure(table.storage_columns)
+                    if state.upper <= timestamp:
+                        shard.compare_and_append(None, state.upper, timestamp + 1)
             except UpperMismatch:
                 pass  # another coordinator advanced it meanwhile: it is moving, as wanted
             except Exception as error:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import threading
 import time
 from decimal import Decimal
 from pathlib import Path
@@ -17,7 +18,7 @@ from loupe.catalog.service import QUEUE_GROUP as CATALOG_QUEUE
 from loupe.common.transport import connect, subject_for
 from loupe.coordinator.coordinator import CATALOG_SERVICE
 from loupe.coordinator.tests.conftest import append_as_another_writer
-from loupe.persist import Shard, open_location
+from loupe.persist import TIMESTAMP_COLUMN, Shard, open_location
 from loupe.testing import assert_eventually
 
 UTC = dt.UTC
@@ -449,6 +450,50 @@ async def test_a_write_racing_uppers_that_keep_moving_is_planned_once(tables: An
     # Acknowledged writes are visible to every later read at the oracle's timestamp.
     assert await oracle.read_timestamp() >= reading.timestamp
     assert await tables.rows(session, "SELECT a FROM t ORDER BY a") == [(1,), (2,), (3,)]
+
+
+async def test_a_tick_under_way_never_splits_a_transaction_over_two_timestamps(
+    tables: Any,
+) -> None:
+    """A tick (or a read) that moves a table's upper while a transaction commits waits for
+    it: every table of the transaction gets its rows at one timestamp.
+
+    Before, a tick already under way when the transaction began could move the second
+    table between the check of its upper and its append; its rows then landed at
+    another timestamp than the first table's (CI: a SUBSCRIBE saw them at two).
+    """
+    session = await tables.session()
+    await tables.tag(session, "CREATE TABLE w1 (a int)")
+    await tables.tag(session, "CREATE TABLE w2 (b text)")
+    store = tables.service.coordinator.tables
+    by_name = {t.name: t for t in tables.service.coordinator.state.tables.values()}
+    first, second = by_name["w1"], by_name["w2"]
+    tick_at = await store.oracle.write_timestamp()
+    ticks: list[threading.Thread] = []
+
+    def plan_first(contents: Any) -> tuple[list[Any], int]:
+        # A tick moves the second table now, while the transaction holds its upper.
+        tick = threading.Thread(target=store._advance, args=(tick_at + 5_000, [second]))
+        tick.start()
+        tick.join(timeout=1.0)
+        ticks.append(tick)
+        return [((1,), 1), ((2,), 1)], 2
+
+    def plan_second(contents: Any) -> tuple[list[Any], int]:
+        return [(("x",), 1)], 1
+
+    total = await store.write_all([(first, plan_first, False), (second, plan_second, False)])
+    assert total == 3
+    await asyncio.to_thread(ticks[0].join)
+    times = set()
+    for table in (first, second):
+        updates = await asyncio.to_thread(store.shard(table.id).read_updates)
+        assert updates.num_rows > 0
+        times |= set(updates.column(TIMESTAMP_COLUMN).to_pylist())
+    assert len(times) == 1, times
+    # The tick went on once the transaction was appended.
+    assert store.shard(second.id).upper > tick_at + 5_000
+    assert await tables.rows(session, "SELECT b FROM w2") == [("x",)]
 
 
 async def test_writes_go_on_when_an_oracle_call_goes_to_a_catalog_that_died(
