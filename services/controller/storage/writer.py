@@ -34,6 +34,11 @@ write failed keeps its upper, so readers of "the latest complete time" never
 see a time at which its pending updates are missing. A failed flush is
 simply retried at the next interval with everything still unacknowledged.
 
+Data flushes come at most once per ``flush_interval``; one that took longer
+than the interval pushes the next one back by its own duration (``_pushed_back``),
+so a loaded writer's Spark works about half the time instead of back to back.
+Appends and urgent updates are flushed at once regardless.
+
 ``start`` returns only once the batches an earlier run left in the stream
 are applied, so what the controller reads back at start (replica statuses)
 includes them. Compaction and retention (``compaction``) run every
@@ -596,6 +601,7 @@ class StorageWriter:
                 upper_only = True
             else:
                 continue
+            started = time.monotonic()
             try:
                 report = await self._flush_now(upper_only=upper_only)
             except Exception:
@@ -604,6 +610,9 @@ class StorageWriter:
             finally:
                 last_upper = time.monotonic()
                 self._stage_status()
+            if not upper_only:
+                pushed = _pushed_back(started, last_upper, self._flush_interval)
+                last_data_flush = max(last_data_flush, pushed)
             if report.retry_soon and retries < IMMEDIATE_RETRIES:
                 retries += 1
                 self._wake.set()
@@ -1064,3 +1073,16 @@ class StorageWriter:
                 self._blob.delete(key)
         except Exception:
             log.warning("storage_orphan_not_deleted", key=key)
+
+
+def _pushed_back(started: float, ended: float, interval: float) -> float:
+    """The earliest time the data flush that ran from ``started`` to ``ended`` may count as
+    started, the next one being due an ``interval`` after it.
+
+    A flush that took longer than the interval pushes the next one back by its own
+    duration, so Spark works at most about half the time. Before, flushes slower
+    than the interval ran back to back (1.18 s at 1 s under a steady peek load),
+    holding one of two cores, and every service's latency paid for it. Appends
+    (``woken``) are flushed at once regardless.
+    """
+    return ended + (ended - started) - interval

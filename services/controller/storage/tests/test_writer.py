@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime as dt
+import itertools
 import os
 import time
 from collections.abc import Iterator
@@ -32,6 +33,7 @@ from loupe.controller.storage import (
     decode_batch,
     encode_batch,
 )
+from loupe.controller.storage.writer import _FlushReport
 from loupe.interval import Interval
 from loupe.persist import Consensus, LocalBlob, Shard
 from loupe.proto.storage.v1 import storage_pb2
@@ -414,6 +416,32 @@ async def test_data_after_a_quiet_interval_is_flushed_at_once(
 
     await assert_eventually(landed, timeout=10)
     assert time.monotonic() - staged < 2.0, "flushed at once, not at the next interval"
+
+
+async def test_a_flush_slower_than_the_interval_pushes_the_next_one_back(
+    make_writer: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A data flush longer than the interval is followed by a pause as long as it took, so
+    Spark works about half the time; before, such flushes ran back to back and held a core."""
+    writer = await make_writer(flush_interval=0.1)
+    flushes: list[tuple[float, float]] = []
+
+    async def slow(*, upper_only: bool = False) -> _FlushReport:
+        if not upper_only:
+            began = time.monotonic()
+            await asyncio.sleep(0.4)
+            flushes.append((began, time.monotonic()))
+        return _FlushReport()
+
+    monkeypatch.setattr(writer, "_flush_now", slow)
+    writer.stage(MZ_CLUSTERS.id, CLUSTER, 1)  # pending at every turn: nothing really flushes
+
+    def three() -> None:
+        assert len(flushes) >= 3
+
+    await assert_eventually(three, timeout=15)
+    pauses = [began - ended for (_, ended), (began, _) in itertools.pairwise(flushes)]
+    assert min(pauses) >= 0.3, pauses
 
 
 async def test_a_slow_flush_says_where_its_time_went(
