@@ -20,7 +20,7 @@ from sqlglot import exp
 
 from loupe.coordinator import statement_logging as stmtlog
 from loupe.coordinator.admission import until_answered
-from loupe.coordinator.constant import evaluate_constant
+from loupe.coordinator.constant import evaluate_constant, is_small
 from loupe.coordinator.plan import TemporalError
 from loupe.coordinator.results import Column, StatementResult
 from loupe.coordinator.session import Session
@@ -62,12 +62,22 @@ async def constant(
     ``now()``/``mz_now()`` need one.
     """
     timestamp = None if query.as_of is None else as_of_timestamp(query.as_of, query.as_of_position)
-    # In a thread: a large constant query must not stall every other session.
     try:
-        columns, rows = await asyncio.to_thread(evaluate_constant, expression, query_time=timestamp)
+        columns, rows = await _evaluated(expression, timestamp)
     except TemporalError:
         timestamp = await until_answered("ReadTimestamp", ctx.oracle.read_timestamp)
-        columns, rows = await asyncio.to_thread(evaluate_constant, expression, query_time=timestamp)
+        columns, rows = await _evaluated(expression, timestamp)
     stmtlog.note_event(stmtlog.OPTIMIZATION_FINISHED)
     stmtlog.note_strategy(stmtlog.CONSTANT)
     return columns, rows
+
+
+async def _evaluated(
+    expression: exp.Expression, timestamp: int | None
+) -> tuple[tuple[Column, ...], list[tuple[Any, ...]]]:
+    """``evaluate_constant`` here when the query is small (``SELECT 1``): a thread hop
+    cost more than the query. A larger one goes to a thread, so it never stalls every
+    other session."""
+    if is_small(expression):
+        return evaluate_constant(expression, query_time=timestamp)
+    return await asyncio.to_thread(evaluate_constant, expression, query_time=timestamp)
