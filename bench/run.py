@@ -12,7 +12,8 @@ Then the benchmarks of the parts, each its own script: the storage writer
 the compute engine on TPC-H against DuckDB and Pathway (``bench/compute.py``;
 Pathway in its own venv, ``make bench-pathway``), a replica's catch-up of
 hundreds of times in one step against the per-time algorithm
-(``bench/catch_up.py``), the whole system's fast-path peeks and inserts to
+(``bench/catch_up.py``), a replica's own cost of a point peek against one
+polars filter (``bench/peek_engine.py``), the whole system's fast-path peeks and inserts to
 visible changes through gRPC (``bench/compute_system.py``), statement logging's overhead and delay to
 visible (``bench/statement_logging.py``) and what a one-row INSERT and a small
 SELECT cost with 1,000 tables against 10 (``bench/many_tables.py``) and
@@ -127,6 +128,7 @@ def main() -> int:
         "persist_snapshot.py",
         "compute.py",
         "catch_up.py",
+        "peek_engine.py",
         "compute_system.py",
         "statement_logging.py",
         "many_tables.py",
