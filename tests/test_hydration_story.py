@@ -282,7 +282,16 @@ def test_a_replica_killed_mid_hydration(system, heavy):
     r1, r2 = heavy["r1"], heavy["r2"]
     system.sql(f"SET cluster = heavy; CREATE MATERIALIZED VIEW q1_kept AS {Q1}", timeout=300)
     kept = object_id(system, "q1_kept")
-    eventually(lambda: statuses(system, kept) and all(statuses(system, kept).values()), 120)
+    kept_nodes = node_ids(system, "q1_kept")
+
+    # Both replicas' rows, every node hydrated: they come in separate flushes, and a
+    # wait for "all hydrated" alone once read r1's rows before r2's were visible.
+    def hydrated_on_both() -> bool:
+        current = statuses(system, kept)
+        on = {replica: {n for (r, n) in current if r == replica} for replica in (r1, r2)}
+        return on == {r1: kept_nodes, r2: kept_nodes} and all(current.values())
+
+    eventually(hydrated_on_both, 120)
     before_r2 = {key: value for key, value in statuses(system, kept).items() if key[0] == r2}
     name, oid = kill_while_hydrating(system, r1)
 
