@@ -171,6 +171,10 @@ class TableStore:
         # timestamps. Threads, not tasks: the appends run in ``to_thread``.
         self._upper_locks: dict[str, threading.Lock] = {}
         self._upper_locks_guard = threading.Lock()
+        # A lower bound of each table's upper: the last one this coordinator set or
+        # read. Uppers only grow, so a read at a time below it needs no advance (no
+        # consensus read, no thread) whatever other processes did meanwhile.
+        self._known_uppers: dict[str, int] = {}
 
     @property
     def is_open(self) -> bool:
@@ -280,6 +284,10 @@ class TableStore:
             finally:
                 self._loading -= 1
 
+    def _note_upper(self, table_id: str, upper: int) -> None:
+        if upper > self._known_uppers.get(table_id, 0):
+            self._known_uppers[table_id] = upper
+
     def _upper_lock(self, table_id: str) -> threading.Lock:
         with self._upper_locks_guard:
             return self._upper_locks.setdefault(table_id, threading.Lock())
@@ -321,6 +329,7 @@ class TableStore:
             part = updates_table(table, updates, timestamp) if updates else None
             try:
                 shard.compare_and_append(part, upper, timestamp + 1)
+                self._note_upper(table.id, timestamp + 1)
             except UpperMismatch:
                 if index == 0:
                     raise  # nothing appended yet: the whole transaction is planned again
@@ -373,6 +382,7 @@ class TableStore:
             part = updates_table(table, updates, landed) if updates else None
             try:
                 shard.compare_and_append(part, state.upper, landed + 1)
+                self._note_upper(table.id, landed + 1)
                 return landed
             except UpperMismatch:
                 state = shard.ensure(table.storage_columns)
@@ -423,12 +433,14 @@ class TableStore:
     async def advance_to(self, tables: Iterable[Table], timestamp: int) -> None:
         """Make ``tables`` complete through ``timestamp`` (uppers past it) before a read at it.
 
-        Without the write lock: a write racing at an earlier timestamp loses
-        its compare-and-append and is planned again later.
+        Without the write lock: a write racing at an earlier timestamp lands at
+        the new upper instead (see the module docstring). A table whose upper
+        this coordinator already saw past ``timestamp`` is left alone: no
+        consensus read, no thread (a read between two ticks, most reads).
         """
-        tables = list(tables)
-        if tables and self._location is not None:
-            await asyncio.to_thread(self._advance, timestamp, tables)
+        behind = [t for t in tables if self._known_uppers.get(t.id, 0) <= timestamp]
+        if behind and self._location is not None:
+            await asyncio.to_thread(self._advance, timestamp, behind)
 
     def _advance(self, timestamp: int, tables: Iterable[Table]) -> None:
         for table in tables:
@@ -436,8 +448,10 @@ class TableStore:
             try:
                 with self._upper_lock(table.id):
                     state = shard.ensure(table.storage_columns)
+                    self._note_upper(table.id, state.upper)
                     if state.upper <= timestamp:
                         shard.compare_and_append(None, state.upper, timestamp + 1)
+                        self._note_upper(table.id, timestamp + 1)
             except UpperMismatch:
                 pass  # another coordinator advanced it meanwhile: it is moving, as wanted
             except Exception as error:

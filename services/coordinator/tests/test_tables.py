@@ -496,6 +496,32 @@ async def test_a_tick_under_way_never_splits_a_transaction_over_two_timestamps(
     assert await tables.rows(session, "SELECT b FROM w2") == [("x",)]
 
 
+async def test_a_read_below_an_upper_already_seen_opens_no_shard(
+    nats_url: str, data_dir: Path, start_table_system: Any, monkeypatch: Any
+) -> None:
+    """Uppers only grow: a read at a time below the upper this coordinator last set or
+    read needs no advance, so it reads no consensus state (and takes no thread hop);
+    a read past it still moves the upper. (No ticks here: one would move the upper.)"""
+    async with start_table_system(nats_url, data_dir, table_tick_interval=0) as tables:
+        _, store, table, shard = await _table_with_one_row(tables)
+        known = store._known_uppers[table.id]
+        assert known == shard.upper  # the insert's append set it
+        opened: list[str] = []
+        open_shard = store.shard
+
+        def counted(table_id: str) -> Shard:
+            opened.append(table_id)
+            return open_shard(table_id)
+
+        monkeypatch.setattr(store, "shard", counted)
+        await store.advance_to([table], known - 1)
+        assert opened == []
+        await store.advance_to([table], known + 10)
+        assert opened == [table.id]
+        assert shard.upper == known + 11
+        assert store._known_uppers[table.id] == known + 11
+
+
 async def test_writes_go_on_when_an_oracle_call_goes_to_a_catalog_that_died(
     tables: Any, nats_url: str
 ) -> None:
