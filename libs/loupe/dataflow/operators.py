@@ -507,9 +507,9 @@ class ReEvaluating(Operator):
     ``state`` holds per worker the input's and the output's spines; a subclass says
     which columns group (``_group_columns``), which the updates carry
     (``_delta_columns``), when a step's group's old result and its updates decide its
-    new one (``_old_decides``, with the old result as input rows: ``_as_prior``), how a
-    group's rows evaluate (``_evaluate``, grouped by more columns too) and how one time does
-    (``_recompute_at``).
+    new one (``_old_decides``, with the old result as input rows: ``_as_prior``) and how a
+    group's rows evaluate (``_evaluate``, grouped by more columns too). One time is
+    ``_recompute_at``, a step's many times ``_recompute_times``.
     """
 
     state: list
@@ -534,7 +534,38 @@ class ReEvaluating(Operator):
         raise NotImplementedError
 
     def _recompute_at(self, worker: int, at: int, delta: pl.DataFrame) -> pl.DataFrame:
-        raise NotImplementedError
+        """The output's change at ``at``, the one time of ``delta``."""
+        inputs, outputs = self.state[worker]
+        keys, output_keys = self._group_columns()
+        first = not inputs.batches
+        inputs.insert(delta)
+        touched = delta.select(keys).unique()
+        hashes = _touched_hashes(delta, touched, keys)
+        renamed = touched.rename(dict(zip(keys, output_keys, strict=True)))
+        old = _current(outputs.lookup(hashes), renamed, output_keys)
+        rows: pl.DataFrame | None
+        if first:  # hydration: the delta is the whole input
+            rows = _positive(delta.drop(TIME))
+        elif self._old_decides(delta):
+            # Inserts only move a min/max toward them, or push rows out of a top-k: the
+            # old result and the new rows decide, not the whole group (equal rows may
+            # come apart: readers sum them).
+            inserted = delta.drop(TIME)
+            prior = [self._as_prior(old)] if old is not None else []
+            rows = concat([*prior, inserted], inserted.clear())
+        else:
+            rows = _current(inputs.lookup(hashes), touched, keys)
+        parts = []
+        if rows is not None and rows.height:
+            new = self._evaluate(rows, ()).with_columns(pl.lit(at, pl.UInt64).alias(TIME))
+            parts.append(new)
+        if old is not None:
+            parts.append(old.with_columns(-pl.col(DIFF), pl.lit(at, pl.UInt64).alias(TIME)))
+        change = consolidate(
+            concat([self.conform(p.select(self.empty.columns)) for p in parts], self.empty)
+        )
+        outputs.insert(change.with_columns(key_hash(change, output_keys)))
+        return change
 
     def _recompute(self, worker: int, part: pl.DataFrame) -> pl.DataFrame:
         if part.height == 0:
@@ -1155,37 +1186,6 @@ class Reduce(ReEvaluating):
     def _evaluate(self, rows: pl.DataFrame, also_by: Sequence[str]) -> pl.DataFrame:
         return self._aggregate(rows, also_by=also_by)
 
-    def _recompute_at(self, worker: int, at: int, delta: pl.DataFrame) -> pl.DataFrame:
-        """The output's change at ``at``, the one time of ``delta``."""
-        inputs, outputs = self.state[worker]
-        _, output_keys = self._group_columns()
-        first = not inputs.batches
-        inputs.insert(delta)
-        touched = delta.select(self.keys).unique()
-        hashes = _touched_hashes(delta, touched, self.keys)
-        renamed = touched.rename(dict(zip(self.keys, output_keys, strict=True)))
-        old = _current(outputs.lookup(hashes), renamed, output_keys)
-        rows: pl.DataFrame | None
-        if first:  # hydration: the delta is the whole input
-            rows = _positive(delta.drop(TIME))
-        elif self._old_decides(delta):
-            # min/max only move toward the inserted values: the old result
-            # and the new rows decide, not the whole group.
-            rows = concat([self._as_input(old), delta.drop(TIME)], delta.drop(TIME).clear())
-        else:
-            found = inputs.lookup(hashes)
-            rows = _current(found, touched, self.keys)
-        parts = []
-        if rows is not None and rows.height:
-            new = self._aggregate(rows).with_columns(pl.lit(at, pl.UInt64).alias(TIME))
-            parts.append(self.conform(new.select(self.empty.columns)))
-        if old is not None:
-            old = old.with_columns(-pl.col(DIFF), pl.lit(at, pl.UInt64).alias(TIME))
-            parts.append(self.conform(old.select(self.empty.columns)))
-        change = consolidate(concat(parts, self.empty))
-        outputs.insert(change.with_columns(key_hash(change, output_keys)))
-        return change
-
     def _as_input(self, old: pl.DataFrame | None) -> pl.DataFrame:
         """Current min/max rows as input rows (each aggregate's value in its argument column)."""
         if old is None:
@@ -1592,36 +1592,6 @@ class TopK(ReEvaluating):
 
     def _evaluate(self, rows: pl.DataFrame, also_by: Sequence[str]) -> pl.DataFrame:
         return self._top(rows, also_by)
-
-    def _recompute_at(self, worker: int, at: int, delta: pl.DataFrame) -> pl.DataFrame:
-        """The output's change at ``at``, the one time of ``delta``."""
-        inputs, outputs = self.state[worker]
-        first = not inputs.batches
-        inputs.insert(delta)
-        touched = delta.select(self.groups).unique()
-        hashes = _touched_hashes(delta, touched, self.groups)
-        old = _current(outputs.lookup(hashes), touched, self.groups)
-        rows: pl.DataFrame | None
-        if first:  # hydration: the delta is the whole input
-            rows = _positive(delta.drop(TIME))
-        elif self._old_decides(delta):
-            # Inserted rows can only push others out of the top: the old
-            # top and the new rows decide, not the whole group (equal rows
-            # may come apart: the window sums them).
-            inserted = delta.drop(TIME)
-            rows = concat([old, inserted] if old is not None else [inserted], inserted)
-        else:
-            rows = _current(inputs.lookup(hashes), touched, self.groups)
-        parts = []
-        if rows is not None:
-            parts.append(self._top(rows).with_columns(pl.lit(at, pl.UInt64).alias(TIME)))
-        if old is not None:
-            parts.append(old.with_columns(-pl.col(DIFF), pl.lit(at, pl.UInt64).alias(TIME)))
-        change = consolidate(
-            concat([self.conform(p.select(self.empty.columns)) for p in parts], self.empty)
-        )
-        outputs.insert(change)
-        return change
 
     def _top(self, rows: pl.DataFrame, also_by: Sequence[str] = ()) -> pl.DataFrame:
         """The rows of each group inside the offset/limit window, with their multiplicities
