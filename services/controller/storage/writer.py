@@ -225,6 +225,9 @@ class StorageWriter:
         self._applied_through = 0
         # Parts whose compare-and-append failed without saying whether it happened.
         self._in_doubt: dict[str, str] = {}
+        # Shards whose last data write failed: their uppers stay where they are, even
+        # through upper-only flushes, until a data flush writes their rows.
+        self._held: set[str] = set()
         # Collections whose expired rows the next flush retracts.
         self._retention_due: set[str] = set()
         self._waiters: list[_Waiter] = []
@@ -833,10 +836,15 @@ class StorageWriter:
             upper = max(timestamp, _now_ms()) + 1
             for cid, shard in self._shards.items():
                 if cid in tables and cid not in parts:
+                    self._held.add(cid)
                     continue  # its write failed: hold its upper (and progress) back
+                if upper_only and cid in self._held:
+                    continue  # its rows are still to be written: the upper waits for them
                 applied = max(progress[cid], cut)
                 if self._append(shard, states[cid], parts.get(cid), upper, applied, report):
                     progress[cid] = applied
+                    if not upper_only:
+                        self._held.discard(cid)
                     if cid in retracting:
                         self._retention_due.discard(cid)
             self._upper = min(
