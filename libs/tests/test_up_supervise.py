@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 import signal
+import socket
 import sys
 import threading
 import time
@@ -13,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from loupe.cli import up
+from loupe.common import nats_server
 
 
 def test_a_killed_child_is_restarted_after_the_backoff(
@@ -55,3 +57,63 @@ def test_the_backoff_doubles_in_a_crash_loop_and_resets_after_a_stable_run(
     assert child.backoff(102.0) == up.RESTART_BACKOFF * 30  # capped
     assert child.backoff(100.0 + up.STABLE_AFTER) == up.RESTART_BACKOFF  # ran a minute
     assert child.restarts == 0
+
+
+class _Kernel:
+    """A ``socket`` module whose ``bind(("127.0.0.1", 0))`` hands out scripted ports."""
+
+    def __init__(self, ports: list[int]) -> None:
+        self.ports = ports
+        self.create_connection = socket.create_connection
+
+    def socket(self) -> _Kernel._Socket:
+        return self._Socket(self.ports.pop(0))
+
+    class _Socket:
+        def __init__(self, port: int) -> None:
+            self.port = port
+
+        def __enter__(self) -> _Kernel._Socket:
+            return self
+
+        def __exit__(self, *exc: object) -> None:
+            pass
+
+        def bind(self, address: tuple[str, int]) -> None:
+            pass
+
+        def getsockname(self) -> tuple[str, int]:
+            return ("127.0.0.1", self.port)
+
+
+def test_nats_never_gets_a_port_loupe_up_was_told_to_use(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The kernel may hand a just-released port out again (a CI run lost its catalog so)."""
+    with socket.socket() as catalog:
+        catalog.bind(("127.0.0.1", 0))
+        catalog.listen()
+        taken = catalog.getsockname()[1]
+        (spare,) = nats_server.free_ports(1)
+        monkeypatch.setattr(nats_server, "socket", _Kernel([taken, taken, spare]))
+        args = argparse.Namespace(
+            data_dir=str(tmp_path),
+            nats_port=0,
+            sql_port=0,
+            pgwire_port=0,
+            catalog_grpc_port=taken,
+            console_port=0,
+        )
+        supervisor = up.Supervisor(args)
+        supervisor.logs.mkdir(parents=True)
+        try:
+            url = supervisor._start_nats()
+        finally:
+            if supervisor.nats:
+                supervisor.nats.stop()
+    assert url == f"nats://127.0.0.1:{spare}"
+
+
+def test_free_ports_are_distinct() -> None:
+    ports = nats_server.free_ports(8)
+    assert len(set(ports)) == 8

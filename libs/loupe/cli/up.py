@@ -212,7 +212,7 @@ class Supervisor:
                 (self.run_dir / f"{name}.ready.json").unlink()
         common = ["--data-dir", str(self.data_dir), "--nats-url", nats_url]
         # The console reaches the coordinator's pgwire port, so it is known before both start.
-        pgwire_port = self.args.pgwire_port or free_port()
+        pgwire_port = self.args.pgwire_port or free_port(avoid=self._chosen_ports())
         extra = {
             "catalog": ["--grpc-port", str(self.args.catalog_grpc_port)],
             "controller": [],
@@ -249,10 +249,19 @@ class Supervisor:
         self._wait_for_query()
         self.nats_url = nats_url
 
-    def _start_nats(self) -> str:
-        self.nats = NatsServerProcess(
-            self.data_dir / "nats", self.args.nats_port, log_file=self.logs / "nats.log"
+    def _chosen_ports(self) -> set[int]:
+        """The ports the user named; a port picked for nats or pgwire is none of them."""
+        named = (
+            self.args.sql_port,
+            self.args.pgwire_port,
+            self.args.catalog_grpc_port,
+            self.args.console_port,
         )
+        return {port for port in named if port}
+
+    def _start_nats(self) -> str:
+        port = self.args.nats_port or free_port(avoid=self._chosen_ports())
+        self.nats = NatsServerProcess(self.data_dir / "nats", port, log_file=self.logs / "nats.log")
         self.nats.start(preexec_fn=die_with_parent)
         say(f"  nats-server  ready   ({self.nats.url}, JetStream in {self.data_dir / 'nats'})")
         return self.nats.url

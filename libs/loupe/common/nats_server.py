@@ -11,7 +11,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 
@@ -27,10 +27,32 @@ def nats_server_binary() -> str:
     )
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+def free_port(avoid: Iterable[int] = ()) -> int:
+    """A port free on 127.0.0.1 now, never one of ``avoid``.
+
+    The kernel may hand a port it just released out again, so a caller that
+    has already chosen ports for its children passes them as ``avoid``.
+    """
+    taken = set(avoid)
+    for _ in range(64):
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = int(sock.getsockname()[1])
+        if port not in taken:
+            return port
+    raise RuntimeError(f"no free port outside {sorted(taken)}")
+
+
+def free_ports(count: int) -> list[int]:
+    """``count`` distinct ports, each free on 127.0.0.1 now."""
+    sockets = [socket.socket() for _ in range(count)]
+    try:
+        for sock in sockets:
+            sock.bind(("127.0.0.1", 0))
+        return [int(sock.getsockname()[1]) for sock in sockets]
+    finally:
+        for sock in sockets:
+            sock.close()
 
 
 class NatsServerProcess:

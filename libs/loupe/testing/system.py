@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from loupe.cli.probe import query_once
-from loupe.common.nats_server import free_port
+from loupe.common.nats_server import free_ports
 
 
 class LoupeUp:
@@ -32,10 +32,7 @@ class LoupeUp:
         self.data_dir = Path(data_dir)
         # More environment for every process (settings: LOUPE_<FIELD>).
         self.env = env or {}
-        self.sql_port = free_port()
-        self.pgwire_port = free_port()
-        self.catalog_port = free_port()
-        self.console_port = free_port()
+        self.sql_port, self.pgwire_port, self.catalog_port, self.console_port = free_ports(4)
         self.extra_args = extra_args or []
         self.process: subprocess.Popen[str] | None = None
         self.output: list[str] = []
