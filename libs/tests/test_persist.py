@@ -11,13 +11,17 @@ import pyarrow as pa
 import pytest
 
 from loupe.persist import (
+    Append,
+    LocalBlob,
     Part,
     Shard,
     SinceError,
     SqliteConsensus,
     UpperMismatch,
+    append_all,
     expand,
     parts_to_merge,
+    read_states,
 )
 from loupe.persist.shard import arrow_schema, consolidate
 from loupe.persist.testing import NAME_N_COLUMNS, name_n_updates
@@ -227,6 +231,55 @@ def test_sqlite_consensus_created_by_many_at_once(tmp_path):
         for thread in threads:
             thread.join()
         assert errors == []
+
+
+def test_append_all_appends_each_shard_and_tells_a_lost_race(shard):
+    """Of one ``append_all``: a shard another writer moved on raises ``UpperMismatch``
+    (its part not added); one only compacted since the read is retried and goes in."""
+    shards = [Shard(f"s{i}", shard.blob, shard.consensus) for i in range(1, 5)]
+    for each in shards[1:]:
+        each.ensure(COLUMNS)
+    for each in shards:
+        each.compare_and_append(updates([("old", 0, 0, 1)]), 0, 1)
+    states = read_states(shards)
+    assert [states[s.shard_id].upper for s in shards] == [1, 1, 1, 1]
+    shards[1].compare_and_append(updates([("theirs", 1, 1, 1)]), 1, 2)  # another writer
+    shards[2].downgrade_since(1)  # changes the seqno, not the upper
+    parts = [each.write_part(updates([("ours", 1, 1, 1)])) for each in shards]
+    outcomes = append_all(
+        [
+            Append(each, states[each.shard_id], [part], 5, {"w": 7})
+            for each, part in zip(shards, parts, strict=True)
+        ]
+    )
+    assert isinstance(outcomes[1], UpperMismatch)
+    for position in (0, 2, 3):
+        outcome = outcomes[position]
+        assert not isinstance(outcome, Exception)
+        assert outcome == shards[position].state()  # the state returned is the state stored
+        assert (outcome.upper, outcome.progress) == (5, {"w": 7})
+        names = expand(shards[position].snapshot()).column("name").to_pylist()
+        assert sorted(names) == ["old", "ours"]
+    assert shards[1].state().upper == 2
+    assert sorted(expand(shards[1].snapshot()).column("name").to_pylist()) == ["old", "theirs"]
+    assert shards[2].state().since == 1
+
+
+def test_sqlite_makes_many_writes_durable_in_one_transaction(tmp_path):
+    """One commit (one WAL sync) for a flush's many shards, not one per shard."""
+    consensus = SqliteConsensus(tmp_path / "consensus.sqlite")
+    shards = [Shard(f"s{i}", LocalBlob(tmp_path / "blob"), consensus) for i in range(20)]
+    for each in shards:
+        each.ensure(COLUMNS)
+    commits: list[str] = []
+    consensus._connection().set_trace_callback(
+        lambda sql: commits.append(sql) if sql == "COMMIT" else None
+    )
+    states = read_states(shards)
+    outcomes = append_all([Append(each, states[each.shard_id], [], 3) for each in shards])
+    assert [o.upper for o in outcomes if not isinstance(o, Exception)] == [3] * 20
+    assert commits == ["COMMIT"]
+    assert all(state.upper == 3 for state in read_states(shards).values())
 
 
 def test_progress_is_recorded_with_the_data_it_covers(shard):

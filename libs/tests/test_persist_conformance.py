@@ -59,6 +59,33 @@ def test_compare_and_set_needs_the_current_seqno(consensus):
     assert consensus.head("s1") == (3, b"v3")
 
 
+def test_heads_reads_the_keys_that_have_a_value(consensus):
+    """``heads`` is ``head`` of many keys: unwritten ones are left out."""
+    consensus.compare_and_set("s1", None, b"one")
+    consensus.compare_and_set("s2", None, b"two")
+    assert consensus.compare_and_set("s2", 1, b"two again")
+    assert consensus.heads(["s1", "s2", "never"]) == {"s1": (1, b"one"), "s2": (2, b"two again")}
+    assert consensus.heads([]) == {}
+
+
+def test_compare_and_set_many_decides_each_write_on_its_own(consensus):
+    """A stale expectation fails its own write only; the others go in, each seqno + 1."""
+    consensus.compare_and_set("s1", None, b"v1")
+    consensus.compare_and_set("s2", None, b"v1")
+    outcomes = consensus.compare_and_set_many(
+        [("s1", 1, b"v2"), ("s2", 7, b"stale"), ("s3", None, b"new"), ("s4", 1, b"nothing there")]
+    )
+    assert outcomes == [True, False, True, False]
+    assert consensus.heads(["s1", "s2", "s3", "s4"]) == {
+        "s1": (2, b"v2"),
+        "s2": (1, b"v1"),
+        "s3": (1, b"new"),
+    }
+    assert consensus.compare_and_set_many([("s2", 1, b"late")]) == [True]
+    assert consensus.compare_and_set_many([]) == []
+    assert consensus.head("s2") == (2, b"late")
+
+
 def test_keys_are_independent_and_values_round_trip(consensus):
     """Any bytes come back as written, per key; odd key characters do not collide."""
     values = {

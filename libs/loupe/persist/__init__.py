@@ -18,19 +18,23 @@ from loupe.persist.location import (
 from loupe.persist.shard import (
     DIFF_COLUMN,
     TIMESTAMP_COLUMN,
+    Append,
     Part,
     Shard,
     ShardState,
     SinceError,
     UpperMismatch,
+    append_all,
     consolidate,
     expand,
     parts_to_merge,
+    read_states,
 )
 
 __all__ = [
     "DIFF_COLUMN",
     "TIMESTAMP_COLUMN",
+    "Append",
     "Blob",
     "Consensus",
     "ListenBatch",
@@ -43,6 +47,7 @@ __all__ = [
     "SqliteConsensus",
     "UpperMismatch",
     "ValueTooLarge",
+    "append_all",
     "consolidate",
     "expand",
     "nats_upper_notifier",
@@ -50,5 +55,6 @@ __all__ = [
     "open_consensus",
     "open_location",
     "parts_to_merge",
+    "read_states",
     "upper_subject",
 ]

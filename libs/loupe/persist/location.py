@@ -22,6 +22,7 @@ import sqlite3
 import threading
 import time
 import uuid
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
@@ -185,6 +186,25 @@ class Consensus(abc.ABC):
         learn it.
         """
 
+    def heads(self, keys: Sequence[str]) -> dict[str, tuple[int, bytes]]:
+        """``head`` of each of ``keys`` that has a value (a backend may read them at once)."""
+        found = {}
+        for key in keys:
+            head = self.head(key)
+            if head is not None:
+                found[key] = head
+        return found
+
+    def compare_and_set_many(self, writes: Sequence[tuple[str, int | None, bytes]]) -> list[bool]:
+        """``compare_and_set`` of each ``(key, expected, value)``, for distinct keys; the
+        outcome of each, in order.
+
+        Each write succeeds or fails on its own, as if made alone; a backend may
+        make the successful ones durable together (SQLite: one transaction, one
+        sync, instead of one each). An exception leaves every outcome unknown.
+        """
+        return [self.compare_and_set(key, expected, value) for key, expected, value in writes]
+
     def close(self) -> None:  # noqa: B027 - a store without connections has nothing to do
         """Release connections and threads; the default holds none."""
 
@@ -225,25 +245,49 @@ class SqliteConsensus(Consensus):
         )
         return (int(row[0]), bytes(row[1])) if row else None
 
+    def heads(self, keys: Sequence[str]) -> dict[str, tuple[int, bytes]]:
+        found: dict[str, tuple[int, bytes]] = {}
+        db = self._connection()
+        for start in range(0, len(keys), _SQLITE_VARIABLES):
+            chunk = keys[start : start + _SQLITE_VARIABLES]
+            marks = ",".join("?" * len(chunk))
+            query = f"SELECT key, seqno, value FROM consensus WHERE key IN ({marks})"
+            for key, seqno, value in db.execute(query, tuple(chunk)):
+                found[key] = (int(seqno), bytes(value))
+        return found
+
     def compare_and_set(self, key: str, expected: int | None, value: bytes) -> bool:
+        return self.compare_and_set_many([(key, expected, value)])[0]
+
+    def compare_and_set_many(self, writes: Sequence[tuple[str, int | None, bytes]]) -> list[bool]:
+        """All in one transaction: one WAL sync for every write that succeeds."""
+        if not writes:
+            return []
         db = self._connection()
         db.execute("BEGIN IMMEDIATE")
         try:
-            row = db.execute("SELECT seqno FROM consensus WHERE key = ?", (key,)).fetchone()
-            current = int(row[0]) if row else None
-            if current != expected:
-                db.execute("ROLLBACK")
-                return False
-            db.execute(
-                "INSERT INTO consensus (key, seqno, value) VALUES (?, ?, ?)"
-                " ON CONFLICT(key) DO UPDATE SET seqno = excluded.seqno, value = excluded.value",
-                (key, (expected or 0) + 1, value),
-            )
-            db.execute("COMMIT")
-            return True
+            outcomes = []
+            for key, expected, value in writes:
+                row = db.execute("SELECT seqno FROM consensus WHERE key = ?", (key,)).fetchone()
+                current = int(row[0]) if row else None
+                outcomes.append(current == expected)
+                if current != expected:
+                    continue
+                db.execute(
+                    "INSERT INTO consensus (key, seqno, value) VALUES (?, ?, ?)"
+                    " ON CONFLICT(key) DO UPDATE SET seqno = excluded.seqno,"
+                    " value = excluded.value",
+                    (key, (expected or 0) + 1, value),
+                )
+            db.execute("COMMIT" if any(outcomes) else "ROLLBACK")
+            return outcomes
         except BaseException:
             db.execute("ROLLBACK")
             raise
+
+
+# Keys per ``heads`` query: SQLite's least limit on a statement's variables.
+_SQLITE_VARIABLES = 999
 
 
 def _switch_to_wal(connection: sqlite3.Connection, timeout: float = 30.0) -> None:

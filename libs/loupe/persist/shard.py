@@ -313,16 +313,26 @@ class Shard:
                     # Never referenced by any state: nobody can be reading it.
                     self.blob.delete(parts[0].key)
                 raise UpperMismatch(self.shard_id, expected_upper, state.upper)
-            new = dataclasses.replace(
-                state,
-                upper=new_upper,
-                parts=[*state.parts, *parts],
-                progress={**state.progress, **(progress or {})},
-            )
+            new = self._appended(state, parts, new_upper, progress)
             if self._cas(state, new):
                 self._notify_upper(new_upper)
                 return self.state()
             # Lost a race with a since downgrade or compaction: re-read and retry.
+
+    def _appended(
+        self,
+        state: ShardState,
+        parts: Sequence[Part],
+        new_upper: int,
+        progress: dict[str, int] | None,
+    ) -> ShardState:
+        """``state`` with ``parts`` appended and the upper moved (what a CAS writes)."""
+        return dataclasses.replace(
+            state,
+            upper=new_upper,
+            parts=[*state.parts, *(p for p in parts if p.rows)],
+            progress={**state.progress, **(progress or {})},
+        )
 
     def _notify_upper(self, upper: int) -> None:
         if self.notify is None:
@@ -579,3 +589,95 @@ class Shard:
                     f"shard {self.shard_id}: upper {state.upper} did not pass {beyond} in {timeout}s"
                 )
             time.sleep(interval)
+
+
+def read_states(shards: Sequence[Shard]) -> dict[str, ShardState]:
+    """``state()`` of every shard in ``shards``, read with one ``heads`` per consensus."""
+    states: dict[str, ShardState] = {}
+    for consensus, group in _by_consensus(shards):
+        heads = consensus.heads([shard.shard_id for shard in group])
+        for shard in group:
+            head = heads.get(shard.shard_id)
+            if head is None:
+                raise KeyError(f"shard {shard.shard_id} does not exist")
+            seqno, raw = head
+            states[shard.shard_id] = ShardState.from_proto(
+                storage_pb2.ShardState.FromString(raw), seqno
+            )
+    return states
+
+
+@dataclass(frozen=True)
+class Append:
+    """One shard's ``compare_and_append`` of parts already in Blob, for ``append_all``."""
+
+    shard: Shard
+    # The state the caller read: its upper is the expected upper.
+    state: ShardState
+    parts: Sequence[Part]
+    new_upper: int
+    progress: dict[str, int] | None = None
+
+
+def append_all(appends: Sequence[Append]) -> list[ShardState | Exception]:
+    """``compare_and_append`` of each (one per shard); per append its new state, or the
+    exception it raised (``UpperMismatch``: another writer moved the upper first).
+
+    The appends whose shard is still at the state read go in with one
+    ``compare_and_set_many`` per consensus: with SQLite one transaction and
+    one sync for all of them, where one each cost a sync per shard (the
+    storage writer moves every builtin collection's upper several times a
+    second). An append whose shard changed since (a compaction, a since
+    downgrade) is retried alone, as ``compare_and_append`` does. An
+    exception of the batched write itself leaves every outcome unknown and
+    is raised.
+    """
+    for append in appends:
+        if append.new_upper < append.state.upper:
+            raise ValueError(
+                f"new upper {append.new_upper} is before expected upper {append.state.upper}"
+            )
+    news = [a.shard._appended(a.state, a.parts, a.new_upper, a.progress) for a in appends]
+    outcomes: list[ShardState | Exception | None] = [None] * len(appends)
+    by_consensus: dict[int, list[int]] = {}
+    for i, append in enumerate(appends):
+        by_consensus.setdefault(id(append.shard.consensus), []).append(i)
+    for positions in by_consensus.values():
+        consensus = appends[positions[0]].shard.consensus
+        written = consensus.compare_and_set_many(
+            [
+                (
+                    appends[i].shard.shard_id,
+                    appends[i].state.seqno,
+                    news[i].to_proto().SerializeToString(),
+                )
+                for i in positions
+            ]
+        )
+        for i, won in zip(positions, written, strict=True):
+            if won:
+                outcomes[i] = dataclasses.replace(news[i], seqno=appends[i].state.seqno + 1)
+    results: list[ShardState | Exception] = []
+    for append, outcome in zip(appends, outcomes, strict=True):
+        if outcome is None:
+            try:
+                outcome = append.shard.compare_and_append(
+                    append.parts,
+                    expected_upper=append.state.upper,
+                    new_upper=append.new_upper,
+                    progress=append.progress,
+                )
+            except Exception as error:
+                outcome = error
+        else:
+            append.shard._notify_upper(append.new_upper)
+        results.append(outcome)
+    return results
+
+
+def _by_consensus(shards: Sequence[Shard]) -> list[tuple[Consensus, list[Shard]]]:
+    """``shards`` grouped by the consensus (the object) that holds their state."""
+    groups: dict[int, tuple[Consensus, list[Shard]]] = {}
+    for shard in shards:
+        groups.setdefault(id(shard.consensus), (shard.consensus, []))[1].append(shard)
+    return list(groups.values())

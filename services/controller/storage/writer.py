@@ -90,13 +90,16 @@ from loupe.controller.storage.supervisor import is_disk_full
 from loupe.interval import python_values
 from loupe.persist import (
     DIFF_COLUMN,
+    Append,
     Blob,
     Consensus,
     Part,
     Shard,
     ShardState,
     UpperMismatch,
+    append_all,
     expand,
+    read_states,
 )
 from loupe.proto.storage.v1 import storage_pb2
 from loupe.storage.schema import SHARD_COLUMN, WriteGroup, check_row, plan_write_groups
@@ -813,7 +816,7 @@ class StorageWriter:
             report = _FlushReport(applied_through=self._applied_through)
             received = [] if upper_only else self._inbox.pending()
             try:
-                states = {cid: shard.state() for cid, shard in self._shards.items()}
+                states = read_states(list(self._shards.values()))
                 self._settle_in_doubt(states)
             except Exception as error:
                 self._failed("state", error, report, "storage_flush_cannot_read_shards")
@@ -834,19 +837,22 @@ class StorageWriter:
             # Spark write took a while, and a reader at the oracle's timestamp
             # (about now) would otherwise wait for the next upper tick.
             upper = max(timestamp, _now_ms()) + 1
+            appends: list[Append] = []
             for cid, shard in self._shards.items():
                 if cid in tables and cid not in parts:
                     self._held.add(cid)
                     continue  # its write failed: hold its upper (and progress) back
                 if upper_only and cid in self._held:
                     continue  # its rows are still to be written: the upper waits for them
-                applied = max(progress[cid], cut)
-                if self._append(shard, states[cid], parts.get(cid), upper, applied, report):
-                    progress[cid] = applied
-                    if not upper_only:
-                        self._held.discard(cid)
-                    if cid in retracting:
-                        self._retention_due.discard(cid)
+                marks = {PROGRESS_KEY: max(progress[cid], cut), STREAM_EPOCH_KEY: self._inbox.epoch}
+                part = parts.get(cid)
+                appends.append(Append(shard, states[cid], [part] if part else [], upper, marks))
+            for cid in self._appended(appends, report):
+                progress[cid] = max(progress[cid], cut)
+                if not upper_only:
+                    self._held.discard(cid)
+                if cid in retracting:
+                    self._retention_due.discard(cid)
             self._upper = min(
                 (report.uppers.get(cid, state.upper) for cid, state in states.items()), default=0
             )
@@ -996,44 +1002,43 @@ class StorageWriter:
             parts.update(written)
         return parts
 
-    def _append(
-        self,
-        shard: Shard,
-        state: ShardState,
-        part: Part | None,
-        upper: int,
-        applied: int,
-        report: _FlushReport,
-    ) -> bool:
-        cid = shard.shard_id
-        progress = {PROGRESS_KEY: applied, STREAM_EPOCH_KEY: self._inbox.epoch}
+    def _appended(self, appends: Sequence[Append], report: _FlushReport) -> list[str]:
+        """Append every shard's part (or move only its upper) in one consensus write; the
+        collections whose append went in."""
         try:
-            new_state = shard.compare_and_append(
-                [part] if part else [],
-                expected_upper=state.upper,
-                new_upper=upper,
-                progress=progress,
-            )
-        except UpperMismatch as mismatch:
-            # Another writer moved the upper: nothing of ours went in; rewrite next time.
-            log.warning("storage_flush_lost_race", shard=cid, error=str(mismatch))
-            self.metrics.failures.labels("upper_mismatch").inc()
-            report.failed_steps += 1
-            report.retry_soon = True
-            if part is not None:
-                self._delete_quietly(part.key)
-            return False
+            outcomes = append_all(appends)
         except Exception as error:
-            # In doubt: the next flush reads the shard's progress to know.
-            self._failed("append", error, report, "storage_flush_append_failed", shard=cid)
-            if part is not None:
-                self._in_doubt[cid] = part.key
-            return False
-        report.uppers[cid] = new_state.upper
-        if part is not None:
-            report.rows += part.rows
-            self.metrics.rows_written.labels(cid).inc(part.rows)
-        return True
+            # In doubt, every one of them: the next flush reads the shards' progress to know.
+            self._failed(
+                "append", error, report, "storage_flush_append_failed", shards=len(appends)
+            )
+            for append in appends:
+                if append.parts:
+                    self._in_doubt[append.shard.shard_id] = append.parts[0].key
+            return []
+        done = []
+        for append, outcome in zip(appends, outcomes, strict=True):
+            cid = append.shard.shard_id
+            part = append.parts[0] if append.parts else None
+            if isinstance(outcome, UpperMismatch):
+                # Another writer moved the upper: nothing of ours went in; rewrite next time.
+                log.warning("storage_flush_lost_race", shard=cid, error=str(outcome))
+                self.metrics.failures.labels("upper_mismatch").inc()
+                report.failed_steps += 1
+                report.retry_soon = True
+                if part is not None:
+                    self._delete_quietly(part.key)
+            elif isinstance(outcome, Exception):
+                self._failed("append", outcome, report, "storage_flush_append_failed", shard=cid)
+                if part is not None:
+                    self._in_doubt[cid] = part.key
+            else:
+                report.uppers[cid] = outcome.upper
+                if part is not None:
+                    report.rows += part.rows
+                    self.metrics.rows_written.labels(cid).inc(part.rows)
+                done.append(cid)
+        return done
 
     def _settle_in_doubt(self, states: Mapping[str, ShardState]) -> None:
         """Delete the parts of in-doubt appends that did not happen (garbage otherwise).

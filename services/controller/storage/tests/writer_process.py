@@ -4,8 +4,8 @@
 
 Prints ``ready`` once started (after catching up with the stream), then
 writes until killed. With ``CRASH_AFTER_APPENDS=n`` in the environment it
-kills itself (SIGKILL) right after its n-th successful compare-and-append
-of a non-empty part (its own status row's aside), i.e. in the middle of a flush, between two shards.
+kills itself (SIGKILL) right after its n-th append of a non-empty part (its
+own status row's aside), i.e. in the middle of a flush, between two shards.
 Compaction runs every ``COMPACTION_INTERVAL`` seconds (default 0.5), so
 kills also land in compactions. Spark's scratch directory is
 ``DATA_DIR/spark`` (as the controller's), and its jobs run under a
@@ -18,6 +18,7 @@ import asyncio
 import os
 import signal
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -32,26 +33,41 @@ from loupe.controller.storage import (
     StorageWriter,
     StreamConfig,
 )
-from loupe.persist import Shard
+from loupe.controller.storage import writer as writer_module
+from loupe.persist import Append
 from loupe.persist.location import default_uris, open_location
 
 
 def crash_after_appends(count: int) -> None:
-    """Make the process kill itself after ``count`` appends of a part."""
-    original = Shard.compare_and_append
+    """Make the process kill itself after ``count`` appends of a part.
+
+    The writer appends a flush's shards with one ``append_all``, which SQLite
+    commits in one transaction; a consensus without one (PostgreSQL's, NATS
+    KV's) makes the writes one by one, so a crash can fall between two
+    shards. Here they go one at a time, each its own ``append_all``, so the
+    kill lands there.
+    """
+    original = writer_module.append_all
     done = 0
 
-    def compare_and_append(self: Shard, updates: Any, *args: Any, **kwargs: Any) -> Any:
+    def append_all(appends: Sequence[Append]) -> list[Any]:
         nonlocal done
-        state = original(self, updates, *args, **kwargs)
-        # The writer's own status row (written at start) is not the test's data.
-        if updates and self.shard_id != MZ_STORAGE_WRITER_STATUS.shard_id:
-            done += 1
-            if done >= count:
-                os.kill(os.getpid(), signal.SIGKILL)
-        return state
+        outcomes = []
+        for append in appends:
+            outcomes += original([append])
+            # The writer's own status row (written at start) is not the test's data.
+            appended = not isinstance(outcomes[-1], Exception)
+            if (
+                appended
+                and append.parts
+                and append.shard.shard_id != MZ_STORAGE_WRITER_STATUS.shard_id
+            ):
+                done += 1
+                if done >= count:
+                    os.kill(os.getpid(), signal.SIGKILL)
+        return outcomes
 
-    Shard.compare_and_append = compare_and_append  # type: ignore[method-assign]
+    writer_module.append_all = append_all  # type: ignore[assignment]
 
 
 async def main(data_dir: str, nats_url: str, tag: str, store: str, interval: str) -> None:
