@@ -203,13 +203,16 @@ class ComputeController:
         busy_timeout: float = 60.0,
         hello_resend_interval: float = 1.0,
         metrics_history_interval: float = 10.0,
+        metrics_interval: float = 5.0,
         hydration_write_interval: float = 0.25,
         hydration_orphan_grace: float = 60.0,
     ) -> None:
         self._nc = nc
         self._orchestrator = orchestrator
         self.statuses = ReplicaStatusTables(
-            writer, metrics_history_interval=metrics_history_interval
+            writer,
+            metrics_history_interval=metrics_history_interval,
+            metrics_interval=metrics_interval,
         )
         self.blob_uri = blob_uri
         self.consensus_uri = consensus_uri

@@ -102,6 +102,9 @@ class ControllerSettings(BaseSettings):
     heartbeat_timeout: float = 5.0
     # Time a new incarnation has to send its first heartbeat.
     replica_startup_timeout: float = 30.0
+    # mz_cluster_replica_metrics changes at most this often per replica (every
+    # heartbeat carries metrics; each change is a storage write).
+    replica_metrics_interval: float = 5.0
     # A silent replica whose process is busy (using CPU) is left this long
     # before a restart; so is one whose command loop stopped (liveness.py).
     replica_busy_timeout: float = 60.0
@@ -173,6 +176,7 @@ class ControllerService(Service):
                 heartbeat_timeout=settings.heartbeat_timeout,
                 startup_timeout=settings.replica_startup_timeout,
                 busy_timeout=settings.replica_busy_timeout,
+                metrics_interval=settings.replica_metrics_interval,
             )
             await self.compute.start()
             stack.push_async_callback(self.compute.stop)

@@ -5,6 +5,10 @@ hold one current row per replica: every change retracts the old row and
 inserts the new one, and a dropped replica's rows are retracted. The
 ``…_history`` collections only grow: a status history row at every status
 change, a metrics history row at most every ``metrics_history_interval``.
+The current metrics row changes at most every ``metrics_interval`` (a
+replica's first heartbeat's at once): metrics change at every heartbeat,
+and each change is a storage write, which at one a second kept Spark busy
+on an idle system.
 
 The rows go to the storage writer with ``stage`` as soon as they change, so
 they are written at its next flush. At start ``load`` reads the rows a
@@ -91,10 +95,15 @@ class ReplicaStatusTables:
         writer: StagingWriter,
         *,
         metrics_history_interval: float = 10.0,
+        metrics_interval: float = 5.0,
         clock: Callable[[], dt.datetime] = utc_now,
+        monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self._writer = writer
         self._metrics_history_interval = metrics_history_interval
+        self._metrics_interval = metrics_interval
+        self._monotonic = monotonic
+        self._metrics_at: dict[str, float] = {}
         self._clock = clock
         self._current: dict[str, ReplicaStatus] = {}
         # Rows currently in the collections, per replica (incl. a previous run's).
@@ -155,15 +164,18 @@ class ReplicaStatusTables:
     def set_metrics(self, replica_id: str, metrics: ReplicaMetrics) -> None:
         """Record a heartbeat's metrics: the current row if changed, history now and then."""
         values = (metrics.cpu_nano_cores, metrics.memory_bytes, metrics.disk_bytes)
-        if self._metrics.get(replica_id) != metrics:
+        now = self._monotonic()
+        written = self._metrics_at.get(replica_id)
+        due = written is None or now - written >= self._metrics_interval
+        if due and self._metrics.get(replica_id) != metrics:
             self._metrics[replica_id] = metrics
+            self._metrics_at[replica_id] = now
             self._replace(
                 MZ_CLUSTER_REPLICA_METRICS.id,
                 self._metrics_rows,
                 replica_id,
                 (replica_id, PROCESS_ID, *values),
             )
-        now = time.monotonic()
         last = self._metrics_history_at.get(replica_id)
         if last is None or now - last >= self._metrics_history_interval:
             self._metrics_history_at[replica_id] = now
@@ -183,6 +195,7 @@ class ReplicaStatusTables:
                 self._writer.stage(collection_id, row, -1)
         self._current.pop(replica_id, None)
         self._metrics.pop(replica_id, None)
+        self._metrics_at.pop(replica_id, None)
         self._metrics_history_at.pop(replica_id, None)
 
     def remove_all_but(self, keep: Iterable[str]) -> list[str]:
