@@ -87,12 +87,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime as dt
+import functools
 import hashlib
 import itertools
 import json
 import random
 import time
 import uuid
+import weakref
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass, field
@@ -185,8 +187,12 @@ def _now() -> dt.datetime:
     return dt.datetime.now(dt.UTC)
 
 
+@functools.lru_cache(maxsize=4096)
 def sql_hash(sql: str) -> str:
-    """The hex SHA-256 of a statement's text (Materialize hashes the text too)."""
+    """The hex SHA-256 of a statement's text (Materialize hashes the text too).
+
+    Remembered for the texts seen last: a workload runs the same statements again.
+    """
     return hashlib.sha256(sql.encode()).hexdigest()
 
 
@@ -395,6 +401,8 @@ class StatementLogger:
         self._open: dict[str, tuple[Any, ...]] = {}
         self._open_json: dict[str, bytes] = {}
         self._open_stale = False
+        # Read when metrics are scraped, not set at every execution (one logger a process).
+        QUEUE_DEPTH.set_function(_queue_length(weakref.ref(self)))
 
     # -- lifecycle ----------------------------------------------------------------------
 
@@ -468,7 +476,9 @@ class StatementLogger:
         configuration = self._configuration()
         rate = self._sample_rate(session, configuration)
         sampled = rate > 0.0 and self._sampled(rate, configuration)
-        session_log = self._sessions.setdefault(session.id, _SessionLog())
+        session_log = self._sessions.get(session.id)
+        if session_log is None:
+            session_log = self._sessions[session.id] = _SessionLog()
         self._count_dry_run(sql, session_log, sampled, params)
         if not sampled:
             return None
@@ -519,7 +529,7 @@ class StatementLogger:
             return None
         now = _now()
         updates: list[Update] = []
-        session_log = self._sessions.setdefault(session.id, _SessionLog())
+        session_log = self._sessions[session.id]  # made by _admitted
         opened: dict[str, bool] = {}
         if not session_log.logged:
             session_log.logged = True
@@ -645,8 +655,7 @@ class StatementLogger:
         """Queue ``updates``, then the executions opened (id, began row) or closed
         (id, None) and the live sessions (session id -> live), written to their
         buckets once the updates are published."""
-        self._queue.append((updates, executions, dict(sessions or {})))
-        QUEUE_DEPTH.set(len(self._queue))
+        self._queue.append((updates, executions, dict(sessions) if sessions else {}))
         self._idle.clear()
         self._wakeup.set()
 
@@ -666,7 +675,6 @@ class StatementLogger:
                     await asyncio.sleep(wait)
                 last_publish = loop.time()
                 taken, self._queue = self._queue, []
-                QUEUE_DEPTH.set(0)
                 updates = _consolidated([u for batch, _, _ in taken for u in batch])
                 try:
                     await self._publish_with_open(updates, [e for _, e, _ in taken])
@@ -791,6 +799,14 @@ def _open_subject(key: str) -> str:
 
 def _open_entry(execution_id: str, began_json: bytes) -> bytes:
     return b'"' + execution_id.encode() + b'":' + began_json
+
+
+def _queue_length(logger: weakref.ref[StatementLogger]) -> Callable[[], float]:
+    def length() -> float:
+        alive = logger()
+        return float(len(alive._queue)) if alive is not None else 0.0
+
+    return length
 
 
 def _system(configuration: Mapping[str, str], name: str) -> str:
