@@ -20,7 +20,7 @@ from __future__ import annotations
 import contextlib
 import re
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from urllib.parse import parse_qsl, urlencode, urlparse, urlunparse
 
 import psycopg
@@ -123,6 +123,25 @@ class PostgresConsensus(Consensus):
                     self._update, (expected + 1, value, key, expected), prepare=True
                 )
             return cursor.rowcount == 1
+
+    def compare_and_set_many(self, writes: Sequence[tuple[str, int | None, bytes]]) -> list[bool]:
+        """In one transaction (one commit, one WAL flush), the keys in order: two such
+        transactions over the same keys then wait for each other instead of deadlocking."""
+        if not writes:
+            return []
+        outcomes: dict[int, bool] = {}
+        order = sorted(range(len(writes)), key=lambda i: writes[i][0])
+        with self._connection() as connection, connection.transaction():
+            for i in order:
+                key, expected, value = writes[i]
+                if expected is None:
+                    cursor = connection.execute(self._create, (key, value), prepare=True)
+                else:
+                    cursor = connection.execute(
+                        self._update, (expected + 1, value, key, expected), prepare=True
+                    )
+                outcomes[i] = cursor.rowcount == 1
+        return [outcomes[i] for i in range(len(writes))]
 
     def close(self) -> None:
         forget_shared_consensus(self)
