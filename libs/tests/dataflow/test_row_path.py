@@ -17,6 +17,7 @@ import random
 from collections import Counter
 from collections.abc import Sequence
 from decimal import Decimal
+from typing import Any
 
 import polars as pl
 import pytest
@@ -27,7 +28,7 @@ from loupe.dataflow import rows as rows_path
 from loupe.dataflow.batches import DIFF, TIME, consolidate, consolidate_rows
 from loupe.dataflow.expr import NUMERIC, apply_mfp
 from loupe.dataflow.testing import index_dataflow, persist_updates
-from loupe.dataflow.types import empty_frame
+from loupe.dataflow.types import empty_frame, polars_dtype
 from loupe.plan import lir, mir
 from loupe.plan.lir import MapFilterProject
 from loupe.plan.scalar import Call, Column, Literal
@@ -479,3 +480,54 @@ def test_a_row_mfp_maps_filters_and_projects_as_polars_does():
     assert errors.height == 0
     assert compiled.apply(rows) == ok.rows()
     assert 0 < ok.height < len(rows)
+
+
+def test_keys_that_are_columns_are_picked_without_a_query(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A join keyed on plain columns (the usual case) keys a delta by a column pick: the
+    same frame the compiled query makes, casts across types included, and no query."""
+    frame = pl.DataFrame(
+        {
+            "c0": pl.Series([1, None, 3], dtype=pl.Int32),
+            "c1": pl.Series(["a", "b", None]),
+            "c2": pl.Series(
+                [
+                    {"months": 1, "days": 0, "micros": 0},
+                    None,
+                    {"months": 0, "days": 0, "micros": 3_600_000_000},
+                ],
+                dtype=polars_dtype("interval"),
+            ),
+            TIME: pl.Series([1, 1, 2], dtype=pl.UInt64),
+            DIFF: pl.Series([1, -1, 1], dtype=pl.Int64),
+        }
+    )
+    types = ("int4", "text", "interval")
+    cases = [
+        ([Column(0), Column(1)], None, False),
+        ([Column(0)], [pl.Int64()], True),  # compared with an int8 key of another input
+        ([Column(1), Column(2)], None, False),
+    ]
+    collects = 0
+    collect = pl.LazyFrame.collect
+
+    def counted(self: pl.LazyFrame, *args: Any, **kwargs: Any) -> pl.DataFrame:
+        nonlocal collects
+        collects += 1
+        return collect(self, *args, **kwargs)
+
+    for exprs, dtypes, match in cases:
+        names = [f"k{i}" for i in range(len(exprs))]
+        monkeypatch.setattr(pl.LazyFrame, "collect", counted)
+        picked, errors = operators.evaluate(frame, exprs, types, names, dtypes, match=match)
+        monkeypatch.undo()
+        assert collects == 0
+        assert errors.height == 0
+        with monkeypatch.context() as patched:
+            patched.setattr(operators, "_picked_columns", lambda *_: None)
+            queried, _ = operators.evaluate(frame, exprs, types, names, dtypes, match=match)
+        assert picked.schema == queried.schema
+        assert picked.rows() == queried.rows()
+    # An interval compared by its span ('1 mon' = '30 days') still goes through the query.
+    monkeypatch.setattr(pl.LazyFrame, "collect", counted)
+    operators.evaluate(frame, [Column(2)], types, ["k0"], None, match=True)
+    assert collects == 1
