@@ -9,9 +9,10 @@ has made them durable in every shard, and only then acknowledges them.
 
 One flush (in a worker thread, one at a time):
 
-1. reads every shard's state, and with it how far the writer's input is
-   applied to that shard: ``progress["storage-writer"]``, the last stream
-   sequence it holds (``wire.PROGRESS_KEY``);
+1. reads every shard's state (one consensus read, ``read_states``), and with
+   it how far the writer's input is applied to that shard:
+   ``progress["storage-writer"]``, the last stream sequence it holds
+   (``wire.PROGRESS_KEY``);
 2. picks one timestamp ``ts = max(now_ms, every shard's upper)``;
 3. takes, per shard, the updates of the received batches past that shard's
    progress (plus retractions of expired history rows, when due);
@@ -21,7 +22,9 @@ One flush (in a worker thread, one at a time):
    ``max(ts, now_ms) + 1`` (now: after the write, so a reader at a fresh
    oracle timestamp need not wait for the next upper tick) with
    ``progress`` = the last sequence received, in the same CAS, so all
-   builtin collections share one upper;
+   builtin collections share one upper. Every shard's CAS goes in one
+   consensus call (``append_all``): with SQLite or PostgreSQL one
+   transaction, so one sync per flush, not one per shard;
 6. acknowledges the batches every shard now holds and answers their waiters.
 
 So whatever happens — a ``kill -9`` between any two steps, a Spark write
