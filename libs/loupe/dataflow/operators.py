@@ -280,9 +280,9 @@ def _picked_columns(
         if match and kind == "interval":
             return None
         series = frame.get_column(f"c{scalar.index}")
-        target = polars_dtype(kind) if dtypes is None else dtypes[position]
-        if series.dtype != target:
-            series = series.cast(polars_dtype(kind)).cast(target)
+        for target in (polars_dtype(kind), None if dtypes is None else dtypes[position]):
+            if target is not None and series.dtype != target:
+                series = series.cast(target)  # the query's two casts, strict as they are
         columns.append(series.alias(name))
     return frame.with_columns(columns)
 

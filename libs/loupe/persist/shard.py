@@ -594,7 +594,8 @@ class Shard:
 def read_states(shards: Sequence[Shard]) -> dict[str, ShardState]:
     """``state()`` of every shard in ``shards``, read with one ``heads`` per consensus."""
     states: dict[str, ShardState] = {}
-    for consensus, group in _by_consensus(shards):
+    for consensus, positions in _by_consensus(shards):
+        group = [shards[i] for i in positions]
         heads = consensus.heads([shard.shard_id for shard in group])
         for shard in group:
             head = heads.get(shard.shard_id)
@@ -639,11 +640,7 @@ def append_all(appends: Sequence[Append]) -> list[ShardState | Exception]:
             )
     news = [a.shard._appended(a.state, a.parts, a.new_upper, a.progress) for a in appends]
     outcomes: list[ShardState | Exception | None] = [None] * len(appends)
-    by_consensus: dict[int, list[int]] = {}
-    for i, append in enumerate(appends):
-        by_consensus.setdefault(id(append.shard.consensus), []).append(i)
-    for positions in by_consensus.values():
-        consensus = appends[positions[0]].shard.consensus
+    for consensus, positions in _by_consensus([a.shard for a in appends]):
         written = consensus.compare_and_set_many(
             [
                 (
@@ -675,9 +672,9 @@ def append_all(appends: Sequence[Append]) -> list[ShardState | Exception]:
     return results
 
 
-def _by_consensus(shards: Sequence[Shard]) -> list[tuple[Consensus, list[Shard]]]:
-    """``shards`` grouped by the consensus (the object) that holds their state."""
-    groups: dict[int, tuple[Consensus, list[Shard]]] = {}
-    for shard in shards:
-        groups.setdefault(id(shard.consensus), (shard.consensus, []))[1].append(shard)
+def _by_consensus(shards: Sequence[Shard]) -> list[tuple[Consensus, list[int]]]:
+    """The positions in ``shards``, grouped by the consensus (the object) holding their state."""
+    groups: dict[int, tuple[Consensus, list[int]]] = {}
+    for position, shard in enumerate(shards):
+        groups.setdefault(id(shard.consensus), (shard.consensus, []))[1].append(position)
     return list(groups.values())
