@@ -18,6 +18,16 @@ from typing import Any
 from loupe.cli.probe import query_once
 from loupe.common.nats_server import free_ports
 
+# Starts of ``loupe up`` on fresh ports before a port lost to another process is an error.
+PORT_ATTEMPTS = 3
+_PORT_LOST = ("failed to bind to address", "address already in use")
+
+
+def _lost_a_port(output: str) -> bool:
+    """Whether a start failed because a port was taken (gRPC's words, or the OS's)."""
+    lowered = output.lower()
+    return any(sign in lowered for sign in _PORT_LOST)
+
 
 class LoupeUp:
     """``loupe up`` as a child process; ``sql()`` runs statements through the gRPC API."""
@@ -40,7 +50,26 @@ class LoupeUp:
         self._ready = threading.Event()
 
     def start(self, timeout: float = 180.0) -> float:
-        """Start and wait until ready; returns the seconds it took."""
+        """Start and wait until ready; returns the seconds it took.
+
+        The ports were free when chosen, but any process may bind one before the
+        service that is to listen on it does (a Spark JVM, another test's server):
+        a start that fails only for that is made again on new ports.
+        """
+        for attempt in range(PORT_ATTEMPTS):
+            try:
+                return self._start_once(timeout)
+            except RuntimeError as error:
+                if attempt + 1 == PORT_ATTEMPTS or not _lost_a_port(str(error)):
+                    raise
+                print(f"loupe up lost a port to another process; again on new ports:\n{error}")
+                self.sql_port, self.pgwire_port, self.catalog_port, self.console_port = free_ports(
+                    4
+                )
+                self.output = []
+        raise AssertionError("unreachable")
+
+    def _start_once(self, timeout: float) -> float:
         env = dict(
             os.environ,
             NO_COLOR="1",
