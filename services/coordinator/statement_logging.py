@@ -49,10 +49,17 @@ Materialize's design (seed 000) with what it learned shipping it (DESIGN §7):
   ``sample="sampled|unsampled"``: their sum is the volume at rate 1, so an
   operator can judge a rate before enabling it. Throttled executions are
   counted in ``loupe_statement_logging_throttled_executions_total``.
-- Nothing waits in a coordinator buffer to be flushed: the updates are
-  published, in order, to the storage writer's JetStream stream as they
-  happen (a small queue only coalesces what arrives while a publish is in
-  flight); the controller writes them with Spark at its next flush.
+- Little waits in the coordinator: the updates are published, in order, to
+  the storage writer's JetStream stream as they happen; under load one
+  message per ``PUBLISH_COALESCE_S`` (0.1 s) carries what arrived meanwhile
+  (the seed's buffer flushed every ``statement_log_flush_interval``), and the
+  controller writes them with Spark at its next flush. The start of an
+  execution still running when a message goes out waits for the next one
+  (up to ``HOLD_RUNNING_S``): most end by then, and go out as their finished
+  row alone, never written to the bucket of open executions below. Each
+  message is a JetStream request, and a changed bucket a second one: at
+  ~0.25 ms of coordinator CPU a request, these were most of what logging
+  cost a statement.
 - Overload (issue 11 item 4): that queue is bounded (``max_queued`` entries,
   gauge ``loupe_statement_logging_queue_depth``). When the stream takes
   records slower than statements make them and the queue is full, a new
@@ -65,7 +72,8 @@ Materialize's design (seed 000) with what it learned shipping it (DESIGN §7):
   key-value bucket, all in one value under the key ``<coordinator>``
   (execution id -> its began row, JSON), written after each published
   message that changed them: one write per message, none for the executions
-  that began and ended within one message, the common case. A coordinator
+  that began and ended within one message (with the start held back, all
+  but those that run longer than ``HOLD_RUNNING_S``). A coordinator
   that starts again finds its previous incarnation's open executions there
   (and in keys ``<coordinator>.<execution id>``, one per execution, as
   earlier versions wrote them) and replaces each by an ``aborted`` row.
@@ -128,8 +136,15 @@ DEFAULT_SUBJECT = "loupe.storage.v1.updates"
 OPEN_EXECUTIONS_BUCKET = "loupe_statement_log_open"
 # The least time between two statement log messages while records keep coming
 # (the first after a quiet spell is published at once): bounds both what a
-# coordinator crash can lose and the delay it adds to a record's visibility.
-PUBLISH_COALESCE_S = 0.02
+# coordinator crash can lose and the delay it adds to a record's visibility
+# (the storage writer flushes once a second). Each message is two JetStream
+# requests, ~0.25 ms of coordinator CPU each; at 0.02 s they cost a serial
+# session at 500 statements/s a tenth of its CPU.
+PUBLISH_COALESCE_S = 0.1
+# How long the began row of a running execution waits to go out with its end:
+# one that ends meanwhile (most do) goes out as its finished row alone, and
+# never needs the bucket of open executions (a second request per message).
+HOLD_RUNNING_S = 2 * PUBLISH_COALESCE_S
 _OPEN_EXECUTIONS_STREAM = f"KV_{OPEN_EXECUTIONS_BUCKET}"
 # A version 4 UUID's fixed bits (RFC 4122 variant, version 4), as uuid.UUID sets them.
 _UUID4_KEEP = ~((0xC000 << 48) | (0xF000 << 64))
@@ -579,9 +594,12 @@ class StatementLogger:
             None,
             None,
         )
+        # The last _HELD_UPDATES: what ``_ready`` may hold back while it runs.
         updates.append((MZ_STATEMENT_EXECUTION_HISTORY.id, began, 1))
         updates.append((MZ_STATEMENT_LIFECYCLE_HISTORY.id, (execution_id, EXECUTION_BEGAN, now), 1))
-        self._enqueue(updates, [(execution_id, began)], opened)
+        self._enqueue(
+            updates, [(execution_id, began)], opened, hold_until=time.monotonic() + HOLD_RUNNING_S
+        )
         return Execution(execution_id, prepared_id, began)
 
     def end(
@@ -651,21 +669,33 @@ class StatementLogger:
         updates: list[Update],
         executions: list[tuple[str, tuple[Any, ...] | None]],
         sessions: Mapping[str, bool] | None = None,
+        *,
+        hold_until: float = 0.0,
     ) -> None:
         """Queue ``updates``, then the executions opened (id, began row) or closed
         (id, None) and the live sessions (session id -> live), written to their
-        buckets once the updates are published."""
-        self._queue.append((updates, executions, dict(sessions) if sessions else {}))
+        buckets once the updates are published. ``hold_until`` (monotonic): an
+        execution's start, held back until then unless it ended (``_ready``)."""
+        self._queue.append((updates, executions, dict(sessions) if sessions else {}, hold_until))
         self._idle.clear()
         self._wakeup.set()
+
+    async def _wait_for_work(self) -> None:
+        """Until something is queued, or the first held start is due."""
+        holds = [entry[3] for entry in self._queue]
+        if not holds or not all(holds):
+            await self._wakeup.wait()
+        else:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wakeup.wait(), max(0.0, min(holds) - time.monotonic()))
+        self._wakeup.clear()
 
     async def _publish_loop(self) -> None:
         """Publish queued records in order; what arrives meanwhile goes in the next message."""
         loop = asyncio.get_running_loop()
         last_publish = -PUBLISH_COALESCE_S
         while True:
-            await self._wakeup.wait()
-            self._wakeup.clear()
+            await self._wait_for_work()
             while self._queue:
                 # Under load, what arrives within PUBLISH_COALESCE_S of the last message
                 # waits for it to fill: a JetStream request costs the coordinator more
@@ -673,12 +703,14 @@ class StatementLogger:
                 wait = last_publish + PUBLISH_COALESCE_S - loop.time()
                 if wait > 0:
                     await asyncio.sleep(wait)
+                taken, self._queue = _ready(self._queue, time.monotonic())
+                if not taken:
+                    break  # only starts of running executions, held: woken when one is due
                 last_publish = loop.time()
-                taken, self._queue = self._queue, []
-                updates = _consolidated([u for batch, _, _ in taken for u in batch])
+                updates = _consolidated([u for batch, _, _, _ in taken for u in batch])
                 try:
-                    await self._publish_with_open(updates, [e for _, e, _ in taken])
-                    for session_id, live in _net_session_ops(s for _, _, s in taken).items():
+                    await self._publish_with_open(updates, [e for _, e, _, _ in taken])
+                    for session_id, live in _net_session_ops(s for _, _, s, _ in taken).items():
                         await self._remember_session(session_id, live)
                 except Exception as error:
                     # Statement logging may lose records under adverse conditions (seed 000);
@@ -687,7 +719,8 @@ class StatementLogger:
                     log.warning(
                         "statement log records lost", error=str(error), updates=len(updates)
                     )
-            self._idle.set()
+            if not self._queue:
+                self._idle.set()
 
     async def _publish_with_open(
         self,
@@ -814,8 +847,43 @@ def _system(configuration: Mapping[str, str], name: str) -> str:
     return configuration.get(name, SYSTEM_VARIABLES[name].default)
 
 
-# What the publisher does with one ``_enqueue``: updates, then bucket writes.
-_Queued = tuple[list[Update], list[tuple[str, tuple[Any, ...] | None]], dict[str, bool]]
+# What the publisher does with one ``_enqueue``: updates, then bucket writes; and until
+# when it may be held back (0: not at all).
+_Queued = tuple[list[Update], list[tuple[str, tuple[Any, ...] | None]], dict[str, bool], float]
+
+
+# The updates at the end of an execution's start that may be held back: its began
+# row and its execution-began event.
+_HELD_UPDATES = 2
+
+
+def _ready(queue: list[_Queued], now: float) -> tuple[list[_Queued], list[_Queued]]:
+    """(what the next message takes, what stays queued), both in queue order.
+
+    The start of an execution still running stays until its hold ends: if it
+    ends meanwhile, its start and end go out together, which consolidates to
+    the finished row alone and leaves the bucket of open executions as it was.
+    The rest of its entry (the session's, prepared statement's and text's
+    rows) goes with this message. Nothing is held back while a session closes
+    (its key is purged only once its last records are out).
+    """
+    if not any(entry[3] > now for entry in queue):
+        return queue, []
+    if any(not live for entry in queue for live in entry[2].values()):
+        return queue, []
+    ended = {eid for entry in queue for eid, began in entry[1] if began is None}
+    taken: list[_Queued] = []
+    held: list[_Queued] = []
+    for entry in queue:
+        updates, executions, sessions, hold_until = entry
+        if hold_until <= now or executions[0][0] in ended:
+            taken.append(entry)
+            continue
+        if len(updates) > _HELD_UPDATES or sessions:
+            taken.append((updates[:-_HELD_UPDATES], [], sessions, 0.0))
+            entry = (updates[-_HELD_UPDATES:], executions, {}, hold_until)
+        held.append(entry)
+    return taken, held
 
 
 async def _key_value(js: Any, bucket: str) -> Any:

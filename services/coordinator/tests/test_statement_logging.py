@@ -235,8 +235,54 @@ async def test_a_began_row_is_sent_only_if_its_execution_was_open_at_a_message(
         history = MZ_STATEMENT_EXECUTION_HISTORY.id
         return [(row[0], row[STATUS], diff) for c, row, diff in updates if c == history]
 
-    assert executions(first) == [(running.id, None, 1), (quick.id, "success", 1)]
+    # The running one's start was held back for HOLD_RUNNING_S, then sent alone.
+    assert executions(first) == [(quick.id, "success", 1), (running.id, None, 1)]
     assert executions(second) == [(running.id, None, -1), (running.id, "canceled", 1)]
+
+
+async def test_a_statement_running_when_a_message_goes_out_sends_its_start_with_its_end(
+    nats_connection, stream
+):
+    """A start is held back while its execution runs (up to HOLD_RUNNING_S): one that
+    ends meanwhile sends its finished row alone, and the bucket of open executions,
+    a second request per message, is not written for it."""
+    owner = f"c-{uuid.uuid4().hex[:6]}"
+    config = {"statement_logging_max_sample_rate": "1"}
+    logger = _logger(nats_connection, stream, config, owner)
+    await logger.start()
+    kv_stream = f"KV_{stmtlog.OPEN_EXECUTIONS_BUCKET}"
+    history = MZ_STATEMENT_EXECUTION_HISTORY.id
+
+    def executions(updates: list[Any]) -> list[tuple[str, str | None, int]]:
+        return [(row[0], row[STATUS], diff) for c, row, diff in updates if c == history]
+
+    try:
+        bucket_writes = (await nats_connection.jetstream().stream_info(kv_stream)).state.last_seq
+        sessions = [_session("1"), _session("1")]
+        running = logger.begin(sessions[0], "SELECT 2", "select")
+        quick = logger.begin(sessions[1], "SELECT 1", "select")
+        assert running is not None
+        assert quick is not None
+        logger.end(quick, stmtlog.SUCCESS)
+        first: list[Any] = []
+        for _ in range(100):  # the first message after a quiet spell goes at once
+            first += await stream.updates()
+            if first:
+                break
+            await asyncio.sleep(0.01)
+        logger.end(running, stmtlog.SUCCESS)
+        await logger.drain()
+        second = await stream.updates()
+        after = (await nats_connection.jetstream().stream_info(kv_stream)).state.last_seq
+    finally:
+        await logger.stop()
+    assert executions(first) == [(quick.id, "success", 1)]
+    # The session, prepared statement and text of the running one went out at once.
+    assert {row[0] for c, row, _ in first if c == MZ_SESSION_HISTORY.id} == {
+        session.id for session in sessions
+    }
+    assert executions(second) == [(running.id, "success", 1)]
+    assert after == bucket_writes
 
 
 def test_consolidation_sums_the_diffs_of_retracted_rows_only():
