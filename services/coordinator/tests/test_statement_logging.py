@@ -241,11 +241,13 @@ async def test_a_began_row_is_sent_only_if_its_execution_was_open_at_a_message(
 
 
 async def test_a_statement_running_when_a_message_goes_out_sends_its_start_with_its_end(
-    nats_connection, stream
+    nats_connection, stream, monkeypatch
 ):
     """A start is held back while its execution runs (up to HOLD_RUNNING_S): one that
     ends meanwhile sends its finished row alone, and the bucket of open executions,
     a second request per message, is not written for it."""
+    # Long enough that a slow machine cannot let the hold end before the test ends it.
+    monkeypatch.setattr(stmtlog, "HOLD_RUNNING_S", 30.0)
     owner = f"c-{uuid.uuid4().hex[:6]}"
     config = {"statement_logging_max_sample_rate": "1"}
     logger = _logger(nats_connection, stream, config, owner)
