@@ -106,7 +106,7 @@ import weakref
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import nats.js.errors
 from nats.aio.client import Client as NatsConnection
@@ -137,9 +137,10 @@ OPEN_EXECUTIONS_BUCKET = "loupe_statement_log_open"
 # The least time between two statement log messages while records keep coming
 # (the first after a quiet spell is published at once): bounds both what a
 # coordinator crash can lose and the delay it adds to a record's visibility
-# (the storage writer flushes once a second). Each message is two JetStream
-# requests, ~0.25 ms of coordinator CPU each; at 0.02 s they cost a serial
-# session at 500 statements/s a tenth of its CPU.
+# (the storage writer flushes once a second). Each message is a JetStream
+# request, and one more when the open executions changed (~0.25 ms of
+# coordinator CPU each): at 0.02 s they cost a serial session at 500
+# statements/s a tenth of its CPU.
 PUBLISH_COALESCE_S = 0.1
 # How long the began row of a running execution waits to go out with its end:
 # one that ends meanwhile (most do) goes out as its finished row alone, and
@@ -676,13 +677,15 @@ class StatementLogger:
         (id, None) and the live sessions (session id -> live), written to their
         buckets once the updates are published. ``hold_until`` (monotonic): an
         execution's start, held back until then unless it ended (``_ready``)."""
-        self._queue.append((updates, executions, dict(sessions) if sessions else {}, hold_until))
+        self._queue.append(
+            _Queued(updates, executions, dict(sessions) if sessions else {}, hold_until)
+        )
         self._idle.clear()
         self._wakeup.set()
 
     async def _wait_for_work(self) -> None:
         """Until something is queued, or the first held start is due."""
-        holds = [entry[3] for entry in self._queue]
+        holds = [entry.hold_until for entry in self._queue]
         if not holds or not all(holds):
             await self._wakeup.wait()
         else:
@@ -707,10 +710,10 @@ class StatementLogger:
                 if not taken:
                     break  # only starts of running executions, held: woken when one is due
                 last_publish = loop.time()
-                updates = _consolidated([u for batch, _, _, _ in taken for u in batch])
+                updates = _consolidated([u for entry in taken for u in entry.updates])
                 try:
-                    await self._publish_with_open(updates, [e for _, e, _, _ in taken])
-                    for session_id, live in _net_session_ops(s for _, _, s, _ in taken).items():
+                    await self._publish_with_open(updates, [e.executions for e in taken])
+                    for session_id, live in _net_session_ops(e.sessions for e in taken).items():
                         await self._remember_session(session_id, live)
                 except Exception as error:
                     # Statement logging may lose records under adverse conditions (seed 000);
@@ -847,9 +850,16 @@ def _system(configuration: Mapping[str, str], name: str) -> str:
     return configuration.get(name, SYSTEM_VARIABLES[name].default)
 
 
-# What the publisher does with one ``_enqueue``: updates, then bucket writes; and until
-# when it may be held back (0: not at all).
-_Queued = tuple[list[Update], list[tuple[str, tuple[Any, ...] | None]], dict[str, bool], float]
+class _Queued(NamedTuple):
+    """What the publisher does with one ``_enqueue``: updates, then bucket writes."""
+
+    updates: list[Update]
+    # (execution id, began row) opened, or (execution id, None) closed.
+    executions: list[tuple[str, tuple[Any, ...] | None]]
+    # session id -> live.
+    sessions: dict[str, bool]
+    # Until when (monotonic) an execution's start may be held back; 0: not at all.
+    hold_until: float
 
 
 # The updates at the end of an execution's start that may be held back: its began
@@ -867,11 +877,11 @@ def _ready(queue: list[_Queued], now: float) -> tuple[list[_Queued], list[_Queue
     rows) goes with this message. Nothing is held back while a session closes
     (its key is purged only once its last records are out).
     """
-    if not any(entry[3] > now for entry in queue):
+    if not any(entry.hold_until > now for entry in queue):
         return queue, []
-    if any(not live for entry in queue for live in entry[2].values()):
+    if any(not live for entry in queue for live in entry.sessions.values()):
         return queue, []
-    ended = {eid for entry in queue for eid, began in entry[1] if began is None}
+    ended = {eid for entry in queue for eid, began in entry.executions if began is None}
     taken: list[_Queued] = []
     held: list[_Queued] = []
     for entry in queue:
@@ -880,8 +890,8 @@ def _ready(queue: list[_Queued], now: float) -> tuple[list[_Queued], list[_Queue
             taken.append(entry)
             continue
         if len(updates) > _HELD_UPDATES or sessions:
-            taken.append((updates[:-_HELD_UPDATES], [], sessions, 0.0))
-            entry = (updates[-_HELD_UPDATES:], executions, {}, hold_until)
+            taken.append(_Queued(updates[:-_HELD_UPDATES], [], sessions, 0.0))
+            entry = _Queued(updates[-_HELD_UPDATES:], executions, {}, hold_until)
         held.append(entry)
     return taken, held
 
