@@ -42,7 +42,7 @@ class LoupeUp:
         self.data_dir = Path(data_dir)
         # More environment for every process (settings: LOUPE_<FIELD>).
         self.env = env or {}
-        self.sql_port, self.pgwire_port, self.catalog_port, self.console_port = free_ports(4)
+        self._choose_ports()
         self.extra_args = extra_args or []
         self.process: subprocess.Popen[str] | None = None
         self.output: list[str] = []
@@ -63,11 +63,13 @@ class LoupeUp:
                 if attempt + 1 == PORT_ATTEMPTS or not _lost_a_port(str(error)):
                     raise
                 print(f"loupe up lost a port to another process; again on new ports:\n{error}")
-                self.sql_port, self.pgwire_port, self.catalog_port, self.console_port = free_ports(
-                    4
-                )
+                self._choose_ports()
                 self.output = []
         raise AssertionError("unreachable")
+
+    def _choose_ports(self) -> None:
+        """The ports ``loupe up`` is told to use: four distinct ones, free when chosen."""
+        self.sql_port, self.pgwire_port, self.catalog_port, self.console_port = free_ports(4)
 
     def _start_once(self, timeout: float) -> float:
         env = dict(
