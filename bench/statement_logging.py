@@ -38,7 +38,7 @@ import threading
 import time
 import urllib.request
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import astuple, dataclass, field
 from pathlib import Path
 
 import grpc
@@ -60,6 +60,7 @@ VISIBLE_TIMEOUT_S = 30.0
 LOGGED_TIMEOUT_S = 60.0
 THROTTLED_METRIC = "loupe_statement_logging_throttled_executions_total"
 FLUSH_METRIC = "loupe_storage_flush_duration_seconds"
+SPARK_JOBS_METRIC = "loupe_storage_spark_writes_total"
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 
@@ -139,17 +140,18 @@ def ready_info(system: LoupeUp, service: str) -> dict:
     return json.loads((system.data_dir / "run" / f"{service}.ready.json").read_text())
 
 
-def metric(metrics_port: int, sample: str) -> float:
-    """The sum of a Prometheus sample's series (``loupe_…_total``, ``…_sum``) at a service."""
+def metric(metrics_port: int, sample: str, **labels: str) -> float:
+    """The sum of a Prometheus sample's series (``loupe_…_total``, ``…_sum``) at a service,
+    of those with ``labels`` (all series if none)."""
     with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=10) as answer:
         text = answer.read().decode()
     values = [
         s.value
         for family in text_string_to_metric_families(text)
         for s in family.samples
-        if s.name == sample
+        if s.name == sample and all(s.labels.get(k) == v for k, v in labels.items())
     ]
-    if not values:
+    if not values and not labels:  # a labelled series exists once observed
         raise AssertionError(f"the service at :{metrics_port} exports no {sample}")
     return sum(values)
 
@@ -160,18 +162,29 @@ def throttled_executions(metrics_port: int) -> int:
 
 @dataclass
 class Flushes:
-    """The storage writer's flushes so far (the controller's metrics)."""
+    """The storage writer's flushes so far (the controller's metrics): those that wrote
+    rows (data) apart from those that only moved the uppers, and its Spark jobs."""
 
-    count: float
-    seconds: float
+    data_count: float
+    data_seconds: float
+    upper_count: float
+    upper_seconds: float
+    spark_jobs: float
 
     @classmethod
     def read(cls, system: LoupeUp) -> Flushes:
         port = ready_info(system, "controller")["metrics_port"]
-        return cls(metric(port, f"{FLUSH_METRIC}_count"), metric(port, f"{FLUSH_METRIC}_sum"))
+
+        def flushes(kind: str) -> tuple[float, float]:
+            count = metric(port, f"{FLUSH_METRIC}_count", kind=kind)
+            return count, metric(port, f"{FLUSH_METRIC}_sum", kind=kind)
+
+        return cls(*flushes("data"), *flushes("upper"), metric(port, SPARK_JOBS_METRIC))
 
     def since(self, earlier: Flushes) -> Flushes:
-        return Flushes(self.count - earlier.count, self.seconds - earlier.seconds)
+        return Flushes(
+            *(now - then for now, then in zip(astuple(self), astuple(earlier), strict=True))
+        )
 
 
 def load_round(sessions: list[Session], rate: float, seconds: float, pids: list[int]) -> Round:
@@ -349,10 +362,16 @@ def report_visibility(
         f"          baseline: one poll of mz_recent_activity_log p50 {poll50 * 1000:.0f} ms, "
         f"p99 {poll99 * 1000:.0f} ms ({len(polls)} polls for {len(visible)} samples)"
     )
-    if flushes.count:
+    if flushes.data_count:
         print(
-            f"          the storage writer meanwhile: {flushes.count:.0f} flushes, "
-            f"{flushes.seconds / flushes.count * 1000:.0f} ms each on average"
+            f"          the storage writer meanwhile: {flushes.data_count:.0f} data flushes, "
+            f"{flushes.data_seconds / flushes.data_count * 1000:.0f} ms each on average, "
+            f"{flushes.spark_jobs:.0f} Spark jobs"
+        )
+    if flushes.upper_count:
+        print(
+            f"          and {flushes.upper_count:.0f} upper-only flushes, "
+            f"{flushes.upper_seconds / flushes.upper_count * 1000:.0f} ms each on average"
         )
 
 

@@ -40,6 +40,9 @@ def test_bench_reports_overhead_and_visibility_and_logs_at_rate_one():
     assert run.returncode == 0, output
     assert re.search(r"^overhead .*target <= 3 %: (PASS|MISS)\)$", run.stdout, re.M), output
     assert re.search(r"^visible .*target < 1: (PASS|MISS)\)$", run.stdout, re.M), output
+    flushes = re.search(r"(\d+) data flushes, \d+ ms each on average, (\d+) Spark jobs", output)
+    assert flushes, output
+    assert int(flushes[1]) > 0, output
     logged = re.search(r"logged (\d+) executions for (\d+) statements run at 1.0", run.stdout)
     assert logged, output
     assert int(logged[1]) >= int(logged[2]) > 0, output

@@ -8,8 +8,16 @@ written with Spark's types (``uint8`` and ``mz_timestamp`` as ``LongType``,
 A flush writes every collection of a *write group* in one Spark job: the
 group's rows share one wide schema (the union of the collections' columns,
 ``NULL`` where a collection has no such column) plus a ``mz_shard`` column the
-job partitions by, so each shard gets its own part directory. Collections
-whose column names clash (same name, different type) go to different groups.
+job partitions by, so each shard gets its own part directory.
+
+Column names clash across collections (``id`` is ``text`` in most, ``uint8``
+in some, ``uuid`` in one). An integer column that clashes with a string one
+(``text``, ``uuid``, ``jsonb``) is carried as text in the job (its decimal digits) and cast back to the shard's type when
+the part is read, so all builtin collections form ONE group and a flush is
+one Spark job: a job's fixed cost (hundreds of milliseconds on a loaded
+machine) dominates a flush of a few rows. Other clashes (say ``bool`` and
+``interval``) still split collections into groups. A flush only carries a
+column as text when the collections it writes clash (``WriteGroup.narrowed``).
 """
 
 from __future__ import annotations
@@ -123,6 +131,51 @@ def check_row(collection: BuiltinCollection, row: Sequence[Any]) -> None:
 
 # -- write groups ---------------------------------------------------------------
 
+# Integer types: clashing with each other they share an ``int8`` column, with a type
+# Spark writes as a string (``text``, ``uuid``, ``jsonb``) a text one (their decimal
+# digits). Either casts back exactly, and ``Shard`` casts every part to its shard's types
+# when it reads it.
+INTEGER_KINDS = frozenset({"int4", "int8", "uint2", "uint4", "uint8", "mz_timestamp"})
+
+
+def _integer_or_string(kind: str) -> bool:
+    return kind in INTEGER_KINDS or ingest_type(kind) == pa.string()
+
+
+def shared_kind(kind: str, other: str) -> str | None:
+    """The type one job's column is written as for columns of types ``kind`` and
+    ``other`` of the same name, or None if they cannot share a column.
+
+    Types Spark writes alike share a column typed as ``kind`` (``int8`` and
+    ``uint8``, ``text`` and ``uuid``), other integers share an ``int8`` one,
+    and an integer and a string share a text column. So whether collections
+    can share a group does not depend on their order, and any of a group's
+    subsets can too.
+    """
+    if ingest_type(kind) == ingest_type(other):
+        return kind
+    if kind in INTEGER_KINDS and other in INTEGER_KINDS:
+        return "int8"
+    if _integer_or_string(kind) and _integer_or_string(other):
+        return "text"
+    return None
+
+
+def _merged_columns(
+    columns: Mapping[str, str], collection: BuiltinCollection
+) -> dict[str, str] | None:
+    """``columns`` widened by ``collection``'s, or None if one of them cannot share."""
+    merged = dict(columns)
+    for name, kind in collection.columns:
+        if name not in merged:
+            merged[name] = kind
+            continue
+        shared = shared_kind(merged[name], kind)
+        if shared is None:
+            return None
+        merged[name] = shared
+    return merged
+
 
 @dataclass(frozen=True)
 class WriteGroup:
@@ -136,13 +189,20 @@ class WriteGroup:
         """The group of just these collections, with just their columns.
 
         A flush writes the narrowed group of the collections it has updates
-        for: every part still holds all of its shard's columns, and Spark does
-        not carry dozens of all-NULL columns of collections without updates.
+        for: every part still holds all of its shard's columns, Spark does
+        not carry dozens of all-NULL columns of collections without updates,
+        and a column is carried as text only if these collections clash on it.
         """
         wanted = set(collection_ids)
         members = tuple(c for c in self.collections if c.id in wanted)
-        names = {name for c in members for name in c.column_names}
-        return WriteGroup(members, tuple(col for col in self.columns if col[0] in names))
+        if not members:
+            return WriteGroup((), ())
+        (group,) = plan_write_groups(members)
+        # The group's column order, each typed as just these members need it.
+        kinds = dict(group.columns)
+        return WriteGroup(
+            members, tuple((name, kinds[name]) for name, _ in self.columns if name in kinds)
+        )
 
     def spark_schema(self) -> Any:
         """The Spark schema of the group's job: wide columns, then time, diff, shard."""
@@ -166,9 +226,11 @@ class WriteGroup:
             if table is None or table.num_rows == 0:
                 continue
             count = table.num_rows
-            own = set(collection.column_names)
+            own = dict(collection.columns)
             arrays = [
-                table.column(name) if name in own else pa.nulls(count, type=ingest_type(kind))
+                self._column(table, name, own[name], kind)
+                if name in own
+                else pa.nulls(count, type=ingest_type(kind))
                 for name, kind in self.columns
             ]
             arrays.append(pa.repeat(pa.scalar(timestamp, pa.int64()), count))
@@ -178,6 +240,14 @@ class WriteGroup:
         if not wide:
             return self.empty_table()
         return pa.concat_tables(wide)
+
+    @staticmethod
+    def _column(table: pa.Table, name: str, own_kind: str, kind: str) -> Any:
+        """A collection's column in the group's type (an integer as text, on a clash)."""
+        column = table.column(name)
+        if ingest_type(own_kind) != ingest_type(kind):
+            return column.cast(ingest_type(kind))
+        return column
 
     def empty_table(self) -> pa.Table:
         types = [ingest_type(kind) for _, kind in self.columns]
@@ -190,11 +260,12 @@ class WriteGroup:
 
 
 def plan_write_groups(collections: Sequence[BuiltinCollection]) -> list[WriteGroup]:
-    """Group collections so each group's columns agree on types (first fit).
+    """Group collections so each group's columns can share one type (first fit).
 
-    Columns of the same name but different pg types that Spark writes alike
-    (``int8``/``uint8``) still share a column, typed as the first one seen;
-    each shard's reader casts to its own type.
+    Columns of the same name share a column typed as ``shared_kind`` says
+    (``int8``/``uint8`` as the first one seen, an integer and ``text`` as
+    text); each shard's reader casts to its own types. Collections with a
+    clash no type can carry go to another group.
     """
     groups: list[tuple[list[BuiltinCollection], dict[str, str]]] = []
     for collection in collections:
@@ -202,14 +273,11 @@ def plan_write_groups(collections: Sequence[BuiltinCollection]) -> list[WriteGro
             if name in RESERVED_COLUMNS:
                 raise ValueError(f"{collection.qualified_name}: column name {name!r} is reserved")
             spark_type(kind)  # fail at start, not at the first flush
-        for members, columns in groups:
-            if all(
-                name not in columns or ingest_type(columns[name]) == ingest_type(kind)
-                for name, kind in collection.columns
-            ):
+        for index, (members, columns) in enumerate(groups):
+            merged = _merged_columns(columns, collection)
+            if merged is not None:
                 members.append(collection)
-                for name, kind in collection.columns:
-                    columns.setdefault(name, kind)
+                groups[index] = (members, merged)
                 break
         else:
             groups.append(([collection], dict(collection.columns)))

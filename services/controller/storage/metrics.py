@@ -42,12 +42,15 @@ METRICS = StorageWriterMetrics(
     ),
     flush_duration=Histogram(
         "loupe_storage_flush_duration_seconds",
-        "Time of one flush: Spark write of the parts plus the compare-and-appends.",
+        "Time of one flush: Spark write of the parts plus the compare-and-appends, by"
+        " kind (data: it wrote rows; upper: it only moved the uppers).",
+        ["kind"],
         buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0),
     ),
     spark_jobs=Counter(
         "loupe_storage_spark_writes",
-        "Spark write jobs run by the storage writer (one per write group with updates).",
+        "Spark write jobs run by the storage writer (one per data flush: every builtin"
+        " collection is in one write group).",
     ),
     replayed_batches=Counter(
         "loupe_storage_replayed_batches",

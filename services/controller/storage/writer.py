@@ -16,8 +16,8 @@ One flush (in a worker thread, one at a time):
 2. picks one timestamp ``ts = max(now_ms, every shard's upper)``;
 3. takes, per shard, the updates of the received batches past that shard's
    progress (plus retractions of expired history rows, when due);
-4. writes them in ONE Spark job per write group (``schema.WriteGroup``), a
-   part directory per shard, fsynced;
+4. writes them in ONE Spark job per write group (``schema.WriteGroup``; all
+   builtin collections form one group), a part directory per shard, fsynced;
 5. compare-and-appends each shard's part (or nothing) from its upper to
    ``max(ts, now_ms) + 1`` (now: after the write, so a reader at a fresh
    oracle timestamp need not wait for the next upper tick) with
@@ -867,7 +867,8 @@ class StorageWriter:
             if not upper_only and not report.failed_steps:
                 self._flush_error = None
             ended = time.monotonic()
-            self.metrics.flush_duration.observe(ended - started)
+            kind = "data" if tables else "upper"
+            self.metrics.flush_duration.labels(kind).observe(ended - started)
             self.metrics.flushes.labels("partial" if report.failed_steps else "ok").inc()
             if ended - started > max(SLOW_FLUSH_S, 2 * self._flush_interval):
                 # Every builtin collection's upper waits for a flush: say where it went.

@@ -118,6 +118,25 @@ async def test_staged_rows_are_visible_with_their_types(
     assert statuses.schema.field("updated_at").type == pa.timestamp("us", tz="UTC")
 
 
+async def test_collections_whose_id_types_clash_are_written_by_one_spark_job(
+    writer: StorageWriter, blob: LocalBlob, consensus: Consensus
+) -> None:
+    """mz_clusters' text id and mz_audit_events' uint8 id share one job (the integer
+    carried as text) and each shard reads its own type back, exactly."""
+    event = (2**62 + 7, "create", "cluster", '{"id": "u1"}', None, None)
+    writer.stage(MZ_CLUSTERS.id, CLUSTER, 1)
+    writer.stage(MZ_AUDIT_EVENTS.id, event, 1)
+    jobs = metric("loupe_storage_spark_writes_total")
+    await writer.flush()
+
+    assert metric("loupe_storage_spark_writes_total") == jobs + 1, "one Spark job"
+    assert writer.snapshot(MZ_CLUSTERS.id) == [CLUSTER]
+    assert writer.snapshot(MZ_AUDIT_EVENTS.id) == [event]
+    events = Shard(MZ_AUDIT_EVENTS.id, blob, consensus).snapshot()
+    assert events.schema.field("id").type == pa.uint64()
+    assert events.column("id").to_pylist() == [2**62 + 7]
+
+
 async def test_retraction_and_insertion_replace_a_row(writer: StorageWriter) -> None:
     """Retracting a row and inserting its new version leaves only the new version."""
     writer.stage(MZ_CLUSTERS.id, CLUSTER, 1)
