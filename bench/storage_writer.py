@@ -15,6 +15,10 @@ mode, a blob directory and SQLite consensus on a fresh data directory.
   random moments of the flush cycle, until a reader of the shard sees them
   (its progress covers the batch); and ``append`` (what
   ``Controller.AppendUpdates`` does: publish, flush at once, wait).
+- **A small flush**: what a flush under replica introspection writes (a few
+  rows in each of ``--flush-collections`` builtin collections, a part each),
+  by the Spark job with Loupe's local file system (``loupe.common.spark_local_fs``),
+  with Hadoop's (a ``chmod`` process per file), and by pyarrow (the baseline).
 - **Compaction**: merging a shard of ``--compaction-rows`` updates in 40 parts
   into one consolidated part with the Spark job, against pyarrow.
 
@@ -36,10 +40,16 @@ from typing import Any
 
 import pyarrow as pa
 
-from loupe.builtins import BY_ID, MZ_CLUSTER_REPLICA_METRICS_HISTORY, MZ_CLUSTER_REPLICA_STATUSES
+from loupe.builtins import (
+    BUILTIN_COLLECTIONS,
+    BY_ID,
+    MZ_CLUSTER_REPLICA_METRICS_HISTORY,
+    MZ_CLUSTER_REPLICA_STATUSES,
+)
 from loupe.common.logging import configure_logging
 from loupe.common.nats_server import NatsServerProcess
 from loupe.common.spark import get_spark
+from loupe.common.spark_local_fs import LOCAL_FS_CLASS
 from loupe.common.transport import connect
 from loupe.controller.storage import (
     PROGRESS_KEY,
@@ -53,10 +63,13 @@ from loupe.controller.storage import (
     decode_batch,
     encode_batch,
 )
-from loupe.persist import LocalBlob, Shard, SqliteConsensus
+from loupe.persist import DIFF_COLUMN, LocalBlob, Shard, SqliteConsensus
 from loupe.persist.shard import arrow_schema
 from loupe.proto.storage.v1 import storage_pb2
+from loupe.storage.schema import ingest_type, plan_write_groups
 from loupe.storage.wire import encode_arrow
+
+HADOOP_LOCAL_FS = "org.apache.hadoop.fs.LocalFileSystem"
 
 HISTORY = MZ_CLUSTER_REPLICA_METRICS_HISTORY
 MAX_PAYLOAD = 1024 * 1024  # nats-server's default max message size
@@ -216,6 +229,45 @@ def compaction(scratch: Path, spark: Any, total_rows: int, parts: int) -> dict[s
     return timings
 
 
+def small_flush(
+    scratch: Path, spark: Any, collections: int, rows: int, rounds: int
+) -> dict[str, float]:
+    """Median seconds of one flush of ``rows`` updates in each of the last
+    ``collections`` builtin collections, per way of writing it (interleaved)."""
+    (group,) = plan_write_groups(BUILTIN_COLLECTIONS)
+    tables = {
+        collection.id: pa.Table.from_arrays(
+            [pa.nulls(rows, ingest_type(kind)) for _, kind in collection.columns]
+            + [pa.array([1] * rows, pa.int64())],
+            names=[*collection.column_names, DIFF_COLUMN],
+        )
+        for collection in group.collections[-collections:]
+    }
+    hadoop = spark.sparkContext._jsc.hadoopConfiguration()
+    current = hadoop.get("fs.file.impl") or HADOOP_LOCAL_FS
+    ways = {"loupe-fs": LOCAL_FS_CLASS, "hadoop-fs": HADOOP_LOCAL_FS}
+    if current != LOCAL_FS_CLASS:
+        del ways["loupe-fs"]  # the session was built without it (see spark_local_fs)
+    spark_store, arrow_store = SparkPartStore(spark), ArrowPartStore()
+    timings: dict[str, list[float]] = {}
+    # Each write looks up its file system anew, so the implementation can change between.
+    hadoop.set("fs.file.impl.disable.cache", "true")
+    try:
+        for number in range(rounds + 1):  # the first round warms up
+            for way, implementation in [*ways.items(), ("pyarrow", None)]:
+                store: PartStore = arrow_store if implementation is None else spark_store
+                if implementation is not None:
+                    hadoop.set("fs.file.impl", implementation)
+                began = time.monotonic()
+                store.write_flush(group, tables, 1, str(scratch / f"small-{way}-{number}"))
+                if number:
+                    timings.setdefault(way, []).append(time.monotonic() - began)
+    finally:
+        hadoop.set("fs.file.impl", current)
+        hadoop.unset("fs.file.impl.disable.cache")
+    return {way: statistics.median(seconds) for way, seconds in timings.items()}
+
+
 def history_part(schema: pa.Schema, number: int, rows: int) -> pa.Table:
     """Part ``number`` of the compaction input: ``rows`` distinct metrics-history rows."""
     first = number * rows
@@ -285,6 +337,23 @@ async def bench(options: argparse.Namespace) -> None:
             await nc.close()
         finally:
             server.stop()
+        flushes = small_flush(
+            scratch, spark, options.flush_collections, options.flush_rows, options.flush_rounds
+        )
+        shape = f"{options.flush_collections} parts of {options.flush_rows} rows"
+        if "loupe-fs" in flushes:
+            print(
+                f"small flush ({shape}): spark {flushes['loupe-fs'] * 1000:.0f} ms,"
+                f" with Hadoop's local fs {flushes['hadoop-fs'] * 1000:.0f} ms,"
+                f" pyarrow {flushes['pyarrow'] * 1000:.0f} ms"
+                f"   (spark / Hadoop's fs {flushes['loupe-fs'] / flushes['hadoop-fs']:.2f}x,"
+                f" spark / pyarrow {flushes['loupe-fs'] / flushes['pyarrow']:.2f}x)"
+            )
+        else:
+            print(
+                f"small flush ({shape}): spark {flushes['hadoop-fs'] * 1000:.0f} ms with Hadoop's"
+                f" local fs (Loupe's is unavailable here), pyarrow {flushes['pyarrow'] * 1000:.0f} ms"
+            )
         timings = compaction(scratch, spark, options.compaction_rows, parts=40)
         print(
             f"compaction of {options.compaction_rows:,} updates in 40 parts: spark"
@@ -305,6 +374,9 @@ def main() -> None:
     parser.add_argument("--flush-interval", type=float, default=1.0)
     parser.add_argument("--latency-samples", type=int, default=20)
     parser.add_argument("--compaction-rows", type=int, default=1_000_000)
+    parser.add_argument("--flush-collections", type=int, default=30, help="parts of a small flush")
+    parser.add_argument("--flush-rows", type=int, default=20, help="rows per part of a small flush")
+    parser.add_argument("--flush-rounds", type=int, default=8, help="small flushes timed, per way")
     asyncio.run(bench(parser.parse_args()))
 
 

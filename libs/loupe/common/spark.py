@@ -4,6 +4,9 @@ Local mode by default (``local[2]``), any master URL at scale
 (``LOUPE_SPARK_MASTER``). Spark binds 127.0.0.1 unless told otherwise, so it
 never picks a foreign interface, and runs Python workers on this interpreter.
 
+In local mode, local files are written through ``spark_local_fs``: Hadoop's
+local file system without a forked ``chmod`` per file.
+
 A long-running process (the controller) gives Spark a scratch directory of
 its own (``scratch_dir``, under its data directory): Spark's local dir, the
 driver JVM's ``java.io.tmpdir``, the warehouse and the checkpoint directory
@@ -27,6 +30,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from loupe.common import spark_local_fs
 from loupe.common.logging import get_logger
 
 log = get_logger(__name__)
@@ -91,6 +95,13 @@ def _build(master: str | None, app_name: str, scratch: Path | None) -> Any:
         )
         .config("spark.driver.memory", os.environ.get("LOUPE_SPARK_DRIVER_MEMORY", "1g"))
     )
+    if master.startswith("local") and spark_local_fs.wanted():
+        # Local files (parts, scratch) without a chmod process per file created.
+        jar = spark_local_fs.local_fs_jar()
+        if jar is not None:
+            builder = builder.config("spark.driver.extraClassPath", str(jar)).config(
+                "spark.hadoop.fs.file.impl", spark_local_fs.LOCAL_FS_CLASS
+            )
     if scratch is not None:
         dirs = _make_scratch(scratch)
         builder = (
