@@ -40,6 +40,7 @@ from typing import Any, TypeVar
 from nats.aio.client import Client as NatsConnection
 from nats.aio.subscription import Subscription
 
+from loupe.common.aio import cancel_all
 from loupe.common.errors import LoupeError, SqlState, client_error, internal_error
 from loupe.common.logging import get_logger
 from loupe.common.transport import NatsServiceClient, subscribe
@@ -416,11 +417,7 @@ class Coordinator:
                     await subscription.unsubscribe()
         self._subscription = self._controller_started = None
         await self.context.peek_replies.stop()
-        background = self.context.background
-        for task in list(background):
-            task.cancel()
-        if background:
-            await asyncio.gather(*background, return_exceptions=True)
+        await cancel_all(list(self.context.background))
 
     async def refresh_collections(self, *, wait: bool = False) -> None:
         async def list_collections() -> controller_pb2.ListCollectionsResponse:
