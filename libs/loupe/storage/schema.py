@@ -12,12 +12,13 @@ job partitions by, so each shard gets its own part directory.
 
 Column names clash across collections (``id`` is ``text`` in most, ``uint8``
 in some, ``uuid`` in one). An integer column that clashes with a string one
-(``text``, ``uuid``, ``jsonb``) is carried as text in the job (its decimal digits) and cast back to the shard's type when
-the part is read, so all builtin collections form ONE group and a flush is
-one Spark job: a job's fixed cost (hundreds of milliseconds on a loaded
-machine) dominates a flush of a few rows. Other clashes (say ``bool`` and
-``interval``) still split collections into groups. A flush only carries a
-column as text when the collections it writes clash (``WriteGroup.narrowed``).
+(``text``, ``uuid``, ``jsonb``) is carried as text in the job (its decimal
+digits) and cast back to the shard's type when the part is read, so all
+builtin collections form ONE group and a flush is one Spark job: a job's
+fixed cost (hundreds of milliseconds on a loaded machine) dominates a flush
+of a few rows. Other clashes (say ``bool`` and ``interval``) still split
+collections into groups. A flush only carries a column as text when the
+collections it writes clash (``WriteGroup.narrowed``).
 """
 
 from __future__ import annotations
@@ -263,7 +264,7 @@ def plan_write_groups(collections: Sequence[BuiltinCollection]) -> list[WriteGro
     """Group collections so each group's columns can share one type (first fit).
 
     Columns of the same name share a column typed as ``shared_kind`` says
-    (``int8``/``uint8`` as the first one seen, an integer and ``text`` as
+    (``int8``/``uint8`` as the first one seen, an integer and a string as
     text); each shard's reader casts to its own types. Collections with a
     clash no type can carry go to another group.
     """
