@@ -196,11 +196,13 @@ class WriteGroup:
         """
         wanted = set(collection_ids)
         members = tuple(c for c in self.collections if c.id in wanted)
-        if not members:
-            return WriteGroup((), ())
-        (group,) = plan_write_groups(members)
-        # The group's column order, each typed as just these members need it.
-        kinds = dict(group.columns)
+        # Each column typed as just these members need it (members of one group always
+        # share one: ``shared_kind``), in the group's column order.
+        kinds: dict[str, str] = {}
+        for member in members:
+            merged = _merged_columns(kinds, member)
+            assert merged is not None, f"{member.qualified_name} left its write group"
+            kinds = merged
         return WriteGroup(
             members, tuple((name, kinds[name]) for name, _ in self.columns if name in kinds)
         )
