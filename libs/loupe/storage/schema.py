@@ -219,9 +219,12 @@ class WriteGroup:
         ]
         return types.StructType(fields)
 
-    def wide_table(self, tables: Mapping[str, pa.Table], timestamp: int) -> pa.Table:
-        """The group's rows to write at ``timestamp``: per collection id, a table of its
-        columns (ingest types) and ``mz_diff``, widened to the group's columns.
+    def wide_table(self, tables: Mapping[str, pa.Table], timestamp: int | None) -> pa.Table:
+        """The group's rows to write: per collection id, a table of its columns (ingest
+        types) and ``mz_diff``, widened to the group's columns.
+
+        A flush writes every row at ``timestamp``; a compaction's tables carry
+        their rows' own ``mz_timestamp`` (``timestamp`` None).
         """
         wide = []
         for collection in self.collections:
@@ -236,7 +239,10 @@ class WriteGroup:
                 else pa.nulls(count, type=ingest_type(kind))
                 for name, kind in self.columns
             ]
-            arrays.append(pa.repeat(pa.scalar(timestamp, pa.int64()), count))
+            if timestamp is None:
+                arrays.append(table.column(TIMESTAMP_COLUMN).cast(pa.int64()))
+            else:
+                arrays.append(pa.repeat(pa.scalar(timestamp, pa.int64()), count))
             arrays.append(table.column(DIFF_COLUMN))
             arrays.append(pa.repeat(pa.scalar(collection.shard_id, pa.string()), count))
             wide.append(pa.Table.from_arrays(arrays, names=self.names))

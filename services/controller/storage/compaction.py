@@ -1,18 +1,23 @@
-"""Compaction and retention of the builtin collections, as Spark jobs.
+"""Compaction and retention of the builtin collections, written by Spark jobs.
 
 Every ``compaction_interval`` the writer compacts each builtin collection:
 
 1. its ``since`` moves up to ``upper - retention_ms`` (the collection's
    ``BuiltinCollection.retention_ms``): ``AS OF`` reads reach that far back;
 2. once at least ``min_parts_below_since`` parts lie wholly below the since,
-   they are merged into ONE part by a Spark job (``PartStore.merge``):
-   timestamps below the since move up to it, diffs are summed per row and
-   time, zeros dropped. This is what keeps a collection's size bounded by
-   what it holds, not by how often it changed;
+   they are merged into ONE part: timestamps below the since move up to it,
+   diffs are summed per row and time, zeros dropped (``merged_updates``, in
+   this process, as a flush's reads are). This is what keeps a collection's
+   size bounded by what it holds, not by how often it changed;
 3. if the shard still has more than ``max_parts`` parts, the newest ones are
    merged the same way, size-tiered (``persist.parts_to_merge``), so the part
    count stays bounded however many flushes there were, while history from
    the since on stays exact.
+
+The merged parts of every collection of a step are written together, as a
+flush's are: one part store job (``PartStore.merge``, a Spark job) per step,
+write group and ``CompactionPolicy.merge_batch_rows`` rows, one ``mz_shard=<id>`` directory
+per collection under ``_compactions/<uuid>``.
 
 Each merge is put in by compare-and-set on the shard's seqno
 (``Shard.replace_parts``): flushes that append meanwhile are kept, and a part
@@ -74,6 +79,7 @@ from loupe.controller.storage.metrics import METRICS, StorageWriterMetrics
 from loupe.controller.storage.parts import PartStore, ingest_schema, ingest_updates, part_size
 from loupe.persist import (
     DIFF_COLUMN,
+    TIMESTAMP_COLUMN,
     Blob,
     Part,
     Shard,
@@ -82,6 +88,7 @@ from loupe.persist import (
     parts_to_merge,
 )
 from loupe.storage.names import LIVE_SESSIONS_BUCKET, LIVE_SESSIONS_STREAM
+from loupe.storage.schema import SHARD_COLUMN, plan_write_groups
 
 log = get_logger(__name__)
 
@@ -101,6 +108,9 @@ class CompactionPolicy:
     max_parts: int = 16
     # Merge the parts wholly below the since once there are this many.
     min_parts_below_since: int = 2
+    # Rows one merge job reads at most (one shard's merge may be bigger): its
+    # input is in the controller's memory at once.
+    merge_batch_rows: int = 1_000_000
 
 
 @dataclass
@@ -118,8 +128,24 @@ class CompactionResult:
     errors: list[str] = field(default_factory=list)
 
 
+@dataclass
+class _Merge:
+    """One planned merge: ``parts`` of ``shard`` into one part, forwarded to ``since``."""
+
+    shard: Shard
+    collection: BuiltinCollection
+    state: ShardState
+    parts: list[Part]
+    since: int
+    result: CompactionResult
+
+    @property
+    def rows(self) -> int:
+        return sum(part.rows for part in self.parts)
+
+
 class Compactor:
-    """Downgrades sinces and merges parts of shards with a part store's jobs."""
+    """Downgrades sinces and merges parts of shards, many shards per part store job."""
 
     def __init__(
         self,
@@ -140,7 +166,15 @@ class Compactor:
         interval: float,
         stopping: Callable[[], bool] = lambda: False,
     ) -> list[CompactionResult]:
-        """One pass: every shard's since first, then each shard's merges (``compact``).
+        """One pass over ``shards`` (the module docstring's steps); never raises.
+
+        Every shard's since moves first. Then the merges of parts below the
+        sinces of all shards are planned and run together, then the size-tiered
+        merges: each step is one part store job per ``policy.merge_batch_rows`` rows
+        (and write group), however many shards it merges. A Spark job costs
+        about a second on a busy machine even for a few rows, and one job per
+        shard made a pass over the thirty-odd builtin collections take longer
+        than the retention it keeps (33 s in CI, with a 15 s retention).
 
         The sinces move again whenever merges took ``interval`` (``advance_since``),
         so retention holds however long a pass is. The pass ends early when
@@ -151,24 +185,43 @@ class Compactor:
         queued behind its merges (46 s to answer mz_catalog again in the chaos
         test instead of the restart's 17).
         """
+        began = time.monotonic()
         restarts = self._spark_restarts()
         advanced = self._advance_sinces(shards)
-        results = []
-        for shard, collection in shards:
-            if stopping():
-                break
-            results.append(self.compact(shard, collection))
-            if self._spark_restarts() != restarts:
-                log.warning(
-                    "storage_compaction_pass_cut",
-                    reason="the Spark session was lost; flushes come first",
-                    compacted=len(results),
-                    left=len(shards) - len(results),
-                )
-                break
-            if time.monotonic() - advanced >= interval:
-                advanced = self._advance_sinces(shards)
-        return results
+        results = {shard.shard_id: CompactionResult(shard.shard_id) for shard, _ in shards}
+        sinces: dict[str, int] = {}
+        for planner in (self._plan_below_since, self._plan_tiered):
+            plans = []
+            for shard, collection in shards:
+                result = results[shard.shard_id]
+                if result.errors:
+                    continue
+                try:
+                    plan = planner(shard, collection, result, sinces)
+                except Exception as error:
+                    self._failed([result], error, shard.shard_id)
+                    continue
+                if plan is not None:
+                    plans.append(plan)
+            for batch in _batches(plans, self.policy.merge_batch_rows):
+                if stopping():
+                    return self._finish(shards, results, sinces, began)
+                self._merge_batch(batch)
+                if self._spark_restarts() != restarts:
+                    log.warning(
+                        "storage_compaction_pass_cut",
+                        reason="the Spark session was lost; flushes come first",
+                        failed=[merge.shard.shard_id for merge in batch],
+                    )
+                    return self._finish(shards, results, sinces, began)
+                if time.monotonic() - advanced >= interval:
+                    advanced = self._advance_sinces(shards)
+        return self._finish(shards, results, sinces, began)
+
+    def compact(self, shard: Shard, collection: BuiltinCollection) -> CompactionResult:
+        """Compact one shard (``compact_all`` of just it); never raises."""
+        (result,) = self.compact_all([(shard, collection)], interval=float("inf"))
+        return result
 
     def _spark_restarts(self) -> int | None:
         """Restarts of the store's Spark session so far, counting one that is due;
@@ -184,26 +237,13 @@ class Compactor:
             self.advance_since(shard, collection)
         return time.monotonic()
 
-    def compact(self, shard: Shard, collection: BuiltinCollection) -> CompactionResult:
-        """Compact one shard (see the module docstring); never raises."""
-        began = time.monotonic()
-        result = CompactionResult(shard.shard_id)
-        try:
-            self._compact(shard, collection, result)
-        except Exception as error:
-            log.exception("storage_compaction_failed", shard=shard.shard_id)
-            result.errors.append(f"{type(error).__name__}: {error}")
-            self.metrics.compactions.labels("failed").inc()
-        result.seconds = time.monotonic() - began
-        return result
-
     def advance_since(self, shard: Shard, collection: BuiltinCollection) -> None:
         """Only step 1: the since to ``upper - retention_ms`` (one CAS, no job; never raises).
 
         The writer does this for every collection before, and between, the merges of
-        a pass: merges are Spark jobs, and a pass over every collection can take
-        longer than the compaction interval, which would otherwise keep the last
-        collections' history that much past their retention.
+        a pass: merges are Spark jobs, and a pass can take longer than the
+        compaction interval, which would otherwise keep collections' history that
+        much past their retention.
         """
         try:
             state = shard.state()
@@ -215,77 +255,190 @@ class Compactor:
         except Exception:
             log.exception("storage_since_advance_failed", shard=shard.shard_id)
 
-    def _compact(
-        self, shard: Shard, collection: BuiltinCollection, result: CompactionResult
-    ) -> None:
+    def _plan_below_since(
+        self,
+        shard: Shard,
+        collection: BuiltinCollection,
+        result: CompactionResult,
+        sinces: dict[str, int],
+    ) -> _Merge | None:
+        """Step 2's merge of ``shard``: its oldest parts wholly below its since, if enough."""
         state = shard.state()
         result.parts_before = result.parts_after = len(state.parts)
         if state.upper == 0:
-            return
-        since = target_since(state, collection.retention_ms)
-        result.since = since
+            return None
+        since = sinces[shard.shard_id] = result.since = target_since(state, collection.retention_ms)
         below = _leading_parts_below(state.parts, since)
-        if len(below) >= max(2, self.policy.min_parts_below_since):
-            run = _size_tiered(below)
-            if len(run) >= 2:
-                state = self._merge(shard, state, run, since, result) or shard.state()
-        tiered = parts_to_merge(state.parts, self.policy.max_parts)
-        if tiered:
-            state = self._merge(shard, state, tiered, since, result) or shard.state()
-        if state.since < since:
-            state = shard.downgrade_since(since)
-        result.since = state.since
-        result.parts_after = len(state.parts)
+        if len(below) < max(2, self.policy.min_parts_below_since):
+            return None
+        run = _size_tiered(below)
+        if len(run) < 2:
+            return None
+        return _Merge(shard, collection, state, run, since, result)
 
-    def _merge(
+    def _plan_tiered(
         self,
         shard: Shard,
-        state: ShardState,
-        parts: Sequence[Part],
-        since: int,
+        collection: BuiltinCollection,
         result: CompactionResult,
-    ) -> ShardState | None:
-        """Merge ``parts`` into one with a job; the new state, or None if a race was lost."""
-        began = time.monotonic()
-        try:
-            updates = shard.read_updates(dataclasses.replace(state, parts=list(parts)))
-        except FileNotFoundError:
-            self.metrics.compactions.labels("lost").inc()
-            return None  # another compaction replaced some of them first
-        key = f"{COMPACTION_PREFIX}/{shard.shard_id}/{_unique()}"
-        path = self.blob.path(key)
-        try:
-            rows = self.store.merge(state.columns, updates, since, path)
-        except Exception:
-            self.blob.delete(key)
-            raise
-        merged = _merged_part(key, parts, since, rows, path) if rows else None
-        if merged is None:
-            self.blob.delete(key)
-        new_state = shard.replace_parts(parts, merged, since)
-        if new_state is None:
-            if merged is not None:
-                self.blob.delete(key)
-            self.metrics.compactions.labels("lost").inc()
+        sinces: dict[str, int],
+    ) -> _Merge | None:
+        """Step 3's merge of ``shard``: its newest parts, size-tiered, if it has too many."""
+        if shard.shard_id not in sinces:
             return None
-        for part in parts:
+        state = shard.state()
+        tiered = parts_to_merge(state.parts, self.policy.max_parts)
+        if not tiered:
+            return None
+        return _Merge(shard, collection, state, tiered, sinces[shard.shard_id], result)
+
+    def _merge_batch(self, batch: Sequence[_Merge]) -> None:
+        """Read, forward and consolidate each merge's parts, write them all with one
+        part store job per write group, and put each in its shard (one CAS each)."""
+        began = time.monotonic()
+        tables: dict[str, pa.Table] = {}
+        read: list[_Merge] = []
+        for merge in batch:
+            try:
+                updates = merge.shard.read_updates(
+                    dataclasses.replace(merge.state, parts=list(merge.parts))
+                )
+                tables[merge.shard.shard_id] = merged_updates(
+                    merge.state.columns, updates, merge.since
+                )
+            except FileNotFoundError:
+                self.metrics.compactions.labels("lost").inc()
+                continue  # another compaction replaced some of them first
+            except Exception as error:
+                self._failed([merge.result], error, merge.shard.shard_id)
+                continue
+            merge.result.rows_read += updates.num_rows
+            read.append(merge)
+        # Each shard as its stored columns say (the reader casts every part to them).
+        stored = {
+            merge.collection.id: dataclasses.replace(
+                merge.collection, columns=tuple((n, k) for n, k in merge.state.columns)
+            )
+            for merge in read
+        }
+        by_shard = {merge.collection.id: merge for merge in read}
+        for group in plan_write_groups(list(stored.values())):
+            merges = [by_shard[collection.id] for collection in group.collections]
+            key = f"{COMPACTION_PREFIX}/{_unique()}"
+            written = time.monotonic()
+            self.metrics.compaction_jobs.inc()
+            try:
+                self.store.merge(
+                    group,
+                    {m.collection.id: tables[m.shard.shard_id] for m in merges},
+                    self.blob.path(key),
+                )
+            except Exception as error:
+                with contextlib.suppress(Exception):
+                    self.blob.delete(key)
+                self._failed([m.result for m in merges], error, *(m.shard.shard_id for m in merges))
+                continue
+            seconds = round(time.monotonic() - written, 3)
+            for merge in merges:
+                self._put(merge, f"{key}/{SHARD_COLUMN}={merge.shard.shard_id}", tables, seconds)
+        if read:
+            self.metrics.compaction_duration.observe(time.monotonic() - began)
+
+    def _put(
+        self, merge: _Merge, key: str, tables: Mapping[str, pa.Table], job_seconds: float
+    ) -> None:
+        """Put one merge's written part in place of its parts (or none, if all cancelled).
+
+        ``job_seconds``: how long the part store's job that wrote it (and others) took.
+        """
+        rows = tables[merge.shard.shard_id].num_rows
+        merged = _merged_part(key, merge.parts, merge.since, rows, self.blob.path(key))
+        try:
+            new_state = merge.shard.replace_parts(
+                merge.parts, merged if rows else None, merge.since
+            )
+        except Exception as error:
+            delete_part(self.blob, key)
+            self._failed([merge.result], error, merge.shard.shard_id)
+            return
+        if new_state is None:
+            if rows:
+                delete_part(self.blob, key)
+            self.metrics.compactions.labels("lost").inc()
+            return
+        for part in merge.parts:
             delete_part(self.blob, part.key)
-        result.merges += 1
-        result.rows_read += updates.num_rows
-        result.rows_written += rows
+        merge.result.merges += 1
+        merge.result.rows_written += rows
         self.metrics.compactions.labels("ok").inc()
-        self.metrics.compaction_duration.observe(time.monotonic() - began)
         log.info(
             "storage_compacted",
-            shard=shard.shard_id,
-            parts=len(parts),
-            rows_in=updates.num_rows,
+            shard=merge.shard.shard_id,
+            parts=len(merge.parts),
+            rows_in=sum(part.rows for part in merge.parts),
             rows_out=rows,
-            since=since,
+            since=merge.since,
             store=self.store.name,
-            seconds=round(time.monotonic() - began, 3),
+            job_seconds=job_seconds,
         )
-        return new_state
+
+    def _failed(self, results: Sequence[CompactionResult], error: Exception, *shards: str) -> None:
+        log.error("storage_compaction_failed", shards=list(shards), exc_info=error)
+        for result in results:
+            result.errors.append(f"{type(error).__name__}: {error}")
+            self.metrics.compactions.labels("failed").inc()
+
+    def _finish(
+        self,
+        shards: Sequence[tuple[Shard, BuiltinCollection]],
+        results: Mapping[str, CompactionResult],
+        sinces: Mapping[str, int],
+        began: float,
+    ) -> list[CompactionResult]:
+        """Each shard's since where its plan put it, and the results' part counts."""
+        seconds = time.monotonic() - began
+        for shard, _ in shards:
+            result = results[shard.shard_id]
+            result.seconds = seconds
+            if shard.shard_id not in sinces:
+                continue
+            try:
+                state = shard.state()
+                if state.since < sinces[shard.shard_id]:
+                    state = shard.downgrade_since(sinces[shard.shard_id])
+            except Exception as error:
+                self._failed([result], error, shard.shard_id)
+                continue
+            result.since = state.since
+            result.parts_after = len(state.parts)
+        return [results[shard.shard_id] for shard, _ in shards]
+
+
+def merged_updates(columns: Sequence[Any], updates: pa.Table, since: int) -> pa.Table:
+    """A merge's output: ``updates`` (a shard's, with ``mz_timestamp``) in ingest types,
+    their times forwarded to ``since``, diffs summed per row and time, zeros dropped."""
+    columns = [(name, kind) for name, kind in columns]
+    updates = ingest_updates(columns, updates)
+    forwarded = pc.max_element_wise(updates.column(TIMESTAMP_COLUMN), pa.scalar(since, pa.int64()))
+    updates = updates.set_column(
+        updates.schema.get_field_index(TIMESTAMP_COLUMN), TIMESTAMP_COLUMN, forwarded
+    )
+    keys = [name for name, _ in columns] + [TIMESTAMP_COLUMN]
+    return consolidate(updates, keys).select(updates.schema.names).cast(updates.schema)
+
+
+def _batches(plans: Sequence[_Merge], rows: int) -> list[list[_Merge]]:
+    """``plans`` cut into runs of at most ``rows`` rows read (a bigger plan alone)."""
+    batches: list[list[_Merge]] = []
+    total = 0
+    for plan in plans:
+        if batches and total + plan.rows <= rows:
+            batches[-1].append(plan)
+            total += plan.rows
+        else:
+            batches.append([plan])
+            total = plan.rows
+    return batches
 
 
 def target_since(state: ShardState, retention_ms: int) -> int:

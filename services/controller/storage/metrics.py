@@ -22,6 +22,7 @@ class StorageWriterMetrics:
     unacked_batches: Gauge
     compactions: Counter
     compaction_duration: Histogram
+    compaction_jobs: Counter
     retracted_rows: Counter
     spark_healthy: Gauge
     spark_restarts: Counter
@@ -83,13 +84,19 @@ METRICS = StorageWriterMetrics(
     ),
     compactions=Counter(
         "loupe_storage_compactions",
-        "Compaction merges (one Spark job each), by outcome (ok, lost, failed).",
+        "Compaction merges of one shard each, by outcome (ok, lost, failed).",
         ["outcome"],
     ),
     compaction_duration=Histogram(
         "loupe_storage_compaction_duration_seconds",
-        "Time of one compaction merge: read the parts, Spark merge, compare-and-set.",
+        "Time of one compaction job: read and consolidate its shards' parts, write them "
+        "with Spark, compare-and-set each shard.",
         buckets=(0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0),
+    ),
+    compaction_jobs=Counter(
+        "loupe_storage_compaction_jobs",
+        "Part store (Spark) jobs run by compaction: one per pass step and write group"
+        " (and million rows read), however many collections it merges.",
     ),
     retracted_rows=Counter(
         "loupe_storage_retention_retractions",

@@ -1,18 +1,18 @@
 """How the storage writer turns Arrow tables into parts: with Spark, or with pyarrow.
 
-A *part store* writes the two kinds of output the writer makes:
+A *part store* writes parts: each call writes, for one write group, one
+directory per shard (``<path>/mz_shard=<shard id>``), each a part:
 
-- ``write_flush``: a flush's updates of one write group, at one timestamp,
-  as one directory per shard (``<path>/mz_shard=<shard id>``), each a part;
-- ``merge``: a compaction's updates of one shard, forwarded to ``since`` and
-  consolidated (diffs summed per row and time, zeros dropped), as ONE part
-  (a directory holding one Parquet file).
+- ``write_flush``: a flush's updates, all at one timestamp;
+- ``merge``: a compaction's updates of several shards, each already forwarded
+  to its since and consolidated by the compactor (``merged_updates``), at
+  their own timestamps.
 
-``SparkPartStore`` is the writer's: one Spark job per call. ``ArrowPartStore``
-does the same with pyarrow and polars in this process; it is the baseline of
-``bench/storage_writer.py`` and lets tests run the writer without a JVM.
-Both fsync what they wrote: a part must survive a crash once a shard points
-at it.
+``SparkPartStore`` is the writer's: one Spark job per call, however many
+shards it writes. ``ArrowPartStore`` does the same with pyarrow in this
+process; it is the baseline of ``bench/storage_writer.py`` and lets tests run
+the writer without a JVM. Both fsync what they wrote: a part must survive a
+crash once a shard points at it.
 """
 
 from __future__ import annotations
@@ -22,13 +22,12 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from loupe.controller.storage.supervisor import SparkSupervisor
-from loupe.persist import DIFF_COLUMN, TIMESTAMP_COLUMN, consolidate
+from loupe.persist import DIFF_COLUMN, TIMESTAMP_COLUMN
 from loupe.persist.location import fsync_tree
-from loupe.storage.schema import SHARD_COLUMN, WriteGroup, ingest_type, spark_type
+from loupe.storage.schema import SHARD_COLUMN, WriteGroup, ingest_type
 
 # Flushes up to this many rows are written by one Spark task.
 SINGLE_TASK_ROWS = 1_000_000
@@ -45,10 +44,9 @@ class PartStore(Protocol):
         self, group: WriteGroup, tables: Mapping[str, pa.Table], timestamp: int, path: str
     ) -> None: ...
 
-    def merge(
-        self, columns: Sequence[tuple[str, str]], updates: pa.Table, since: int, path: str
-    ) -> int:
-        """Write ``updates`` forwarded to ``since`` and consolidated at ``path``; rows written."""
+    def merge(self, group: WriteGroup, tables: Mapping[str, pa.Table], path: str) -> None:
+        """Write each collection's table (ingest types, ``mz_timestamp``, ``mz_diff``)
+        as the part ``<path>/mz_shard=<shard id>``; empty tables write nothing."""
         ...
 
 
@@ -111,52 +109,37 @@ class SparkPartStore:
     def write_flush(
         self, group: WriteGroup, tables: Mapping[str, pa.Table], timestamp: int, path: str
     ) -> None:
+        self._write(group, tables, timestamp, path, "flush write")
+
+    def merge(self, group: WriteGroup, tables: Mapping[str, pa.Table], path: str) -> None:
+        self._write(group, tables, None, path, "compaction merge")
+
+    def _write(
+        self,
+        group: WriteGroup,
+        tables: Mapping[str, pa.Table],
+        timestamp: int | None,
+        path: str,
+        what: str,
+    ) -> None:
+        tables = {cid: table for cid, table in tables.items() if table.num_rows}
+        if not tables:
+            return
         group = group.narrowed(tables)
         table = group.wide_table(tables, timestamp)
 
         def job(spark: Any) -> None:
             frame = spark.createDataFrame(table, schema=group.spark_schema())
             # One task, so one file per part, and no shuffle: measured fastest up to
-            # a few hundred thousand rows in local mode. Bigger flushes keep their
+            # a few hundred thousand rows in local mode. Bigger writes keep their
             # input partitions (a part is then a directory of several files).
             if table.num_rows <= SINGLE_TASK_ROWS:
                 frame = frame.coalesce(1)
             frame.write.partitionBy(SHARD_COLUMN).parquet(path)
 
-        self.supervisor.run(job, "flush write")
+        self.supervisor.run(job, what)
         # Spark does not fsync; the parts must survive a crash once appended.
         fsync_tree(path)
-
-    def merge(
-        self, columns: Sequence[tuple[str, str]], updates: pa.Table, since: int, path: str
-    ) -> int:
-        from pyspark.sql import functions as F
-        from pyspark.sql import types
-
-        fields = [types.StructField(name, spark_type(kind)) for name, kind in columns]
-        fields += [
-            types.StructField(TIMESTAMP_COLUMN, types.LongType()),
-            types.StructField(DIFF_COLUMN, types.LongType()),
-        ]
-        ingested = ingest_updates(columns, updates)
-        keys = [name for name, _ in columns] + [TIMESTAMP_COLUMN]
-
-        def job(spark: Any) -> None:
-            frame = spark.createDataFrame(ingested, schema=types.StructType(fields))
-            merged = (
-                frame.withColumn(
-                    TIMESTAMP_COLUMN, F.greatest(F.col(TIMESTAMP_COLUMN), F.lit(since))
-                )
-                .groupBy(*keys)
-                .agg(F.sum(DIFF_COLUMN).alias(DIFF_COLUMN))
-                .where(F.col(DIFF_COLUMN) != 0)
-                .coalesce(1)
-            )
-            merged.write.parquet(path)
-
-        self.supervisor.run(job, "compaction merge")
-        fsync_tree(path)
-        return rows_in(path)
 
 
 class ArrowPartStore:
@@ -178,20 +161,17 @@ class ArrowPartStore:
             self._write(stamped.select(names), f"{path}/{SHARD_COLUMN}={collection.shard_id}")
         fsync_tree(path)
 
-    def merge(
-        self, columns: Sequence[tuple[str, str]], updates: pa.Table, since: int, path: str
-    ) -> int:
-        updates = ingest_updates(columns, updates)
-        times = updates.column(TIMESTAMP_COLUMN)
-        forwarded = pc.max_element_wise(times, pa.scalar(since, pa.int64()))
-        updates = updates.set_column(
-            updates.schema.get_field_index(TIMESTAMP_COLUMN), TIMESTAMP_COLUMN, forwarded
-        )
-        keys = [name for name, _ in columns] + [TIMESTAMP_COLUMN]
-        summed = consolidate(updates, keys).select(updates.schema.names).cast(updates.schema)
-        self._write(summed, path)
-        fsync_tree(path)
-        return summed.num_rows
+    def merge(self, group: WriteGroup, tables: Mapping[str, pa.Table], path: str) -> None:
+        wrote = False
+        for collection in group.collections:
+            table = tables.get(collection.id)
+            if table is None or table.num_rows == 0:
+                continue
+            names = [*collection.column_names, TIMESTAMP_COLUMN, DIFF_COLUMN]
+            self._write(table.select(names), f"{path}/{SHARD_COLUMN}={collection.shard_id}")
+            wrote = True
+        if wrote:
+            fsync_tree(path)
 
     @staticmethod
     def _write(table: pa.Table, directory: str) -> None:

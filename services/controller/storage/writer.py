@@ -738,7 +738,7 @@ class StorageWriter:
                 log.info(
                     "storage_compaction_done",
                     shards=len(merged),
-                    seconds=round(sum(r.seconds for r in results), 3),
+                    seconds=round(max(r.seconds for r in results), 3),
                 )
 
     async def _live_sessions(self) -> set[str] | None:

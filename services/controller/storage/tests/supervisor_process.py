@@ -127,7 +127,9 @@ def compaction(scratch: Path) -> None:
             rows = {"id": [f"r{ts}"], "value": [ts], "mz_timestamp": [ts], "mz_diff": [1]}
             shard.compare_and_append(pa.table(rows, schema=arrow_schema(list(columns))), ts, ts + 1)
         shards.append((shard, collection))
-    compactor = Compactor(SparkPartStore(supervisor), blob, CompactionPolicy(max_parts=2))
+    # A job per shard, to see the pass end at the first.
+    policy = CompactionPolicy(max_parts=2, merge_batch_rows=1)
+    compactor = Compactor(SparkPartStore(supervisor), blob, policy)
     kill_spark_jvm(supervisor.session())
     for name in ("the JVM killed", "the next pass"):
         results = compactor.compact_all(shards, interval=3600)
@@ -137,7 +139,7 @@ def compaction(scratch: Path) -> None:
             json.dumps(
                 {
                     "step": name,
-                    "compacted": [r.shard_id for r in results],
+                    "merged": [r.shard_id for r in results if r.merges],
                     "failed": [r.shard_id for r in results if r.errors],
                     "parts": parts,
                     "restarts": health.restarts,

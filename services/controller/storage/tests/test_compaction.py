@@ -1,4 +1,4 @@
-"""Compaction and retention of storage collections, as Spark jobs, through the real writer."""
+"""Compaction and retention of storage collections, written by Spark jobs, through the real writer."""
 
 from __future__ import annotations
 
@@ -7,15 +7,19 @@ import datetime as dt
 import os
 import threading
 from collections import Counter
+from collections.abc import Mapping
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from prometheus_client import REGISTRY
 
 from loupe.builtins import MZ_CLUSTER_REPLICA_STATUSES, MZ_CLUSTER_REPLICAS, BuiltinCollection
 from loupe.controller.storage import ArrowPartStore, CompactionPolicy, SparkPartStore
+from loupe.controller.storage.compaction import merged_updates
 from loupe.persist import DIFF_COLUMN, TIMESTAMP_COLUMN, LocalBlob, Shard, SinceError
+from loupe.storage.schema import plan_write_groups
 
 pytestmark = [pytest.mark.spark]
 
@@ -43,6 +47,10 @@ def contents(shard: Shard, as_of: int | None = None) -> Counter[tuple[Any, ...]]
     diffs = snapshot.column(DIFF_COLUMN).to_pylist()
     rows = snapshot.drop_columns([DIFF_COLUMN]).to_pylist()
     return Counter({tuple(row.values()): diff for row, diff in zip(rows, diffs, strict=True)})
+
+
+def metric(name: str) -> float:
+    return REGISTRY.get_sample_value(name) or 0.0
 
 
 def stored_rows(shard: Shard) -> int:
@@ -168,7 +176,8 @@ async def test_compaction_keeps_appends_that_land_while_it_runs(
 
 
 async def test_spark_and_pyarrow_merges_agree(spark: Any, tmp_path: Any) -> None:
-    """The Spark merge job forwards, consolidates and drops zeros exactly like pyarrow."""
+    """A merge forwards to the since, consolidates and drops zeros; the Spark job writes
+    the same part as pyarrow."""
     columns = list(MZ_CLUSTER_REPLICA_STATUSES.columns)
     at = dt.datetime(2024, 1, 1, tzinfo=UTC)
     rows = [
@@ -203,18 +212,56 @@ async def test_spark_and_pyarrow_merges_agree(spark: Any, tmp_path: Any) -> None
             ]
         )
     )
+    merged = merged_updates(columns, table, 10)
+    (group,) = plan_write_groups([MZ_CLUSTER_REPLICA_STATUSES])
     outputs = {}
     for store in (SparkPartStore(spark), ArrowPartStore()):
         path = str(tmp_path / store.name)
-        written = store.merge(columns, table, 10, path)
-        files = [f for f in os.listdir(path) if f.endswith(".parquet")]
+        store.merge(group, {MZ_CLUSTER_REPLICA_STATUSES.id: merged}, path)
+        part = os.path.join(path, f"mz_shard={MZ_CLUSTER_REPLICA_STATUSES.shard_id}")
+        files = [f for f in os.listdir(part) if f.endswith(".parquet")]
         assert len(files) == 1, "one part, one file"
-        merged = pq.read_table(os.path.join(path, files[0]))
+        written = pq.read_table(os.path.join(part, files[0]))
         outputs[store.name] = sorted(
-            (r["replica_id"], r[TIMESTAMP_COLUMN], r[DIFF_COLUMN]) for r in merged.to_pylist()
+            (r["replica_id"], r[TIMESTAMP_COLUMN], r[DIFF_COLUMN]) for r in written.to_pylist()
         )
-        assert written == merged.num_rows
+        assert written.num_rows == merged.num_rows
     assert outputs["spark"] == outputs["pyarrow"] == [("b", 10, 2), ("c", 12, 1)]
+
+
+async def test_a_pass_merges_every_collection_with_one_spark_job(
+    make_writer: Any, blob: LocalBlob, consensus: Any
+) -> None:
+    """Collections of different columns, one with an integer id where the others have
+    text, are merged by ONE Spark job; each reads back exactly what it held."""
+    ids = BuiltinCollection(
+        "t904", "test", "numbered", (("id", "uint8"), ("name", "text")), "controller", 0
+    )
+    churn_too = BuiltinCollection(
+        "t903", "test", "churn_too", (("id", "text"), ("count", "int4")), "controller", 0
+    )
+    writer = await make_writer(collections=[CHURN, churn_too, ids])
+    shards = [Shard(c.id, blob, consensus) for c in (CHURN, churn_too, ids)]
+    for value in range(4):
+        writer.stage(CHURN.id, ("key", value), 1)
+        writer.stage(churn_too.id, (f"k{value}", value), 1)
+        writer.stage(ids.id, (2**62 + value, f"n{value}"), 1)
+        if value:
+            writer.stage(CHURN.id, ("key", value - 1), -1)
+        await writer.flush()
+    await writer.flush()
+    before = [contents(shard) for shard in shards]
+    jobs = metric("loupe_storage_compaction_jobs_total")
+
+    results = await writer.compact()
+
+    assert metric("loupe_storage_compaction_jobs_total") == jobs + 1, "one Spark job"
+    assert [r.merges for r in results] == [1, 1, 1]
+    assert [len(shard.state().parts) for shard in shards] == [1, 1, 1]
+    assert [contents(shard) for shard in shards] == before
+    assert before[0] == Counter({("key", 3): 1})
+    assert Shard(ids.id, blob, consensus).snapshot().column("id").type == pa.uint64()
+    assert stored_rows(shards[0]) == 1, "the retracted versions consolidated away"
 
 
 class _SlowMerges(ArrowPartStore):
@@ -226,11 +273,11 @@ class _SlowMerges(ArrowPartStore):
         self.merging = threading.Event()
         self.release = threading.Event()
 
-    def merge(self, columns: Any, updates: pa.Table, since: int, path: str) -> int:
-        if f"/{self.slow_shard}/" in path:
+    def merge(self, group: Any, tables: Mapping[str, pa.Table], path: str) -> None:
+        if self.slow_shard in tables:
             self.merging.set()
             assert self.release.wait(30), "the test never released the merge"
-        return super().merge(columns, updates, since, path)
+        super().merge(group, tables, path)
 
 
 async def test_a_long_merge_does_not_hold_back_the_other_collections_sinces(
@@ -242,7 +289,11 @@ async def test_a_long_merge_does_not_hold_back_the_other_collections_sinces(
         "t903", "test", "churn_too", CHURN.columns, "controller", retention_ms=0
     )
     store = _SlowMerges(CHURN.id)
-    writer = await make_writer(collections=[CHURN, churn_too], part_store=store)
+    writer = await make_writer(
+        collections=[CHURN, churn_too],
+        part_store=store,
+        compaction=CompactionPolicy(merge_batch_rows=1),  # a job per shard
+    )
     later = Shard(churn_too.id, blob, consensus)
     for value in range(3):
         writer.stage(CHURN.id, ("key", value), 1)
