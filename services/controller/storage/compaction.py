@@ -322,7 +322,12 @@ class Compactor:
             for merge in read
         }
         by_shard = {merge.collection.id: merge for merge in read}
-        for group in plan_write_groups(list(stored.values())):
+        try:
+            groups = plan_write_groups(list(stored.values()))
+        except Exception as error:  # a stored column no job can write
+            self._failed([m.result for m in read], error, *by_shard)
+            return
+        for group in groups:
             merges = [by_shard[collection.id] for collection in group.collections]
             key = f"{COMPACTION_PREFIX}/{_unique()}"
             written = time.monotonic()
