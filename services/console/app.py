@@ -39,7 +39,7 @@ HERE = Path(__file__).parent
 SETTINGS = web.AppKey("settings", ConsoleSettings)
 SESSIONS = web.AppKey("sessions", Sessions)
 TEMPLATES = web.AppKey("templates", jinja2.Environment)
-SESSION = "console_session"
+SESSION = web.RequestKey("console_session", ConsoleSession)
 
 # Paths a visitor without a session may open.
 PUBLIC = ("/login", "/static/", "/healthz")
