@@ -10,7 +10,10 @@ one ``SqlClient`` session:
   SELECT sent exactly one ``Peek`` of the index and no ``CreateDataflow``
   (a transient dataflow means the slow path). Baseline: ``SELECT 1`` through
   the same session (the fixed cost of gRPC and the coordinator). Target p50
-  < 5 ms.
+  < 5 ms. Each round also replays the SELECT's hops over NATS: the oracle's
+  ``ReadTimestamp``, ``Controller.Peek`` (coordinator -> controller ->
+  replica and back), and the same ``Peek`` sent to the replica's command
+  subject directly (what a coordinator addressing replicas would pay).
 - insert to visible: ``--inserts`` times, a one-row INSERT into a table
   with an indexed view ``SELECT k % 10, count(*) … GROUP BY 1``, then
   SELECTs on the view until the new count shows; p50 and p99. Baseline:
@@ -53,6 +56,7 @@ PEEK_P50_TARGET_S = 0.005
 # Rows per INSERT statement while loading the table.
 LOAD_BATCH = 1000
 COMMAND_SUBJECTS = "loupe.compute.v1.*.command"
+RESPONSE_SUBJECTS = "loupe.compute.v1.*.response"
 # How long a SELECT may keep not seeing an INSERT before the round fails.
 VISIBLE_TIMEOUT_S = 30.0
 
@@ -68,8 +72,11 @@ class CommandTap:
         self.nats_url = nats_url
         self.kinds: Counter[str] = Counter()
         self.peek_targets: Counter[str] = Counter()
-        # The latest Peek of each target.
+        # The latest Peek of each target, and where it went: (subject, incarnation).
         self.last_peeks: dict[str, compute_pb2.Peek] = {}
+        self.last_replicas: dict[str, tuple[str, int]] = {}
+        # Peeks the tap sent a replica itself, by uuid: their responses resolve them.
+        self._answers: dict[str, asyncio.Future[compute_pb2.PeekResponse]] = {}
         self._lock = threading.Lock()
         self._loop = asyncio.new_event_loop()
         self._ready = threading.Event()
@@ -96,6 +103,7 @@ class CommandTap:
     async def _subscribe(self) -> None:
         self._connection = await nats.connect(self.nats_url, name="bench-compute-system")
         await self._connection.subscribe(COMMAND_SUBJECTS, cb=self._received)
+        await self._connection.subscribe(RESPONSE_SUBJECTS, cb=self._responded)
         await self._connection.flush()
         self._ready.set()
 
@@ -107,6 +115,33 @@ class CommandTap:
             if kind == "peek":
                 self.peek_targets[command.peek.target_id] += 1
                 self.last_peeks[command.peek.target_id] = command.peek
+                self.last_replicas[command.peek.target_id] = (message.subject, command.incarnation)
+
+    async def _responded(self, message: Msg) -> None:
+        if not self._answers:
+            return
+        response = compute_pb2.ComputeResponse.FromString(message.data)
+        if response.WhichOneof("kind") != "peek_response":
+            return
+        answer = self._answers.pop(response.peek_response.uuid, None)
+        if answer is not None and not answer.done():
+            answer.set_result(response.peek_response)
+
+    async def peek_replica(
+        self, replica: tuple[str, int], peek: compute_pb2.Peek
+    ) -> compute_pb2.PeekResponse:
+        """Send ``peek`` to a replica's incarnation, on its command subject, itself; its
+        ``PeekResponse``.
+
+        The controller sees the response too and drops it (no peek of its has
+        that uuid): this is the hop a coordinator addressing replicas directly
+        would make, without the controller's two.
+        """
+        answer = self._answers[peek.uuid] = self._loop.create_future()
+        subject, incarnation = replica
+        command = compute_pb2.ComputeCommand(incarnation=incarnation, peek=peek)
+        await self._connection.publish(subject, command.SerializeToString())
+        return await asyncio.wait_for(answer, 10)
 
     def call(self, work: Callable[[Any], Any]) -> Any:
         """Run ``work(connection)`` (a coroutine function) on the tap's loop; its result."""
@@ -146,6 +181,7 @@ class PeekSamples:
     constant: list[float] = field(default_factory=list)
     oracle: list[float] = field(default_factory=list)
     controller: list[float] = field(default_factory=list)
+    replica: list[float] = field(default_factory=list)
 
 
 def fast_path_peeks(client: SqlClient, tap: CommandTap, rows: int, peeks: int) -> PeekSamples:
@@ -158,7 +194,7 @@ def fast_path_peeks(client: SqlClient, tap: CommandTap, rows: int, peeks: int) -
     cluster_id = client.query("SELECT id FROM mz_catalog.mz_clusters WHERE name = 'quickstart'")
     client.query("SELECT * FROM t WHERE k = 0")  # warm: waits for hydration
     time.sleep(0.5)  # its Peek still in flight to the tap
-    template = tap.last_peeks[index_id]
+    template, replica = tap.last_peeks[index_id], tap.last_replicas[index_id]
     kinds_before, targets_before = tap.snapshot()
     samples = PeekSamples()
     for round_ in range(peeks):
@@ -168,23 +204,32 @@ def fast_path_peeks(client: SqlClient, tap: CommandTap, rows: int, peeks: int) -
             raise AssertionError(f"SELECT k = {key} returned {result}")
         samples.select.append(elapsed)
         samples.constant.append(timed(client, "SELECT 1")[0])
-        oracle, controller = tap.call(lambda c: replay_peek(c, cluster_id[0][0], template))
+        oracle, controller, direct = tap.call(
+            lambda c: replay_peek(c, tap, cluster_id[0][0], template, replica)
+        )
         samples.oracle.append(oracle)
         samples.controller.append(controller)
-    # Each round: the SELECT's Peek and the replayed one.
-    check_fast_path(tap, kinds_before, targets_before, index_id, 2 * peeks)
+        samples.replica.append(direct)
+    # Each round: the SELECT's Peek and the two replayed ones.
+    check_fast_path(tap, kinds_before, targets_before, index_id, 3 * peeks)
     return samples
 
 
 async def replay_peek(
-    connection: Any, cluster_id: str, template: compute_pb2.Peek
-) -> tuple[float, float]:
-    """(oracle read timestamp, Controller.Peek) seconds: a fast-path SELECT's two hops.
+    connection: Any,
+    tap: CommandTap,
+    cluster_id: str,
+    template: compute_pb2.Peek,
+    replica: tuple[str, int],
+) -> tuple[float, float, float]:
+    """(oracle read timestamp, Controller.Peek, replica Peek) seconds: a fast-path
+    SELECT's two hops, and the one that could replace the second.
 
     The coordinator's ``Peek`` of the index is sent again (new uuid, a fresh
     read timestamp) straight to ``Controller.Peek`` over NATS, as the
     coordinator sends it: the rest of a SELECT's time is gRPC and the
-    coordinator's own work.
+    coordinator's own work. Then once more to the replica's command subject
+    itself, as a coordinator addressing replicas directly would send it.
     """
     catalog = NatsServiceClient(connection, CATALOG_SERVICE)
     controller = NatsServiceClient(connection, CONTROLLER_SERVICE)
@@ -200,7 +245,13 @@ async def replay_peek(
     elapsed = time.perf_counter() - began
     if response.WhichOneof("result") != "rows" or len(response.rows.rows) != 1:
         raise AssertionError(f"the replayed peek answered {response}")
-    return oracle, elapsed
+    peek.uuid = str(uuid.uuid4())
+    began = time.perf_counter()
+    direct = await tap.peek_replica(replica, peek)
+    straight = time.perf_counter() - began
+    if direct.WhichOneof("result") != "rows" or len(direct.rows.rows) != 1:
+        raise AssertionError(f"the peek sent to the replica answered {direct}")
+    return oracle, elapsed, straight
 
 
 def check_fast_path(
@@ -289,6 +340,7 @@ def run(system: LoupeUp, nats_url: str, options: argparse.Namespace) -> None:
         report("peek      fast path through gRPC", samples.select, baseline, "SELECT 1")
         report("          oracle ReadTimestamp (NATS)", samples.oracle, baseline, "SELECT 1")
         report("          Controller.Peek (NATS)", samples.controller, baseline, "SELECT 1")
+        report("          replica Peek (NATS, direct)", samples.replica, baseline, "SELECT 1")
         p50 = percentiles(samples.select)[0]
         hops = (baseline, samples.oracle, samples.controller)
         rest = p50 - sum(percentiles(s)[0] for s in hops)
