@@ -15,10 +15,16 @@ import pyarrow.parquet as pq
 import pytest
 from prometheus_client import REGISTRY
 
-from loupe.builtins import MZ_CLUSTER_REPLICA_STATUSES, MZ_CLUSTER_REPLICAS, BuiltinCollection
+from loupe.builtins import (
+    BUILTIN_COLLECTIONS,
+    MZ_CLUSTER_REPLICA_STATUSES,
+    MZ_CLUSTER_REPLICAS,
+    BuiltinCollection,
+)
 from loupe.controller.storage import ArrowPartStore, CompactionPolicy, SparkPartStore
 from loupe.controller.storage.compaction import merged_updates
 from loupe.persist import DIFF_COLUMN, TIMESTAMP_COLUMN, LocalBlob, Shard, SinceError
+from loupe.persist.shard import arrow_schema
 from loupe.storage.schema import plan_write_groups
 
 pytestmark = [pytest.mark.spark]
@@ -309,3 +315,20 @@ async def test_a_long_merge_does_not_hold_back_the_other_collections_sinces(
     store.release.set()
     results = await compaction
     assert all(r.merges == 1 for r in results)
+
+
+@pytest.mark.parametrize("collection", BUILTIN_COLLECTIONS, ids=lambda c: c.qualified_name)
+def test_a_merge_consolidates_every_builtin_collections_types(
+    collection: BuiltinCollection,
+) -> None:
+    """Every column type of the builtin collections (intervals, numerics, lists, …) can
+    be grouped by the compactor's consolidation: three updates of one row, at times
+    forwarded to the since, sum to one."""
+    schema = arrow_schema(list(collection.columns))
+    data = [pa.nulls(3, field.type) for field in schema][:-2]
+    times = pa.array([5, 7, 8], schema.field(TIMESTAMP_COLUMN).type)
+    table = pa.Table.from_arrays([*data, times, pa.array([1, 1, -1], pa.int64())], schema=schema)
+    merged = merged_updates(collection.columns, table, since=8)
+    assert merged.column(TIMESTAMP_COLUMN).to_pylist() == [8]
+    assert merged.column(DIFF_COLUMN).to_pylist() == [1]
+    assert merged.schema.names == schema.names
