@@ -178,3 +178,51 @@ def test_pyarrow_type_inference_imports_nothing_per_call() -> None:
     finally:
         sys.meta_path.pop(0)
     assert attempts == []
+
+
+def test_columnar_batches_decode_to_what_row_batches_do() -> None:
+    """``encode_batch_arrow`` (the statement log's) gives the writer the same tables as
+    ``encode_batch_bytes``: NULLs, text of any length, times, floats, unsigned integers,
+    zero diffs dropped."""
+    from loupe.builtins import (
+        MZ_PREPARED_STATEMENT_HISTORY,
+        MZ_STATEMENT_EXECUTION_HISTORY,
+        MZ_STATEMENT_LIFECYCLE_HISTORY,
+    )
+    from loupe.storage.wire import encode_batch_arrow, encode_batch_bytes
+
+    execution = "6f1c2a9e-0000-4000-8000-000000000001"
+    began: tuple[Any, ...] = (execution, "p1", 0.5, "u1", "quickstart", "psql", "materialize")
+    began += ("public", "strict serializable", None, "{1,NULL}", AT, *(None,) * 6)
+    ended = (*began[:9], 2**63 - 1, began[10], AT, AT, "error", "é" * 300, 0, -1, "fast-path")
+    updates = [
+        (MZ_STATEMENT_EXECUTION_HISTORY.id, began, 1),
+        (MZ_STATEMENT_LIFECYCLE_HISTORY.id, (execution, "execution-began", AT), 1),
+        (MZ_PREPARED_STATEMENT_HISTORY.id, ("p1", "s1", "", "h", AT, "select", 0), 1),
+        (MZ_STATEMENT_EXECUTION_HISTORY.id, began, -1),
+        (MZ_STATEMENT_EXECUTION_HISTORY.id, ended, 1),
+        (MZ_STATEMENT_LIFECYCLE_HISTORY.id, (execution, "compute-dependencies-finished", AT), 0),
+    ]
+    batch_id, columnar = decode_batch(encode_batch_arrow("b", updates), BY_ID)
+    _, rows = decode_batch(encode_batch_bytes("b", updates), BY_ID)
+    assert batch_id == "b"
+    assert columnar.keys() == rows.keys()
+    for collection_id, table in rows.items():
+        assert columnar[collection_id].equals(table), collection_id
+    assert columnar[MZ_STATEMENT_LIFECYCLE_HISTORY.id].num_rows == 1
+
+
+def test_columnar_batches_are_checked_before_they_are_sent() -> None:
+    """What the writer would refuse, the publisher cannot encode."""
+    from loupe.builtins import MZ_PREPARED_STATEMENT_HISTORY, MZ_STATEMENT_LIFECYCLE_HISTORY
+    from loupe.storage.wire import encode_batch_arrow
+
+    prepared = ("p1", "s1", "", "h", AT, "select", -1)
+    with pytest.raises(BadBatch, match="negative value in a uint8 column"):
+        encode_batch_arrow("b", [(MZ_PREPARED_STATEMENT_HISTORY.id, prepared, 1)])
+    with pytest.raises(BadBatch, match="has 3 columns, an update has 2 values"):
+        encode_batch_arrow("b", [(MZ_STATEMENT_LIFECYCLE_HISTORY.id, ("x", AT), 1)])
+    with pytest.raises(BadBatch, match="no storage-managed collection"):
+        encode_batch_arrow("b", [("nope", (), 1)])
+    with pytest.raises((pa.ArrowInvalid, pa.ArrowTypeError)):
+        encode_batch_arrow("b", [(MZ_STATEMENT_LIFECYCLE_HISTORY.id, ("x", 5, AT), 1)])

