@@ -172,19 +172,11 @@ def encode_batch_arrow(batch_id: str, updates: Iterable[Update]) -> bytes:
         collection = BY_ID.get(collection_id)
         if collection is None:
             raise UnknownCollection(f"no storage-managed collection {collection_id!r}")
-        width = len(collection.columns)
-        if any(len(row) != width for row in rows):
-            bad = next(len(row) for row in rows if len(row) != width)
-            raise BadBatch(
-                f"{collection.qualified_name} has {width} columns, an update has {bad} values"
-            )
+        _check_width(collection, rows)
         arrays = []
         for (name, kind), values in zip(collection.columns, zip(*rows, strict=True), strict=True):
             array = pa.array(values, type=ingest_type(kind))
-            if kind in _UNSIGNED and array.null_count < len(array) and pc.min(array).as_py() < 0:
-                raise BadBatch(
-                    f"{collection.qualified_name}.{name}: a negative value in a {kind} column"
-                )
+            _check_unsigned(collection, name, kind, array)
             arrays.append(array)
         arrays.append(pa.array(diffs, type=pa.int64()))
         table = pa.Table.from_arrays(arrays, names=[*collection.column_names, DIFF_COLUMN])
@@ -345,15 +337,29 @@ def decode_arrow(collection: BuiltinCollection, data: bytes) -> pa.Table:
     if table.num_rows and table.column(DIFF_COLUMN).null_count:
         raise BadBatch(f"{collection.qualified_name}: an update without a diff")
     for name, kind in collection.columns:
-        column = table.column(name)
-        if kind in _UNSIGNED and column.null_count < len(column) and pc.min(column).as_py() < 0:
-            raise BadBatch(
-                f"{collection.qualified_name}.{name}: a negative value in a {kind} column"
-            )
+        _check_unsigned(collection, name, kind, table.column(name))
     diffs = table.column(DIFF_COLUMN)
     if table.num_rows and pc.any(pc.equal(diffs, 0)).as_py():
         table = table.filter(pc.not_equal(diffs, 0))
     return table
+
+
+def _check_width(collection: BuiltinCollection, rows: Sequence[Sequence[Any]]) -> None:
+    """Refuse rows that do not have one value per column of ``collection``."""
+    width = len(collection.columns)
+    if any(len(values) != width for values in rows):
+        bad = next(len(values) for values in rows if len(values) != width)
+        raise BadBatch(
+            f"{collection.qualified_name} has {width} columns, an update has {bad} values"
+        )
+
+
+def _check_unsigned(
+    collection: BuiltinCollection, name: str, kind: str, column: pa.Array | pa.ChunkedArray
+) -> None:
+    """Refuse a negative value in a column of an unsigned type (Spark holds it signed)."""
+    if kind in _UNSIGNED and column.null_count < len(column) and pc.min(column).as_py() < 0:
+        raise BadBatch(f"{collection.qualified_name}.{name}: a negative value in a {kind} column")
 
 
 def encode_arrow(collection_id: str, updates: pa.Table) -> storage_pb2.CollectionUpdates:
@@ -373,12 +379,7 @@ def decode_updates(collection: BuiltinCollection, updates: Sequence[Any]) -> pa.
     for update in updates:  # one pass: every access to an element makes a wrapper
         rows.append(update.row.values)
         diffs.append(update.diff)
-    width = len(collection.columns)
-    if any(len(values) != width for values in rows):
-        bad = next(len(values) for values in rows if len(values) != width)
-        raise BadBatch(
-            f"{collection.qualified_name} has {width} columns, an update has {bad} values"
-        )
+    _check_width(collection, rows)
     arrays = [
         _decode_column(collection, name, kind, [values[index] for values in rows])
         for index, (name, kind) in enumerate(collection.columns)

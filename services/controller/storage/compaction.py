@@ -303,7 +303,7 @@ class Compactor:
                 updates = merge.shard.read_updates(
                     dataclasses.replace(merge.state, parts=list(merge.parts))
                 )
-                tables[merge.shard.shard_id] = merged_updates(
+                tables[merge.collection.id] = merged_updates(
                     merge.state.columns, updates, merge.since
                 )
             except FileNotFoundError:
@@ -314,28 +314,29 @@ class Compactor:
                 continue
             merge.result.rows_read += updates.num_rows
             read.append(merge)
-        # Each shard as its stored columns say (the reader casts every part to them).
-        stored = {
-            merge.collection.id: dataclasses.replace(
-                merge.collection, columns=tuple((n, k) for n, k in merge.state.columns)
-            )
-            for merge in read
-        }
-        by_shard = {merge.collection.id: merge for merge in read}
+        by_id = {merge.collection.id: merge for merge in read}
         try:
-            groups = plan_write_groups(list(stored.values()))
+            # Each shard as its stored columns say (the reader casts every part to them).
+            groups = plan_write_groups(
+                [
+                    dataclasses.replace(
+                        m.collection, columns=tuple((n, k) for n, k in m.state.columns)
+                    )
+                    for m in read
+                ]
+            )
         except Exception as error:  # a stored column no job can write
-            self._failed([m.result for m in read], error, *by_shard)
+            self._failed([m.result for m in read], error, *by_id)
             return
         for group in groups:
-            merges = [by_shard[collection.id] for collection in group.collections]
+            merges = [by_id[collection.id] for collection in group.collections]
             key = f"{COMPACTION_PREFIX}/{_unique()}"
             written = time.monotonic()
             self.metrics.compaction_jobs.inc()
             try:
                 self.store.merge(
                     group,
-                    {m.collection.id: tables[m.shard.shard_id] for m in merges},
+                    {m.collection.id: tables[m.collection.id] for m in merges},
                     self.blob.path(key),
                 )
             except Exception as error:
@@ -356,7 +357,7 @@ class Compactor:
 
         ``job_seconds``: how long the part store's job that wrote it (and others) took.
         """
-        rows = tables[merge.shard.shard_id].num_rows
+        rows = tables[merge.collection.id].num_rows
         merged = _merged_part(key, merge.parts, merge.since, rows, self.blob.path(key))
         try:
             new_state = merge.shard.replace_parts(
@@ -380,7 +381,7 @@ class Compactor:
             "storage_compacted",
             shard=merge.shard.shard_id,
             parts=len(merge.parts),
-            rows_in=sum(part.rows for part in merge.parts),
+            rows_in=merge.rows,
             rows_out=rows,
             since=merge.since,
             store=self.store.name,

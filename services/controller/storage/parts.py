@@ -150,18 +150,18 @@ class ArrowPartStore:
     def write_flush(
         self, group: WriteGroup, tables: Mapping[str, pa.Table], timestamp: int, path: str
     ) -> None:
-        for collection in group.collections:
-            table = tables.get(collection.id)
-            if table is None or table.num_rows == 0:
-                continue
-            stamped = table.append_column(
+        stamped = {
+            cid: table.append_column(
                 TIMESTAMP_COLUMN, pa.repeat(pa.scalar(timestamp, pa.int64()), table.num_rows)
             )
-            names = [*collection.column_names, TIMESTAMP_COLUMN, DIFF_COLUMN]
-            self._write(stamped.select(names), f"{path}/{SHARD_COLUMN}={collection.shard_id}")
-        fsync_tree(path)
+            for cid, table in tables.items()
+        }
+        self._write_parts(group, stamped, path)
 
     def merge(self, group: WriteGroup, tables: Mapping[str, pa.Table], path: str) -> None:
+        self._write_parts(group, tables, path)
+
+    def _write_parts(self, group: WriteGroup, tables: Mapping[str, pa.Table], path: str) -> None:
         wrote = False
         for collection in group.collections:
             table = tables.get(collection.id)
