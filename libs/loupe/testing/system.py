@@ -127,7 +127,14 @@ class LoupeUp:
     def console_url(self) -> str:
         return f"http://127.0.0.1:{self.console_port}/"
 
-    def sql(self, statement: str, timeout: float = 30.0) -> list[tuple[Any, ...]]:
+    def sql(self, statement: str, timeout: float = 60.0) -> list[tuple[Any, ...]]:
+        """Run ``statement`` in a fresh session; the rows of its last result.
+
+        The default deadline is longer than the coordinator's own longest bounded
+        wait, a DDL's ``catalog_relations_wait`` (30 s) for storage to show its
+        commit: on a loaded machine, where a Spark flush takes seconds, that DDL
+        then answers with its WARNING instead of the client giving up first.
+        """
         password = self.env.get("LOUPE_SUPERUSER_PASSWORD", "")
         return query_once("127.0.0.1", self.sql_port, statement, password=password, timeout=timeout)
 
