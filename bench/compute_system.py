@@ -12,8 +12,12 @@ one ``SqlClient`` session:
   the same session (the fixed cost of gRPC and the coordinator). Target p50
   < 5 ms. Each round also replays the SELECT's hops over NATS: the oracle's
   ``ReadTimestamp``, ``Controller.Peek`` (coordinator -> controller ->
-  replica and back), and the same ``Peek`` sent to the replica's command
-  subject directly (what a coordinator addressing replicas would pay).
+  replica and back: the way a peek goes when the coordinator has no route to
+  a replica), and the same ``Peek`` sent to the replica's command subject
+  directly (the way the coordinator sends it when the controller's
+  ``PeekRoutes`` name the replica: ``Peek.direct``). It prints how many of
+  the SELECTs went directly, and "the rest" of a SELECT beyond ``SELECT 1``
+  and the hops it took.
 - insert to visible: ``--inserts`` times, a one-row INSERT into a table
   with an indexed view ``SELECT k % 10, count(*) … GROUP BY 1``, then
   SELECTs on the view until the new count shows; p50 and p99. Baseline:
@@ -113,6 +117,8 @@ class CommandTap:
         with self._lock:
             self.kinds[kind] += 1
             if kind == "peek":
+                if command.peek.direct:
+                    self.kinds["direct peek"] += 1  # sent by the coordinator itself
                 self.peek_targets[command.peek.target_id] += 1
                 self.last_peeks[command.peek.target_id] = command.peek
                 self.last_replicas[command.peek.target_id] = (message.subject, command.incarnation)
@@ -182,6 +188,8 @@ class PeekSamples:
     oracle: list[float] = field(default_factory=list)
     controller: list[float] = field(default_factory=list)
     replica: list[float] = field(default_factory=list)
+    # How many SELECTs the coordinator peeked the replica for itself (Peek.direct).
+    direct: int = 0
 
 
 def fast_path_peeks(client: SqlClient, tap: CommandTap, rows: int, peeks: int) -> PeekSamples:
@@ -211,7 +219,7 @@ def fast_path_peeks(client: SqlClient, tap: CommandTap, rows: int, peeks: int) -
         samples.controller.append(controller)
         samples.replica.append(direct)
     # Each round: the SELECT's Peek and the two replayed ones.
-    check_fast_path(tap, kinds_before, targets_before, index_id, 3 * peeks)
+    samples.direct = check_fast_path(tap, kinds_before, targets_before, index_id, 3 * peeks)
     return samples
 
 
@@ -239,6 +247,8 @@ async def replay_peek(
     peek = compute_pb2.Peek()
     peek.CopyFrom(template)
     peek.uuid, peek.timestamp = str(uuid.uuid4()), timestamp
+    # The coordinator's own peek went to the replica directly: replayed as routed ones.
+    peek.direct, peek.reply_subject = False, ""
     request = controller_pb2.PeekRequest(cluster_id=cluster_id, peek=peek, timeout_ms=10_000)
     began = time.perf_counter()
     response = await controller.call("Peek", request)
@@ -260,8 +270,9 @@ def check_fast_path(
     targets_before: Counter[str],
     index_id: str,
     peeks: int,
-) -> None:
-    """Every SELECT was a Peek of the index (``peeks`` at least), and no dataflow was built."""
+) -> int:
+    """Every SELECT was a Peek of the index (``peeks`` at least), and no dataflow was built;
+    how many of the Peeks the coordinator sent to the replica itself (``Peek.direct``)."""
     time.sleep(0.5)  # commands still in flight to the tap
     kinds, targets = tap.snapshot()
     kinds.subtract(kinds_before)
@@ -273,8 +284,9 @@ def check_fast_path(
         )
     print(
         f"          fast path checked: {kinds['peek']} peeks, all of index {index_id}, "
-        "no dataflows built"
+        f"no dataflows built; {kinds['direct peek']} sent to the replica by the coordinator"
     )
+    return kinds["direct peek"]
 
 
 def insert_to_visible(
@@ -342,7 +354,9 @@ def run(system: LoupeUp, nats_url: str, options: argparse.Namespace) -> None:
         report("          Controller.Peek (NATS)", samples.controller, baseline, "SELECT 1")
         report("          replica Peek (NATS, direct)", samples.replica, baseline, "SELECT 1")
         p50 = percentiles(samples.select)[0]
-        hops = (baseline, samples.oracle, samples.controller)
+        # The SELECTs' own path: straight to the replica when most of them went there.
+        direct = samples.direct * 2 > options.peeks
+        hops = (baseline, samples.oracle, samples.replica if direct else samples.controller)
         rest = p50 - sum(percentiles(s)[0] for s in hops)
         print(
             f"          the rest (coordinator work and waits beyond SELECT 1) {rest * 1000:.2f} ms"

@@ -171,12 +171,15 @@ class PeekRequest:
     result_columns: tuple[ResultColumn, ...] = ()
     # Where the coordinator takes the rows straight from the replica ("": nowhere).
     reply_subject: str = ""
+    # Sent by the coordinator itself: every answer goes to ``reply_subject`` only.
+    direct: bool = False
 
     @classmethod
     def from_proto(cls, message: compute_pb2.Peek) -> PeekRequest:
         return cls(
             uuid=message.uuid,
             reply_subject=message.reply_subject,
+            direct=message.direct and bool(message.reply_subject),
             timestamp=message.timestamp,
             max_result_rows=message.max_result_rows,
             target_id=message.target_id,

@@ -85,6 +85,8 @@ class ComputeReplica(Service):
         self._shards = ShardCache()
         self._dataflows: DataflowRunner | None = None
         self._pending = PendingPeeks()
+        # Running direct peeks (``Peek.direct``): uuid -> the subject their answer goes to.
+        self._direct: dict[str, str] = {}
         self._process = ProcessMetrics()
         self._loop_watch = LoopWatch(min(0.5, settings.heartbeat_interval))
         self._heartbeats: HeartbeatThread | None = None
@@ -172,6 +174,7 @@ class ComputeReplica(Service):
         # Peeks in flight are not answered: the controller sees this incarnation
         # go away and re-issues them on another replica or incarnation.
         tasks = self._pending.cancel_all()
+        self._direct.clear()
         if tasks:
             log.info("abandoning peeks at shutdown", count=len(tasks))
             await asyncio.wait(tasks, timeout=grace)
@@ -246,6 +249,17 @@ class ComputeReplica(Service):
         kind = command.WhichOneof("kind")
         if command.incarnation != self.incarnation:
             self._ignore("other incarnation", kind=kind, incarnation=command.incarnation)
+            if kind == "peek" and command.peek.direct and command.peek.reply_subject:
+                # The coordinator's routes are behind: it asks the controller at once.
+                error = LoupeError(
+                    "UNAVAILABLE",
+                    f"replica {self.replica_id} is incarnation {self.incarnation},"
+                    f" not {command.incarnation}",
+                )
+                await self._reply_directly(
+                    command.peek.reply_subject,
+                    compute_pb2.PeekResponse(uuid=command.peek.uuid, error=error.to_proto()),
+                )
             return
         if kind == "create_instance":
             if self._create_instance(command.create_instance):
@@ -383,7 +397,8 @@ class ComputeReplica(Service):
             self._ignore("peek already running", uuid=peek.uuid)
             return
         if self._config is None:
-            await self._publish(
+            await self._answer_peek(
+                peek,
                 self._responses.peek_error(
                     peek.uuid,
                     LoupeError(
@@ -391,15 +406,17 @@ class ComputeReplica(Service):
                         f"replica {self.replica_id} incarnation {self.incarnation} has no"
                         " instance yet: CreateInstance must come before Peek",
                     ),
-                )
+                ),
             )
             return
         if not peek.target_id:
             PEEKS.labels(replica_id=self.replica_id, outcome="error").inc()
-            await self._publish(self._responses.peek_error(peek.uuid, NO_TARGET))
+            await self._answer_peek(peek, self._responses.peek_error(peek.uuid, NO_TARGET))
             return
         task = asyncio.create_task(self._run_peek(peek), name=peek.uuid)
         self._pending.add(peek.uuid, task)
+        if peek.direct:
+            self._direct[peek.uuid] = peek.reply_subject
         self._peek_tasks.add(task)
         task.add_done_callback(self._peek_tasks.discard)
 
@@ -419,8 +436,7 @@ class ComputeReplica(Service):
             response, outcome, rows = self._responses.peek_error(peek.uuid, failure), "error", 0
         if not self._pending.finish(peek.uuid):
             return
-        if outcome == "rows" and peek.reply_subject:
-            await self._reply_directly(peek.reply_subject, response.peek_response)
+        self._direct.pop(peek.uuid, None)
         PEEKS.labels(replica_id=self.replica_id, outcome=outcome).inc()
         log.info(
             "peek answered",
@@ -430,12 +446,23 @@ class ComputeReplica(Service):
             error=response.peek_response.error.message or None,
             elapsed_ms=round((time.monotonic() - started) * 1000, 1),
         )
+        await self._answer_peek(peek, response)
+
+    async def _answer_peek(self, peek: PeekRequest, response: compute_pb2.ComputeResponse) -> None:
+        """A direct peek's answer goes to its coordinator only; any other to the
+        controller, and its rows to the coordinator that asked too (``reply_subject``)."""
+        answer = response.peek_response
+        if peek.direct:
+            await self._reply_directly(peek.reply_subject, answer)
+            return
+        if peek.reply_subject and answer.WhichOneof("result") == "rows":
+            await self._reply_directly(peek.reply_subject, answer)
         await self._publish(response)
 
     async def _reply_directly(self, subject: str, response: compute_pb2.PeekResponse) -> None:
-        """The rows to the coordinator that asked too, ahead of the controller's copy: they
-        skip a hop and the controller's event loop. Best effort: the controller's copy is
-        the answer that counts when this one is lost."""
+        """A peek's answer straight to the coordinator that asked: it skips a hop and the
+        controller's event loop. Best effort: a lost copy of a routed peek is answered by
+        the controller's; a direct peek unanswered is asked of the controller in time."""
         assert self._nc is not None
         try:
             await publish(self._nc, subject, response)
@@ -446,6 +473,13 @@ class ComputeReplica(Service):
         if self._pending.cancel(uuid):
             PEEKS.labels(replica_id=self.replica_id, outcome="canceled").inc()
             log.info("peek canceled", uuid=uuid)
-            await self._publish(self._responses.peek_canceled(uuid))
+            canceled = self._responses.peek_canceled(uuid)
+            direct = self._direct.pop(uuid, None)
+            if direct is not None:
+                await self._reply_directly(direct, canceled.peek_response)
+            else:
+                await self._publish(canceled)
         else:
-            log.debug("cancel of a peek that is not running", uuid=uuid)
+            # Answered already (a cancel sent as the answer was on its way, or one that
+            # arrived after it: a replica resumed from a pause may read them in either order).
+            log.info("cancel of a peek that is not running", uuid=uuid)

@@ -100,6 +100,7 @@ from loupe.controller.liveness import (
     Silence,
 )
 from loupe.controller.orchestrators.base import Orchestrator, ReplicaEvent, ReplicaSpec
+from loupe.controller.peek_routes import PeekRoutePublisher, Route
 from loupe.controller.peeks import PeekRouter
 from loupe.controller.status import (
     OFFLINE,
@@ -206,6 +207,7 @@ class ComputeController:
         metrics_interval: float = 5.0,
         hydration_write_interval: float = 0.25,
         hydration_orphan_grace: float = 60.0,
+        boot_id: str = "",
     ) -> None:
         self._nc = nc
         self._orchestrator = orchestrator
@@ -221,6 +223,8 @@ class ComputeController:
         self.startup_timeout = self.liveness.startup_timeout
         self.hello_resend_interval = hello_resend_interval
         self.peeks = PeekRouter(self._send)
+        # The online replicas, for coordinators that peek them directly.
+        self.peek_routes = PeekRoutePublisher(nc, self._peek_routes, boot_id)
         self.reports = ReplicaReports()
         self.subscribes = SubscribeRelay(self._publish_subscribe_batch)
         # Replicas' introspection into mz_internal (``introspection.py``).
@@ -265,6 +269,7 @@ class ComputeController:
         self.hydration.start()
         await self._orchestrator.start()
         self._watchdog = asyncio.create_task(self._watch_heartbeats(), name="heartbeat-watchdog")
+        await self.peek_routes.start()
 
     async def stop(self) -> None:
         """Stop every replica; statuses say ``offline`` (controller-stopped). Idempotent."""
@@ -272,6 +277,7 @@ class ComputeController:
             self._watchdog.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._watchdog
+        await self.peek_routes.stop()
         replicas = list(self._replicas.values())
         self._replicas.clear()
         # Its rows stay: the next controller reads them back and carries on.
@@ -413,6 +419,13 @@ class ComputeController:
             if replica.spec.cluster_id == cluster_id and self._is_online(replica)
         )
 
+    def _peek_routes(self) -> list[Route]:
+        return [
+            (replica.spec.cluster_id, rid, replica.incarnation)
+            for rid, replica in self._replicas.items()
+            if self._is_online(replica)
+        ]
+
     def _current_incarnation(self, replica_id: str) -> int | None:
         """The incarnation whose introspection counts now (zombie fencing), or None."""
         replica = self._replicas.get(replica_id)
@@ -498,6 +511,7 @@ class ComputeController:
         changed = self.statuses.set_status(replica_id, status, reason, replica.incarnation)
         if changed is None:
             return
+        self.peek_routes.changed()
         REPLICA_ONLINE.labels(replica_id=replica_id).set(1 if status == ONLINE else 0)
         if status == OFFLINE and reason:
             REPLICA_OFFLINE_EVENTS.labels(replica_id=replica_id, reason=reason).inc()
@@ -896,6 +910,9 @@ class ComputeController:
                 f"query could not complete because cluster {cluster_id} does not exist",
             )
         name = self.cluster_name(cluster_id)
+        # The controller routes it: every answer comes back here (``Peek.direct`` is a
+        # coordinator's own peek, answered to it alone).
+        peek.direct = False
         if peek.target_id and peek.uuid not in self.peeks:
             self._check_readable(cluster_id, peek.target_id, peek.timestamp)
         if replica_id:

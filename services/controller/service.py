@@ -167,6 +167,8 @@ class ControllerService(Service):
                 return
 
             orchestrator = self._orchestrator or load_orchestrator(settings.orchestrator, settings)
+            # Fresh at every start: in ControllerStarted and in the peek routes.
+            boot_id = uuid.uuid4().hex
             self.compute = ComputeController(
                 nc,
                 orchestrator,
@@ -177,6 +179,7 @@ class ControllerService(Service):
                 startup_timeout=settings.replica_startup_timeout,
                 busy_timeout=settings.replica_busy_timeout,
                 metrics_interval=settings.replica_metrics_interval,
+                boot_id=boot_id,
             )
             await self.compute.start()
             stack.push_async_callback(self.compute.stop)
@@ -211,7 +214,7 @@ class ControllerService(Service):
                 nc,
                 CONTROLLER_STARTED_SUBJECT,
                 controller_pb2.ControllerStarted(
-                    boot_id=uuid.uuid4().hex, started_at=time.time_ns() // 1_000_000
+                    boot_id=boot_id, started_at=time.time_ns() // 1_000_000
                 ),
             )
             log.info(

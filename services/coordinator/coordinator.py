@@ -154,6 +154,11 @@ class CoordinatorConfig:
     # read still waiting after the first round is logged once with what it
     # waits for.
     peek_round: float = 5.0
+    # A peek goes to the cluster's online replicas straight from here (the
+    # controller publishes which: ``PeekRoutes``) and is asked of the controller
+    # only when no replica answers within this many seconds; 0: always through
+    # the controller.
+    peek_direct_wait: float = 1.0
     # Peeks in flight to one cluster at once; more wait their turn (admission).
     peek_concurrency: int = 16
     # Statements that may wait in one admission queue (peek, ddl, table_write)
@@ -315,6 +320,7 @@ class Coordinator:
             self._on_controller_started,
         )
         await self.context.peek_replies.start()
+        await self.context.peek_routes.start()
         await self._install_dataflows()
         await self.statement_log.start()
 
@@ -416,6 +422,7 @@ class Coordinator:
                 with contextlib.suppress(Exception):
                     await subscription.unsubscribe()
         self._subscription = self._controller_started = None
+        await self.context.peek_routes.stop()
         await self.context.peek_replies.stop()
         await cancel_all(list(self.context.background))
 

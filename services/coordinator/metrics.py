@@ -99,3 +99,9 @@ DDL_ANSWERED_BEHIND = Counter(
     "loupe_coordinator_ddl_answered_behind",
     "DDL statements that answered (with a NOTICE) before mz_catalog showed their commit",
 )
+PEEKS_DIRECT = Counter(
+    "loupe_coordinator_peeks_direct",
+    "Peeks sent to a cluster's replicas by the coordinator itself (Peek.direct), by outcome:"
+    " answered, or asked of the controller instead (timeout, unavailable, error)",
+    ["outcome"],
+)

@@ -56,6 +56,11 @@ class CoordinatorSettings(BaseSettings):
     # seconds between its rounds to the controller, and before a read still
     # waiting is logged (once, with what it waits for).
     peek_round: float = 5.0
+    # Seconds a peek sent straight to a cluster's online replicas waits for one
+    # of them before the controller is asked instead (a replica paused, dead, or
+    # restarted since the controller last published the routes); 0 sends every
+    # peek through the controller.
+    peek_direct_wait: float = 1.0
     # Peeks in flight to one cluster at once; more wait their turn.
     peek_concurrency: int = 16
     # Statements that may wait in one of the coordinator's queues (peek, ddl,
@@ -117,6 +122,7 @@ class CoordinatorService(Service):
                 SessionManager(settings.superusers),
                 CoordinatorConfig(
                     peek_round=settings.peek_round,
+                    peek_direct_wait=settings.peek_direct_wait,
                     peek_concurrency=settings.peek_concurrency,
                     max_queued_statements=settings.max_queued_statements,
                     catalog_relations_wait=settings.catalog_relations_wait,

@@ -139,8 +139,10 @@ class ControllerPeer:
         max_result_rows: int = 0,
         incarnation: int | None = None,
         reply_subject: str = "",
+        direct: bool = False,
     ) -> str:
-        """Peek index ``target_id``, naming the result ``columns``; returns the peek's uuid."""
+        """Peek index ``target_id``, naming the result ``columns``; returns the peek's uuid.
+        ``direct``: as a coordinator sends it itself (every answer to ``reply_subject``)."""
         peek_id = str(uuid.uuid4())
         await self.send(
             incarnation=incarnation,
@@ -150,6 +152,7 @@ class ControllerPeer:
                 target_id=target_id,
                 max_result_rows=max_result_rows,
                 reply_subject=reply_subject,
+                direct=direct,
                 result_desc=common_pb2.RelationDesc(
                     columns=[common_pb2.Column(name=n, type=t) for n, t in columns]
                 ),

@@ -284,6 +284,59 @@ async def test_peek_rows_go_to_the_reply_subject_too_and_errors_do_not(
         await subscription.unsubscribe()
 
 
+async def test_a_direct_peek_answers_its_coordinator_alone(created, controller, storage):
+    """``Peek.direct`` (a coordinator's own peek): rows, errors and cancels go to its reply
+    subject and none to the controller; one meant for another incarnation is answered
+    there with UNAVAILABLE at once, so the coordinator asks the controller instead."""
+    storage.append(REPLICAS, [replica_row("u1", "r1")], timestamp=3)
+    await controller.create_index(REPLICAS, as_of=3)
+    subject = f"{controller.nc.new_inbox()}.peek"
+    direct: dict[str, compute_pb2.PeekResponse] = {}
+
+    async def received(msg: Any) -> None:
+        direct[msg.subject.rpartition(".")[2]] = compute_pb2.PeekResponse.FromString(msg.data)
+
+    subscription = await controller.nc.subscribe(f"{subject}.*", cb=received)
+    try:
+        answered = await controller.peek(
+            columns=REPLICAS.columns, reply_subject=f"{subject}.rows", direct=True
+        )
+        refused = await controller.peek(target_id="", reply_subject=f"{subject}.error", direct=True)
+        stale = await controller.peek(
+            columns=REPLICAS.columns,
+            reply_subject=f"{subject}.stale",
+            direct=True,
+            incarnation=2,
+        )
+        # Waits for a time the index does not reach: canceled by its coordinator.
+        waiting = await controller.peek(
+            columns=REPLICAS.columns,
+            timestamp=1 << 60,
+            reply_subject=f"{subject}.waiting",
+            direct=True,
+        )
+        await asyncio.sleep(0.2)
+        await controller.send(cancel_peek=compute_pb2.CancelPeek(uuid=waiting))
+        await assert_eventually(lambda: _assert(len(direct) == 4))
+        assert rows_of(direct["rows"]) == [as_tuple(replica_row("u1", "r1"))]
+        assert direct["rows"].uuid == answered
+        assert direct["error"].uuid == refused
+        assert direct["error"].HasField("error")
+        assert direct["stale"].uuid == stale
+        assert direct["stale"].error.code == "UNAVAILABLE"
+        assert "incarnation 3, not 2" in direct["stale"].error.message
+        assert direct["waiting"].uuid == waiting
+        assert direct["waiting"].canceled
+        # A routed peek after them all is answered through the controller: by then the
+        # replica handled (and sent nowhere else) every direct one.
+        routed = await controller.peek(columns=REPLICAS.columns)
+        await controller.peek_response(routed)
+        for peek_id in (answered, refused, stale, waiting):
+            assert controller.peek_responses(peek_id) == []
+    finally:
+        await subscription.unsubscribe()
+
+
 def _assert(condition: bool) -> None:
     assert condition
 

@@ -25,7 +25,7 @@ from loupe.coordinator.catalog_relations import CatalogRelationsWriter
 from loupe.coordinator.catalog_state import CatalogState, ClusterInfo
 from loupe.coordinator.compaction import ReadHolds
 from loupe.coordinator.follower import CatalogFollower
-from loupe.coordinator.sequencer.peek import PeekReplies
+from loupe.coordinator.sequencer.peek import PeekReplies, PeekRoutes
 from loupe.coordinator.table_store import TableStore, TimestampOracle
 from loupe.proto.common.v1 import common_pb2
 
@@ -78,6 +78,8 @@ class SequencerContext:
         self._peek_queues: dict[str, AdmissionQueue] = {}
         # Rows replicas send straight here (started with the coordinator).
         self.peek_replies = PeekReplies(connection)
+        # The replicas a peek may go to straight from here (the controller publishes them).
+        self.peek_routes = PeekRoutes(connection)
         # Fire-and-forget work (canceling a peek, reaping sessions), canceled at stop.
         self.background: set[asyncio.Task[Any]] = set()
         # What compute compaction must not pass (``compaction``).

@@ -22,6 +22,18 @@ the bound waits its turn.
 The rows come back the shorter way when they can: a peek names a reply
 subject of this coordinator, and the replica that has the rows publishes them
 there as well as to the controller (``PeekReplies``); the first copy answers.
+
+Shorter still, a peek goes to the replicas straight from here
+(``Peek.direct``, two hops instead of three, and none through the
+controller's event loop): the controller publishes which replicas of each
+cluster are online, with their incarnations (``PeekRoutes``). The routes are
+a hint. A direct peek unanswered within ``peek_direct_wait`` (a replica
+paused or dead since), or answered with an error (a replica of another
+incarnation says so at once), is canceled on its replicas and asked of the
+controller as above, with its own uuid: the controller knows replicas'
+health, waits for one to come online, and says what failed. The cluster
+then skips the direct way until its routes change or ``DIRECT_BACKOFF_S``
+passes.
 """
 
 from __future__ import annotations
@@ -29,13 +41,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+import uuid
 from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any
 
 from loupe.common.errors import LoupeError, SqlState
 from loupe.common.logging import get_logger
-from loupe.common.transport import subscribe
+from loupe.common.transport import publish, subscribe
 from loupe.common.values import from_row
+from loupe.coordinator import metrics
 from loupe.coordinator.admission import (
     RETRY_PAUSE,
     RETRY_PAUSE_CAP,
@@ -69,6 +83,8 @@ class PeekReplies:
         self._prefix = ""
         self._subscription: Any = None
         self._waiting: dict[str, asyncio.Future[compute_pb2.PeekResponse]] = {}
+        # Direct peeks (``Peek.direct``): their errors and cancels come here too.
+        self._direct: set[str] = set()
 
     async def start(self) -> None:
         self._prefix = f"{self._nc.new_inbox()}.peek"
@@ -85,14 +101,20 @@ class PeekReplies:
             future.cancel()
         self._waiting.clear()
 
-    def expect(self, uuid: str) -> tuple[str, asyncio.Future[compute_pb2.PeekResponse]] | None:
-        """(reply subject, future of the rows) for peek ``uuid``; None before ``start``."""
+    def expect(
+        self, uuid: str, *, direct: bool = False
+    ) -> tuple[str, asyncio.Future[compute_pb2.PeekResponse]] | None:
+        """(reply subject, future of the rows) for peek ``uuid``; None before ``start``.
+        ``direct``: a peek sent straight to replicas, whose every answer comes here."""
         if self._subscription is None:
             return None
         future = self._waiting[uuid] = asyncio.get_running_loop().create_future()
+        if direct:
+            self._direct.add(uuid)
         return f"{self._prefix}.{uuid}", future
 
     def forget(self, uuid: str) -> None:
+        self._direct.discard(uuid)
         future = self._waiting.pop(uuid, None)
         if future is not None and not future.done():
             future.cancel()
@@ -102,10 +124,83 @@ class PeekReplies:
         future = self._waiting.get(uuid)
         if future is None or future.done():
             return  # a late copy: the peek was answered already
-        if response.uuid != uuid or response.WhichOneof("result") != "rows":
+        rows = response.WhichOneof("result") == "rows"
+        if response.uuid != uuid or not (rows or uuid in self._direct):
             log.warning("direct peek reply ignored", subject=msg.subject, uuid=response.uuid)
             return
         future.set_result(response)
+
+
+# The controller's publisher (``loupe.controller.peek_routes``) and the replicas'
+# command subjects (``loupe.compute_replica.protocol``).
+PEEK_ROUTES_SUBJECT = "loupe.controller.v1.peek_routes"
+REPLICA_SUBJECT_PREFIX = "loupe.compute.v1"
+# How long a cluster whose direct peek failed sends its peeks through the
+# controller, unless its routes change sooner (the controller republishes them
+# every 5 s, and at once when a replica goes offline or online).
+DIRECT_BACKOFF_S = 5.0
+
+
+class PeekRoutes:
+    """The online replicas of each cluster and their incarnations, as the controller
+    last published them (``PeekRoutes``): where a peek may go straight from here."""
+
+    def __init__(self, connection: Any) -> None:
+        self._nc = connection
+        self._subscription: Any = None
+        self.boot_id = ""
+        # cluster id -> {replica id: incarnation}
+        self._routes: dict[str, dict[str, int]] = {}
+        # cluster id -> monotonic time until which its peeks go through the controller.
+        self._backoff: dict[str, float] = {}
+
+    async def start(self) -> None:
+        self._subscription = await subscribe(
+            self._nc, PEEK_ROUTES_SUBJECT, controller_pb2.PeekRoutes, self._received
+        )
+        # The current routes now, not at the controller's next publication (a few
+        # seconds); without an answer (no controller yet) that publication brings them.
+        try:
+            reply = await self._nc.request(f"{PEEK_ROUTES_SUBJECT}.get", b"", timeout=2.0)
+            await self._received(controller_pb2.PeekRoutes.FromString(reply.data), reply)
+        except Exception as error:
+            log.info("peek routes not known yet", error=repr(error))
+
+    async def stop(self) -> None:
+        if self._subscription is not None:
+            with contextlib.suppress(Exception):
+                await self._subscription.unsubscribe()
+        self._subscription = None
+        self._routes = {}
+
+    def targets(self, cluster_id: str, replica_id: str = "") -> dict[str, int] | None:
+        """{replica id: incarnation} to send a peek of ``cluster_id`` to (only
+        ``replica_id`` when given); None: ask the controller."""
+        routes = self._routes.get(cluster_id)
+        if not routes:
+            return None
+        until = self._backoff.get(cluster_id)
+        if until is not None:
+            if time.monotonic() < until:
+                return None
+            del self._backoff[cluster_id]
+        if replica_id:
+            incarnation = routes.get(replica_id)
+            return None if incarnation is None else {replica_id: incarnation}
+        return dict(routes)
+
+    def failed(self, cluster_id: str) -> None:
+        """A direct peek of ``cluster_id`` went unanswered: use the controller for a while."""
+        self._backoff[cluster_id] = time.monotonic() + DIRECT_BACKOFF_S
+
+    async def _received(self, message: controller_pb2.PeekRoutes, _msg: Any) -> None:
+        routes: dict[str, dict[str, int]] = {}
+        for route in message.routes:
+            routes.setdefault(route.cluster_id, {})[route.replica_id] = route.incarnation
+        for cluster_id in list(self._backoff):
+            if routes.get(cluster_id) != self._routes.get(cluster_id):
+                del self._backoff[cluster_id]  # what failed has changed: try again
+        self.boot_id, self._routes = message.boot_id, routes
 
 
 def canceled_error() -> LoupeError:
@@ -162,6 +257,9 @@ async def _send_peek(
     round_seconds = ctx.config.peek_round
     request.timeout_ms = max(1, int(round_seconds * 1000))
     began = time.monotonic()
+    answered = await _peek_directly(ctx, request, dropped)
+    if answered is not None:
+        return _result(answered)
     logged = False
     pause = RETRY_PAUSE
     direct = ctx.peek_replies.expect(peek_id)
@@ -211,6 +309,12 @@ async def _send_peek(
         ctx.peek_replies.forget(peek_id)
     if logged:
         log.info("waiting read answered", uuid=peek_id, waited=round(time.monotonic() - began, 1))
+    return _result(response)
+
+
+def _result(
+    response: compute_pb2.PeekResponse,
+) -> tuple[tuple[tuple[str, str], ...], list[tuple[Any, ...]]]:
     kind = response.WhichOneof("result")
     if kind == "error":
         raise LoupeError.from_proto(response.error)
@@ -220,9 +324,95 @@ async def _send_peek(
     return columns, [from_row(row) for row in response.rows.rows]
 
 
+async def _peek_directly(
+    ctx: SequencerContext,
+    request: controller_pb2.PeekRequest,
+    dropped: Callable[[], str | None] | None,
+) -> compute_pb2.PeekResponse | None:
+    """Send the peek to the cluster's online replicas from here (``Peek.direct``); their
+    rows, or None to ask the controller (no routes, no answer in time, an error)."""
+    wait = ctx.config.peek_direct_wait
+    targets = ctx.peek_routes.targets(request.cluster_id, request.replica_id) if wait > 0 else None
+    if not targets:
+        return None
+    peek_id = str(uuid.uuid4())
+    expected = ctx.peek_replies.expect(peek_id, direct=True)
+    if expected is None:
+        return None
+    subject, answer = expected
+    peek = compute_pb2.Peek()
+    peek.CopyFrom(request.peek)
+    peek.uuid, peek.reply_subject, peek.direct = peek_id, subject, True
+    watching = asyncio.ensure_future(_dropped_meanwhile(ctx, dropped)) if dropped else None
+    outcome = "timeout"
+    try:
+        for replica_id, incarnation in targets.items():
+            command = compute_pb2.ComputeCommand(peek=peek, incarnation=incarnation)
+            await publish(ctx.connection, _command_subject(replica_id), command)
+        waits: set[asyncio.Future[Any]] = {answer}
+        if watching is not None:
+            waits.add(watching)
+        await asyncio.wait(waits, timeout=wait, return_when=asyncio.FIRST_COMPLETED)
+        if answer.done():
+            response = answer.result()
+            kind = response.WhichOneof("result")
+            if kind == "rows":
+                outcome = "answered"
+                if len(targets) > 1:  # the others stop
+                    ctx.spawn(_cancel_directly(ctx, targets, peek_id))
+                return response
+            # The controller says what failed (it waits for the others, or for a replica).
+            unavailable = kind == "canceled" or response.error.code == "UNAVAILABLE"
+            outcome = "unavailable" if unavailable else "error"
+        elif watching is not None and watching.done():
+            outcome = "dropped"
+            ctx.spawn(_cancel_directly(ctx, targets, peek_id))
+            raise _drop_error(watching.result())
+        if outcome != "error":
+            ctx.peek_routes.failed(request.cluster_id)
+        ctx.spawn(_cancel_directly(ctx, targets, peek_id))
+        log.info(
+            "direct peek asked of the controller",
+            uuid=peek_id,
+            cluster_id=request.cluster_id,
+            replicas=sorted(targets),
+            why=outcome,
+        )
+        return None
+    except asyncio.CancelledError:
+        outcome = "canceled"
+        ctx.spawn(_cancel_directly(ctx, targets, peek_id))
+        raise
+    finally:
+        if watching is not None:
+            watching.cancel()
+        ctx.peek_replies.forget(peek_id)
+        metrics.PEEKS_DIRECT.labels(outcome).inc()
+
+
+def _command_subject(replica_id: str) -> str:
+    return f"{REPLICA_SUBJECT_PREFIX}.{replica_id}.command"
+
+
+async def _cancel_directly(ctx: SequencerContext, targets: dict[str, int], peek_id: str) -> None:
+    """Cancel direct peek ``peek_id`` on its replicas; a failure is only logged."""
+    for replica_id, incarnation in targets.items():
+        command = compute_pb2.ComputeCommand(
+            cancel_peek=compute_pb2.CancelPeek(uuid=peek_id), incarnation=incarnation
+        )
+        try:
+            await publish(ctx.connection, _command_subject(replica_id), command)
+        except Exception as error:
+            log.warning("direct cancel peek failed", uuid=peek_id, error=repr(error))
+
+
 def _ended_by_drop(ctx: SequencerContext, peek_id: str, what: str) -> LoupeError:
     """Cancel peek ``peek_id`` (in the background) and say why: ``what`` was dropped."""
     ctx.spawn(cancel_peek(ctx, peek_id))
+    return _drop_error(what)
+
+
+def _drop_error(what: str) -> LoupeError:
     return LoupeError(
         SqlState.UNDEFINED_OBJECT, f"query could not complete because {what} was dropped"
     )

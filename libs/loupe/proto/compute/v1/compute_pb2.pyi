@@ -115,7 +115,7 @@ class PeekSource(_message.Message):
     def __init__(self, name: _Optional[str] = ..., collection: _Optional[_Union[_common_pb2.CollectionMetadata, _Mapping]] = ...) -> None: ...
 
 class Peek(_message.Message):
-    __slots__ = ("uuid", "timestamp", "sources", "sql", "max_result_rows", "target_id", "map_filter_project", "finishing", "result_desc", "reply_subject")
+    __slots__ = ("uuid", "timestamp", "sources", "sql", "max_result_rows", "target_id", "map_filter_project", "finishing", "result_desc", "reply_subject", "direct")
     UUID_FIELD_NUMBER: _ClassVar[int]
     TIMESTAMP_FIELD_NUMBER: _ClassVar[int]
     SOURCES_FIELD_NUMBER: _ClassVar[int]
@@ -126,6 +126,7 @@ class Peek(_message.Message):
     FINISHING_FIELD_NUMBER: _ClassVar[int]
     RESULT_DESC_FIELD_NUMBER: _ClassVar[int]
     REPLY_SUBJECT_FIELD_NUMBER: _ClassVar[int]
+    DIRECT_FIELD_NUMBER: _ClassVar[int]
     uuid: str
     timestamp: int
     sources: _containers.RepeatedCompositeFieldContainer[PeekSource]
@@ -136,7 +137,8 @@ class Peek(_message.Message):
     finishing: RowSetFinishing
     result_desc: _common_pb2.RelationDesc
     reply_subject: str
-    def __init__(self, uuid: _Optional[str] = ..., timestamp: _Optional[int] = ..., sources: _Optional[_Iterable[_Union[PeekSource, _Mapping]]] = ..., sql: _Optional[str] = ..., max_result_rows: _Optional[int] = ..., target_id: _Optional[str] = ..., map_filter_project: _Optional[_Union[_plan_pb2.MapFilterProject, _Mapping]] = ..., finishing: _Optional[_Union[RowSetFinishing, _Mapping]] = ..., result_desc: _Optional[_Union[_common_pb2.RelationDesc, _Mapping]] = ..., reply_subject: _Optional[str] = ...) -> None: ...
+    direct: bool
+    def __init__(self, uuid: _Optional[str] = ..., timestamp: _Optional[int] = ..., sources: _Optional[_Iterable[_Union[PeekSource, _Mapping]]] = ..., sql: _Optional[str] = ..., max_result_rows: _Optional[int] = ..., target_id: _Optional[str] = ..., map_filter_project: _Optional[_Union[_plan_pb2.MapFilterProject, _Mapping]] = ..., finishing: _Optional[_Union[RowSetFinishing, _Mapping]] = ..., result_desc: _Optional[_Union[_common_pb2.RelationDesc, _Mapping]] = ..., reply_subject: _Optional[str] = ..., direct: _Optional[bool] = ...) -> None: ...
 
 class CancelPeek(_message.Message):
     __slots__ = ("uuid",)

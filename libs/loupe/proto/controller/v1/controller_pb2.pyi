@@ -89,6 +89,24 @@ class ControllerStarted(_message.Message):
     started_at: int
     def __init__(self, boot_id: _Optional[str] = ..., started_at: _Optional[int] = ...) -> None: ...
 
+class PeekRoutes(_message.Message):
+    __slots__ = ("boot_id", "routes")
+    BOOT_ID_FIELD_NUMBER: _ClassVar[int]
+    ROUTES_FIELD_NUMBER: _ClassVar[int]
+    boot_id: str
+    routes: _containers.RepeatedCompositeFieldContainer[PeekRoute]
+    def __init__(self, boot_id: _Optional[str] = ..., routes: _Optional[_Iterable[_Union[PeekRoute, _Mapping]]] = ...) -> None: ...
+
+class PeekRoute(_message.Message):
+    __slots__ = ("cluster_id", "replica_id", "incarnation")
+    CLUSTER_ID_FIELD_NUMBER: _ClassVar[int]
+    REPLICA_ID_FIELD_NUMBER: _ClassVar[int]
+    INCARNATION_FIELD_NUMBER: _ClassVar[int]
+    cluster_id: str
+    replica_id: str
+    incarnation: int
+    def __init__(self, cluster_id: _Optional[str] = ..., replica_id: _Optional[str] = ..., incarnation: _Optional[int] = ...) -> None: ...
+
 class ApplyCatalogRequest(_message.Message):
     __slots__ = ("snapshot",)
     SNAPSHOT_FIELD_NUMBER: _ClassVar[int]
