@@ -14,7 +14,9 @@ Pathway in its own venv, ``make bench-pathway``), a replica's catch-up of
 hundreds of times in one step against the per-time algorithm
 (``bench/catch_up.py``), a replica's own cost of a point peek against one
 polars filter (``bench/peek_engine.py``), the whole system's fast-path peeks and inserts to
-visible changes through gRPC (``bench/compute_system.py``), statement logging's overhead and delay to
+visible changes through gRPC (``bench/compute_system.py``), peeks the coordinator
+sends to replicas itself against through the controller: latency, CPU per process,
+throughput of concurrent sessions (``bench/direct_peeks.py``), statement logging's overhead and delay to
 visible (``bench/statement_logging.py``) and what a one-row INSERT and a small
 SELECT cost with 1,000 tables against 10 (``bench/many_tables.py``) and
 what the engine's introspection logging costs, on against off
@@ -130,6 +132,7 @@ def main() -> int:
         "catch_up.py",
         "peek_engine.py",
         "compute_system.py",
+        "direct_peeks.py",
         "statement_logging.py",
         "many_tables.py",
         "logging_cost.py",
