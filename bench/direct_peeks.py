@@ -1,7 +1,7 @@
 """Fast-path peeks sent to replicas by the coordinator itself, against through the controller.
 
 Two ``loupe up`` in turn, the same load on each: one with the default
-``peek_direct_wait`` (the coordinator sends a peek to the cluster's online
+settings (the coordinator sends a peek to the cluster's online
 replicas itself, ``Peek.direct``), the baseline with ``peek_direct_wait = 0``
 (every peek through the controller, as before). On each, a table ``t (k int,
 v text)`` of ``--rows`` rows with a default index, then:
@@ -84,11 +84,12 @@ def point(client: SqlClient, key: int) -> float:
     return elapsed
 
 
-def measure(direct_wait: float, options: argparse.Namespace) -> Run:
+def measure(direct: bool, options: argparse.Namespace) -> Run:
+    """The load on a ``loupe up`` with direct peeks (its default) or without them."""
     run = Run()
     with tempfile.TemporaryDirectory() as scratch:
         data_dir = Path(scratch) / "data"
-        system = LoupeUp(data_dir, env={"LOUPE_PEEK_DIRECT_WAIT": str(direct_wait)})
+        system = LoupeUp(data_dir, env={} if direct else {"LOUPE_PEEK_DIRECT_WAIT": "0"})
         system.start()
         try:
             with SqlClient("127.0.0.1", system.sql_port) as client:
@@ -174,8 +175,8 @@ def main() -> int:
     parser.add_argument("--clients", type=int, default=4)
     parser.add_argument("--seconds", type=float, default=10.0)
     options = parser.parse_args()
-    direct = measure(1.0, options)
-    routed = measure(0.0, options)
+    direct = measure(True, options)
+    routed = measure(False, options)
     if direct.direct_answered != options.peeks or routed.direct_answered != 0:
         print(
             f"FAILED: direct peeks answered {direct.direct_answered:.0f} of {options.peeks}"

@@ -156,9 +156,9 @@ class CoordinatorConfig:
     peek_round: float = 5.0
     # A peek goes to the cluster's online replicas straight from here (the
     # controller publishes which: ``PeekRoutes``) and is asked of the controller
-    # only when no replica answers within this many seconds; 0: always through
-    # the controller.
-    peek_direct_wait: float = 1.0
+    # when they go offline, or when none answers within this many seconds (an
+    # index far behind, a replica hung); 0: always through the controller.
+    peek_direct_wait: float = 5.0
     # Peeks in flight to one cluster at once; more wait their turn (admission).
     peek_concurrency: int = 16
     # Statements that may wait in one admission queue (peek, ddl, table_write)

@@ -102,6 +102,7 @@ DDL_ANSWERED_BEHIND = Counter(
 PEEKS_DIRECT = Counter(
     "loupe_coordinator_peeks_direct",
     "Peeks sent to a cluster's replicas by the coordinator itself (Peek.direct), by outcome:"
-    " answered, or asked of the controller instead (timeout, unavailable, error)",
+    " answered, or asked of the controller instead (unrouted, timeout, unavailable, error),"
+    " or ended by the statement (canceled, dropped)",
     ["outcome"],
 )

@@ -57,10 +57,10 @@ class CoordinatorSettings(BaseSettings):
     # waiting is logged (once, with what it waits for).
     peek_round: float = 5.0
     # Seconds a peek sent straight to a cluster's online replicas waits for one
-    # of them before the controller is asked instead (a replica paused, dead, or
-    # restarted since the controller last published the routes); 0 sends every
-    # peek through the controller.
-    peek_direct_wait: float = 1.0
+    # of them before the controller is asked instead (a replica hung, or an index
+    # far behind); a replica the controller takes offline meanwhile ends the wait
+    # at once. 0 sends every peek through the controller.
+    peek_direct_wait: float = 5.0
     # Peeks in flight to one cluster at once; more wait their turn.
     peek_concurrency: int = 16
     # Statements that may wait in one of the coordinator's queues (peek, ddl,

@@ -27,13 +27,15 @@ Shorter still, a peek goes to the replicas straight from here
 (``Peek.direct``, two hops instead of three, and none through the
 controller's event loop): the controller publishes which replicas of each
 cluster are online, with their incarnations (``PeekRoutes``). The routes are
-a hint. A direct peek unanswered within ``peek_direct_wait`` (a replica
-paused or dead since), or answered with an error (a replica of another
+a hint. A direct peek whose replicas the controller takes offline (the
+routes change), unanswered within ``peek_direct_wait`` (a replica hung, an
+index far behind), or answered with an error (a replica of another
 incarnation says so at once), is canceled on its replicas and asked of the
 controller as above, with its own uuid: the controller knows replicas'
-health, waits for one to come online, and says what failed. The cluster
-then skips the direct way until its routes change or ``DIRECT_BACKOFF_S``
-passes.
+health, waits for one to come online, and says what failed. After a timeout
+or an unavailable replica, the cluster skips the direct way until its routes
+change or ``DIRECT_BACKOFF_S`` passes. A read still waiting after a round is
+logged once either way.
 """
 
 from __future__ import annotations
@@ -153,6 +155,8 @@ class PeekRoutes:
         self._routes: dict[str, dict[str, int]] = {}
         # cluster id -> monotonic time until which its peeks go through the controller.
         self._backoff: dict[str, float] = {}
+        # cluster id -> an event set when its routes next change (``changed``).
+        self._changes: dict[str, asyncio.Event] = {}
 
     async def start(self) -> None:
         self._subscription = await subscribe(
@@ -172,6 +176,21 @@ class PeekRoutes:
                 await self._subscription.unsubscribe()
         self._subscription = None
         self._routes = {}
+        for event in self._changes.values():
+            event.set()
+        self._changes.clear()
+
+    def changed(self, cluster_id: str) -> asyncio.Event:
+        """An event set when the routes of ``cluster_id`` next change."""
+        event = self._changes.get(cluster_id)
+        if event is None:
+            event = self._changes[cluster_id] = asyncio.Event()
+        return event
+
+    def still_routed(self, cluster_id: str, targets: dict[str, int]) -> bool:
+        """Whether every one of ``targets`` is still online in the same incarnation."""
+        routes = self._routes.get(cluster_id, {})
+        return all(routes.get(r) == i for r, i in targets.items())
 
     def targets(self, cluster_id: str, replica_id: str = "") -> dict[str, int] | None:
         """{replica id: incarnation} to send a peek of ``cluster_id`` to (only
@@ -200,7 +219,10 @@ class PeekRoutes:
         for cluster_id in list(self._backoff):
             if routes.get(cluster_id) != self._routes.get(cluster_id):
                 del self._backoff[cluster_id]  # what failed has changed: try again
+        changed = [c for c in self._changes if routes.get(c) != self._routes.get(c)]
         self.boot_id, self._routes = message.boot_id, routes
+        for cluster_id in changed:
+            self._changes.pop(cluster_id).set()
 
 
 def canceled_error() -> LoupeError:
@@ -256,11 +278,11 @@ async def _send_peek(
     peek_id = request.peek.uuid
     round_seconds = ctx.config.peek_round
     request.timeout_ms = max(1, int(round_seconds * 1000))
-    began = time.monotonic()
-    answered = await _peek_directly(ctx, request, dropped)
+    waiting = _Waiting(peek_id, reading or request.peek.target_id, request.peek.timestamp)
+    answered = await _peek_directly(ctx, request, dropped, waiting)
     if answered is not None:
+        waiting.answered()
         return _result(answered)
-    logged = False
     pause = RETRY_PAUSE
     direct = ctx.peek_replies.expect(peek_id)
     if direct is not None:
@@ -291,25 +313,45 @@ async def _send_peek(
                 gone = dropped() if dropped is not None else None
                 if gone is not None:
                     raise _ended_by_drop(ctx, peek_id, gone) from None
-            waited = time.monotonic() - began
-            if not logged and waited >= round_seconds:
-                logged = True
-                log.info(
-                    "read is waiting",
-                    uuid=peek_id,
-                    reading=reading or request.peek.target_id,
-                    timestamp=request.peek.timestamp or "latest",
-                    waited=round(waited, 1),
-                    waiting_for=why,
-                )
+            if waiting.waited() >= round_seconds:
+                waiting.log(why)
     except asyncio.CancelledError:
         ctx.spawn(cancel_peek(ctx, peek_id))
         raise
     finally:
         ctx.peek_replies.forget(peek_id)
-    if logged:
-        log.info("waiting read answered", uuid=peek_id, waited=round(time.monotonic() - began, 1))
+    waiting.answered()
     return _result(response)
+
+
+class _Waiting:
+    """A read that waits longer than a round is logged once, with what it waits for,
+    whichever way its peek went; and again when it is answered."""
+
+    def __init__(self, peek_id: str, reading: str, timestamp: int) -> None:
+        self.peek_id, self.reading, self.timestamp = peek_id, reading, timestamp
+        self.began = time.monotonic()
+        self.logged = False
+
+    def waited(self) -> float:
+        return time.monotonic() - self.began
+
+    def log(self, waiting_for: str) -> None:
+        if self.logged:
+            return
+        self.logged = True
+        log.info(
+            "read is waiting",
+            uuid=self.peek_id,
+            reading=self.reading,
+            timestamp=self.timestamp or "latest",
+            waited=round(self.waited(), 1),
+            waiting_for=waiting_for,
+        )
+
+    def answered(self) -> None:
+        if self.logged:
+            log.info("waiting read answered", uuid=self.peek_id, waited=round(self.waited(), 1))
 
 
 def _result(
@@ -328,6 +370,7 @@ async def _peek_directly(
     ctx: SequencerContext,
     request: controller_pb2.PeekRequest,
     dropped: Callable[[], str | None] | None,
+    waiting: _Waiting,
 ) -> compute_pb2.PeekResponse | None:
     """Send the peek to the cluster's online replicas from here (``Peek.direct``); their
     rows, or None to ask the controller (no routes, no answer in time, an error)."""
@@ -349,10 +392,31 @@ async def _peek_directly(
         for replica_id, incarnation in targets.items():
             command = compute_pb2.ComputeCommand(peek=peek, incarnation=incarnation)
             await publish(ctx.connection, _command_subject(replica_id), command)
-        waits: set[asyncio.Future[Any]] = {answer}
-        if watching is not None:
-            waits.add(watching)
-        await asyncio.wait(waits, timeout=wait, return_when=asyncio.FIRST_COMPLETED)
+        deadline = time.monotonic() + wait
+        round_seconds = ctx.config.peek_round
+        while not answer.done() and (watching is None or not watching.done()):
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            if waiting.waited() >= round_seconds:
+                waiting.log(
+                    f"peek {peek_id} waits for replica(s) {', '.join(sorted(targets))} of"
+                    f" cluster {request.cluster_id} to answer (sent to them directly)"
+                )
+            else:  # wake at the end of the round to say so
+                left = min(left, round_seconds - waiting.waited())
+            # A replica the controller takes offline (or replaces) ends the wait at once.
+            changed = asyncio.ensure_future(ctx.peek_routes.changed(request.cluster_id).wait())
+            waits: set[asyncio.Future[Any]] = {answer, changed}
+            if watching is not None:
+                waits.add(watching)
+            try:
+                await asyncio.wait(waits, timeout=left, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                changed.cancel()
+            if not answer.done() and not ctx.peek_routes.still_routed(request.cluster_id, targets):
+                outcome = "unrouted"
+                break
         if answer.done():
             response = answer.result()
             kind = response.WhichOneof("result")
@@ -368,7 +432,7 @@ async def _peek_directly(
             outcome = "dropped"
             ctx.spawn(_cancel_directly(ctx, targets, peek_id))
             raise _drop_error(watching.result())
-        if outcome != "error":
+        if outcome in ("timeout", "unavailable"):
             ctx.peek_routes.failed(request.cluster_id)
         ctx.spawn(_cancel_directly(ctx, targets, peek_id))
         log.info(

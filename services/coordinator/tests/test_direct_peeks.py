@@ -140,6 +140,34 @@ async def test_an_unanswered_direct_peek_is_canceled_and_asked_of_the_controller
         assert len(harness.controller.peeks) == before + 2
 
 
+async def test_a_replica_taken_offline_sends_its_waiting_read_to_the_controller_at_once(
+    fleet: Any,
+) -> None:
+    """The controller publishes routes without the replica (it died, or stopped
+    heartbeating): the direct peek waiting on it goes to the controller then, not at the
+    end of its wait (a minute here), and is canceled on the replica."""
+    async with routed(fleet, 60, "r12", 3) as (harness, session, replica):
+        replica.silent = True
+        context = harness.service.coordinator.context
+        cluster = context.state.cluster("quickstart")
+        assert cluster is not None
+        before = len(harness.controller.peeks)
+        read = asyncio.create_task(harness.rows(session, "SELECT a FROM kept WHERE a = 3"))
+        await assert_eventually(lambda: _equal(len(replica.peeks), 1), timeout=5)
+        await asyncio.sleep(0.2)
+        assert not read.done()  # the replica has not answered: the read waits for it
+        offline = controller_pb2.PeekRoutes(boot_id=uuid.uuid4().hex, routes=[])
+        await publish(context.connection, PEEK_ROUTES_SUBJECT, offline)
+        assert await asyncio.wait_for(read, 10) == [(3,)]
+        assert len(harness.controller.peeks) == before + 1
+        (direct,) = replica.peeks
+        await assert_eventually(lambda: _cancels(replica, direct.peek.uuid), timeout=5)
+
+
+def _equal(a: Any, b: Any) -> None:
+    assert a == b, (a, b)
+
+
 async def test_an_unavailable_replica_sends_the_read_to_the_controller_at_once(
     fleet: Any,
 ) -> None:
