@@ -256,10 +256,8 @@ class ComputeReplica(Service):
                     f"replica {self.replica_id} is incarnation {self.incarnation},"
                     f" not {command.incarnation}",
                 )
-                await self._reply_directly(
-                    command.peek.reply_subject,
-                    compute_pb2.PeekResponse(uuid=command.peek.uuid, error=error.to_proto()),
-                )
+                refused = self._responses.peek_error(command.peek.uuid, error)
+                await self._reply_directly(command.peek.reply_subject, refused.peek_response)
             return
         if kind == "create_instance":
             if self._create_instance(command.create_instance):

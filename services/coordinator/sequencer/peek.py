@@ -150,7 +150,6 @@ class PeekRoutes:
     def __init__(self, connection: Any) -> None:
         self._nc = connection
         self._subscription: Any = None
-        self.boot_id = ""
         # cluster id -> {replica id: incarnation}
         self._routes: dict[str, dict[str, int]] = {}
         # cluster id -> monotonic time until which its peeks go through the controller.
@@ -216,13 +215,15 @@ class PeekRoutes:
         routes: dict[str, dict[str, int]] = {}
         for route in message.routes:
             routes.setdefault(route.cluster_id, {})[route.replica_id] = route.incarnation
-        for cluster_id in list(self._backoff):
-            if routes.get(cluster_id) != self._routes.get(cluster_id):
-                del self._backoff[cluster_id]  # what failed has changed: try again
-        changed = [c for c in self._changes if routes.get(c) != self._routes.get(c)]
-        self.boot_id, self._routes = message.boot_id, routes
+        changed = {
+            c for c in routes.keys() | self._routes.keys() if routes.get(c) != self._routes.get(c)
+        }
+        self._routes = routes
         for cluster_id in changed:
-            self._changes.pop(cluster_id).set()
+            self._backoff.pop(cluster_id, None)  # what failed has changed: try again
+            event = self._changes.pop(cluster_id, None)
+            if event is not None:
+                event.set()
 
 
 def canceled_error() -> LoupeError:
@@ -422,19 +423,15 @@ async def _peek_directly(
             kind = response.WhichOneof("result")
             if kind == "rows":
                 outcome = "answered"
-                if len(targets) > 1:  # the others stop
-                    ctx.spawn(_cancel_directly(ctx, targets, peek_id))
                 return response
             # The controller says what failed (it waits for the others, or for a replica).
             unavailable = kind == "canceled" or response.error.code == "UNAVAILABLE"
             outcome = "unavailable" if unavailable else "error"
         elif watching is not None and watching.done():
             outcome = "dropped"
-            ctx.spawn(_cancel_directly(ctx, targets, peek_id))
             raise _drop_error(watching.result())
         if outcome in ("timeout", "unavailable"):
             ctx.peek_routes.failed(request.cluster_id)
-        ctx.spawn(_cancel_directly(ctx, targets, peek_id))
         log.info(
             "direct peek asked of the controller",
             uuid=peek_id,
@@ -445,13 +442,15 @@ async def _peek_directly(
         return None
     except asyncio.CancelledError:
         outcome = "canceled"
-        ctx.spawn(_cancel_directly(ctx, targets, peek_id))
         raise
     finally:
         if watching is not None:
             watching.cancel()
         ctx.peek_replies.forget(peek_id)
         metrics.PEEKS_DIRECT.labels(outcome).inc()
+        if outcome != "answered" or len(targets) > 1:
+            # Every replica still running it stops (the one that answered ignores it).
+            ctx.spawn(_cancel_directly(ctx, targets, peek_id))
 
 
 def _command_subject(replica_id: str) -> str:
