@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Sequence
+from typing import Any
 
 import polars as pl
 import pyarrow as pa
@@ -33,47 +34,107 @@ from loupe.dataflow.batches import (
     cancel,
     consolidate,
     consolidate_rows,
+    frame_of_rows,
     key_hash,
 )
 from loupe.dataflow.types import PERSIST_DIFF, PERSIST_TIME
 
 
-def wanted_hashes(hashes: pl.Series | Sequence[int]) -> pl.Series:
-    """``hashes`` sorted and distinct (what ``matching`` searches for)."""
+def wanted_hashes(hashes: pl.Series | Sequence[int]) -> pl.Series | list[int]:
+    """``hashes`` sorted and distinct (what ``matching`` searches for): a list where they
+    come as one, or are few."""
     if isinstance(hashes, pl.Series):
+        if hashes.len() <= _BISECT:
+            return sorted(set(hashes.to_list()))
         return hashes.unique().sort()
-    return pl.Series(HASH, sorted(set(hashes)), dtype=pl.UInt64)
+    return sorted(set(hashes))
 
 
-def matching(stored: pl.Series, order: pl.Series, wanted: pl.Series) -> pl.Series:
+def sorted_index(hashes: pl.Series) -> tuple[pl.Series, pl.Series, pl.Series | memoryview]:
+    """A batch's hash index: its ``hashes`` sorted, the row of each, and the sorted hashes
+    as a sequence Python's ``bisect`` reads at C speed (a view of a big batch's buffer)."""
+    order = hashes.arg_sort()
+    stored = hashes.gather(order)
+    return stored, order, _view(stored)
+
+
+def _view(stored: pl.Series) -> pl.Series | memoryview:
+    """``stored`` (UInt64, no NULLs) as a memoryview of its values, without a copy; the
+    series itself where it is small or not one plain buffer."""
+    if stored.len() < _VIEW_ROWS:
+        return stored
+    array = stored.rechunk().to_arrow()
+    if isinstance(array, pa.ChunkedArray):
+        if array.num_chunks != 1:
+            return stored
+        array = array.chunk(0)
+    if array.null_count or not pa.types.is_uint64(array.type):
+        return stored
+    values = array.buffers()[1]
+    if values is None:
+        return stored
+    view = memoryview(values).cast("Q")  # type: ignore[arg-type]
+    return view[array.offset : array.offset + len(array)]
+
+
+def matching(
+    stored: pl.Series,
+    order: pl.Series,
+    wanted: pl.Series | list[int],
+    view: pl.Series | memoryview | None = None,
+) -> pl.Series | list[int]:
     """The rows (by ``order``, the row of each sorted hash) whose hash in sorted ``stored``
-    is one of sorted, distinct ``wanted``.
+    (``view``: the same as ``sorted_index``'s sequence) is one of sorted, distinct ``wanted``.
 
     A small delta's lookup finds a few rows: listing them in Python costs less
-    than one polars query does.
+    than one polars query does (``take`` gathers them).
     """
-    if wanted.len() <= _BISECT:
+    if len(wanted) <= _BISECT:
         # A point lookup (a peek by key, a one-row change): Python's bisect over the
-        # series costs a few microseconds where a polars search costs tens.
-        values = wanted.to_list()
-        ranges = [(bisect.bisect_left(stored, v), bisect.bisect_right(stored, v)) for v in values]
+        # hashes costs microseconds where a polars search or gather costs tens.
+        values = wanted if isinstance(wanted, list) else wanted.to_list()
+        probe = stored if view is None else view
+        ranges = [(bisect.bisect_left(probe, v), bisect.bisect_right(probe, v)) for v in values]
         if sum(b - a for a, b in ranges) <= _FEW:
-            return order.gather([i for a, b in ranges for i in range(a, b)])
+            return [order[i] for a, b in ranges for i in range(a, b)]
+    if isinstance(wanted, list):
+        wanted = pl.Series(HASH, wanted, dtype=pl.UInt64)
     low = stored.search_sorted(wanted, side="left")
     high = stored.search_sorted(wanted, side="right")
     if wanted.len() <= _FEW:
         ranges = [(a, b) for a, b in zip(low.to_list(), high.to_list(), strict=True) if b > a]
         if sum(b - a for a, b in ranges) <= _FEW:
-            return order.gather([i for a, b in ranges for i in range(a, b)])
+            return [order[i] for a, b in ranges for i in range(a, b)]
     present = high > low
     positions = pl.select(pl.int_ranges(low.filter(present), high.filter(present)).explode())
     return order.gather(positions.to_series())
+
+
+# A trace's batches of fewer rows than this (a small step's) wait, up to ``TAIL_BATCHES``
+# of them, to be merged at once (``Trace.insert``).
+TAIL_ROWS = 64
+TAIL_BATCHES = 8
+# Rows a spine keeps pending (``Spine.append_rows``) before they make a batch.
+PENDING_ROWS = 256
+
+
+def take(batch: pl.DataFrame, positions: pl.Series | list[int]) -> pl.DataFrame:
+    """The rows of ``batch`` at ``positions`` (``matching``'s): one row is a slice, which
+    costs a microsecond where a gather costs tens."""
+    if not isinstance(positions, list):
+        return batch[positions]
+    if len(positions) == 1:
+        return batch.slice(positions[0], 1)
+    return batch[pl.Series(positions, dtype=pl.UInt32)]
 
 
 # Lookups finding at most this many rows are listed without a polars query.
 _FEW = 256
 # Lookups of at most this many keys search with bisect (2 x log2(n) element reads each).
 _BISECT = 8
+# Batches of at least this many rows get a view of their sorted hashes for ``bisect``:
+# building it costs about as much as bisecting a small batch's series directly.
+_VIEW_ROWS = 4096
 
 
 class Spine:
@@ -83,16 +144,54 @@ class Spine:
     time it is looked up, not when it arrives: a hydrating dataflow inserts
     whole collections it does not look up yet, and a merge would make a new
     batch anyway. Only the rows found are gathered.
+
+    A small step's updates may come as Python rows (``append_rows``): they wait
+    in ``pending`` until ``PENDING_ROWS`` of them make one batch, so a one-row
+    change costs a list append, not a frame and a merge. Readers see them as
+    one more batch (``holds`` says whether there is anything at all).
     """
 
     def __init__(self, keys: Sequence[str], sum_columns: Sequence[str] = (DIFF,)) -> None:
         self.keys = list(keys)
         self.sum_columns = list(sum_columns)
         self.batches: list[pl.DataFrame] = []
-        # Per batch: (its hashes sorted, the row of each), once looked up.
-        self.indexes: list[tuple[pl.Series, pl.Series] | None] = []
+        # Per batch: its ``sorted_index``, once looked up.
+        self.indexes: list[tuple[pl.Series, pl.Series, pl.Series | memoryview] | None] = []
         # Per batch: its ``estimated_size``, once asked (logging asks after every change).
         self.sizes: list[int | None] = []
+        # Rows not yet in a batch, their frame's schema and where in a row its ``_h`` is.
+        self.pending: list[tuple[Any, ...]] = []
+        self.pending_schema: dict[str, pl.DataType] = {}
+        self.pending_hash = 0
+
+    def append_rows(self, rows: Sequence[tuple[Any, ...]], schema: dict[str, pl.DataType]) -> None:
+        """Add updates as rows of ``schema`` (with ``_h``, no ``time``): kept as they are
+        until enough make a batch worth its polars calls."""
+        if not rows:
+            return
+        if self.pending and schema != self.pending_schema:
+            self.flush()
+        self.pending_schema = schema
+        self.pending_hash = list(schema).index(HASH)
+        self.pending.extend(rows)
+        if len(self.pending) >= PENDING_ROWS:
+            self.flush()
+
+    def flush(self) -> None:
+        """The pending rows as a batch of their own."""
+        if self.pending:
+            rows, self.pending = self.pending, []
+            self.insert(frame_of_rows(rows, self.pending_schema))
+
+    @property
+    def holds(self) -> bool:
+        """Whether anything is stored (a batch or a pending row)."""
+        return bool(self.batches or self.pending)
+
+    @property
+    def batch_count(self) -> int:
+        """The batches, the pending rows counting as one."""
+        return len(self.batches) + (1 if self.pending else 0)
 
     def insert(self, frame: pl.DataFrame) -> None:
         """Add updates (with or without ``_h``; ``time`` is ignored)."""
@@ -139,35 +238,45 @@ class Spine:
 
     def lookup(self, hashes: pl.Series | Sequence[int]) -> pl.DataFrame | None:
         """Every stored row whose key hash is in ``hashes`` (not consolidated across batches)."""
-        if not self.batches:  # hydrating: sorting the delta's hashes would find nothing
+        if not self.batches and not self.pending:  # hydrating: nothing to find
             return None
         wanted = wanted_hashes(hashes)
         found = []
+        if self.pending:
+            values = set(wanted if isinstance(wanted, list) else wanted.to_list())
+            at = self.pending_hash
+            rows = [row for row in self.pending if row[at] in values]
+            if rows:
+                found.append(frame_of_rows(rows, self.pending_schema))
         for position, batch in enumerate(self.batches):
             index = self.indexes[position]
             if index is None:
-                order = batch[HASH].arg_sort()
-                index = self.indexes[position] = (batch[HASH].gather(order), order)
-            stored, rows = index
-            positions = matching(stored, rows, wanted)
-            if positions.len():
-                found.append(batch[positions])
+                index = self.indexes[position] = sorted_index(batch[HASH])
+            positions = matching(*index[:2], wanted, index[2])
+            if len(positions):
+                found.append(take(batch, positions))
         if not found:
             return None
         return found[0] if len(found) == 1 else pl.concat(found, how="vertical_relaxed")
 
     @property
     def records(self) -> int:
-        return sum(b.height for b in self.batches)
+        return sum(b.height for b in self.batches) + len(self.pending)
 
     @property
     def size(self) -> int:
-        """The bytes the batches' frames hold (``estimated_size``, each measured once)."""
+        """The bytes the batches' frames hold (``estimated_size``, each measured once); the
+        pending rows at the batches' bytes per row (a column's 8 bytes when there are none)."""
         sizes = self.sizes
         for position, known in enumerate(sizes):
             if known is None:
                 sizes[position] = int(self.batches[position].estimated_size())
-        return sum(size or 0 for size in sizes)
+        held = sum(size or 0 for size in sizes)
+        if not self.pending:
+            return held
+        stored = sum(b.height for b in self.batches)
+        per_row = held / stored if stored else 8 * len(self.pending_schema)
+        return held + int(per_row * len(self.pending))
 
 
 class Trace:
@@ -182,19 +291,34 @@ class Trace:
         self.since = since
         self.keys = list(keys)
         self.batches: list[pl.DataFrame] = []
-        # id(batch) -> (batch, its key hashes sorted, the row of each sorted hash)
-        self._indexes: dict[int, tuple[pl.DataFrame, pl.Series, pl.Series]] = {}
+        # Per batch: its ``estimated_size``, once asked (logging asks after every step).
+        self.sizes: list[int | None] = []
+        # id(batch) -> (batch, its key hashes' ``sorted_index``)
+        self._indexes: dict[
+            int, tuple[pl.DataFrame, tuple[pl.Series, pl.Series, pl.Series | memoryview]]
+        ] = {}
 
     def insert(self, frame: pl.DataFrame) -> None:
         """Add updates (any times at or after the since).
 
         A new batch is kept as it comes: what cancels in it cancels when it
-        merges, which for a small step's batch is soon (one consolidation
-        per merge, not one per step).
+        merges. A small step's batch (fewer than ``TAIL_ROWS`` rows) waits
+        with others like it, up to ``TAIL_BATCHES`` of them, so one merge
+        consolidates many steps instead of one merge per step.
         """
         if frame.height == 0:
             return
         self.batches.append(frame)
+        self.sizes.append(None)
+        if frame.height < TAIL_ROWS:
+            tail = 0
+            for batch in reversed(self.batches):
+                if batch.height >= TAIL_ROWS:
+                    break
+                tail += 1
+            if tail <= TAIL_BATCHES:
+                return
+            self._merge(len(self.batches) - tail)
         while len(self.batches) >= 2 and self.batches[-2].height <= 2 * self.batches[-1].height:
             self._merge(len(self.batches) - 2)
 
@@ -202,8 +326,10 @@ class Trace:
         merged = pl.concat(self.batches[start:], how="vertical_relaxed")
         small = consolidate_rows(merged, self.since)
         self.batches[start:] = [small if small is not None else cancel(advance(merged, self.since))]
+        self.sizes[start:] = [None]
         if self.batches[-1].height == 0:
             self.batches.pop()
+            self.sizes.pop()
 
     def compact(self, since: int) -> None:
         """Forget the distinction between times before ``since`` (applied as batches merge)."""
@@ -222,21 +348,19 @@ class Trace:
         wanted = wanted_hashes(key_hash(probe, self.keys))
         found = []
         for batch in self.batches:
-            hashes, rows = self._index(batch)
-            positions = matching(hashes, rows, wanted)
-            if positions.len():
-                found.append(batch[positions])
+            hashes, rows, view = self._index(batch)
+            positions = matching(hashes, rows, wanted, view)
+            if len(positions):
+                found.append(take(batch, positions))
         return self._as_of(found, time)
 
-    def _index(self, batch: pl.DataFrame) -> tuple[pl.Series, pl.Series]:
+    def _index(self, batch: pl.DataFrame) -> tuple[pl.Series, pl.Series, pl.Series | memoryview]:
         entry = self._indexes.get(id(batch))
         if entry is None or entry[0] is not batch:
             live = {id(b) for b in self.batches}
             self._indexes = {k: v for k, v in self._indexes.items() if k in live}
-            hashes = key_hash(batch, self.keys)
-            order = hashes.arg_sort()
-            entry = self._indexes[id(batch)] = (batch, hashes.gather(order), order)
-        return entry[1], entry[2]
+            entry = self._indexes[id(batch)] = (batch, sorted_index(key_hash(batch, self.keys)))
+        return entry[1]
 
     def at(self, time: int) -> pl.DataFrame:
         """The collection's contents at ``time``: rows and their counts, at time ``time``.
@@ -266,7 +390,11 @@ class Trace:
 
     @property
     def size(self) -> int:
-        return sum(int(b.estimated_size()) for b in self.batches)
+        sizes = self.sizes
+        for position, known in enumerate(sizes):
+            if known is None:
+                sizes[position] = int(self.batches[position].estimated_size())
+        return sum(size or 0 for size in sizes)
 
 
 class Log:

@@ -211,6 +211,33 @@ def key_hash(frame: pl.DataFrame, keys: Sequence[str]) -> pl.Series:
     return frame.select(keys).hash_rows(seed=0).alias(HASH)
 
 
+class KeyHashes:
+    """``key_hash`` of keys given as Python tuples of ``schema``'s dtypes, remembered for the
+    keys seen lately (at most ``KNOWN_KEYS``): a small step whose keys changed lately
+    hashes them without a polars query. Only for dtypes Python compares as polars groups
+    (``row_safe`` without floats)."""
+
+    __slots__ = ("known", "schema")
+
+    def __init__(self, schema: dict[str, pl.DataType]) -> None:
+        self.schema = schema
+        self.known: dict[tuple[Any, ...], int] = {}
+
+    def of(self, keys: Sequence[tuple[Any, ...]]) -> list[int]:
+        known = self.known
+        missing = list(dict.fromkeys(k for k in keys if k not in known))
+        if missing:
+            hashes = key_hash(frame_of_rows(missing, self.schema), list(self.schema)).to_list()
+            if len(known) + len(missing) > KNOWN_KEYS:
+                known.clear()
+            known.update(zip(missing, hashes, strict=True))
+        return [known[k] for k in keys]
+
+
+# The keys a ``KeyHashes`` remembers, at most.
+KNOWN_KEYS = 4096
+
+
 class Meter:
     """What one operator's runs did per worker, measured while logging is on.
 

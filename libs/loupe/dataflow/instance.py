@@ -109,7 +109,7 @@ def _attribute(ns: list[int], remainder: int, rows: list[int]) -> None:
 def _log_spines(hooks: LoggingHooks, worker: int, operator_id: int, spines: list) -> None:
     """An operator's arrangements on ``worker``: records, batches, the bytes their frames hold."""
     records = sum(s.records for s in spines)
-    batches = sum(len(s.batches) for s in spines)
+    batches = sum(s.batch_count for s in spines)
     size = sum(s.size for s in spines)
     # A frame's bytes are all it reserves, and each batch is one frame: capacity and
     # allocations are the hook's defaults (size, batches).

@@ -34,7 +34,9 @@ from loupe.dataflow.batches import (
     DIFF,
     ERROR,
     HASH,
+    KNOWN_KEYS,
     TIME,
+    KeyHashes,
     Meter,
     Parts,
     canonical_key_dtype,
@@ -323,11 +325,13 @@ class RowSteps:
     """A small delta's steps planned by ``Accumulator.plan_rows``.
 
     ``steps``: per key and time, in time order, ``(key, time, prev sums, new sums)``;
-    ``updates``: the state rows to retract and insert, ``(hash, key..., sums..., diff)``.
+    ``updates``: the state rows to retract and insert, ``(hash, key..., sums..., diff)``;
+    ``finals``: per key, its state row's sums after the delta (None: it has none).
     """
 
     steps: list[tuple[tuple[Any, ...], int, tuple[Any, ...], tuple[Any, ...]]]
     updates: list[tuple[Any, ...]]
+    finals: dict[tuple[Any, ...], tuple[Any, ...] | None]
 
 
 class Accumulator:
@@ -347,9 +351,14 @@ class Accumulator:
         self.spine = Spine(self.keys)
         # Per sum, what it is kept in (set by the operator for the row path): _I64, _I128, _F64.
         self.kinds: tuple[str, ...] = ()
+        # The row path's copy of the state rows of the keys it changed lately (sums; None:
+        # the key has none; at most ``KNOWN_KEYS``), so a change of such a key looks nothing
+        # up. Only the row path writes it; the columnar path forgets it.
+        self.known: dict[tuple[Any, ...], tuple[Any, ...] | None] = {}
 
     def step(self, delta: pl.DataFrame, summed: bool = False) -> pl.DataFrame:
         """``summed``: the delta holds one row per key and time already (keys, time, sums)."""
+        self.known.clear()
         if self.keys == [UNIT] and UNIT not in delta.columns:
             delta = delta.with_columns(pl.lit(0, pl.Int8).alias(UNIT))
         batch = delta if summed else sum_by(delta, self.keys, self.sums)
@@ -451,15 +460,18 @@ class Accumulator:
                 for j in range(count):
                     summed[j] += values[j]
             hash_of[key] = hashed
-        state = self._state_rows(sorted(set(hash_of.values())))
+        known = self.known
+        unknown = {hashed for key, hashed in hash_of.items() if key not in known}
+        state = self._state_rows(sorted(unknown)) if unknown else {}
         if state is None:
             return None
         zeros = tuple(0.0 if kind == _F64 else 0 for kind in self.kinds)
         steps: list[tuple[tuple[Any, ...], int, tuple[Any, ...], tuple[Any, ...]]] = []
         updates: list[tuple[Any, ...]] = []
+        finals: dict[tuple[Any, ...], tuple[Any, ...] | None] = {}
         alive = self.sums.index(self.alive)
         for key, times in by_key.items():
-            old = state.get(key)
+            old = known[key] if key in known else state.get(key)
             running = old if old is not None else zeros
             for time in sorted(times):
                 contribution = times[time]
@@ -474,12 +486,17 @@ class Accumulator:
                 updates.append((hashed, *key, *old, -1))
             if running[alive] != 0:
                 updates.append((hashed, *key, *running, 1))
-        return RowSteps(steps, updates)
+                finals[key] = running
+            else:
+                finals[key] = None
+        return RowSteps(steps, updates, finals)
 
     def commit_rows(self, planned: RowSteps, schema: dict[str, pl.DataType]) -> None:
         """Apply what ``plan_rows`` planned: retract the keys' old rows, insert the new."""
-        if planned.updates:
-            self.spine.insert(frame_of_rows(planned.updates, schema))
+        self.spine.append_rows(planned.updates, schema)
+        if len(self.known) + len(planned.finals) > KNOWN_KEYS:
+            self.known.clear()
+        self.known.update(planned.finals)
 
     def _state_rows(self, hashes: list[int]) -> dict[tuple[Any, ...], tuple[Any, ...]] | None:
         """The state row of each key with one of ``hashes`` (None if a key has not one)."""
@@ -571,7 +588,7 @@ class ReEvaluating(Operator):
         """The output's change at ``at``, the one time of ``delta``."""
         inputs, outputs = self.state[worker]
         keys, output_keys = self._group_columns()
-        first = not inputs.batches
+        first = not inputs.holds
         inputs.insert(delta)
         touched = delta.select(keys).unique()
         hashes = _touched_hashes(delta, touched, keys)
@@ -608,7 +625,7 @@ class ReEvaluating(Operator):
         if times.len() == 1:
             return self._recompute_at(worker, times[0], part)
         changes = []
-        if not self.state[worker][0].batches:
+        if not self.state[worker][0].holds:
             # Hydration: the first time's delta is the whole input, nothing to look up.
             first = times[0]
             changes.append(self._recompute_at(worker, first, part.filter(pl.col(TIME) == first)))
@@ -768,12 +785,7 @@ class Reduce(ReEvaluating):
         self.key_schema = {k: polars_dtype(t) for k, t in zip(self.keys, key_types, strict=True)}
         if not all(row_safe(d) for d in self.key_schema.values()):
             return
-        columns = [k.index for k in self.node.group_key if isinstance(k, Column)]
-        plain = len(columns) == len(self.keys) and all(
-            polars_dtype(input_types[c]) == self.key_schema[k]
-            for c, k in zip(columns, self.keys, strict=True)
-        )
-        self.key_columns = [f"c{c}" for c in columns] if plain else None
+        self.key_hashes = KeyHashes(self.key_schema)
         # Per aggregate with an argument: the position of its value among the args.
         self.arg_positions: dict[int, int] = {}
         self.sum_kinds: dict[int, str] = {}
@@ -991,14 +1003,7 @@ class Reduce(ReEvaluating):
         except rows_path.Declined:
             return False
         if self.keys:
-            keys = [row[:width] for row in contributions]
-            if self.key_columns is not None:  # the keys are input columns: hash them there
-                present = [p for p in parts if p.height]
-                whole = present[0] if len(present) == 1 else pl.concat(present)
-                owners = key_hash(whole, self.key_columns).to_list()
-            else:
-                frame = frame_of_rows(keys, self.key_schema)
-                owners = key_hash(frame, self.keys).to_list()
+            owners = self.key_hashes.of([row[:width] for row in contributions])
             hashes = owners
         else:
             contributions = [(0, *row) for row in contributions]
@@ -1768,6 +1773,8 @@ class Join(Operator):
         self.conditions = self._checkable(set(range(len(sources))))
         # (input, key exprs) -> (the lookup that arranges it, one spine per worker)
         self.arrangements: dict[tuple[int, tuple[Scalar, ...]], tuple[_Lookup, list[Spine]]] = {}
+        # Per arrangement key: the hashes of its keys seen lately (``_key_hashes``).
+        self.key_hashes: dict[tuple[int, tuple[Scalar, ...]], KeyHashes] = {}
         self.paths = [self._path_plan(i) for i in range(len(sources))]
 
     def _input_of(self, column: int) -> int:
@@ -1938,12 +1945,36 @@ class Join(Operator):
                 if part.height == 0:
                     continue
                 started = clock.perf_counter_ns() if meter is not None else 0
-                spines[w].insert(part.drop(TIME))
+                if part.height <= SMALL_DELTA and step.rows is not None:
+                    self._arrange_rows(step, spines[w], part.drop(TIME))
+                else:
+                    spines[w].insert(part.drop(TIME))
                 if meter is not None:
                     meter.ns[w] += clock.perf_counter_ns() - started
         self.err = concat(errors, empty_errors())
         joined = self._filter(concat(outputs, self.empty))
         self.ok = spread(self.conform(joined), self.workers)
+
+    def _key_hashes(self, step: _Lookup) -> KeyHashes:
+        """The hashes of ``step``'s keys seen lately (its arrangement's and lookups')."""
+        hashes = self.key_hashes.get(step.key)
+        if hashes is None:
+            schema = dict(zip(step.names, step.dtypes, strict=True))
+            hashes = self.key_hashes[step.key] = KeyHashes(schema)
+        return hashes
+
+    def _arrange_rows(self, step: _Lookup, spine: Spine, part: pl.DataFrame) -> None:
+        """A small delta ``part`` into ``spine`` as pending rows (``append_rows``); as a batch
+        where a value would not round-trip through Python."""
+        schema = dict(part.schema)
+        if not all(row_safe(d, floats=True) for d in schema.values()):
+            spine.insert(part)
+            return
+        rows = part.rows()
+        at = [part.columns.index(name) for name in step.names]
+        hashes = self._key_hashes(step).of([tuple(row[i] for i in at) for row in rows])
+        schema[HASH] = pl.UInt64()
+        spine.append_rows([(*row, h) for row, h in zip(rows, hashes, strict=True)], schema)
 
     def _keyed_per_worker(
         self, step: _Lookup, delta: pl.DataFrame, errors: list[pl.DataFrame]
@@ -1985,7 +2016,7 @@ class Join(Operator):
     def _dead(self, first: int, keyed: dict[tuple[int, tuple[Scalar, ...]], pl.DataFrame]) -> bool:
         """Whether some lookup of ``first``'s path has nothing to find (an empty input: hydration)."""
         for step in self.paths[first]:
-            stored = any(s.batches for s in self.arrangements[step.key][1])
+            stored = any(s.holds for s in self.arrangements[step.key][1])
             fresh = step.input < first and step.key in keyed
             if not stored and not fresh:
                 return True
@@ -2012,7 +2043,7 @@ class Join(Operator):
             matched = []
             meter = self.meter
             for w, part in enumerate(exchange([keyed], step.names, self.workers)):
-                stored = part.height and spines[w].batches
+                stored = part.height and spines[w].holds
                 if not stored:
                     continue
                 started = clock.perf_counter_ns() if meter is not None else 0
@@ -2102,8 +2133,7 @@ class Join(Operator):
     ) -> dict[tuple[Any, ...], list[tuple[tuple[Any, ...], int, int]]] | None:
         """What the spines of ``step`` hold under ``keys``: per key, (kept values, 0, diff)
         (an arranged row is older than every delta: time 0 never wins the max)."""
-        frame = frame_of_rows(keys, dict(zip(step.names, step.dtypes, strict=True)))
-        hashes = key_hash(frame, step.names).to_list()
+        hashes = self._key_hashes(step).of(keys)
         spines = self.arrangements[step.key][1]
         owned: list[list[int]] = [[] for _ in range(self.workers)]
         for hashed in hashes:
@@ -2112,7 +2142,7 @@ class Join(Operator):
         width = len(step.names)
         wanted = set(keys)
         for worker, mine in enumerate(owned):
-            if not mine or not spines[worker].batches:
+            if not mine or not spines[worker].holds:
                 continue
             rows = spines[worker].lookup(mine)
             if rows is None:

@@ -107,7 +107,7 @@ class Window(Operator):
         inputs, outputs, failures = self.state[worker]
         changes = []
         for at, delta in _by_time(part):
-            first = not inputs.batches
+            first = not inputs.holds
             inputs.insert(delta)
             touched = delta.select(self.groups).unique()
             hashes = _touched_hashes(delta, touched, self.groups)

@@ -23,9 +23,9 @@ import polars as pl
 import pytest
 
 from loupe.common.errors import LoupeError
-from loupe.dataflow import ComputeInstance, batches, operators
+from loupe.dataflow import ComputeInstance, arrangement, batches, operators
 from loupe.dataflow import rows as rows_path
-from loupe.dataflow.batches import DIFF, TIME, consolidate, consolidate_rows
+from loupe.dataflow.batches import DIFF, HASH, TIME, consolidate, consolidate_rows
 from loupe.dataflow.expr import NUMERIC, apply_mfp
 from loupe.dataflow.testing import index_dataflow, persist_updates
 from loupe.dataflow.types import empty_frame, polars_dtype
@@ -531,3 +531,126 @@ def test_keys_that_are_columns_are_picked_without_a_query(monkeypatch: pytest.Mo
     monkeypatch.setattr(pl.LazyFrame, "collect", counted)
     operators.evaluate(frame, [Column(2)], types, ["k0"], None, match=True)
     assert collects == 1
+
+
+def test_a_key_changed_lately_is_not_looked_up_and_its_state_waits_as_rows(monkeypatch):
+    """A reduce's row path keeps the state rows of the keys it changed (``known``) and hashes
+    them from memory (``KeyHashes``): a second change of the same key looks nothing up and
+    runs no polars query before the output; the new state rows wait in the spine as rows
+    (``pending``), which later lookups and the columnar path still see."""
+    instance = ComputeInstance()
+    instance.create_dataflow(index_dataflow("v", VIEWS["by_key"], {"t": T}, 0))
+    # More rows than the row path takes: the snapshot's state is a batch, and not known.
+    snapshot = [(("a", Decimal(1), 1.0, 1, 1), 0, 1)] * operators.SMALL_DELTA
+    snapshot.append((("b", Decimal(2), 2.0, 2, 2), 0, 1))
+    instance.push("t", persist_updates(T, snapshot), 1)
+    instance.step()
+    lookups = []
+    lookup = arrangement.Spine.lookup
+
+    def counted(self, *args, **kwargs):
+        lookups.append(1)
+        return lookup(self, *args, **kwargs)
+
+    monkeypatch.setattr(arrangement.Spine, "lookup", counted)
+    one = [(("b", UNITS[0], 0.5, 2, 3), 1, 1)]
+    instance.push("t", persist_updates(T, one), 2)
+    instance.step()
+    assert len(lookups) == 1  # the first change of "b" looks its state up
+    (dataflow,) = instance.dataflows.values()
+    (reduce,) = [o for o in dataflow.operators if isinstance(o, operators.Reduce)]
+    spine = reduce.state[0].spine
+    assert len(spine.pending) == 2
+    assert spine.records == 2 + 2
+    queries = []
+    monkeypatch.setattr(batches, "key_hash", lambda *a: queries.append(a))
+    instance.push("t", persist_updates(T, [(("b", UNITS[1], None, 5, None), 2, 1)]), 3)
+    instance.step()
+    assert len(lookups) == 1
+    assert queries == []
+    assert len(spine.pending) == 4
+    expected = ("b", 3, 2, Decimal(2) + UNITS[0] + UNITS[1])
+    assert Counter(r[:4] for r in instance.peek("v_index", 2).rows())[expected] == 1
+    monkeypatch.undo()
+    # The columnar path (a delta too big for the row path) reads the pending rows too.
+    many = [(("b", Decimal(1), 1.0, 1, 1), 3, 1)] * (operators.SMALL_DELTA + 1)
+    instance.push("t", persist_updates(T, many), 4)
+    instance.step()
+    count = Counter(r[:2] for r in instance.peek("v_index", 3).rows())
+    assert count[("b", 3 + operators.SMALL_DELTA + 1)] == 1
+    assert reduce.state[0].known == {}
+
+
+def test_spine_pending_rows_are_found_counted_and_flushed_as_one_batch():
+    spine = arrangement.Spine(["k"])
+    schema = {HASH: pl.UInt64(), "k": pl.Int64(), "s": pl.Int64(), DIFF: pl.Int64()}
+    assert not spine.holds
+    spine.append_rows([(7, 1, 10, 1), (9, 2, 20, 1)], schema)
+    assert spine.holds
+    assert spine.batches == []
+    assert spine.batch_count == 1
+    assert spine.records == 2
+    assert spine.size > 0
+    found = spine.lookup([9])
+    assert found is not None
+    assert found.rows() == [(9, 2, 20, 1)]
+    assert spine.lookup([8]) is None
+    for n in range(arrangement.PENDING_ROWS):
+        spine.append_rows([(7, 1, n, 1)], schema)
+    # The 256th pending row made a batch; the rest wait.
+    assert spine.records == arrangement.PENDING_ROWS + 2
+    assert len(spine.batches) == 1
+    assert len(spine.pending) == 2
+    found = spine.lookup(pl.Series([7, 9], dtype=pl.UInt64))
+    assert found is not None
+    assert found.height == arrangement.PENDING_ROWS + 2
+
+
+def test_a_trace_merges_small_steps_batches_at_once_and_reads_the_same():
+    empty = pl.DataFrame(schema={"c0": pl.Int64, TIME: pl.UInt64, DIFF: pl.Int64})
+    trace = arrangement.Trace(empty, 0, ["c0"])
+    merges = []
+    merge = trace._merge
+    trace._merge = lambda start: (merges.append(start), merge(start))  # type: ignore[method-assign]
+    expected: Counter = Counter()
+    for time in range(1, 3 * (arrangement.TAIL_BATCHES + 1) + 1):
+        rows = [(time % 3, time, 1), ((time - 1) % 3, time, -1)] if time > 1 else [(1, 1, 1)]
+        trace.insert(pl.DataFrame(rows, schema=empty.schema, orient="row"))
+        for value, _, diff in rows:
+            expected[value] += diff
+        at = Counter()
+        for value, _, diff in trace.at(time).rows():
+            at[value] += diff
+        assert +at == +expected
+        found = trace.lookup_at(pl.DataFrame({"c0": [time % 3]}), time)
+        assert sum(d for v, _, d in found.rows() if v == time % 3) == expected[time % 3]
+    # One merge per TAIL_BATCHES + 1 small batches, not one per batch.
+    assert len(merges) <= 2 * 3
+    assert len(trace.batches) <= arrangement.TAIL_BATCHES + 1
+
+
+def test_a_big_batchs_lookup_bisects_a_view_of_its_hashes_and_finds_what_polars_finds():
+    rng = random.Random(3)
+    size = 2 * arrangement._VIEW_ROWS
+    frame = pl.DataFrame({"k": [rng.randrange(size // 2) for _ in range(size)], DIFF: [1] * size})
+    spine = arrangement.Spine(["k"])
+    spine.insert(frame)
+    stored, _order, view = arrangement.sorted_index(spine.batches[0][HASH])
+    assert isinstance(view, memoryview)
+    assert list(view) == stored.to_list()
+    for keys in ([5], [1, 2, 3], list(range(40))):
+        wanted = batches.key_hash(pl.DataFrame({"k": keys}), ["k"])
+        found = spine.lookup(wanted)
+        expected = frame.filter(pl.col("k").is_in(keys)).height
+        assert (found.height if found is not None else 0) == expected
+        if expected:
+            assert set(found["k"].to_list()) <= set(keys)
+
+
+def test_key_hashes_are_key_hash_and_remembered():
+    schema = {"a": pl.Int32(), "b": pl.String()}
+    keys = [(1, "x"), (2, None), (1, "x")]
+    hashes = batches.KeyHashes(schema)
+    frame = pl.DataFrame(keys, schema=schema, orient="row")
+    assert hashes.of(keys) == batches.key_hash(frame, ["a", "b"]).to_list()
+    assert set(hashes.known) == {(1, "x"), (2, None)}
