@@ -153,6 +153,10 @@ def _before(
     return now, [later]
 
 
+# Pushed tables of at most this many rows are read by Python rows (``types.read_rows``).
+SMALL_TABLE_ROWS = 64
+
+
 @dataclass
 class _Source:
     """A storage collection the instance is fed, logged for dataflows created later."""
@@ -166,6 +170,10 @@ class _Source:
     expected: int = 0
     # Per set of converted columns: the expressions padding a batch to every column.
     paddings: dict[tuple[int, ...], list[pl.Expr]] = field(default_factory=dict)
+    # Per table schema and set of read columns: how a small table is read by rows, if it is.
+    row_reads: dict[tuple[pa.Schema, tuple[int, ...]], types.RowRead | None] = field(
+        default_factory=dict
+    )
 
     def read(self, table: pa.Table, readers: Sequence[Dataflow]) -> pl.DataFrame:
         """``table`` as an engine batch with the columns ``readers`` read (the others NULL).
@@ -181,10 +189,21 @@ class _Source:
                 break
             wanted |= demand
         kept = sorted(wanted)
+        if table.num_rows <= SMALL_TABLE_ROWS:
+            how = self._row_read(table.schema, tuple(kept))
+            if how is not None:
+                return types.read_rows(table, how)
         frame = types.from_persist(table, [self.columns[i] for i in kept], kept)
         if len(kept) == len(self.columns):
             return frame
         return frame.select(self._padding(tuple(kept)))
+
+    def _row_read(self, schema: pa.Schema, kept: tuple[int, ...]) -> types.RowRead | None:
+        """``types.row_read`` for tables of ``schema`` (decided once per schema)."""
+        key = (schema, kept)
+        if key not in self.row_reads:
+            self.row_reads[key] = types.row_read(schema, self.columns, kept)
+        return self.row_reads[key]
 
     def _padding(self, kept: tuple[int, ...]) -> list[pl.Expr]:
         """The columns of a batch that converted only ``kept``: the others as NULLs (built once)."""

@@ -23,7 +23,7 @@ import polars as pl
 import pytest
 
 from loupe.common.errors import LoupeError
-from loupe.dataflow import ComputeInstance, arrangement, batches, operators
+from loupe.dataflow import ComputeInstance, arrangement, batches, operators, types
 from loupe.dataflow import rows as rows_path
 from loupe.dataflow.batches import DIFF, HASH, TIME, consolidate, consolidate_rows
 from loupe.dataflow.expr import NUMERIC, apply_mfp
@@ -654,3 +654,45 @@ def test_key_hashes_are_key_hash_and_remembered():
     frame = pl.DataFrame(keys, schema=schema, orient="row")
     assert hashes.of(keys) == batches.key_hash(frame, ["a", "b"]).to_list()
     assert set(hashes.known) == {(1, "x"), (2, None)}
+
+
+EVERY = (
+    ("a", "int2"),
+    ("b", "int4"),
+    ("c", "int8"),
+    ("d", "float8"),
+    ("e", "bool"),
+    ("f", "text"),
+    ("g", "date"),
+    ("h", "numeric"),
+    ("i", "timestamp"),
+    ("j", "interval"),
+)
+
+
+@pytest.mark.parametrize("kept", [(0, 1, 2, 3, 4, 5, 6, 7), (1, 7), (), (0, 8), (9,)])
+def test_a_small_table_read_by_rows_is_the_columnar_read(kept):
+    """A pushed table of a few rows is read by Python rows (``types.read_rows``) into exactly
+    the batch ``from_persist`` converts, the unread columns NULL; a column of a type the
+    rows do not build exactly (timestamp, interval) is read the columnar way."""
+    rows = [
+        (-3, 7, 2**40, -0.0, True, "é", dt.date(1992, 2, 29), UNITS[0], None, None),
+        (None,) * 10,
+        (2, None, -1, math.inf, False, "", dt.date(1, 1, 1), BIG, None, None),
+    ]
+    table = persist_updates(EVERY, [(r, 5, d) for r, d in zip(rows, [1, 1, -2], strict=True)])
+    columnar = types.from_persist(table, EVERY).with_columns(
+        pl.lit(None, polars_dtype(t)).alias(f"c{i}")
+        for i, (_, t) in enumerate(EVERY)
+        if i not in kept
+    )
+    how = types.row_read(table.schema, EVERY, kept)
+    if any(EVERY[i][1] in ("timestamp", "interval") for i in kept):
+        assert how is None
+        return
+    assert how is not None
+    read = types.read_rows(table, how)
+    assert read.schema == columnar.schema
+    assert read.rows() == columnar.rows()
+    if 3 in kept:  # -0.0 stays negative
+        assert math.copysign(1.0, read.rows()[0][3]) < 0
