@@ -170,9 +170,10 @@ class _Source:
     expected: int = 0
     # Per set of converted columns: the expressions padding a batch to every column.
     paddings: dict[tuple[int, ...], list[pl.Expr]] = field(default_factory=dict)
-    # Per table schema and set of read columns: how a small table is read by rows, if it is.
-    row_reads: dict[tuple[pa.Schema, tuple[int, ...]], types.RowRead | None] = field(
-        default_factory=dict
+    # The last few table schemas and sets of read columns: how a small table of each is
+    # read by rows, if it is.
+    row_reads: list[tuple[pa.Schema, tuple[int, ...], types.RowRead | None]] = field(
+        default_factory=list
     )
 
     def read(self, table: pa.Table, readers: Sequence[Dataflow]) -> pl.DataFrame:
@@ -199,11 +200,14 @@ class _Source:
         return frame.select(self._padding(tuple(kept)))
 
     def _row_read(self, schema: pa.Schema, kept: tuple[int, ...]) -> types.RowRead | None:
-        """``types.row_read`` for tables of ``schema`` (decided once per schema)."""
-        key = (schema, kept)
-        if key not in self.row_reads:
-            self.row_reads[key] = types.row_read(schema, self.columns, kept)
-        return self.row_reads[key]
+        """``types.row_read`` for tables of ``schema`` (decided once per schema and read
+        columns; a schema is compared, as hashing one costs tens of microseconds)."""
+        for known, columns, how in self.row_reads:
+            if columns == kept and known.equals(schema):
+                return how
+        how = types.row_read(schema, self.columns, kept)
+        self.row_reads = [(schema, kept, how), *self.row_reads[:3]]
+        return how
 
     def _padding(self, kept: tuple[int, ...]) -> list[pl.Expr]:
         """The columns of a batch that converted only ``kept``: the others as NULLs (built once)."""

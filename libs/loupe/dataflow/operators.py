@@ -505,7 +505,7 @@ class Accumulator:
             return {}
         width = len(self.keys)
         net: dict[tuple[Any, ...], int] = {}
-        for row in found.select(*self.keys, *self.sums, DIFF).rows():
+        for row in _picked_rows(found, [*self.keys, *self.sums, DIFF]):
             net[row[:-1]] = net.get(row[:-1], 0) + row[-1]
         state: dict[tuple[Any, ...], tuple[Any, ...]] = {}
         for row, diff in net.items():
@@ -1930,11 +1930,14 @@ class Join(Operator):
             else:
                 frame, sent[key] = self._keyed_per_worker(step, deltas[step.input], errors)
             keyed[key] = frame
-        outputs = [
-            self._path(first, deltas[first], keyed, errors)
-            for first, delta in enumerate(deltas)
-            if delta.height and not self._dead(first, keyed)
-        ]
+        outputs = []
+        # Whether every output came by the row path, which checked every equality already.
+        checked = True
+        for first, delta in enumerate(deltas):
+            if delta.height and not self._dead(first, keyed):
+                output, by_rows = self._path(first, delta, keyed, errors)
+                outputs.append(output)
+                checked = checked and by_rows
         meter = self.meter
         for key, frame in keyed.items():
             step, spines = self.arrangements[key]
@@ -1946,13 +1949,15 @@ class Join(Operator):
                     continue
                 started = clock.perf_counter_ns() if meter is not None else 0
                 if part.height <= SMALL_DELTA and step.rows is not None:
-                    self._arrange_rows(step, spines[w], part.drop(TIME))
+                    self._arrange_rows(step, spines[w], part)
                 else:
                     spines[w].insert(part.drop(TIME))
                 if meter is not None:
                     meter.ns[w] += clock.perf_counter_ns() - started
         self.err = concat(errors, empty_errors())
-        joined = self._filter(concat(outputs, self.empty))
+        joined = concat(outputs, self.empty)
+        if not checked:
+            joined = self._filter(joined)
         self.ok = spread(self.conform(joined), self.workers)
 
     def _key_hashes(self, step: _Lookup) -> KeyHashes:
@@ -1964,14 +1969,16 @@ class Join(Operator):
         return hashes
 
     def _arrange_rows(self, step: _Lookup, spine: Spine, part: pl.DataFrame) -> None:
-        """A small delta ``part`` into ``spine`` as pending rows (``append_rows``); as a batch
-        where a value would not round-trip through Python."""
+        """A small delta ``part`` into ``spine`` as pending rows (``append_rows``, without
+        its times); as a batch where a value would not round-trip through Python."""
         schema = dict(part.schema)
         if not all(row_safe(d, floats=True) for d in schema.values()):
-            spine.insert(part)
+            spine.insert(part.drop(TIME))
             return
-        rows = part.rows()
-        at = [part.columns.index(name) for name in step.names]
+        del schema[TIME]
+        columns = list(schema)
+        rows = _picked_rows(part, columns)
+        at = [columns.index(name) for name in step.names]
         hashes = self._key_hashes(step).of([tuple(row[i] for i in at) for row in rows])
         schema[HASH] = pl.UInt64()
         spine.append_rows([(*row, h) for row, h in zip(rows, hashes, strict=True)], schema)
@@ -2028,12 +2035,14 @@ class Join(Operator):
         delta: pl.DataFrame,
         keyed_deltas: dict[tuple[int, tuple[Scalar, ...]], pl.DataFrame],
         errors: list[pl.DataFrame],
-    ) -> pl.DataFrame:
-        """Input ``first``'s delta joined with every other input (see the class docstring)."""
+    ) -> tuple[pl.DataFrame, bool]:
+        """Input ``first``'s delta joined with every other input (see the class docstring),
+        and whether the row path joined it (its last step checked every equality: no
+        ``_filter`` needed)."""
         if delta.height <= SMALL_DELTA:
             rows = self._path_rows(first, delta, keyed_deltas)
             if rows is not None:
-                return rows
+                return rows, True
         start = self.starts[first]
         prefix = delta.rename({c: f"c{start + int(c[1:])}" for c in self.kept[first]})
         for step in self.paths[first]:
@@ -2056,11 +2065,11 @@ class Join(Operator):
                 matched.append(self._match(keyed, keyed_deltas[step.key], step, with_time=True))
             present = [m for m in matched if m.height]
             if not present:
-                return self.empty.clear()
+                return self.empty.clear(), False
             prefix = pl.concat(present, how="vertical_relaxed")
             if step.filters:
                 prefix = prefix.filter(pl.all_horizontal(step.filters))
-        return prefix.select(self.absent.get(c, c) for c in self.empty.columns)
+        return prefix.select(self.absent.get(c, c) for c in self.empty.columns), False
 
     def _path_rows(
         self,
@@ -2085,7 +2094,7 @@ class Join(Operator):
         start = self.starts[first]
         placed = [start + int(c[1:]) for c in self.kept[first]]
         prefix: list[tuple[list[Any], int, int]] = []
-        for row in delta.select(*self.kept[first], TIME, DIFF).rows():
+        for row in _picked_rows(delta, [*self.kept[first], TIME, DIFF]):
             values: list[Any] = [None] * width
             for position, value in zip(placed, row, strict=False):
                 values[position] = value
@@ -2149,7 +2158,7 @@ class Join(Operator):
                 continue
             if rows.height > SMALL_DELTA * 16:
                 return None
-            for row in rows.select(*step.names, *self.kept[step.input], DIFF).rows():
+            for row in _picked_rows(rows, [*step.names, *self.kept[step.input], DIFF]):
                 key = row[:width]
                 if key in wanted:  # a hash collision finds other keys too
                     found.setdefault(key, []).append((row[width:-1], 0, row[-1]))
@@ -2187,6 +2196,13 @@ class Join(Operator):
         return [
             [spines[w] for _, spines in self.arrangements.values()] for w in range(self.workers)
         ]
+
+
+def _picked_rows(frame: pl.DataFrame, columns: Sequence[str]) -> list[tuple[Any, ...]]:
+    """``frame.select(columns).rows()`` for a frame of a few rows: every row, then the
+    columns picked in Python (a select is a polars query)."""
+    at = [frame.columns.index(c) for c in columns]
+    return [tuple(row[i] for i in at) for row in frame.rows()]
 
 
 def _equal(a: Any, b: Any) -> bool:

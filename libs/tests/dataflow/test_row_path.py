@@ -262,8 +262,9 @@ def test_consolidate_rows_equals_consolidate_and_declines_what_a_dict_would_grou
 
 
 def test_a_small_delta_joins_without_the_columnar_match(monkeypatch):
-    """After hydration a one-row change joins by the row path (no ``Join._match``); a change
-    of more than ``SMALL_DELTA`` rows joins in polars."""
+    """After hydration a one-row change joins by the row path (no ``Join._match``, and no
+    ``Join._filter``: the row path checked every equality); a change of more than
+    ``SMALL_DELTA`` rows joins in polars."""
     instance = ComputeInstance()
     instance.create_dataflow(index_dataflow("j", VIEWS["join"], SOURCES, 0))
     for table, columns, snapshot in (
@@ -281,13 +282,22 @@ def test_a_small_delta_joins_without_the_columnar_match(monkeypatch):
         return match(self, *args, **kwargs)
 
     monkeypatch.setattr(operators.Join, "_match", counted)
+    filters = []
+    filter_ = operators.Join._filter
+    monkeypatch.setattr(
+        operators.Join, "_filter", lambda self, joined: filters.append(1) or filter_(self, joined)
+    )
     instance.push("t", persist_updates(T, [(("a", Decimal(2), 2.0, 1, 1), 1, 1)]), 2)
+    # Joins "a" but fails the check t.i = v.i = u.j once all are joined: not in the view.
+    instance.push("t", persist_updates(T, [(("a", Decimal(5), 2.0, 2, 1), 1, 1)]), 2)
     instance.push("u", persist_updates(U, []), 2)
     instance.push("v", persist_updates(V, []), 2)
     instance.step()
     assert calls == []
+    assert filters == []
     rows = Counter(instance.peek("j_index", 1).rows())
     assert rows[("a", Decimal(2), 2.0, 1, 1, "a", 1, 0.5, 1, "x")] == 1
+    assert sum(rows.values()) == 2  # the snapshot's row and the first new one
     many = [(("a", Decimal(3), 3.0, 1, 1), 2, 1)] * (operators.SMALL_DELTA + 1)
     instance.push("t", persist_updates(T, many), 3)
     instance.push("u", persist_updates(U, []), 3)
