@@ -70,6 +70,9 @@ class Operator:
         self.inputs = list(inputs)
         self.workers = workers
         self.empty = empty_frame(self.types)
+        # The empty frame's columns and dtypes (``conform`` compares a batch's with them:
+        # building a frame's ``schema`` costs tens of microseconds).
+        self.shape = (self.empty.columns, self.empty.dtypes)
         self.ok: Parts = [self.empty] * workers
         self.err = empty_errors()
         # Set by the renderer: instance-wide operator id (for logging).
@@ -96,7 +99,12 @@ class Operator:
 
     def conform(self, frame: pl.DataFrame) -> pl.DataFrame:
         """``frame`` with exactly this operator's column dtypes (literals and NULLs vary)."""
-        if frame.schema == self.empty.schema:
+        if frame is self.empty:
+            return frame
+        columns, dtypes = self.shape
+        if frame.columns == columns and all(
+            a.is_(b) for a, b in zip(frame.dtypes, dtypes, strict=True)
+        ):
             return frame
         return frame.select([pl.col(n).cast(d) for n, d in self.empty.schema.items()])
 
@@ -779,6 +787,10 @@ class Reduce(ReEvaluating):
         sums whose Python arithmetic is the columnar path's (floats only of float
         arguments: a numeric's float is rounded once in Python, maybe twice in polars)."""
         self.row_exprs: list[rows_path.RowScalar] | None = None
+        # ``_row_values`` per dtypes of the sums.
+        self.row_values: dict[
+            tuple[pl.DataType, ...], list[Callable[[tuple[Any, ...]], Any]] | None
+        ] = {}
         if not self.accumulable:
             return
         key_types = [scalar_type(k, tuple(input_types)) for k in self.node.group_key]
@@ -1095,12 +1107,22 @@ class Reduce(ReEvaluating):
     ) -> list[Callable[[tuple[Any, ...]], Any]] | None:
         """Per aggregate, its output value from a key's sums, as ``_values`` computes it
         in polars; None if one aggregate's arithmetic is not one of these."""
+        kinds = tuple(schema[f"s{i}"] for i in range(len(self.node.aggregates)))
+        if kinds not in self.row_values:
+            self.row_values[kinds] = self._plan_row_values(kinds)
+        return self.row_values[kinds]
+
+    def _plan_row_values(
+        self, kinds: tuple[pl.DataType, ...]
+    ) -> list[Callable[[tuple[Any, ...]], Any]] | None:
+        """``_row_values`` for sums of dtypes ``kinds``."""
         position = {s: i for i, s in enumerate(self.sums)}
         width = len(self.keys)
+        outputs = self.shape[1][width:]
         values: list[Callable[[tuple[Any, ...]], Any]] = []
         for i, agg in enumerate(self.node.aggregates):
             total, count = position[f"s{i}"], position[f"n{i}"]
-            kind, output = schema[f"s{i}"], self.empty.schema[f"c{width + i}"]
+            kind, output = kinds[i], outputs[i]
             if agg.func == "count":
                 values.append(itemgetter(count))
             elif i in self.shadowed and agg.func in ("sum", "avg"):
