@@ -227,7 +227,8 @@ class KeyHashes:
         known = self.known
         missing = list(dict.fromkeys(k for k in keys if k not in known))
         if missing:
-            hashes = key_hash(frame_of_rows(missing, self.schema), list(self.schema)).to_list()
+            # ``key_hash`` of a frame of the keys alone: no select first.
+            hashes = frame_of_rows(missing, self.schema).hash_rows(seed=0).to_list()
             if len(known) + len(missing) > KNOWN_KEYS:
                 known.clear()
             known.update(zip(missing, hashes, strict=True))
