@@ -20,6 +20,7 @@ per record instead of rewriting the whole state:
 from __future__ import annotations
 
 import bisect
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -178,10 +179,13 @@ class Spine:
             self.flush()
 
     def flush(self) -> None:
-        """The pending rows as a batch of their own."""
+        """The pending rows as a batch of their own, what cancels among them cancelled (a
+        key's state row replaced step after step leaves its first retraction and its last
+        insertion)."""
         if self.pending:
-            rows, self.pending = self.pending, []
-            self.insert(frame_of_rows(rows, self.pending_schema))
+            rows, self.pending = _cancelled(self.pending, self.pending_schema), []
+            if rows:
+                self.insert(frame_of_rows(rows, self.pending_schema))
 
     @property
     def holds(self) -> bool:
@@ -293,6 +297,8 @@ class Trace:
         self.batches: list[pl.DataFrame] = []
         # Per batch: its ``estimated_size``, once asked (logging asks after every step).
         self.sizes: list[int | None] = []
+        # Per batch that a merge made (nothing in it cancels): its earliest and latest time.
+        self.spans: list[tuple[int, int] | None] = []
         # id(batch) -> (batch, its key hashes' ``sorted_index``)
         self._indexes: dict[
             int, tuple[pl.DataFrame, tuple[pl.Series, pl.Series, pl.Series | memoryview]]
@@ -310,6 +316,7 @@ class Trace:
             return
         self.batches.append(frame)
         self.sizes.append(None)
+        self.spans.append(None)
         if frame.height < TAIL_ROWS:
             tail = 0
             for batch in reversed(self.batches):
@@ -323,24 +330,57 @@ class Trace:
             self._merge(len(self.batches) - 2)
 
     def _merge(self, start: int) -> None:
-        merged = pl.concat(self.batches[start:], how="vertical_relaxed")
-        small = consolidate_rows(merged, self.since)
-        self.batches[start:] = [small if small is not None else cancel(advance(merged, self.since))]
+        """Merge the batches from ``start`` on into one in which nothing cancels.
+
+        Batches that merges made, of times at or after the since and apart
+        from each other's, cannot cancel one another: they are only stacked
+        (until compaction advances the since past their times, every merge of
+        a trace that only grows is such a one).
+        """
+        batches, spans = self.batches[start:], self.spans[start:]
+        made = len(spans)
+        while made and spans[made - 1] is None:
+            made -= 1
+        if 0 < made < len(spans):
+            # The batches after the last one a merge made (a tail of small steps'), on their own
+            # first: they may then stack on the others.
+            tail = self._consolidated(pl.concat(batches[made:], how="vertical_relaxed"))
+            batches, spans = [*batches[:made], tail], [*spans[:made], _span(tail)]
+        merged = pl.concat(batches, how="vertical_relaxed")
+        if _apart(spans, self.since):
+            first, last = spans[0], spans[-1]
+            assert first is not None
+            assert last is not None
+            span: tuple[int, int] | None = (first[0], last[1])
+        else:
+            merged = self._consolidated(merged)
+            span = _span(merged)
+        self.batches[start:] = [merged]
         self.sizes[start:] = [None]
-        if self.batches[-1].height == 0:
+        self.spans[start:] = [span]
+        if merged.height == 0:
             self.batches.pop()
             self.sizes.pop()
+            self.spans.pop()
+
+    def _consolidated(self, merged: pl.DataFrame) -> pl.DataFrame:
+        """``merged`` with what cancels in it cancelled, its times before the since at it."""
+        small = consolidate_rows(merged, self.since)
+        return small if small is not None else cancel(advance(merged, self.since))
 
     def compact(self, since: int) -> None:
         """Forget the distinction between times before ``since`` (applied as batches merge)."""
         self.since = max(self.since, since)
 
     def updates(self) -> pl.DataFrame:
-        """All updates (times before the since read as the since)."""
+        """All updates (times before the since read as the since), what cancels cancelled."""
         if not self.batches:
             return self.empty
-        if len(self.batches) > 1:
+        span = self.spans[0]
+        if len(self.batches) > 1 or span is None or span[0] < self.since:
             self._merge(0)
+        if not self.batches:  # everything cancelled
+            return self.empty
         return advance(self.batches[0], self.since)
 
     def lookup_at(self, probe: pl.DataFrame, time: int) -> pl.DataFrame:
@@ -444,6 +484,45 @@ class Log:
         """Everything pushed so far (times before the since read as the since), if anything."""
         self._consolidate()
         return self.tables[0] if self.tables else None
+
+
+def _cancelled(
+    rows: list[tuple[Any, ...]], schema: dict[str, pl.DataType]
+) -> list[tuple[Any, ...]]:
+    """``rows`` (of ``schema``, one column ``diff``) with equal rows' diffs summed, those
+    summing to zero left out; as they are where a float would group otherwise in polars
+    than in a dict (NaN, -0.0)."""
+    floats = [i for i, dtype in enumerate(schema.values()) if dtype == pl.Float64]
+    at = list(schema).index(DIFF)
+    summed: dict[tuple[Any, ...], int] = {}
+    for row in rows:
+        for i in floats:
+            value = row[i]
+            if value != value or (value == 0.0 and math.copysign(1.0, value) < 0):
+                return rows
+        group = row[:at] + row[at + 1 :]
+        summed[group] = summed.get(group, 0) + row[at]
+    return [(*group[:at], diff, *group[at:]) for group, diff in summed.items() if diff]
+
+
+def _apart(spans: Sequence[tuple[int, int] | None], since: int) -> bool:
+    """Whether batches of these spans (None: not merged yet) cannot cancel each other: each
+    made by a merge, at or after ``since`` and each wholly before the next."""
+    previous = since - 1
+    for span in spans:
+        if span is None or span[0] <= previous:
+            return False
+        previous = span[1]
+    return True
+
+
+def _span(batch: pl.DataFrame) -> tuple[int, int] | None:
+    """A batch's earliest and latest time (None when it is empty)."""
+    times = batch[TIME]
+    low, high = times.min(), times.max()
+    if low is None or high is None:
+        return None
+    return int(low), int(high)  # type: ignore[arg-type]
 
 
 def _at_or_before(batch: pl.DataFrame, time: int) -> bool:

@@ -608,15 +608,20 @@ def test_spine_pending_rows_are_found_counted_and_flushed_as_one_batch():
     assert found is not None
     assert found.rows() == [(9, 2, 20, 1)]
     assert spine.lookup([8]) is None
-    for n in range(arrangement.PENDING_ROWS):
-        spine.append_rows([(7, 1, n, 1)], schema)
-    # The 256th pending row made a batch; the rest wait.
-    assert spine.records == arrangement.PENDING_ROWS + 2
+    # (7, 1, 10) retracted: it cancels with its insertion when the rows make a batch.
+    spine.append_rows([(7, 1, 10, -1)], schema)
+    for n in range(arrangement.PENDING_ROWS - 3):
+        spine.append_rows([(7, 1, 100 + n, 1)], schema)
+    # The 256th pending row made them a batch, without the two that cancelled.
+    assert spine.pending == []
     assert len(spine.batches) == 1
-    assert len(spine.pending) == 2
+    assert spine.records == arrangement.PENDING_ROWS - 2
+    spine.append_rows([(7, 1, 5, 1), (9, 2, 6, 1)], schema)
+    assert spine.records == arrangement.PENDING_ROWS
     found = spine.lookup(pl.Series([7, 9], dtype=pl.UInt64))
     assert found is not None
-    assert found.height == arrangement.PENDING_ROWS + 2
+    assert found.height == arrangement.PENDING_ROWS
+    assert (7, 1, 10, 1) not in found.rows()
 
 
 def test_a_trace_merges_small_steps_batches_at_once_and_reads_the_same():
@@ -709,3 +714,56 @@ def test_a_small_table_read_by_rows_is_the_columnar_read(kept):
     assert read.rows() == columnar.rows()
     if 3 in kept:  # -0.0 stays negative
         assert math.copysign(1.0, read.rows()[0][3]) < 0
+
+
+@pytest.mark.parametrize("since", [None, 3])
+def test_consolidate_rows_of_many_decimals_gathers_what_consolidate_keeps(since):
+    """Past ``_DECIMAL_CELLS`` decimal values, ``consolidate_rows`` groups by the decimals'
+    integers and gathers the rows it keeps: the same updates as ``consolidate``."""
+    rng = random.Random(5)
+    columns = {f"d{i}": NUMERIC for i in range(6)}
+    rows = [
+        (
+            rng.choice(["a", None]),
+            *(rng.choice([UNITS[0], BIG, None]) for _ in columns),
+            rng.choice([0.5, 1.5]),
+            rng.randrange(1, 6),
+            rng.choice([1, -1, 2]),
+        )
+        for _ in range(100)
+    ]
+    schema = {"k": pl.String(), **columns, "f": pl.Float64(), TIME: pl.UInt64(), DIFF: pl.Int64()}
+    frame = pl.DataFrame(rows, schema=schema, orient="row")
+    assert 6 * frame.height > batches._DECIMAL_CELLS
+    small = consolidate_rows(frame, since)
+    assert small is not None
+    expected = consolidate(frame if since is None else batches.advance(frame, since))
+    assert small.schema == frame.schema
+    assert Counter(small.rows()) == Counter(expected.rows())
+    assert consolidate_rows(frame.with_columns(pl.lit(math.nan).alias("f")), since) is None
+
+
+def test_a_trace_stacks_merged_batches_of_times_apart_and_consolidates_once_compacted(monkeypatch):
+    """A trace that only grows (its since not moving) merges batches that merges made, of
+    times apart, by stacking them: only each tail of small batches is consolidated. Once
+    compaction moves the since past their times, a merge consolidates what then cancels."""
+    empty = pl.DataFrame(schema={"c0": pl.Int64, TIME: pl.UInt64, DIFF: pl.Int64})
+    trace = arrangement.Trace(empty, 0, ["c0"])
+    consolidated: list[int] = []
+
+    def counted(frame: pl.DataFrame, since: int | None = None) -> pl.DataFrame | None:
+        consolidated.append(frame.height)
+        return consolidate_rows(frame, since)
+
+    monkeypatch.setattr(arrangement, "consolidate_rows", counted)
+    steps = 200
+    for time in range(1, steps + 1):
+        rows = [(time % 3, time, 1), ((time - 1) % 3, time, -1)] if time > 1 else [(1, 1, 1)]
+        trace.insert(pl.DataFrame(rows, schema=empty.schema, orient="row"))
+    # Nothing but tails (under TAIL_ROWS rows, and the small batches after) was consolidated,
+    # though the trace holds every step's rows.
+    assert max(consolidated) < arrangement.TAIL_ROWS + 2 * (arrangement.TAIL_BATCHES + 1)
+    assert trace.records == 2 * steps - 1
+    trace.compact(steps)
+    assert Counter(trace.updates().rows()) == Counter({(steps % 3, steps, 1): 1})
+    assert trace.records == 1
