@@ -20,7 +20,6 @@ per record instead of rewriting the whole state:
 from __future__ import annotations
 
 import bisect
-import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -36,6 +35,7 @@ from loupe.dataflow.batches import (
     consolidate,
     consolidate_rows,
     frame_of_rows,
+    groups_apart,
     key_hash,
 )
 from loupe.dataflow.types import PERSIST_DIFF, PERSIST_TIME
@@ -496,10 +496,8 @@ def _cancelled(
     at = list(schema).index(DIFF)
     summed: dict[tuple[Any, ...], int] = {}
     for row in rows:
-        for i in floats:
-            value = row[i]
-            if value != value or (value == 0.0 and math.copysign(1.0, value) < 0):
-                return rows
+        if floats and groups_apart(row, floats):
+            return rows
         group = row[:at] + row[at + 1 :]
         summed[group] = summed.get(group, 0) + row[at]
     return [(*group[:at], diff, *group[at:]) for group, diff in summed.items() if diff]

@@ -106,6 +106,16 @@ def row_safe(dtype: pl.DataType, *, floats: bool = False) -> bool:
     return dtype in (pl.String, pl.Boolean, pl.Date)
 
 
+def groups_apart(row: Sequence[Any], floats: Sequence[int]) -> bool:
+    """Whether one of ``row``'s floats (at ``floats``) is one a dict groups otherwise than
+    polars does: NaN (equal to nothing in a dict) or -0.0 (equal to 0.0)."""
+    for i in floats:
+        value = row[i]
+        if value != value or (value == 0.0 and math.copysign(1.0, value) < 0):
+            return True
+    return False
+
+
 def frame_of_rows(rows: Sequence[Sequence[Any]], schema: dict[str, pl.DataType]) -> pl.DataFrame:
     """A frame of Python ``rows`` with exactly ``schema`` (the row paths' one construction).
 
@@ -155,10 +165,8 @@ def consolidate_rows(frame: pl.DataFrame, since: int | None = None) -> pl.DataFr
         return _consolidate_kept(frame, floats, at, since)
     summed: dict[tuple[Any, ...], int] = {}
     for row in frame.rows():
-        for i in floats:
-            value = row[i]
-            if value != value or (value == 0.0 and math.copysign(1.0, value) < 0):
-                return None
+        if floats and groups_apart(row, floats):
+            return None
         group = row[:-1]
         if at >= 0 and group[at] < since:
             group = (*group[:at], since, *group[at + 1 :])
@@ -184,10 +192,8 @@ def _consolidate_kept(
     firsts: list[int] = []  # per group, its first row
     diffs: list[int] = []  # per group, its diffs summed
     for position, row in enumerate(physical.rows()):
-        for i in floats:
-            value = row[i]
-            if value != value or (value == 0.0 and math.copysign(1.0, value) < 0):
-                return None
+        if floats and groups_apart(row, floats):
+            return None
         group = row[:-1]
         if at >= 0 and group[at] < since:  # type: ignore[operator]
             group = (*group[:at], since, *group[at + 1 :])
@@ -269,8 +275,10 @@ class KeyHashes:
         known = self.known
         missing = list(dict.fromkeys(k for k in keys if k not in known))
         if missing:
-            # ``key_hash`` of a frame of the keys alone: no select first.
-            hashes = frame_of_rows(missing, self.schema).hash_rows(seed=0).to_list()
+            if self.schema:  # ``key_hash`` of a frame of the keys alone: no select first
+                hashes = frame_of_rows(missing, self.schema).hash_rows(seed=0).to_list()
+            else:  # no keys (a cross join): every row's hash is key_hash's 0
+                hashes = [0] * len(missing)
             if len(known) + len(missing) > KNOWN_KEYS:
                 known.clear()
             known.update(zip(missing, hashes, strict=True))

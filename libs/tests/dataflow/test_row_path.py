@@ -672,6 +672,8 @@ def test_key_hashes_are_key_hash_and_remembered():
     frame = pl.DataFrame(keys, schema=schema, orient="row")
     assert hashes.of(keys) == batches.key_hash(frame, ["a", "b"]).to_list()
     assert set(hashes.known) == {(1, "x"), (2, None)}
+    # No keys (a cross join's lookup): key_hash's 0, as the spine hashes its rows.
+    assert batches.KeyHashes({}).of([(), (), ()]) == batches.key_hash(frame, []).to_list()
 
 
 EVERY = (
