@@ -51,7 +51,11 @@ def wanted_hashes(hashes: pl.Series | Sequence[int]) -> pl.Series | list[int]:
     return sorted(set(hashes))
 
 
-def sorted_index(hashes: pl.Series) -> tuple[pl.Series, pl.Series, pl.Series | memoryview]:
+# A batch's hash index (``sorted_index``).
+SortedIndex = tuple[pl.Series, pl.Series, pl.Series | memoryview]
+
+
+def sorted_index(hashes: pl.Series) -> SortedIndex:
     """A batch's hash index: its ``hashes`` sorted, the row of each, and the sorted hashes
     as a sequence Python's ``bisect`` reads at C speed (a view of a big batch's buffer)."""
     order = hashes.arg_sort()
@@ -78,24 +82,19 @@ def _view(stored: pl.Series) -> pl.Series | memoryview:
     return view[array.offset : array.offset + len(array)]
 
 
-def matching(
-    stored: pl.Series,
-    order: pl.Series,
-    wanted: pl.Series | list[int],
-    view: pl.Series | memoryview | None = None,
-) -> pl.Series | list[int]:
-    """The rows (by ``order``, the row of each sorted hash) whose hash in sorted ``stored``
-    (``view``: the same as ``sorted_index``'s sequence) is one of sorted, distinct ``wanted``.
+def matching(index: SortedIndex, wanted: pl.Series | list[int]) -> pl.Series | list[int]:
+    """The rows of a batch (by its ``sorted_index``) whose hash is one of sorted, distinct
+    ``wanted``.
 
     A small delta's lookup finds a few rows: listing them in Python costs less
     than one polars query does (``take`` gathers them).
     """
+    stored, order, view = index
     if len(wanted) <= _BISECT:
         # A point lookup (a peek by key, a one-row change): Python's bisect over the
         # hashes costs microseconds where a polars search or gather costs tens.
         values = wanted if isinstance(wanted, list) else wanted.to_list()
-        probe = stored if view is None else view
-        ranges = [(bisect.bisect_left(probe, v), bisect.bisect_right(probe, v)) for v in values]
+        ranges = [(bisect.bisect_left(view, v), bisect.bisect_right(view, v)) for v in values]
         if sum(b - a for a, b in ranges) <= _FEW:
             return [order[i] for a, b in ranges for i in range(a, b)]
     if isinstance(wanted, list):
@@ -157,7 +156,7 @@ class Spine:
         self.sum_columns = list(sum_columns)
         self.batches: list[pl.DataFrame] = []
         # Per batch: its ``sorted_index``, once looked up.
-        self.indexes: list[tuple[pl.Series, pl.Series, pl.Series | memoryview] | None] = []
+        self.indexes: list[SortedIndex | None] = []
         # Per batch: its ``estimated_size``, once asked (logging asks after every change).
         self.sizes: list[int | None] = []
         # Rows not yet in a batch, their frame's schema and where in a row its ``_h`` is.
@@ -242,7 +241,7 @@ class Spine:
 
     def lookup(self, hashes: pl.Series | Sequence[int]) -> pl.DataFrame | None:
         """Every stored row whose key hash is in ``hashes`` (not consolidated across batches)."""
-        if not self.batches and not self.pending:  # hydrating: nothing to find
+        if not self.holds:  # hydrating: nothing to find
             return None
         wanted = wanted_hashes(hashes)
         found = []
@@ -256,7 +255,7 @@ class Spine:
             index = self.indexes[position]
             if index is None:
                 index = self.indexes[position] = sorted_index(batch[HASH])
-            positions = matching(*index[:2], wanted, index[2])
+            positions = matching(index, wanted)
             if len(positions):
                 found.append(take(batch, positions))
         if not found:
@@ -271,11 +270,7 @@ class Spine:
     def size(self) -> int:
         """The bytes the batches' frames hold (``estimated_size``, each measured once); the
         pending rows at the batches' bytes per row (a column's 8 bytes when there are none)."""
-        sizes = self.sizes
-        for position, known in enumerate(sizes):
-            if known is None:
-                sizes[position] = int(self.batches[position].estimated_size())
-        held = sum(size or 0 for size in sizes)
+        held = _measured(self.batches, self.sizes)
         if not self.pending:
             return held
         stored = sum(b.height for b in self.batches)
@@ -300,9 +295,7 @@ class Trace:
         # Per batch that a merge made (nothing in it cancels): its earliest and latest time.
         self.spans: list[tuple[int, int] | None] = []
         # id(batch) -> (batch, its key hashes' ``sorted_index``)
-        self._indexes: dict[
-            int, tuple[pl.DataFrame, tuple[pl.Series, pl.Series, pl.Series | memoryview]]
-        ] = {}
+        self._indexes: dict[int, tuple[pl.DataFrame, SortedIndex]] = {}
 
     def insert(self, frame: pl.DataFrame) -> None:
         """Add updates (any times at or after the since).
@@ -388,13 +381,12 @@ class Trace:
         wanted = wanted_hashes(key_hash(probe, self.keys))
         found = []
         for batch in self.batches:
-            hashes, rows, view = self._index(batch)
-            positions = matching(hashes, rows, wanted, view)
+            positions = matching(self._index(batch), wanted)
             if len(positions):
                 found.append(take(batch, positions))
         return self._as_of(found, time)
 
-    def _index(self, batch: pl.DataFrame) -> tuple[pl.Series, pl.Series, pl.Series | memoryview]:
+    def _index(self, batch: pl.DataFrame) -> SortedIndex:
         entry = self._indexes.get(id(batch))
         if entry is None or entry[0] is not batch:
             live = {id(b) for b in self.batches}
@@ -430,11 +422,7 @@ class Trace:
 
     @property
     def size(self) -> int:
-        sizes = self.sizes
-        for position, known in enumerate(sizes):
-            if known is None:
-                sizes[position] = int(self.batches[position].estimated_size())
-        return sum(size or 0 for size in sizes)
+        return _measured(self.batches, self.sizes)
 
 
 class Log:
@@ -484,6 +472,15 @@ class Log:
         """Everything pushed so far (times before the since read as the since), if anything."""
         self._consolidate()
         return self.tables[0] if self.tables else None
+
+
+def _measured(batches: Sequence[pl.DataFrame], sizes: list[int | None]) -> int:
+    """The bytes ``batches`` hold, each batch's ``estimated_size`` measured once (kept in
+    ``sizes``, None where not measured yet)."""
+    for position, known in enumerate(sizes):
+        if known is None:
+            sizes[position] = int(batches[position].estimated_size())
+    return sum(size or 0 for size in sizes)
 
 
 def _cancelled(

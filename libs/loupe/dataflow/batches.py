@@ -163,16 +163,32 @@ def consolidate_rows(frame: pl.DataFrame, since: int | None = None) -> pl.DataFr
     decimals = sum(isinstance(d, pl.Decimal) for d in frame.dtypes)
     if decimals * frame.height > _DECIMAL_CELLS:
         return _consolidate_kept(frame, floats, at, since)
-    summed: dict[tuple[Any, ...], int] = {}
-    for row in frame.rows():
+    groups = _grouped(frame.rows(), floats, at, since)
+    if groups is None:
+        return None
+    kept = [(*group, diff) for group, (_, diff) in groups.items() if diff != 0]
+    return frame_of_rows(kept, dict(frame.schema))
+
+
+def _grouped(
+    rows: list[tuple[Any, ...]], floats: list[int], at: int, since: int | None
+) -> dict[tuple[Any, ...], list[int]] | None:
+    """Per group of ``rows`` (a row but its last value, the diff; its time at ``at``, if
+    ``at`` is not -1, advanced to ``since``): its first row's position and its diffs
+    summed. None where a float would group otherwise in polars (``groups_apart``)."""
+    groups: dict[tuple[Any, ...], list[int]] = {}
+    for position, row in enumerate(rows):
         if floats and groups_apart(row, floats):
             return None
         group = row[:-1]
-        if at >= 0 and group[at] < since:
+        if at >= 0 and group[at] < since:  # type: ignore[operator]
             group = (*group[:at], since, *group[at + 1 :])
-        summed[group] = summed.get(group, 0) + row[-1]
-    kept = [(*group, diff) for group, diff in summed.items() if diff != 0]
-    return frame_of_rows(kept, dict(frame.schema))
+        entry = groups.get(group)
+        if entry is None:
+            groups[group] = [position, row[-1]]
+        else:
+            entry[1] += row[-1]
+    return groups
 
 
 # Past this many decimal values ``consolidate_rows`` groups the rows by their integers and
@@ -187,26 +203,12 @@ def _consolidate_kept(
     """``consolidate_rows`` of a frame with many decimals: grouped by the rows' physical
     values (a decimal's integer), then the first row of each group that does not cancel
     gathered, with its summed diff (and its time advanced to ``since``)."""
-    physical = frame.select(pl.all().to_physical())
-    index_of: dict[tuple[Any, ...], int] = {}
-    firsts: list[int] = []  # per group, its first row
-    diffs: list[int] = []  # per group, its diffs summed
-    for position, row in enumerate(physical.rows()):
-        if floats and groups_apart(row, floats):
-            return None
-        group = row[:-1]
-        if at >= 0 and group[at] < since:  # type: ignore[operator]
-            group = (*group[:at], since, *group[at + 1 :])
-        index = index_of.get(group)
-        if index is None:
-            index_of[group] = len(diffs)
-            firsts.append(position)
-            diffs.append(row[-1])
-        else:
-            diffs[index] += row[-1]
-    kept = [i for i, diff in enumerate(diffs) if diff != 0]
-    rows = frame[pl.Series([firsts[i] for i in kept], dtype=pl.UInt32)]
-    columns = [pl.Series(DIFF, [diffs[i] for i in kept], dtype=frame.schema[DIFF])]
+    groups = _grouped(frame.select(pl.all().to_physical()).rows(), floats, at, since)
+    if groups is None:
+        return None
+    kept = [entry for entry in groups.values() if entry[1] != 0]
+    rows = frame[pl.Series([first for first, _ in kept], dtype=pl.UInt32)]
+    columns = [pl.Series(DIFF, [diff for _, diff in kept], dtype=frame.schema[DIFF])]
     if at >= 0:
         columns.append(rows[TIME].clip(lower_bound=since))
     return rows.with_columns(columns)

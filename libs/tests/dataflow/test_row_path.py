@@ -135,6 +135,20 @@ def row(rng: random.Random, table: str = "t") -> tuple[object, ...]:
     )
 
 
+def calls_of(monkeypatch: pytest.MonkeyPatch, owner: object, name: str) -> list[tuple[Any, ...]]:
+    """The arguments of every call of ``owner.name`` from now on (patched to record them and
+    still run)."""
+    calls: list[tuple[Any, ...]] = []
+    original = getattr(owner, name)
+
+    def recorded(*args: Any, **kwargs: Any) -> Any:
+        calls.append(args)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(owner, name, recorded)
+    return calls
+
+
 def run(workers: int, seed: int, small: int, monkeypatch: pytest.MonkeyPatch) -> list[Counter]:
     """Every view's rows (exactly) after each of 30 steps of random small changes."""
     monkeypatch.setattr(operators, "SMALL_DELTA", small)
@@ -181,14 +195,7 @@ def test_a_small_delta_skips_the_columnar_accumulator(monkeypatch):
     snapshot = [(("a", Decimal(1), 1.0, 1, 1), 0, 1)] * 10
     instance.push("t", persist_updates(T, snapshot), 1)
     instance.step()
-    calls = []
-    step = operators.Accumulator.step
-
-    def counted(self, *args, **kwargs):
-        calls.append(1)
-        return step(self, *args, **kwargs)
-
-    monkeypatch.setattr(operators.Accumulator, "step", counted)
+    calls = calls_of(monkeypatch, operators.Accumulator, "step")
     instance.push("t", persist_updates(T, [(("b", UNITS[0], 0.5, 2, 3), 1, 1)]), 2)
     instance.step()
     assert calls == []
@@ -274,19 +281,8 @@ def test_a_small_delta_joins_without_the_columnar_match(monkeypatch):
     ):
         instance.push(table, persist_updates(columns, [(r, 0, 1) for r in snapshot]), 1)
     instance.step()
-    calls = []
-    match = operators.Join._match
-
-    def counted(self, *args, **kwargs):
-        calls.append(1)
-        return match(self, *args, **kwargs)
-
-    monkeypatch.setattr(operators.Join, "_match", counted)
-    filters = []
-    filter_ = operators.Join._filter
-    monkeypatch.setattr(
-        operators.Join, "_filter", lambda self, joined: filters.append(1) or filter_(self, joined)
-    )
+    calls = calls_of(monkeypatch, operators.Join, "_match")
+    filters = calls_of(monkeypatch, operators.Join, "_filter")
     instance.push("t", persist_updates(T, [(("a", Decimal(2), 2.0, 1, 1), 1, 1)]), 2)
     # Joins "a" but fails the check t.i = v.i = u.j once all are joined: not in the view.
     instance.push("t", persist_updates(T, [(("a", Decimal(5), 2.0, 2, 1), 1, 1)]), 2)
@@ -314,14 +310,7 @@ def test_a_small_delta_is_evaluated_without_polars(monkeypatch):
     instance.create_dataflow(index_dataflow("a", VIEWS["arithmetic"], {"t": T}, 0))
     instance.push("t", persist_updates(T, [(("a", Decimal(2), 1.0, 1, 1), 0, 1)]), 1)
     instance.step()
-    calls = []
-    evaluate = operators.evaluate
-
-    def counted(*args, **kwargs):
-        calls.append(1)
-        return evaluate(*args, **kwargs)
-
-    monkeypatch.setattr(operators, "evaluate", counted)
+    calls = calls_of(monkeypatch, operators, "evaluate")
     instance.push("t", persist_updates(T, [(("b", Decimal(3), 0.5, 2, 1), 1, 1)]), 2)
     instance.step()
     assert calls == []
@@ -555,14 +544,7 @@ def test_a_key_changed_lately_is_not_looked_up_and_its_state_waits_as_rows(monke
     snapshot.append((("b", Decimal(2), 2.0, 2, 2), 0, 1))
     instance.push("t", persist_updates(T, snapshot), 1)
     instance.step()
-    lookups = []
-    lookup = arrangement.Spine.lookup
-
-    def counted(self, *args, **kwargs):
-        lookups.append(1)
-        return lookup(self, *args, **kwargs)
-
-    monkeypatch.setattr(arrangement.Spine, "lookup", counted)
+    lookups = calls_of(monkeypatch, arrangement.Spine, "lookup")
     one = [(("b", UNITS[0], 0.5, 2, 3), 1, 1)]
     instance.push("t", persist_updates(T, one), 2)
     instance.step()
@@ -572,11 +554,7 @@ def test_a_key_changed_lately_is_not_looked_up_and_its_state_waits_as_rows(monke
     spine = reduce.state[0].spine
     assert len(spine.pending) == 2
     assert spine.records == 2 + 2
-    queries = []
-    hash_rows = pl.DataFrame.hash_rows
-    monkeypatch.setattr(
-        pl.DataFrame, "hash_rows", lambda *a, **k: queries.append(a) or hash_rows(*a, **k)
-    )
+    queries = calls_of(monkeypatch, pl.DataFrame, "hash_rows")
     instance.push("t", persist_updates(T, [(("b", UNITS[1], None, 5, None), 2, 1)]), 3)
     instance.step()
     assert len(lookups) == 1
@@ -624,12 +602,10 @@ def test_spine_pending_rows_are_found_counted_and_flushed_as_one_batch():
     assert (7, 1, 10, 1) not in found.rows()
 
 
-def test_a_trace_merges_small_steps_batches_at_once_and_reads_the_same():
+def test_a_trace_merges_small_steps_batches_at_once_and_reads_the_same(monkeypatch):
     empty = pl.DataFrame(schema={"c0": pl.Int64, TIME: pl.UInt64, DIFF: pl.Int64})
     trace = arrangement.Trace(empty, 0, ["c0"])
-    merges = []
-    merge = trace._merge
-    trace._merge = lambda start: (merges.append(start), merge(start))  # type: ignore[method-assign]
+    merges = calls_of(monkeypatch, trace, "_merge")
     expected: Counter = Counter()
     for time in range(1, 3 * (arrangement.TAIL_BATCHES + 1) + 1):
         rows = [(time % 3, time, 1), ((time - 1) % 3, time, -1)] if time > 1 else [(1, 1, 1)]
@@ -751,19 +727,14 @@ def test_a_trace_stacks_merged_batches_of_times_apart_and_consolidates_once_comp
     compaction moves the since past their times, a merge consolidates what then cancels."""
     empty = pl.DataFrame(schema={"c0": pl.Int64, TIME: pl.UInt64, DIFF: pl.Int64})
     trace = arrangement.Trace(empty, 0, ["c0"])
-    consolidated: list[int] = []
-
-    def counted(frame: pl.DataFrame, since: int | None = None) -> pl.DataFrame | None:
-        consolidated.append(frame.height)
-        return consolidate_rows(frame, since)
-
-    monkeypatch.setattr(arrangement, "consolidate_rows", counted)
+    consolidations = calls_of(monkeypatch, arrangement, "consolidate_rows")
     steps = 200
     for time in range(1, steps + 1):
         rows = [(time % 3, time, 1), ((time - 1) % 3, time, -1)] if time > 1 else [(1, 1, 1)]
         trace.insert(pl.DataFrame(rows, schema=empty.schema, orient="row"))
     # Nothing but tails (under TAIL_ROWS rows, and the small batches after) was consolidated,
     # though the trace holds every step's rows.
+    consolidated = [frame.height for frame, *_ in consolidations]
     assert max(consolidated) < arrangement.TAIL_ROWS + 2 * (arrangement.TAIL_BATCHES + 1)
     assert trace.records == 2 * steps - 1
     trace.compact(steps)
