@@ -20,6 +20,7 @@ per record instead of rewriting the whole state:
 from __future__ import annotations
 
 import bisect
+import operator
 from collections.abc import Sequence
 from typing import Any
 
@@ -116,6 +117,8 @@ TAIL_ROWS = 64
 TAIL_BATCHES = 8
 # Rows a spine keeps pending (``Spine.append_rows``) before they make a batch.
 PENDING_ROWS = 256
+# A trace of at most this many updates keeps its last full read (``Trace.at``) for the next.
+SNAPSHOT_ROWS = 65_536
 
 
 def take(batch: pl.DataFrame, positions: pl.Series | list[int]) -> pl.DataFrame:
@@ -296,6 +299,8 @@ class Trace:
         self.spans: list[tuple[int, int] | None] = []
         # id(batch) -> (batch, its key hashes' ``sorted_index``)
         self._indexes: dict[int, tuple[pl.DataFrame, SortedIndex]] = {}
+        # The last full read (``at``): the batches it read, their latest time, its rows.
+        self._snapshot: tuple[tuple[pl.DataFrame, ...], int, pl.DataFrame] | None = None
 
     def insert(self, frame: pl.DataFrame) -> None:
         """Add updates (any times at or after the since).
@@ -400,7 +405,36 @@ class Trace:
         A row may come in several updates that add up (readers sum them);
         none that cancel.
         """
-        return self._as_of(self.batches, time)
+        read = self.contents_at(time)
+        if read.height and read[TIME][0] != time:
+            return read.with_columns(pl.lit(time, pl.UInt64).alias(TIME))
+        return read
+
+    def contents_at(self, time: int) -> pl.DataFrame:
+        """Like ``at``, but the rows' ``time`` may be an earlier one at which the contents
+        were already these: for readers of the rows and counts only (a peek).
+
+        A read at or after every batch's time is kept (up to ``SNAPSHOT_ROWS``
+        updates): the next such read of the same batches, the usual peek of an
+        index that did not change meanwhile, is that read again instead of a
+        concatenation and consolidation of the batches.
+        """
+        batches = self.batches
+        kept = self._snapshot
+        if (
+            kept is not None
+            and time >= kept[1]
+            and len(kept[0]) == len(batches)
+            and all(map(operator.is_, kept[0], batches))
+        ):
+            return kept[2]
+        self._snapshot = None
+        read = self._as_of(batches, time)
+        if self.records <= SNAPSHOT_ROWS:
+            latest = max((_latest(b) for b in batches), default=0)
+            if latest <= time:
+                self._snapshot = (tuple(batches), latest, read)
+        return read
 
     def _as_of(self, batches: Sequence[pl.DataFrame], time: int) -> pl.DataFrame:
         # A batch wholly at or before ``time`` (most of them, for a read at a fresh
@@ -524,3 +558,9 @@ def _at_or_before(batch: pl.DataFrame, time: int) -> bool:
     """Whether every update of ``batch`` is at or before ``time``."""
     latest = batch[TIME].max()
     return latest is not None and int(latest) <= time  # type: ignore[arg-type]
+
+
+def _latest(batch: pl.DataFrame) -> int:
+    """The latest time of ``batch``'s updates (0 for none)."""
+    latest = batch[TIME].max()
+    return 0 if latest is None else int(latest)  # type: ignore[arg-type]

@@ -1220,7 +1220,11 @@ class ComputeInstance:
             if error is not None:
                 raise error
         probe = _point(mfp, export.key, export.operator.empty) if mfp is not None else None
-        rows = export.ok.at(timestamp) if probe is None else export.ok.lookup_at(probe, timestamp)
+        rows = (
+            export.ok.contents_at(timestamp)
+            if probe is None
+            else export.ok.lookup_at(probe, timestamp)
+        )
         result_types = export.operator.types
         if mfp is not None and not mfp.is_identity:
             rows, errors = expr.apply_mfp(rows, mfp, result_types)

@@ -623,6 +623,48 @@ def test_a_trace_merges_small_steps_batches_at_once_and_reads_the_same(monkeypat
     assert len(trace.batches) <= arrangement.TAIL_BATCHES + 1
 
 
+def test_a_trace_keeps_its_last_full_read_for_the_next_of_the_same_batches(monkeypatch):
+    """``at`` of unchanged batches at or after their times relabels the last read; a new
+    batch, a read before the batches' latest time, or a merge reads the batches again."""
+    empty = pl.DataFrame(schema={"c0": pl.Int64, TIME: pl.UInt64, DIFF: pl.Int64})
+    trace = arrangement.Trace(empty, 0, ["c0"])
+    reads = calls_of(monkeypatch, trace, "_as_of")
+
+    def at(time: int) -> dict[int, int]:
+        """The trace's rows at ``time`` with their counts (every update labelled ``time``)."""
+        counts: Counter = Counter()
+        for value, label, diff in trace.at(time).rows():
+            assert label == time
+            counts[value] += diff
+        return dict(+counts)
+
+    trace.insert(pl.DataFrame([(1, 1, 1), (2, 1, 1), (2, 1, 1)], schema=empty.schema, orient="row"))
+    trace.insert(pl.DataFrame([(2, 3, -1), (3, 3, 1)], schema=empty.schema, orient="row"))
+    assert at(5) == {1: 1, 2: 1, 3: 1}
+    assert at(9) == {1: 1, 2: 1, 3: 1}
+    assert len(reads) == 1
+    # Before the latest batch's time: read anew, and the later read is not taken from it.
+    assert at(2) == {1: 1, 2: 2}
+    assert at(3) == {1: 1, 2: 1, 3: 1}
+    assert len(reads) == 3
+    trace.insert(pl.DataFrame([(1, 7, -1)], schema=empty.schema, orient="row"))
+    assert at(9) == {2: 1, 3: 1}
+    assert len(reads) == 4
+    trace.compact(8)
+    trace.updates()  # merges the batches into one: new frames
+    assert at(9) == {2: 1, 3: 1}
+    assert len(reads) == 5
+    # A peek's read is the kept one itself: no relabelling of its times either.
+    kept = trace.contents_at(12)
+    assert trace.contents_at(13) is kept
+    assert len(reads) == 5
+    # A trace past SNAPSHOT_ROWS keeps nothing.
+    monkeypatch.setattr(arrangement, "SNAPSHOT_ROWS", 1)
+    trace.insert(pl.DataFrame([(4, 9, 1)], schema=empty.schema, orient="row"))
+    assert at(10) == at(11) == {2: 1, 3: 1, 4: 1}
+    assert len(reads) == 7
+
+
 def test_a_big_batchs_lookup_bisects_a_view_of_its_hashes_and_finds_what_polars_finds():
     rng = random.Random(3)
     size = 2 * arrangement._VIEW_ROWS
