@@ -89,7 +89,14 @@ from loupe.coordinator.pg_functions import (
     rewrite_catalog_calls,
     session_values,
 )
-from loupe.coordinator.plan import PlannedQuery, explain, lower_to_lir, plan_query, plan_select
+from loupe.coordinator.plan import (
+    PlannedQuery,
+    TemporalError,
+    explain,
+    lower_to_lir,
+    plan_query,
+    plan_select,
+)
 from loupe.coordinator.results import (
     Complete,
     Description,
@@ -216,8 +223,47 @@ class Compute:
 
         return resolve
 
+    @contextlib.asynccontextmanager
+    async def early_timestamp(
+        self, session: Session, query: Query
+    ) -> AsyncIterator[asyncio.Task[int] | None]:
+        """The oracle's read timestamp for ``query``, asked for now: a task, or None when the
+        query will not read at one (``AS OF``, an explicit transaction, ``serializable``, or
+        no table named at all, as ``SELECT 1``).
+
+        Resolving and planning the query then happen while the oracle answers,
+        instead of before it asks. The read hold (``compaction``) is taken
+        first, so the timestamp is at or after what it holds, as a timestamp
+        chosen later would be. An answer not used is dropped.
+        """
+        if (
+            query.as_of is not None
+            or transaction.explicit(session) is not None
+            or session.get("transaction_isolation") == "serializable"
+            or query.expression.find(exp.Table) is None
+        ):
+            yield None
+            return
+        with self.c.read_holds.hold():
+            early = asyncio.ensure_future(self.read_timestamp(session, None, 0))
+            try:
+                # Twice round the loop: the task sends its request, NATS's flusher writes it.
+                await asyncio.sleep(0)
+                await asyncio.sleep(0)
+                yield early
+            finally:
+                if not early.done():
+                    early.cancel()
+                early.add_done_callback(_retrieved)
+
     async def select(
-        self, session: Session, query: Query, expression: exp.Expression, relations: dict[str, Any]
+        self,
+        session: Session,
+        query: Query,
+        expression: exp.Expression,
+        relations: dict[str, Any],
+        *,
+        early: asyncio.Task[int] | None = None,
     ) -> tuple[tuple[tuple[str, str], ...], list[tuple[Any, ...]]]:
         """Read a query on its cluster (``query_cluster``): fast path or a transient dataflow.
 
@@ -235,20 +281,26 @@ class Compute:
             try:
                 # Whatever timestamp it chooses is at or after the hold (``compaction``).
                 with self.c.read_holds.hold():
-                    return await self._select_once(session, query, expression, relations)
+                    return await self._select_once(session, query, expression, relations, early)
             except LoupeError as error:
                 since = _since_of(error)
                 pinned = transaction.explicit(session) is not None
                 if query.as_of is not None or since is None or since <= missed or pinned:
                     raise
                 missed = since
+                early = None  # the next attempt reads after the oracle moved on
                 log.info("read timestamp no longer readable; reading later", since=since)
                 await until_answered(
                     "WriteTimestamp", functools.partial(self.c.oracle.write_timestamp, since)
                 )
 
     async def _select_once(
-        self, session: Session, query: Query, expression: exp.Expression, relations: dict[str, Any]
+        self,
+        session: Session,
+        query: Query,
+        expression: exp.Expression,
+        relations: dict[str, Any],
+        early: asyncio.Task[int] | None = None,
     ) -> tuple[tuple[tuple[str, str], ...], list[tuple[Any, ...]]]:
         logs = self.logs_read(relations)
         cluster = await self.query_cluster(session, relations)
@@ -266,12 +318,19 @@ class Compute:
             and transaction.explicit(session) is None
             and _is_serializable(session, expression)
         )
-        timestamp = (
-            0
-            if serializable
-            else await self.read_timestamp(session, query.as_of, query.as_of_position)
-        )
-        planned = self.plan(expression, relations, query_time=timestamp or None)
+        planned = None
+        if serializable:
+            timestamp = 0
+        elif early is not None:
+            if not early.done():
+                # Planned while the oracle answers: unless it asks what time it is.
+                with contextlib.suppress(TemporalError):
+                    planned = self.plan(expression, relations)
+            timestamp = await early
+        else:
+            timestamp = await self.read_timestamp(session, query.as_of, query.as_of_position)
+        if planned is None:
+            planned = self.plan(expression, relations, query_time=timestamp or None)
         if not serializable:
             await self.complete_inputs((r.id for r in relations.values()), timestamp)
         statement_logging.note_event(statement_logging.OPTIMIZATION_FINISHED)
@@ -1404,6 +1463,13 @@ def _fed_later(
         detail=error.message,
         hint=f"{error.hint} Or read on a cluster that maintains nothing over them (SET cluster).",
     )
+
+
+def _retrieved(task: asyncio.Task[Any]) -> None:
+    """Done callback of a task whose result may go unused: its exception is seen, not logged
+    as never retrieved."""
+    if not task.cancelled():
+        task.exception()
 
 
 def _is_serializable(session: Session, expression: exp.Expression) -> bool:

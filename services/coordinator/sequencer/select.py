@@ -42,15 +42,18 @@ async def run_query(
     ctx: SequencerContext, session: Session, query: Query
 ) -> tuple[tuple[Column, ...], list[tuple[Any, ...]]]:
     """Resolve, choose the timestamp, run: (columns, rows)."""
-    query = dataclasses.replace(
-        query, expression=ctx.compute.inline_views(session, query.expression)
-    )
-    expression, relations = await ctx.compute.resolved(session, query.expression)
-    if relations:
-        # The planner names the columns as PostgreSQL does.
-        columns, rows = await ctx.compute.select(session, query, expression, relations)
-        return tuple(columns), rows
-    return await constant(ctx, query, expression)
+    async with ctx.compute.early_timestamp(session, query) as early:
+        query = dataclasses.replace(
+            query, expression=ctx.compute.inline_views(session, query.expression)
+        )
+        expression, relations = await ctx.compute.resolved(session, query.expression)
+        if relations:
+            # The planner names the columns as PostgreSQL does.
+            columns, rows = await ctx.compute.select(
+                session, query, expression, relations, early=early
+            )
+            return tuple(columns), rows
+        return await constant(ctx, query, expression)
 
 
 async def constant(

@@ -242,6 +242,46 @@ async def test_mz_now_is_the_read_timestamp(tables: Any) -> None:
     assert (column.name, column.type) == ("mz_now", "mz_timestamp")
 
 
+async def test_a_select_asks_the_oracle_before_it_plans(tables: Any, monkeypatch: Any) -> None:
+    """The oracle's read timestamp is asked for as a SELECT of a table starts, and the query
+    is resolved and planned while it answers; a query that needs the time (mz_now()) plans
+    once it is known. Nothing is asked for a query of no table, nor in a serializable
+    session. The answers are the same."""
+    session = await tables.session()
+    await tables.tag(session, "CREATE TABLE t (a int)")
+    await tables.tag(session, "INSERT INTO t VALUES (1), (2)")
+    compute = tables.service.coordinator.compute
+    oracle = compute.c.oracle
+    events: list[str] = []
+    asked, plan = oracle.read_timestamp, compute.plan
+
+    async def read_timestamp() -> int:
+        events.append("asked")
+        timestamp = await asked()
+        events.append("answered")
+        return timestamp
+
+    def planned(*args: Any, **kwargs: Any) -> Any:
+        events.append("planned" if kwargs.get("query_time") is None else "planned at")
+        return plan(*args, **kwargs)
+
+    monkeypatch.setattr(oracle, "read_timestamp", read_timestamp)
+    monkeypatch.setattr(compute, "plan", planned)
+    assert await tables.rows(session, "SELECT count(*) FROM t WHERE a > 0") == [(2,)]
+    assert events == ["asked", "planned", "answered"]
+    events.clear()
+    ((now, count),) = await tables.rows(session, "SELECT mz_now(), count(*) FROM t")
+    assert count == 2
+    assert now == tables.controller.peeks[-1].peek.timestamp
+    assert events == ["asked", "planned", "answered", "planned at"]
+    events.clear()
+    assert await tables.rows(session, "SELECT 1") == [(1,)]
+    assert events == []
+    await tables.tag(session, "SET transaction_isolation = serializable")
+    assert await tables.rows(session, "SELECT count(*) FROM t") == [(2,)]
+    assert events == ["planned"]
+
+
 async def test_as_of_an_older_time_shows_the_old_contents(tables: Any) -> None:
     """AS OF a time between two writes shows the table as it was then."""
     session = await tables.session()
