@@ -294,6 +294,32 @@ def test_progress_is_recorded_with_the_data_it_covers(shard):
     assert shard.state().progress["writer"] == 41
 
 
+def test_an_append_on_a_state_just_read_reads_no_state(shard, monkeypatch):
+    """Given the state its caller read, compare_and_append makes its CAS on it and returns
+    the state written, without reading consensus; a stale one costs one failed CAS."""
+    shard.compare_and_append(updates([("a", 1, 0, 1)]), 0, 1)
+    heads = []
+    head = shard.consensus.head
+    monkeypatch.setattr(shard.consensus, "head", lambda key: heads.append(key) or head(key))
+    state = shard.state()
+    heads.clear()
+    written = shard.compare_and_append(updates([("b", 2, 1, 1)]), 1, 2, state=state)
+    assert heads == []
+    assert written == shard.state()
+    # Stale: the since moved (a new seqno, the same upper). Read again, and appended.
+    stale = written
+    shard.downgrade_since(1)
+    heads.clear()
+    again = shard.compare_and_append(updates([("c", 3, 2, 1)]), 2, 3, state=stale)
+    assert len(heads) == 1
+    assert again == shard.state()
+    assert again.since == 1
+    # A state at another upper is not taken for the expected one.
+    with pytest.raises(UpperMismatch):
+        shard.compare_and_append(updates([("d", 4, 2, 1)]), 2, 3, state=stale)
+    assert sorted(expand(shard.snapshot()).column("name").to_pylist()) == ["a", "b", "c"]
+
+
 def grouped(updates: pa.Table, data_columns: list[str]) -> pa.Table:
     """consolidate's definition, always by grouping (what the fast path must equal)."""
     frame = pl.from_arrow(updates.select([*data_columns, "mz_diff"]))

@@ -381,7 +381,7 @@ class TableStore:
             landed = max(timestamp, state.upper)
             part = updates_table(table, updates, landed) if updates else None
             try:
-                shard.compare_and_append(part, state.upper, landed + 1)
+                shard.compare_and_append(part, state.upper, landed + 1, state=state)
                 self._note_upper(table.id, landed + 1)
                 return landed
             except UpperMismatch:
@@ -450,7 +450,7 @@ class TableStore:
                     state = shard.ensure(table.storage_columns)
                     self._note_upper(table.id, state.upper)
                     if state.upper <= timestamp:
-                        shard.compare_and_append(None, state.upper, timestamp + 1)
+                        shard.compare_and_append(None, state.upper, timestamp + 1, state=state)
                         self._note_upper(table.id, timestamp + 1)
             except UpperMismatch:
                 pass  # another coordinator advanced it meanwhile: it is moving, as wanted

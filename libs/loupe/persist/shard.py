@@ -280,6 +280,7 @@ class Shard:
         new_upper: int,
         *,
         progress: dict[str, int] | None = None,
+        state: ShardState | None = None,
     ) -> ShardState:
         """Append updates (a table, or parts already in Blob) iff the upper is expected.
 
@@ -287,6 +288,9 @@ class Shard:
         Raises ``UpperMismatch`` when another writer moved the upper first.
         ``progress`` (writer name -> position in its input) is recorded in the
         same CAS, so the data and the claim that it was applied are one step.
+        ``state``: the shard's state as the caller just read it, at
+        ``expected_upper``: the first CAS is made on it instead of reading it
+        again (a stale one only fails that CAS). Returns the state written.
         """
         if new_upper < expected_upper:
             raise ValueError(f"new upper {new_upper} is before expected upper {expected_upper}")
@@ -306,8 +310,9 @@ class Shard:
                 parts = []
         else:
             parts = [p for p in (updates or []) if p.rows]
+        known = state if state is not None and state.upper == expected_upper else None
         while True:
-            state = self.state()
+            state, known = known or self.state(), None
             if state.upper != expected_upper:
                 if written:
                     # Never referenced by any state: nobody can be reading it.
@@ -316,7 +321,8 @@ class Shard:
             new = self._appended(state, parts, new_upper, progress)
             if self._cas(state, new):
                 self._notify_upper(new_upper)
-                return self.state()
+                # What the CAS wrote, at the seqno consensus gives it: not read back.
+                return dataclasses.replace(new, seqno=state.seqno + 1)
             # Lost a race with a since downgrade or compaction: re-read and retry.
 
     def _appended(
