@@ -466,7 +466,10 @@ class Log:
     a later reader converts only the columns it reads. The log is
     consolidated (times before ``since`` advanced) only when its size doubles
     or a new reader asks for it, so its cost is amortised and its size stays
-    near the collection's.
+    near the collection's. Meanwhile a table of about the rows of the one
+    after it is joined with it, as a spine merges batches: a table pushed per
+    small write leaves a few dozen tables, not one per write (each one was
+    counted for memory at every step).
     """
 
     def __init__(self) -> None:
@@ -474,6 +477,8 @@ class Log:
         self.tables: list[pa.Table] = []
         self.rows = 0
         self.consolidated_rows = 0
+        # The tables' ``nbytes``, kept as they change (the memory budget asks every step).
+        self.nbytes = 0
 
     def append(self, table: pa.Table, *, settle: bool = True) -> None:
         """Log ``table``; ``settle=False`` leaves consolidating to a later ``settle`` (a
@@ -482,6 +487,13 @@ class Log:
             return
         self.tables.append(table)
         self.rows += table.num_rows
+        self.nbytes += table.nbytes
+        tables = self.tables
+        while len(tables) >= 2 and tables[-2].num_rows <= 2 * tables[-1].num_rows:
+            last, before = tables.pop(), tables.pop()
+            joined = pa.concat_tables([before, last], promote_options="permissive")
+            tables.append(joined.combine_chunks())
+            self.nbytes += tables[-1].nbytes - before.nbytes - last.nbytes
         if settle:
             self.settle()
 
@@ -501,6 +513,7 @@ class Log:
         table = merged.rename({TIME: PERSIST_TIME, DIFF: PERSIST_DIFF}).to_arrow()
         self.tables = [table.cast(self.tables[0].schema)] if table.num_rows else []
         self.rows = self.consolidated_rows = table.num_rows
+        self.nbytes = sum(t.nbytes for t in self.tables)
 
     def updates(self) -> pa.Table | None:
         """Everything pushed so far (times before the since read as the since), if anything."""

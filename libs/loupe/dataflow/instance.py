@@ -1152,17 +1152,16 @@ class ComputeInstance:
     def _dataflow_bytes(self, dataflow: Dataflow) -> int:
         """What ``dataflow`` holds, counting the logs of the sources it reads."""
         logs = sum(
-            table.nbytes
+            self.sources[source.id].log.nbytes
             for source in dataflow.desc.source_imports
             if source.id in self.sources
-            for table in self.sources[source.id].log.tables
         )
         return dataflow.footprint_bytes() + logs
 
     def _held_bytes(self) -> int:
         """What the budget counts: every dataflow's state and queued input, and the source logs."""
         dataflows = sum(d.footprint_bytes() for d in self.dataflows.values())
-        return dataflows + sum(t.nbytes for s in self.sources.values() for t in s.log.tables)
+        return dataflows + sum(s.log.nbytes for s in self.sources.values())
 
     def _input_frontier(self, dataflow: Dataflow) -> int:
         frontiers = {s.id: self.sources[s.id].upper for s in dataflow.desc.source_imports}
@@ -1345,7 +1344,7 @@ class ComputeInstance:
             sum(s.records for s in spines) + sum(t.records for t in traces),
             sum(s.size for s in spines) + sum(t.size for t in traces),
             sum(log.rows for log in logs),
-            sum(table.nbytes for log in logs for table in log.tables),
+            sum(log.nbytes for log in logs),
         )
 
     def failed(self) -> dict[str, LoupeError]:

@@ -665,6 +665,30 @@ def test_a_trace_keeps_its_last_full_read_for_the_next_of_the_same_batches(monke
     assert len(reads) == 7
 
 
+def test_a_log_of_many_small_pushes_keeps_a_few_tables_and_counts_their_bytes():
+    """A table pushed per one-row write joins the one before it once that one is not more
+    than twice its rows: logarithmically many tables, whose bytes the log keeps counted
+    (the memory budget reads them every step), and the same updates."""
+    columns = (("k", "int4"), ("v", "text"))
+    log = arrangement.Log()
+    pushed = [((i % 7, f"v{i % 5}"), i, 1 if i % 3 else -1) for i in range(1000)]
+    for row, time, diff in pushed:
+        log.append(persist_updates(columns, [(row, time, diff)]))
+        assert log.nbytes == sum(t.nbytes for t in log.tables)
+    assert log.rows == 1000
+    assert len(log.tables) <= 2 * 10
+    expected: Counter = Counter()
+    for row, _time, diff in pushed:
+        expected[row] += diff
+    found: Counter = Counter()
+    updates = log.updates()
+    assert updates is not None
+    assert log.nbytes == updates.nbytes
+    for record in updates.to_pylist():
+        found[(record["k"], record["v"])] += record[types.PERSIST_DIFF]
+    assert {r: n for r, n in found.items() if n} == {r: n for r, n in expected.items() if n}
+
+
 def test_a_big_batchs_lookup_bisects_a_view_of_its_hashes_and_finds_what_polars_finds():
     rng = random.Random(3)
     size = 2 * arrangement._VIEW_ROWS
