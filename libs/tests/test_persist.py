@@ -8,6 +8,7 @@ from decimal import Decimal
 
 import polars as pl
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 from loupe.persist import (
@@ -318,6 +319,26 @@ def test_an_append_on_a_state_just_read_reads_no_state(shard, monkeypatch):
     with pytest.raises(UpperMismatch):
         shard.compare_and_append(updates([("d", 4, 2, 1)]), 2, 3, state=stale)
     assert sorted(expand(shard.snapshot()).column("name").to_pylist()) == ["a", "b", "c"]
+
+
+def test_a_part_of_one_file_is_read_as_a_file_and_a_directory_as_a_dataset(shard, monkeypatch):
+    """A table's part (one file) is read without a dataset's discovery; a part that is a
+    directory of files (as Spark writes one) still through ``pq.read_table``. Both read
+    the same updates."""
+    shard.compare_and_append(updates([("a", 1, 0, 1)]), 0, 1)
+    key = "s1/spark-part"
+    directory = shard.blob.root / key
+    directory.mkdir(parents=True)
+    pq.write_table(updates([("b", 2, 1, 1)]), directory / "part-00000.parquet")
+    pq.write_table(updates([("c", 3, 1, 2)]), directory / "part-00001.parquet")
+    shard.compare_and_append([Part(key, 1, 2, 2, 0)], 1, 2)
+    datasets: list[str] = []
+    read_table = pq.read_table
+    monkeypatch.setattr(
+        pq, "read_table", lambda path, **kwargs: datasets.append(path) or read_table(path, **kwargs)
+    )
+    assert sorted(expand(shard.snapshot()).column("name").to_pylist()) == ["a", "b", "c", "c"]
+    assert datasets == [str(directory)]
 
 
 def grouped(updates: pa.Table, data_columns: list[str]) -> pa.Table:
