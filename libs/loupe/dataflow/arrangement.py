@@ -466,10 +466,9 @@ class Log:
     a later reader converts only the columns it reads. The log is
     consolidated (times before ``since`` advanced) only when its size doubles
     or a new reader asks for it, so its cost is amortised and its size stays
-    near the collection's. Meanwhile a table of about the rows of the one
-    after it is joined with it, as a spine merges batches: a table pushed per
-    small write leaves a few dozen tables, not one per write (each one was
-    counted for memory at every step).
+    near the collection's. Its bytes are counted as tables come and go: a
+    table pushed per small write leaves one table per write until then, which
+    the memory budget used to sum at every step.
     """
 
     def __init__(self) -> None:
@@ -477,7 +476,8 @@ class Log:
         self.tables: list[pa.Table] = []
         self.rows = 0
         self.consolidated_rows = 0
-        # The tables' ``nbytes``, kept as they change (the memory budget asks every step).
+        # The bytes of the tables' buffers, kept as they change (the memory budget asks every
+        # step; ``pa.Table.nbytes`` costs ~40 us a table, this ~1).
         self.nbytes = 0
 
     def append(self, table: pa.Table, *, settle: bool = True) -> None:
@@ -487,13 +487,7 @@ class Log:
             return
         self.tables.append(table)
         self.rows += table.num_rows
-        self.nbytes += table.nbytes
-        tables = self.tables
-        while len(tables) >= 2 and tables[-2].num_rows <= 2 * tables[-1].num_rows:
-            last, before = tables.pop(), tables.pop()
-            joined = pa.concat_tables([before, last], promote_options="permissive")
-            tables.append(joined.combine_chunks())
-            self.nbytes += tables[-1].nbytes - before.nbytes - last.nbytes
+        self.nbytes += table.get_total_buffer_size()
         if settle:
             self.settle()
 
@@ -513,7 +507,7 @@ class Log:
         table = merged.rename({TIME: PERSIST_TIME, DIFF: PERSIST_DIFF}).to_arrow()
         self.tables = [table.cast(self.tables[0].schema)] if table.num_rows else []
         self.rows = self.consolidated_rows = table.num_rows
-        self.nbytes = sum(t.nbytes for t in self.tables)
+        self.nbytes = sum(t.get_total_buffer_size() for t in self.tables)
 
     def updates(self) -> pa.Table | None:
         """Everything pushed so far (times before the since read as the since), if anything."""

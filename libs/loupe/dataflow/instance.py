@@ -1432,7 +1432,7 @@ class ComputeInstance:
 
 @dataclass(frozen=True)
 class Footprint:
-    """Memory the instance holds (``estimated_size`` of the frames, Arrow ``nbytes`` of logs)."""
+    """Memory the instance holds (``estimated_size`` of the frames, Arrow buffer bytes of logs)."""
 
     arranged_records: int
     arranged_bytes: int

@@ -665,25 +665,39 @@ def test_a_trace_keeps_its_last_full_read_for_the_next_of_the_same_batches(monke
     assert len(reads) == 7
 
 
-def test_a_log_of_many_small_pushes_keeps_a_few_tables_and_counts_their_bytes():
-    """A table pushed per one-row write joins the one before it once that one is not more
-    than twice its rows: logarithmically many tables, whose bytes the log keeps counted
-    (the memory budget reads them every step), and the same updates."""
+def test_a_log_counts_its_tables_bytes_as_they_come_and_go(monkeypatch):
+    """A log of a table pushed per one-row write keeps its bytes counted as tables are
+    appended and consolidated: the memory budget reads them every step, without asking
+    every table (it asked thousands of them at every step)."""
     columns = (("k", "int4"), ("v", "text"))
     log = arrangement.Log()
     pushed = [((i % 7, f"v{i % 5}"), i, 1 if i % 3 else -1) for i in range(1000)]
     for row, time, diff in pushed:
         log.append(persist_updates(columns, [(row, time, diff)]))
-        assert log.nbytes == sum(t.nbytes for t in log.tables)
-    assert log.rows == 1000
-    assert len(log.tables) <= 2 * 10
+    assert log.rows == len(log.tables) == 1000
+    assert log.nbytes == sum(t.get_total_buffer_size() for t in log.tables)
+
+    class Unread(list):
+        def __iter__(self) -> Any:
+            raise AssertionError("the memory budget read the log's tables")
+
+    class Source:
+        pass
+
+    tables, log.tables = log.tables, Unread(log.tables)
+    source = Source()
+    source.log = log  # type: ignore[attr-defined]
+    instance = ComputeInstance()
+    instance.sources["t"] = source  # type: ignore[assignment]
+    assert instance._held_bytes() == log.nbytes
+    log.tables = tables
     expected: Counter = Counter()
     for row, _time, diff in pushed:
         expected[row] += diff
     found: Counter = Counter()
     updates = log.updates()
     assert updates is not None
-    assert log.nbytes == updates.nbytes
+    assert log.nbytes == updates.get_total_buffer_size()
     for record in updates.to_pylist():
         found[(record["k"], record["v"])] += record[types.PERSIST_DIFF]
     assert {r: n for r, n in found.items() if n} == {r: n for r, n in expected.items() if n}
