@@ -801,6 +801,42 @@ def test_consolidate_rows_of_many_decimals_gathers_what_consolidate_keeps(since)
     assert consolidate_rows(frame.with_columns(pl.lit(math.nan).alias("f")), since) is None
 
 
+@pytest.mark.parametrize("dtype", [pl.Int64, pl.Decimal(38, 16), pl.Float64])
+def test_a_tail_in_which_nothing_can_cancel_is_not_consolidated(monkeypatch, dtype):
+    """A tail of small steps' batches, every update at or after the since and no two of a
+    row at one time, is merged without consolidating it; one whose updates cancel, one
+    before the since, or a frame of floats (hashing and grouping may differ on -0.0) is
+    consolidated, and reads the same."""
+    empty = pl.DataFrame(schema={"c0": dtype, TIME: pl.UInt64, DIFF: pl.Int64})
+    consolidations = calls_of(monkeypatch, arrangement, "consolidate_rows")
+
+    def tail(rows_of: Any, since: int = 0) -> tuple[int, Counter]:
+        trace = arrangement.Trace(empty, since, ["c0"])
+        for time in range(1, arrangement.TAIL_BATCHES + 2):
+            rows = rows_of(time)
+            trace.insert(pl.DataFrame(rows, schema=empty.schema, orient="row"))
+        counts: Counter = Counter()
+        for value, _, diff in trace.at(100).rows():
+            counts[value] += diff
+        return len(trace.batches), +counts
+
+    consolidations.clear()
+    # Each step retracts the last step's row and inserts its own: at distinct times.
+    batches, counts = tail(lambda t: [(t, t, 1), (t - 1, t, -1)] if t > 1 else [(1, 1, 1)])
+    assert batches == 1  # merged
+    assert counts == Counter({arrangement.TAIL_BATCHES + 1: 1})
+    assert len(consolidations) == (1 if dtype == pl.Float64 else 0)
+    # A row inserted and retracted at one time (in two batches) cancels: consolidated.
+    consolidations.clear()
+    batches, counts = tail(lambda t: [(7, 5, 1 if t % 2 else -1)])
+    assert len(consolidations) == 1
+    assert counts == Counter({7: 1})
+    # Times before the since: advanced and consolidated.
+    consolidations.clear()
+    tail(lambda t: [(t, t, 1)], since=5)
+    assert len(consolidations) == 1
+
+
 def test_a_trace_stacks_merged_batches_of_times_apart_and_consolidates_once_compacted(monkeypatch):
     """A trace that only grows (its since not moving) merges batches that merges made, of
     times apart, by stacking them: only each tail of small batches is consolidated. Once
@@ -813,9 +849,9 @@ def test_a_trace_stacks_merged_batches_of_times_apart_and_consolidates_once_comp
         rows = [(time % 3, time, 1), ((time - 1) % 3, time, -1)] if time > 1 else [(1, 1, 1)]
         trace.insert(pl.DataFrame(rows, schema=empty.schema, orient="row"))
     # Nothing but tails (under TAIL_ROWS rows, and the small batches after) was consolidated,
-    # though the trace holds every step's rows.
+    # though the trace holds every step's rows (nor those: nothing in them cancels).
     consolidated = [frame.height for frame, *_ in consolidations]
-    assert max(consolidated) < arrangement.TAIL_ROWS + 2 * (arrangement.TAIL_BATCHES + 1)
+    assert max(consolidated, default=0) < arrangement.TAIL_ROWS + 2 * (arrangement.TAIL_BATCHES + 1)
     assert trace.records == 2 * steps - 1
     trace.compact(steps)
     assert Counter(trace.updates().rows()) == Counter({(steps % 3, steps, 1): 1})
