@@ -437,19 +437,24 @@ class Trace:
         ):
             return kept[2]
         self._snapshot = None
-        read = self._as_of(batches, time)
-        if self.records <= SNAPSHOT_ROWS:
-            latest = max((_latest(b) for b in batches), default=0)
-            if latest <= time:
-                self._snapshot = (tuple(batches), latest, read)
+        latests = [latest_time(b) for b in batches]
+        read = self._as_of(batches, time, latests)
+        latest = max(latests, default=0)
+        if self.records <= SNAPSHOT_ROWS and latest <= time:
+            self._snapshot = (tuple(batches), latest, read)
         return read
 
-    def _as_of(self, batches: Sequence[pl.DataFrame], time: int) -> pl.DataFrame:
+    def _as_of(
+        self, batches: Sequence[pl.DataFrame], time: int, latests: Sequence[int] | None = None
+    ) -> pl.DataFrame:
+        """``batches`` at ``time`` (``latests``: each one's ``latest_time``, if known)."""
+        if latests is None:
+            latests = [latest_time(b) for b in batches]
         # A batch wholly at or before ``time`` (most of them, for a read at a fresh
         # time) is taken as it is: its maximum is a cheap scan, a filter is a query.
         frames = [
-            b if _at_or_before(b, time) else b.filter(pl.col(TIME) <= time)
-            for b in batches
+            b if latest <= time else b.filter(pl.col(TIME) <= time)
+            for b, latest in zip(batches, latests, strict=True)
             if b.height
         ]
         present = [f for f in frames if f.height]
@@ -569,12 +574,6 @@ def _span(batch: pl.DataFrame) -> tuple[int, int] | None:
     return int(low), int(high)  # type: ignore[arg-type]
 
 
-def _at_or_before(batch: pl.DataFrame, time: int) -> bool:
-    """Whether every update of ``batch`` is at or before ``time``."""
-    latest = batch[TIME].max()
-    return latest is not None and int(latest) <= time  # type: ignore[arg-type]
-
-
 def _nothing_cancels(frame: pl.DataFrame, since: int) -> bool:
     """Whether consolidating ``frame`` at ``since`` would change nothing: every update at or
     after ``since``, none of diff 0, and no two of the same row at the same time (their
@@ -602,7 +601,7 @@ def _plainly_hashed(dtype: pl.DataType) -> bool:
     )
 
 
-def _latest(batch: pl.DataFrame) -> int:
+def latest_time(batch: pl.DataFrame) -> int:
     """The latest time of ``batch``'s updates (0 for none)."""
     latest = batch[TIME].max()
     return 0 if latest is None else int(latest)  # type: ignore[arg-type]

@@ -22,7 +22,7 @@ import pyarrow as pa
 from loupe.common.errors import LoupeError, SqlState
 from loupe.common.logging import get_logger
 from loupe.dataflow import expr, intervals, memory, types
-from loupe.dataflow.arrangement import Log, Trace
+from loupe.dataflow.arrangement import Log, Trace, latest_time
 from loupe.dataflow.batches import (
     DIFF,
     ERROR,
@@ -147,7 +147,7 @@ def _before(
 ) -> tuple[pl.DataFrame, list[pl.DataFrame]]:
     """The updates of ``frames`` before ``upper``, and the frames of those after."""
     whole = concat(frames, empty)
-    if whole.height == 0 or _latest(whole) < upper:  # the usual case: no copy
+    if whole.height == 0 or latest_time(whole) < upper:  # the usual case: no copy
         return whole, []
     now, later = split_time(whole, upper)
     return now, [later]
@@ -281,7 +281,7 @@ class _SinkExport:
 
 def _snapshot_rows(frame: pl.DataFrame, as_of: int) -> int:
     """How many updates of ``frame`` (advanced to the as_of) are at it: its snapshot's."""
-    if _latest(frame) <= as_of:  # the usual case: no filter
+    if latest_time(frame) <= as_of:  # the usual case: no filter
         return frame.height
     return int((frame[TIME] <= as_of).sum())
 
@@ -290,10 +290,6 @@ def _advance(frame: pl.DataFrame, since: int) -> pl.DataFrame:
     """``advance``, skipped when no time is before ``since`` (no copy)."""
     earliest = _time_bound(frame[TIME].min())
     return advance(frame, since) if earliest < since else frame
-
-
-def _latest(frame: pl.DataFrame) -> int:
-    return _time_bound(frame[TIME].max())
 
 
 def _time_bound(value: object) -> int:
