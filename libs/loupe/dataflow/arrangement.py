@@ -38,6 +38,7 @@ from loupe.dataflow.batches import (
     frame_of_rows,
     groups_apart,
     key_hash,
+    read_rows_at,
 )
 from loupe.dataflow.types import PERSIST_DIFF, PERSIST_TIME
 
@@ -448,6 +449,9 @@ class Trace:
         self, batches: Sequence[pl.DataFrame], time: int, latests: Sequence[int] | None = None
     ) -> pl.DataFrame:
         """``batches`` at ``time`` (``latests``: each one's ``latest_time``, if known)."""
+        small = read_rows_at([b for b in batches if b.height], time)
+        if small is not None:
+            return small
         if latests is None:
             latests = [latest_time(b) for b in batches]
         # A batch wholly at or before ``time`` (most of them, for a read at a fresh

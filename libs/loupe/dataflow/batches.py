@@ -170,6 +170,41 @@ def consolidate_rows(frame: pl.DataFrame, since: int | None = None) -> pl.DataFr
     return frame_of_rows(kept, dict(frame.schema))
 
 
+def read_rows_at(frames: Sequence[pl.DataFrame], time: int) -> pl.DataFrame | None:
+    """The updates of ``frames`` at or before ``time``, all at ``time`` and consolidated:
+    a read of a small trace, in one pass over Python rows.
+
+    The columnar way (concatenate, keep what is at or before ``time``, relabel,
+    consolidate what may cancel) is half a dozen polars queries, each costing
+    about 100 us on a few rows; this costs tens of microseconds. None where the
+    rows do not suit a dict (as ``consolidate_rows``), are too many, or the
+    frames' schemas differ: the caller reads them the columnar way.
+    """
+    if not frames:
+        return None
+    first = frames[0]
+    schema = first.schema
+    if (
+        sum(frame.height for frame in frames) > _FEW_ROWS
+        or first.columns[-1] != DIFF
+        or TIME not in schema
+        or any(frame.schema != schema for frame in frames[1:])
+        or not all(row_safe(d, floats=True) for d in schema.dtypes())
+    ):
+        return None
+    decimals = sum(isinstance(d, pl.Decimal) for d in schema.dtypes())
+    if decimals * sum(frame.height for frame in frames) > _DECIMAL_CELLS:
+        return None
+    floats = [i for i, d in enumerate(schema.dtypes()[:-1]) if d == pl.Float64]
+    at = first.columns.index(TIME)
+    rows = [row for frame in frames for row in frame.rows() if row[at] <= time]
+    groups = _grouped(rows, floats, at, time)
+    if groups is None:
+        return None
+    kept = [(*group, diff) for group, (_, diff) in groups.items() if diff != 0]
+    return frame_of_rows(kept, dict(schema))
+
+
 def _grouped(
     rows: list[tuple[Any, ...]], floats: list[int], at: int, since: int | None
 ) -> dict[tuple[Any, ...], list[int]] | None:

@@ -856,3 +856,74 @@ def test_a_trace_stacks_merged_batches_of_times_apart_and_consolidates_once_comp
     trace.compact(steps)
     assert Counter(trace.updates().rows()) == Counter({(steps % 3, steps, 1): 1})
     assert trace.records == 1
+
+
+def _counted(frame: pl.DataFrame, time: int) -> Counter:
+    """A read's rows with their summed counts (NaN as a string, so it equals itself)."""
+    counts: Counter = Counter()
+    for *row, label, diff in frame.select([*frame.columns[:-2], TIME, DIFF]).rows():
+        assert label == time
+        counts[tuple("NaN" if v != v else v for v in row)] += diff
+    return +counts
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_a_small_traces_read_is_made_of_rows_and_is_the_columnar_read(monkeypatch, seed):
+    """A trace of few updates is read at a time in one pass over Python rows
+    (``read_rows_at``), not by polars' concatenate, filter and consolidate: the same
+    rows and counts, at every read time, whatever the column types. Floats a dict
+    groups otherwise than polars (NaN, -0.0) are read the columnar way."""
+    rng = random.Random(seed)
+    schema = {
+        "k": pl.String,
+        "n": pl.Decimal(38, 2),
+        "f": pl.Float64,
+        "i": pl.Int32,
+        TIME: pl.UInt64,
+        DIFF: pl.Int64,
+    }
+    empty = pl.DataFrame(schema=schema)
+    floats = [1.5, 2.0, 0.0] + ([math.nan, -0.0] if seed % 2 else [])
+    trace = arrangement.Trace(empty, 0, ["k"])
+    for time in range(1, 12):
+        rows = [
+            (
+                rng.choice(["a", "b", None]),
+                rng.choice([Decimal("1.25"), Decimal("-3.00"), None]),
+                rng.choice(floats),
+                rng.choice([1, 2, None]),
+                time,
+                rng.choice([1, -1, 2]),
+            )
+            for _ in range(rng.randint(1, 6))
+        ]
+        trace.insert(pl.DataFrame(rows, schema=schema, orient="row"))
+    columnar = arrangement.Trace(empty, 0, ["k"])
+    columnar.batches = list(trace.batches)
+    for time in (3, 7, 11, 20):
+        by_rows = batches.read_rows_at([b for b in trace.batches if b.height], time)
+        monkeypatch.setattr(arrangement, "read_rows_at", lambda frames, time: None)
+        expected = columnar._as_of(columnar.batches, time)
+        monkeypatch.undo()
+        if seed % 2 and any(v != v or str(v) == "-0.0" for b in trace.batches for v in b["f"]):
+            assert by_rows is None  # NaN or -0.0 present: the columnar way decides
+            continue
+        assert by_rows is not None
+        assert by_rows.schema == empty.schema
+        assert _counted(by_rows, time) == _counted(expected, time)
+        # The trace's own read takes the rows' way: polars' consolidation is not called.
+        monkeypatch.setattr(arrangement, "cancel", _fail)
+        trace._snapshot = None
+        assert _counted(trace.at(time), time) == _counted(expected, time)
+        monkeypatch.undo()
+    # More than a few updates: the columnar way.
+    many = [
+        pl.DataFrame(
+            [(str(i), None, 1.0, i, 1, 1) for i in range(300)], schema=schema, orient="row"
+        )
+    ]
+    assert batches.read_rows_at(many, 5) is None
+
+
+def _fail(*args: Any, **kwargs: Any) -> Any:
+    raise AssertionError("the columnar path was taken")
