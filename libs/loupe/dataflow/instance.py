@@ -1234,7 +1234,8 @@ class ComputeInstance:
 
     def _reserve_peek(self, name: str, rows: pl.DataFrame, finishing: Finishing) -> None:
         """53200 if the peek's result would not fit: its rows expanded, then as Python values."""
-        count = int(rows.filter(pl.col(DIFF) > 0)[DIFF].sum() or 0)
+        diffs = rows[DIFF]  # a Series' filter, not a frame's query (~100 us on a few rows)
+        count = int(diffs.filter(diffs > 0).sum() or 0)
         returned = (
             count if finishing.limit is None else min(count, finishing.offset + finishing.limit)
         )

@@ -23,7 +23,7 @@ import polars as pl
 import pytest
 
 from loupe.common.errors import LoupeError
-from loupe.dataflow import ComputeInstance, arrangement, batches, operators, types
+from loupe.dataflow import ComputeInstance, arrangement, batches, expr, operators, types
 from loupe.dataflow import rows as rows_path
 from loupe.dataflow.batches import DIFF, HASH, TIME, consolidate, consolidate_rows
 from loupe.dataflow.expr import NUMERIC, apply_mfp
@@ -430,10 +430,9 @@ def test_frame_of_rows_builds_what_the_public_constructor_builds(direct, monkeyp
     assert built.rows() == public.rows() == rows
 
 
-def test_a_row_mfp_maps_filters_and_projects_as_polars_does():
-    """``rows.compile_mfp`` against ``expr.apply_mfp`` on random rows with NULLs: the same
-    rows pass, mapped and projected alike (comparisons of every compared type, and/or/not,
-    a map feeding a predicate)."""
+def _mfp_case() -> tuple[pl.DataFrame, list[tuple[Any, ...]], MapFilterProject, tuple[str, ...]]:
+    """3,000 random rows with NULLs (as a frame and as rows) and an MFP over them:
+    comparisons of every compared type, and/or/not, a map feeding a predicate."""
     rng = random.Random(11)
     types = ("int4", "text", "date", "numeric", "int8", "bool")
     day = dt.date(1995, 3, 15)
@@ -454,8 +453,6 @@ def test_a_row_mfp_maps_filters_and_projects_as_polars_does():
     mfp = MapFilterProject(
         6, (Call("mul", (Column(3), Call("sub", (one, Column(3))))),), predicates, (6, 1, 0, 2)
     )
-    compiled = rows_path.compile_mfp(mfp.expressions, mfp.predicates, mfp.projection, types)
-    assert compiled is not None
 
     def maybe(value: object) -> object:
         return None if rng.random() < 0.15 else value
@@ -474,11 +471,45 @@ def test_a_row_mfp_maps_filters_and_projects_as_polars_does():
         for _ in range(3000)
     ]
     schema = dict(empty_frame(types).schema)
-    frame = pl.DataFrame(rows, schema=schema, orient="row")
+    return pl.DataFrame(rows, schema=schema, orient="row"), rows, mfp, types
+
+
+def test_a_row_mfp_maps_filters_and_projects_as_polars_does():
+    """``rows.compile_mfp`` against ``expr.apply_mfp`` (columnar, on 3,000 rows) on random
+    rows with NULLs: the same rows pass, mapped and projected alike."""
+    frame, rows, mfp, types = _mfp_case()
+    compiled = rows_path.compile_mfp(mfp.expressions, mfp.predicates, mfp.projection, types)
+    assert compiled is not None
     ok, errors = apply_mfp(frame, mfp, types)
     assert errors.height == 0
     assert compiled.apply(rows) == ok.rows()
     assert 0 < ok.height < len(rows)
+
+
+def test_apply_mfp_takes_a_few_rows_the_row_way_and_gives_the_columnar_rows(monkeypatch):
+    """``apply_mfp`` of at most ``ROW_MFP_ROWS`` rows (a peek's filter on a small read)
+    evaluates them in Python, without a polars query, and gives the columnar rows and
+    schema; a row whose map fails is left to the columnar way, which reports it."""
+    frame, _, mfp, types = _mfp_case()
+    for start in range(0, 1000, expr.ROW_MFP_ROWS):
+        few = frame.slice(start, expr.ROW_MFP_ROWS)
+        monkeypatch.setattr(expr, "ROW_MFP_ROWS", 0)
+        columnar, _ = apply_mfp(few, mfp, types)
+        monkeypatch.undo()
+        queries = calls_of(monkeypatch, pl.LazyFrame, "collect")
+        by_rows, errors = apply_mfp(few, mfp, types)
+        assert not queries
+        monkeypatch.undo()
+        assert by_rows.schema == columnar.schema
+        assert by_rows.rows() == columnar.rows()
+        assert errors.height == 0
+    division = MapFilterProject(2, (Call("div", (Column(0), Column(1))),), (), (2,))
+    pairs = pl.DataFrame({"c0": [4, 5], "c1": [2, 0], TIME: [1, 1], DIFF: [1, 1]})
+    pairs = pairs.cast({"c0": pl.Int32, "c1": pl.Int32, TIME: pl.UInt64})
+    ok, errors = apply_mfp(pairs, division, ("int4", "int4"))
+    assert ok.rows() == [(2, 1, 1)]
+    assert errors.height == 1
+    assert errors["error"][0].startswith("22012")
 
 
 def test_keys_that_are_columns_are_picked_without_a_query(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -916,13 +947,15 @@ def test_a_small_traces_read_is_made_of_rows_and_is_the_columnar_read(monkeypatc
         trace._snapshot = None
         assert _counted(trace.at(time), time) == _counted(expected, time)
         monkeypatch.undo()
-    # More than a few updates: the columnar way.
-    many = [
-        pl.DataFrame(
-            [(str(i), None, 1.0, i, 1, 1) for i in range(300)], schema=schema, orient="row"
-        )
-    ]
-    assert batches.read_rows_at(many, 5) is None
+    # More than READ_ROWS updates, or too many decimals: the columnar way.
+    wide = {name: dtype for name, dtype in schema.items() if name != "n"}
+    plain = [(str(i), 1.0, i, 1, 1) for i in range(batches.READ_ROWS + 1)]
+    assert batches.read_rows_at([pl.DataFrame(plain, schema=wide, orient="row")], 5) is None
+    read = batches.read_rows_at([pl.DataFrame(plain[:-1], schema=wide, orient="row")], 5)
+    assert read is not None
+    assert read.height == batches.READ_ROWS
+    decimals = [(None, Decimal(i), 1.0, i, 1, 1) for i in range(300)]
+    assert batches.read_rows_at([pl.DataFrame(decimals, schema=schema, orient="row")], 5) is None
 
 
 def _fail(*args: Any, **kwargs: Any) -> Any:
