@@ -182,8 +182,9 @@ def read_rows_at(frames: Sequence[pl.DataFrame], time: int) -> pl.DataFrame | No
     The columnar way (concatenate, keep what is at or before ``time``, relabel,
     consolidate what may cancel) is half a dozen polars queries, each costing
     about 100 us on a few rows; this costs tens of microseconds for a few rows,
-    half a millisecond for ``READ_ROWS``. None where the rows do not suit a dict (as ``consolidate_rows``), are too many, or the
-    frames' schemas differ: the caller reads them the columnar way.
+    half a millisecond for ``READ_ROWS``. None where the rows do not suit a dict
+    (as ``consolidate_rows``), are too many, or the frames' schemas differ: the
+    caller reads them the columnar way.
     """
     if not frames:
         return None
