@@ -14,6 +14,7 @@ from __future__ import annotations
 import datetime as dt
 import math
 import random
+import sys
 from collections import Counter
 from collections.abc import Sequence
 from decimal import Decimal
@@ -960,3 +961,53 @@ def test_a_small_traces_read_is_made_of_rows_and_is_the_columnar_read(monkeypatc
 
 def _fail(*args: Any, **kwargs: Any) -> Any:
     raise AssertionError("the columnar path was taken")
+
+
+def test_a_small_join_step_keys_its_delta_without_a_query(monkeypatch):
+    """A one-row change through a join picks its columns, keys them and drops NULL keys
+    without a polars query (``select``, ``with_columns``, ``drop_nulls`` cost about 50-170 us
+    each on a few rows): the join's own code calls none of them, and the view is right,
+    NULL keys included."""
+    instance = ComputeInstance()
+    instance.create_dataflow(index_dataflow("j", VIEWS["join"], SOURCES, 0))
+    for table, columns, snapshot in (
+        ("t", T, [("a", Decimal(1), 1.0, 1, 1)]),
+        ("u", U, [("a", 1, 0.5)]),
+        ("v", V, [(1, "x")]),
+    ):
+        instance.push(table, persist_updates(columns, [(r, 0, 1) for r in snapshot]), 1)
+    instance.step()
+    queried: list[str] = []
+    for name in ("select", "with_columns", "drop_nulls"):
+        original = getattr(pl.DataFrame, name)
+
+        def recorded(self: pl.DataFrame, *args: Any, _original=original, _name=name, **kw: Any):
+            caller = sys._getframe(1).f_code
+            if caller.co_filename == operators.__file__ and caller.co_name in (
+                "run",
+                "_keyed",
+                "_keyed_per_worker",
+                "_picked_columns",
+                "_without_null_keys",
+            ):
+                queried.append(f"{_name} in {caller.co_name}")
+            return _original(self, *args, **kw)
+
+        monkeypatch.setattr(pl.DataFrame, name, recorded)
+    instance.push("t", persist_updates(T, [(("a", Decimal(2), 2.0, 1, 1), 1, 1)]), 2)
+    instance.push("t", persist_updates(T, [((None, Decimal(3), 2.0, 1, 1), 1, 1)]), 2)
+    instance.push("u", persist_updates(U, []), 2)
+    instance.push("v", persist_updates(V, []), 2)
+    instance.step()
+    # Only the batch holding the NULL key's row needs a drop (no view row may come of it).
+    assert set(queried) <= {"drop_nulls in _without_null_keys"}
+    assert len(queried) <= 1
+    monkeypatch.undo()
+    rows = Counter(instance.peek("j_index", 1).rows())
+    assert rows[("a", Decimal(2), 2.0, 1, 1, "a", 1, 0.5, 1, "x")] == 1
+    assert sum(rows.values()) == 2
+    frame = pl.DataFrame({"k0": [1, None], "c0": [1, 2]})
+    first = frame[:1]
+    assert operators._without_null_keys(first, ["k0"]) is first
+    assert operators._without_null_keys(frame, ["k0"]).rows() == [(1, 1)]
+    assert operators._without_null_keys(frame, []) is frame
