@@ -269,10 +269,8 @@ def test_consolidate_rows_equals_consolidate_and_declines_what_a_dict_would_grou
         assert consolidate_rows(tricky) is None
 
 
-def test_a_small_delta_joins_without_the_columnar_match(monkeypatch):
-    """After hydration a one-row change joins by the row path (no ``Join._match``, and no
-    ``Join._filter``: the row path checked every equality); a change of more than
-    ``SMALL_DELTA`` rows joins in polars."""
+def _hydrated_join() -> ComputeInstance:
+    """An instance with the join view's index hydrated on one row of each input at time 0."""
     instance = ComputeInstance()
     instance.create_dataflow(index_dataflow("j", VIEWS["join"], SOURCES, 0))
     for table, columns, snapshot in (
@@ -282,6 +280,14 @@ def test_a_small_delta_joins_without_the_columnar_match(monkeypatch):
     ):
         instance.push(table, persist_updates(columns, [(r, 0, 1) for r in snapshot]), 1)
     instance.step()
+    return instance
+
+
+def test_a_small_delta_joins_without_the_columnar_match(monkeypatch):
+    """After hydration a one-row change joins by the row path (no ``Join._match``, and no
+    ``Join._filter``: the row path checked every equality); a change of more than
+    ``SMALL_DELTA`` rows joins in polars."""
+    instance = _hydrated_join()
     calls = calls_of(monkeypatch, operators.Join, "_match")
     filters = calls_of(monkeypatch, operators.Join, "_filter")
     instance.push("t", persist_updates(T, [(("a", Decimal(2), 2.0, 1, 1), 1, 1)]), 2)
@@ -968,15 +974,7 @@ def test_a_small_join_step_keys_its_delta_without_a_query(monkeypatch):
     without a polars query (``select``, ``with_columns``, ``drop_nulls`` cost about 50-170 us
     each on a few rows): the join's own code calls none of them, and the view is right,
     NULL keys included."""
-    instance = ComputeInstance()
-    instance.create_dataflow(index_dataflow("j", VIEWS["join"], SOURCES, 0))
-    for table, columns, snapshot in (
-        ("t", T, [("a", Decimal(1), 1.0, 1, 1)]),
-        ("u", U, [("a", 1, 0.5)]),
-        ("v", V, [(1, "x")]),
-    ):
-        instance.push(table, persist_updates(columns, [(r, 0, 1) for r in snapshot]), 1)
-    instance.step()
+    instance = _hydrated_join()
     queried: list[str] = []
     for name in ("select", "with_columns", "drop_nulls"):
         original = getattr(pl.DataFrame, name)
