@@ -163,11 +163,7 @@ def consolidate_rows(frame: pl.DataFrame, since: int | None = None) -> pl.DataFr
     decimals = sum(isinstance(d, pl.Decimal) for d in frame.dtypes)
     if decimals * frame.height > _DECIMAL_CELLS:
         return _consolidate_kept(frame, floats, at, since)
-    groups = _grouped(frame.rows(), floats, at, since)
-    if groups is None:
-        return None
-    kept = [(*group, diff) for group, (_, diff) in groups.items() if diff != 0]
-    return frame_of_rows(kept, dict(frame.schema))
+    return _summed_rows(frame.rows(), floats, at, since, dict(frame.schema))
 
 
 # Up to this many updates ``read_rows_at`` reads a trace over Python rows: about 0.5 us an
@@ -204,11 +200,23 @@ def read_rows_at(frames: Sequence[pl.DataFrame], time: int) -> pl.DataFrame | No
     floats = [i for i, d in enumerate(schema.dtypes()[:-1]) if d == pl.Float64]
     at = first.columns.index(TIME)
     rows = [row for frame in frames for row in frame.rows() if row[at] <= time]
-    groups = _grouped(rows, floats, at, time)
+    return _summed_rows(rows, floats, at, time, dict(schema))
+
+
+def _summed_rows(
+    rows: list[tuple[Any, ...]],
+    floats: list[int],
+    at: int,
+    since: int | None,
+    schema: dict[str, pl.DataType],
+) -> pl.DataFrame | None:
+    """``rows`` grouped (``_grouped``) and their diffs summed, as a frame of ``schema``
+    without the groups that cancel; None where ``_grouped`` declines."""
+    groups = _grouped(rows, floats, at, since)
     if groups is None:
         return None
     kept = [(*group, diff) for group, (_, diff) in groups.items() if diff != 0]
-    return frame_of_rows(kept, dict(schema))
+    return frame_of_rows(kept, schema)
 
 
 def _grouped(

@@ -178,29 +178,15 @@ class Mfp(Operator):
         self.mfp = node.mfp
         self.input_types = source.types
         expr.mfp_output_types(self.mfp, self.input_types)  # refuse unknown functions at render
-        # A small delta's rows are mapped and filtered in Python where this compiles.
-        self.row_mfp = None
-        safe = [*source.empty.dtypes, *self.empty.dtypes]
-        if not self.mfp.is_identity and all(row_safe(d, floats=True) for d in safe):
-            self.row_mfp = rows_path.compile_mfp(
-                node.mfp.expressions, node.mfp.predicates, node.mfp.projection, source.types
-            )
-        self.schema = dict(self.empty.schema)
 
     def run(self, lower: int, upper: int) -> None:
         errors = [self.inputs[0].err]
-        small = sum(p.height for p in self.inputs[0].ok) <= SMALL_DELTA
 
         def body(worker: int, part: pl.DataFrame) -> pl.DataFrame:
             if part.height == 0:
                 return self.empty
-            if small and self.row_mfp is not None:
-                try:
-                    rows = self.row_mfp.apply(part.rows())
-                except rows_path.Declined:  # an error row: polars evaluates the batch
-                    pass
-                else:
-                    return frame_of_rows(rows, self.schema) if rows else self.empty
+            # A small delta's rows are mapped and filtered in Python where the MFP compiles
+            # (``expr.ROW_MFP_ROWS``); an error row leaves the batch to polars.
             ok, err = expr.apply_mfp(part, self.mfp, self.input_types)
             errors.append(err)
             return self.conform(ok)

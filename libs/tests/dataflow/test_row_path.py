@@ -151,8 +151,12 @@ def calls_of(monkeypatch: pytest.MonkeyPatch, owner: object, name: str) -> list[
 
 
 def run(workers: int, seed: int, small: int, monkeypatch: pytest.MonkeyPatch) -> list[Counter]:
-    """Every view's rows (exactly) after each of 30 steps of random small changes."""
+    """Every view's rows (exactly) after each of 30 steps of random small changes; with
+    ``small`` 0, by the columnar path only (no operator, MFP or index read by rows)."""
     monkeypatch.setattr(operators, "SMALL_DELTA", small)
+    if not small:
+        monkeypatch.setattr(expr, "ROW_MFP_ROWS", 0)
+        monkeypatch.setattr(batches, "READ_ROWS", 0)
     rng = random.Random(seed)
     instance = ComputeInstance(workers=workers)
     for name, plan in VIEWS.items():
