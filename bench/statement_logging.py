@@ -4,15 +4,19 @@ With one ``loupe up`` (real NATS, Spark, gRPC), ``ALTER SYSTEM SET
 statement_logging_max_sample_rate = 1`` and the throttle's budget raised so
 the bucket drops nothing (its drops are reported):
 
+- message: in this process, the CPU to build one statement log message of
+  1 to 125 logged SELECTs in columns and as rows (the baseline), and which
+  form the coordinator sends at that size (``encode_message``).
 - overhead: ``--sessions`` concurrent sessions (a thread and a gRPC channel
   each, on the generated stub so the client stays light) run constant
   SELECTs (``SELECT 1``, ``SELECT 'x' || 2``) for ``--seconds`` a round.
   Rounds alternate the sessions' ``statement_logging_sample_rate`` between
-  1.0 and 0.0, ``--rounds`` of each, so the machine's load hits both alike;
-  the median statements/s of each and the overhead ``1 - rate1 / rate0``.
-  Target: overhead <= 3 %. Also the CPU each statement cost the coordinator
-  and all of Loupe's processes (from /proc), a steadier measure on a shared
-  machine. Fails if the rounds at 1.0 logged nothing (the executions in
+  1.0 and 0.0, ``--rounds`` of each in ABBA order (1,0,0,1,…), so the
+  machine's load, and its drift, hits both alike; the median statements/s of
+  each and the overhead ``1 - rate1 / rate0``. Target: overhead <= 3 %. Also
+  the CPU each statement cost the coordinator and all of Loupe's processes
+  (from /proc, the controller's Spark JVM included), a steadier measure on a
+  shared machine. Fails if the rounds at 1.0 logged nothing (the executions in
   ``mz_statement_execution_history`` did not grow).
 - visibility: ``--samples`` times, ``SELECT 'marker-<uuid>'`` in a session
   at rate 1, then, from a session at rate 0, polls of
@@ -47,7 +51,10 @@ from prometheus_client.parser import text_string_to_metric_families
 from loupe.client import SqlClient
 from loupe.common.errors import LoupeError
 from loupe.controller.service import ControllerSettings
+from loupe.coordinator import statement_logging as stmtlog
+from loupe.coordinator.session import SessionManager
 from loupe.proto.sql.v1 import sql_pb2, sql_pb2_grpc
+from loupe.storage.wire import encode_batch_arrow, encode_batch_bytes
 from loupe.testing.system import LoupeUp
 
 OVERHEAD_TARGET = 0.03
@@ -121,9 +128,10 @@ def cpu_seconds(pids: list[int]) -> float:
     return total / CLOCK_TICKS
 
 
-def session_pids(session_leader: int) -> list[int]:
-    """Every process of ``loupe up``'s session: its services, replicas, nats-server, the JVM."""
-    pids = []
+def session_pids(root: int) -> list[int]:
+    """Every process under ``loupe up``: its services, replicas, nats-server, and the
+    controller's Spark JVM (a grandchild), read from /proc now."""
+    children: dict[int, list[int]] = {}
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
@@ -131,8 +139,12 @@ def session_pids(session_leader: int) -> list[int]:
             fields = (entry / "stat").read_text().rsplit(") ", 1)[1].split()
         except OSError:
             continue
-        if int(fields[3]) == session_leader:
-            pids.append(int(entry.name))
+        children.setdefault(int(fields[1]), []).append(int(entry.name))
+    pids, todo = [], list(children.get(root, []))
+    while todo:
+        pid = todo.pop()
+        pids.append(pid)
+        todo.extend(children.get(pid, []))
     return pids
 
 
@@ -256,8 +268,10 @@ def measure_overhead(
         logged_before = executions_logged(monitor)
         throttled_before = throttled_executions(coordinator["metrics_port"])
         result = Overhead()
-        for _ in range(options.rounds):
-            for rate in (1.0, 0.0):
+        for index in range(options.rounds):
+            # ABBA: a drift of the machine's speed over the run (its other tenants, the
+            # JVM's compiler settling) weighs on both rates alike, not on the later one.
+            for rate in (1.0, 0.0) if index % 2 == 0 else (0.0, 1.0):
                 result.rounds.append(load_round(sessions, rate, options.seconds, pids))
                 # The writer's backlog is flushed before the next round starts.
                 time.sleep(flush)
@@ -375,6 +389,46 @@ def report_visibility(
         )
 
 
+def message_updates(statements: int) -> list[stmtlog.Update]:
+    """The updates of one statement log message of ``statements`` logged SELECTs,
+    made by the coordinator's own logger (not started: nothing is published)."""
+    config = {"statement_logging_max_sample_rate": "1", "statement_logging_max_data_credit": "1e12"}
+    logger = stmtlog.StatementLogger(None, lambda: config, cluster_id=lambda _: "u1")
+    session = SessionManager().open(
+        application_name="bench", defaults={"statement_logging_sample_rate": "1"}
+    )
+    for number in range(statements):
+        execution = logger.begin(session, f"SELECT {number % 2}", "select")
+        assert execution is not None
+        execution.strategy = "constant"
+        logger.end(execution, stmtlog.SUCCESS)
+    return stmtlog._consolidated([u for entry in logger._queue for u in entry.updates])
+
+
+def measure_encoding(sizes: tuple[int, ...] = (1, 25, 50, 125)) -> None:
+    """CPU to build one message the coordinator publishes, in columns
+    (``encode_batch_arrow``) and as rows (``encode_batch_bytes``), per message size,
+    and which of the two it sends (``encode_message``)."""
+    for statements in sizes:
+        updates = message_updates(statements)
+        timings = {}
+        for name, encode in (("arrow", encode_batch_arrow), ("rows", encode_batch_bytes)):
+            best = float("inf")
+            for _ in range(5):
+                began = time.thread_time()
+                for _ in range(50):
+                    encode("b", updates)
+                best = min(best, (time.thread_time() - began) / 50)
+            timings[name] = best
+        sent = "arrow" if len(updates) >= stmtlog.COLUMNAR_MIN_UPDATES else "rows"
+        print(
+            f"message   {statements:3d} statements ({len(updates):3d} updates): columnar"
+            f" {timings['arrow'] * 1e6:6.0f} us, rows {timings['rows'] * 1e6:6.0f} us"
+            f" (columnar / rows {timings['arrow'] / timings['rows']:.2f}x); sent as {sent}:"
+            f" {timings[sent] / statements * 1e6:5.1f} us a statement"
+        )
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sessions", type=int, default=4, help="concurrent sessions")
@@ -389,6 +443,7 @@ def main() -> int:
     )
     options = parser.parse_args()
     flush = options.flush_interval
+    measure_encoding()
     with tempfile.TemporaryDirectory() as scratch:
         system = LoupeUp(
             Path(scratch) / "data", extra_args=["--storage-flush-interval", str(flush)]

@@ -259,6 +259,13 @@ class Session:
     # variables ---------------------------------------------------------------------
 
     def get(self, name: str, *, position: int = 0) -> str:
+        # Both dicts are keyed by the variables' lower-case names: a name spelled so
+        # is found without the checks below (every statement reads a few).
+        value = self.values.get(name)
+        if value is None:
+            value = self.defaults.get(name)
+        if value is not None:
+            return value
         name = name.lower()
         if name == "is_superuser":
             return "on" if self.is_superuser else "off"

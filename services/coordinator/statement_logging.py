@@ -51,12 +51,14 @@ Materialize's design (seed 000) with what it learned shipping it (DESIGN §7):
   counted in ``loupe_statement_logging_throttled_executions_total``.
 - Little waits in the coordinator: the updates are published, in order, to
   the storage writer's JetStream stream as they happen; under load one
-  message per ``PUBLISH_COALESCE_S`` (0.1 s) carries what arrived meanwhile
+  message per ``PUBLISH_COALESCE_S`` (0.25 s) carries what arrived meanwhile
   (the seed's buffer flushed every ``statement_log_flush_interval``), and the
-  controller writes them with Spark at its next flush. Each collection's
-  updates in a message are columnar (Arrow IPC, ``encode_batch_arrow``):
-  2.5x cheaper to build than protobuf rows, 5x cheaper for the writer to
-  decode. The start of an
+  controller writes them with Spark at its next flush. A message of at least
+  ``COLUMNAR_MIN_UPDATES`` updates is columnar (Arrow IPC,
+  ``encode_batch_arrow``): at 500 updates 2x cheaper to build than protobuf
+  rows, 5x cheaper for the writer to decode. A smaller one is rows
+  (``encode_batch_bytes``): Arrow's fixed cost, ~70 us a collection, made a
+  message of one statement ten times dearer in columns. The start of an
   execution still running when a message goes out waits for the next one
   (up to ``HOLD_RUNNING_S``): most end by then, and go out as their finished
   row alone, never written to the bucket of open executions below. Each
@@ -128,7 +130,7 @@ from loupe.common.system_vars import SYSTEM_VARIABLES, system_value
 from loupe.coordinator.session import Session
 from loupe.coordinator.sql.parser import LoupeDialect
 from loupe.storage.names import LIVE_SESSIONS_BUCKET, LIVE_SESSIONS_STREAM
-from loupe.storage.wire import Update, encode_batch_arrow
+from loupe.storage.wire import Update, encode_batch_arrow, encode_batch_bytes
 
 log = get_logger(__name__)
 
@@ -143,13 +145,18 @@ OPEN_EXECUTIONS_BUCKET = "loupe_statement_log_open"
 # (the storage writer flushes once a second). Each message is a JetStream
 # request, and one more when the open executions changed (~0.25 ms of
 # coordinator CPU each): at 0.02 s they cost a serial session at 500
-# statements/s a tenth of its CPU.
-PUBLISH_COALESCE_S = 0.1
+# statements/s a tenth of its CPU. At 0.25 s a message carries ~125 statements
+# of four busy sessions, over which its requests and the ~0.2 ms of building
+# its Arrow tables are spread; Materialize writes its log every 5 s.
+PUBLISH_COALESCE_S = 0.25
 # How long the began row of a running execution waits to go out with its end:
 # one that ends meanwhile (most do) goes out as its finished row alone, and
 # never needs the bucket of open executions (a second request per message).
 HOLD_RUNNING_S = 2 * PUBLISH_COALESCE_S
 _OPEN_EXECUTIONS_STREAM = f"KV_{OPEN_EXECUTIONS_BUCKET}"
+# The fewest updates a message sends in columns; below, rows cost less to build
+# (``bench/statement_logging.py`` prints both: they cross at about 200).
+COLUMNAR_MIN_UPDATES = 200
 # A version 4 UUID's fixed bits (RFC 4122 variant, version 4), as uuid.UUID sets them.
 _UUID4_KEEP = ~((0xC000 << 48) | (0xF000 << 64))
 _UUID4_SET = (0x8000 << 48) | (4 << 76)
@@ -793,9 +800,16 @@ class StatementLogger:
     async def _publish(self, updates: list[Update], batch_id: str) -> None:
         await self._js.publish(
             self._subject,
-            encode_batch_arrow(batch_id, updates),
+            encode_message(batch_id, updates),
             headers={"Nats-Msg-Id": batch_id},
         )
+
+
+def encode_message(batch_id: str, updates: list[Update]) -> bytes:
+    """One message's bytes: in columns if it has many updates, else as rows."""
+    if len(updates) >= COLUMNAR_MIN_UPDATES:
+        return encode_batch_arrow(batch_id, updates)
+    return encode_batch_bytes(batch_id, updates)
 
 
 async def open_execution_keys(nc: Any, owner: str) -> list[str]:

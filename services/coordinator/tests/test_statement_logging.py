@@ -15,6 +15,7 @@ import pytest
 from prometheus_client import REGISTRY
 
 from loupe.builtins import (
+    BY_ID,
     MZ_PREPARED_STATEMENT_HISTORY,
     MZ_SESSION_HISTORY,
     MZ_SQL_TEXT,
@@ -28,6 +29,8 @@ from loupe.coordinator import statement_logging as stmtlog
 from loupe.coordinator.builtin_views import inline_builtin_views
 from loupe.coordinator.session import SessionManager
 from loupe.coordinator.sql.parser import parse_one
+from loupe.proto.storage.v1 import storage_pb2
+from loupe.storage.wire import decode_batch, encode_batch_arrow, encode_batch_bytes
 
 STATUS = [c for c, _ in MZ_STATEMENT_EXECUTION_HISTORY.columns].index("finished_status")
 
@@ -67,6 +70,37 @@ def test_builtin_views_are_inlined_as_subqueries():
     assert "mz_recent_activity_log" not in inlined.replace("AS l", "")
     untouched = parse_one("SELECT 1 FROM mz_internal.mz_sql_text").expression
     assert inline_builtin_views(untouched) is untouched
+
+
+def _message(statements: int) -> list[Any]:
+    """One message's updates for ``statements`` logged executions (logger not started)."""
+    logger = stmtlog.StatementLogger(
+        None, lambda: {"statement_logging_max_sample_rate": "1"}, cluster_id=lambda _: "u1"
+    )
+    session = _session("1")
+    for number in range(statements):
+        execution = logger.begin(session, f"SELECT {number % 3}", "select")
+        assert execution is not None
+        logger.end(execution, stmtlog.SUCCESS)
+    return stmtlog._consolidated([u for entry in logger._queue for u in entry.updates])
+
+
+@pytest.mark.parametrize("statements", [1, 60])
+def test_a_message_is_rows_when_small_and_columns_when_large_with_the_same_tables(statements):
+    updates = _message(statements)
+    columnar = len(updates) >= stmtlog.COLUMNAR_MIN_UPDATES
+    assert columnar == (statements == 60)  # 60 executions make about 240 updates
+    data = stmtlog.encode_message("b", updates)
+    batch = storage_pb2.UpdateBatch.FromString(data)
+    assert all(bool(c.arrow_ipc) == columnar for c in batch.collections)
+    assert all(bool(c.updates) != columnar for c in batch.collections)
+    # Either way the writer reads the same tables as from the other form.
+    other = encode_batch_bytes("b", updates) if columnar else encode_batch_arrow("b", updates)
+    tables = decode_batch(data, BY_ID)[1]
+    assert tables.keys() == decode_batch(other, BY_ID)[1].keys()
+    for cid, table in decode_batch(other, BY_ID)[1].items():
+        assert tables[cid].to_pylist() == table.to_pylist()
+    assert sum(t.num_rows for t in tables.values()) == len(updates)
 
 
 LOST = "loupe_statement_logging_lost_updates_total"
