@@ -28,7 +28,9 @@ what is not supported, 22023 for bad option values.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
+import functools
 import logging
 import re
 from collections.abc import Callable, Sequence
@@ -350,8 +352,33 @@ class LoupeDialect(Postgres):
 _DIALECT = LoupeDialect()
 
 
+# Requests parsed of late, by their text (up to PARSE_CACHE_MAX_CHARS long): a client
+# sends the same statements again and again, and a copy of a parse costs a fifth
+# of making it (SELECT 1: 25 against 150 us here).
+PARSE_CACHE_SIZE = 1024
+PARSE_CACHE_MAX_CHARS = 4096
+
+
 def parse(sql: str) -> list[Statement]:
-    """Parse a request of zero or more ``;``-separated statements."""
+    """Parse a request of zero or more ``;``-separated statements.
+
+    A text parsed before (among the last ``PARSE_CACHE_SIZE``) is not parsed
+    again: the caller gets a deep copy of its statements, its own to change,
+    as planning does. A request that failed to parse is parsed (and fails)
+    each time.
+    """
+    if len(sql) > PARSE_CACHE_MAX_CHARS:
+        return _parse(sql)
+    return copy.deepcopy(_parsed(sql))
+
+
+@functools.lru_cache(maxsize=PARSE_CACHE_SIZE)
+def _parsed(sql: str) -> list[Statement]:
+    """``sql``'s statements, kept: never handed out, only copies of them."""
+    return _parse(sql)
+
+
+def _parse(sql: str) -> list[Statement]:
     tokens = _tokenize(sql)
     statements = []
     for chunk in _split(tokens):

@@ -634,3 +634,28 @@ def test_declare_takes_a_select_or_a_subscribe() -> None:
     assert error_of("FETCH c WITH (timeout = 'soon')").code == "22023"
     assert error_of("DECLARE c CURSOR WITH HOLD FOR SELECT 1").code == "0A000"
     assert error_of("DECLARE c SCROLL CURSOR FOR SELECT 1").code == "0A000"
+
+
+def test_a_text_parsed_again_gives_a_fresh_copy_of_the_same_statements():
+    from loupe.coordinator.sql import parser
+
+    sql = "SELECT a + 1 AS b FROM t WHERE c = 'x'; SELECT 2"
+    first = parse(sql)
+    hits = parser._parsed.cache_info().hits
+    second = parse(sql)
+    assert parser._parsed.cache_info().hits == hits + 1  # not parsed again
+    assert [s.expression.sql() for s in first] == [s.expression.sql() for s in second]
+    assert all(a is not b and a.expression is not b.expression for a, b in zip(first, second))
+    # A caller may change its statements (planning does): the next parse does not see it.
+    first[0].expression.find(exp.Literal).replace(exp.Literal.number(42))
+    assert "42" in first[0].expression.sql()
+    assert parse(sql)[0].expression.sql() == second[0].expression.sql()
+    assert "42" not in parse(sql)[0].expression.sql()
+    # A text that does not parse fails every time; a long one is never kept.
+    for _ in range(2):
+        with pytest.raises(LoupeError):
+            parse("SELEC 1")
+    long = "SELECT " + " + ".join(["1"] * (parser.PARSE_CACHE_MAX_CHARS // 4))
+    size = parser._parsed.cache_info().currsize
+    assert parse(long)[0].expression.sql() == parse(long)[0].expression.sql()
+    assert parser._parsed.cache_info().currsize == size
