@@ -645,7 +645,9 @@ def test_a_text_parsed_again_gives_a_fresh_copy_of_the_same_statements():
     second = parse(sql)
     assert parser._parsed.cache_info().hits == hits + 1  # not parsed again
     assert [s.expression.sql() for s in first] == [s.expression.sql() for s in second]
-    assert all(a is not b and a.expression is not b.expression for a, b in zip(first, second))
+    assert all(
+        a is not b and a.expression is not b.expression for a, b in zip(first, second, strict=True)
+    )
     # A caller may change its statements (planning does): the next parse does not see it.
     first[0].expression.find(exp.Literal).replace(exp.Literal.number(42))
     assert "42" in first[0].expression.sql()
