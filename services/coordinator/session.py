@@ -259,13 +259,14 @@ class Session:
     # variables ---------------------------------------------------------------------
 
     def get(self, name: str, *, position: int = 0) -> str:
-        # Both dicts are keyed by the variables' lower-case names: a name spelled so
-        # is found without the checks below (every statement reads a few).
-        value = self.values.get(name)
-        if value is None:
-            value = self.defaults.get(name)
-        if value is not None:
-            return value
+        variable = VARIABLES.get(name)
+        if variable is not None and name != "is_superuser":
+            # Spelled in lower case, as Loupe's own reads are (every statement makes a
+            # few): both dicts are keyed so, nothing to fold or check.
+            value = self.values.get(name)
+            if value is None:
+                value = self.defaults.get(name)
+            return variable.default if value is None else value
         name = name.lower()
         if name == "is_superuser":
             return "on" if self.is_superuser else "off"
