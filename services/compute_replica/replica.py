@@ -435,8 +435,10 @@ class ComputeReplica(Service):
         if not self._pending.finish(peek.uuid):
             return
         self._direct.pop(peek.uuid, None)
+        await self._answer_peek(peek, response)
         PEEKS.labels(replica_id=self.replica_id, outcome=outcome).inc()
-        log.info(
+        # Debug, and after the answer: rendering a line took as long as a point peek.
+        log.debug(
             "peek answered",
             uuid=peek.uuid,
             outcome=outcome,
@@ -444,7 +446,6 @@ class ComputeReplica(Service):
             error=response.peek_response.error.message or None,
             elapsed_ms=round((time.monotonic() - started) * 1000, 1),
         )
-        await self._answer_peek(peek, response)
 
     async def _answer_peek(self, peek: PeekRequest, response: compute_pb2.ComputeResponse) -> None:
         """A direct peek's answer goes to its coordinator only; any other to the
