@@ -402,7 +402,7 @@ def message_updates(statements: int) -> list[stmtlog.Update]:
         assert execution is not None
         execution.strategy = "constant"
         logger.end(execution, stmtlog.SUCCESS)
-    return stmtlog._consolidated([u for entry in logger._queue for u in entry.updates])
+    return stmtlog.message_updates(logger._queue)
 
 
 def measure_encoding(sizes: tuple[int, ...] = (1, 25, 50, 125)) -> None:
@@ -420,7 +420,7 @@ def measure_encoding(sizes: tuple[int, ...] = (1, 25, 50, 125)) -> None:
                     encode("b", updates)
                 best = min(best, (time.thread_time() - began) / 50)
             timings[name] = best
-        sent = "arrow" if len(updates) >= stmtlog.COLUMNAR_MIN_UPDATES else "rows"
+        sent = "arrow" if stmtlog.in_columns(updates) else "rows"
         print(
             f"message   {statements:3d} statements ({len(updates):3d} updates): columnar"
             f" {timings['arrow'] * 1e6:6.0f} us, rows {timings['rows'] * 1e6:6.0f} us"

@@ -259,21 +259,20 @@ class Session:
     # variables ---------------------------------------------------------------------
 
     def get(self, name: str, *, position: int = 0) -> str:
-        variable = VARIABLES.get(name)
-        if variable is not None and name != "is_superuser":
-            # Spelled in lower case, as Loupe's own reads are (every statement makes a
-            # few): both dicts are keyed so, nothing to fold or check.
-            value = self.values.get(name)
-            if value is None:
-                value = self.defaults.get(name)
-            return variable.default if value is None else value
-        name = name.lower()
-        if name == "is_superuser":
-            return "on" if self.is_superuser else "off"
+        # Loupe's own reads (a few every statement) spell names in lower case, as both
+        # dicts key them: folded only when not found so.
         variable = VARIABLES.get(name)
         if variable is None:
-            raise _unknown(name, position)
-        return self.values.get(name, self.defaults.get(name, variable.default))
+            name = name.lower()
+            variable = VARIABLES.get(name)
+            if variable is None:
+                raise _unknown(name, position)
+        if name == "is_superuser":
+            return "on" if self.is_superuser else "off"
+        value = self.values.get(name)
+        if value is None:
+            value = self.defaults.get(name)
+        return variable.default if value is None else value
 
     def set(self, name: str, value: str | None, *, position: int = 0) -> None:
         """Set ``name``; ``None`` means its default."""

@@ -720,7 +720,7 @@ class StatementLogger:
                 if not taken:
                     break  # only starts of running executions, held: woken when one is due
                 last_publish = loop.time()
-                updates = _consolidated([u for entry in taken for u in entry.updates])
+                updates = message_updates(taken)
                 try:
                     await self._publish_with_open(updates, [e.executions for e in taken])
                     for session_id, live in _net_session_ops(e.sessions for e in taken).items():
@@ -805,9 +805,19 @@ class StatementLogger:
         )
 
 
+def message_updates(entries: Iterable[_Queued]) -> list[Update]:
+    """The updates one message of the queued ``entries`` sends (``_consolidated``)."""
+    return _consolidated([u for entry in entries for u in entry.updates])
+
+
+def in_columns(updates: Sequence[Update]) -> bool:
+    """Whether a message of ``updates`` goes in columns (else as rows)."""
+    return len(updates) >= COLUMNAR_MIN_UPDATES
+
+
 def encode_message(batch_id: str, updates: list[Update]) -> bytes:
     """One message's bytes: in columns if it has many updates, else as rows."""
-    if len(updates) >= COLUMNAR_MIN_UPDATES:
+    if in_columns(updates):
         return encode_batch_arrow(batch_id, updates)
     return encode_batch_bytes(batch_id, updates)
 

@@ -82,13 +82,13 @@ def _message(statements: int) -> list[Any]:
         execution = logger.begin(session, f"SELECT {number % 3}", "select")
         assert execution is not None
         logger.end(execution, stmtlog.SUCCESS)
-    return stmtlog._consolidated([u for entry in logger._queue for u in entry.updates])
+    return stmtlog.message_updates(logger._queue)
 
 
 @pytest.mark.parametrize("statements", [1, 60])
 def test_a_message_is_rows_when_small_and_columns_when_large_with_the_same_tables(statements):
     updates = _message(statements)
-    columnar = len(updates) >= stmtlog.COLUMNAR_MIN_UPDATES
+    columnar = stmtlog.in_columns(updates)
     assert columnar == (statements == 60)  # 60 executions make about 240 updates
     data = stmtlog.encode_message("b", updates)
     batch = storage_pb2.UpdateBatch.FromString(data)
